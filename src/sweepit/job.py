@@ -1,0 +1,94 @@
+"""One job from start to `result.json`: check the config, train, record the outcome whatever it is."""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import subprocess
+import time
+import traceback
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import sweepit
+from sweepit.checks import check_config
+from sweepit.errors import DivergedError
+from sweepit.results import MetricsLog, write_result
+from sweepit.training import EpochCallback, train
+
+
+def worst(direction: str) -> float:
+    """The objective a sweeper receives for a job that diverged."""
+    return -math.inf if direction == "maximize" else math.inf
+
+
+@lru_cache(maxsize=1)
+def code_version() -> str:
+    """sweepit's version and, when run from a git checkout, the commit (with `+dirty` for local changes)."""
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "-C", str(here), "describe", "--always", "--dirty=+dirty"],
+                                capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return f"{sweepit.__version__}" + (f" ({commit})" if commit else "")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def run_job(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None = None) -> float:
+    """Train one configuration, leave `metrics.jsonl` and `result.json` in `job_dir`, return the objective.
+
+    A diverged job returns the worst objective (a high learning rate is a result, not an error);
+    any other exception is recorded as `failed` in `result.json`, then raised again.
+    """
+    job_dir = Path(job_dir)
+    job_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    result: dict[str, Any] = {
+        "status": "failed", "objective": None, "metric": str(cfg.metric), "direction": str(cfg.direction),
+        "started_at": _now(), "hostname": socket.gethostname(), "pid": os.getpid(),
+        "code_version": code_version(), "world_size": int(cfg.trainer.gpus),
+    }
+    metrics = MetricsLog(job_dir)
+
+    def record_epoch(epoch: int, row: dict[str, Any]) -> bool:
+        metrics.append(row)
+        return on_epoch(epoch, row) if on_epoch is not None else False
+
+    try:
+        check_config(cfg)
+        outcome = train(cfg, on_epoch=record_epoch)
+        result.update(outcome.info)
+        rows = outcome.rows
+        final = rows[-1]
+        objective = float(final[cfg.metric])
+        better = max if cfg.direction == "maximize" else min
+        best = better(rows, key=lambda r: r[cfg.metric])
+        result.update(
+            status="pruned" if outcome.stopped_early else "completed", objective=objective, final=final,
+            epochs_completed=len(rows), best_epoch=best["epoch"], best_value=best[cfg.metric],
+        )
+        return objective
+    except DivergedError as e:
+        result.update(status="diverged", error=str(e), epochs_completed=len(metrics.rows))
+        if metrics.rows:
+            result["final"] = metrics.rows[-1]
+        print(f"sweepit: job diverged: {e}; recorded with the worst objective", flush=True)
+        return worst(str(cfg.direction))
+    except BaseException as e:
+        result.update(
+            status="interrupted" if isinstance(e, KeyboardInterrupt) else "failed",
+            error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc(limit=20),
+            epochs_completed=len(metrics.rows),
+        )
+        raise
+    finally:
+        result["wall_time_s"] = time.perf_counter() - t0
+        result["ended_at"] = _now()
+        write_result(job_dir, result)

@@ -1,0 +1,115 @@
+"""The courses' models: linear regression, softmax, MLP, a two-conv CNN, and ResNet-18/50 (no torchvision)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+
+def build_model(name: str, input_shape: Sequence[int], n_outputs: int, *, hidden: int = 128,
+                dropout: float = 0.0, image_size: int = 32) -> nn.Module:
+    """`input_shape` excludes the batch dimension: (features,) or (channels, height, width)."""
+    if name == "linear":
+        return nn.Linear(int(input_shape[-1]), n_outputs)
+    n_in = 1
+    for d in input_shape:
+        n_in *= int(d)
+    if name == "softmax":  # single dense layer; the softmax lives in the cross-entropy loss
+        return nn.Sequential(nn.Flatten(), nn.Linear(n_in, n_outputs))
+    if name == "mlp":
+        return nn.Sequential(
+            nn.Flatten(), nn.Linear(n_in, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, n_outputs)
+        )
+    if name == "cnn":
+        return ConvNet(int(input_shape[0]), (int(input_shape[1]), int(input_shape[2])), n_outputs, hidden, dropout)
+    if name in ("resnet18", "resnet50"):
+        return ResNet(name, n_outputs, small_input=image_size <= 64)
+    raise ValueError(f"unknown model {name!r}")
+
+
+class ConvNet(nn.Module):
+    """Two 3x3 conv layers, each followed by batch norm, ReLU and 2x2 max-pooling, then two dense layers."""
+
+    def __init__(self, channels: int, hw: tuple[int, int], n_classes: int, hidden: int, dropout: float) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(channels, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+        )
+        flat = 64 * (hw[0] // 4) * (hw[1] // 4)
+        self.classifier = nn.Sequential(
+            nn.Flatten(), nn.Dropout(dropout), nn.Linear(flat, hidden), nn.ReLU(),
+            nn.Dropout(dropout), nn.Linear(hidden, n_classes),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))  # type: ignore[no-any-return]
+
+
+class BasicBlock(nn.Module):
+    expansion = 1
+
+    def __init__(self, c_in: int, c: int, stride: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(c_in, c, 3, stride, 1, bias=False), nn.BatchNorm2d(c), nn.ReLU(inplace=True),
+            nn.Conv2d(c, c, 3, 1, 1, bias=False), nn.BatchNorm2d(c),
+        )
+        self.shortcut = _shortcut(c_in, c, stride)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.body(x) + self.shortcut(x))
+
+
+class Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, c_in: int, c: int, stride: int) -> None:
+        super().__init__()
+        c_out = c * self.expansion
+        self.body = nn.Sequential(
+            nn.Conv2d(c_in, c, 1, bias=False), nn.BatchNorm2d(c), nn.ReLU(inplace=True),
+            nn.Conv2d(c, c, 3, stride, 1, bias=False), nn.BatchNorm2d(c), nn.ReLU(inplace=True),
+            nn.Conv2d(c, c_out, 1, bias=False), nn.BatchNorm2d(c_out),
+        )
+        self.shortcut = _shortcut(c_in, c_out, stride)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.body(x) + self.shortcut(x))
+
+
+def _shortcut(c_in: int, c_out: int, stride: int) -> nn.Module:
+    if stride == 1 and c_in == c_out:
+        return nn.Identity()
+    return nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
+
+
+class ResNet(nn.Module):
+    """ResNet-18/50 (He et al., 2016). `small_input`: 3x3 stem without max-pool, as for 32x32 CIFAR images."""
+
+    LAYOUT: dict[str, tuple[type[BasicBlock] | type[Bottleneck], tuple[int, ...]]] = {
+        "resnet18": (BasicBlock, (2, 2, 2, 2)),
+        "resnet50": (Bottleneck, (3, 4, 6, 3)),
+    }
+
+    def __init__(self, name: str, n_classes: int, small_input: bool) -> None:
+        super().__init__()
+        block, counts = self.LAYOUT[name]
+        if small_input:
+            stem: list[nn.Module] = [nn.Conv2d(3, 64, 3, 1, 1, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True)]
+        else:
+            stem = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
+                    nn.MaxPool2d(3, 2, 1)]
+        layers: list[nn.Module] = []
+        c_in = 64
+        for i, n in enumerate(counts):
+            c = 64 * 2**i
+            for j in range(n):
+                layers.append(block(c_in, c, 2 if (j == 0 and i > 0) else 1))
+                c_in = c * block.expansion
+        self.net = nn.Sequential(*stem, *layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c_in, n_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)  # type: ignore[no-any-return]
