@@ -1,0 +1,54 @@
+# sweepit's tasks. `make help` lists them all.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# torch==2.13.0 is taken from local disk on the project's machines as a CPU build; elsewhere pip picks
+# the platform's default wheel. Override for another build: make install TORCH_SPEC='torch==2.5.1'
+TORCH_SPEC ?= torch==2.13.0
+PYTEST_ARGS ?=
+SWEEPS := $(basename $(notdir $(wildcard sweeps/*.yaml)))
+
+.DEFAULT_GOAL := help
+.PHONY: help install test test-fast lint typecheck check clean-outputs bench bench-throughput bench-mnist-best \
+        $(addprefix sweep-,$(SWEEPS))
+
+help: ## List every target with what it does
+	@grep -hE '^[a-zA-Z_%-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | \
+	  awk -F'\t' '{printf "  %-22s %s\n", $$1, $$2}'
+	@for s in $(SWEEPS); do printf "  %-22s %s\n" "sweep-$$s" "$$(sed -n 1p sweeps/$$s.yaml | sed 's/^# //')"; done
+
+install: ## Create .venv and install sweepit (editable) with its dev tools
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@$(PY) -c "import torch, hydra, sweepit; print(f'sweepit {sweepit.__version__} with torch {torch.__version__}, hydra {hydra.__version__}')"
+
+test: ## Run the whole test suite (slow multiruns included)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: ## Run the tests that take seconds (skips real multiruns)
+	$(PY) -m pytest -m "not slow and not slurm" $(PYTEST_ARGS)
+
+lint: ## Ruff lint and format check
+	$(VENV)/bin/ruff check src tests bench train.py
+
+typecheck: ## Mypy on the package and the entry point
+	$(VENV)/bin/mypy
+
+check: lint typecheck test ## Lint, typecheck and test
+
+sweep-%: sweeps/%.yaml ## Run the study in sweeps/<name>.yaml (extra overrides: ARGS='epochs=2')
+	$(PY) train.py -m --config-dir sweeps --config-name $* $(ARGS)
+
+bench: bench-throughput ## Run the quick benchmarks (figures go into bench/RESULTS.md by hand)
+
+bench-throughput: ## MNIST CNN samples/s: in-memory pipeline vs torch DataLoader (synthetic data if MNIST is absent)
+	$(PY) bench/bench_throughput.py $(ARGS)
+
+bench-mnist-best: ## The mnist_best study on real MNIST (MNIST_ROOT=dir with the IDX files); long
+	$(PY) bench/bench_mnist_best.py --root "$(MNIST_ROOT)" $(ARGS)
+
+clean-outputs: ## Delete outputs/ (every sweep's results)
+	rm -rf outputs

@@ -1,0 +1,65 @@
+"""Real multiruns of train.py in a subprocess: the README's first command, failures, bad group options."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import run_train
+
+pytestmark = pytest.mark.slow
+
+
+def _sweep_dir(cwd: Path, study: str = "multirun") -> Path:
+    (sweep,) = (cwd / "outputs" / study).iterdir()
+    return sweep
+
+
+def test_readme_sweep_leaves_four_complete_job_dirs(tmp_path: Path) -> None:
+    proc = run_train(["-m", "optimizer=adam,sgd", "lr=0.01,0.1", "epochs=2"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = sorted(p for p in _sweep_dir(tmp_path).iterdir() if p.is_dir())
+    assert [p.name.split("_", 1)[0] for p in jobs] == ["0", "1", "2", "3"]
+    seen = set()
+    for job in jobs:
+        assert "optimizer=" in job.name and "lr=" in job.name  # the listing says which job is which
+        assert (job / ".hydra" / "config.yaml").is_file()
+        result = json.loads((job / "result.json").read_text())
+        lines = (job / "metrics.jsonl").read_text().splitlines()
+        assert result["status"] == "completed" and len(lines) == 2
+        assert result["objective"] == json.loads(lines[-1])["val_acc"]
+        seen.add((job.name.split("lr=")[1].split(",")[0], job.name.split("optimizer=")[1].split(",")[0]))
+    assert seen == {("0.01", "adam"), ("0.01", "sgd"), ("0.1", "adam"), ("0.1", "sgd")}
+    out = proc.stdout + proc.stderr
+    assert "4 jobs: 4 completed" in out and "best (maximize val_acc)" in out
+
+
+def test_invalid_value_fails_its_job_only(tmp_path: Path) -> None:
+    proc = run_train(["-m", "task=linreg", "epochs=2", "lr=0.01,-1"], tmp_path)
+    assert proc.returncode != 0
+    by_lr = {}
+    for job in _sweep_dir(tmp_path).iterdir():
+        if job.is_dir():
+            by_lr[job.name.split("lr=")[1].split(",")[0]] = json.loads((job / "result.json").read_text())
+    assert by_lr["0.01"]["status"] == "completed"
+    assert by_lr["-1"]["status"] == "failed"
+    assert "lr must be a finite number > 0, but got lr=-1" in by_lr["-1"]["error"]
+    assert "lr must be a finite number > 0" in proc.stdout + proc.stderr
+
+
+def test_unknown_group_option_lists_the_valid_ones(tmp_path: Path) -> None:
+    proc = run_train(["optimizer=adamx"], tmp_path)
+    assert proc.returncode != 0
+    assert "Could not find 'optimizer/adamx'" in proc.stderr
+    assert "Available options" in proc.stderr and "nesterov" in proc.stderr
+    assert not (tmp_path / "outputs").exists()  # nothing started
+
+
+def test_single_run_goes_under_outputs_runs(tmp_path: Path) -> None:
+    proc = run_train(["task=linreg", "epochs=2"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (run,) = (tmp_path / "outputs" / "runs").iterdir()
+    assert json.loads((run / "result.json").read_text())["status"] == "completed"
+    assert "Epoch 2/2" in proc.stdout
