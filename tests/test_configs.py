@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 import torch
 from omegaconf import DictConfig
 
+from conftest import CONF, TINY
 from sweepit.checks import MODELS
 from sweepit.models import build_model
 from sweepit.optim import build_optimizer
 from sweepit.training import train
-
-from conftest import CONF, TINY
 
 OPTIMIZERS = sorted(p.stem for p in (CONF / "optimizer").glob("*.yaml"))
 TASKS = sorted(p.stem for p in (CONF / "task").glob("*.yaml"))
@@ -22,9 +20,9 @@ SWEEPS = sorted(p.stem for p in (CONF.parent / "sweeps").glob("*.yaml"))
 
 
 def test_groups_hold_what_the_brief_lists() -> None:
-    assert OPTIMIZERS == sorted(
+    assert sorted(
         ["sgd", "momentum", "nesterov", "adagrad", "rmsprop", "adam", "adamw", "adamax", "adadelta", "nadam"]
-    )
+    ) == OPTIMIZERS
     assert TASKS == ["cifar10", "digits", "linreg", "mnist"]
 
 
@@ -70,8 +68,8 @@ def test_every_task_and_model_trains_a_few_steps(
     assert row["samples_per_s"] > 0 and row["epoch_time_s"] > 0
     if task != "linreg":
         assert 0.0 <= row["val_acc"] <= 1.0
-    assert out.info["n_params"] == sum(p.numel() for p in build_model(model, _shape(task), 1 if task == "linreg" else 10,
-                                                                        image_size=32).parameters())
+    reference = build_model(model, _shape(task), 1 if task == "linreg" else 10, image_size=32)
+    assert out.info["n_params"] == sum(p.numel() for p in reference.parameters())
 
 
 def _shape(task: str) -> tuple[int, ...]:
@@ -100,4 +98,5 @@ def test_every_study_composes(study: str) -> None:
                       overrides=[f"hydra.searchpath=[file://{CONF}]"])
     assert cfg.study == study
     assert cfg.hydra.sweeper.params, f"sweeps/{study}.yaml must sweep something"
-    assert Path(CONF.parent / "sweeps" / f"{study}.yaml").read_text().splitlines()[1].startswith("# Run: python train.py -m")
+    second_line = (CONF.parent / "sweeps" / f"{study}.yaml").read_text().splitlines()[1]
+    assert second_line.startswith("# Run: python train.py -m")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -45,7 +46,7 @@ class ConvNet(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.features(x))  # type: ignore[no-any-return]
+        return self.classifier(self.features(x))
 
 
 class BasicBlock(nn.Module):
@@ -89,7 +90,7 @@ def _shortcut(c_in: int, c_out: int, stride: int) -> nn.Module:
 class ResNet(nn.Module):
     """ResNet-18/50 (He et al., 2016). `small_input`: 3x3 stem without max-pool, as for 32x32 CIFAR images."""
 
-    LAYOUT: dict[str, tuple[type[BasicBlock] | type[Bottleneck], tuple[int, ...]]] = {
+    LAYOUT: ClassVar[dict[str, tuple[type[BasicBlock] | type[Bottleneck], tuple[int, ...]]]] = {
         "resnet18": (BasicBlock, (2, 2, 2, 2)),
         "resnet50": (Bottleneck, (3, 4, 6, 3)),
     }
@@ -112,4 +113,4 @@ class ResNet(nn.Module):
         self.net = nn.Sequential(*stem, *layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c_in, n_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)  # type: ignore[no-any-return]
+        return self.net(x)

@@ -25,6 +25,6 @@ def build_optimizer(
         kwargs["betas"] = tuple(kwargs["betas"])
     cls = getattr(torch.optim, algorithm)
     try:
-        return cls(params, lr=lr, **kwargs)  # type: ignore[no-any-return]
+        return cls(params, lr=lr, **kwargs)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"optimizer {optimizer_cfg['name']} rejects its settings {kwargs}: {e}") from e

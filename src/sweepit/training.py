@@ -56,8 +56,8 @@ def train(cfg: Any, on_epoch: EpochCallback | None = None, log: Callable[[str], 
     ).to(device)
     optimizer = build_optimizer(model.parameters(), cfg.optimizer, float(cfg.lr))
     loss_fn: nn.Module = nn.MSELoss() if regression else nn.CrossEntropyLoss()
-    image_size = int(task.get("image_size", 0)) or None
-    resize = image_size is not None and data.x_train.shape[-1] != image_size
+    image_size = int(task.get("image_size", 0))
+    resize = image_size > 0 and data.x_train.shape[-1] != image_size
     aug = cfg.data.augment
     augment = bool(aug.enabled)
     batch_g = torch.Generator().manual_seed(int(cfg.seed) + 1)
