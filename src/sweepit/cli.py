@@ -23,8 +23,8 @@ def _summary(args: argparse.Namespace) -> int:
 def _download(args: argparse.Namespace) -> int:
     from sweepit.data.download import download
 
-    for path in download(args.dataset, Path(args.root)):
-        print(path)
+    download(args.dataset, Path(args.root), base_url=args.base_url)
+    print(f"Set data.root={args.root} (or pass it on the command line) to train on it.")
     return 0
 
 
@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = data.add_parser("download", help="fetch a data set from its public mirror and verify checksums")
     p.add_argument("dataset", choices=["mnist", "cifar10"])
     p.add_argument("--root", required=True, help="directory to put the files in (then set data.root to it)")
+    p.add_argument("--base-url", default=None, help="a mirror to fetch from instead of the public one")
     p.set_defaults(func=_download)
     return parser
 
