@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-REPO = Path(__file__).resolve().parents[1]
-CONF = REPO / "conf"
-
-# Shrinks a job to a few steps: few samples, one epoch, one thread.
-TINY = ["epochs=1", "device=cpu", "trainer.threads=1"]
+from sweepit_testing import CONF
 
 
 @pytest.fixture
@@ -29,9 +21,3 @@ def compose_cfg() -> Iterator[Callable[..., DictConfig]]:
 
         yield _compose
 
-
-def run_train(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """Run the real entry point in a subprocess, with outputs/ under `cwd`."""
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)

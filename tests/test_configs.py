@@ -8,7 +8,7 @@ import pytest
 import torch
 from omegaconf import DictConfig
 
-from conftest import CONF, TINY
+from sweepit_testing import CONF, TINY
 from sweepit.checks import MODELS
 from sweepit.models import build_model
 from sweepit.optim import build_optimizer

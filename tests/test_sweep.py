@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_train
+from sweepit_testing import run_train
 
 pytestmark = pytest.mark.slow
 

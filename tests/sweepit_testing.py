@@ -1,0 +1,21 @@
+"""Paths and helpers shared by the tests (a module name no other test folder uses)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CONF = REPO / "conf"
+
+# Shrinks a job to a few steps: one epoch, CPU, one thread.
+TINY = ["epochs=1", "device=cpu", "trainer.threads=1"]
+
+
+def run_train(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run the real entry point in a subprocess, with outputs/ under `cwd`."""
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
