@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import sweepit
+from sweepit.checkpoint import CHECKPOINT_FILE
 from sweepit.checks import check_config
 from sweepit.errors import DivergedError
 from sweepit.results import MetricsLog, write_result
@@ -63,7 +64,10 @@ def run_job(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None = None) -> f
 
     try:
         check_config(cfg)
-        outcome = train(cfg, on_epoch=record_epoch)
+        checkpoint = job_dir / CHECKPOINT_FILE if cfg.trainer.get("checkpoint", False) else None
+        outcome = train(cfg, on_epoch=record_epoch, checkpoint=checkpoint, on_resume=metrics.resume_from)
+        if checkpoint is not None and not cfg.trainer.get("keep_checkpoint", False):
+            checkpoint.unlink(missing_ok=True)
         result.update(outcome.info)
         rows = outcome.rows
         final = rows[-1]

@@ -6,12 +6,15 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from sweepit import checkpoint as ckpt
 from sweepit.data import Splits, iterate_batches, load_splits
 from sweepit.errors import DivergedError
 from sweepit.models import build_model
@@ -40,8 +43,14 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def train(cfg: Any, on_epoch: EpochCallback | None = None, log: Callable[[str], None] = print) -> Outcome:
-    """Train as `cfg` says. Raises DivergedError when the loss stops being finite."""
+def train(cfg: Any, on_epoch: EpochCallback | None = None, log: Callable[[str], None] = print,
+          checkpoint: Path | None = None,
+          on_resume: Callable[[list[dict[str, Any]]], None] | None = None) -> Outcome:
+    """Train as `cfg` says. Raises DivergedError when the loss stops being finite.
+
+    With `checkpoint`, the state is saved there every `trainer.checkpoint_every` epochs, and training
+    resumes from it when it holds a checkpoint of the same configuration (`on_resume` gets the rows so far).
+    """
     device = resolve_device(str(cfg.device))
     if int(cfg.trainer.threads) > 0:
         torch.set_num_threads(int(cfg.trainer.threads))
@@ -92,8 +101,22 @@ def train(cfg: Any, on_epoch: EpochCallback | None = None, log: Callable[[str], 
             xb = F.interpolate(xb, size=(image_size, image_size), mode="bilinear", align_corners=False)
         return xb
 
+    generators = {"batch": batch_g, "augment": aug_g}
+    config_hash = ckpt.fingerprint(_container(cfg))
+    first_epoch = 1
+    if checkpoint is not None:
+        restored = ckpt.load(checkpoint, model=model, optimizer=optimizer, generators=generators,
+                             config_hash=config_hash)
+        if restored is not None:
+            last_epoch, out.rows = restored
+            first_epoch = last_epoch + 1
+            log(f"sweepit: resumed from {checkpoint} after epoch {last_epoch}")
+            if on_resume is not None:
+                on_resume(out.rows)
+    every = max(1, int(cfg.trainer.get("checkpoint_every", 1)))
+
     epochs = int(cfg.epochs)
-    for epoch in range(1, epochs + 1):
+    for epoch in range(first_epoch, epochs + 1):
         model.train()
         _sync(device)
         t0 = time.perf_counter()
@@ -129,10 +152,21 @@ def train(cfg: Any, on_epoch: EpochCallback | None = None, log: Callable[[str], 
         out.rows.append(row)
         if cfg.trainer.log_every_epoch:
             log(epoch_line(row, epochs))
+        if checkpoint is not None and (epoch % every == 0 or epoch == epochs):
+            ckpt.save(checkpoint, epoch=epoch, rows=out.rows, model=model, optimizer=optimizer,
+                      generators=generators, config_hash=config_hash)
         if on_epoch is not None and on_epoch(epoch, row):
             out.stopped_early = True
             break
     return out
+
+
+def _container(cfg: Any) -> dict[str, Any]:
+    if isinstance(cfg, DictConfig):
+        container = OmegaConf.to_container(cfg, resolve=True)
+        assert isinstance(container, dict)
+        return {str(k): v for k, v in container.items()}
+    return dict(vars(cfg)) if not isinstance(cfg, dict) else cfg
 
 
 @torch.no_grad()
