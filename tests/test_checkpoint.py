@@ -11,7 +11,6 @@ from omegaconf import DictConfig
 
 from sweepit.job import run_job
 from sweepit.results import read_metrics, read_result
-
 from sweepit_testing import TINY
 
 # Dropout, augmentation and stratified batches: every RNG the loop uses is in play.

@@ -8,11 +8,11 @@ import pytest
 import torch
 from omegaconf import DictConfig
 
-from sweepit_testing import CONF, TINY
 from sweepit.checks import MODELS
 from sweepit.models import build_model
 from sweepit.optim import build_optimizer
 from sweepit.training import train
+from sweepit_testing import CONF, TINY
 
 OPTIMIZERS = sorted(p.stem for p in (CONF / "optimizer").glob("*.yaml"))
 TASKS = sorted(p.stem for p in (CONF / "task").glob("*.yaml"))

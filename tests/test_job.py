@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from omegaconf import DictConfig
 
-from sweepit_testing import TINY
 from sweepit.errors import ConfigError, DataMissingError
 from sweepit.job import run_job
 from sweepit.results import atomic_write_text, read_metrics, read_result
+from sweepit_testing import TINY
 
 LINREG = ["task=linreg", "epochs=3", *TINY[1:]]
 
