@@ -8,6 +8,7 @@ import socket
 import subprocess
 import time
 import traceback
+from collections.abc import Callable
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
@@ -16,9 +17,10 @@ from typing import Any
 import sweepit
 from sweepit.checkpoint import CHECKPOINT_FILE
 from sweepit.checks import check_config
+from sweepit.distributed import SINGLE, Rank, from_environment, spawn_local
 from sweepit.errors import DivergedError
 from sweepit.results import MetricsLog, write_result
-from sweepit.training import EpochCallback, train
+from sweepit.training import EpochCallback, Outcome, train
 
 
 def worst(direction: str) -> float:
@@ -42,12 +44,24 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def _train_as(cfg: Any, rank: Rank, on_epoch: EpochCallback | None, checkpoint: Path | None,
+              on_resume: Callable[[list[dict[str, Any]]], None] | None) -> Outcome:
+    return train(cfg, on_epoch=on_epoch, checkpoint=checkpoint, on_resume=on_resume, rank=rank)
+
+
 def run_job(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None = None) -> float:
     """Train one configuration, leave `metrics.jsonl` and `result.json` in `job_dir`, return the objective.
 
     A diverged job returns the worst objective (a high learning rate is a result, not an error);
     any other exception is recorded as `failed` in `result.json`, then raised again.
+    With `trainer.gpus=N` > 1 the job trains on N ranks: one per task under Slurm or torchrun, else N
+    local processes; only rank 0 writes the job's files.
     """
+    rank = from_environment()
+    if rank is not None and not rank.is_main:
+        check_config(cfg)
+        rows = _train_as(cfg, rank, None, None, None).rows
+        return float(rows[-1][cfg.metric]) if rows else math.nan
     job_dir = Path(job_dir)
     job_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -65,10 +79,15 @@ def run_job(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None = None) -> f
     try:
         check_config(cfg)
         checkpoint = job_dir / CHECKPOINT_FILE if cfg.trainer.get("checkpoint", False) else None
-        outcome = train(cfg, on_epoch=record_epoch, checkpoint=checkpoint, on_resume=metrics.resume_from)
+        gpus = int(cfg.trainer.gpus)
+        if rank is None and gpus > 1:
+            outcome = spawn_local(gpus, lambda r: _train_as(cfg, r, record_epoch, checkpoint, metrics.resume_from))
+        else:
+            outcome = _train_as(cfg, rank or SINGLE, record_epoch, checkpoint, metrics.resume_from)
         if checkpoint is not None and not cfg.trainer.get("keep_checkpoint", False):
             checkpoint.unlink(missing_ok=True)
         result.update(outcome.info)
+        result.update(timing_summary(outcome.rows))
         rows = outcome.rows
         final = rows[-1]
         objective = float(final[cfg.metric])
@@ -96,3 +115,17 @@ def run_job(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None = None) -> f
         result["wall_time_s"] = time.perf_counter() - t0
         result["ended_at"] = _now()
         write_result(job_dir, result)
+
+
+def timing_summary(rows: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Epoch time and throughput as the courses time them: the first (warm-up) epoch is left out."""
+    timed = rows[1:] if len(rows) > 1 else rows
+    if not timed:
+        return {}
+    mean = sum(r["epoch_time_s"] for r in timed) / len(timed)
+    return {
+        "epoch_time_s_mean": mean,
+        "samples_per_s_mean": sum(r["samples_per_s"] for r in timed) / len(timed),
+        "step_time_s_mean": sum(r.get("step_time_s", 0.0) for r in timed) / len(timed),
+        "timed_epochs": len(timed),
+    }

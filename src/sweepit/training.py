@@ -1,4 +1,8 @@
-"""The training loop: one model, one optimizer, in-memory batches, one metrics row per epoch."""
+"""The training loop: one model, one optimizer, in-memory batches, one metrics row per epoch.
+
+With a world of N ranks (sweepit.distributed), each global batch of N x batch_size samples is split into
+N shards, gradients are averaged by DistributedDataParallel, and the metrics are summed over ranks.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from sweepit import checkpoint as ckpt
 from sweepit.data import Splits, iterate_batches, load_splits
+from sweepit.distributed import SINGLE, Rank, destroy_process_group, device_for, init_process_group
 from sweepit.errors import DivergedError
 from sweepit.models import build_model
 from sweepit.optim import build_optimizer
@@ -23,6 +29,7 @@ from sweepit.optim import build_optimizer
 # Called after each epoch with (epoch, metrics row); returning True stops training (Optuna pruning).
 EpochCallback = Callable[[int, dict[str, Any]], bool]
 EVAL_BATCH = 1024  # validation batch: no gradients, so larger than training batches
+LR_SCALING = {"none": lambda w: 1.0, "linear": float, "sqrt": math.sqrt}
 
 
 @dataclass
@@ -32,63 +39,77 @@ class Outcome:
     stopped_early: bool = False
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def train(cfg: Any, on_epoch: EpochCallback | None = None, log: Callable[[str], None] = print,
-          checkpoint: Path | None = None,
-          on_resume: Callable[[list[dict[str, Any]]], None] | None = None) -> Outcome:
-    """Train as `cfg` says. Raises DivergedError when the loss stops being finite.
+def _all_sum(values: torch.Tensor, world: int, op: Any = None) -> torch.Tensor:
+    if world > 1:
+        dist.all_reduce(values, op=op or dist.ReduceOp.SUM)
+    return values
 
-    With `checkpoint`, the state is saved there every `trainer.checkpoint_every` epochs, and training
+
+def train(cfg: Any, on_epoch: EpochCallback | None = None, log: Callable[[str], None] = print,
+          checkpoint: Path | None = None, on_resume: Callable[[list[dict[str, Any]]], None] | None = None,
+          rank: Rank = SINGLE) -> Outcome:
+    """Train as `cfg` says, as `rank` of its world. Raises DivergedError when the loss stops being finite.
+
+    With `checkpoint`, rank 0 saves the state there every `trainer.checkpoint_every` epochs, and training
     resumes from it when it holds a checkpoint of the same configuration (`on_resume` gets the rows so far).
     """
-    device = resolve_device(str(cfg.device))
+    world = rank.world_size
+    log = log if rank.is_main else (lambda _: None)
+    device = device_for(rank, str(cfg.device))
+    init_process_group(rank, device)
+    try:
+        return _train(cfg, on_epoch if rank.is_main else None, log, checkpoint, on_resume, rank, device, world)
+    finally:
+        destroy_process_group()
+
+
+def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None], checkpoint: Path | None,
+           on_resume: Callable[[list[dict[str, Any]]], None] | None, rank: Rank, device: torch.device,
+           world: int) -> Outcome:
     if int(cfg.trainer.threads) > 0:
         torch.set_num_threads(int(cfg.trainer.threads))
-    torch.manual_seed(int(cfg.seed))
+    torch.manual_seed(int(cfg.seed))  # same initial weights on every rank
     data = load_splits(cfg, device)
     task = cfg.task
     regression = data.n_classes == 0
-    model = build_model(
+    model: nn.Module = build_model(
         task.model, data.input_shape, 1 if regression else data.n_classes,
         hidden=int(task.get("hidden", 128)), dropout=float(task.get("dropout", 0.0)),
         image_size=int(task.get("image_size", 32)),
     ).to(device)
-    optimizer = build_optimizer(model.parameters(), cfg.optimizer, float(cfg.lr))
+    lr = float(cfg.lr)
+    scaling = str(cfg.trainer.get("lr_scaling", "linear"))
+    effective_lr = lr * LR_SCALING[scaling](world)
+    warmup_epochs = int(cfg.trainer.get("warmup_epochs", 0))
+    optimizer = build_optimizer(model.parameters(), cfg.optimizer, effective_lr)
+    if world > 1:
+        model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     loss_fn: nn.Module = nn.MSELoss() if regression else nn.CrossEntropyLoss()
     image_size = int(task.get("image_size", 0))
     resize = image_size > 0 and data.x_train.shape[-1] != image_size
     aug = cfg.data.augment
     augment = bool(aug.enabled)
-    batch_g = torch.Generator().manual_seed(int(cfg.seed) + 1)
-    aug_g = torch.Generator().manual_seed(int(cfg.seed) + 2)
+    batch_g = torch.Generator().manual_seed(int(cfg.seed) + 1)  # same global order on every rank
+    aug_g = torch.Generator().manual_seed(int(cfg.seed) + 2 + 7919 * rank.rank)
+    batch_size = int(cfg.batch_size)
 
     out = Outcome()
     out.info = {
-        "device": str(device),
-        "world_size": 1,
-        "n_params": sum(p.numel() for p in model.parameters()),
-        "batch_size": int(cfg.batch_size),
-        "global_batch_size": int(cfg.batch_size),
-        "lr": float(cfg.lr),
-        "effective_lr": float(cfg.lr),
-        "n_train": len(data.x_train),
-        "n_val": len(data.x_val),
-        "data": data.source,
+        "device": str(device), "world_size": world, "n_params": sum(p.numel() for p in model.parameters()),
+        "batch_size": batch_size, "global_batch_size": batch_size * world, "lr": lr,
+        "lr_scaling": scaling, "effective_lr": effective_lr, "warmup_epochs": warmup_epochs,
+        "n_train": len(data.x_train), "n_val": len(data.x_val), "data": data.source,
     }
     i = out.info
     log(f"sweepit: task={task.name} model={task.model} params={i['n_params']:,} device={device} "
-        f"world_size=1 batch={i['batch_size']} (global {i['global_batch_size']}) lr={i['lr']:g} "
-        f"(effective {i['effective_lr']:g}) optimizer={cfg.optimizer.name}")
+        f"world_size={world} batch={batch_size} (global {i['global_batch_size']}) lr={lr:g} "
+        f"(effective {effective_lr:g}, {scaling} scaling"
+        + (f", {warmup_epochs} warm-up epochs" if warmup_epochs else "") + f") optimizer={cfg.optimizer.name}")
     log(f"sweepit: data={data.source}: {i['n_train']:,} train / {i['n_val']:,} val"
         + (" (augmented)" if augment else "") + (" (stratified batches)" if cfg.data.stratified else ""))
 
@@ -105,60 +126,75 @@ def train(cfg: Any, on_epoch: EpochCallback | None = None, log: Callable[[str], 
     config_hash = ckpt.fingerprint(_container(cfg))
     first_epoch = 1
     if checkpoint is not None:
-        restored = ckpt.load(checkpoint, model=model, optimizer=optimizer, generators=generators,
+        restored = ckpt.load(checkpoint, model=_unwrap(model), optimizer=optimizer, generators=generators,
                              config_hash=config_hash)
         if restored is not None:
             last_epoch, out.rows = restored
             first_epoch = last_epoch + 1
             log(f"sweepit: resumed from {checkpoint} after epoch {last_epoch}")
-            if on_resume is not None:
+            if on_resume is not None and rank.is_main:
                 on_resume(out.rows)
     every = max(1, int(cfg.trainer.get("checkpoint_every", 1)))
+    n = len(data.x_train)
+    steps_per_epoch = max(1, n // (batch_size * world))
 
     epochs = int(cfg.epochs)
     for epoch in range(first_epoch, epochs + 1):
         model.train()
         _sync(device)
         t0 = time.perf_counter()
-        loss_sum = torch.zeros((), device=device)
-        correct = torch.zeros((), device=device, dtype=torch.long)
-        n = len(data.x_train)
+        sums = torch.zeros(3, device=device, dtype=torch.float64)  # loss x samples, correct, samples
         labels = data.y_train if (cfg.data.stratified and not regression) else None
-        for idx in iterate_batches(n, int(cfg.batch_size), batch_g, labels=labels, device=device):
+        for step, idx in enumerate(iterate_batches(n, batch_size * world, batch_g, labels=labels, device=device)):
+            if len(idx) < world:
+                break  # too few samples left to give every rank one
+            idx = torch.tensor_split(idx, world)[rank.rank]
+            if warmup_epochs and epoch <= warmup_epochs:
+                ramp = ((epoch - 1) * steps_per_epoch + step + 1) / (warmup_epochs * steps_per_epoch)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr + (effective_lr - lr) * min(1.0, ramp)
             xb, yb = prepare(data.x_train[idx], True), data.y_train[idx]
             logits = model(xb)
             loss = loss_fn(logits, yb)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            loss_sum += loss.detach() * len(idx)
+            sums[0] += loss.detach() * len(idx)
+            sums[2] += len(idx)
             if not regression:
-                correct += (logits.argmax(1) == yb).sum()
+                sums[1] += (logits.argmax(1) == yb).sum()
         _sync(device)
-        epoch_time_s = time.perf_counter() - t0
-        train_loss = float(loss_sum) / n
+        epoch_time = torch.tensor([time.perf_counter() - t0], device=device, dtype=torch.float64)
+        epoch_time_s = float(_all_sum(epoch_time, world, dist.ReduceOp.MAX if world > 1 else None))
+        loss_sum, correct, seen = (float(v) for v in _all_sum(sums, world))
+        train_loss = loss_sum / seen
         if not math.isfinite(train_loss):
-            raise DivergedError(f"training loss became {train_loss} in epoch {epoch} (lr={float(cfg.lr):g})")
+            raise DivergedError(f"training loss became {train_loss} in epoch {epoch} (lr={effective_lr:g})")
         row: dict[str, Any] = {"epoch": epoch, "train_loss": train_loss}
         if not regression:
-            row["train_acc"] = float(correct) / n
-        row.update(evaluate(model, data, loss_fn, regression, lambda xb: prepare(xb, False)))
+            row["train_acc"] = correct / seen
+        row.update(evaluate(model, data, loss_fn, regression, lambda xb: prepare(xb, False), rank))
         row["epoch_time_s"] = epoch_time_s
-        row["samples_per_s"] = n / epoch_time_s if epoch_time_s > 0 else float("nan")
-        if regression:
-            lin = model if isinstance(model, nn.Linear) else None
-            if lin is not None:
-                row["w"], row["b"] = float(lin.weight.detach().flatten()[0]), float(lin.bias.detach().flatten()[0])
+        row["samples_per_s"] = seen / epoch_time_s if epoch_time_s > 0 else float("nan")
+        row["step_time_s"] = epoch_time_s / max(1, math.ceil(seen / (batch_size * world)))
+        lin = _unwrap(model)
+        if regression and isinstance(lin, nn.Linear):
+            row["w"], row["b"] = float(lin.weight.detach().flatten()[0]), float(lin.bias.detach().flatten()[0])
         out.rows.append(row)
         if cfg.trainer.log_every_epoch:
             log(epoch_line(row, epochs))
-        if checkpoint is not None and (epoch % every == 0 or epoch == epochs):
-            ckpt.save(checkpoint, epoch=epoch, rows=out.rows, model=model, optimizer=optimizer,
+        if checkpoint is not None and rank.is_main and (epoch % every == 0 or epoch == epochs):
+            ckpt.save(checkpoint, epoch=epoch, rows=out.rows, model=_unwrap(model), optimizer=optimizer,
                       generators=generators, config_hash=config_hash)
-        if on_epoch is not None and on_epoch(epoch, row):
+        stop = torch.tensor([float(on_epoch(epoch, row)) if on_epoch is not None else 0.0], device=device)
+        if float(_all_sum(stop, world, dist.ReduceOp.MAX if world > 1 else None)) > 0:
             out.stopped_early = True
             break
     return out
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
 
 
 def _container(cfg: Any) -> dict[str, Any]:
@@ -171,20 +207,22 @@ def _container(cfg: Any) -> dict[str, Any]:
 
 @torch.no_grad()
 def evaluate(model: nn.Module, data: Splits, loss_fn: nn.Module, regression: bool,
-             prepare: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, float]:
+             prepare: Callable[[torch.Tensor], torch.Tensor], rank: Rank = SINGLE) -> dict[str, float]:
+    """Loss and accuracy on the validation split; each rank evaluates every world_size-th sample."""
     model.eval()
-    loss_sum = torch.zeros((), device=data.x_val.device)
-    correct = torch.zeros((), device=data.x_val.device, dtype=torch.long)
-    n = len(data.x_val)
-    for start in range(0, n, EVAL_BATCH):
-        xb, yb = prepare(data.x_val[start : start + EVAL_BATCH]), data.y_val[start : start + EVAL_BATCH]
-        out = model(xb)
-        loss_sum += loss_fn(out, yb) * len(yb)
+    x_val, y_val = data.x_val[rank.rank :: rank.world_size], data.y_val[rank.rank :: rank.world_size]
+    sums = torch.zeros(3, device=data.x_val.device, dtype=torch.float64)
+    for start in range(0, len(x_val), EVAL_BATCH):
+        xb, yb = prepare(x_val[start : start + EVAL_BATCH]), y_val[start : start + EVAL_BATCH]
+        out = _unwrap(model)(xb)
+        sums[0] += loss_fn(out, yb) * len(yb)
+        sums[2] += len(yb)
         if not regression:
-            correct += (out.argmax(1) == yb).sum()
-    row = {"val_loss": float(loss_sum) / n}
+            sums[1] += (out.argmax(1) == yb).sum()
+    loss_sum, correct, seen = (float(v) for v in _all_sum(sums, rank.world_size))
+    row = {"val_loss": loss_sum / seen}
     if not regression:
-        row["val_acc"] = float(correct) / n
+        row["val_acc"] = correct / seen
     return row
 
 
