@@ -1,0 +1,116 @@
+"""The local Slurm cluster (scripts/slurm-cluster.sh) as a fixture; every test in this folder is marked `slurm`.
+
+Without a usable cluster the tests skip, saying to run `make slurm-up`; with SWEEPIT_REQUIRE_SLURM=1 (CI) they
+fail instead, so a broken cluster can never pass as skipped tests.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+CLUSTER_SCRIPT = HERE.parents[1] / "scripts" / "slurm-cluster.sh"
+
+# sacct states after which a job never runs again (REQUEUED and PENDING are not among them).
+FINAL_STATES = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+                "BOOT_FAIL", "DEADLINE")
+
+
+def _run(args: Sequence[str], timeout_s: float = 30) -> str:
+    return subprocess.run(list(args), capture_output=True, text=True, check=True, timeout=timeout_s).stdout
+
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    """What the tests need to know about the cluster, and the few client calls they share."""
+
+    node: str
+    n_gpus_per_node: int
+    n_cpus: int
+    max_array_size: int
+
+    def sbatch(self, *args: str, script: str, cwd: Path) -> int:
+        """Submit `script` (a bash body, no #SBATCH lines) with sbatch options `args`; return the job id."""
+        out = subprocess.run(["sbatch", "--parsable", *args], input=f"#!/bin/bash\n{script}\n", cwd=cwd,
+                             capture_output=True, text=True, check=True, timeout=30).stdout
+        return int(out.strip().split(";")[0].split("_")[0])
+
+    def squeue_state(self, job_id: int) -> str:
+        """squeue's state (PENDING, RUNNING, ...), or "" once the job has left the queue."""
+        return _run(["squeue", "-h", "-j", str(job_id), "-o", "%T"]).strip()
+
+    def sacct_state(self, job_id: int) -> str:
+        """sacct's state of the job's latest run (e.g. "CANCELLED by 0"); "" before slurmdbd has heard of it."""
+        lines = _run(["sacct", "-n", "-X", "-P", "-j", str(job_id), "-o", "State"]).splitlines()
+        return lines[-1] if lines else ""
+
+    def wait_until_running(self, job_id: int, timeout_s: float = 20) -> None:
+        _poll(lambda: self.squeue_state(job_id) == "RUNNING", f"job {job_id} RUNNING in squeue", timeout_s)
+
+    def wait_until_final(self, job_id: int, timeout_s: float = 30) -> str:
+        """Poll sacct until the job (every task, for an array) reaches a final state; return that state."""
+        states: list[str] = []
+
+        def final() -> bool:
+            nonlocal states
+            out = _run(["sacct", "-n", "-X", "-P", "-j", str(job_id), "-o", "State"])
+            states = [line.split()[0] for line in out.splitlines() if line]
+            return bool(states) and all(s in FINAL_STATES for s in states)
+
+        _poll(final, f"job {job_id} to end in sacct (last states {states})", timeout_s)
+        return states[-1]
+
+
+def _poll(ready: Callable[[], bool], what: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout_s} s for {what}")
+        time.sleep(0.2)
+
+
+def _describe() -> SlurmCluster:
+    config = _run(["scontrol", "show", "config"])
+    node_line = _run(["scontrol", "-o", "show", "node"]).splitlines()[0]
+    fields = dict(re.findall(r"(\w+)=(\S+)", node_line))
+    gpus = re.search(r"gpu(?::\w+)?:(\d+)", fields.get("Gres", ""))
+    max_array = re.search(r"^MaxArraySize\s*=\s*(\d+)", config, re.MULTILINE)
+    return SlurmCluster(node=fields["NodeName"], n_gpus_per_node=int(gpus.group(1)) if gpus else 0,
+                        n_cpus=int(fields["CPUTot"]), max_array_size=int(max_array.group(1)) if max_array else 1001)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> SlurmCluster:
+    """The running local cluster; skips (or fails, under SWEEPIT_REQUIRE_SLURM=1) when it is not usable."""
+    try:
+        status = subprocess.run([str(CLUSTER_SCRIPT), "status"], capture_output=True, text=True, timeout=60)
+        usable, report = status.returncode == 0, status.stdout + status.stderr
+    except (OSError, subprocess.TimeoutExpired) as err:
+        usable, report = False, str(err)
+    if not usable:
+        message = "the local Slurm cluster is not usable: run `make slurm-up` (as root)"
+        if os.environ.get("SWEEPIT_REQUIRE_SLURM") == "1":
+            pytest.fail(f"SWEEPIT_REQUIRE_SLURM=1 but {message}; {CLUSTER_SCRIPT.name} status says:\n{report}",
+                        pytrace=False)
+        pytest.skip(message)
+    return _describe()
+
+
+@pytest.fixture(autouse=True)
+def _needs_slurm_cluster(slurm_cluster: SlurmCluster) -> None:
+    """Every test here skips or fails on the cluster's state, even one that does not use the fixture."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m "not slurm"` deselects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in item.path.parents:
+            item.add_marker(pytest.mark.slurm)
