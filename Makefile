@@ -11,6 +11,7 @@ SWEEPS := $(basename $(notdir $(wildcard sweeps/*.yaml)))
 
 .DEFAULT_GOAL := help
 .PHONY: help install test test-fast lint typecheck check clean-outputs bench bench-throughput bench-mnist-best \
+        slurm-up slurm-down slurm-status \
         $(addprefix sweep-,$(SWEEPS))
 
 help: ## List every target with what it does
@@ -31,7 +32,7 @@ test: ## Run the whole test suite (slow multiruns included)
 test-fast: ## Run the tests that take seconds (skips real multiruns)
 	$(PY) -m pytest -m "not slow and not slurm" $(PYTEST_ARGS)
 
-lint: ## Ruff lint and format check
+lint: ## Ruff lint
 	$(VENV)/bin/ruff check src tests bench train.py
 
 typecheck: ## Mypy on the package and the entry point
@@ -49,6 +50,15 @@ bench-throughput: ## MNIST CNN samples/s: in-memory pipeline vs torch DataLoader
 
 bench-mnist-best: ## The mnist_best study on real MNIST (MNIST_ROOT=dir with the IDX files); long
 	$(PY) bench/bench_mnist_best.py --root "$(MNIST_ROOT)" $(ARGS)
+
+slurm-up: ## Start the local one-node Slurm cluster with 4 fake GPUs (root; installs Debian's packages once)
+	scripts/slurm-cluster.sh up
+
+slurm-down: ## Stop the local Slurm cluster (cancels its jobs)
+	scripts/slurm-cluster.sh down
+
+slurm-status: ## Show the local Slurm cluster's daemons and node; fails when it cannot take jobs
+	scripts/slurm-cluster.sh status
 
 clean-outputs: ## Delete outputs/ (every sweep's results)
 	rm -rf outputs
