@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 SWEEPS := $(basename $(notdir $(wildcard sweeps/*.yaml)))
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-fast lint typecheck check clean-outputs bench bench-throughput bench-mnist-best \
+.PHONY: help install test test-fast lint typecheck check clean-outputs bench bench-throughput bench-mnist-best bench-report \
         slurm-up slurm-down slurm-status \
         $(addprefix sweep-,$(SWEEPS))
 
@@ -43,10 +43,13 @@ check: lint typecheck test ## Lint, typecheck and test
 sweep-%: sweeps/%.yaml ## Run the study in sweeps/<name>.yaml (extra overrides: ARGS='epochs=2')
 	$(PY) train.py -m --config-dir sweeps --config-name $* $(ARGS)
 
-bench: bench-throughput ## Run the quick benchmarks (figures go into bench/RESULTS.md by hand)
+bench: bench-throughput bench-report ## Run the quick benchmarks (figures go into bench/RESULTS.md by hand)
 
 bench-throughput: ## MNIST CNN samples/s: in-memory pipeline vs torch DataLoader (synthetic data if MNIST is absent)
 	$(PY) bench/bench_throughput.py $(ARGS)
+
+bench-report: ## Time `sweepit report` on a generated 1,000-job sweep against reading it with summary.collect
+	$(PY) bench/bench_report.py $(ARGS)
 
 bench-mnist-best: ## The mnist_best study on real MNIST (MNIST_ROOT=dir with the IDX files); long
 	$(PY) bench/bench_mnist_best.py --root "$(MNIST_ROOT)" $(ARGS)

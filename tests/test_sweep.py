@@ -20,7 +20,8 @@ def _sweep_dir(cwd: Path, study: str = "multirun") -> Path:
 def test_readme_sweep_leaves_four_complete_job_dirs(tmp_path: Path) -> None:
     proc = run_train(["-m", "optimizer=adam,sgd", "lr=0.01,0.1", "epochs=2"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    jobs = sorted(p for p in _sweep_dir(tmp_path).iterdir() if p.is_dir())
+    jobs = sorted(p for p in _sweep_dir(tmp_path).iterdir() if p.is_dir() and p.name[0].isdigit())
+    assert (_sweep_dir(tmp_path) / "report" / "index.html").is_file()  # the report is written at the end
     assert [p.name.split("_", 1)[0] for p in jobs] == ["0", "1", "2", "3"]
     seen = set()
     for job in jobs:
@@ -41,7 +42,7 @@ def test_invalid_value_fails_its_job_only(tmp_path: Path) -> None:
     assert proc.returncode != 0
     by_lr = {}
     for job in _sweep_dir(tmp_path).iterdir():
-        if job.is_dir():
+        if job.is_dir() and job.name[0].isdigit():
             by_lr[job.name.split("lr=")[1].split(",")[0]] = json.loads((job / "result.json").read_text())
     assert by_lr["0.01"]["status"] == "completed"
     assert by_lr["-1"]["status"] == "failed"

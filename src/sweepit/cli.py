@@ -20,6 +20,41 @@ def _summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ls(args: argparse.Namespace) -> int:
+    from sweepit.report.listing import format_listing, list_sweeps
+
+    root = Path(args.root)
+    if not root.is_dir():
+        raise SweepitError(f"the directory to list must exist, but {root} does not; sweeps go to outputs/ "
+                           "under the directory train.py ran in.")
+    sweeps = list_sweeps(root)
+    if not sweeps:
+        print(f"No sweeps under {root} (a sweep directory holds multirun.yaml, sweep.json or job directories).")
+        return 0
+    print(format_listing(sweeps))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from sweepit.report import REPORT_DIR, load_sweep, write_report
+    from sweepit.report.table import best_lines, to_text
+
+    sweep_dir = Path(args.sweep_dir)
+    if not sweep_dir.is_dir():
+        raise SweepitError(f"a sweep directory must exist, but {sweep_dir} does not; list sweeps with `sweepit ls`.")
+    sweep = load_sweep(sweep_dir)
+    if not sweep.jobs:
+        raise SweepitError(f"a sweep directory must hold job directories (<num>_<overrides>/), but {sweep_dir} "
+                           "holds none; list sweeps with `sweepit ls`.")
+    sections = write_report(sweep)
+    table = next(s.table for s in sections if s.table is not None)
+    out = sweep_dir / REPORT_DIR
+    print(to_text(table, max_rows=args.rows), "", sweep.counts_line(), *best_lines(sweep), sep="\n")
+    figures = sum(len(s.figures) for s in sections)
+    print(f"report: {out / 'index.html'} (with results.csv, summary.md and {figures} plots)")
+    return 0
+
+
 def _download(args: argparse.Namespace) -> int:
     from sweepit.data.download import download
 
@@ -35,6 +70,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("summary", help="print the results table of a sweep directory")
     p.add_argument("sweep_dir", help="e.g. outputs/multirun/2026-11-21_10-00-00")
     p.set_defaults(func=_summary)
+
+    p = sub.add_parser("ls", help="list the sweeps under a directory, newest first, with counts and best job")
+    p.add_argument("root", nargs="?", default="outputs", help="where to look (default: outputs)")
+    p.set_defaults(func=_ls)
+
+    p = sub.add_parser("report", help="write DIR/report/: results.csv, summary.md, PNG plots and index.html")
+    p.add_argument("sweep_dir", help="e.g. outputs/optimizer_lr/2026-11-21_10-00-00")
+    p.add_argument("--rows", type=int, default=50, help="table rows printed in the terminal (0: all; default 50)")
+    p.set_defaults(func=_report)
 
     data = sub.add_parser("data", help="data sets").add_subparsers(dest="data_command", required=True, metavar="ACTION")
     p = data.add_parser("download", help="fetch a data set from its public mirror and verify checksums")

@@ -21,3 +21,11 @@ class ChecksumError(SweepitError):
 
 class DivergedError(SweepitError, ArithmeticError):
     """The training loss became NaN or infinite."""
+
+
+class ManifestError(SweepitError):
+    """A sweep directory has no readable `sweep.json`, so it cannot be resumed or followed."""
+
+
+class SweepFailedError(SweepitError):
+    """A sweep ended with failed or interrupted jobs; the message says where the logs are and how to resume."""

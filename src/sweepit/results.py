@@ -30,11 +30,21 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _current_umask()
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write `text` to `path` through a temporary file in the same directory and an atomic rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; results are for the whole group to read
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()

@@ -11,6 +11,7 @@ import yaml
 
 from sweepit.results import read_result
 
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser when present: about 9x faster
 # Columns shown for the final metrics, when a job has them.
 KEY_METRICS = ("train_loss", "val_loss", "val_acc", "epoch_time_s")
 
@@ -35,7 +36,7 @@ def read_overrides(job_dir: Path) -> dict[str, str]:
     """The job's command-line overrides (`key=value`) from Hydra's `.hydra/overrides.yaml`."""
     path = job_dir / ".hydra" / "overrides.yaml"
     try:
-        items = yaml.safe_load(path.read_text()) or []
+        items = yaml.load(path.read_text(), Loader=_LOADER) or []
     except (OSError, yaml.YAMLError):
         return {}
     out: dict[str, str] = {}

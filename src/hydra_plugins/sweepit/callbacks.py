@@ -1,4 +1,4 @@
-"""Hydra callbacks of sweepit: the end-of-sweep summary for launchers that do not print one themselves."""
+"""Hydra callbacks of sweepit: the end-of-sweep summary table and report."""
 
 from __future__ import annotations
 
@@ -10,12 +10,19 @@ from omegaconf import DictConfig
 
 
 class SweepSummary(Callback):
-    """Prints the results table when a multirun ends (sweepit's own launchers print it themselves)."""
+    """When a multirun ends: the results table (sweepit's own launchers print it themselves) and
+    `<sweep dir>/report/` (turn off with `hydra.callbacks.summary.report=false`)."""
+
+    def __init__(self, report: bool = True) -> None:
+        self.report = report
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        target = str(config.hydra.launcher.get("_target_", ""))
-        if target.startswith("hydra_plugins.sweepit"):
-            return
-        from sweepit.summary import summarize
+        sweep_dir = Path(config.hydra.sweep.dir)
+        if not str(config.hydra.launcher.get("_target_", "")).startswith("hydra_plugins.sweepit"):
+            from sweepit.summary import summarize
 
-        print(summarize(Path(config.hydra.sweep.dir)), flush=True)
+            print(summarize(sweep_dir), flush=True)
+        if self.report:
+            from sweepit.report import try_build_report
+
+            try_build_report(sweep_dir)
