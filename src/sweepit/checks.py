@@ -12,7 +12,7 @@ MODELS = {
     "linreg": ("linear",),
     "digits": ("softmax", "mlp", "cnn"),
     "mnist": ("softmax", "mlp", "cnn"),
-    "cifar10": ("resnet18", "resnet50"),
+    "cifar10": ("resnet18", "resnet50", "cnn"),
 }
 REGRESSION_METRICS = ("train_loss", "val_loss")
 CLASSIFICATION_METRICS = ("train_loss", "train_acc", "val_loss", "val_acc")

@@ -113,3 +113,13 @@ class LinregSection(SectionBuilder):
 
 
 DEFAULT_SECTIONS: list[SectionBuilder] = [ResultsSection(), CurvesSection(), ParamsSection(), LinregSection()]
+
+
+def _add_late_sections() -> None:
+    # Imported here: these modules build on the classes above.
+    from sweepit.report.scaling import ScalingSection
+
+    DEFAULT_SECTIONS.append(ScalingSection())
+
+
+_add_late_sections()
