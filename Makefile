@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 SWEEPS := $(basename $(notdir $(wildcard sweeps/*.yaml)))
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-fast lint typecheck check clean-outputs bench bench-throughput bench-mnist-best bench-report \
+.PHONY: help install test test-fast lint typecheck check clean-outputs bench bench-throughput bench-mnist-best bench-report bench-launcher test-launcher \
         slurm-up slurm-down slurm-status \
         $(addprefix sweep-,$(SWEEPS))
 
@@ -32,6 +32,9 @@ test: ## Run the whole test suite (slow multiruns included)
 test-fast: ## Run the tests that take seconds (skips real multiruns)
 	$(PY) -m pytest -m "not slow and not slurm" $(PYTEST_ARGS)
 
+test-launcher: ## The local launcher's tests: real multiruns in subprocesses (under a minute)
+	$(PY) -m pytest tests/launcher $(PYTEST_ARGS)
+
 lint: ## Ruff lint
 	$(VENV)/bin/ruff check src tests bench train.py
 
@@ -43,6 +46,18 @@ check: lint typecheck test ## Lint, typecheck and test
 sweep-%: sweeps/%.yaml ## Run the study in sweeps/<name>.yaml (extra overrides: ARGS='epochs=2')
 	$(PY) train.py -m --config-dir sweeps --config-name $* $(ARGS)
 
+# The scaling study needs GPUs; without any it runs its CPU variant (gloo ranks, one core each, a small CNN
+# on synthetic CIFAR-shaped data) so the target works anywhere, and says so.
+SCALING_CPU := task.model=cnn task.image_size=32 data.synthetic=true data.n_synthetic=6000 device=cpu \
+               trainer.threads=1 epochs=3 trainer.gpus=1,2 repeat=0,1,2
+sweep-scaling: sweeps/scaling.yaml
+	@if [ "$$($(PY) -c 'import torch; print(torch.cuda.device_count())')" = 0 ]; then \
+	  echo "sweepit: no GPU on this machine: running the CPU variant of the scaling study ($(SCALING_CPU))"; \
+	  $(PY) train.py -m --config-dir sweeps --config-name scaling $(SCALING_CPU) hydra.launcher.n_workers=1 $(ARGS); \
+	else \
+	  $(PY) train.py -m --config-dir sweeps --config-name scaling hydra.launcher.n_workers=1 $(ARGS); \
+	fi
+
 bench: bench-throughput bench-report ## Run the quick benchmarks (figures go into bench/RESULTS.md by hand)
 
 bench-throughput: ## MNIST CNN samples/s: in-memory pipeline vs torch DataLoader (synthetic data if MNIST is absent)
@@ -50,6 +65,9 @@ bench-throughput: ## MNIST CNN samples/s: in-memory pipeline vs torch DataLoader
 
 bench-report: ## Time `sweepit report` on a generated 1,000-job sweep against reading it with summary.collect
 	$(PY) bench/bench_report.py $(ARGS)
+
+bench-launcher: ## Local launcher vs Hydra's basic and submitit_local: wall, CPU, tree memory, per-job overhead (~7 min)
+	$(PY) bench/bench_local_launcher.py $(ARGS)
 
 bench-mnist-best: ## The mnist_best study on real MNIST (MNIST_ROOT=dir with the IDX files); long
 	$(PY) bench/bench_mnist_best.py --root "$(MNIST_ROOT)" $(ARGS)

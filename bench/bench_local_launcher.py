@@ -1,0 +1,217 @@
+"""Wall time, CPU time and process-tree memory of one sweep under three Hydra launchers; per-job overhead.
+
+Run: python bench/bench_local_launcher.py [--jobs 32] [--epochs 5] [--repeat 3] [--keep-submitit]
+     (or: make bench-launcher; about 7 minutes and, for submitit_local, about 10 GB of memory)
+
+The sweep is `train.py -m task=linreg epochs=5 seed=range(32)`: 32 short real trainings (a few tenths of a
+second of work each), run by
+- sweepit's local launcher (`hydra/launcher=local`, its defaults: 2 workers on this 2-core machine),
+- Hydra's basic launcher (`hydra/launcher=basic`: one process, jobs one after another),
+- hydra-submitit-launcher's `submitit_local` (a process per job, all started at once). It is not a
+  dependency of sweepit: when missing, this script installs it with
+  `python -m pip install hydra-submitit-launcher==1.2.0 --no-deps` (submitit itself is already one) and
+  uninstalls it at the end, because its plugin would otherwise be scanned by every Hydra start.
+  psutil, which samples memory, is installed the same way when missing (and kept).
+Each run's process tree (the driver and every descendant) is sampled every 50 ms: the peak of the summed
+RSS (pages shared after fork count once per process, so this overstates forked workers) and of the summed
+PSS (shared pages split between their users: the memory the tree really holds); CPU time is the user +
+system time of the driver and every descendant. Then per-job overhead: N trivial jobs
+(`epochs=1 data.n_synthetic=100`) and 1 such job, giving wall/N and the marginal (wall(N) - wall(1)) / (N - 1).
+
+The local and basic runs alternate `--repeat` times, so that load from other processes on a shared machine
+hits both alike, and the fastest run of each is reported (the least disturbed), with the run-by-run
+ratios; submitit_local runs once, last, because the load it leaves behind lasts a while.
+Figures go into bench/RESULTS.md by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "bench" / "out" / "launcher"
+LAUNCHERS = ("local", "basic", "submitit_local")
+SUBMITIT_SPEC = "hydra-submitit-launcher==1.2.0"
+SAMPLE_S = 0.05
+TARGET_VS_BASIC = 0.75
+TARGET_VS_SUBMITIT = 0.2
+TARGET_PEAK_GB = 1.5
+GB = 1024**3
+
+
+def pip(*args: str) -> None:
+    cmd = [sys.executable, "-m", "pip", "-q", *args]
+    print(f"$ {' '.join(cmd)}", flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def ensure_installed(module: str, spec: str) -> bool:
+    """Install `spec` (no dependencies) when `module` cannot be imported; True when this call installed it."""
+    if importlib.util.find_spec(module) is not None:
+        return False
+    pip("install", spec, "--no-deps")
+    importlib.invalidate_caches()
+    return True
+
+
+@dataclass
+class Run:
+    launcher: str
+    n_jobs: int
+    wall_s: float
+    cpu_s: float
+    peak_rss_gb: float
+    peak_pss_gb: float
+    max_processes: int
+    returncode: int
+
+
+def measure(cmd: list[str], label: str) -> tuple[float, float, float, float, int, int]:
+    """Run `cmd`, sampling its process tree: wall s, CPU s (user + system, every process of the tree),
+    peak RSS GB, peak PSS GB, most processes at once, exit status."""
+    import psutil
+
+    log = OUT / f"{label}.log"
+    with open(log, "w") as out:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        root = psutil.Process(proc.pid)
+        peak_rss = peak_pss = 0
+        most = 0
+        while True:
+            # wait4 rather than poll(): its resource usage covers the driver and every descendant it reaped.
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            try:
+                tree = [root, *root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                continue
+            rss = pss = 0
+            for p in tree:
+                try:
+                    info = p.memory_full_info()
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    continue
+                rss += info.rss
+                pss += info.pss
+            peak_rss, peak_pss, most = max(peak_rss, rss), max(peak_pss, pss), max(most, len(tree))
+            time.sleep(SAMPLE_S)
+        wall = time.perf_counter() - t0
+    proc.returncode = returncode = os.waitstatus_to_exitcode(status)
+    if returncode != 0:
+        print(f"  {label}: exit status {returncode}; see {log}", flush=True)
+    return wall, usage.ru_utime + usage.ru_stime, peak_rss / GB, peak_pss / GB, most, returncode
+
+
+def sweep(launcher: str, n_jobs: int, overrides: list[str], tag: str) -> Run:
+    label = f"{tag}-{launcher}-{n_jobs}-{time.strftime('%H%M%S')}"
+    cmd = [sys.executable, "train.py", "-m", "task=linreg", f"seed=range({n_jobs})", *overrides,
+           f"hydra/launcher={launcher}", f"hydra.sweep.dir={OUT / label}"]
+    wall, cpu, rss, pss, most, rc = measure(cmd, label)
+    run = Run(launcher, n_jobs, wall, cpu, rss, pss, most, rc)
+    print(f"  {tag:8s} {launcher:15s} {n_jobs:3d} jobs: {wall:6.1f} s wall, {cpu:6.1f} s CPU, peak RSS {rss:5.2f} GB, "
+          f"peak PSS {pss:5.2f} GB, {most} processes, loadavg {os.getloadavg()[0]:.1f}", flush=True)
+    return run
+
+
+def best_run(runs: list[Run]) -> Run:
+    """The fastest run: on a shared machine, the one least slowed down by other processes."""
+    return min(runs, key=lambda r: r.wall_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=32, help="jobs in the main sweep")
+    parser.add_argument("--epochs", type=int, default=5, help="epochs of each linreg job in the main sweep")
+    parser.add_argument("--trivial-jobs", type=int, default=32, help="N for the per-job overhead (0: skip)")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="runs of each measurement (submitit_local: one); the fastest is shown")
+    parser.add_argument("--launchers", default=",".join(LAUNCHERS),
+                        help="comma-separated subset of " + ",".join(LAUNCHERS))
+    parser.add_argument("--keep-submitit", action="store_true", help="do not uninstall hydra-submitit-launcher")
+    args = parser.parse_args(argv)
+    launchers = [name for name in args.launchers.split(",") if name]
+    unknown = sorted(set(launchers) - set(LAUNCHERS))
+    if unknown:
+        parser.error(f"--launchers must name some of {', '.join(LAUNCHERS)}, but got {', '.join(unknown)}")
+
+    ensure_installed("psutil", "psutil")
+    installed_submitit = "submitit_local" in launchers and ensure_installed(
+        "hydra_plugins.hydra_submitit_launcher", SUBMITIT_SPEC)
+    OUT.mkdir(parents=True, exist_ok=True)
+    sys.path.insert(0, str(REPO / "bench"))
+    from machine import machine_line
+
+    try:
+        print(machine_line(), flush=True)
+        subprocess.run([sys.executable, "-c", "import torch, torch._dynamo"], cwd=REPO, check=True)  # warm caches
+        main_runs: dict[str, list[Run]] = {name: [] for name in launchers}
+        trivial: dict[str, dict[int, list[Run]]] = {name: {} for name in launchers if name != "submitit_local"}
+        quick = [name for name in launchers if name != "submitit_local"]
+        for _ in range(args.repeat):  # interleaved, so that load from elsewhere hits both launchers alike
+            for name in quick:
+                main_runs[name].append(sweep(name, args.jobs, [f"epochs={args.epochs}"], "sweep"))
+            for name in quick:
+                for n in (1, args.trivial_jobs) if args.trivial_jobs > 1 else ():
+                    trivial[name].setdefault(n, []).append(
+                        sweep(name, n, ["epochs=1", "data.n_synthetic=100"], "trivial"))
+        if "submitit_local" in launchers:  # last and once: minutes and ~10 GB, and its load lingers
+            main_runs["submitit_local"].append(sweep("submitit_local", args.jobs, [f"epochs={args.epochs}"], "sweep"))
+    finally:
+        if installed_submitit and not args.keep_submitit:
+            pip("uninstall", "-y", "hydra-submitit-launcher")
+    report(main_runs, trivial, args)
+    return 0
+
+
+def report(main_runs: dict[str, list[Run]], trivial: dict[str, dict[int, list[Run]]], args: Any) -> None:
+    runs = {name: best_run(rs) for name, rs in main_runs.items()}
+    print(f"\n{args.jobs}-job sweep `train.py -m task=linreg epochs={args.epochs} seed=range({args.jobs})`, "
+          f"fastest of {args.repeat} run(s) (submitit_local: 1):")
+    print(f"{'launcher':16s} {'wall s':>7s} {'CPU s':>7s} {'peak RSS GB':>12s} {'peak PSS GB':>12s} "
+          f"{'processes':>10s} {'exit':>5s}")
+    for name, r in runs.items():
+        print(f"{name:16s} {r.wall_s:7.1f} {r.cpu_s:7.1f} {r.peak_rss_gb:12.2f} {r.peak_pss_gb:12.2f} "
+              f"{r.max_processes:10d} {r.returncode:5d}")
+    local = runs.get("local")
+    if local is not None:
+        for other, target in (("basic", TARGET_VS_BASIC), ("submitit_local", TARGET_VS_SUBMITIT)):
+            if other not in runs:
+                continue
+            ratio = local.wall_s / runs[other].wall_s
+            line = (f"sweepit local / {other}: wall {ratio:.2f}x (target <= {target}x: "
+                    f"{'met' if ratio <= target else 'MISSED'}), CPU {local.cpu_s / runs[other].cpu_s:.2f}x, "
+                    f"peak PSS {local.peak_pss_gb / runs[other].peak_pss_gb:.2f}x, "
+                    f"peak RSS {local.peak_rss_gb / runs[other].peak_rss_gb:.2f}x")
+            pairs = list(zip(main_runs["local"], main_runs[other], strict=False))
+            if len(pairs) > 1:  # runs made one after the other saw about the same load
+                line += f"; run by run: {', '.join(f'{a.wall_s / b.wall_s:.2f}x' for a, b in pairs)}"
+            print(line)
+        print(f"sweepit local tree peak: PSS {local.peak_pss_gb:.2f} GB, RSS {local.peak_rss_gb:.2f} GB "
+              f"(target <= {TARGET_PEAK_GB} GB: {'met' if local.peak_pss_gb <= TARGET_PEAK_GB else 'MISSED'} "
+              f"by PSS, {'met' if local.peak_rss_gb <= TARGET_PEAK_GB else 'missed'} even by RSS)")
+    if any(trivial.values()):
+        n = args.trivial_jobs
+        print(f"\nPer-job overhead, trivial jobs (`epochs=1 data.n_synthetic=100`), N={n}, fastest runs:")
+        for name, by_n in trivial.items():
+            one, many = best_run(by_n[1]), best_run(by_n[n])
+            marginal = (many.wall_s - one.wall_s) / (n - 1)
+            print(f"{name:16s} wall(1) {one.wall_s:5.1f} s, wall(N) {many.wall_s:5.1f} s, wall/N "
+                  f"{many.wall_s / n:.3f} s, marginal (wall(N)-wall(1))/(N-1) {marginal:.3f} s, "
+                  f"CPU/N {many.cpu_s / n:.3f} s")
+        if "submitit_local" in runs:
+            s = runs["submitit_local"]
+            print(f"{'submitit_local':16s} (from the main sweep) wall/N {s.wall_s / s.n_jobs:.3f} s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""A job's stdout and stderr: `stdout.log` and `stderr.log` in its job directory, and the terminal with one worker.
+
+The job's file descriptors 1 and 2 are replaced, so output written below Python (C extensions, a segfault
+message, subprocesses) is captured too, and nothing already written is lost when the job dies.
+- Several workers: fds 1 and 2 are the log files themselves, opened by the driver and handed over at the
+  fork. The driver copies nothing and is not woken up by output, which counts when short jobs compete for
+  a few cores.
+- One worker: the output must also reach the terminal live, so fds 1 and 2 are pipes and the driver copies
+  what comes through into the files and onto its own stdout and stderr (a tee).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO, TextIO
+
+STDOUT_LOG = "stdout.log"
+STDERR_LOG = "stderr.log"
+_CHUNK = 1 << 16
+
+
+def _write_through(stream: TextIO, data: bytes) -> None:
+    stream.flush()
+    buffer = getattr(stream, "buffer", None)
+    if buffer is not None:
+        buffer.write(data)
+        buffer.flush()
+    else:
+        stream.write(data.decode(errors="replace"))
+        stream.flush()
+
+
+class JobOutput:
+    """The job's two descriptors (`child_fds`) and, when echoing, the driver's pipe read ends (`fds()`)."""
+
+    def __init__(self, job_dir: Path, echo: bool, before_echo: Callable[[], None] | None = None) -> None:
+        job_dir.mkdir(parents=True, exist_ok=True)
+        self._before_echo = before_echo
+        self.ends_line = True               # whether the last byte echoed was a newline
+        self._sinks: dict[int, tuple[BinaryIO, TextIO]] = {}
+        child: list[int] = []
+        for name, stream in ((STDOUT_LOG, sys.stdout), (STDERR_LOG, sys.stderr)):
+            if echo:
+                r, w = os.pipe()
+                self._sinks[r] = (open(job_dir / name, "wb", buffering=0), stream)  # noqa: SIM115
+                child.append(w)
+            else:
+                child.append(os.open(job_dir / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644))
+        self.child_fds: tuple[int, int] = (child[0], child[1])
+
+    def fds(self) -> list[int]:
+        """Pipe read ends still open (none without echo)."""
+        return list(self._sinks)
+
+    def close_child_side(self) -> None:
+        """After the fork: the driver must not hold the write ends, or it would never see end-of-file."""
+        for fd in self.child_fds:
+            os.close(fd)
+        self.child_fds = (-1, -1)
+
+    def read(self, fd: int) -> int:
+        """Copy what `fd` holds now: the number of bytes, 0 when nothing is there, -1 at end-of-file (closed)."""
+        try:
+            data = os.read(fd, _CHUNK)
+        except BlockingIOError:
+            return 0
+        except OSError:
+            data = b""
+        file, echo = self._sinks[fd]
+        if not data:
+            file.close()
+            os.close(fd)
+            del self._sinks[fd]
+            return -1
+        file.write(data)
+        if self._before_echo is not None:
+            self._before_echo()
+        _write_through(echo, data)
+        self.ends_line = data.endswith(b"\n")
+        return len(data)
+
+    def drain(self) -> None:
+        """After the job ended: copy what is left, without waiting for processes it may have left behind."""
+        for fd in self.fds():
+            os.set_blocking(fd, False)
+            while self.read(fd) > 0:
+                pass
+
+    def close(self) -> None:
+        for fd, (file, _) in list(self._sinks.items()):
+            file.close()
+            os.close(fd)
+        self._sinks.clear()
+        if self.child_fds[0] >= 0:
+            self.close_child_side()
+
+
+def tail_lines(path: Path, n_lines: int, max_bytes: int = 1 << 16) -> str:
+    """The last `n_lines` lines of a text file (at most `max_bytes` read); empty when there is none."""
+    if n_lines <= 0:
+        return ""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return ""
+    return "\n".join(data.decode(errors="replace").splitlines()[-n_lines:])

@@ -1,0 +1,78 @@
+"""How many jobs run at once and which GPUs each one owns. Nothing here initialises CUDA: the driver forks."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+from sweepit.errors import ConfigError
+
+
+def visible_gpus() -> list[str]:
+    """GPU ids this process may hand out, read without touching CUDA (a CUDA driver does not survive fork).
+
+    CUDA_VISIBLE_DEVICES wins when set (a Slurm allocation, a user's choice); otherwise the GPUs the NVIDIA
+    driver lists.
+    """
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        ids: list[str] = []
+        for item in env.split(","):
+            item = item.strip()
+            if not item or item.startswith("-"):
+                break  # CUDA ignores everything from the first invalid id on
+            ids.append(item)
+        return ids
+    try:
+        return [str(i) for i in range(len(os.listdir("/proc/driver/nvidia/gpus")))]
+    except OSError:
+        pass
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, line in enumerate(line for line in out.splitlines() if line.startswith("GPU "))]
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def resolve_n_workers(n_workers: int, threads_per_job: int, n_gpus: int, n_cpus: int) -> int:
+    """`n_workers`, or when 0: one worker per GPU if there are GPUs, else CPU cores // threads per job."""
+    if n_workers > 0:
+        return n_workers
+    if n_gpus > 0:
+        return n_gpus
+    return max(1, n_cpus // max(1, threads_per_job))
+
+
+class GpuPool:
+    """GPUs free to hand out; a job takes all the GPUs it needs at once, or waits."""
+
+    def __init__(self, gpus: list[str]) -> None:
+        self.all = list(gpus)
+        self.free = list(gpus)
+
+    def check(self, num: int, need: int, key: str) -> None:
+        if need > len(self.all):
+            raise ConfigError(
+                f"{key} must be at most the {len(self.all)} GPU(s) this machine offers to the local launcher, "
+                f"but job {num} sets {key}={need}. Lower {key}, or run it with hydra/launcher=slurm."
+            )
+
+    def take(self, need: int) -> list[str] | None:
+        if need > len(self.free):
+            return None
+        taken, self.free = self.free[:need], self.free[need:]
+        return taken
+
+    def give(self, gpus: list[str]) -> None:
+        free = set(self.free) | set(gpus)
+        self.free = [g for g in self.all if g in free]  # in the machine's order, so that ids stay stable
