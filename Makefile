@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 SWEEPS := $(basename $(notdir $(wildcard sweeps/*.yaml)))
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-fast lint typecheck check clean-outputs bench bench-throughput bench-mnist-best bench-report bench-launcher test-launcher \
+.PHONY: help install test test-fast lint typecheck check clean-outputs bench bench-throughput bench-mnist-best bench-report bench-launcher test-launcher bench-slurm test-slurm \
         slurm-up slurm-down slurm-status \
         $(addprefix sweep-,$(SWEEPS))
 
@@ -34,6 +34,9 @@ test-fast: ## Run the tests that take seconds (skips real multiruns)
 
 test-launcher: ## The local launcher's tests: real multiruns in subprocesses (under a minute)
 	$(PY) -m pytest tests/launcher $(PYTEST_ARGS)
+
+test-slurm: ## The Slurm launcher's tests against the local cluster (make slurm-up first; about 4 min)
+	$(PY) -m pytest tests/slurm $(PYTEST_ARGS)
 
 lint: ## Ruff lint
 	$(VENV)/bin/ruff check src tests bench train.py
@@ -68,6 +71,9 @@ bench-report: ## Time `sweepit report` on a generated 1,000-job sweep against re
 
 bench-launcher: ## Local launcher vs Hydra's basic and submitit_local: wall, CPU, tree memory, per-job overhead (~7 min)
 	$(PY) bench/bench_local_launcher.py $(ARGS)
+
+bench-slurm: ## Slurm launcher vs hydra-submitit-launcher on the local cluster: 64 jobs, sbatch calls, scancel-to-report (~10 min)
+	$(PY) bench/bench_slurm.py $(ARGS)
 
 bench-mnist-best: ## The mnist_best study on real MNIST (MNIST_ROOT=dir with the IDX files); long
 	$(PY) bench/bench_mnist_best.py --root "$(MNIST_ROOT)" $(ARGS)

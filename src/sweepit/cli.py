@@ -58,6 +58,35 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _status(args: argparse.Namespace) -> int:
+    from sweepit.slurm_status import status_report
+
+    print(status_report(Path(args.sweep_dir)))
+    return 0
+
+
+def _resume(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from sweepit.manifest import command_line, read_manifest, rerun_argv
+
+    m = read_manifest(Path(args.sweep_dir))
+    argv = rerun_argv(m.argv, Path(m.sweep_dir))
+    if args.wait is not None:
+        if m.launcher != "slurm":
+            raise SweepitError(f"--wait/--no-wait applies to Slurm sweeps only, but {m.sweep_dir} ran with the "
+                               f"{m.launcher} launcher; drop the option.")
+        argv = [a for a in argv if not a.startswith("hydra.launcher.wait=")]
+        argv.append(f"hydra.launcher.wait={'true' if args.wait else 'false'}")
+    print(f"sweepit: running {command_line(argv, m.cwd)}", file=sys.stderr, flush=True)
+    proc = subprocess.Popen(argv, cwd=m.cwd)
+    while True:
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            continue  # the sweep got the Ctrl-C too, and ends in its own way
+
+
 def _download(args: argparse.Namespace) -> int:
     from sweepit.data.download import download
 
@@ -82,6 +111,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("sweep_dir", help="e.g. outputs/optimizer_lr/2026-11-21_10-00-00")
     p.add_argument("--rows", type=int, default=50, help="table rows printed in the terminal (0: all; default 50)")
     p.set_defaults(func=_report)
+
+    p = sub.add_parser("status", help="refresh a sweep's job states (from Slurm and the results) and print the table")
+    p.add_argument("sweep_dir", help="a sweep directory holding sweep.json")
+    p.set_defaults(func=_status)
+
+    p = sub.add_parser("resume", help="run again only the jobs of a sweep that did not complete, in the same directory")
+    p.add_argument("sweep_dir", help="a sweep directory holding sweep.json")
+    p.add_argument("--wait", action=argparse.BooleanOptionalAction, default=None,
+                   help="Slurm: follow the jobs (--wait) or submit and exit (--no-wait); default: as the sweep ran")
+    p.set_defaults(func=_resume)
 
     data = sub.add_parser("data", help="data sets").add_subparsers(dest="data_command", required=True, metavar="ACTION")
     p = data.add_parser("download", help="fetch a data set from its public mirror and verify checksums")

@@ -1,1 +1,2 @@
-"""sweepit's Hydra plugins: the launchers (`hydra/launcher=local`, `slurm`) and the callbacks."""
+"""sweepit's Hydra plugins: the local launcher (`hydra/launcher=local`), the Slurm launcher
+(`hydra/launcher=slurm` and cluster profiles), the Optuna sweeper and callbacks."""

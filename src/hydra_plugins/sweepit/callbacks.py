@@ -17,6 +17,9 @@ class SweepSummary(Callback):
         self.report = report
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        launcher = config.hydra.launcher
+        if launcher.get("dry_run", False) or launcher.get("wait", True) is False:
+            return  # nothing ran yet: `sweepit status` / `sweepit report` later
         sweep_dir = Path(config.hydra.sweep.dir)
         if not str(config.hydra.launcher.get("_target_", "")).startswith("hydra_plugins.sweepit"):
             from sweepit.summary import summarize

@@ -1,0 +1,298 @@
+"""sweepit's Slurm launcher (`hydra/launcher=slurm` or a cluster profile): every job of the sweep as its own
+Slurm job, submitted through submitit's executor API and followed by the driver.
+
+Each job's request comes from its own config (`trainer.gpus`, `timeout_min`), so one sweep may mix GPU
+counts; jobs with the same request go into one job array. The driver then follows the jobs with its own
+poll loop (squeue, sacct, result.json) and ends with the results table, or detaches (`wait=false`) and
+leaves `sweep.json` for `sweepit status DIR` and `sweepit resume DIR`. Heavy modules (submitit, torch) are
+imported in `launch()` only, so Hydra's plugin scan stays fast.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import secrets
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra.core.utils import JobReturn, JobRuntime, JobStatus, configure_log, setup_globals
+from hydra.errors import CompactHydraException
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from hydra_plugins.sweepit import _slurm_messages as messages
+from hydra_plugins.sweepit import _slurm_submit as submission
+from hydra_plugins.sweepit._composed import ComposedConfigs
+from hydra_plugins.sweepit._pool import Job
+from hydra_plugins.sweepit._slurm_follow import Follower
+from hydra_plugins.sweepit._slurm_plan import check_time_limit, dry_run_text, place
+from hydra_plugins.sweepit._slurm_shape import Shape, integer, sbatch_parameters
+from hydra_plugins.sweepit._slurm_submit import PlannedJob
+from hydra_plugins.sweepit._sweep_run import SweepRun
+from hydra_plugins.sweepit.local_launcher import SweepFailed, _job_dir
+from hydra_plugins.sweepit.slurm_config import SlurmLauncherConf
+from sweepit.errors import ConfigError, SweepitError
+from sweepit.manifest import (
+    FAILED_STATUSES,
+    JobEntry,
+    Manifest,
+    is_finished,
+    now_iso,
+    open_manifest,
+    result_status,
+    write_manifest,
+)
+from sweepit.progress import Progress
+from sweepit.results import METRICS_FILE, RESULT_FILE, read_result
+from sweepit.slurm_queue import SlurmError
+from sweepit.slurm_status import look
+from sweepit.summary import summarize
+
+log = logging.getLogger(__name__)
+
+
+class SlurmLaunchError(SweepitError, CompactHydraException):
+    """Bad input or an unreachable Slurm, found before anything is submitted; Hydra prints the message alone."""
+
+
+_LIST_YOURS = {
+    "account": "; `sacctmgr -n show assoc user=$USER format=account` lists yours.",
+    "qos": "; `sacctmgr -n show assoc user=$USER format=qos` lists yours.",
+    "partition": "; `sinfo -s` lists the partitions.",
+}
+
+
+def _plain(value: Any) -> Any:
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+def _check(ok: bool, rule: str, value: str, fix: str) -> None:
+    if not ok:
+        raise SlurmLaunchError(f"{rule}, but got {value}. {fix}")
+
+
+class SlurmLauncher(Launcher):
+    def __init__(self, **params: Any) -> None:
+        # The schema's dataclass holds the settings: an unknown key is refused here as by Hydra's struct check.
+        try:
+            self.conf = SlurmLauncherConf(**{k: _plain(v) for k, v in params.items()})
+        except TypeError as e:
+            known = ", ".join(sorted(f for f in SlurmLauncherConf.__dataclass_fields__ if not f.startswith("_")))
+            raise SlurmLaunchError(f"hydra.launcher takes only its own keys ({known}), but {e}.") from None
+        c = self.conf
+        for key in c.required:
+            _check(key in SlurmLauncherConf.__dataclass_fields__, "hydra.launcher.required must list launcher keys",
+                   f"required={c.required}", "Remove the unknown names from it.")
+            _check(getattr(c, key) not in (None, ""), f"hydra.launcher.{key} must be set on this cluster (it refuses "
+                   "jobs without one)", f"{key}=null", f"Add hydra.launcher.{key}=<yours> to the command, or export "
+                   f"SBATCH_{key.upper()}=<yours>" + _LIST_YOURS.get(key, "."))
+        for key in ("max_nodes", "cpus_per_task", "array_parallelism"):
+            _check(isinstance(getattr(c, key), int) and getattr(c, key) >= 1, f"hydra.launcher.{key} must be >= 1",
+                   f"{key}={getattr(c, key)!r}", f"Set for example hydra.launcher.{key}=1.")
+        for key in ("gpus_per_node", "max_array_size", "mem_gb"):
+            value = getattr(c, key)
+            _check(value is None or value >= 1, f"hydra.launcher.{key} must be null or >= 1", f"{key}={value!r}",
+                   f"Set for example hydra.launcher.{key}=null.")
+        for key in ("signal_delay_s", "max_num_timeout", "stderr_tail_lines", "result_grace_s"):
+            _check(getattr(c, key) >= 0, f"hydra.launcher.{key} must be >= 0", f"{key}={getattr(c, key)!r}",
+                   f"Set for example hydra.launcher.{key}=0.")
+        _check(c.poll_interval_s > 0, "hydra.launcher.poll_interval_s must be > 0",
+               f"poll_interval_s={c.poll_interval_s!r}", "Set for example hydra.launcher.poll_interval_s=2.")
+        self.config: DictConfig | None = None
+        self.task_function: TaskFunction | None = None
+        self.hydra_context: HydraContext | None = None
+
+    # Attributes as on the local launcher, which a sweeper may switch off (sweepit's Optuna sweeper does).
+    @property
+    def fail_on_error(self) -> bool:
+        return self.conf.fail_on_error
+
+    @fail_on_error.setter
+    def fail_on_error(self, value: bool) -> None:
+        self.conf.fail_on_error = value
+
+    @property
+    def print_summary(self) -> bool:
+        return self.conf.print_summary
+
+    @print_summary.setter
+    def print_summary(self, value: bool) -> None:
+        self.conf.print_summary = value
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.config = config
+        self.hydra_context = hydra_context
+        self.task_function = task_function
+        if not isinstance(hydra_context.config_loader, ComposedConfigs):
+            hydra_context.config_loader = ComposedConfigs(hydra_context.config_loader)  # type: ignore[assignment]
+        self.composed: ComposedConfigs = hydra_context.config_loader  # type: ignore[assignment]
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        assert self.config is not None
+        setup_globals()
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
+        try:
+            jobs = [self._plan(initial_job_idx + i, list(o), sweep_dir) for i, o in enumerate(job_overrides)]
+            jobs_by_shape, max_array_size = place(jobs, self.conf)
+        except (ConfigError, SlurmError) as e:
+            raise SlurmLaunchError(str(e)) from None
+        finally:
+            self.composed.clear()
+        if self.conf.dry_run:
+            print(dry_run_text(jobs_by_shape, sweep_dir, max_array_size, self.conf), flush=True)
+            return []
+        return self._run(jobs, sweep_dir, max_array_size)
+
+    # -- before anything is submitted ------------------------------------------------------------------------
+    def _plan(self, num: int, overrides: list[str], sweep_dir: Path) -> PlannedJob:
+        assert self.config is not None
+        config = self.composed.take(self.config, overrides)
+        with open_dict(config):
+            config.hydra.job.id = num
+            config.hydra.job.num = num
+        c = self.conf
+        gpus = integer(OmegaConf.select(config, c.gpus_key, default=1), c.gpus_key, num, 1)
+        timeout_min = integer(OmegaConf.select(config, c.timeout_key, default=None), c.timeout_key, num, 1)
+        check_time_limit(num, timeout_min, c)
+        return PlannedJob(num=num, overrides=overrides, config=config, job_dir=_job_dir(config, sweep_dir),
+                          shape=Shape(nodes=1, tasks_per_node=gpus, timeout_min=timeout_min))
+
+    # -- submission and following ---------------------------------------------------------------------------
+    def _run(self, jobs: list[PlannedJob], sweep_dir: Path, max_array_size: int) -> Sequence[JobReturn]:
+        c = self.conf
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        manifest = open_manifest(sweep_dir, launcher="slurm")
+        skipped, adopted, to_submit = self._sort_out(jobs, manifest)
+        for job in to_submit:
+            manifest.jobs[job.num] = JobEntry(num=job.num, overrides=job.overrides, job_dir=str(job.job_dir),
+                                              state="not started")
+        write_manifest(manifest)
+        submitted = self._submit(to_submit, manifest, sweep_dir, max_array_size)
+        following = sorted([j.num for j in adopted] + [j.num for j in to_submit])
+        log.info(messages.submitted(len(jobs), submitted, len(skipped), len(adopted), sweep_dir))
+        if not c.wait:
+            print(messages.detached(manifest, following, sweep_dir), flush=True)
+            return [self._job_return(j, None) for j in jobs]
+        progress = Progress(len(jobs))
+        progress.skip(len(skipped))
+        follower = Follower(manifest, following, progress, c.poll_interval_s, c.result_grace_s, c.stderr_tail_lines)
+        try:
+            progress.draw()
+            follower.run()
+        finally:
+            progress.close()
+        if follower.stop_signal is not None:
+            raise SweepFailed(messages.stopped(manifest, follower.pending, follower.stop_signal, sweep_dir))
+        if c.print_summary:
+            print(summarize(sweep_dir), flush=True)
+        run = SweepRun(manifest, progress, compose=lambda job: None, resume=c.resume, check=lambda job: None,
+                       stderr_tail_lines=c.stderr_tail_lines)
+        run.statuses, run.skipped = dict(follower.statuses), {j.num for j in skipped}
+        pool_jobs = [Job(num=j.num, overrides=j.overrides, job_dir=j.job_dir) for j in jobs]
+        report = run.failure_report(pool_jobs, None, c.fail_on_error)
+        if report is not None:
+            raise SweepFailed(report)
+        return [self._job_return(j, follower.statuses.get(j.num)) for j in jobs]
+
+    def _sort_out(self, jobs: list[PlannedJob], manifest: Manifest
+                  ) -> tuple[list[PlannedJob], list[PlannedJob], list[PlannedJob]]:
+        """(finished before, still in Slurm's hands, to submit): only a resume skips or adopts jobs."""
+        if not self.conf.resume:
+            return [], [], list(jobs)
+        known = {j.num: manifest.jobs[j.num] for j in jobs
+                 if j.num in manifest.jobs and manifest.jobs[j.num].job_dir == str(j.job_dir)}
+        try:
+            seen = look(known.values())
+        except SlurmError as e:
+            raise SlurmLaunchError(str(e)) from None
+        skipped, adopted, to_submit = [], [], []
+        for job in jobs:
+            s = seen.get(job.num)
+            if is_finished(job.job_dir):
+                skipped.append(job)
+                entry = manifest.jobs.setdefault(job.num, JobEntry(job.num, job.overrides, str(job.job_dir)))
+                entry.state = result_status(job.job_dir) or "completed"
+            elif s is not None and not s.final and not s.dead:
+                adopted.append(job)  # queued or running from an earlier submission: follow it, do not submit again
+            else:
+                to_submit.append(job)
+        return skipped, adopted, to_submit
+
+    def _submit(self, jobs: list[PlannedJob], manifest: Manifest, sweep_dir: Path, max_array_size: int
+                ) -> list[str]:
+        """One sbatch call per array; the manifest is written after each, so a refusal midway leaves a record."""
+        from hydra.core.singleton import Singleton
+
+        from hydra_plugins.sweepit._slurm_task import TASK_DIR, SlurmTask
+
+        assert self.hydra_context is not None and self.task_function is not None
+        c = self.conf
+        job_name = f"{c.job_name}-{secrets.token_hex(3)}"
+        context = HydraContext(config_loader=self.composed.loader, callbacks=self.hydra_context.callbacks)
+        state = Singleton.get_state()
+        ids: list[str] = []
+        for chunk in submission.arrays(jobs, max_array_size):
+            tasks = []
+            for job in chunk:
+                for name in (RESULT_FILE, METRICS_FILE):  # a rerun starts clean; checkpoint.pt is kept to resume
+                    (job.job_dir / name).unlink(missing_ok=True)
+                shutil.rmtree(job.job_dir / TASK_DIR, ignore_errors=True)
+                tasks.append(SlurmTask(context, self.task_function, job.config, state, str(job.job_dir)))
+            folder = submission.fresh_folder(sweep_dir)
+            try:
+                chunk_ids = submission.submit(tasks, sbatch_parameters(chunk[0].shape, c, job_name), folder,
+                                              c.max_num_timeout, c.python)
+            except SlurmError as e:
+                done = (f" {len(ids)} job(s) were submitted before ({', '.join(ids)}): follow them with "
+                        f"`sweepit status {sweep_dir}`." if ids else " Nothing was submitted.")
+                raise SlurmLaunchError(f"{e}{done}") from None
+            submitted_at = now_iso()
+            for job, job_id in zip(chunk, chunk_ids, strict=True):
+                stdout, stderr = submission.log_paths(folder, job_id)
+                submission.link_logs(job.job_dir, stdout, stderr)
+                array_id, _, index = job_id.partition("_")
+                entry = manifest.jobs[job.num]
+                entry.state, entry.pid, entry.started_at, entry.ended_at = "queued", None, None, None
+                entry.extra = {
+                    "slurm_job_id": job_id, "slurm_array_job_id": array_id,
+                    "slurm_array_index": int(index) if index else None, "slurm_job_name": job_name,
+                    "submitit_folder": str(folder), "stdout": str(stdout), "stderr": str(stderr),
+                    "submitted_at": submitted_at, "gpus": job.shape.n_gpus, "nodes": job.shape.nodes,
+                    "timeout_min": job.shape.timeout_min,
+                    "metric": _select_str(job.config, "metric"), "direction": _select_str(job.config, "direction"),
+                }
+            ids.extend(chunk_ids)
+            write_manifest(manifest)
+        return ids
+
+    # -- returns ------------------------------------------------------------------------------------------
+    def _job_return(self, job: PlannedJob, status: str | None) -> JobReturn:
+        """What Hydra's sweeper gets (as the local launcher returns it): failed jobs as COMPLETED with None."""
+        result = _read(job.job_dir)
+        status = status or str(result.get("status"))
+        value: Any = None
+        if status == "completed":
+            value = result.get("objective")
+        elif status == "diverged":
+            value = -math.inf if result.get("direction") == "maximize" else math.inf
+        ret = JobReturn(overrides=job.overrides, cfg=job.config, hydra_cfg=None, working_dir=str(Path.cwd()),
+                        task_name=JobRuntime.instance().get("name"), status=JobStatus.COMPLETED)
+        ret.return_value = None if status in FAILED_STATUSES else value
+        return ret
+
+
+def _select_str(config: DictConfig, key: str) -> str | None:
+    value = OmegaConf.select(config, key, default=None)
+    return None if value is None else str(value)
+
+
+def _read(job_dir: Path) -> dict[str, Any]:
+    try:
+        return read_result(job_dir) or {}
+    except ValueError:
+        return {}

@@ -1,0 +1,42 @@
+"""A Hydra app for the Slurm launcher's tests: starts in a second (no torch), records where and when each
+task ran, and fails or hangs on demand (see conf/config.yaml)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from sweepit.results import write_result
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def main(cfg: DictConfig) -> float:
+    job_dir = Path(HydraConfig.get().runtime.output_dir)
+    x = int(cfg.x)
+    rank = int(os.environ.get("SLURM_PROCID", "0"))
+    start = time.time()
+    if rank == 0:
+        print(f"job x={x} starting", flush=True)
+        times = {"start": start, "slurm_job_id": os.environ.get("SLURM_JOB_ID")}
+        (job_dir / "times.json").write_text(json.dumps(times))
+    # Read from the environment at run time: a resume submitted without it runs the job cleanly.
+    fail_on = [int(v) for v in os.environ.get("SLURM_APP_FAIL_ON", "").split(",") if v]
+    time.sleep(float(cfg.sleep_s) + (float(cfg.extra_sleep_s) if x in cfg.slow_on else 0.0))
+    if x in cfg.hang_on:
+        time.sleep(600)
+    if x in fail_on:
+        raise ValueError(f"job x={x} fails on purpose (SLURM_APP_FAIL_ON={os.environ['SLURM_APP_FAIL_ON']})")
+    if rank == 0:
+        write_result(job_dir, {"status": "completed", "objective": float(x * x), "metric": "x2",
+                               "direction": "minimize", "wall_time_s": time.time() - start})
+    return float(x * x)
+
+
+if __name__ == "__main__":
+    main()

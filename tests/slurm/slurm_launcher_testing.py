@@ -1,0 +1,121 @@
+"""Helpers of the Slurm launcher's tests: run a sweep driver, watch its output, read what it left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sweepit.manifest import Manifest, read_manifest
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = Path(__file__).parent / "app" / "slurm_test_app.py"
+TRAIN = ROOT / "train.py"
+# A real training job of a few seconds: two epochs of linear regression, on the CPU.
+LINREG = ["task=linreg", "epochs=2", "device=cpu", "timeout_min=5", "hydra/launcher=slurm"]
+
+
+def driver_env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1", **extra}
+    env.pop("SLURM_APP_FAIL_ON", None)
+    env.update(extra)
+    return env
+
+
+def run(script: Path, sweep_dir: Path, *overrides: str, env: dict[str, str] | None = None,
+        timeout_s: float = 240) -> subprocess.CompletedProcess[str]:
+    """One sweep driver, to its end."""
+    return subprocess.run([sys.executable, str(script), "-m", f"hydra.sweep.dir={sweep_dir}", *overrides],
+                          capture_output=True, text=True, timeout=timeout_s, cwd=ROOT, env=env or driver_env())
+
+
+def sweepit(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(Path(sys.executable).parent / "sweepit"), *args], capture_output=True, text=True,
+                          timeout=timeout_s, cwd=ROOT, env=driver_env())
+
+
+class Driver:
+    """A sweep driver in the background; its stderr lines are kept with the time each arrived."""
+
+    def __init__(self, script: Path, sweep_dir: Path, *overrides: str, env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(script), "-m", f"hydra.sweep.dir={sweep_dir}", *overrides],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                                     env=env or driver_env())
+        self.lines: list[tuple[float, str]] = []
+        self.stdout = ""
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append((time.monotonic(), line))
+
+    def wait_for_line(self, predicate: Callable[[str], bool], timeout_s: float) -> float:
+        """When (time.monotonic()) the first stderr line matching `predicate` arrived."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for at, line in list(self.lines):
+                if predicate(line):
+                    return at
+            time.sleep(0.05)
+        raise AssertionError(f"no such line in {timeout_s} s; stderr so far:\n{self.stderr}")
+
+    def finish(self, timeout_s: float = 240) -> int:
+        assert self.proc.stdout is not None
+        self.stdout = self.proc.stdout.read()
+        code = self.proc.wait(timeout=timeout_s)
+        self._reader.join(timeout=10)
+        return code
+
+    @property
+    def stderr(self) -> str:
+        return "".join(line for _, line in self.lines)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout_s} s for {what}")
+        time.sleep(0.2)
+
+
+def manifest(sweep_dir: Path) -> Manifest:
+    return read_manifest(sweep_dir)
+
+
+def job_dirs(sweep_dir: Path) -> dict[int, Path]:
+    return {int(p.name.split("_")[0]): p for p in sweep_dir.iterdir() if p.is_dir() and p.name[0].isdigit()}
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    return dict(json.loads(path.read_text()))
+
+
+def result(job_dir: Path) -> dict[str, Any]:
+    return read_json(job_dir / "result.json")
+
+
+def tasks(job_dir: Path) -> list[dict[str, Any]]:
+    """The `.slurm/task-<rank>.json` records of a job, by rank."""
+    return [read_json(p) for p in sorted((job_dir / ".slurm").glob("task-*.json"))]
+
+
+def slurm_ids(sweep_dir: Path) -> dict[int, str]:
+    return {n: str(e.extra["slurm_job_id"]) for n, e in manifest(sweep_dir).jobs.items()}
+
+
+def scancel(*args: str) -> None:
+    subprocess.run(["scancel", *args], check=True, timeout=30)

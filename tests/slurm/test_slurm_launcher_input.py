@@ -1,0 +1,120 @@
+"""Before anything is submitted: the dry run against a stored sbatch reference, the cluster profiles, and a
+clear error for each bad input (unset account, too many GPUs, unknown key, unreachable Slurm)."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+from slurm_launcher_testing import APP, ROOT, driver_env, run
+
+from hydra_plugins.sweepit._slurm_shape import Shape, sbatch_parameters, shape_for
+from hydra_plugins.sweepit._slurm_submit import sbatch_script
+from sweepit.errors import ConfigError
+
+REF = Path(__file__).parent / "ref" / "dry_run.txt"
+REFRESH = f"SWEEPIT_UPDATE_REFS=1 .venv/bin/pytest {Path(__file__).relative_to(ROOT)} -k dry_run"
+PROFILES = sorted(p.stem for p in (ROOT / "conf" / "hydra" / "launcher").glob("*.yaml"))
+
+
+def _normalised(text: str, sweep_dir: Path) -> str:
+    """The dry run's output without what differs between machines and runs: paths and the job name's suffix."""
+    text = text.replace(str(sweep_dir), "<SWEEP_DIR>").replace(sys.executable, "<PYTHON>")
+    return re.sub(r"(--job-name=\S+)-[0-9a-f]{6}\b", r"\1-<SUFFIX>", text)
+
+
+def test_dry_run_prints_each_groups_sbatch_script_as_stored(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    proc = run(APP, sweep, "x=range(3)", "trainer.gpus=1,2", "hydra.launcher.dry_run=true",
+               "hydra.launcher.gpus_per_node=4", "hydra.launcher.max_array_size=2", "hydra.launcher.account=proj1",
+               "hydra.launcher.setup=[module load cuda]", "hydra.launcher.mem_gb=16")
+    assert proc.returncode == 0, proc.stderr
+    assert not (sweep / ".submitit").exists() and not (sweep / "sweep.json").exists(), "a dry run submits nothing"
+    # 6 jobs of 5 min: 3 x 1 GPU + 3 x 2 GPUs = 9 GPUs x 5/60 h.
+    assert "dry run: 6 job(s) in 4 sbatch call(s), at most 0.75 GPU-hours" in proc.stdout
+    got = _normalised(proc.stdout, sweep)
+    assert "/" + "tmp" not in got and str(ROOT) not in got, "the reference must hold no machine's paths"
+    if os.environ.get("SWEEPIT_UPDATE_REFS") == "1":
+        REF.write_text(got)
+    assert REF.exists(), f"{REF} is missing; write it with: {REFRESH}"
+    assert got == REF.read_text(), (
+        f"the dry run's sbatch scripts differ from {REF.relative_to(ROOT)}; if the change is intended, refresh "
+        f"the reference with: {REFRESH}")
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_every_profile_composes_instantiates_and_renders(profile: str, tmp_path: Path) -> None:
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[f"hydra/launcher={profile}"], return_hydra_config=True)
+    node = cfg.hydra.launcher
+    assert set(node.required) <= {"account", "qos", "partition"}
+    for key in node.required:
+        node[key] = f"my_{key}"
+    launcher = instantiate(node)
+    params = sbatch_parameters(Shape(nodes=2, tasks_per_node=4, timeout_min=30), launcher.conf, "t-abc123")
+    script = sbatch_script(params, tmp_path, 3, None)
+    assert "#SBATCH --nodes=2\n" in script and "#SBATCH --ntasks-per-node=4\n" in script
+    assert f"#SBATCH --cpus-per-task={node.cpus_per_task}\n" in script
+    for key in node.required:
+        assert f"#SBATCH --{key}=my_{key}\n" in script
+    for line in node.setup:
+        assert f"\n{line}\n" in script
+
+
+def test_shapes_fill_nodes_evenly_or_say_which_gpu_counts_fit() -> None:
+    assert shape_for(0, 8, 60, 4, 2, "trainer.gpus") == Shape(nodes=2, tasks_per_node=4, timeout_min=60)
+    assert shape_for(0, 6, 60, 4, 2, "trainer.gpus") == Shape(nodes=2, tasks_per_node=3, timeout_min=60)
+    with pytest.raises(ConfigError, match=r"must split evenly over the 2 nodes .* Use for example trainer.gpus=4 or 6"):
+        shape_for(3, 5, 60, 4, 2, "trainer.gpus")
+    with pytest.raises(ConfigError, match=r"at most 8 \(hydra.launcher.max_nodes=2 node\(s\) x .*=4\), but job 3"):
+        shape_for(3, 9, 60, 4, 2, "trainer.gpus")
+
+
+BAD_INPUT = {
+    "required account unset": (["hydra.launcher.required=[account]"], {},
+                                "hydra.launcher.account must be set on this cluster (it refuses jobs without one), but "
+                                "got account=null. Add hydra.launcher.account=<yours> to the command, or export "
+                                "SBATCH_ACCOUNT=<yours>"),
+    "more GPUs than a node": (["trainer.gpus=5"], {},
+                              "trainer.gpus must be at most 4 (hydra.launcher.max_nodes=1 node(s) x "
+                              "hydra.launcher.gpus_per_node=4), but job 0 sets trainer.gpus=5."),
+    "more GPUs than the partition": (["trainer.gpus=8", "hydra.launcher.max_nodes=2"], {},
+                                     "trainer.gpus must be at most the 4 GPUs partition debug offers one job"),
+    "profile GPUs beyond the nodes'": (["hydra.launcher.gpus_per_node=8"], {},
+                                       "hydra.launcher.gpus_per_node must be at most the 4 GPU(s) the nodes of "
+                                       "partition debug have"),
+    "unknown partition": (["hydra.launcher.partition=nope"], {},
+                          "hydra.launcher.partition must name a partition of this cluster (debug), but got 'nope'"),
+    "unknown launcher key": (["hydra.launcher.gpus=2"], {}, "Key 'gpus' not in 'SlurmLauncherConf'"),
+    "time limit shorter than the signal": (["timeout_min=2"], {},
+                                           "timeout_min must leave room for the checkpoint signal"),
+    "no sbatch on PATH": ([], {"PATH": str(Path(sys.executable).parent)},
+                          "hydra/launcher=slurm needs Slurm's `sbatch` on PATH, but it is not there"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUT))
+def test_bad_input_stops_the_sweep_before_anything_is_submitted(case: str, tmp_path: Path) -> None:
+    overrides, env, message = BAD_INPUT[case]
+    sweep = tmp_path / "sweep"
+    proc = run(APP, sweep, "x=0,1", *overrides, env=driver_env(**env), timeout_s=60)
+    assert proc.returncode == 1
+    assert message in proc.stderr.replace("\n", " "), proc.stderr
+    assert "Traceback" not in proc.stderr  # Hydra prints the message alone
+    assert not (sweep / ".submitit").exists()
+
+
+def test_a_controller_that_is_down_stops_the_sweep_with_scontrol_s_words(tmp_path: Path) -> None:
+    conf = tmp_path / "slurm.conf"  # this cluster's config, with the controller moved to a port nobody serves
+    real = Path(os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf")).read_text()
+    conf.write_text(re.sub(r"^(SlurmctldHost=.*)$", r"\1\nSlurmctldPort=6999", real, flags=re.MULTILINE))
+    proc = run(APP, tmp_path / "sweep", "x=0", env=driver_env(SLURM_CONF=str(conf)), timeout_s=60)
+    assert proc.returncode == 1
+    said = "the Slurm controller must be up to submit jobs, but `scontrol ping` says: Slurmctld(primary) at"
+    assert said in proc.stderr
+    assert "is DOWN. Start it (`make slurm-up` for the local cluster)" in proc.stderr
