@@ -122,3 +122,14 @@ def test_corrupt_metrics_lines_become_notes(tmp_path: Path) -> None:
     rows, notes = read_metrics(tmp_path)
     assert rows == [{"epoch": 1}]
     assert len(notes) == 2 and "line 2" in notes[0]
+
+
+def test_cosine_schedule_decays_the_lr_per_epoch(compose_cfg: Callable[..., DictConfig], tmp_path: Path) -> None:
+    from sweepit.training import schedule_factor
+
+    assert [schedule_factor("cosine", e, 4, 0) for e in (1, 3)] == [1.0, pytest.approx(0.5)]
+    assert schedule_factor("constant", 3, 4, 0) == 1.0
+    run_job(compose_cfg(*LINREG, "epochs=4", "lr=0.1", "trainer.lr_schedule=cosine"), tmp_path)
+    rows, _ = read_metrics(tmp_path)
+    assert [r["lr"] for r in rows] == pytest.approx([0.1, 0.1 * (0.5 + 0.5 * math.cos(math.pi / 4)), 0.05,
+                                                     0.1 * (0.5 - 0.5 * math.cos(math.pi / 4))])

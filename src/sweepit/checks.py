@@ -64,6 +64,12 @@ def check_config(cfg: Any) -> None:
     device = str(cfg.device)
     if not (device in ("auto", "cpu", "cuda") or device.startswith("cuda:")):
         raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, but got device={device!r}.")
+    schedule = cfg.trainer.get("lr_schedule", "constant")
+    if schedule not in ("constant", "cosine"):
+        raise ConfigError(f"trainer.lr_schedule must be constant or cosine, but got trainer.lr_schedule={schedule!r}.")
+    scaling = cfg.trainer.get("lr_scaling", "linear")
+    if scaling not in ("linear", "sqrt", "none"):
+        raise ConfigError(f"trainer.lr_scaling must be linear, sqrt or none, but got trainer.lr_scaling={scaling!r}.")
     frac = _number(cfg.data, "val_fraction")
     if not 0.0 <= frac < 1.0:
         raise ConfigError(f"data.val_fraction must be in [0, 1), but got data.val_fraction={frac}.")

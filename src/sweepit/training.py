@@ -86,6 +86,7 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
     scaling = str(cfg.trainer.get("lr_scaling", "linear"))
     effective_lr = lr * LR_SCALING[scaling](world)
     warmup_epochs = int(cfg.trainer.get("warmup_epochs", 0))
+    schedule = str(cfg.trainer.get("lr_schedule", "constant"))
     optimizer = build_optimizer(model.parameters(), cfg.optimizer, effective_lr)
     if world > 1:
         model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -145,14 +146,15 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
         t0 = time.perf_counter()
         sums = torch.zeros(3, device=device, dtype=torch.float64)  # loss x samples, correct, samples
         labels = data.y_train if (cfg.data.stratified and not regression) else None
+        if epoch > warmup_epochs:
+            _set_lr(optimizer, effective_lr * schedule_factor(schedule, epoch, epochs, warmup_epochs))
         for step, idx in enumerate(iterate_batches(n, batch_size * world, batch_g, labels=labels, device=device)):
             if len(idx) < world:
                 break  # too few samples left to give every rank one
             idx = torch.tensor_split(idx, world)[rank.rank]
-            if warmup_epochs and epoch <= warmup_epochs:
+            if epoch <= warmup_epochs:
                 ramp = ((epoch - 1) * steps_per_epoch + step + 1) / (warmup_epochs * steps_per_epoch)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr + (effective_lr - lr) * min(1.0, ramp)
+                _set_lr(optimizer, lr + (effective_lr - lr) * min(1.0, ramp))
             xb, yb = prepare(data.x_train[idx], True), data.y_train[idx]
             logits = model(xb)
             loss = loss_fn(logits, yb)
@@ -177,6 +179,7 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
         row["epoch_time_s"] = epoch_time_s
         row["samples_per_s"] = seen / epoch_time_s if epoch_time_s > 0 else float("nan")
         row["step_time_s"] = epoch_time_s / max(1, math.ceil(seen / (batch_size * world)))
+        row["lr"] = optimizer.param_groups[0]["lr"]
         lin = _unwrap(model)
         if regression and isinstance(lin, nn.Linear):
             row["w"], row["b"] = float(lin.weight.detach().flatten()[0]), float(lin.bias.detach().flatten()[0])
@@ -191,6 +194,19 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
             out.stopped_early = True
             break
     return out
+
+
+def schedule_factor(schedule: str, epoch: int, epochs: int, warmup_epochs: int) -> float:
+    """The lr multiplier of an epoch after the warm-up: constant, or cosine decay to 0 over the rest."""
+    if schedule == "constant":
+        return 1.0
+    done = (epoch - 1 - warmup_epochs) / max(1, epochs - warmup_epochs)
+    return 0.5 * (1.0 + math.cos(math.pi * done))
+
+
+def _set_lr(optimizer: torch.optim.Optimizer, value: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = value
 
 
 def _unwrap(model: nn.Module) -> nn.Module:
