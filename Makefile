@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 SWEEPS := $(basename $(notdir $(wildcard sweeps/*.yaml)))
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-fast lint typecheck check clean-outputs bench bench-throughput bench-mnist-best bench-report bench-launcher test-launcher bench-slurm test-slurm \
+.PHONY: help install test test-fast lint typecheck check clean-outputs bench bench-throughput bench-mnist-best bench-report bench-launcher test-launcher bench-slurm test-slurm sweep-optuna bench-optuna \
         slurm-up slurm-down slurm-status \
         $(addprefix sweep-,$(SWEEPS))
 
@@ -61,6 +61,8 @@ sweep-scaling: sweeps/scaling.yaml
 	  $(PY) train.py -m --config-dir sweeps --config-name scaling hydra.launcher.n_workers=1 $(ARGS); \
 	fi
 
+sweep-optuna: sweep-optuna_lr ## Optuna search: optimizer x log-uniform lr on digits (TPE + Hyperband, 4 trials in flight)
+
 bench: bench-throughput bench-report ## Run the quick benchmarks (figures go into bench/RESULTS.md by hand)
 
 bench-throughput: ## MNIST CNN samples/s: in-memory pipeline vs torch DataLoader (synthetic data if MNIST is absent)
@@ -74,6 +76,9 @@ bench-launcher: ## Local launcher vs Hydra's basic and submitit_local: wall, CPU
 
 bench-slurm: ## Slurm launcher vs hydra-submitit-launcher on the local cluster: 64 jobs, sbatch calls, scancel-to-report (~10 min)
 	$(PY) bench/bench_slurm.py $(ARGS)
+
+bench-optuna: ## Search efficiency: TPE+Hyperband, TPE, random vs the full optimizer x lr grid (digits; ~15 min)
+	$(PY) bench/bench_optuna.py $(ARGS)
 
 bench-mnist-best: ## The mnist_best study on real MNIST (MNIST_ROOT=dir with the IDX files); long
 	$(PY) bench/bench_mnist_best.py --root "$(MNIST_ROOT)" $(ARGS)

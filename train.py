@@ -9,12 +9,14 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from sweepit.job import run_job
+from sweepit.pruning import pruning_callback
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float:
-    """Train one configuration in its Hydra output directory and return the objective to the sweeper."""
-    return run_job(cfg, Path(HydraConfig.get().runtime.output_dir))
+    """Train one configuration in its Hydra output directory and return the objective to the sweeper.
+    Under the Optuna sweeper the job reports each epoch's metric to its trial and stops when pruned."""
+    return run_job(cfg, Path(HydraConfig.get().runtime.output_dir), on_epoch=pruning_callback(cfg))
 
 
 if __name__ == "__main__":

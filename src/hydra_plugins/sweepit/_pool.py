@@ -143,6 +143,40 @@ class Pool:
             finally:
                 self._restore_signals()
 
+    # -- an open run: jobs come one by one while others run (the Optuna sweeper, through the launcher) ------
+    def open(self) -> None:
+        """Start a run with no job list: `submit` adds jobs, each `step` is one turn of `run`'s loop."""
+        self.queue: deque[Job] = deque()
+        self._install_signals()
+
+    def submit(self, job: Job) -> None:
+        self.queue.append(job)
+
+    def busy(self) -> bool:
+        """Jobs running, or queued and allowed to start."""
+        return bool(self.running or (self.queue and self.stop_signal is None))
+
+    def step(self) -> None:
+        """Start what fits, then sleep until something happens: a job's output or end, a signal."""
+        if self.stop_signal is not None:
+            self._stop_running()
+        self._fill(self.queue)
+        ahead = self._next_unprepared(self.queue) if self.stop_signal is None else None
+        if self.running:
+            self._wait_once(0.0 if ahead is not None else self._timeout())
+        if ahead is not None:
+            self._prepare(ahead)
+
+    def close(self) -> None:
+        """End an open run: jobs still running are killed (the caller gave up on them), signals restored."""
+        try:
+            for job in list(self.running.values()):
+                job.stopped = True
+                self._signal(job, signal.SIGKILL)
+                self._finish(job)
+        finally:
+            self._restore_signals()
+
     def _prepare(self, job: Job) -> bool:
         if job.ready is None:
             job.ready = self.hooks.prepare(job)

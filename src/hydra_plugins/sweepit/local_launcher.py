@@ -13,6 +13,7 @@ import importlib
 import logging
 import math
 import pkgutil
+import signal
 import time
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
@@ -99,6 +100,8 @@ class LocalLauncher(Launcher):
         self.task_function: TaskFunction | None = None
         self.hydra_context: HydraContext | None = None
         self._sweep_dir = Path()
+        self._open: tuple[Pool, SweepRun, Any, Progress] | None = None  # the run of start()/wait_any()
+        self._started: dict[int, Job] = {}
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config = config
@@ -189,6 +192,87 @@ class LocalLauncher(Launcher):
             try_build_report(sweep_dir)
             raise SweepFailed(report)
         return [self._job_return(j, run.statuses.get(j.num)) for j in jobs]
+
+    # -- one job at a time, as a sweeper asks: the Optuna sweeper's AsyncLauncher protocol ---------------------
+    def start(self, overrides: Sequence[str], job_num: int) -> None:
+        """Queue the job `job_num`; it starts as soon as a worker is free, while `wait_any` drives the pool."""
+        if self._open is None:
+            self._open = self._open_run()
+        pool, _, manifest, progress = self._open
+        job = Job(num=job_num, overrides=list(overrides))
+        manifest.jobs[job_num] = JobEntry(num=job_num, overrides=job.overrides, job_dir="")
+        write_manifest(manifest)
+        progress.queued += 1
+        self._started[job_num] = job
+        pool.submit(job)
+
+    def wait_any(self, timeout_s: float | None = None) -> list[tuple[int, JobReturn]]:
+        """Run the pool until a started job ends; `timeout_s` is checked between the pool's wake-ups. After a
+        stop signal the running jobs are stopped and returned, and the next call raises KeyboardInterrupt."""
+        assert self._open is not None, "start() a job before wait_any()"
+        pool, run, _, _ = self._open
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            ended = [n for n in self._started if n in run.statuses or n in run.skipped]
+            if ended or (deadline is not None and time.monotonic() >= deadline):
+                break
+            if pool.stop_signal is not None and not pool.running:
+                raise KeyboardInterrupt(f"sweep stopped by {signal.Signals(pool.stop_signal).name}")
+            if not pool.busy():
+                break
+            pool.step()
+        return [(n, self._job_return(self._started.pop(n), run.statuses.get(n))) for n in ended]
+
+    def close(self) -> None:
+        """End the run of start()/wait_any(): jobs still running are killed, the manifest is written."""
+        if self._open is None:
+            return
+        pool, _, manifest, progress = self._open
+        self._open = None
+        try:
+            pool.close()
+        finally:
+            gc.unfreeze()
+            progress.close()
+            for entry in manifest.jobs.values():
+                if entry.state == "queued":
+                    entry.state = "not started"
+            write_manifest(manifest)
+            self.composed.clear()
+            self._started.clear()
+
+    def _open_run(self) -> tuple[Pool, SweepRun, Any, Progress]:
+        """What launch() sets up, for jobs that come one by one."""
+        assert self.config is not None
+        setup_globals()
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        sweep_dir = self._sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        preload(self.preload)
+        gpus = visible_gpus()
+        gpu_pool = GpuPool(gpus)
+        n_workers = resolve_n_workers(self.n_workers, self.threads_per_job, len(gpus), cpu_count())
+
+        def check(job: Job) -> None:
+            ranks = self._ranks(job)
+            if gpus and str(OmegaConf.select(job.config, "device", default="auto")) != "cpu":
+                job.n_gpus = ranks
+                gpu_pool.check(job.num, job.n_gpus, self.gpus_key)
+            else:
+                job.n_slots = min(max(ranks, 1), n_workers)
+
+        manifest = open_manifest(sweep_dir, launcher="local")
+        progress = Progress(0)
+        run = SweepRun(manifest, progress, compose=self._compose, resume=self.resume, check=check,
+                       stderr_tail_lines=self.stderr_tail_lines)
+        log.info(f"Running jobs as the sweeper asks, on {n_workers} local worker(s), {self.threads_per_job} torch "
+                 f"thread(s) each{f', GPUs {gpus}' if gpus else ''}; sweep dir {sweep_dir}")
+        pool = Pool(n_workers, gpu_pool, use_gpus=bool(gpus), threads=self.threads_per_job, echo=n_workers == 1,
+                    term_grace_s=self.term_grace_s, child=self._child, hooks=run, clock_ticks=progress.live)
+        gc.collect(1)
+        gc.freeze()  # as in launch(): jobs do not copy the driver's memory pages
+        pool.open()
+        return pool, run, manifest, progress
 
     def _ranks(self, job: Job) -> int:
         need = OmegaConf.select(job.config, self.gpus_key, default=1)

@@ -117,9 +117,11 @@ DEFAULT_SECTIONS: list[SectionBuilder] = [ResultsSection(), CurvesSection(), Par
 
 def _add_late_sections() -> None:
     # Imported here: these modules build on the classes above.
+    from sweepit.report.optuna_section import OptunaSection
     from sweepit.report.scaling import ScalingSection
 
     DEFAULT_SECTIONS.append(ScalingSection())
+    DEFAULT_SECTIONS.append(OptunaSection())
 
 
 _add_late_sections()

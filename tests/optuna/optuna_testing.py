@@ -1,0 +1,36 @@
+"""Helpers of the Optuna sweeper tests: run a real multirun in a subprocess, read its study back."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from sweepit_testing import REPO
+
+# A small, fast search: digits, CPU, one thread, few epochs.
+FAST = ["device=cpu", "trainer.threads=1", "trainer.checkpoint=false", "trainer.log_every_epoch=false",
+        "hydra/sweeper=optuna", "hydra.callbacks.summary.report=false"]
+
+
+def run_search(args: list[str], cwd: Path, timeout: float = 240, options: tuple[str, ...] = ()
+               ) -> subprocess.CompletedProcess[str]:
+    """`python train.py <options> -m <FAST> <args>`, outputs under `cwd`."""
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, str(REPO / "train.py"), *options, "-m", *FAST, *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def load(sweep_dir: Path, study_name: str) -> Any:
+    import optuna
+
+    backend = optuna.storages.journal.JournalFileBackend(str(sweep_dir / "optuna.journal"))
+    storage = optuna.storages.JournalStorage(backend)
+    return optuna.load_study(study_name=study_name, storage=storage)
+
+
+def job_dirs(sweep_dir: Path) -> list[Path]:
+    return sorted((p for p in sweep_dir.iterdir() if p.is_dir() and p.name.split("_")[0].isdigit()),
+                  key=lambda p: int(p.name.split("_")[0]))
