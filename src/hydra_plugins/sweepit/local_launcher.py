@@ -15,7 +15,7 @@ import math
 import pkgutil
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -129,27 +129,8 @@ class LocalLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         assert self.config is not None and self.hydra_context is not None
-        setup_globals()
-        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
-        sweep_dir = self._sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        t0 = time.perf_counter()
-        preload(self.preload)
-        log.debug(f"preloaded {self.preload} in {time.perf_counter() - t0:.2f} s")
-
+        sweep_dir, gpus, gpu_pool, n_workers, check = self._prepare()
         jobs = [Job(num=initial_job_idx + i, overrides=list(o)) for i, o in enumerate(job_overrides)]
-        gpus = visible_gpus()
-        gpu_pool = GpuPool(gpus)
-        n_workers = resolve_n_workers(self.n_workers, self.threads_per_job, len(gpus), cpu_count())
-
-        def check(job: Job) -> None:
-            ranks = self._ranks(job)
-            if gpus and str(OmegaConf.select(job.config, "device", default="auto")) != "cpu":
-                job.n_gpus = ranks  # one GPU per rank, a worker for the job
-                gpu_pool.check(job.num, job.n_gpus, self.gpus_key)
-            else:
-                job.n_slots = min(max(ranks, 1), n_workers)  # its ranks are processes on the CPU cores
-
         manifest = open_manifest(sweep_dir, launcher="local")
         for j in jobs:
             if not (self.resume and j.num in manifest.jobs):  # a resume keeps the record of finished jobs
@@ -243,24 +224,7 @@ class LocalLauncher(Launcher):
 
     def _open_run(self) -> tuple[Pool, SweepRun, Any, Progress]:
         """What launch() sets up, for jobs that come one by one."""
-        assert self.config is not None
-        setup_globals()
-        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
-        sweep_dir = self._sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        preload(self.preload)
-        gpus = visible_gpus()
-        gpu_pool = GpuPool(gpus)
-        n_workers = resolve_n_workers(self.n_workers, self.threads_per_job, len(gpus), cpu_count())
-
-        def check(job: Job) -> None:
-            ranks = self._ranks(job)
-            if gpus and str(OmegaConf.select(job.config, "device", default="auto")) != "cpu":
-                job.n_gpus = ranks
-                gpu_pool.check(job.num, job.n_gpus, self.gpus_key)
-            else:
-                job.n_slots = min(max(ranks, 1), n_workers)
-
+        sweep_dir, gpus, gpu_pool, n_workers, check = self._prepare()
         manifest = open_manifest(sweep_dir, launcher="local")
         progress = Progress(0)
         run = SweepRun(manifest, progress, compose=self._compose, resume=self.resume, check=check,
@@ -273,6 +237,31 @@ class LocalLauncher(Launcher):
         gc.freeze()  # as in launch(): jobs do not copy the driver's memory pages
         pool.open()
         return pool, run, manifest, progress
+
+    def _prepare(self) -> tuple[Path, list[str], GpuPool, int, Callable[[Job], None]]:
+        """Set-up shared by launch() and start(): logging, the sweep dir, preloads, GPUs and workers, and the
+        check that gives each job its GPUs (one per rank) or its CPU worker slots (its ranks are processes)."""
+        assert self.config is not None
+        setup_globals()
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        sweep_dir = self._sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        preload(self.preload)
+        log.debug(f"preloaded {self.preload} in {time.perf_counter() - t0:.2f} s")
+        gpus = visible_gpus()
+        gpu_pool = GpuPool(gpus)
+        n_workers = resolve_n_workers(self.n_workers, self.threads_per_job, len(gpus), cpu_count())
+
+        def check(job: Job) -> None:
+            ranks = self._ranks(job)
+            if gpus and str(OmegaConf.select(job.config, "device", default="auto")) != "cpu":
+                job.n_gpus = ranks
+                gpu_pool.check(job.num, job.n_gpus, self.gpus_key)
+            else:
+                job.n_slots = min(max(ranks, 1), n_workers)
+
+        return sweep_dir, gpus, gpu_pool, n_workers, check
 
     def _ranks(self, job: Job) -> int:
         need = OmegaConf.select(job.config, self.gpus_key, default=1)
