@@ -1,0 +1,339 @@
+"""MNIST CNN training samples/s: sweepit's in-memory pipeline against a plain torch DataLoader pipeline.
+
+Run: python bench/bench_throughput.py [--root DIR] [--batch-size 128] [--steps 40] [--rounds 3]
+     (or: make bench-throughput ARGS='--root DIR'; the root defaults to $MNIST_ROOT, then data/mnist)
+
+Same model (`build_model("cnn", (1, 28, 28), 10)`, the mnist_best hidden size and dropout), same seed, same
+Adam learning rate, same batch size, same first `steps * batch_size` training images, in the same process:
+- sweepit: the real `sweepit.training.train` on a config composed like the job's (sweeps/mnist_best.yaml),
+  its data cut to the benchmark's subset; its own per-epoch `samples_per_s` is the figure.
+- DataLoader, num_workers 0 and 2: a Dataset whose __getitem__ returns one normalised sample (randomly
+  rotated, shifted and zoomed in the augmented variant, as torchvision's RandomAffine does on a tensor),
+  default collate, shuffle=True; the loop a course script writes.
+- compute only: the same training step on one fixed batch, no data work at all: the ceiling for any
+  input pipeline on this machine.
+Each round runs one epoch of every pipeline in turn (sweepit's epoch, then the others from its epoch
+callback), so load from other processes hits them alike; round 1 is warm-up; the median and the best (least
+disturbed) of the other rounds are shown, and the ratio on both.
+Figures go into bench/RESULTS.md by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import torch
+import torch.nn.functional as F
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from machine import machine_line
+from sweepit import training
+from sweepit.data import Splits, iterate_batches, load_splits
+from sweepit.data import mnist as mnist_files
+from sweepit.data.augment import augment_images
+from sweepit.models import build_model
+
+REPO = Path(__file__).resolve().parents[1]
+N_VAL = 1024  # sweepit's loop evaluates after each epoch (not timed); keep that short
+TARGET_RATIO = 2.0
+DATA_PASSES = 5  # the input pipelines alone take milliseconds: best of several passes, against noise
+SWEEPIT = "sweepit train() (in-memory)"
+LOADER = "DataLoader num_workers={}"
+COMPUTE = "compute only (one fixed batch)"
+
+
+# ---------------------------------------------------------------- the baseline a course script writes
+class MnistDataset(Dataset[tuple[torch.Tensor, int]]):
+    """One sample per __getitem__: (RandomAffine), ToTensor, Normalize, as torchvision's MNIST + transforms."""
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, scale: float, mean: float, std: float,
+                 aug: dict[str, float] | None) -> None:
+        self.images, self.labels = images, labels  # images (N, 1, 28, 28): uint8 for real MNIST
+        self.scale, self.mean, self.std, self.aug = scale, mean, std, aug
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        x = self.images[i].float() / self.scale
+        if self.aug is not None:
+            x = random_affine(x, **self.aug)
+        return (x - self.mean) / self.std, int(self.labels[i])
+
+
+def random_affine(x: torch.Tensor, rotation_deg: float, shift_frac: float, zoom_frac: float) -> torch.Tensor:
+    """One image (C, H, W) rotated, shifted, zoomed, filled with 0: RandomAffine's tensor path, by hand."""
+    u = torch.rand(4) * 2 - 1
+    angle, zoom = float(u[0]) * math.radians(rotation_deg), 1 + float(u[3]) * zoom_frac
+    dx, dy = float(u[1]) * 2 * shift_frac, float(u[2]) * 2 * shift_frac
+    cos, sin = math.cos(angle) / zoom, math.sin(angle) / zoom
+    theta = torch.tensor([[[cos, -sin, -dx], [sin, cos, -dy]]], dtype=x.dtype)
+    grid = F.affine_grid(theta, [1, *x.shape], align_corners=False)
+    return F.grid_sample(x[None], grid, mode="bilinear", padding_mode="zeros", align_corners=False)[0]
+
+
+def train_step(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: nn.Module,
+               xb: torch.Tensor, yb: torch.Tensor) -> tuple[float, int]:
+    logits = model(xb)
+    loss = loss_fn(logits, yb)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return loss.item(), int((logits.argmax(1) == yb).sum())
+
+
+class Trainer:
+    """A model, its optimizer and one way of feeding it; `epoch()` returns samples/s over one epoch."""
+
+    def __init__(self, cfg: DictConfig, batches: Callable[[], Iterator[tuple[torch.Tensor, torch.Tensor]]],
+                 n_samples: int) -> None:
+        torch.manual_seed(int(cfg.seed))
+        t = cfg.task
+        self.model = build_model(t.model, (1, 28, 28), 10, hidden=int(t.hidden), dropout=float(t.dropout))
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=float(cfg.lr))
+        self.loss_fn = nn.CrossEntropyLoss()
+        self.batches, self.n_samples = batches, n_samples
+
+    def epoch(self) -> float:
+        self.model.train()
+        t0 = time.perf_counter()
+        n = 0
+        for xb, yb in self.batches():
+            train_step(self.model, self.opt, self.loss_fn, xb, yb)
+            n += len(yb)
+        assert n == self.n_samples, (n, self.n_samples)
+        return n / (time.perf_counter() - t0)
+
+
+# ---------------------------------------------------------------- data
+def compose_cfg(root: Path, synthetic: bool, n_synthetic: int, batch_size: int, epochs: int, augmented: bool,
+                threads: int) -> DictConfig:
+    """The mnist_best job config as `train.py --config-dir sweeps --config-name mnist_best` composes it."""
+    overrides = [
+        f"hydra.searchpath=[file://{REPO / 'conf'}]", f"data.root={root}", "device=cpu",
+        f"data.synthetic={str(synthetic).lower()}", f"data.n_synthetic={n_synthetic}",
+        f"batch_size={batch_size}", f"epochs={epochs}", f"trainer.threads={threads}",
+        "trainer.log_every_epoch=false",
+        # Plain variant: no augmentation, plain shuffling; augmented variant: mnist_best as it stands.
+        f"data.augment.enabled={str(augmented).lower()}", f"data.stratified={str(augmented).lower()}",
+    ]
+    with initialize_config_dir(config_dir=str(REPO / "sweeps"), version_base="1.3"):
+        return compose(config_name="mnist_best", overrides=overrides)
+
+
+def has_mnist(root: Path) -> bool:
+    return all(mnist_files.find_file(root, name) is not None for name in mnist_files.FILES.values())
+
+
+def subset(s: Splits, n_train: int) -> Splits:
+    if len(s.x_train) < n_train:
+        raise SystemExit(f"--steps x --batch-size must be at most the {len(s.x_train):,} training images, "
+                         f"but is {n_train:,}. Fix: lower --steps.")
+    return Splits(s.x_train[:n_train], s.y_train[:n_train], s.x_val[:N_VAL], s.y_val[:N_VAL],
+                  s.n_classes, s.source)
+
+
+def baseline_images(root: Path, real: bool, splits: Splits) -> tuple[torch.Tensor, float, float, float]:
+    """What the baseline Dataset holds: MNIST's raw uint8 pixels (scale, mean, std applied per sample)."""
+    n = len(splits.x_train)
+    if real:
+        path = mnist_files.find_file(root, mnist_files.FILES["train_images"])
+        assert path is not None
+        raw = torch.from_numpy(mnist_files.read_idx(path)[:n].copy()).unsqueeze(1)
+        return raw, 255.0, mnist_files.MEAN, mnist_files.STD
+    return splits.x_train.clone(), 1.0, 0.0, 1.0  # synthetic images are generated normalised
+
+
+@contextmanager
+def only(splits: Splits) -> Iterator[None]:
+    """sweepit's `train` sees the benchmark's subset instead of the whole data set."""
+    with mock.patch.object(training, "load_splits", lambda cfg, device: splits):
+        yield
+
+
+# ---------------------------------------------------------------- measurements
+def measure_group(cfg: DictConfig, splits: Splits, raw: torch.Tensor, scale: float, mean: float, std: float,
+                  rounds: int) -> dict[str, list[float]]:
+    """samples/s per round for every pipeline, the rounds interleaved; round 1 (warm-up) included."""
+    augmented = bool(cfg.data.augment.enabled)
+    a = cfg.data.augment
+    aug = {"rotation_deg": float(a.rotation_deg), "shift_frac": float(a.shift_frac),
+           "zoom_frac": float(a.zoom_frac)} if augmented else None
+    n, bs = len(splits.x_train), int(cfg.batch_size)
+    ds = MnistDataset(raw, splits.y_train, scale, mean, std, aug)
+    loaders = {LOADER.format(w): DataLoader(ds, batch_size=bs, shuffle=True, num_workers=w,
+                                            persistent_workers=w > 0)
+               for w in (0, 2)}
+    others: dict[str, Trainer] = {name: Trainer(cfg, lambda dl=dl: iter(dl), n) for name, dl in loaders.items()}
+    xb, yb = splits.x_train[:bs].clone(), splits.y_train[:bs].clone()
+    others[COMPUTE] = Trainer(cfg, lambda: ((xb, yb) for _ in range(n // bs)), n // bs * bs)
+    rates: dict[str, list[float]] = {SWEEPIT: [], **{name: [] for name in others}}
+
+    def after_sweepit_epoch(epoch: int, row: dict[str, Any]) -> bool:
+        rates[SWEEPIT].append(float(row["samples_per_s"]))
+        names = list(others)
+        shift = (epoch - 1) % len(names)  # rotate the order so no pipeline always runs right after sweepit
+        for name in names[shift:] + names[:shift]:
+            rates[name].append(others[name].epoch())
+        print(f"  round {epoch}/{rounds}: " + ", ".join(f"{k.split(' (')[0]} {v[-1]:,.0f}"
+                                                          for k, v in rates.items()), flush=True)
+        return False
+
+    with only(splits):
+        training.train(cfg, on_epoch=after_sweepit_epoch, log=lambda line: print("  " + line, flush=True))
+    return rates
+
+
+def data_only(cfg: DictConfig, splits: Splits, raw: torch.Tensor, scale: float, mean: float,
+              std: float) -> dict[str, float]:
+    """samples/s of each input pipeline alone (no model): best of DATA_PASSES passes."""
+    augmented, a, bs = bool(cfg.data.augment.enabled), cfg.data.augment, int(cfg.batch_size)
+    n = len(splits.x_train)
+    g, aug_g = torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)
+
+    def sweepit_pass() -> None:  # what the loop does per batch: slice by index, augment the whole batch
+        labels = splits.y_train if cfg.data.stratified else None
+        for idx in iterate_batches(n, bs, g, labels=labels, device=torch.device("cpu")):
+            xb, _ = splits.x_train[idx], splits.y_train[idx]
+            if augmented:
+                augment_images(xb, float(a.rotation_deg), float(a.shift_frac), float(a.zoom_frac), aug_g)
+
+    aug = {"rotation_deg": float(a.rotation_deg), "shift_frac": float(a.shift_frac),
+           "zoom_frac": float(a.zoom_frac)} if augmented else None
+    ds = MnistDataset(raw, splits.y_train, scale, mean, std, aug)
+    passes: dict[str, Callable[[], None]] = {SWEEPIT: sweepit_pass}
+    for w in (0, 2):
+        dl = DataLoader(ds, batch_size=bs, shuffle=True, num_workers=w, persistent_workers=w > 0)
+        passes[LOADER.format(w)] = lambda dl=dl: drain(dl)
+    out = {}
+    for name, run in passes.items():
+        best = 0.0
+        for _ in range(DATA_PASSES):
+            t0 = time.perf_counter()
+            run()
+            best = max(best, n / (time.perf_counter() - t0))
+        out[name] = best
+    return out
+
+
+def drain(loader: DataLoader[Any]) -> None:
+    for _ in loader:
+        pass
+
+
+def profile_compute(cfg: DictConfig, splits: Splits, n_steps: int = 10) -> None:
+    """The training step's top operators, and what bf16 autocast with channels_last would make of it.
+
+    The bf16 line answers "what would speed the step up on this CPU" (AMX / AVX-512 BF16 units); sweepit's
+    loop has no such option today, so it is not part of the comparison above.
+    """
+    from torch.profiler import profile
+
+    bs = int(cfg.batch_size)
+    xb, yb = splits.x_train[:bs].clone(), splits.y_train[:bs].clone()
+    trainer = Trainer(cfg, lambda: iter(()), 0)
+    for _ in range(3):
+        train_step(trainer.model, trainer.opt, trainer.loss_fn, xb, yb)
+    with profile() as prof:
+        for _ in range(n_steps):
+            train_step(trainer.model, trainer.opt, trainer.loss_fn, xb, yb)
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
+    for label, bf16, channels_last in (("fp32", False, False), ("fp32 channels_last", False, True),
+                                       ("bf16 autocast", True, False), ("bf16 autocast + channels_last", True, True)):
+        t = Trainer(cfg, lambda: iter(()), 0)
+        x = xb.contiguous(memory_format=torch.channels_last) if channels_last else xb
+        if channels_last:
+            t.model = t.model.to(memory_format=torch.channels_last)
+        times = []
+        for i in range(3 + 3 * n_steps):
+            t0 = time.perf_counter()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                logits = t.model(x)
+                loss = t.loss_fn(logits, yb)
+            t.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            t.opt.step()
+            if i >= 3:
+                times.append(time.perf_counter() - t0)
+        print(f"compute only, {label}: median {bs / statistics.median(times):,.0f} samples/s, "
+              f"best {bs / min(times):,.0f} samples/s")
+
+
+# ---------------------------------------------------------------- report
+def print_table(groups: dict[str, tuple[dict[str, list[float]], dict[str, float]]], bs: int) -> None:
+    """Median and best (least disturbed) of the timed epochs; the ratios on both."""
+    print(f"\n{'augmentation':<14} {'pipeline':<32} {'median samples/s':>16} {'best samples/s':>14} "
+          f"{'ms/step (best)':>14} {'data-only samples/s':>19}")
+    for group, (rates, data_rates) in groups.items():
+        for name, values in rates.items():
+            timed = values[1:] or values
+            med, best = statistics.median(timed), max(timed)
+            data_col = f"{data_rates[name]:>19,.0f}" if name in data_rates else f"{'-':>19}"
+            print(f"{group:<14} {name:<32} {med:>16,.0f} {best:>14,.0f} {bs / best * 1000:>14.1f} {data_col}")
+    print()
+    for group, (rates, data_rates) in groups.items():
+        for how, pick in (("median", statistics.median), ("best", max)):
+            v = {k: pick(r[1:] or r) for k, r in rates.items()}
+            base = max((k for k in v if k.startswith("DataLoader")), key=v.__getitem__)
+            ratio, ceiling = v[SWEEPIT] / v[base], v[COMPUTE] / v[base]
+            print(f"{group} ({how}): sweepit / faster baseline ({base}) = {ratio:.2f}x "
+                  f"(target >= {TARGET_RATIO:g}x: {'MET' if ratio >= TARGET_RATIO else 'MISSED'}); "
+                  f"compute-only / baseline = {ceiling:.2f}x, the most any input pipeline could gain here")
+        step_ms = bs / max(rates[COMPUTE][1:] or rates[COMPUTE]) * 1000
+        data_ms = ", ".join(f"{k.split(' (')[0]} {bs / r * 1000:.1f} ms" for k, r in data_rates.items())
+        print(f"{group}: per step of {bs}: model step {step_ms:.1f} ms (best); input pipeline alone: {data_ms}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--root", default=os.environ.get("MNIST_ROOT") or "data/mnist",
+                   help="folder with MNIST's IDX files; synthetic MNIST-shaped data when they are absent")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--steps", type=int, default=20, help="training steps per epoch (a subset of the data)")
+    p.add_argument("--rounds", type=int, default=6, help="timed epochs per pipeline, after one warm-up")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--no-augment", action="store_true", help="skip the augmented variant")
+    p.add_argument("--profile", action="store_true", help="also print the training step's top operators")
+    args = p.parse_args()
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    root = Path(args.root).resolve()
+    real = has_mnist(root)
+    n_train = args.steps * args.batch_size
+    n_synthetic = math.ceil(max(n_train / 0.8, N_VAL / 0.2)) + 10  # synthetic data split 80/20
+    print(f"machine: {machine_line()}")
+    print(f"data: {'real MNIST from ' + str(root) if real else f'SYNTHETIC MNIST-shaped data (no IDX files in {root})'}"
+          f"; first {n_train:,} training images; batch {args.batch_size}, {args.steps} steps per epoch, "
+          f"1 warm-up + {args.rounds} timed epochs per pipeline", flush=True)
+    t_start = time.perf_counter()
+    groups: dict[str, tuple[dict[str, list[float]], dict[str, float]]] = {}
+    for augmented in (False,) if args.no_augment else (False, True):
+        label = "rot/shift/zoom" if augmented else "none"
+        cfg = compose_cfg(root, not real, n_synthetic, args.batch_size, args.rounds + 1, augmented, args.threads)
+        splits = subset(load_splits(cfg, torch.device("cpu")), n_train)
+        raw, scale, mean, std = baseline_images(root, real, splits)
+        print(f"\naugmentation: {label}" + (" (sweepit: stratified batches, as mnist_best)" if augmented else ""))
+        rates = measure_group(cfg, splits, raw, scale, mean, std, args.rounds + 1)
+        groups[label] = (rates, data_only(cfg, splits, raw, scale, mean, std))
+        if args.profile and not augmented:
+            profile_compute(cfg, splits)
+    print_table(groups, args.batch_size)
+    print(f"\nmachine at end: {machine_line()}; benchmark wall {time.perf_counter() - t_start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
