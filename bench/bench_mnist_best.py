@@ -80,6 +80,8 @@ def main() -> int:
     args, overrides = parser.parse_known_args()
     if not any(o.startswith("trainer.threads=") for o in overrides):
         overrides = [f"trainer.threads={args.threads}", *overrides]
+    if not any(o.startswith(("hydra/launcher=", "hydra.launcher.n_workers=")) for o in overrides):
+        overrides.append("hydra.launcher.n_workers=1")  # one job; a single worker also echoes its epoch lines
     if not args.root:
         parser.error("--root must name the folder with MNIST's IDX files, but none was given. "
                      "Fix: --root DIR, or set MNIST_ROOT (`sweepit data download mnist --root DIR` fetches them).")
