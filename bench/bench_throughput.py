@@ -120,13 +120,13 @@ class Trainer:
 
 # ---------------------------------------------------------------- data
 def compose_cfg(root: Path, synthetic: bool, n_synthetic: int, batch_size: int, epochs: int, augmented: bool,
-                threads: int) -> DictConfig:
+                threads: int, model: str = "cnn") -> DictConfig:
     """The mnist_best job config as `train.py --config-dir sweeps --config-name mnist_best` composes it."""
     overrides = [
         f"hydra.searchpath=[file://{REPO / 'conf'}]", f"data.root={root}", "device=cpu",
         f"data.synthetic={str(synthetic).lower()}", f"data.n_synthetic={n_synthetic}",
         f"batch_size={batch_size}", f"epochs={epochs}", f"trainer.threads={threads}",
-        "trainer.log_every_epoch=false",
+        "trainer.log_every_epoch=false", f"task.model={model}",
         # Plain variant: no augmentation, plain shuffling; augmented variant: mnist_best as it stands.
         f"data.augment.enabled={str(augmented).lower()}", f"data.stratified={str(augmented).lower()}",
     ]
@@ -305,6 +305,8 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=20, help="training steps per epoch (a subset of the data)")
     p.add_argument("--rounds", type=int, default=6, help="timed epochs per pipeline, after one warm-up")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--model", default="cnn", choices=("cnn", "mlp", "softmax"),
+                   help="the issue's figure is the CNN; mlp/softmax show where the input pipeline dominates")
     p.add_argument("--no-augment", action="store_true", help="skip the augmented variant")
     p.add_argument("--profile", action="store_true", help="also print the training step's top operators")
     args = p.parse_args()
@@ -315,6 +317,7 @@ def main() -> int:
     n_train = args.steps * args.batch_size
     n_synthetic = math.ceil(max(n_train / 0.8, N_VAL / 0.2)) + 10  # synthetic data split 80/20
     print(f"machine: {machine_line()}")
+    print(f"model: {args.model}")
     print(f"data: {'real MNIST from ' + str(root) if real else f'SYNTHETIC MNIST-shaped data (no IDX files in {root})'}"
           f"; first {n_train:,} training images; batch {args.batch_size}, {args.steps} steps per epoch, "
           f"1 warm-up + {args.rounds} timed epochs per pipeline", flush=True)
@@ -322,7 +325,8 @@ def main() -> int:
     groups: dict[str, tuple[dict[str, list[float]], dict[str, float]]] = {}
     for augmented in (False,) if args.no_augment else (False, True):
         label = "rot/shift/zoom" if augmented else "none"
-        cfg = compose_cfg(root, not real, n_synthetic, args.batch_size, args.rounds + 1, augmented, args.threads)
+        cfg = compose_cfg(root, not real, n_synthetic, args.batch_size, args.rounds + 1, augmented, args.threads,
+                          args.model)
         splits = subset(load_splits(cfg, torch.device("cpu")), n_train)
         raw, scale, mean, std = baseline_images(root, real, splits)
         print(f"\naugmentation: {label}" + (" (sweepit: stratified batches, as mnist_best)" if augmented else ""))
