@@ -22,6 +22,14 @@ class ComposedConfigs:
         self.max_kept = max_kept
         self._kept: dict[tuple[int, tuple[str, ...]], DictConfig] = {}
 
+    @classmethod
+    def install(cls, hydra_context: Any) -> ComposedConfigs:
+        """Put the wrapper in place of the context's loader (once) and return it; launchers call this at setup()."""
+        if not isinstance(hydra_context.config_loader, cls):
+            hydra_context.config_loader = cls(hydra_context.config_loader)
+        loader: ComposedConfigs = hydra_context.config_loader
+        return loader
+
     def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
         config = self.loader.load_sweep_config(master_config, sweep_overrides)
         if len(self._kept) < self.max_kept:

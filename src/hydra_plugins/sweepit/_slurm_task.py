@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import pickle
 import socket
 import traceback
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict, read_write
 
+from hydra_plugins.sweepit._worker import picklable
 from sweepit.manifest import now_iso
 from sweepit.results import RESULT_FILE, atomic_write_text, read_result, write_result
 
@@ -30,14 +30,6 @@ TASK_DIR = ".slurm"  # inside the job directory
 _TASK_ENV = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_PROCID", "SLURM_LOCALID",
              "SLURM_NODEID", "SLURM_NTASKS", "SLURM_STEP_ID", "SLURM_RESTART_COUNT", "CUDA_VISIBLE_DEVICES",
              "SLURM_STEP_GPUS", "SLURM_JOB_NODELIST", "SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS")
-
-
-def _picklable(value: Any) -> Any:
-    try:
-        pickle.dumps(value)
-    except Exception:
-        return repr(value)
-    return value
 
 
 class SlurmTask:
@@ -85,7 +77,7 @@ class SlurmTask:
             raise error if isinstance(error, BaseException) else RuntimeError(repr(error))
         if rank == 0:
             _write_own_result(job_dir, "completed", ret.return_value, None)
-        return _picklable(ret.return_value)
+        return picklable(ret.return_value)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
         """Called by submitit on rank 0 when USR2 arrives: the same job again, unless it has just finished."""

@@ -102,7 +102,8 @@ def _reseed() -> None:
         sys.modules["numpy"].random.seed()
 
 
-def _picklable(value: Any) -> Any:
+def picklable(value: Any) -> Any:
+    """`value` when it pickles (to go back to the driver), else its repr."""
     try:
         pickle.dumps(value)
     except Exception:
@@ -123,7 +124,7 @@ def child_main(spec: ChildSpec, conn: Connection, hydra_context: HydraContext, t
         ret = run_job(hydra_context=hydra_context, task_function=task, config=spec.config,
                       job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
         if ret.status == JobStatus.COMPLETED:
-            reply = Reply(status="completed", value=_picklable(ret.return_value))
+            reply = Reply(status="completed", value=picklable(ret.return_value))
         else:
             exc = ret._return_value
             reply = _failure("failed", exc if isinstance(exc, BaseException) else RuntimeError(repr(exc)))

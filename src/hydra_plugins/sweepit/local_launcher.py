@@ -108,9 +108,7 @@ class LocalLauncher(Launcher):
         self.hydra_context = hydra_context
         self.task_function = task_function
         # The sweeper shares this context: the configs it composes to validate a batch are kept for launch().
-        if not isinstance(hydra_context.config_loader, ComposedConfigs):
-            hydra_context.config_loader = ComposedConfigs(hydra_context.config_loader)  # type: ignore[assignment]
-        self.composed: ComposedConfigs = hydra_context.config_loader  # type: ignore[assignment]
+        self.composed = ComposedConfigs.install(hydra_context)
 
     def _compose(self, job: Job) -> None:
         """The job's full config, as Hydra's own launchers compose it, and the directory it will run in."""

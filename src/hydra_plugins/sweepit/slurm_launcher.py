@@ -127,9 +127,7 @@ class SlurmLauncher(Launcher):
         self.config = config
         self.hydra_context = hydra_context
         self.task_function = task_function
-        if not isinstance(hydra_context.config_loader, ComposedConfigs):
-            hydra_context.config_loader = ComposedConfigs(hydra_context.config_loader)  # type: ignore[assignment]
-        self.composed: ComposedConfigs = hydra_context.config_loader  # type: ignore[assignment]
+        self.composed = ComposedConfigs.install(hydra_context)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         assert self.config is not None
