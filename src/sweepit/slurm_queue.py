@@ -112,6 +112,16 @@ def partition(name: str | None) -> Partition:
                      max_nodes_per_job=max_nodes, cpus_per_node=max(int(r[3].rstrip("+")) for r in mine))
 
 
+def scancel(job_ids: Iterable[str]) -> None:
+    """Cancel the given jobs (or array tasks); raise SlurmError when scancel refuses."""
+    ids = sorted(set(job_ids))
+    if not ids:
+        return
+    out = _run(["scancel", *ids])
+    if out.returncode != 0 and "Invalid job id" not in out.stderr:  # an id that already left the queue is fine
+        raise SlurmError(f"`scancel {' '.join(ids)}` must cancel the jobs, but failed: {out.stderr.strip()}")
+
+
 def _base_ids(job_ids: Iterable[str]) -> list[str]:
     return sorted({j.split("_", 1)[0] for j in job_ids}, key=int)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from optuna.trial import TrialState
-from slurm_launcher_testing import LINREG, TRAIN, manifest, result, run
+from slurm_launcher_testing import APP, LINREG, TRAIN, manifest, result, run
 
 import optuna
 
@@ -17,8 +17,7 @@ def test_optuna_search_through_slurm(tmp_path: Path) -> None:
                "lr=tag(log, interval(1e-3, 0.1))", "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2",
                "hydra.sweeper.sampler.seed=0", "hydra.callbacks.summary.report=false", "study=optuna_slurm")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    # The Slurm launcher offers Hydra's batch API only: the sweeper says it runs batches of n_jobs.
-    assert "trials run in batches of 2" in proc.stderr + proc.stdout
+    assert "batches" not in proc.stderr + proc.stdout  # the Slurm launcher starts trials one by one
     assert manifest(sweep).launcher == "slurm"
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(sweep / "optuna.journal")))
     trials = optuna.load_study(study_name="optuna_slurm", storage=storage).trials
@@ -27,3 +26,23 @@ def test_optuna_search_through_slurm(tmp_path: Path) -> None:
         assert sorted(t.intermediate_values) == [1, 2, 3]  # reported by the Slurm job, epoch by epoch
         assert result(Path(t.user_attrs["job_dir"]))["status"] == "completed"
     assert (sweep / "best_params.yaml").is_file()
+
+
+def test_slurm_trials_start_as_soon_as_any_ends(tmp_path: Path) -> None:
+    """On Slurm too a trial is submitted as soon as any ends: job 0 sleeps 12 s more, and meanwhile the other
+    trials run one after another in the second slot (a batch of 2 would wait for job 0)."""
+    sweep = tmp_path / "sweep"
+    proc = run(APP, sweep, "hydra/sweeper=optuna", "x=choice(0,1,2,3)", "hydra.sweeper.n_trials=4",
+               "hydra.sweeper.n_jobs=2", "hydra.sweeper.sampler.name=random", "hydra.sweeper.sampler.seed=0",
+               "slow_jobs=[0]", "extra_sleep_s=12", "study=async_slurm")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(sweep / "optuna.journal")))
+    trials = optuna.load_study(study_name="async_slurm", storage=storage).trials
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 4
+    assert [t.value for t in trials] == [float(t.params["x"] ** 2) for t in trials]
+    slow = next(t for t in trials if t.user_attrs["job_num"] == 0)
+    # Trial b was asked while the slow trial ran, after trial c (started after the slow one) was told.
+    assert any(slow.datetime_start < c.datetime_start and c.datetime_complete < b.datetime_start
+               < slow.datetime_complete for b in trials for c in trials), \
+        [(t.number, t.datetime_start, t.datetime_complete) for t in trials]
+    assert {e.state for e in manifest(sweep).jobs.values()} == {"completed"}

@@ -41,6 +41,12 @@ class Follower:
         self._dead_since: dict[int, float] = {}
         self._handlers: dict[int, Any] = {}
 
+    def add(self, num: int) -> None:
+        """Follow one more job (submitted after the follower was made: the Optuna sweeper's trials)."""
+        self.pending.append(num)
+        self._phase[num] = "queued"
+        self.progress.queued += 1
+
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.stop_signal = signum
 

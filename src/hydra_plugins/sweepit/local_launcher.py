@@ -27,6 +27,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hydra_plugins.sweepit._composed import ComposedConfigs
+from hydra_plugins.sweepit._driver import light_exit
 from hydra_plugins.sweepit._pool import Job, Pool
 from hydra_plugins.sweepit._resources import GpuPool, cpu_count, resolve_n_workers, visible_gpus
 from hydra_plugins.sweepit._sweep_run import SweepRun
@@ -109,6 +110,7 @@ class LocalLauncher(Launcher):
         self.task_function = task_function
         # The sweeper shares this context: the configs it composes to validate a batch are kept for launch().
         self.composed = ComposedConfigs.install(hydra_context)
+        light_exit()
 
     def _compose(self, job: Job) -> None:
         """The job's full config, as Hydra's own launchers compose it, and the directory it will run in."""

@@ -14,6 +14,7 @@ import logging
 import math
 import secrets
 import shutil
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from hydra_plugins.sweepit import _slurm_messages as messages
 from hydra_plugins.sweepit import _slurm_submit as submission
 from hydra_plugins.sweepit._composed import ComposedConfigs
+from hydra_plugins.sweepit._driver import light_exit
 from hydra_plugins.sweepit._pool import Job
 from hydra_plugins.sweepit._slurm_follow import Follower
 from hydra_plugins.sweepit._slurm_plan import check_time_limit, dry_run_text, place
@@ -105,6 +107,8 @@ class SlurmLauncher(Launcher):
         self.config: DictConfig | None = None
         self.task_function: TaskFunction | None = None
         self.hydra_context: HydraContext | None = None
+        self._async: tuple[Manifest, Follower, Progress] | None = None  # the run of start()/wait_any()
+        self._started: dict[int, PlannedJob] = {}
 
     # Attributes as on the local launcher, which a sweeper may switch off (sweepit's Optuna sweeper does).
     @property
@@ -128,6 +132,7 @@ class SlurmLauncher(Launcher):
         self.hydra_context = hydra_context
         self.task_function = task_function
         self.composed = ComposedConfigs.install(hydra_context)
+        light_exit()
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         assert self.config is not None
@@ -267,6 +272,78 @@ class SlurmLauncher(Launcher):
             ids.extend(chunk_ids)
             write_manifest(manifest)
         return ids
+
+    # -- one job at a time, as a sweeper asks: the Optuna sweeper's AsyncLauncher protocol ---------------------
+    def start(self, overrides: Sequence[str], job_num: int) -> None:
+        """Submit the job `job_num` now (one sbatch call); `wait_any` follows it with the others in flight."""
+        assert self.config is not None
+        _check(not self.conf.dry_run, "hydra.launcher.dry_run shows the submission of a fixed list of jobs, so an "
+               "adaptive search (whose next trial depends on the last ones) cannot use it", "dry_run=true",
+               "Drop hydra.launcher.dry_run, or dry-run a grid of the same space with the basic sweeper.")
+        sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
+        if self._async is None:
+            setup_globals()
+            configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+            manifest = open_manifest(sweep_dir, launcher="slurm")
+            progress = Progress(0)
+            c = self.conf
+            self._async = manifest, Follower(manifest, [], progress, c.poll_interval_s, c.result_grace_s,
+                                             c.stderr_tail_lines), progress
+        manifest, follower, _ = self._async
+        try:
+            job = self._plan(job_num, list(overrides), sweep_dir)
+            _, max_array_size = place([job], self.conf)
+        except (ConfigError, SlurmError) as e:
+            raise SlurmLaunchError(str(e)) from None
+        finally:
+            self.composed.clear()
+        manifest.jobs[job.num] = JobEntry(num=job.num, overrides=job.overrides, job_dir=str(job.job_dir),
+                                          state="not started")
+        self._submit([job], manifest, sweep_dir, max_array_size)
+        self._started[job.num] = job
+        follower.add(job.num)
+
+    def wait_any(self, timeout_s: float | None = None) -> list[tuple[int, JobReturn]]:
+        """Follow the jobs in flight (one squeue call every `poll_interval_s`) until one of them ends or
+        `timeout_s` passes; returns `(job_num, JobReturn)` of each job that ended since the last call."""
+        assert self._async is not None, "start() a job before wait_any()"
+        _, follower, _ = self._async
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            ended = [n for n in self._started if n in follower.statuses]
+            if ended or not follower.pending or (deadline is not None and time.monotonic() >= deadline):
+                break
+            next_look = time.monotonic() + self.conf.poll_interval_s
+            follower.poll()
+            if any(n in follower.statuses for n in self._started):
+                continue
+            time.sleep(max(0.0, min(next_look, deadline or next_look) - time.monotonic()))
+        return [(n, self._job_return(self._started.pop(n), follower.statuses[n])) for n in ended]
+
+    def close(self) -> None:
+        """End the run of start()/wait_any(). Jobs still in flight (the sweeper stopped: Ctrl-C, an error) are
+        cancelled with scancel, since no one will read their results; the manifest records them."""
+        if self._async is None:
+            return
+        manifest, follower, progress = self._async
+        self._async = None
+        left = [n for n in follower.pending if n in self._started]
+        try:
+            ids = [str(manifest.jobs[n].extra.get("slurm_job_id")) for n in left
+                   if manifest.jobs[n].extra.get("slurm_job_id")]
+            if ids:
+                from sweepit.slurm_queue import scancel
+
+                scancel(ids)
+                log.warning(f"cancelled {len(ids)} Slurm job(s) still in flight: {', '.join(ids)} (jobs "
+                            f"{', '.join(map(str, left))})")
+            for n in left:
+                manifest.jobs[n].state, manifest.jobs[n].ended_at = "interrupted", now_iso()
+        finally:
+            progress.close()
+            write_manifest(manifest)
+            self._started.clear()
 
     # -- returns ------------------------------------------------------------------------------------------
     def _job_return(self, job: PlannedJob, status: str | None) -> JobReturn:

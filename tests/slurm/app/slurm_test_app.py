@@ -27,7 +27,8 @@ def main(cfg: DictConfig) -> float:
         (job_dir / "times.json").write_text(json.dumps(times))
     # Read from the environment at run time: a resume submitted without it runs the job cleanly.
     fail_on = [int(v) for v in os.environ.get("SLURM_APP_FAIL_ON", "").split(",") if v]
-    time.sleep(float(cfg.sleep_s) + (float(cfg.extra_sleep_s) if x in cfg.slow_on else 0.0))
+    slow = x in cfg.slow_on or HydraConfig.get().job.num in cfg.slow_jobs
+    time.sleep(float(cfg.sleep_s) + (float(cfg.extra_sleep_s) if slow else 0.0))
     if x in cfg.hang_on:
         time.sleep(600)
     if x in fail_on:

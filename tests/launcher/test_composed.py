@@ -1,0 +1,46 @@
+"""The launchers' loader wrapper: configs composed with files loaded once are the configs Hydra composes."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.types import RunMode
+from omegaconf import OmegaConf
+
+from hydra_plugins.sweepit._composed import ComposedConfigs, LoadedConfigs
+from sweepit_testing import CONF
+
+SWEEP_JOBS = [
+    ["seed=1"],
+    ["optimizer=sgd", "lr=0.1"],
+    ["optimizer=adam", "lr=0.01", "task=mnist", "data.synthetic=true"],
+    ["task=cifar10", "trainer.gpus=2", "+extra.key=3"],
+    ["optimizer=rmsprop", "hydra.launcher.n_workers=1"],
+    ["seed=1"],  # the same job again: nothing of the first compose leaks into the second
+]
+
+
+def _yaml(config: object) -> str:
+    return OmegaConf.to_yaml(config, resolve=False)
+
+
+def test_loaded_once_composes_the_same_configs_as_hydra() -> None:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        master = loader.load_configuration("config", ["task=linreg"], run_mode=RunMode.MULTIRUN)
+        expected = [_yaml(loader.load_sweep_config(master, job)) for job in SWEEP_JOBS]
+        wrapped = ComposedConfigs(copy.deepcopy(loader))
+        assert isinstance(wrapped.loader.repository, LoadedConfigs)
+        got = [_yaml(wrapped.take(master, job)) for job in SWEEP_JOBS]
+        assert got == expected
+        loaded = wrapped.loader.repository.loaded
+        assert len(loaded) >= 5 and any(path == "optimizer/sgd" for _, path in loaded)  # files are kept ...
+        n = len(loaded)
+        wrapped.take(master, ["optimizer=sgd", "lr=0.3"])
+        assert len(loaded) == n  # ... and read once: a job of the same files loads none again
+        # The loader still travels to other processes (the Slurm launcher pickles it with each job).
+        again = pickle.loads(pickle.dumps(wrapped.loader))
+        assert _yaml(again.load_sweep_config(master, SWEEP_JOBS[1])) == expected[1]
