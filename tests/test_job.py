@@ -50,6 +50,7 @@ def test_linreg_recovers_the_line(compose_cfg: Callable[..., DictConfig], tmp_pa
         ("epochs=0", "epochs must be an integer >= 1, but got epochs=0"),
         ("metric=val_acc", "metric must name a metric that task linreg reports"),
         ("direction=up", "direction must be maximize or minimize"),
+        ("trainer.precision=fp16", "trainer.precision must be one of fp32, bf16, but got trainer.precision='fp16'"),
     ],
 )
 def test_invalid_values_fail_before_training(
@@ -133,3 +134,19 @@ def test_cosine_schedule_decays_the_lr_per_epoch(compose_cfg: Callable[..., Dict
     rows, _ = read_metrics(tmp_path)
     assert [r["lr"] for r in rows] == pytest.approx([0.1, 0.1 * (0.5 + 0.5 * math.cos(math.pi / 4)), 0.05,
                                                      0.1 * (0.5 - 0.5 * math.cos(math.pi / 4))])
+
+
+def test_bf16_channels_last_trains_the_cnn_like_fp32(compose_cfg: Callable[..., DictConfig], tmp_path: Path) -> None:
+    """bf16 autocast and NHWC layout change the arithmetic, not the training: same data order, close metrics."""
+    base = ["task=mnist", "task.model=cnn", "data.synthetic=true", "data.n_synthetic=512", "epochs=2",
+            "batch_size=64", *TINY[1:]]
+    run_job(compose_cfg(*base), tmp_path / "fp32")
+    run_job(compose_cfg(*base, "trainer.precision=bf16", "trainer.channels_last=true"), tmp_path / "bf16")
+    fp32, bf16 = read_result(tmp_path / "fp32"), read_result(tmp_path / "bf16")
+    assert fp32 is not None and bf16 is not None
+    assert (fp32["precision"], fp32["channels_last"]) == ("fp32", False)
+    assert (bf16["precision"], bf16["channels_last"]) == ("bf16", True)
+    assert bf16["status"] == "completed"
+    assert bf16["final"]["train_loss"] != fp32["final"]["train_loss"]  # bf16 arithmetic really ran ...
+    assert bf16["final"]["train_loss"] == pytest.approx(fp32["final"]["train_loss"], rel=0.05)  # ... to the same end
+    assert bf16["final"]["val_acc"] == pytest.approx(fp32["final"]["val_acc"], abs=0.03)

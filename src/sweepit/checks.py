@@ -8,6 +8,7 @@ from typing import Any
 from sweepit.errors import ConfigError
 
 TASKS = ("linreg", "digits", "mnist", "cifar10")
+PRECISIONS = ("fp32", "bf16")
 MODELS = {
     "linreg": ("linear",),
     "digits": ("softmax", "mlp", "cnn"),
@@ -67,6 +68,13 @@ def check_config(cfg: Any) -> None:
     schedule = cfg.trainer.get("lr_schedule", "constant")
     if schedule not in ("constant", "cosine"):
         raise ConfigError(f"trainer.lr_schedule must be constant or cosine, but got trainer.lr_schedule={schedule!r}.")
+    precision = cfg.trainer.get("precision", "fp32")
+    if precision not in PRECISIONS:
+        raise ConfigError(f"trainer.precision must be one of {', '.join(PRECISIONS)}, but got "
+                          f"trainer.precision={precision!r}; bf16 needs a CPU with AVX512-BF16/AMX or an A100/H100.")
+    channels_last = cfg.trainer.get("channels_last", False)
+    if not isinstance(channels_last, bool):
+        raise ConfigError(f"trainer.channels_last must be true or false, but got trainer.channels_last={channels_last!r}.")
     scaling = cfg.trainer.get("lr_scaling", "linear")
     if scaling not in ("linear", "sqrt", "none"):
         raise ConfigError(f"trainer.lr_scaling must be linear, sqrt or none, but got trainer.lr_scaling={scaling!r}.")

@@ -82,6 +82,14 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
         hidden=int(task.get("hidden", 128)), dropout=float(task.get("dropout", 0.0)),
         image_size=int(task.get("image_size", 32)),
     ).to(device)
+    precision = str(cfg.trainer.get("precision", "fp32"))
+    channels_last = bool(cfg.trainer.get("channels_last", False)) and len(data.input_shape) == 3
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+
+    def autocast() -> Any:
+        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
     lr = float(cfg.lr)
     scaling = str(cfg.trainer.get("lr_scaling", "linear"))
     effective_lr = lr * LR_SCALING[scaling](world)
@@ -104,13 +112,15 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
         "device": str(device), "world_size": world, "n_params": sum(p.numel() for p in model.parameters()),
         "batch_size": batch_size, "global_batch_size": batch_size * world, "lr": lr,
         "lr_scaling": scaling, "effective_lr": effective_lr, "warmup_epochs": warmup_epochs,
-        "n_train": len(data.x_train), "n_val": len(data.x_val), "data": data.source,
+        "n_train": len(data.x_train), "n_val": len(data.x_val), "data": data.source, "precision": precision,
+        "channels_last": channels_last,
     }
     i = out.info
     log(f"sweepit: task={task.name} model={task.model} params={i['n_params']:,} device={device} "
         f"world_size={world} batch={batch_size} (global {i['global_batch_size']}) lr={lr:g} "
         f"(effective {effective_lr:g}, {scaling} scaling"
-        + (f", {warmup_epochs} warm-up epochs" if warmup_epochs else "") + f") optimizer={cfg.optimizer.name}")
+        + (f", {warmup_epochs} warm-up epochs" if warmup_epochs else "") + f") optimizer={cfg.optimizer.name}"
+        + (f" precision={precision}" if precision != "fp32" else "") + (" channels_last" if channels_last else ""))
     log(f"sweepit: data={data.source}: {i['n_train']:,} train / {i['n_val']:,} val"
         + (" (augmented)" if augment else "") + (" (stratified batches)" if cfg.data.stratified else ""))
 
@@ -121,7 +131,7 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
             xb = augment_images(xb, float(aug.rotation_deg), float(aug.shift_frac), float(aug.zoom_frac), aug_g)
         if resize:
             xb = F.interpolate(xb, size=(image_size, image_size), mode="bilinear", align_corners=False)
-        return xb
+        return xb.contiguous(memory_format=torch.channels_last) if channels_last else xb
 
     generators = {"batch": batch_g, "augment": aug_g}
     config_hash = ckpt.fingerprint(_container(cfg))
@@ -156,8 +166,9 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
                 ramp = ((epoch - 1) * steps_per_epoch + step + 1) / (warmup_epochs * steps_per_epoch)
                 _set_lr(optimizer, lr + (effective_lr - lr) * min(1.0, ramp))
             xb, yb = prepare(data.x_train[idx], True), data.y_train[idx]
-            logits = model(xb)
-            loss = loss_fn(logits, yb)
+            with autocast():
+                logits = model(xb)
+                loss = loss_fn(logits, yb)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -175,7 +186,8 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
         row: dict[str, Any] = {"epoch": epoch, "train_loss": train_loss}
         if not regression:
             row["train_acc"] = correct / seen
-        row.update(evaluate(model, data, loss_fn, regression, lambda xb: prepare(xb, False), rank))
+        with autocast():
+            row.update(evaluate(model, data, loss_fn, regression, lambda xb: prepare(xb, False), rank))
         row["epoch_time_s"] = epoch_time_s
         row["samples_per_s"] = seen / epoch_time_s if epoch_time_s > 0 else float("nan")
         row["step_time_s"] = epoch_time_s / max(1, math.ceil(seen / (batch_size * world)))
