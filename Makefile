@@ -77,8 +77,8 @@ bench-launcher: ## Local launcher vs Hydra's basic and submitit_local: wall, CPU
 bench-slurm: ## Slurm launcher vs hydra-submitit-launcher on the local cluster: 64 jobs, sbatch calls, scancel-to-report (~10 min)
 	$(PY) bench/bench_slurm.py $(ARGS)
 
-bench-optuna: ## Search efficiency: TPE+Hyperband, TPE, random vs the full optimizer x lr grid (digits; ~15 min)
-	$(PY) bench/bench_optuna.py $(ARGS)
+bench-optuna: ## Search efficiency: TPE+Hyperband, TPE, random vs the optimizer x lr grid (MNIST_ROOT=dir, or digits; ~8 min)
+	$(PY) bench/bench_optuna.py $(if $(MNIST_ROOT),--root "$(MNIST_ROOT)",--task digits) $(ARGS)
 
 bench-mnist-best: ## The mnist_best study on real MNIST (MNIST_ROOT=dir with the IDX files); long
 	$(PY) bench/bench_mnist_best.py --root "$(MNIST_ROOT)" $(ARGS)

@@ -86,7 +86,6 @@ def _search(method: str, seed: int, points: list[tuple[str, float]], curves: dic
             target: float, budget: int) -> dict[str, Any]:
     """One search, trial after trial, until a complete trial reaches `target` or `budget` epochs are spent."""
     import optuna
-
     from sweepit.pruning import PRUNER_ATTR, TrialReporter, build_pruner, open_storage
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)

@@ -1,6 +1,6 @@
 """MNIST CNN training samples/s: sweepit's in-memory pipeline against a plain torch DataLoader pipeline.
 
-Run: python bench/bench_throughput.py [--root DIR] [--batch-size 128] [--steps 40] [--rounds 3]
+Run: python bench/bench_throughput.py [--root DIR] [--batch-size 128] [--steps 40] [--rounds 3] [--precision bf16]
      (or: make bench-throughput ARGS='--root DIR'; the root defaults to $MNIST_ROOT, then data/mnist)
 
 Same model (`build_model("cnn", (1, 28, 28), 10)`, the mnist_best hidden size and dropout), same seed, same
@@ -12,6 +12,10 @@ Adam learning rate, same batch size, same first `steps * batch_size` training im
   default collate, shuffle=True; the loop a course script writes.
 - compute only: the same training step on one fixed batch, no data work at all: the ceiling for any
   input pipeline on this machine.
+With `--precision bf16`, sweepit's job runs with `trainer.precision=bf16 trainer.channels_last=true`; the
+DataLoader baselines stay the plain fp32 loop, and one more baseline, `DataLoader num_workers=0 bf16`, runs
+the course loop with the same bf16 autocast and NHWC layout, so that the table tells the input pipeline's
+share of the gain from the arithmetic's.
 Each round runs one epoch of every pipeline in turn (sweepit's epoch, then the others from its epoch
 callback), so load from other processes hits them alike; round 1 is warm-up; the median and the best (least
 disturbed) of the other rounds are shown, and the ratio on both.
@@ -53,6 +57,7 @@ DATA_PASSES = 5  # the input pipelines alone take milliseconds: best of several 
 SWEEPIT = "sweepit train() (in-memory)"
 LOADER = "DataLoader num_workers={}"
 COMPUTE = "compute only (one fixed batch)"
+LOADER_BF16 = "DataLoader num_workers=0 bf16"
 
 
 # ---------------------------------------------------------------- the baseline a course script writes
@@ -86,9 +91,12 @@ def random_affine(x: torch.Tensor, rotation_deg: float, shift_frac: float, zoom_
 
 
 def train_step(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: nn.Module,
-               xb: torch.Tensor, yb: torch.Tensor) -> tuple[float, int]:
-    logits = model(xb)
-    loss = loss_fn(logits, yb)
+               xb: torch.Tensor, yb: torch.Tensor, bf16: bool = False) -> tuple[float, int]:
+    if bf16:
+        xb = xb.contiguous(memory_format=torch.channels_last)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        logits = model(xb)
+        loss = loss_fn(logits, yb)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
@@ -99,10 +107,13 @@ class Trainer:
     """A model, its optimizer and one way of feeding it; `epoch()` returns samples/s over one epoch."""
 
     def __init__(self, cfg: DictConfig, batches: Callable[[], Iterator[tuple[torch.Tensor, torch.Tensor]]],
-                 n_samples: int) -> None:
+                 n_samples: int, bf16: bool = False) -> None:
         torch.manual_seed(int(cfg.seed))
         t = cfg.task
         self.model = build_model(t.model, (1, 28, 28), 10, hidden=int(t.hidden), dropout=float(t.dropout))
+        self.bf16 = bf16
+        if bf16:
+            self.model = self.model.to(memory_format=torch.channels_last)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=float(cfg.lr))
         self.loss_fn = nn.CrossEntropyLoss()
         self.batches, self.n_samples = batches, n_samples
@@ -112,7 +123,7 @@ class Trainer:
         t0 = time.perf_counter()
         n = 0
         for xb, yb in self.batches():
-            train_step(self.model, self.opt, self.loss_fn, xb, yb)
+            train_step(self.model, self.opt, self.loss_fn, xb, yb, self.bf16)
             n += len(yb)
         assert n == self.n_samples, (n, self.n_samples)
         return n / (time.perf_counter() - t0)
@@ -120,13 +131,14 @@ class Trainer:
 
 # ---------------------------------------------------------------- data
 def compose_cfg(root: Path, synthetic: bool, n_synthetic: int, batch_size: int, epochs: int, augmented: bool,
-                threads: int, model: str = "cnn") -> DictConfig:
+                threads: int, model: str = "cnn", precision: str = "fp32") -> DictConfig:
     """The mnist_best job config as `train.py --config-dir sweeps --config-name mnist_best` composes it."""
     overrides = [
         f"hydra.searchpath=[file://{REPO / 'conf'}]", f"data.root={root}", "device=cpu",
         f"data.synthetic={str(synthetic).lower()}", f"data.n_synthetic={n_synthetic}",
         f"batch_size={batch_size}", f"epochs={epochs}", f"trainer.threads={threads}",
-        "trainer.log_every_epoch=false", f"task.model={model}",
+        "trainer.log_every_epoch=false", f"task.model={model}", f"trainer.precision={precision}",
+        f"trainer.channels_last={str(precision == 'bf16').lower()}",
         # Plain variant: no augmentation, plain shuffling; augmented variant: mnist_best as it stands.
         f"data.augment.enabled={str(augmented).lower()}", f"data.stratified={str(augmented).lower()}",
     ]
@@ -178,8 +190,12 @@ def measure_group(cfg: DictConfig, splits: Splits, raw: torch.Tensor, scale: flo
                                             persistent_workers=w > 0)
                for w in (0, 2)}
     others: dict[str, Trainer] = {name: Trainer(cfg, lambda dl=dl: iter(dl), n) for name, dl in loaders.items()}
+    bf16 = str(cfg.trainer.precision) == "bf16"
+    if bf16:
+        plain = loaders[LOADER.format(0)]
+        others[LOADER_BF16] = Trainer(cfg, lambda: iter(plain), n, bf16=True)
     xb, yb = splits.x_train[:bs].clone(), splits.y_train[:bs].clone()
-    others[COMPUTE] = Trainer(cfg, lambda: ((xb, yb) for _ in range(n // bs)), n // bs * bs)
+    others[COMPUTE] = Trainer(cfg, lambda: ((xb, yb) for _ in range(n // bs)), n // bs * bs, bf16=bf16)
     rates: dict[str, list[float]] = {SWEEPIT: [], **{name: [] for name in others}}
 
     def after_sweepit_epoch(epoch: int, row: dict[str, Any]) -> bool:
@@ -237,8 +253,8 @@ def drain(loader: DataLoader[Any]) -> None:
 def profile_compute(cfg: DictConfig, splits: Splits, n_steps: int = 10) -> None:
     """The training step's top operators, and what bf16 autocast with channels_last would make of it.
 
-    The bf16 line answers "what would speed the step up on this CPU" (AMX / AVX-512 BF16 units); sweepit's
-    loop has no such option today, so it is not part of the comparison above.
+    The bf16 lines show what `trainer.precision=bf16 trainer.channels_last=true` does to the step alone on
+    this CPU (AMX / AVX-512 BF16 units).
     """
     from torch.profiler import profile
 
@@ -287,11 +303,14 @@ def print_table(groups: dict[str, tuple[dict[str, list[float]], dict[str, float]
     for group, (rates, data_rates) in groups.items():
         for how, pick in (("median", statistics.median), ("best", max)):
             v = {k: pick(r[1:] or r) for k, r in rates.items()}
-            base = max((k for k in v if k.startswith("DataLoader")), key=v.__getitem__)
+            base = max((k for k in v if k.startswith("DataLoader") and k != LOADER_BF16), key=v.__getitem__)
             ratio, ceiling = v[SWEEPIT] / v[base], v[COMPUTE] / v[base]
-            print(f"{group} ({how}): sweepit / faster baseline ({base}) = {ratio:.2f}x "
+            print(f"{group} ({how}): sweepit / faster plain baseline ({base}) = {ratio:.2f}x "
                   f"(target >= {TARGET_RATIO:g}x: {'MET' if ratio >= TARGET_RATIO else 'MISSED'}); "
-                  f"compute-only / baseline = {ceiling:.2f}x, the most any input pipeline could gain here")
+                  f"compute-only / baseline = {ceiling:.2f}x")
+            if LOADER_BF16 in v:
+                print(f"{group} ({how}): sweepit / {LOADER_BF16} (same arithmetic, the input pipeline's share) = "
+                      f"{v[SWEEPIT] / v[LOADER_BF16]:.2f}x")
         step_ms = bs / max(rates[COMPUTE][1:] or rates[COMPUTE]) * 1000
         data_ms = ", ".join(f"{k.split(' (')[0]} {bs / r * 1000:.1f} ms" for k, r in data_rates.items())
         print(f"{group}: per step of {bs}: model step {step_ms:.1f} ms (best); input pipeline alone: {data_ms}")
@@ -308,6 +327,8 @@ def main() -> int:
     p.add_argument("--model", default="cnn", choices=("cnn", "mlp", "softmax"),
                    help="the issue's figure is the CNN; mlp/softmax show where the input pipeline dominates")
     p.add_argument("--no-augment", action="store_true", help="skip the augmented variant")
+    p.add_argument("--precision", default="fp32", choices=("fp32", "bf16"),
+                   help="sweepit's trainer.precision (bf16 also sets trainer.channels_last=true); baselines stay fp32")
     p.add_argument("--profile", action="store_true", help="also print the training step's top operators")
     args = p.parse_args()
     if args.threads > 0:
@@ -317,7 +338,8 @@ def main() -> int:
     n_train = args.steps * args.batch_size
     n_synthetic = math.ceil(max(n_train / 0.8, N_VAL / 0.2)) + 10  # synthetic data split 80/20
     print(f"machine: {machine_line()}")
-    print(f"model: {args.model}")
+    print(f"model: {args.model}; sweepit: trainer.precision={args.precision}"
+          + (" trainer.channels_last=true" if args.precision == "bf16" else ""))
     print(f"data: {'real MNIST from ' + str(root) if real else f'SYNTHETIC MNIST-shaped data (no IDX files in {root})'}"
           f"; first {n_train:,} training images; batch {args.batch_size}, {args.steps} steps per epoch, "
           f"1 warm-up + {args.rounds} timed epochs per pipeline", flush=True)
@@ -326,7 +348,7 @@ def main() -> int:
     for augmented in (False,) if args.no_augment else (False, True):
         label = "rot/shift/zoom" if augmented else "none"
         cfg = compose_cfg(root, not real, n_synthetic, args.batch_size, args.rounds + 1, augmented, args.threads,
-                          args.model)
+                          args.model, args.precision)
         splits = subset(load_splits(cfg, torch.device("cpu")), n_train)
         raw, scale, mean, std = baseline_images(root, real, splits)
         print(f"\naugmentation: {label}" + (" (sweepit: stratified batches, as mnist_best)" if augmented else ""))

@@ -3,12 +3,17 @@ file in the sweep directory (shared by the driver and the jobs), and are told to
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from optuna.trial import TrialState
-from slurm_launcher_testing import APP, LINREG, TRAIN, manifest, result, run
+from slurm_launcher_testing import APP, LINREG, TRAIN, Driver, manifest, result, run, slurm_ids, wait_until
 
 import optuna
+
+if TYPE_CHECKING:
+    from conftest import SlurmCluster
 
 
 def test_optuna_search_through_slurm(tmp_path: Path) -> None:
@@ -46,3 +51,35 @@ def test_slurm_trials_start_as_soon_as_any_ends(tmp_path: Path) -> None:
                < slow.datetime_complete for b in trials for c in trials), \
         [(t.number, t.datetime_start, t.datetime_complete) for t in trials]
     assert {e.state for e in manifest(sweep).jobs.values()} == {"completed"}
+
+
+def test_ctrl_c_cancels_the_trials_in_flight(tmp_path: Path, slurm_cluster: SlurmCluster) -> None:
+    """Ctrl-C stops the search: the Slurm jobs of the trials in flight are cancelled (nothing left running),
+    their trials are interrupted and enqueued again, and the same command resumes the study."""
+    sweep = tmp_path / "sweep"
+    args = ["hydra/sweeper=optuna", "x=choice(0,1,2,3)", "hydra.sweeper.n_trials=3", "hydra.sweeper.n_jobs=2",
+            "hydra.sweeper.sampler.name=random", "hydra.sweeper.sampler.seed=0", "study=ctrl_c_slurm"]
+    driver = Driver(APP, sweep, *args, "extra_sleep_s=600", "slow_jobs=[0,1]")
+    try:
+        wait_until(lambda: all((d / ".slurm" / "task-0.json").exists() for d in sweep.glob("[01]_*"))
+                   and len(list(sweep.glob("[01]_*"))) == 2, "jobs 0 and 1 to run", 60)
+        driver.proc.send_signal(signal.SIGINT)
+        code = driver.finish(timeout_s=60)
+    finally:
+        driver.kill()
+    assert code != 0
+    assert "cancelled 2 Slurm job(s) still in flight" in driver.stderr
+    ids = slurm_ids(sweep)
+    assert slurm_cluster.wait_until_final(int(ids[0])).startswith("CANCELLED")
+    assert slurm_cluster.wait_until_final(int(ids[1])).startswith("CANCELLED")
+    assert {manifest(sweep).jobs[n].state for n in (0, 1)} == {"interrupted"}
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(sweep / "optuna.journal")))
+    trials = optuna.load_study(study_name="ctrl_c_slurm", storage=storage).trials
+    assert [t.user_attrs.get("sweepit_status") for t in trials[:2]] == ["interrupted", "interrupted"]
+    assert [t.state for t in trials[2:]] == [TrialState.WAITING] * 2  # their parameters, enqueued for the rerun
+
+    proc = run(APP, sweep, *args)  # the same command (no slow jobs now) resumes and finishes the study
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trials = optuna.load_study(study_name="ctrl_c_slurm", storage=storage).trials
+    assert sum(t.state == TrialState.COMPLETE for t in trials) == 3
+    assert {t.user_attrs["job_num"] for t in trials if t.state == TrialState.COMPLETE}.isdisjoint({0, 1})
