@@ -74,7 +74,8 @@ def check_config(cfg: Any) -> None:
                           f"trainer.precision={precision!r}; bf16 needs a CPU with AVX512-BF16/AMX or an A100/H100.")
     channels_last = cfg.trainer.get("channels_last", False)
     if not isinstance(channels_last, bool):
-        raise ConfigError(f"trainer.channels_last must be true or false, but got trainer.channels_last={channels_last!r}.")
+        raise ConfigError("trainer.channels_last must be true or false, but got "
+                          f"trainer.channels_last={channels_last!r}.")
     scaling = cfg.trainer.get("lr_scaling", "linear")
     if scaling not in ("linear", "sqrt", "none"):
         raise ConfigError(f"trainer.lr_scaling must be linear, sqrt or none, but got trainer.lr_scaling={scaling!r}.")

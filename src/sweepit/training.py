@@ -85,7 +85,7 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
     precision = str(cfg.trainer.get("precision", "fp32"))
     channels_last = bool(cfg.trainer.get("channels_last", False)) and len(data.input_shape) == 3
     if channels_last:
-        model = model.to(memory_format=torch.channels_last)
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
 
     def autocast() -> Any:
         return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")

@@ -39,7 +39,7 @@ def test_slurm_trials_start_as_soon_as_any_ends(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     proc = run(APP, sweep, "hydra/sweeper=optuna", "x=choice(0,1,2,3)", "hydra.sweeper.n_trials=4",
                "hydra.sweeper.n_jobs=2", "hydra.sweeper.sampler.name=random", "hydra.sweeper.sampler.seed=0",
-               "slow_jobs=[0]", "extra_sleep_s=12", "study=async_slurm")
+               "slow_jobs=[0]", "extra_sleep_s=12", "hydra.sweeper.study_name=async_slurm")
     assert proc.returncode == 0, proc.stderr[-3000:]
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(sweep / "optuna.journal")))
     trials = optuna.load_study(study_name="async_slurm", storage=storage).trials
@@ -58,7 +58,8 @@ def test_ctrl_c_cancels_the_trials_in_flight(tmp_path: Path, slurm_cluster: Slur
     their trials are interrupted and enqueued again, and the same command resumes the study."""
     sweep = tmp_path / "sweep"
     args = ["hydra/sweeper=optuna", "x=choice(0,1,2,3)", "hydra.sweeper.n_trials=3", "hydra.sweeper.n_jobs=2",
-            "hydra.sweeper.sampler.name=random", "hydra.sweeper.sampler.seed=0", "study=ctrl_c_slurm"]
+            "hydra.sweeper.sampler.name=random", "hydra.sweeper.sampler.seed=0",
+            "hydra.sweeper.study_name=ctrl_c_slurm"]
     driver = Driver(APP, sweep, *args, "extra_sleep_s=600", "slow_jobs=[0,1]")
     try:
         wait_until(lambda: all((d / ".slurm" / "task-0.json").exists() for d in sweep.glob("[01]_*"))
@@ -68,7 +69,9 @@ def test_ctrl_c_cancels_the_trials_in_flight(tmp_path: Path, slurm_cluster: Slur
     finally:
         driver.kill()
     assert code != 0
-    assert "cancelled 2 Slurm job(s) still in flight" in driver.stderr
+    assert "SIGINT: cancelled 2 Slurm job(s) still in flight" in driver.stdout
+    assert "Traceback" not in driver.stderr  # the search stops with its message, not a KeyboardInterrupt
+    assert "was interrupted, so the search stops" in driver.stderr + driver.stdout
     ids = slurm_ids(sweep)
     assert slurm_cluster.wait_until_final(int(ids[0])).startswith("CANCELLED")
     assert slurm_cluster.wait_until_final(int(ids[1])).startswith("CANCELLED")

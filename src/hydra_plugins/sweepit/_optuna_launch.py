@@ -1,6 +1,6 @@
 """How the Optuna sweeper runs trials: one at a time on a launcher that can (no batch barrier), else in batches.
 
-A launcher that implements `AsyncLauncher` (sweepit's local launcher) starts each trial's job as soon as
+A launcher that implements `AsyncLauncher` (sweepit's local and Slurm launchers) starts each trial's job as soon as
 the sweeper asks for it and reports each job as it ends, so a slow trial never holds the others back.
 Any other Hydra launcher is driven through its batch `launch()`: `n_jobs` trials start together and the
 next batch waits for the slowest of them; the sweeper says so in its log.

@@ -4,7 +4,9 @@ Slurm job, submitted through submitit's executor API and followed by the driver.
 Each job's request comes from its own config (`trainer.gpus`, `timeout_min`), so one sweep may mix GPU
 counts; jobs with the same request go into one job array. The driver then follows the jobs with its own
 poll loop (squeue, sacct, result.json) and ends with the results table, or detaches (`wait=false`) and
-leaves `sweep.json` for `sweepit status DIR` and `sweepit resume DIR`. Heavy modules (submitit, torch) are
+leaves `sweep.json` for `sweepit status DIR` and `sweepit resume DIR`. For the Optuna sweeper it also runs
+jobs one by one (`start` / `wait_any` / `close`): each trial is submitted the moment it is asked for.
+Heavy modules (submitit, torch) are
 imported in `launch()` only, so Hydra's plugin scan stays fast.
 """
 
@@ -14,6 +16,8 @@ import logging
 import math
 import secrets
 import shutil
+import signal
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -109,6 +113,7 @@ class SlurmLauncher(Launcher):
         self.hydra_context: HydraContext | None = None
         self._async: tuple[Manifest, Follower, Progress] | None = None  # the run of start()/wait_any()
         self._started: dict[int, PlannedJob] = {}
+        self._cancelled = False  # the jobs in flight were cancelled (Ctrl-C): wait for Slurm to end them
 
     # Attributes as on the local launcher, which a sweeper may switch off (sweepit's Optuna sweeper does).
     @property
@@ -306,23 +311,52 @@ class SlurmLauncher(Launcher):
 
     def wait_any(self, timeout_s: float | None = None) -> list[tuple[int, JobReturn]]:
         """Follow the jobs in flight (one squeue call every `poll_interval_s`) until one of them ends or
-        `timeout_s` passes; returns `(job_num, JobReturn)` of each job that ended since the last call."""
+        `timeout_s` passes; returns `(job_num, JobReturn)` of each job that ended since the last call.
+
+        Ctrl-C (or SIGTERM) cancels every job in flight with scancel; they come back as `interrupted` once
+        Slurm has ended them, so the sweeper stops with its message. A second Ctrl-C stops waiting for that."""
         assert self._async is not None, "start() a job before wait_any()"
-        _, follower, _ = self._async
+        manifest, follower, _ = self._async
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while True:
-            ended = [n for n in self._started if n in follower.statuses]
-            if ended or not follower.pending or (deadline is not None and time.monotonic() >= deadline):
-                break
-            next_look = time.monotonic() + self.conf.poll_interval_s
-            follower.poll()
-            if any(n in follower.statuses for n in self._started):
-                continue
-            time.sleep(max(0.0, min(next_look, deadline or next_look) - time.monotonic()))
+        signals: list[int] = []
+
+        def on_signal(signum: int, frame: Any) -> None:
+            if signals:
+                raise KeyboardInterrupt(f"stopped by a second {signal.Signals(signum).name}")
+            signals.append(signum)
+
+        handlers = {}
+        if threading.current_thread() is threading.main_thread():
+            handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            while True:
+                ended = [n for n in self._started if n in follower.statuses]
+                if ended or not follower.pending or (deadline is not None and time.monotonic() >= deadline):
+                    break
+                if signals and not self._cancelled:
+                    self._cancel_in_flight(manifest, follower, signal.Signals(signals[0]).name)
+                next_look = time.monotonic() + self.conf.poll_interval_s
+                follower.poll()
+                while (not signals or self._cancelled) and time.monotonic() < min(next_look, deadline or next_look):
+                    time.sleep(0.1)
+        finally:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
         return [(n, self._job_return(self._started.pop(n), follower.statuses[n])) for n in ended]
 
+    def _cancel_in_flight(self, manifest: Manifest, follower: Follower, why: str) -> None:
+        from sweepit.slurm_queue import scancel
+
+        self._cancelled = True
+        left = [n for n in follower.pending if n in self._started]
+        ids = [str(manifest.jobs[n].extra["slurm_job_id"]) for n in left if manifest.jobs[n].extra.get("slurm_job_id")]
+        if ids:
+            scancel(ids)
+            log.warning(f"{why}: cancelled {len(ids)} Slurm job(s) still in flight: {', '.join(ids)} (jobs "
+                        f"{', '.join(map(str, left))})")
+
     def close(self) -> None:
-        """End the run of start()/wait_any(). Jobs still in flight (the sweeper stopped: Ctrl-C, an error) are
+        """End the run of start()/wait_any(). Jobs still in flight (the sweeper stopped on an error) are
         cancelled with scancel, since no one will read their results; the manifest records them."""
         if self._async is None:
             return
@@ -330,20 +364,15 @@ class SlurmLauncher(Launcher):
         self._async = None
         left = [n for n in follower.pending if n in self._started]
         try:
-            ids = [str(manifest.jobs[n].extra.get("slurm_job_id")) for n in left
-                   if manifest.jobs[n].extra.get("slurm_job_id")]
-            if ids:
-                from sweepit.slurm_queue import scancel
-
-                scancel(ids)
-                log.warning(f"cancelled {len(ids)} Slurm job(s) still in flight: {', '.join(ids)} (jobs "
-                            f"{', '.join(map(str, left))})")
+            if left and not self._cancelled:
+                self._cancel_in_flight(manifest, follower, "the search stopped")
             for n in left:
                 manifest.jobs[n].state, manifest.jobs[n].ended_at = "interrupted", now_iso()
         finally:
             progress.close()
             write_manifest(manifest)
             self._started.clear()
+            self._cancelled = False
 
     # -- returns ------------------------------------------------------------------------------------------
     def _job_return(self, job: PlannedJob, status: str | None) -> JobReturn:
