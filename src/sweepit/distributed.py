@@ -109,14 +109,17 @@ def spawn_local(world_size: int, target: Callable[[Rank], T]) -> T:
 
     This process only supervises: it waits on every rank's exit and on rank 0's result, so when any rank
     fails the others are killed at once, instead of waiting in a collective for a peer that never comes.
-    An exception raised by rank 0 (such as DivergedError) is raised again here.
+    An exception raised by rank 0 (such as DivergedError) is raised again here. The ranks share this
+    process's torch CPU threads (a job's own trainer.threads still wins), so N ranks do not run N times
+    the threads the job was given.
     """
+    threads = max(1, torch.get_num_threads() // world_size)
     port = _free_port()
     ctx = mp.get_context("fork")
     reader, writer = ctx.Pipe(duplex=False)
     procs: list[mp.process.BaseProcess] = [
         ctx.Process(target=_rank_main, args=(target, Rank(r, r, world_size, "127.0.0.1", port),
-                                             writer if r == 0 else None), name=f"sweepit-rank-{r}")
+                                             writer if r == 0 else None, threads), name=f"sweepit-rank-{r}")
         for r in range(world_size)
     ]
     for p in procs:
@@ -167,7 +170,8 @@ def _exception(value: object) -> BaseException:
 
 
 def _rank_main(target: Callable[[Rank], object], rank: Rank,
-               writer: multiprocessing.connection.Connection | None) -> None:
+               writer: multiprocessing.connection.Connection | None, threads: int = 1) -> None:
+    torch.set_num_threads(threads)
     try:
         value = target(rank)
     except BaseException as e:

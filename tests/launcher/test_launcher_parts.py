@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from hydra_plugins.sweepit._capture import tail_lines
-from hydra_plugins.sweepit._resources import GpuPool, resolve_n_workers, visible_gpus
+from hydra_plugins.sweepit._resources import GpuPool, resolve_n_workers, resolve_threads, visible_gpus
 from hydra_plugins.sweepit._sweep_run import describe_exit
 from hydra_plugins.sweepit.config import DEFAULT_PRELOAD
 from hydra_plugins.sweepit.local_launcher import LocalLauncher, preload
@@ -58,7 +58,7 @@ def test_project_config_defaults_to_the_local_launcher() -> None:
 
 @pytest.mark.parametrize(("key", "value", "words"), [
     ("n_workers", -1, "n_workers must be 0 (auto) or a positive count, but got n_workers=-1"),
-    ("threads_per_job", 0, "threads_per_job must be >= 1"),
+    ("threads_per_job", -1, "threads_per_job must be 0 (auto) or a positive count, but got threads_per_job=-1"),
     ("stderr_tail_lines", -2, "stderr_tail_lines must be >= 0"),
     ("term_grace_s", float("nan"), "term_grace_s must be >= 0"),
 ])
@@ -79,6 +79,18 @@ def test_n_workers_auto_is_gpus_else_cores_per_thread_budget() -> None:
     assert resolve_n_workers(0, threads_per_job=4, n_gpus=2, n_cpus=64) == 2
     assert resolve_n_workers(0, threads_per_job=4, n_gpus=0, n_cpus=16) == 4
     assert resolve_n_workers(0, threads_per_job=4, n_gpus=0, n_cpus=2) == 1
+    # Auto threads: every core a worker, but never more workers than the launch has jobs.
+    assert resolve_n_workers(0, threads_per_job=0, n_gpus=0, n_cpus=16) == 16
+    assert resolve_n_workers(0, threads_per_job=0, n_gpus=0, n_cpus=16, n_jobs=3) == 3
+    assert resolve_n_workers(0, threads_per_job=0, n_gpus=2, n_cpus=16, n_jobs=1) == 2  # GPUs: one worker each
+    assert resolve_n_workers(4, threads_per_job=0, n_gpus=0, n_cpus=16, n_jobs=1) == 4  # an explicit count stays
+
+
+def test_auto_threads_share_the_cores_between_the_workers() -> None:
+    assert resolve_threads(0, n_workers=3, n_cpus=16) == 5
+    assert resolve_threads(0, n_workers=1, n_cpus=2) == 2  # a one-job sweep gets both cores
+    assert resolve_threads(0, n_workers=32, n_cpus=16) == 1
+    assert resolve_threads(2, n_workers=1, n_cpus=16) == 2  # an explicit count stays
 
 
 @pytest.mark.parametrize(("env", "ids"), [("0,1", ["0", "1"]), ("", []), ("-1", []), ("2, 3,-1,4", ["2", "3"]),

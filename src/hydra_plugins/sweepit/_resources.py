@@ -44,13 +44,21 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def resolve_n_workers(n_workers: int, threads_per_job: int, n_gpus: int, n_cpus: int) -> int:
-    """`n_workers`, or when 0: one worker per GPU if there are GPUs, else CPU cores // threads per job."""
+def resolve_n_workers(n_workers: int, threads_per_job: int, n_gpus: int, n_cpus: int,
+                      n_jobs: int | None = None) -> int:
+    """`n_workers`, or when 0: one worker per GPU if there are GPUs, else CPU cores // threads per job (all
+    cores with auto threads), and on CPU no more workers than the launch has jobs (when it is known)."""
     if n_workers > 0:
         return n_workers
     if n_gpus > 0:
         return n_gpus
-    return max(1, n_cpus // max(1, threads_per_job))
+    workers = max(1, n_cpus // threads_per_job) if threads_per_job > 0 else max(1, n_cpus)
+    return workers if n_jobs is None else max(1, min(workers, n_jobs))
+
+
+def resolve_threads(threads_per_job: int, n_workers: int, n_cpus: int) -> int:
+    """`threads_per_job`, or when 0 (auto): the CPU cores shared out between the workers (at least 1)."""
+    return threads_per_job if threads_per_job > 0 else max(1, n_cpus // max(1, n_workers))
 
 
 class GpuPool:

@@ -22,11 +22,12 @@ DEFAULT_PRELOAD = [
 class LocalLauncherConf:
     _target_: str = "hydra_plugins.sweepit.local_launcher.LocalLauncher"
     # Worker processes at once. 0 = auto: one per GPU when there are GPUs, else CPU cores // threads_per_job
-    # (at least 1). A job with gpus_key=N takes N GPUs (through CUDA_VISIBLE_DEVICES), or on CPU N workers
-    # (its N ranks).
+    # (every core with auto threads), and on CPU at most the launch's job count. A job with gpus_key=N takes
+    # N GPUs (through CUDA_VISIBLE_DEVICES), or on CPU N workers (its N ranks).
     n_workers: int = 0
-    # torch CPU threads per job (torch.set_num_threads); a job's own trainer.threads > 0 wins.
-    threads_per_job: int = 1
+    # torch CPU threads per job (torch.set_num_threads). 0 = auto: CPU cores // workers, so that 32 jobs on
+    # 16 cores get 1 thread each and 2 jobs get 8. A job's own trainer.threads > 0 wins.
+    threads_per_job: int = 0
     # true: the sweep exits with status 1 when any job failed or was interrupted. false: exit 0; such
     # jobs reach the sweeper as COMPLETED with return value None (result.json keeps the real status).
     fail_on_error: bool = True

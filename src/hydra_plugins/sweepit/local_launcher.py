@@ -29,7 +29,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from hydra_plugins.sweepit._composed import ComposedConfigs
 from hydra_plugins.sweepit._driver import light_exit
 from hydra_plugins.sweepit._pool import Job, Pool
-from hydra_plugins.sweepit._resources import GpuPool, cpu_count, resolve_n_workers, visible_gpus
+from hydra_plugins.sweepit._resources import GpuPool, cpu_count, resolve_n_workers, resolve_threads, visible_gpus
 from hydra_plugins.sweepit._sweep_run import SweepRun
 from hydra_plugins.sweepit._worker import ChildSpec, child_main
 from hydra_plugins.sweepit.config import DEFAULT_PRELOAD
@@ -77,12 +77,12 @@ def preload(names: Sequence[str]) -> None:
 
 
 class LocalLauncher(Launcher):
-    def __init__(self, n_workers: int = 0, threads_per_job: int = 1, fail_on_error: bool = True,
+    def __init__(self, n_workers: int = 0, threads_per_job: int = 0, fail_on_error: bool = True,
                  resume: bool = False, preload: Sequence[str] | None = None, stderr_tail_lines: int = 50,
                  term_grace_s: float = 5.0, gpus_key: str = "trainer.gpus", print_summary: bool = True) -> None:
         _require(n_workers >= 0, "hydra.launcher.n_workers must be 0 (auto) or a positive count",
                  f"n_workers={n_workers}", "Set for example hydra.launcher.n_workers=2.")
-        _require(threads_per_job >= 1, "hydra.launcher.threads_per_job must be >= 1",
+        _require(threads_per_job >= 0, "hydra.launcher.threads_per_job must be 0 (auto) or a positive count",
                  f"threads_per_job={threads_per_job}", "Set for example hydra.launcher.threads_per_job=1.")
         _require(stderr_tail_lines >= 0, "hydra.launcher.stderr_tail_lines must be >= 0",
                  f"stderr_tail_lines={stderr_tail_lines}", "Set for example hydra.launcher.stderr_tail_lines=20.")
@@ -129,7 +129,7 @@ class LocalLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         assert self.config is not None and self.hydra_context is not None
-        sweep_dir, gpus, gpu_pool, n_workers, check = self._prepare()
+        sweep_dir, gpus, gpu_pool, n_workers, threads, check = self._prepare(len(job_overrides))
         jobs = [Job(num=initial_job_idx + i, overrides=list(o)) for i, o in enumerate(job_overrides)]
         manifest = open_manifest(sweep_dir, launcher="local")
         for j in jobs:
@@ -142,10 +142,10 @@ class LocalLauncher(Launcher):
         progress = Progress(len(jobs))
         run = SweepRun(manifest, progress, compose=self._compose, resume=self.resume, check=check,
                        stderr_tail_lines=self.stderr_tail_lines)
-        log.info(f"Launching {len(jobs)} jobs on {n_workers} local worker(s), {self.threads_per_job} torch "
+        log.info(f"Launching {len(jobs)} jobs on {n_workers} local worker(s), {threads} torch "
                  f"thread(s) each{f', GPUs {gpus}' if gpus else ''}{', resuming' if self.resume else ''}; "
                  f"sweep dir {sweep_dir}")
-        pool = Pool(n_workers, gpu_pool, use_gpus=bool(gpus), threads=self.threads_per_job, echo=n_workers == 1,
+        pool = Pool(n_workers, gpu_pool, use_gpus=bool(gpus), threads=threads, echo=n_workers == 1,
                     term_grace_s=self.term_grace_s, child=self._child, hooks=run, clock_ticks=progress.live)
         # Objects the driver made so far move out of the collector's reach, so that no job's garbage
         # collection writes to (and so copies) the memory pages it shares with the driver. Only the young
@@ -224,23 +224,24 @@ class LocalLauncher(Launcher):
 
     def _open_run(self) -> tuple[Pool, SweepRun, Any, Progress]:
         """What launch() sets up, for jobs that come one by one."""
-        sweep_dir, gpus, gpu_pool, n_workers, check = self._prepare()
+        sweep_dir, gpus, gpu_pool, n_workers, threads, check = self._prepare(None)
         manifest = open_manifest(sweep_dir, launcher="local")
         progress = Progress(0)
         run = SweepRun(manifest, progress, compose=self._compose, resume=self.resume, check=check,
                        stderr_tail_lines=self.stderr_tail_lines)
-        log.info(f"Running jobs as the sweeper asks, on {n_workers} local worker(s), {self.threads_per_job} torch "
+        log.info(f"Running jobs as the sweeper asks, on {n_workers} local worker(s), {threads} torch "
                  f"thread(s) each{f', GPUs {gpus}' if gpus else ''}; sweep dir {sweep_dir}")
-        pool = Pool(n_workers, gpu_pool, use_gpus=bool(gpus), threads=self.threads_per_job, echo=n_workers == 1,
+        pool = Pool(n_workers, gpu_pool, use_gpus=bool(gpus), threads=threads, echo=n_workers == 1,
                     term_grace_s=self.term_grace_s, child=self._child, hooks=run, clock_ticks=progress.live)
         gc.collect(1)
         gc.freeze()  # as in launch(): jobs do not copy the driver's memory pages
         pool.open()
         return pool, run, manifest, progress
 
-    def _prepare(self) -> tuple[Path, list[str], GpuPool, int, Callable[[Job], None]]:
-        """Set-up shared by launch() and start(): logging, the sweep dir, preloads, GPUs and workers, and the
-        check that gives each job its GPUs (one per rank) or its CPU worker slots (its ranks are processes)."""
+    def _prepare(self, n_jobs: int | None) -> tuple[Path, list[str], GpuPool, int, int, Callable[[Job], None]]:
+        """Set-up shared by launch() and start(): logging, the sweep dir, preloads, GPUs, workers and threads
+        (`n_jobs`: the launch's job count, None when jobs come one by one), and the check that gives each job
+        its GPUs (one per rank) or its CPU worker slots (its ranks are processes)."""
         assert self.config is not None
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
@@ -251,7 +252,8 @@ class LocalLauncher(Launcher):
         log.debug(f"preloaded {self.preload} in {time.perf_counter() - t0:.2f} s")
         gpus = visible_gpus()
         gpu_pool = GpuPool(gpus)
-        n_workers = resolve_n_workers(self.n_workers, self.threads_per_job, len(gpus), cpu_count())
+        n_workers = resolve_n_workers(self.n_workers, self.threads_per_job, len(gpus), cpu_count(), n_jobs)
+        threads = resolve_threads(self.threads_per_job, n_workers, cpu_count())
 
         def check(job: Job) -> None:
             ranks = self._ranks(job)
@@ -261,7 +263,7 @@ class LocalLauncher(Launcher):
             else:
                 job.n_slots = min(max(ranks, 1), n_workers)
 
-        return sweep_dir, gpus, gpu_pool, n_workers, check
+        return sweep_dir, gpus, gpu_pool, n_workers, threads, check
 
     def _ranks(self, job: Job) -> int:
         need = OmegaConf.select(job.config, self.gpus_key, default=1)
