@@ -1,5 +1,6 @@
-"""The driver's records around each job: manifest states, the progress line, `result.json` for a job that
-died without writing one, and the report of failed jobs at the end."""
+"""The driver's records around each job, shared by the local and the Slurm launcher: each job's directory,
+manifest states, the progress line, `result.json` for a job that died without writing one, and the report
+of failed jobs at the end (raised as `SweepFailed`)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from hydra.errors import CompactHydraException
+from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.sweepit._capture import STDERR_LOG, tail_lines
 from hydra_plugins.sweepit._pool import Job
-from sweepit.errors import ConfigError
+from sweepit.errors import ConfigError, SweepFailedError
 from sweepit.manifest import (
     FAILED_STATUSES,
     Manifest,
@@ -28,6 +30,27 @@ from sweepit.progress import Progress
 from sweepit.results import METRICS_FILE, RESULT_FILE, read_result, write_result
 
 _MAX_LISTED = 10  # failed jobs named one by one in the final error
+
+
+class SweepFailed(SweepFailedError, CompactHydraException):
+    """A compact Hydra exception: Hydra prints the message alone, without a traceback, and exits with 1."""
+
+
+def job_dir(config: DictConfig, sweep_dir: Path) -> Path:
+    """`hydra.sweep.dir/hydra.sweep.subdir` as Hydra's run_job resolves it (the subdir may use hydra.job.*);
+    `sweep_dir` is the sweep's, resolved once (its `${now:}` is cached, so every job's is the same)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    raw = OmegaConf.to_container(config.hydra.sweep, resolve=False)
+    if "${hydra:" not in str(raw):
+        return sweep_dir / str(OmegaConf.select(config, "hydra.sweep.subdir"))  # no HydraConfig (a 20 ms copy)
+    hydra_config = HydraConfig.instance()
+    saved = hydra_config.cfg
+    hydra_config.set_config(config)
+    try:
+        return sweep_dir / str(OmegaConf.select(config, "hydra.sweep.subdir"))
+    finally:
+        hydra_config.cfg = saved
 
 
 def describe_exit(exit_code: int | None, stopped: bool) -> str:

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.utils import JobReturn, JobRuntime, JobStatus, configure_log, setup_globals
-from hydra.errors import CompactHydraException
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -30,10 +29,10 @@ from hydra_plugins.sweepit._composed import ComposedConfigs
 from hydra_plugins.sweepit._driver import light_exit
 from hydra_plugins.sweepit._pool import Job, Pool
 from hydra_plugins.sweepit._resources import GpuPool, cpu_count, resolve_n_workers, resolve_threads, visible_gpus
-from hydra_plugins.sweepit._sweep_run import SweepRun
+from hydra_plugins.sweepit._sweep_run import SweepFailed, SweepRun, job_dir
 from hydra_plugins.sweepit._worker import ChildSpec, child_main
 from hydra_plugins.sweepit.config import DEFAULT_PRELOAD
-from sweepit.errors import ConfigError, SweepFailedError
+from sweepit.errors import ConfigError
 from sweepit.manifest import FAILED_STATUSES, JobEntry, is_finished, open_manifest, write_manifest
 from sweepit.progress import Progress
 from sweepit.results import read_result
@@ -41,10 +40,6 @@ from sweepit.summary import summarize
 
 log = logging.getLogger(__name__)
 _preloaded: set[str] = set()
-
-
-class SweepFailed(SweepFailedError, CompactHydraException):
-    """A compact Hydra exception: Hydra prints the message alone, without a traceback, and exits with 1."""
 
 
 def _require(ok: bool, rule: str, value: str, fix: str) -> None:
@@ -120,7 +115,7 @@ class LocalLauncher(Launcher):
         with open_dict(config):
             config.hydra.job.id = job.num
             config.hydra.job.num = job.num
-        job.config, job.job_dir = config, _job_dir(config, self._sweep_dir)
+        job.config, job.job_dir = config, job_dir(config, self._sweep_dir)
         log.debug(f"job {job.num} config ready in {time.perf_counter() - t0:.3f} s")
 
     def _child(self, job: Job, spec: ChildSpec, conn: Connection) -> None:
@@ -292,20 +287,3 @@ class LocalLauncher(Launcher):
                         status=JobStatus.COMPLETED)
         ret.return_value = None if status in FAILED_STATUSES else value
         return ret
-
-
-def _job_dir(config: DictConfig, sweep_dir: Path) -> Path:
-    """`hydra.sweep.dir/hydra.sweep.subdir` as Hydra's run_job resolves it (the subdir may use hydra.job.*);
-    `sweep_dir` is the sweep's, resolved once (its `${now:}` is cached, so every job's is the same)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    raw = OmegaConf.to_container(config.hydra.sweep, resolve=False)
-    if "${hydra:" not in str(raw):
-        return sweep_dir / str(OmegaConf.select(config, "hydra.sweep.subdir"))  # no HydraConfig (a 20 ms copy)
-    hydra_config = HydraConfig.instance()
-    saved = hydra_config.cfg
-    hydra_config.set_config(config)
-    try:
-        return sweep_dir / str(OmegaConf.select(config, "hydra.sweep.subdir"))
-    finally:
-        hydra_config.cfg = saved

@@ -38,8 +38,7 @@ from hydra_plugins.sweepit._slurm_follow import Follower
 from hydra_plugins.sweepit._slurm_plan import check_time_limit, dry_run_text, place
 from hydra_plugins.sweepit._slurm_shape import Shape, integer, sbatch_parameters
 from hydra_plugins.sweepit._slurm_submit import PlannedJob
-from hydra_plugins.sweepit._sweep_run import SweepRun
-from hydra_plugins.sweepit.local_launcher import SweepFailed, _job_dir
+from hydra_plugins.sweepit._sweep_run import SweepFailed, SweepRun, job_dir
 from hydra_plugins.sweepit.slurm_config import SlurmLauncherConf
 from sweepit.errors import ConfigError, SweepitError
 from sweepit.manifest import (
@@ -167,7 +166,7 @@ class SlurmLauncher(Launcher):
         gpus = integer(OmegaConf.select(config, c.gpus_key, default=1), c.gpus_key, num, 1)
         timeout_min = integer(OmegaConf.select(config, c.timeout_key, default=None), c.timeout_key, num, 1)
         check_time_limit(num, timeout_min, c)
-        return PlannedJob(num=num, overrides=overrides, config=config, job_dir=_job_dir(config, sweep_dir),
+        return PlannedJob(num=num, overrides=overrides, config=config, job_dir=job_dir(config, sweep_dir),
                           shape=Shape(nodes=1, tasks_per_node=gpus, timeout_min=timeout_min))
 
     # -- submission and following ---------------------------------------------------------------------------
