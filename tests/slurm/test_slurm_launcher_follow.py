@@ -92,6 +92,13 @@ def test_detach_then_status_then_resume_runs_only_what_did_not_complete(tmp_path
         return all((sweep / name / "result.json").exists() for name in ("0_x=0", "1_x=1", "2_x=2"))
 
     wait_until(three_ended, "jobs 0-2 to end", 60)
+    # Job 2 wrote its failed result.json a moment before its process ends; until Slurm says it ended, a
+    # failed result beside a RUNNING job is what a requeued job looks like, and status rightly says running.
+    def job_2_ended() -> bool:
+        row = (slurm_queue.sacct([ids[2]]) or {}).get(ids[2])
+        return row is not None and row.state in slurm_queue.FINAL_STATES
+
+    wait_until(job_2_ended, f"Slurm to end job 2 ({ids[2]})", 60)
     status = sweepit("status", str(sweep))
     assert status.returncode == 0, status.stderr
     table = status.stdout.split("\n\n")[0].splitlines()[2:]  # header and rule first
