@@ -120,7 +120,8 @@ class Follower:
         entry = self.manifest.jobs[num]
         error = str(_read(Path(entry.job_dir)).get("error", ""))
         self.progress.clear()
-        print(f"sweepit: job {num} [{' '.join(entry.overrides)}] {s.state}: {error} (stderr: "
+        shown = [o for o in entry.overrides if not o.lstrip("+~").startswith("hydra.")]  # not the sweeper's own
+        print(f"sweepit: job {num} [{' '.join(shown)}] {s.state}: {error} (stderr: "
               f"{entry.extra.get('stderr')})", file=sys.stderr, flush=True)
 
 
