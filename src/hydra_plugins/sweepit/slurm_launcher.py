@@ -336,7 +336,8 @@ class SlurmLauncher(Launcher):
                     self._cancel_in_flight(manifest, follower, signal.Signals(signals[0]).name)
                 next_look = time.monotonic() + self.conf.poll_interval_s
                 follower.poll()
-                while (not signals or self._cancelled) and time.monotonic() < min(next_look, deadline or next_look):
+                while ((not signals or self._cancelled) and time.monotonic() < min(next_look, deadline or next_look)
+                       and not any(n in follower.statuses for n in self._started)):
                     time.sleep(0.1)
         finally:
             for sig, handler in handlers.items():
