@@ -65,7 +65,7 @@ sweep-optuna: sweep-optuna_lr ## Optuna search: optimizer x log-uniform lr on di
 
 bench: bench-throughput bench-report ## Run the quick benchmarks (figures go into bench/RESULTS.md by hand)
 
-bench-throughput: ## MNIST CNN samples/s: in-memory pipeline vs torch DataLoader (synthetic data if MNIST is absent)
+bench-throughput: ## MNIST CNN samples/s: sweepit vs a torch DataLoader loop (ARGS='--root DIR --precision bf16'; synthetic if no MNIST)
 	$(PY) bench/bench_throughput.py $(ARGS)
 
 bench-report: ## Time `sweepit report` on a generated 1,000-job sweep against reading it with summary.collect
