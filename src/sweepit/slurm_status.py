@@ -173,7 +173,9 @@ def status_table(m: Manifest) -> str:
         has_dir = bool(e.job_dir) and Path(e.job_dir).is_dir()
         row = read_job(Path(e.job_dir)) if has_dir else JobRow(num, Path(e.job_dir), {}, "")
         row.num = num
-        row.overrides = {key.lstrip("+~"): value for key, _, value in (o.partition("=") for o in e.overrides)}
+        # As in .hydra/overrides.yaml: the job's own overrides, not hydra.* ones (the Optuna sweeper's env_set).
+        row.overrides = {key.lstrip("+~"): value for key, _, value in (o.partition("=") for o in e.overrides)
+                         if not key.lstrip("+~").startswith("hydra.")}
         row.status = e.state
         where = " ".join(x for x in (slurm_id(e), e.extra.get("slurm_state"), e.extra.get("node")) if x)
         row.note = "; ".join(x for x in (f"slurm {where}" if where else "", row.note) if x)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from optuna.trial import TrialState
-from slurm_launcher_testing import APP, LINREG, TRAIN, Driver, manifest, result, run, slurm_ids, wait_until
+from slurm_launcher_testing import APP, LINREG, TRAIN, Driver, manifest, result, run, slurm_ids, sweepit, wait_until
 
 import optuna
 
@@ -76,6 +76,8 @@ def test_ctrl_c_cancels_the_trials_in_flight(tmp_path: Path, slurm_cluster: Slur
     assert slurm_cluster.wait_until_final(int(ids[0])).startswith("CANCELLED")
     assert slurm_cluster.wait_until_final(int(ids[1])).startswith("CANCELLED")
     assert {manifest(sweep).jobs[n].state for n in (0, 1)} == {"interrupted"}
+    status = sweepit("status", str(sweep))
+    assert status.stdout.count(" interrupted ") == 2 and "SWEEPIT_OPTUNA" not in status.stdout, status.stdout
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(sweep / "optuna.journal")))
     trials = optuna.load_study(study_name="ctrl_c_slurm", storage=storage).trials
     assert [t.user_attrs.get("sweepit_status") for t in trials[:2]] == ["interrupted", "interrupted"]
