@@ -101,3 +101,19 @@ def test_rank_from_slurm_and_torchrun_environments() -> None:
                                 "MASTER_PORT": "1234"}
     assert from_environment(torchrun) == Rank(1, 1, 2, "h", 1234)
     assert from_environment({}) is None
+
+
+def _threads(rank: Rank) -> int:
+    return torch.get_num_threads()
+
+
+def test_local_ranks_share_the_threads_of_their_job() -> None:
+    """Two forked ranks of a job given 4 torch threads get 2 each, not 4 each (8 threads on 4 cores)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(4)
+    try:
+        assert spawn_local(2, _threads) == 2
+        torch.set_num_threads(1)
+        assert spawn_local(2, _threads) == 1  # never below one
+    finally:
+        torch.set_num_threads(before)
