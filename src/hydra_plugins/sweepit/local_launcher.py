@@ -25,8 +25,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from hydra_plugins.sweepit._composed import ComposedConfigs
-from hydra_plugins.sweepit._driver import light_exit
+from hydra_plugins.sweepit._driver import setup_driver
 from hydra_plugins.sweepit._pool import Job, Pool
 from hydra_plugins.sweepit._resources import GpuPool, cpu_count, resolve_n_workers, resolve_threads, visible_gpus
 from hydra_plugins.sweepit._sweep_run import SweepFailed, SweepRun, job_dir
@@ -104,8 +103,7 @@ class LocalLauncher(Launcher):
         self.hydra_context = hydra_context
         self.task_function = task_function
         # The sweeper shares this context: the configs it composes to validate a batch are kept for launch().
-        self.composed = ComposedConfigs.install(hydra_context)
-        light_exit()
+        self.composed = setup_driver(hydra_context)
 
     def _compose(self, job: Job) -> None:
         """The job's full config, as Hydra's own launchers compose it, and the directory it will run in."""

@@ -31,8 +31,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hydra_plugins.sweepit import _slurm_messages as messages
 from hydra_plugins.sweepit import _slurm_submit as submission
-from hydra_plugins.sweepit._composed import ComposedConfigs
-from hydra_plugins.sweepit._driver import light_exit
+from hydra_plugins.sweepit._driver import setup_driver
 from hydra_plugins.sweepit._pool import Job
 from hydra_plugins.sweepit._slurm_follow import Follower
 from hydra_plugins.sweepit._slurm_plan import check_time_limit, dry_run_text, place
@@ -135,8 +134,8 @@ class SlurmLauncher(Launcher):
         self.config = config
         self.hydra_context = hydra_context
         self.task_function = task_function
-        self.composed = ComposedConfigs.install(hydra_context)
-        light_exit()
+        # The sweeper shares this context: the configs it composes to validate a batch are kept for launch().
+        self.composed = setup_driver(hydra_context)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         assert self.config is not None
