@@ -18,7 +18,7 @@ from sweepit import slurm_queue
 from sweepit.manifest import FAILED_STATUSES, JobEntry, Manifest, now_iso, result_status
 from sweepit.results import read_metrics, write_result
 from sweepit.slurm_queue import ACTIVE_STATES, FINAL_STATES, QueueRow, SlurmError
-from sweepit.summary import JobRow, format_table, read_job
+from sweepit.summary import JobRow, format_table, override_values, read_job
 
 LOST = "LOST"                        # neither squeue nor sacct knows the job any more
 RECORDED_BY = "sweepit slurm launcher"
@@ -173,9 +173,7 @@ def status_table(m: Manifest) -> str:
         has_dir = bool(e.job_dir) and Path(e.job_dir).is_dir()
         row = read_job(Path(e.job_dir)) if has_dir else JobRow(num, Path(e.job_dir), {}, "")
         row.num = num
-        # As in .hydra/overrides.yaml: the job's own overrides, not hydra.* ones (the Optuna sweeper's env_set).
-        row.overrides = {key.lstrip("+~"): value for key, _, value in (o.partition("=") for o in e.overrides)
-                         if not key.lstrip("+~").startswith("hydra.")}
+        row.overrides = override_values(e.overrides)
         row.status = e.state
         where = " ".join(x for x in (slurm_id(e), e.extra.get("slurm_state"), e.extra.get("node")) if x)
         row.note = "; ".join(x for x in (f"slurm {where}" if where else "", row.note) if x)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,9 +40,20 @@ def read_overrides(job_dir: Path) -> dict[str, str]:
         items = yaml.load(path.read_text(), Loader=_LOADER) or []
     except (OSError, yaml.YAMLError):
         return {}
+    return override_values(str(item) for item in items)
+
+
+def own_overrides(overrides: Iterable[str]) -> list[str]:
+    """A job's own overrides, as `.hydra/overrides.yaml` holds them: not `hydra.*` ones (such as the Optuna
+    sweeper's `hydra.job.env_set`), which a launcher's records (sweep.json) also carry."""
+    return [o for o in overrides if not o.partition("=")[0].lstrip("+~").startswith("hydra.")]
+
+
+def override_values(overrides: Iterable[str]) -> dict[str, str]:
+    """`key=value` overrides as {key: value}, `+`, `++` and `~` dropped; the job's own only (`own_overrides`)."""
     out: dict[str, str] = {}
-    for item in items:
-        key, _, value = str(item).partition("=")
+    for item in own_overrides(overrides):
+        key, _, value = item.partition("=")
         out[key.lstrip("+~")] = value
     return out
 

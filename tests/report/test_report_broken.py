@@ -37,7 +37,7 @@ def _break(sweep: Path) -> None:
                                   for n in (0, 2, 3)]
     jobs += [{"num": 1, "overrides": [], "job_dir": str(_job(sweep, 1)), "state": "running", "pid": 1},
              {"num": 4, "overrides": ["task=linreg", "epochs=3", "device=cpu", "trainer.threads=1",
-                                     "optimizer=rmsprop", "lr=0.1"],
+                                     "optimizer=rmsprop", "lr=0.1", "++hydra.job.env_set.SWEEPIT_OPTUNA_TRIAL=4"],
               "job_dir": str(sweep / "4_lr=0.1,optimizer=rmsprop"), "state": "queued"}]
     (sweep / "sweep.json").write_text(json.dumps({"version": 1, "launcher": "local", "jobs": jobs,
                                                    "created_at": "2026-11-21T10:00:00.000+00:00"}))
@@ -57,6 +57,7 @@ def test_broken_jobs_are_rows_with_state_and_note(linreg_sweep: Path) -> None:
     assert float(rows[2]["gpu_hours"]) == pytest.approx(2 * wall / 3600)
     assert rows[3]["note"].startswith("result.json unreadable")
     assert rows[4]["optimizer"] == "rmsprop" and rows[4]["epochs"] == ""
+    assert not any(k.startswith("hydra.") for k in rows[4])  # the sweeper's own overrides are no columns
     for name in ("learning_curves.png", "objective_heatmap.png", "linreg_fit.png"):
         assert_plot(out / name)
     page = (out / "index.html").read_text()

@@ -21,6 +21,7 @@ from sweepit.progress import Progress
 from sweepit.results import read_result
 from sweepit.slurm_queue import SlurmError
 from sweepit.slurm_status import Seen, apply, look, record_dead, stderr_tail
+from sweepit.summary import own_overrides
 
 _TICK_S = 0.1    # how soon a signal is acted on
 _CLOCK_S = 1.0   # how often a terminal's progress clock is redrawn
@@ -120,8 +121,7 @@ class Follower:
         entry = self.manifest.jobs[num]
         error = str(_read(Path(entry.job_dir)).get("error", ""))
         self.progress.clear()
-        shown = [o for o in entry.overrides if not o.lstrip("+~").startswith("hydra.")]  # not the sweeper's own
-        print(f"sweepit: job {num} [{' '.join(shown)}] {s.state}: {error} (stderr: "
+        print(f"sweepit: job {num} [{' '.join(own_overrides(entry.overrides))}] {s.state}: {error} (stderr: "
               f"{entry.extra.get('stderr')})", file=sys.stderr, flush=True)
 
 

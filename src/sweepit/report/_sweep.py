@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from sweepit.results import METRICS_FILE, read_metrics
-from sweepit.summary import JobRow, best_row, fixed_overrides, job_num, read_job, swept_keys
+from sweepit.summary import JobRow, best_row, fixed_overrides, job_num, override_values, read_job, swept_keys
 
 MANIFEST_FILE = "sweep.json"  # written by sweepit's launchers; optional here
 # libyaml when present: ten times faster on the many small files of a large sweep.
@@ -175,10 +175,7 @@ def _read_job(job_dir: Path, entry: dict[str, Any] | None, with_metrics: bool) -
 
 def _queued_job(entry: dict[str, Any]) -> JobReport:
     """A job the manifest lists but that has no directory yet."""
-    overrides: dict[str, str] = {}
-    for item in entry.get("overrides") or []:
-        key, _, value = str(item).partition("=")
-        overrides[key.lstrip("+~")] = value
+    overrides = override_values(str(item) for item in entry.get("overrides") or [])
     return JobReport(num=int(entry["num"]), job_dir=Path(str(entry.get("job_dir", ""))), overrides=overrides,
                      status=str(entry.get("state") or "queued"))
 
