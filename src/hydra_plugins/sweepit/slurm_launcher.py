@@ -138,23 +138,33 @@ class SlurmLauncher(Launcher):
         self.composed = setup_driver(hydra_context)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        assert self.config is not None
-        setup_globals()
-        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
-        sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
-        try:
-            jobs = [self._plan(initial_job_idx + i, list(o), sweep_dir) for i, o in enumerate(job_overrides)]
-            jobs_by_shape, max_array_size = place(jobs, self.conf)
-        except (ConfigError, SlurmError) as e:
-            raise SlurmLaunchError(str(e)) from None
-        finally:
-            self.composed.clear()
+        sweep_dir = self._begin()
+        jobs, jobs_by_shape, max_array_size = self._plan_all(job_overrides, initial_job_idx, sweep_dir)
         if self.conf.dry_run:
             print(dry_run_text(jobs_by_shape, sweep_dir, max_array_size, self.conf), flush=True)
             return []
         return self._run(jobs, sweep_dir, max_array_size)
 
+    def _begin(self) -> Path:
+        """Hydra's logging in the driver; the sweep directory."""
+        assert self.config is not None
+        setup_globals()
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        return Path(str(self.config.hydra.sweep.dir)).absolute()
+
     # -- before anything is submitted ------------------------------------------------------------------------
+    def _plan_all(self, job_overrides: Sequence[Sequence[str]], first_num: int, sweep_dir: Path
+                  ) -> tuple[list[PlannedJob], dict[Shape, list[PlannedJob]], int]:
+        """Each job's config and request, checked against the profile and the partition (see `place`)."""
+        try:
+            jobs = [self._plan(first_num + i, list(o), sweep_dir) for i, o in enumerate(job_overrides)]
+            jobs_by_shape, max_array_size = place(jobs, self.conf)
+        except (ConfigError, SlurmError) as e:
+            raise SlurmLaunchError(str(e)) from None
+        finally:
+            self.composed.clear()
+        return jobs, jobs_by_shape, max_array_size
+
     def _plan(self, num: int, overrides: list[str], sweep_dir: Path) -> PlannedJob:
         assert self.config is not None
         config = self.composed.take(self.config, overrides)
@@ -279,14 +289,11 @@ class SlurmLauncher(Launcher):
     # -- one job at a time, as a sweeper asks: the Optuna sweeper's AsyncLauncher protocol ---------------------
     def start(self, overrides: Sequence[str], job_num: int) -> None:
         """Submit the job `job_num` now (one sbatch call); `wait_any` follows it with the others in flight."""
-        assert self.config is not None
         _check(not self.conf.dry_run, "hydra.launcher.dry_run shows the submission of a fixed list of jobs, so an "
                "adaptive search (whose next trial depends on the last ones) cannot use it", "dry_run=true",
                "Drop hydra.launcher.dry_run, or dry-run a grid of the same space with the basic sweeper.")
-        sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
         if self._async is None:
-            setup_globals()
-            configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+            sweep_dir = self._begin()
             sweep_dir.mkdir(parents=True, exist_ok=True)
             manifest = open_manifest(sweep_dir, launcher="slurm")
             progress = Progress(0)
@@ -294,13 +301,8 @@ class SlurmLauncher(Launcher):
             self._async = manifest, Follower(manifest, [], progress, c.poll_interval_s, c.result_grace_s,
                                              c.stderr_tail_lines), progress
         manifest, follower, _ = self._async
-        try:
-            job = self._plan(job_num, list(overrides), sweep_dir)
-            _, max_array_size = place([job], self.conf)
-        except (ConfigError, SlurmError) as e:
-            raise SlurmLaunchError(str(e)) from None
-        finally:
-            self.composed.clear()
+        sweep_dir = Path(manifest.sweep_dir)
+        (job,), _, max_array_size = self._plan_all([overrides], job_num, sweep_dir)
         manifest.jobs[job.num] = JobEntry(num=job.num, overrides=job.overrides, job_dir=str(job.job_dir),
                                           state="not started")
         self._submit([job], manifest, sweep_dir, max_array_size)
@@ -326,22 +328,22 @@ class SlurmLauncher(Launcher):
         handlers = {}
         if threading.current_thread() is threading.main_thread():
             handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        def ended() -> list[int]:
+            return [n for n in self._started if n in follower.statuses]
+
         try:
-            while True:
-                ended = [n for n in self._started if n in follower.statuses]
-                if ended or not follower.pending or (deadline is not None and time.monotonic() >= deadline):
-                    break
+            while not ended() and follower.pending and (deadline is None or time.monotonic() < deadline):
                 if signals and not self._cancelled:
                     self._cancel_in_flight(manifest, follower, signal.Signals(signals[0]).name)
                 next_look = time.monotonic() + self.conf.poll_interval_s
                 follower.poll()
                 while ((not signals or self._cancelled) and time.monotonic() < min(next_look, deadline or next_look)
-                       and not any(n in follower.statuses for n in self._started)):
+                       and not ended()):
                     time.sleep(0.1)
         finally:
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
-        return [(n, self._job_return(self._started.pop(n), follower.statuses[n])) for n in ended]
+        return [(n, self._job_return(self._started.pop(n), follower.statuses[n])) for n in ended()]
 
     def _cancel_in_flight(self, manifest: Manifest, follower: Follower, why: str) -> None:
         from sweepit.slurm_queue import scancel
