@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -19,3 +21,12 @@ def run_train(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.Co
     env = {**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float, interval_s: float = 0.2) -> None:
+    """Poll `predicate` until it holds; fail the test, naming `what`, after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout_s} s for {what}")
+        time.sleep(interval_s)

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 
 from sweepit.manifest import read_manifest, resume_command
 from sweepit.results import read_result
+from sweepit_testing import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -163,14 +163,6 @@ def _processes_mentioning(marker: str) -> list[int]:
     return found
 
 
-def _wait_for(predicate: Any, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {predicate.__doc__}")
-        time.sleep(0.1)
-
-
 def test_ctrl_c_stops_every_job_and_keeps_finished_results(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     # Job 0 finishes; job 1 starts a grandchild; job 2 ignores SIGTERM (needs the SIGKILL after 1 s).
@@ -180,12 +172,11 @@ def test_ctrl_c_stops_every_job_and_keeps_finished_results(tmp_path: Path) -> No
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         def jobs_1_and_2_run() -> bool:
-            """job 0 completed and jobs 1, 2 started"""
             dirs = job_dirs(sweep) if sweep.exists() else {}
             return (0 in dirs and status(dirs[0]) == "completed"
                     and all(n in dirs and (dirs[n] / "times.json").exists() for n in (1, 2)))
 
-        _wait_for(jobs_1_and_2_run, 30)
+        wait_until(jobs_1_and_2_run, "job 0 completed and jobs 1, 2 started", 30, interval_s=0.1)
         dirs = job_dirs(sweep)
         pids = [times(dirs[1])["pid"], times(dirs[1])["grandchild_pid"], times(dirs[2])["pid"]]
         assert _descendants_alive(pids) == pids

@@ -9,12 +9,13 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from sweepit_testing import wait_until
 
 HERE = Path(__file__).resolve().parent
 CLUSTER_SCRIPT = HERE.parents[1] / "scripts" / "slurm-cluster.sh"
@@ -53,7 +54,7 @@ class SlurmCluster:
         return lines[-1] if lines else ""
 
     def wait_until_running(self, job_id: int, timeout_s: float = 20) -> None:
-        _poll(lambda: self.squeue_state(job_id) == "RUNNING", f"job {job_id} RUNNING in squeue", timeout_s)
+        wait_until(lambda: self.squeue_state(job_id) == "RUNNING", f"job {job_id} RUNNING in squeue", timeout_s)
 
     def wait_until_final(self, job_id: int, timeout_s: float = 30) -> str:
         """Poll sacct until the job (every task, for an array) reaches a final state; return that state."""
@@ -65,16 +66,8 @@ class SlurmCluster:
             states = [line.split()[0] for line in out.splitlines() if line]
             return bool(states) and all(s in FINAL_STATES for s in states)
 
-        _poll(final, f"job {job_id} to end in sacct (last states {states})", timeout_s)
+        wait_until(final, f"job {job_id} to end in sacct (last states {states})", timeout_s)
         return states[-1]
-
-
-def _poll(ready: Callable[[], bool], what: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not ready():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"waited {timeout_s} s for {what}")
-        time.sleep(0.2)
 
 
 def _describe() -> SlurmCluster:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from sweepit.manifest import Manifest, read_manifest
+from sweepit_testing import wait_until as wait_until  # the tests here import it from this module
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = Path(__file__).parent / "app" / "slurm_test_app.py"
@@ -82,14 +83,6 @@ class Driver:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-
-
-def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"waited {timeout_s} s for {what}")
-        time.sleep(0.2)
 
 
 def manifest(sweep_dir: Path) -> Manifest:
