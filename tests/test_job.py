@@ -149,4 +149,6 @@ def test_bf16_channels_last_trains_the_cnn_like_fp32(compose_cfg: Callable[..., 
     assert bf16["status"] == "completed"
     assert bf16["final"]["train_loss"] != fp32["final"]["train_loss"]  # bf16 arithmetic really ran ...
     assert bf16["final"]["train_loss"] == pytest.approx(fp32["final"]["train_loss"], rel=0.05)  # ... to the same end
-    assert bf16["final"]["val_acc"] == pytest.approx(fp32["final"]["val_acc"], abs=0.03)
+    # val_acc over 100 images moves in steps of 0.01 and flips by a few images between CPUs with and without
+    # native bf16; the validation loss is the steadier measure of "the same end".
+    assert bf16["final"]["val_loss"] == pytest.approx(fp32["final"]["val_loss"], rel=0.05)
