@@ -33,7 +33,7 @@ test-fast: ## Run the tests that take seconds (skips real multiruns)
 	$(PY) -m pytest -m "not slow and not slurm" $(PYTEST_ARGS)
 
 test-launcher: ## The local launcher's tests: real multiruns in subprocesses (under a minute)
-	$(PY) -m pytest tests/launcher $(PYTEST_ARGS)
+	$(PY) -m pytest tests/local $(PYTEST_ARGS)
 
 test-slurm: ## The Slurm launcher's tests against the local cluster (make slurm-up first; about 4 min)
 	$(PY) -m pytest tests/slurm $(PYTEST_ARGS)

@@ -8,8 +8,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from sweepit.job import run_job
-from sweepit.pruning import pruning_callback
+from sweepit.search._pruning import pruning_callback
+from sweepit.train._job import run_job
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")

@@ -65,7 +65,7 @@ def _curve(args: tuple[tuple[str, float], int, list[str]]) -> list[float]:
     import torch
 
     from sweepit.errors import DivergedError
-    from sweepit.training import train
+    from sweepit.train._loop import train
 
     point, epochs, extra = args
     torch.set_num_threads(1)
@@ -86,7 +86,8 @@ def _search(method: str, seed: int, points: list[tuple[str, float]], curves: dic
             target: float, budget: int) -> dict[str, Any]:
     """One search, trial after trial, until a complete trial reaches `target` or `budget` epochs are spent."""
     import optuna
-    from sweepit.pruning import PRUNER_ATTR, TrialReporter, build_pruner, open_storage
+
+    from sweepit.search._pruning import PRUNER_ATTR, TrialReporter, build_pruner, open_storage
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     pruner_spec = {"name": "hyperband" if method == "tpe+hyperband" else "none", "min_resource": 1,

@@ -2,7 +2,7 @@
 
 Run: python bench/bench_report.py [--jobs 1000] [--epochs 20] [--rounds 3]   (or: make bench-report)
 
-The sweep is synthetic (`sweepit.report.testing`: three swept parameters, 20 epochs of four metrics per job,
+The sweep is synthetic (`sweepit.results.report.testing`: three swept parameters, 20 epochs of four metrics per job,
 a few failed, diverged and running jobs) in a temporary directory. Two figures for each side:
 - cold: a new process, as a user types it (`sweepit report DIR`; `python -c "collect(DIR)"` for the baseline),
   interpreter start and imports (matplotlib) included;
@@ -22,9 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from machine import machine_line
-from sweepit.report import build_report
-from sweepit.report.testing import write_synthetic_sweep
-from sweepit.summary import collect
+from sweepit.results._summary import collect
+from sweepit.results.report import build_report
+from sweepit.results.report.testing import write_synthetic_sweep
 
 GOAL_S = 5.0  # "a few seconds" for 1,000 jobs, cold, on the project's 2-core machines
 
@@ -57,7 +57,7 @@ def main() -> int:
         write_synthetic_sweep(sweep, n_jobs=args.jobs, n_epochs=args.epochs)
         print(f"sweep: {args.jobs} jobs x {args.epochs} epochs written in {time.perf_counter() - t0:.1f} s")
 
-        cold_base = _cold(f"from sweepit.summary import collect; collect({str(sweep)!r})")
+        cold_base = _cold(f"from sweepit.results._summary import collect; collect({str(sweep)!r})")
         cold_report = _cold(f"import sys; from sweepit.cli import main; sys.exit(main(['report', {str(sweep)!r}]))")
         warm_base = _warm(lambda: collect(sweep), args.rounds)
         warm_report = _warm(lambda: build_report(sweep), args.rounds)

@@ -5,7 +5,7 @@ Run: python bench/bench_throughput.py [--root DIR] [--batch-size 128] [--steps 4
 
 Same model (`build_model("cnn", (1, 28, 28), 10)`, the mnist_best hidden size and dropout), same seed, same
 Adam learning rate, same batch size, same first `steps * batch_size` training images, in the same process:
-- sweepit: the real `sweepit.training.train` on a config composed like the job's (sweeps/mnist_best.yaml),
+- sweepit: the real `sweepit.train._loop.train` on a config composed like the job's (sweeps/mnist_best.yaml),
   its data cut to the benchmark's subset; its own per-epoch `samples_per_s` is the figure.
 - DataLoader, num_workers 0 and 2: a Dataset whose __getitem__ returns one normalised sample (randomly
   rotated, shifted and zoomed in the augmented variant, as torchvision's RandomAffine does on a tensor),
@@ -44,11 +44,11 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from machine import machine_line
-from sweepit import training
-from sweepit.data import Splits, iterate_batches, load_splits
-from sweepit.data import mnist as mnist_files
-from sweepit.data.augment import augment_images
-from sweepit.models import build_model
+from sweepit.train import _loop as training
+from sweepit.train.data import Splits, iterate_batches, load_splits
+from sweepit.train.data import mnist as mnist_files
+from sweepit.train.data.augment import augment_images
+from sweepit.train.models import build_model
 
 REPO = Path(__file__).resolve().parents[1]
 N_VAL = 1024  # sweepit's loop evaluates after each epoch (not timed); keep that short

@@ -11,7 +11,7 @@ from sweepit.errors import SweepitError
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from sweepit.summary import summarize
+    from sweepit.results._summary import summarize
 
     sweep_dir = Path(args.sweep_dir)
     if not sweep_dir.is_dir():
@@ -21,7 +21,7 @@ def _summary(args: argparse.Namespace) -> int:
 
 
 def _ls(args: argparse.Namespace) -> int:
-    from sweepit.report.listing import format_listing, list_sweeps
+    from sweepit.results.report.listing import format_listing, list_sweeps
 
     root = Path(args.root)
     if not root.is_dir():
@@ -36,8 +36,8 @@ def _ls(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from sweepit.report import REPORT_DIR, load_sweep, write_report
-    from sweepit.report.table import best_lines, to_text
+    from sweepit.results.report import REPORT_DIR, load_sweep, write_report
+    from sweepit.results.report.table import best_lines, to_text
 
     sweep_dir = Path(args.sweep_dir)
     if not sweep_dir.is_dir():
@@ -59,7 +59,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from sweepit.slurm_status import status_report
+    from sweepit.slurm._states import status_report
 
     print(status_report(Path(args.sweep_dir)))
     return 0
@@ -68,7 +68,7 @@ def _status(args: argparse.Namespace) -> int:
 def _resume(args: argparse.Namespace) -> int:
     import subprocess
 
-    from sweepit.manifest import command_line, read_manifest, rerun_argv
+    from sweepit.results._manifest import command_line, read_manifest, rerun_argv
 
     m = read_manifest(Path(args.sweep_dir))
     argv = rerun_argv(m.argv, Path(m.sweep_dir))
@@ -88,7 +88,7 @@ def _resume(args: argparse.Namespace) -> int:
 
 
 def _download(args: argparse.Namespace) -> int:
-    from sweepit.data.download import download
+    from sweepit.train.data.download import download
 
     download(args.dataset, Path(args.root), base_url=args.base_url)
     print(f"Set data.root={args.root} (or pass it on the command line) to train on it.")

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sweepit.manifest import Manifest, read_manifest
+from sweepit.results._manifest import Manifest, read_manifest
 from sweepit_testing import wait_until as wait_until  # the tests here import it from this module
 
 ROOT = Path(__file__).resolve().parents[2]

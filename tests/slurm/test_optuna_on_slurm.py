@@ -7,10 +7,9 @@ import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import optuna
 from optuna.trial import TrialState
 from slurm_launcher_testing import APP, LINREG, TRAIN, Driver, manifest, result, run, slurm_ids, sweepit, wait_until
-
-import optuna
 
 if TYPE_CHECKING:
     from conftest import SlurmCluster

@@ -23,7 +23,7 @@ from slurm_launcher_testing import (
     wait_until,
 )
 
-from sweepit import slurm_queue
+from sweepit.slurm import _cluster as slurm_queue
 
 if TYPE_CHECKING:
     from conftest import SlurmCluster

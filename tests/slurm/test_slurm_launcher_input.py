@@ -13,9 +13,9 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from slurm_launcher_testing import APP, ROOT, driver_env, run
 
-from hydra_plugins.sweepit._slurm_shape import Shape, sbatch_parameters, shape_for
-from hydra_plugins.sweepit._slurm_submit import sbatch_script
 from sweepit.errors import ConfigError
+from sweepit.slurm._shape import Shape, sbatch_parameters, shape_for
+from sweepit.slurm._submit import sbatch_script
 
 REF = Path(__file__).parent / "ref" / "dry_run.txt"
 REFRESH = f"SWEEPIT_UPDATE_REFS=1 .venv/bin/pytest {Path(__file__).relative_to(ROOT)} -k dry_run"

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from sweepit.manifest import JobEntry
-from sweepit.results import write_result
-from sweepit.slurm_queue import QueueRow
-from sweepit.slurm_status import LOST, _decide, _mine, record_dead
+from sweepit.results._job_files import write_result
+from sweepit.results._manifest import JobEntry
+from sweepit.slurm._cluster import QueueRow
+from sweepit.slurm._states import LOST, _decide, _mine, record_dead
 
 NAME = "train-abc123"
 

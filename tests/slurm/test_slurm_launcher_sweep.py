@@ -42,7 +42,7 @@ def test_gpu_counts_1_2_4_give_each_task_its_rank_and_one_gpu(tmp_path: Path) ->
         devices = [r["cuda_visible_devices"] for r in records]
         assert all(d in {"0", "1", "2", "3"} for d in devices), devices  # one GPU each ...
         assert len(set(devices)) == n_gpus, devices                       # ... and not the same one
-        assert {r["slurm_step_id"] for r in records} == {"0"}  # srun's step: what sweepit.distributed needs
+        assert {r["slurm_step_id"] for r in records} == {"0"}  # srun's step: what sweepit.train._distributed needs
         outcome = result(job_dir)
         assert (outcome["status"], outcome["world_size"], outcome["device"]) == ("completed", n_gpus, "cpu")
         script = next(Path(m.jobs[num].extra["submitit_folder"]).glob("*_submission.sh")).read_text()

@@ -22,9 +22,9 @@ from typing import Any
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict, read_write
 
-from hydra_plugins.sweepit._worker import picklable
-from sweepit.manifest import now_iso
-from sweepit.results import RESULT_FILE, atomic_write_text, read_result, write_result
+from sweepit.local._worker import picklable
+from sweepit.results._job_files import RESULT_FILE, atomic_write_text, read_result, write_result
+from sweepit.results._manifest import now_iso
 
 TASK_DIR = ".slurm"  # inside the job directory
 _TASK_ENV = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_PROCID", "SLURM_LOCALID",

@@ -22,10 +22,10 @@ class SweepSummary(Callback):
             return  # nothing ran yet: `sweepit status` / `sweepit report` later
         sweep_dir = Path(config.hydra.sweep.dir)
         if not str(config.hydra.launcher.get("_target_", "")).startswith("hydra_plugins.sweepit"):
-            from sweepit.summary import summarize
+            from sweepit.results._summary import summarize
 
             print(summarize(sweep_dir), flush=True)
         if self.report:
-            from sweepit.report import try_build_report
+            from sweepit.results.report import try_build_report
 
             try_build_report(sweep_dir)

@@ -14,7 +14,7 @@ from hydra.core.config_store import ConfigStore
 # bytecode cache). An entry missing from this environment is skipped.
 DEFAULT_PRELOAD = [
     "torch", "torch.optim", "torch._dynamo", "torch.profiler._cupti_monitor", "torch.utils.serialization.config",
-    "sweepit.training", "sweepit.data.*", "sweepit.job:code_version",
+    "sweepit.train._loop", "sweepit.train.data.*", "sweepit.train._job:code_version",
 ]
 
 

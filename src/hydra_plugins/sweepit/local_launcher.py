@@ -26,16 +26,16 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hydra_plugins.sweepit._driver import setup_driver
-from hydra_plugins.sweepit._pool import Job, Pool
-from hydra_plugins.sweepit._resources import GpuPool, cpu_count, resolve_n_workers, resolve_threads, visible_gpus
-from hydra_plugins.sweepit._sweep_run import SweepFailed, SweepRun, job_dir
-from hydra_plugins.sweepit._worker import ChildSpec, child_main
 from hydra_plugins.sweepit.config import DEFAULT_PRELOAD
 from sweepit.errors import ConfigError
-from sweepit.manifest import FAILED_STATUSES, JobEntry, is_finished, open_manifest, write_manifest
-from sweepit.progress import Progress
-from sweepit.results import read_result
-from sweepit.summary import summarize
+from sweepit.local._pool import Job, Pool
+from sweepit.local._resources import GpuPool, cpu_count, resolve_n_workers, resolve_threads, visible_gpus
+from sweepit.local._run import SweepFailed, SweepRun, job_dir
+from sweepit.local._worker import ChildSpec, child_main
+from sweepit.results._job_files import read_result
+from sweepit.results._manifest import FAILED_STATUSES, JobEntry, is_finished, open_manifest, write_manifest
+from sweepit.results._progress import Progress
+from sweepit.results._summary import summarize
 
 log = logging.getLogger(__name__)
 _preloaded: set[str] = set()
@@ -161,7 +161,7 @@ class LocalLauncher(Launcher):
         report = run.failure_report(jobs, pool.stop_signal, self.fail_on_error)
         if report is not None:
             # Hydra skips on_multirun_end when the launcher raises: the report is written here instead.
-            from sweepit.report import try_build_report
+            from sweepit.results.report import try_build_report
 
             try_build_report(sweep_dir)
             raise SweepFailed(report)
@@ -275,7 +275,7 @@ class LocalLauncher(Launcher):
             value = job.reply.value
         elif status == "completed":
             value = result.get("objective")
-        elif status == "diverged":  # what sweepit.job returns for a diverged job
+        elif status == "diverged":  # what sweepit.train._job returns for a diverged job
             value = -math.inf if result.get("direction") == "maximize" else math.inf
         # cfg is the job's whole composed config (hydra node included) and hydra_cfg is None, where Hydra's
         # run_job gives copies split in two: the copies cost 40 ms a job, and no sweeper reads them.

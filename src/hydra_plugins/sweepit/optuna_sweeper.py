@@ -2,7 +2,7 @@
 
 The sweeper asks Optuna for a trial, starts its job, and as soon as any job ends tells Optuna the outcome
 and starts the next (on launchers with `AsyncLauncher`; others run batches of `n_jobs`). Each job reports
-its metric after every epoch to its trial (sweepit.pruning) and stops when the pruner says so. Trials are
+its metric after every epoch to its trial (sweepit.search._pruning) and stops when the pruner says so. Trials are
 numbered by the study and jobs by the sweep directory, so re-running the command on the same sweep
 directory (or storage and study name) resumes: numbers go on and nothing is overwritten.
 optuna is imported in `sweep()` only, so Hydra's plugin scan stays fast.
@@ -23,10 +23,10 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from hydra_plugins.sweepit._optuna_launch import AsyncLauncher, BatchLauncher, read_outcome
-from hydra_plugins.sweepit._optuna_space import SearchSpace, parse_space
-from hydra_plugins.sweepit._optuna_study import failure_rate, interrupt, is_counted, recover, tell
 from sweepit.errors import ConfigError, SweepFailedError
+from sweepit.search._space import SearchSpace, parse_space
+from sweepit.search._study import failure_rate, interrupt, is_counted, recover, tell
+from sweepit.search._trials import AsyncLauncher, BatchLauncher, read_outcome
 
 log = logging.getLogger(__name__)
 DIRECTIONS = ("maximize", "minimize")
@@ -89,7 +89,7 @@ class OptunaSweeper(Sweeper):
         return space
 
     def _pruner_spec(self, space: SearchSpace) -> dict[str, Any]:
-        from sweepit.pruning import PRUNERS
+        from sweepit.search._pruning import PRUNERS
 
         assert self.config is not None
         spec = dict(self.pruner)
@@ -119,8 +119,9 @@ class OptunaSweeper(Sweeper):
 
     def _open_study(self, space: SearchSpace, sweep_dir: Path) -> tuple[Any, dict[str, Any]]:
         import optuna
-        from hydra_plugins.sweepit._optuna_samplers import build_sampler, check_sampler
-        from sweepit.pruning import PRUNER_ATTR, build_pruner, open_storage
+
+        from sweepit.search._pruning import PRUNER_ATTR, build_pruner, open_storage
+        from sweepit.search._samplers import build_sampler, check_sampler
 
         assert self.config is not None
         sampler_name = str(self.sampler.get("name", "tpe"))
@@ -157,7 +158,7 @@ class OptunaSweeper(Sweeper):
 
     # -- the search -------------------------------------------------------------------------------------
     def sweep(self, arguments: list[str]) -> Any:
-        from sweepit.optuna_results import write_results, write_study_file
+        from sweepit.search._results import write_results, write_study_file
 
         assert self.config is not None and self.launcher is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
@@ -175,7 +176,7 @@ class OptunaSweeper(Sweeper):
         n_recovered = recover(study, sweep_dir, self.diverged_value)
         total = self.n_trials
         if info["sampler"]["name"] == "grid":
-            from hydra_plugins.sweepit._optuna_samplers import grid_size
+            from sweepit.search._samplers import grid_size
 
             total = min(total, grid_size(space))
         n_counted = sum(is_counted(t) for t in study.get_trials(deepcopy=False))
@@ -240,8 +241,8 @@ class OptunaSweeper(Sweeper):
 
     def _job_env(self, info: dict[str, Any], number: int) -> list[str]:
         """Hydra overrides that tell the job its trial; they stay out of its overrides and directory name."""
-        from sweepit.manifest import hydra_quote
-        from sweepit.pruning import ENV_STORAGE, ENV_STUDY, ENV_TRIAL
+        from sweepit.results._manifest import hydra_quote
+        from sweepit.search._pruning import ENV_STORAGE, ENV_STUDY, ENV_TRIAL
 
         values = {ENV_STORAGE: str(info["storage"]), ENV_STUDY: str(info["study_name"]), ENV_TRIAL: str(number)}
         return [f"++hydra.job.env_set.{k}={hydra_quote(v)}" for k, v in values.items()]
@@ -257,8 +258,8 @@ class OptunaSweeper(Sweeper):
                 "hydra.sweeper.max_failure_rate.")
 
     def _print_end(self, sweep_dir: Path) -> None:
-        from sweepit.optuna_results import BEST_FILE, TRIALS_FILE
-        from sweepit.summary import summarize
+        from sweepit.results._summary import summarize
+        from sweepit.search._results import BEST_FILE, TRIALS_FILE
 
         print(summarize(sweep_dir), flush=True)
         print(f"Optuna: best parameters in {sweep_dir / BEST_FILE}, all trials in {sweep_dir / TRIALS_FILE}",
@@ -281,14 +282,14 @@ def _first_point(space: SearchSpace) -> dict[str, Any]:
 
 
 def _next_free_job(sweep_dir: Path) -> int:
-    from sweepit.summary import job_num
+    from sweepit.results._summary import job_num
 
     nums = [n for p in sweep_dir.iterdir() if p.is_dir() and (n := job_num(p)) is not None]
     return max(nums, default=-1) + 1
 
 
 def _best_line(study: Any) -> str:
-    from sweepit.optuna_results import best_trial
+    from sweepit.search._results import best_trial
 
     best = best_trial(study)
     return "" if best is None else f" (best {best.value:.4g}, trial {best.number})"

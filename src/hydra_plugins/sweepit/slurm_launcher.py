@@ -29,18 +29,13 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from hydra_plugins.sweepit import _slurm_messages as messages
-from hydra_plugins.sweepit import _slurm_submit as submission
 from hydra_plugins.sweepit._driver import setup_driver
-from hydra_plugins.sweepit._pool import Job
-from hydra_plugins.sweepit._slurm_follow import Follower
-from hydra_plugins.sweepit._slurm_plan import check_time_limit, dry_run_text, place
-from hydra_plugins.sweepit._slurm_shape import Shape, integer, sbatch_parameters
-from hydra_plugins.sweepit._slurm_submit import PlannedJob
-from hydra_plugins.sweepit._sweep_run import SweepFailed, SweepRun, job_dir
 from hydra_plugins.sweepit.slurm_config import SlurmLauncherConf
 from sweepit.errors import ConfigError, SweepitError
-from sweepit.manifest import (
+from sweepit.local._pool import Job
+from sweepit.local._run import SweepFailed, SweepRun, job_dir
+from sweepit.results._job_files import METRICS_FILE, RESULT_FILE, read_result
+from sweepit.results._manifest import (
     FAILED_STATUSES,
     JobEntry,
     Manifest,
@@ -50,11 +45,16 @@ from sweepit.manifest import (
     result_status,
     write_manifest,
 )
-from sweepit.progress import Progress
-from sweepit.results import METRICS_FILE, RESULT_FILE, read_result
-from sweepit.slurm_queue import SlurmError
-from sweepit.slurm_status import look
-from sweepit.summary import summarize
+from sweepit.results._progress import Progress
+from sweepit.results._summary import summarize
+from sweepit.slurm import _messages as messages
+from sweepit.slurm import _submit as submission
+from sweepit.slurm._cluster import SlurmError
+from sweepit.slurm._follow import Follower
+from sweepit.slurm._plan import check_time_limit, dry_run_text, place
+from sweepit.slurm._shape import Shape, integer, sbatch_parameters
+from sweepit.slurm._states import look
+from sweepit.slurm._submit import PlannedJob
 
 log = logging.getLogger(__name__)
 
@@ -346,7 +346,7 @@ class SlurmLauncher(Launcher):
         return [(n, self._job_return(self._started.pop(n), follower.statuses[n])) for n in ended()]
 
     def _cancel_in_flight(self, manifest: Manifest, follower: Follower, why: str) -> None:
-        from sweepit.slurm_queue import scancel
+        from sweepit.slurm._cluster import scancel
 
         self._cancelled = True
         left = [n for n in follower.pending if n in self._started]

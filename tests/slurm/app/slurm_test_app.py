@@ -12,7 +12,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from sweepit.results import write_result
+from sweepit.results._job_files import write_result
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")

@@ -1,0 +1,332 @@
+"""The driver's event loop: fork a process per job up to the cap, copy its output, notice its end, stop on signals.
+
+No polling: the loop sleeps in one `multiprocessing.connection.wait` on every job's exit sentinel, reply
+pipe and output pipes, and on a wake-up pipe written by the signal handler. It wakes up on its own only
+to redraw the progress clock on a terminal, or to escalate SIGTERM to SIGKILL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+from types import FrameType
+from typing import Any, Protocol
+
+from sweepit.local._capture import JobOutput
+from sweepit.local._resources import GpuPool
+from sweepit.local._worker import ChildSpec, Reply
+
+_FORK = multiprocessing.get_context("fork")
+_CLOCK_TICK_S = 1.0  # how often a terminal's progress clock is redrawn
+
+
+@dataclass
+class Job:
+    num: int
+    overrides: list[str]
+    config: Any = None               # the composed sweep config (a DictConfig, hydra node included)
+    job_dir: Path = Path()
+    n_gpus: int = 0
+    n_slots: int = 1                 # workers it occupies: its ranks when they run on CPU
+    ready: bool | None = None        # None: not prepared yet; False: not to run (finished before, refused)
+    # Filled in while it runs:
+    gpus: list[str] = field(default_factory=list)
+    pid: int | None = None
+    started_s: float | None = None   # time.monotonic()
+    wall_time_s: float | None = None
+    exit_code: int | None = None     # negative: killed by that signal (multiprocessing's convention)
+    reply: Reply | None = None
+    stopped: bool = False            # the driver signalled it (Ctrl-C, SIGTERM)
+    proc: BaseProcess | None = None
+    conn: Connection | None = None
+    output: JobOutput | None = None
+
+
+ChildTarget = Callable[[Job, ChildSpec, Connection], None]
+
+
+class PoolHooks(Protocol):
+    """What the launcher does around each job; `ended` runs after the job's process is gone."""
+
+    def prepare(self, job: Job) -> bool: ...   # compose config, job_dir, n_gpus; False: do not run it
+    def before_fork(self, job: Job) -> None: ...
+    def started(self, job: Job) -> None: ...
+    def ended(self, job: Job) -> None: ...
+    def tick(self) -> None: ...                 # after every wake-up (redraws the progress line)
+    def before_echo(self) -> None: ...          # before job output is copied to the terminal
+
+
+class Pool:
+    def __init__(self, n_workers: int, gpu_pool: GpuPool, use_gpus: bool, threads: int, echo: bool,
+                 term_grace_s: float, child: ChildTarget, hooks: PoolHooks, clock_ticks: bool) -> None:
+        self.n_workers = n_workers
+        self.gpu_pool = gpu_pool
+        self.use_gpus = use_gpus
+        self.threads = threads
+        self.echo = echo
+        self.term_grace_s = term_grace_s
+        self.child = child
+        self.hooks = hooks
+        self.clock_ticks = clock_ticks       # wake up every second to redraw a clock
+        self.running: dict[int, Job] = {}
+        self.stop_signal: int | None = None
+        self.n_signals = 0
+        self._kill_at: float | None = None   # monotonic time at which stopped jobs get SIGKILL
+        self._escalated = False
+        self._wakeup_r = self._wakeup_w = -1
+        self._handlers: dict[int, Any] = {}
+        self._old_wakeup_fd = -1
+
+    # -- signals ---------------------------------------------------------------------------------------
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.stop_signal = signum
+        self.n_signals += 1
+
+    def _install_signals(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # signals can be caught only there; the sweep then stops only when its jobs end
+        self._wakeup_r, self._wakeup_w = os.pipe()
+        for fd in (self._wakeup_r, self._wakeup_w):
+            os.set_blocking(fd, False)
+        self._old_wakeup_fd = signal.set_wakeup_fd(self._wakeup_w)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._handlers[sig] = signal.signal(sig, self._on_signal)
+
+    def _restore_signals(self) -> None:
+        if self._wakeup_r < 0:
+            return
+        for sig, handler in self._handlers.items():
+            signal.signal(sig, handler)
+        signal.set_wakeup_fd(self._old_wakeup_fd)
+        os.close(self._wakeup_r)
+        os.close(self._wakeup_w)
+        self._wakeup_r = self._wakeup_w = -1
+
+    # -- the loop --------------------------------------------------------------------------------------
+    def run(self, jobs: list[Job]) -> None:
+        """Run `jobs` in order, on at most `n_workers` workers; on a signal, stop the running ones and return.
+
+        A job is prepared (its config composed, about 0.1 s) just before it starts, or ahead of time while
+        every worker is busy, so that this work overlaps the jobs instead of delaying the first one.
+        """
+        queue = deque(jobs)
+        self._install_signals()
+        try:
+            while self.running or (queue and self.stop_signal is None):
+                if self.stop_signal is not None:
+                    self._stop_running()
+                self._fill(queue)
+                ahead = self._next_unprepared(queue) if self.stop_signal is None else None
+                if self.running:
+                    self._wait_once(0.0 if ahead is not None else self._timeout())
+                if ahead is not None:
+                    self._prepare(ahead)
+        finally:
+            try:
+                for job in list(self.running.values()):  # only after an error in the loop itself
+                    job.stopped = True
+                    self._signal(job, signal.SIGKILL)
+                    self._finish(job)
+            finally:
+                self._restore_signals()
+
+    # -- an open run: jobs come one by one while others run (the Optuna sweeper, through the launcher) ------
+    def open(self) -> None:
+        """Start a run with no job list: `submit` adds jobs, each `step` is one turn of `run`'s loop."""
+        self.queue: deque[Job] = deque()
+        self._install_signals()
+
+    def submit(self, job: Job) -> None:
+        self.queue.append(job)
+
+    def busy(self) -> bool:
+        """Jobs running, or queued and allowed to start."""
+        return bool(self.running or (self.queue and self.stop_signal is None))
+
+    def step(self) -> None:
+        """Start what fits, then sleep until something happens: a job's output or end, a signal."""
+        if self.stop_signal is not None:
+            self._stop_running()
+        self._fill(self.queue)
+        ahead = self._next_unprepared(self.queue) if self.stop_signal is None else None
+        if self.running:
+            self._wait_once(0.0 if ahead is not None else self._timeout())
+        if ahead is not None:
+            self._prepare(ahead)
+
+    def close(self) -> None:
+        """End an open run: jobs still running are killed (the caller gave up on them), signals restored."""
+        try:
+            for job in list(self.running.values()):
+                job.stopped = True
+                self._signal(job, signal.SIGKILL)
+                self._finish(job)
+        finally:
+            self._restore_signals()
+
+    def _prepare(self, job: Job) -> bool:
+        if job.ready is None:
+            job.ready = self.hooks.prepare(job)
+        return job.ready
+
+    def _next_unprepared(self, queue: deque[Job]) -> Job | None:
+        for i, job in enumerate(queue):
+            if i >= self.n_workers:
+                return None
+            if job.ready is None:
+                return job
+        return None
+
+    def _fill(self, queue: deque[Job]) -> None:
+        while queue and self.stop_signal is None and self._slots_used() < self.n_workers:
+            job = queue[0]
+            if not self._prepare(job):
+                queue.popleft()  # finished before (resume), or refused: the hooks recorded it
+                continue
+            if self._slots_used() + job.n_slots > self.n_workers:
+                break  # the next job waits for workers to free up
+            gpus = self.gpu_pool.take(job.n_gpus) if self.use_gpus else []
+            if gpus is None:
+                break  # the next job waits for GPUs to free up
+            self._start(queue.popleft(), gpus)
+
+    def _slots_used(self) -> int:
+        return sum(job.n_slots for job in self.running.values())
+
+    def _timeout(self) -> float | None:
+        timeouts = []
+        if self._kill_at is not None:
+            timeouts.append(max(0.0, self._kill_at - time.monotonic()))
+        if self.clock_ticks:
+            timeouts.append(_CLOCK_TICK_S)
+        return min(timeouts) if timeouts else None
+
+    def _wait_once(self, timeout: float | None) -> None:
+        handlers: dict[int, Callable[[], object]] = {}
+        if self._wakeup_r >= 0:
+            handlers[self._wakeup_r] = self._drain_wakeup
+        exits = set()
+        for job in self.running.values():
+            assert job.proc is not None and job.output is not None
+            handlers[job.proc.sentinel] = partial(self._finish, job)
+            exits.add(job.proc.sentinel)
+            if job.conn is not None:
+                handlers[job.conn.fileno()] = partial(self._receive, job)
+            for fd in job.output.fds():
+                handlers[fd] = partial(job.output.read, fd)
+        ready = [fd for fd in wait(list(handlers), timeout=timeout) if isinstance(fd, int)]
+        # Output and replies first, exits last: a job's last words are read before it is finished.
+        for fd in sorted(ready, key=lambda fd: fd in exits):
+            handlers[fd]()
+        if self._kill_at is not None and time.monotonic() >= self._kill_at:
+            for job in self.running.values():
+                self._signal(job, signal.SIGKILL)
+            self._kill_at = None
+        if all(job.output is None or job.output.ends_line for job in self.running.values()):
+            self.hooks.tick()  # not in the middle of a line a job is echoing
+
+    def _drain_wakeup(self) -> None:
+        try:
+            while os.read(self._wakeup_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+    # -- one job ---------------------------------------------------------------------------------------
+    def _start(self, job: Job, gpus: list[str]) -> None:
+        job.gpus = gpus
+        self.hooks.before_fork(job)
+        job.output = JobOutput(job.job_dir, self.echo, self.hooks.before_echo)
+        reader, writer = _FORK.Pipe(duplex=False)
+        env = {"OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}
+        if self.use_gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+        inherited = [reader.fileno()]
+        if self._wakeup_r >= 0:
+            inherited += [self._wakeup_r, self._wakeup_w]
+        for other in self.running.values():
+            inherited += other.output.fds() if other.output is not None else []
+            inherited += [other.conn.fileno()] if other.conn is not None else []
+        spec = ChildSpec(config=job.config, stdout_fd=job.output.child_fds[0], stderr_fd=job.output.child_fds[1],
+                         env=env, threads=self.threads, close_fds=inherited, parent_pid=os.getpid())
+        _flush_all()  # or the job would inherit, and write again, whatever the driver still buffers
+        proc = _FORK.Process(target=self.child, args=(job, spec, writer), name=f"sweepit-job-{job.num}")
+        proc.start()
+        assert proc.pid is not None
+        with contextlib.suppress(OSError):
+            os.setpgid(proc.pid, proc.pid)  # also done by the job; whichever runs first wins the race
+        writer.close()
+        job.output.close_child_side()
+        job.proc, job.conn, job.pid = proc, reader, proc.pid
+        job.started_s = time.monotonic()
+        self.running[job.num] = job
+        self.hooks.started(job)
+
+    def _receive(self, job: Job) -> None:
+        assert job.conn is not None
+        try:
+            reply = job.conn.recv()
+        except (EOFError, OSError):
+            reply = None
+        if isinstance(reply, Reply):
+            job.reply = reply
+        job.conn.close()
+        job.conn = None
+
+    def _finish(self, job: Job) -> None:
+        assert job.proc is not None and job.output is not None
+        if job.conn is not None:
+            if job.conn.poll():
+                self._receive(job)
+            else:
+                job.conn.close()
+                job.conn = None
+        job.output.drain()
+        self._signal(job, signal.SIGKILL)  # whatever the job started and left running
+        job.proc.join()
+        job.exit_code = job.proc.exitcode
+        job.proc.close()
+        job.output.close()
+        job.wall_time_s = time.monotonic() - (job.started_s or time.monotonic())
+        self.gpu_pool.give(job.gpus)
+        del self.running[job.num]
+        self.hooks.ended(job)
+
+    def _signal(self, job: Job, sig: int) -> None:
+        if job.pid is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(job.pid, sig)
+
+    def _stop_running(self) -> None:
+        """First signal: SIGTERM every running job, SIGKILL after the grace period. Another: SIGKILL now."""
+        fresh = [job for job in self.running.values() if not job.stopped]
+        for job in fresh:
+            job.stopped = True
+            self._signal(job, signal.SIGTERM)
+        if fresh and self._kill_at is None:
+            self._kill_at = time.monotonic() + self.term_grace_s
+        if self.n_signals > 1 and not self._escalated:
+            self._escalated = True
+            self._kill_at = time.monotonic()
+
+
+def _flush_all() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    for handler in logging.getLogger().handlers:
+        handler.flush()

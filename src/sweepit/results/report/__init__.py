@@ -1,0 +1,79 @@
+"""Reports of a sweep directory: `results.csv`, `summary.md`, PNG plots and a self-contained `index.html`.
+
+    from sweepit.results.report import build_report
+    build_report("outputs/optimizer_lr/2026-11-21_10-00-00")   # -> .../report/
+
+Partial and broken sweeps are reported as they are: a running job shows its state, a corrupt file becomes a
+note in its row. matplotlib is imported only when plots are drawn.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from sweepit.errors import SweepitError
+from sweepit.results.report._io import write_file
+from sweepit.results.report._sweep import JobReport, Sweep, load_sweep
+from sweepit.results.report.listing import find_sweeps, format_listing
+from sweepit.results.report.sections import DEFAULT_SECTIONS, Figure, Section, SectionBuilder
+
+__all__ = [
+    "DEFAULT_SECTIONS", "REPORT_DIR", "Figure", "JobReport", "Section", "SectionBuilder", "Sweep", "build_report",
+    "find_sweeps", "format_listing", "load_sweep", "try_build_report", "write_report",
+]
+
+REPORT_DIR = "report"  # inside the sweep directory; rewritten by each report
+
+
+def write_report(sweep: Sweep, builders: Sequence[SectionBuilder] | None = None) -> list[Section]:
+    """Write `results.csv`, the plots, `summary.md` and `index.html` into `<sweep>/report/`; return the sections.
+
+    A section that fails (a plot of odd data) becomes a note on the page and a warning, not an error.
+    """
+    from sweepit.results.report.html import render_html
+    from sweepit.results.report.markdown import render_markdown
+    from sweepit.results.report.table import to_csv
+
+    out_dir = sweep.sweep_dir / REPORT_DIR
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in out_dir.glob("*.png"):  # a plot that no longer applies must not linger
+        old.unlink(missing_ok=True)
+    sections: list[Section] = []
+    for builder in DEFAULT_SECTIONS if builders is None else builders:
+        try:
+            section = builder.build(sweep, out_dir)
+        except Exception as e:
+            print(f"sweepit: warning: report section {builder.title!r} not drawn: {type(e).__name__}: {e}",
+                  file=sys.stderr)
+            section = Section(builder.title, notes=[f"not drawn: {type(e).__name__}: {e}"])
+        if section is not None:
+            sections.append(section)
+    table = next((s.table for s in sections if s.table is not None), None)
+    if table is not None:
+        write_file(out_dir / "results.csv", to_csv(table))
+    write_file(out_dir / "summary.md", render_markdown(sweep, sections))
+    write_file(out_dir / "index.html", render_html(sweep, sections))
+    return sections
+
+
+def build_report(sweep_dir: Path | str, builders: Sequence[SectionBuilder] | None = None) -> Path:
+    """Report the sweep in `sweep_dir`; returns the report directory (open its `index.html`)."""
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise SweepitError(f"a sweep directory must exist, but {sweep_dir} does not; list sweeps with `sweepit ls`.")
+    write_report(load_sweep(sweep_dir), builders)
+    return sweep_dir / REPORT_DIR
+
+
+def try_build_report(sweep_dir: Path | str) -> Path | None:
+    """build_report for the end of a sweep: never raises; a failure prints a warning and returns None."""
+    try:
+        out = build_report(sweep_dir)
+    except Exception as e:
+        print(f"sweepit: warning: no report written for {sweep_dir}: {type(e).__name__}: {e}",
+              file=sys.stderr, flush=True)
+        return None
+    print(f"sweepit: report in {out / 'index.html'}", flush=True)
+    return out

@@ -1,0 +1,255 @@
+"""A sweep directory read for reporting: summary's job rows plus per-epoch metrics, states and the sweep's config.
+
+Nothing here raises on a broken job: a missing or corrupt file becomes a note in that job's row.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sweepit.results._job_files import METRICS_FILE, read_metrics
+from sweepit.results._summary import JobRow, best_row, fixed_overrides, job_num, override_values, read_job, swept_keys
+
+MANIFEST_FILE = "sweep.json"  # written by sweepit's launchers; optional here
+# libyaml when present: ten times faster on the many small files of a large sweep.
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def load_yaml(path: Path) -> Any:
+    """The parsed file, or None when it is missing or not YAML."""
+    try:
+        with open(path) as f:
+            return yaml.load(f, Loader=_Loader)
+    except (OSError, yaml.YAMLError):
+        return None
+
+
+def finite(value: Any) -> float | None:
+    """`value` as a float when it is a finite number, else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+@dataclass
+class JobReport(JobRow):
+    """summary's JobRow with what a report adds: the per-epoch rows of `metrics.jsonl`."""
+
+    epochs: list[dict[str, Any]] = field(default_factory=list)
+
+    def add_note(self, note: str) -> None:
+        self.note = f"{self.note}; {note}" if self.note else note
+
+    @property
+    def n_epochs(self) -> int:
+        done = self.result.get("epochs_completed")
+        return done if isinstance(done, int) else len(self.epochs)
+
+    @property
+    def last(self) -> dict[str, Any]:
+        """Final metrics: `result.json`'s `final`, else the last epoch logged so far."""
+        return self.final or (self.epochs[-1] if self.epochs else {})
+
+    @property
+    def epoch_time_s(self) -> float | None:
+        """Mean epoch time, the first (warm-up) epoch left out when there are more."""
+        times = [t for t in (finite(r.get("epoch_time_s")) for r in self.epochs) if t is not None]
+        if len(times) > 1:
+            times = times[1:]
+        if times:
+            return sum(times) / len(times)
+        return finite(self.last.get("epoch_time_s"))
+
+    @property
+    def wall_time_s(self) -> float | None:
+        return finite(self.result.get("wall_time_s"))
+
+    @cached_property
+    def n_gpus(self) -> int:
+        """`world_size` from result.json; else `trainer.gpus` from the job's config (a launcher's result lacks it)."""
+        gpus = self.result.get("world_size")
+        if not isinstance(gpus, int):
+            config = load_yaml(self.job_dir / ".hydra" / "config.yaml")
+            trainer = config.get("trainer") if isinstance(config, dict) else None
+            gpus = trainer.get("gpus") if isinstance(trainer, dict) else None
+        return gpus if isinstance(gpus, int) and gpus > 0 else 1
+
+    @property
+    def gpu_hours(self) -> float | None:
+        wall = self.wall_time_s
+        return None if wall is None else self.n_gpus * wall / 3600
+
+    @property
+    def best_epoch(self) -> int | None:
+        best = self.result.get("best_epoch")
+        return best if isinstance(best, int) else None
+
+    @property
+    def label(self) -> str:
+        return f"job {self.num}"
+
+
+@dataclass
+class Sweep:
+    sweep_dir: Path
+    jobs: list[JobReport]
+    study: str
+    metric: str
+    direction: str                    # maximize | minimize
+    created_at: datetime              # from sweep.json, else the sweep directory's files
+    swept: list[str]                  # override keys whose value differs between jobs
+    fixed: dict[str, str]             # overrides every job shares
+    config_name: str = "config"       # Hydra's --config-name (a study file of sweeps/ or the root config)
+    config_dir: str | None = None     # Hydra's --config-dir, relative to where the sweep ran when inside it
+    launcher: str = ""
+    job_config: dict[str, Any] = field(default_factory=dict)  # the first job's .hydra/config.yaml
+
+    @property
+    def best(self) -> JobReport | None:
+        best = best_row(list(self.jobs), self.direction)
+        return best if isinstance(best, JobReport) else None
+
+    @property
+    def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for job in self.jobs:
+            counts[job.status] = counts.get(job.status, 0) + 1
+        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    def counts_line(self) -> str:
+        return f"{len(self.jobs)} jobs: " + ", ".join(f"{n} {s}" for s, n in self.counts.items())
+
+    def job_label(self, job: JobReport, width: int = 60) -> str:
+        """The job's swept overrides, `key=value` joined, shortened to `width` characters."""
+        text = " ".join(f"{k}={job.overrides.get(k, '')}" for k in self.swept) or job.label
+        return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _manifest_jobs(sweep_dir: Path) -> tuple[dict[int, dict[str, Any]], dict[str, Any]]:
+    """sweep.json's jobs by number and its top level; empty when absent or unreadable (it is optional)."""
+    try:
+        data = json.loads((sweep_dir / MANIFEST_FILE).read_text())
+    except (OSError, ValueError):
+        return {}, {}
+    if not isinstance(data, dict):
+        return {}, {}
+    jobs = data.get("jobs")
+    entries = jobs.values() if isinstance(jobs, dict) else jobs if isinstance(jobs, list) else []
+    out = {int(e["num"]): e for e in entries if isinstance(e, dict) and isinstance(e.get("num"), int)}
+    return out, data
+
+
+def _read_job(job_dir: Path, entry: dict[str, Any] | None, with_metrics: bool) -> JobReport:
+    try:
+        job = JobReport(**vars(read_job(job_dir)))
+    except OSError as e:  # result.json unreadable for the system (permissions, a directory in its place)
+        job = JobReport(num=job_num(job_dir) or 0, job_dir=job_dir, overrides={}, status="corrupt",
+                        note=f"result.json unreadable: {e}")
+    if not job.overrides and not (job_dir / ".hydra" / "overrides.yaml").is_file():
+        job.add_note("no .hydra/overrides.yaml")
+    if with_metrics:
+        try:
+            job.epochs, notes = read_metrics(job_dir)
+        except (OSError, ValueError) as e:
+            notes = [f"{METRICS_FILE} unreadable: {e}"]
+        for note in notes[:3]:
+            job.add_note(note)
+        if len(notes) > 3:
+            job.add_note(f"{len(notes) - 3} more bad lines in {METRICS_FILE}")
+    if job.status == "pending":  # no result.json: the launcher's manifest knows whether it runs or waits
+        state = str(entry.get("state", "")) if entry else ""
+        job.status = state or "running"
+        if state not in ("", "queued", "running", "not started", "skipped"):
+            job.add_note("no result.json")
+    return job
+
+
+def _queued_job(entry: dict[str, Any]) -> JobReport:
+    """A job the manifest lists but that has no directory yet."""
+    overrides = override_values(str(item) for item in entry.get("overrides") or [])
+    return JobReport(num=int(entry["num"]), job_dir=Path(str(entry.get("job_dir", ""))), overrides=overrides,
+                     status=str(entry.get("state") or "queued"))
+
+
+def _created_at(sweep_dir: Path, manifest: dict[str, Any]) -> datetime:
+    stamp = manifest.get("created_at")
+    if isinstance(stamp, str):
+        try:
+            moment = datetime.fromisoformat(stamp)
+            return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+        except ValueError:
+            pass
+    for path in (sweep_dir / "multirun.yaml", sweep_dir):
+        try:
+            return datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc)
+        except OSError:
+            continue
+    return datetime.fromtimestamp(0, tz=timezone.utc)
+
+
+def _hydra_facts(sweep_dir: Path, jobs: list[JobReport]) -> tuple[str, str | None]:
+    """`--config-name` and `--config-dir` of the sweep, from multirun.yaml or a job's .hydra/hydra.yaml."""
+    data = load_yaml(sweep_dir / "multirun.yaml")
+    hydra = data.get("hydra") if isinstance(data, dict) else None
+    for job in jobs[:3]:
+        if isinstance(hydra, dict):
+            break
+        data = load_yaml(job.job_dir / ".hydra" / "hydra.yaml")
+        hydra = data.get("hydra") if isinstance(data, dict) else None
+    if not isinstance(hydra, dict):
+        return "config", None
+    name = str((hydra.get("job") or {}).get("config_name") or "config")
+    runtime = hydra.get("runtime") or {}
+    config_dir = next((str(s.get("path")) for s in runtime.get("config_sources") or []
+                       if isinstance(s, dict) and s.get("provider") == "command-line"), None)
+    cwd = runtime.get("cwd")
+    if config_dir and isinstance(cwd, str):
+        rel = os.path.relpath(config_dir, cwd)
+        config_dir = config_dir if rel.startswith("..") else rel
+    return name, config_dir
+
+
+def load_sweep(sweep_dir: Path, with_metrics: bool = True) -> Sweep:
+    """Every job of the sweep (job directories, plus jobs sweep.json lists that have none yet), in job order."""
+    sweep_dir = Path(sweep_dir)
+    entries, manifest = _manifest_jobs(sweep_dir)
+    jobs = [_read_job(p, entries.get(n), with_metrics)
+            for p in sweep_dir.iterdir() if p.is_dir() and (n := job_num(p)) is not None]
+    seen = {j.num for j in jobs}
+    jobs += [_queued_job(e) for n, e in entries.items() if n not in seen]
+    jobs.sort(key=lambda j: j.num)
+
+    job_config: dict[str, Any] = {}
+    for job in jobs[:5]:
+        data = load_yaml(job.job_dir / ".hydra" / "config.yaml")
+        if isinstance(data, dict):
+            job_config = data
+            break
+    study = job_config.get("study")
+    if not isinstance(study, str):
+        multirun = load_yaml(sweep_dir / "multirun.yaml")
+        study = multirun.get("study") if isinstance(multirun, dict) else None
+    metric = next((str(j.result["metric"]) for j in jobs if "metric" in j.result), None)
+    direction = next((str(j.result["direction"]) for j in jobs if "direction" in j.result), None)
+    config_name, config_dir = _hydra_facts(sweep_dir, jobs)
+    rows: list[JobRow] = list(jobs)
+    return Sweep(
+        sweep_dir=sweep_dir, jobs=jobs,
+        study=study if isinstance(study, str) else sweep_dir.parent.name,
+        metric=metric or str(job_config.get("metric", "objective")),
+        direction=direction or str(job_config.get("direction", "maximize")),
+        created_at=_created_at(sweep_dir, manifest),
+        swept=swept_keys(rows) if len(jobs) > 1 else [],
+        fixed=fixed_overrides(rows) if len(jobs) > 1 else dict(jobs[0].overrides) if jobs else {},
+        config_name=config_name, config_dir=config_dir,
+        launcher=str(manifest.get("launcher", "")), job_config=job_config,
+    )

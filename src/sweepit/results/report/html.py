@@ -1,0 +1,99 @@
+"""`index.html`: one self-contained page (styles inline, PNGs embedded as data: URIs) to open or copy off a cluster."""
+
+from __future__ import annotations
+
+import base64
+from html import escape
+from pathlib import Path
+
+from sweepit.results.report._sweep import Sweep
+from sweepit.results.report.sections import Figure, Section
+from sweepit.results.report.table import Table, fmt
+
+_STYLE = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1400px;
+       padding: 1em 2em; color: #1d1d1f; }
+h1 { margin-bottom: .1em; } h2 { border-bottom: 1px solid #ddd; padding-bottom: .2em; margin-top: 1.6em; }
+.meta { color: #666; margin-top: 0; }
+pre { background: #f4f4f6; padding: .6em .9em; border-radius: 6px; overflow-x: auto; }
+.table-wrap { max-height: 70vh; overflow: auto; border: 1px solid #ddd; border-radius: 6px; }
+table { border-collapse: collapse; font-size: 13px; width: 100%; }
+th, td { padding: 3px 8px; border-bottom: 1px solid #eee; text-align: left; white-space: nowrap; }
+th { position: sticky; top: 0; background: #fafafa; border-bottom: 1px solid #ccc; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.path { max-width: 16em; overflow: hidden; text-overflow: ellipsis; }
+td.note { white-space: normal; min-width: 16em; color: #8a1c1c; }
+tr.best td { background: #e8f6e8; font-weight: 600; }
+.status { padding: 0 6px; border-radius: 8px; font-size: 12px; background: #eee; }
+.status-completed { background: #d8f0d8; } .status-failed, .status-corrupt { background: #f8d0d0; }
+.status-diverged, .status-interrupted { background: #fbe6c2; } .status-running { background: #d6e6fb; }
+.status-pruned { background: #e6dcf5; }
+figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { color: #555; font-size: 13px; }
+.notes { color: #8a5a00; }
+"""
+
+
+def _table(table: Table) -> str:
+    head = "".join(f"<th>{escape(c)}</th>" for c in table.columns)
+    status_col = table.columns.index("status") if "status" in table.columns else -1
+    rows = []
+    for i, row in enumerate(table.rows):
+        cells = []
+        for k, value in enumerate(row):
+            text = escape(fmt(value, empty=""))
+            if k == status_col:
+                cells.append(f'<td><span class="status status-{escape(str(value))}">{text}</span></td>')
+            elif table.columns[k] == "note":
+                cells.append(f'<td class="note">{text}</td>')
+            elif table.columns[k] == "job_dir":
+                cells.append(f'<td class="path" title="{text}">{text}</td>')
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                cells.append(f'<td class="num" title="{escape(repr(value))}">{text}</td>')
+            else:
+                cells.append(f"<td>{text}</td>")
+        attrs = ' class="best"' if i == table.best else ""
+        rows.append(f"<tr{attrs}>{''.join(cells)}</tr>")
+    return (f'<div class="table-wrap"><table class="results"><thead><tr>{head}</tr></thead>'
+            f"<tbody>\n{chr(10).join(rows)}\n</tbody></table></div>")
+
+
+def _figure(figure: Figure) -> str:
+    data = base64.b64encode(Path(figure.path).read_bytes()).decode("ascii")
+    caption = escape(figure.caption)
+    return (f'<figure><img alt="{caption}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{caption}</figcaption></figure>")
+
+
+def _section(section: Section) -> str:
+    anchor = escape(section.title.lower().replace(" ", "-"))
+    parts = [f'<section id="{anchor}"><h2>{escape(section.title)}</h2>']
+    parts += [f"<p>{escape(p)}</p>" for p in section.text]
+    if section.command:
+        parts.append(f"<p>The best configuration, as one run:</p><pre><code>{escape(section.command)}</code></pre>")
+    if section.table is not None:
+        parts.append(_table(section.table))
+    parts += [_figure(f) for f in section.figures]
+    if section.notes:
+        parts.append('<ul class="notes">' + "".join(f"<li>{escape(n)}</li>" for n in section.notes) + "</ul>")
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def render_html(sweep: Sweep, sections: list[Section]) -> str:
+    title = f"Sweep {sweep.study}"
+    meta = (f"{sweep.sweep_dir} · started {sweep.created_at.astimezone():%Y-%m-%d %H:%M}"
+            + (f" · launcher {sweep.launcher}" if sweep.launcher else "") + f" · {sweep.counts_line()}")
+    body = "\n".join(_section(s) for s in sections)
+    return f"""<!doctype html>
+<html lang="en">
+<head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{escape(title)}</title><style>{_STYLE}</style></head>
+<body>
+<header><h1>{escape(title)}</h1><p class="meta">{escape(meta)}</p>
+<p class="meta">Files beside this page: <a href="results.csv">results.csv</a> · <a href="summary.md">summary.md</a></p>
+</header>
+{body}
+</body>
+</html>
+"""

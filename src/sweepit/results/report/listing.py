@@ -1,0 +1,68 @@
+"""`sweepit ls`: every sweep under a directory, newest first, with its counts by status and best job."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sweepit.results._summary import job_num
+from sweepit.results.report._sweep import MANIFEST_FILE, Sweep, load_sweep
+
+# outputs/<study>/<timestamp>/ is two levels down; a little more for hand-made layouts.
+_MAX_DEPTH = 4
+_SKIP = {".hydra", "report", ".git", "runs"}
+
+
+def is_sweep(path: Path) -> bool:
+    """A directory Hydra's sweeper or sweepit's launchers wrote: multirun.yaml or sweep.json, or job directories."""
+    if (path / "multirun.yaml").is_file() or (path / MANIFEST_FILE).is_file():
+        return True
+    try:
+        return any(e.is_dir() and job_num(Path(e.name)) is not None and os.path.isdir(os.path.join(e.path, ".hydra"))
+                   for e in os.scandir(path))
+    except OSError:
+        return False
+
+
+def find_sweeps(root: Path) -> list[Path]:
+    """Sweep directories at or under `root` (not inside another sweep)."""
+    root = Path(root)
+    if is_sweep(root):
+        return [root]
+    found: list[Path] = []
+    frontier = [(root, 0)]
+    while frontier:
+        path, depth = frontier.pop()
+        try:
+            children = sorted(e.path for e in os.scandir(path) if e.is_dir() and e.name not in _SKIP)
+        except OSError:
+            continue
+        for child in map(Path, children):
+            if is_sweep(child):
+                found.append(child)
+            elif depth + 1 < _MAX_DEPTH:
+                frontier.append((child, depth + 1))
+    return found
+
+
+def _row(sweep: Sweep) -> list[str]:
+    best = sweep.best
+    best_text = "-" if best is None else f"{sweep.metric}={best.objective:.4g}"
+    overrides = "" if best is None else " ".join(f"{k}={best.overrides.get(k, '')}" for k in sweep.swept)
+    rel = os.path.relpath(sweep.sweep_dir)
+    return [str(sweep.sweep_dir) if rel.startswith("..") else rel, sweep.study,
+            f"{sweep.created_at.astimezone():%Y-%m-%d %H:%M}", sweep.counts_line(), best_text, overrides]
+
+
+def list_sweeps(root: Path) -> list[Sweep]:
+    """The sweeps under `root`, newest first (metrics.jsonl is not read: counts and results are enough)."""
+    sweeps = [load_sweep(p, with_metrics=False) for p in find_sweeps(root)]
+    return sorted(sweeps, key=lambda s: s.created_at, reverse=True)
+
+
+def format_listing(sweeps: list[Sweep]) -> str:
+    header = ["sweep", "study", "started", "jobs", "best", "best overrides"]
+    body = [_row(s) for s in sweeps]
+    widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
+                     for line in [header, *body])

@@ -1,0 +1,267 @@
+"""PNG figures of a sweep, drawn with matplotlib's object API (the Agg canvas, no pyplot state).
+
+matplotlib is imported inside the functions, so `import sweepit.results.report` and `sweepit ls` stay quick.
+Each function returns a caption note (what was left out), or raises when the sweep has nothing to draw.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sweepit.results.report._io import write_file
+from sweepit.results.report._sweep import JobReport, Sweep, finite
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+# More lines than this are unreadable and slow to draw: the best ones by objective are drawn, and the caption says so.
+MAX_CURVES = 200
+# Cells of a heatmap annotated with their value; larger grids are read from the colour bar.
+MAX_ANNOTATED_CELLS = 150
+# Where a figure without layout engine puts its legend (figure fraction); its axes end before it.
+LEGEND_X = 0.79
+# Colours of the first jobs when few enough to tell apart in a legend; more are coloured by objective.
+_FEW = 10
+
+
+def figure(width_in: float, height_in: float, constrained: bool = True) -> Figure:
+    """A figure on the Agg canvas. Constrained layout fits labels of any length but costs about one extra
+    draw; figures whose labels are known (epochs, metric values) lay themselves out for speed."""
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width_in, height_in), dpi=100, layout="constrained" if constrained else None)
+
+
+def save(fig: Figure, path: Path) -> Path:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return write_file(path, buffer.getvalue())
+
+
+def ranked(sweep: Sweep, jobs: list[JobReport]) -> list[JobReport]:
+    """Best objective first; jobs without a finite objective keep job order after them."""
+    sign = -1.0 if sweep.direction == "maximize" else 1.0
+    scored = sorted((j for j in jobs if finite(j.objective) is not None), key=lambda j: sign * (j.objective or 0.0))
+    return scored + [j for j in jobs if finite(j.objective) is None]
+
+
+def cap(sweep: Sweep, jobs: list[JobReport], limit: int = MAX_CURVES) -> tuple[list[JobReport], str]:
+    """Few jobs in job order (for the legend); many ranked best first, at most `limit` of them."""
+    if len(jobs) <= _FEW:
+        return jobs, ""
+    note = f"the best {limit} of {len(jobs)} jobs are drawn" if len(jobs) > limit else ""
+    return ranked(sweep, jobs)[:limit], note
+
+
+class Palette:
+    """Few jobs: one colour each and a legend. Many: coloured by objective, with a colour bar; best in red."""
+
+    def __init__(self, sweep: Sweep, jobs: list[JobReport]) -> None:
+        import matplotlib
+
+        self.few = len(jobs) <= _FEW
+        self.best = sweep.best
+        scores = [s for s in (finite(j.objective) for j in jobs) if s is not None]
+        self.cmap = matplotlib.colormaps["viridis" if sweep.direction == "maximize" else "viridis_r"]
+        self.norm = matplotlib.colors.Normalize(min(scores, default=0.0), max(scores, default=1.0))
+        self._index = {j.num: i for i, j in enumerate(jobs)}
+        self._tab = matplotlib.colormaps["tab10"]
+
+    def color(self, job: JobReport) -> Any:
+        if self.few:
+            return self._tab(self._index.get(job.num, 0) % 10)
+        if self.best is not None and job.num == self.best.num:
+            return "red"
+        score = finite(job.objective)
+        return (0.6, 0.6, 0.6, 0.5) if score is None else self.cmap(self.norm(score))
+
+    def finish(self, fig: Figure, axes: list[Axes], sweep: Sweep, jobs: list[JobReport]) -> None:
+        from matplotlib.cm import ScalarMappable
+        from matplotlib.lines import Line2D
+
+        if self.few:
+            handles = [Line2D([], [], color=self.color(j), label=f"{j.num}: {sweep.job_label(j, 40)}") for j in jobs]
+            if fig.get_layout_engine() is None:  # the caller left the right margin free
+                fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(LEGEND_X, 0.93), fontsize="small",
+                           title="job")
+            else:
+                fig.legend(handles=handles, loc="outside right upper", fontsize="small", title="job")
+        else:
+            fig.colorbar(ScalarMappable(norm=self.norm, cmap=self.cmap), ax=axes, label=sweep.metric, shrink=0.8)
+
+
+def _series(job: JobReport, key: str) -> np.ndarray:
+    pts = [(e, v) for r in job.epochs if (e := finite(r.get("epoch"))) is not None
+           and (v := finite(r.get(key))) is not None]
+    return np.array(pts, dtype=float).reshape(-1, 2)
+
+
+def draw_lines(ax: Axes, jobs: list[JobReport], key: str, palette: Palette, best: JobReport | None) -> bool:
+    """One line per job in a single LineCollection (fast for hundreds of lines); the best job on top."""
+    from matplotlib.collections import LineCollection
+
+    segs, colors, widths = [], [], []
+    for job in jobs:
+        xy = _series(job, key)
+        if len(xy):
+            is_best = best is not None and job.num == best.num
+            segs.append(xy)
+            colors.append(palette.color(job))
+            widths.append(2.5 if is_best else 1.2)
+    if not segs:
+        return False
+    # Drawn worst first, so the best lines (and the thick best job) end up on top.
+    order = sorted(reversed(range(len(segs))), key=lambda i: widths[i])
+    ax.add_collection(LineCollection([segs[i] for i in order], colors=[colors[i] for i in order],
+                                     linewidths=[widths[i] for i in order]))
+    allpts = np.concatenate(segs)
+    ax.update_datalim(allpts)
+    ax.autoscale_view()
+    ys = allpts[:, 1]
+    if key.endswith("loss") and ys.min() > 0 and ys.max() / ys.min() > 10:
+        ax.set_yscale("log")
+    return True
+
+
+def epoch_axis(ax: Axes) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+
+
+def learning_curves(sweep: Sweep, path: Path) -> str:
+    """Loss and accuracy per epoch, one panel per metric (train/val), one line per job."""
+    jobs = [j for j in sweep.jobs if j.epochs]
+    if not jobs:
+        raise ValueError("no job has logged an epoch yet")
+    drawn, note = cap(sweep, jobs)
+    keys = [k for k in ("train_loss", "val_loss", "train_acc", "val_acc")
+            if any(k in r for j in drawn for r in j.epochs)]
+    ncols = 2
+    nrows = max(1, math.ceil(len(keys) / ncols))
+    height_in = 3.6 * nrows + 0.6
+    fig = figure(12, height_in, constrained=False)
+    palette = Palette(sweep, drawn)
+    fig.subplots_adjust(left=0.07, right=LEGEND_X - 0.02 if palette.few else 0.97, bottom=0.55 / height_in,
+                        top=1 - 0.6 / height_in, wspace=0.22, hspace=0.45)
+    axes = [fig.add_subplot(nrows, ncols, i + 1) for i in range(len(keys))]
+    for ax, key in zip(axes, keys, strict=True):
+        draw_lines(ax, drawn, key, palette, sweep.best)
+        ax.set(title=key, xlabel="epoch", ylabel=key)
+        epoch_axis(ax)
+    palette.finish(fig, axes, sweep, drawn)
+    fig.suptitle(f"Learning curves: {len(drawn)} jobs" + (f" ({note})" if note else ""))
+    save(fig, path)
+    return note
+
+
+def _values(jobs: list[JobReport], key: str) -> tuple[list[str], bool]:
+    """The distinct values of an override, in numeric order when all are numbers."""
+    seen = list(dict.fromkeys(v for j in jobs if (v := j.overrides.get(key))))
+    try:
+        return sorted(seen, key=float), True
+    except ValueError:
+        return seen, False
+
+
+def objective_heatmap(sweep: Sweep, path: Path) -> str:
+    """Two swept parameters: objective per cell (mean over its completed jobs); the best cell outlined."""
+    import matplotlib
+    from matplotlib.patches import Rectangle
+
+    a, b = sweep.swept[:2]
+    (va, num_a), (vb, num_b) = _values(sweep.jobs, a), _values(sweep.jobs, b)
+    if (num_a and not num_b) or (num_a == num_b and len(va) > len(vb)):
+        a, b, va, vb = b, a, vb, va  # categories (e.g. optimizer) down the side, numbers across
+    ia, ib = {v: i for i, v in enumerate(va)}, {v: i for i, v in enumerate(vb)}
+    total, count = np.zeros((len(va), len(vb))), np.zeros((len(va), len(vb)))
+    status = np.full((len(va), len(vb)), "", dtype=object)
+    for job in sweep.jobs:
+        if a not in job.overrides or b not in job.overrides:
+            continue  # its overrides could not be read
+        i, k = ia[job.overrides[a]], ib[job.overrides[b]]
+        score = finite(job.objective)
+        if job.status == "completed" and score is not None:
+            total[i, k] += score
+            count[i, k] += 1
+        else:
+            status[i, k] = status[i, k] or job.status
+    grid = np.ma.masked_invalid(np.divide(total, count, out=np.full_like(total, np.nan), where=count > 0))
+    if grid.count() == 0:
+        raise ValueError(f"no completed job with a finite {sweep.metric}")
+    cmap = matplotlib.colormaps["viridis" if sweep.direction == "maximize" else "viridis_r"]
+    cmap = cmap.with_extremes(bad="#dddddd")  # cells with no completed job
+    lo, hi = float(grid.min()), float(grid.max())
+    norm: Any = (matplotlib.colors.LogNorm(lo, hi) if lo > 0 and hi / lo > 10
+                 else matplotlib.colors.Normalize(lo, hi))
+    fig = figure(min(16.0, max(6.0, 1.5 + 0.9 * len(vb))), min(12.0, max(4.0, 1.5 + 0.45 * len(va))))
+    ax = fig.add_subplot()
+    image = ax.imshow(grid, cmap=cmap, norm=norm, aspect="auto")
+    xs, ys = range(0, len(vb), math.ceil(len(vb) / 30)), range(0, len(va), math.ceil(len(va) / 40))
+    ax.set_xticks(list(xs), labels=[vb[i] for i in xs], rotation=45 if len(vb) > 8 else 0)
+    ax.set_yticks(list(ys), labels=[va[i] for i in ys])
+    ax.set(xlabel=b, ylabel=a, title=f"{sweep.metric} ({sweep.direction}): {a} x {b}")
+    fig.colorbar(image, ax=ax, label=sweep.metric)
+    if grid.size <= MAX_ANNOTATED_CELLS:
+        for (i, k), value in np.ndenumerate(grid.filled(np.nan)):
+            if math.isfinite(value):
+                r, g, bl, _ = cmap(norm(value))
+                ink = "black" if 0.299 * r + 0.587 * g + 0.114 * bl > 0.5 else "white"
+                ax.text(k, i, f"{value:.3g}", ha="center", va="center", fontsize=8, color=ink)
+            elif status[i, k]:
+                ax.text(k, i, str(status[i, k]), ha="center", va="center", fontsize=7, color="#aa0000")
+    best = sweep.best
+    if best is not None and a in best.overrides and b in best.overrides:
+        i, k = ia[best.overrides[a]], ib[best.overrides[b]]
+        ax.add_patch(Rectangle((k - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.5))
+    save(fig, path)
+    return "" if grid.size <= MAX_ANNOTATED_CELLS else f"{grid.size} cells: values are not written in"
+
+
+def _axis(ax: Axes, values: list[str], numeric: bool) -> dict[str, float]:
+    """Positions of the values on the x axis: the numbers themselves (log when over a decade), else 0..n-1."""
+    if not numeric:
+        ax.set_xticks(range(len(values)), labels=values, rotation=30 if len(values) > 6 else 0)
+        return {v: float(i) for i, v in enumerate(values)}
+    nums = [float(v) for v in values]
+    if min(nums) > 0 and max(nums) / min(nums) > 10:
+        ax.set_xscale("log")
+    if len(values) <= 12:
+        ax.set_xticks(nums, labels=values, rotation=30 if len(values) > 6 else 0)
+        ax.minorticks_off()
+    return dict(zip(values, nums, strict=True))
+
+
+def objective_by_param(sweep: Sweep, path: Path, max_params: int = 4) -> str:
+    """Per swept parameter: the objective and the epoch time against its value (a line through the means)."""
+    keys = sweep.swept[:max_params]
+    if not keys:
+        raise ValueError("no swept parameter")
+    fig = figure(max(6.0, 4.5 * len(keys)), 7.0)
+    done = [j for j in sweep.jobs if j.status == "completed" and finite(j.objective) is not None]
+    timed = [j for j in sweep.jobs if j.epoch_time_s is not None]
+    for col, key in enumerate(keys):
+        values, numeric = _values(sweep.jobs, key)
+        for row, (jobs, ylabel) in enumerate(((done, sweep.metric), (timed, "epoch time (s)"))):
+            ax = fig.add_subplot(2, len(keys), row * len(keys) + col + 1)
+            pos = _axis(ax, values, numeric)
+            pts = [(pos[j.overrides[key]], j.objective if row == 0 else j.epoch_time_s)
+                   for j in jobs if key in j.overrides]
+            if pts:
+                xs, ys = zip(*pts, strict=True)
+                ax.scatter(xs, ys, s=14, alpha=0.5 if len(pts) > 50 else 0.9, color="tab:blue")
+                means = {x: float(np.mean([y for x2, y in pts if x2 == x])) for x in sorted(set(xs))}
+                ax.plot(list(means), list(means.values()), color="tab:orange", label="mean")
+            ax.set(xlabel=key, ylabel=ylabel)
+            ax.grid(alpha=0.3)
+    fig.suptitle(f"{sweep.metric} and epoch time per parameter ({len(done)} completed jobs)")
+    save(fig, path)
+    left = len(sweep.swept) - len(keys)
+    return f"{left} more swept parameters are not drawn" if left > 0 else ""

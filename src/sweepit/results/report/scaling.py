@@ -1,0 +1,132 @@
+"""The GPU-scaling report: epoch time, throughput, speedup and efficiency per device count.
+
+Epoch times leave out each job's first (warm-up) epoch, as the courses time them; repeats of a device
+count are averaged and their spread shown. Speedup is against the smallest device count in the sweep.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from sweepit.results.report._sweep import JobReport, Sweep, finite
+from sweepit.results.report.sections import Figure, Section, SectionBuilder
+from sweepit.results.report.table import Table
+
+# Adding devices that buys less than this fraction of the ideal extra speed is called a plateau.
+PLATEAU_GAIN = 0.25
+
+
+@dataclass
+class ScalingPoint:
+    n_gpus: int
+    n_jobs: int
+    epoch_time_s: float
+    epoch_time_std_s: float
+    samples_per_s: float
+    samples_per_s_std: float
+    speedup: float = math.nan
+    efficiency: float = math.nan
+
+
+def _throughput(job: JobReport) -> float | None:
+    mean = finite(job.result.get("samples_per_s_mean"))
+    if mean is not None:
+        return mean
+    rates = [r for r in (finite(e.get("samples_per_s")) for e in job.epochs) if r is not None]
+    rates = rates[1:] if len(rates) > 1 else rates
+    return sum(rates) / len(rates) if rates else None
+
+
+def _std(values: list[float]) -> float:
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def scaling_points(sweep: Sweep) -> list[ScalingPoint]:
+    """One point per device count, from the jobs that completed."""
+    groups: dict[int, list[tuple[float, float]]] = {}
+    for job in sweep.jobs:
+        time_s, rate = job.epoch_time_s, _throughput(job)
+        if job.status == "completed" and time_s is not None and rate is not None:
+            groups.setdefault(job.n_gpus, []).append((time_s, rate))
+    points = [
+        ScalingPoint(n, len(v), statistics.fmean(t for t, _ in v), _std([t for t, _ in v]),
+                     statistics.fmean(r for _, r in v), _std([r for _, r in v]))
+        for n, v in sorted(groups.items())
+    ]
+    if points:
+        base = points[0]
+        for p in points:
+            p.speedup = base.epoch_time_s / p.epoch_time_s
+            p.efficiency = p.speedup / (p.n_gpus / base.n_gpus)
+    return points
+
+
+def scaling_flags(points: list[ScalingPoint]) -> list[str]:
+    """Plain-words warnings where adding devices slows training down or buys little."""
+    flags = []
+    for a, b in itertools.pairwise(points):
+        ideal_gain = b.n_gpus / a.n_gpus - 1
+        gain = a.epoch_time_s / b.epoch_time_s - 1
+        if gain < 0:
+            flags.append(f"slower with more devices: {b.n_gpus} GPUs take {b.epoch_time_s:.3g} s per epoch, "
+                         f"{a.n_gpus} took {a.epoch_time_s:.3g} s.")
+        elif gain < PLATEAU_GAIN * ideal_gain:
+            flags.append(f"plateau: going from {a.n_gpus} to {b.n_gpus} GPUs cuts the epoch time by only "
+                         f"{gain:.0%} ({a.epoch_time_s:.3g} s -> {b.epoch_time_s:.3g} s; ideal {ideal_gain:.0%}).")
+    return flags
+
+
+def scaling_table(points: list[ScalingPoint]) -> Table:
+    columns = ["gpus", "jobs", "epoch_time_s", "epoch_time_std_s", "samples_per_s", "samples_per_s_std",
+               "speedup", "efficiency"]
+    rows: list[list[object]] = [
+        [p.n_gpus, p.n_jobs, p.epoch_time_s, p.epoch_time_std_s, p.samples_per_s, p.samples_per_s_std,
+         p.speedup, p.efficiency] for p in points
+    ]
+    return Table(columns, rows)
+
+
+def scaling_plot(points: list[ScalingPoint], path: Path) -> None:
+    from sweepit.results.report import plots
+
+    fig = plots.figure(12, 3.6)
+    ax_time, ax_rate, ax_speed = fig.subplots(1, 3)
+    gpus = [p.n_gpus for p in points]
+    ax_time.errorbar(gpus, [p.epoch_time_s for p in points], yerr=[p.epoch_time_std_s for p in points],
+                     marker="o", capsize=3)
+    ax_time.set(xlabel="GPUs (ranks)", ylabel="epoch time (s, first epoch excluded)", title="Epoch time")
+    ax_rate.errorbar(gpus, [p.samples_per_s for p in points], yerr=[p.samples_per_s_std for p in points],
+                     marker="o", capsize=3)
+    ax_rate.set(xlabel="GPUs (ranks)", ylabel="samples / s", title="Throughput")
+    ax_speed.plot(gpus, [p.speedup for p in points], marker="o", label="measured")
+    ax_speed.plot(gpus, [g / gpus[0] for g in gpus], linestyle="--", color="grey", label="ideal")
+    ax_speed.set(xlabel="GPUs (ranks)", ylabel=f"speedup over {gpus[0]}", title="Speedup")
+    ax_speed.legend()
+    for ax in (ax_time, ax_rate, ax_speed):
+        ax.set_xticks(gpus)
+        ax.grid(alpha=0.3)
+    plots.save(fig, path)
+
+
+class ScalingSection(SectionBuilder):
+    """Applies to sweeps whose completed jobs ran on more than one device count."""
+
+    title = "GPU scaling"
+
+    def build(self, sweep: Sweep, out_dir: Path) -> Section | None:
+        points = scaling_points(sweep)
+        if len(points) < 2:
+            return None
+        path = out_dir / "scaling.png"
+        scaling_plot(points, path)
+        flags = scaling_flags(points)
+        text = [f"Speedup and efficiency against {points[0].n_gpus} GPU(s); epoch times exclude the first epoch; "
+                "mean and standard deviation over repeats."]
+        text += flags or ["No plateau: every step up in devices cut the epoch time by at least "
+                          f"{PLATEAU_GAIN:.0%} of the ideal gain."]
+        return Section(self.title, text=text, table=scaling_table(points),
+                       figures=[Figure(path, "epoch time, throughput and speedup (dashed: ideal) per GPU count")])

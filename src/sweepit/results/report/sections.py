@@ -1,0 +1,127 @@
+"""A report is a list of sections; each builder decides whether its section applies to a sweep.
+
+To add one (the scaling table, Optuna's plots), subclass `SectionBuilder` and append an instance to
+`DEFAULT_SECTIONS`: the Markdown summary and the HTML page render every section the same way.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sweepit.results.report import linreg, plots
+from sweepit.results.report._sweep import Sweep, load_yaml
+from sweepit.results.report.table import Table, best_lines, reproduce_command, results_table
+
+
+@dataclass
+class Figure:
+    path: Path                        # a PNG in the report directory
+    caption: str = ""
+
+
+@dataclass
+class Section:
+    title: str
+    text: list[str] = field(default_factory=list)     # paragraphs of plain text
+    command: str = ""                                 # a shell line shown as code
+    table: Table | None = None
+    figures: list[Figure] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)    # what was left out or could not be drawn
+
+
+class SectionBuilder(ABC):
+    title: str = ""
+
+    @abstractmethod
+    def build(self, sweep: Sweep, out_dir: Path) -> Section | None:
+        """Build this section for `sweep`.
+
+        Args:
+            sweep: the sweep as read from its directory (broken jobs included, with notes).
+            out_dir: the report directory, where figures are written.
+
+        Returns:
+            The section, or None when it does not apply to this sweep (e.g. a heatmap of one parameter).
+        """
+
+
+class ResultsSection(SectionBuilder):
+    title = "Results"
+
+    def build(self, sweep: Sweep, out_dir: Path) -> Section:
+        best = sweep.best
+        text = [sweep.counts_line()]
+        if sweep.fixed:
+            text.append("same in every job: " + " ".join(f"{k}={v}" for k, v in sweep.fixed.items()))
+        text += best_lines(sweep)[:1]
+        return Section(self.title, text=text, table=results_table(sweep),
+                       command="" if best is None else reproduce_command(sweep, best))
+
+
+class CurvesSection(SectionBuilder):
+    title = "Learning curves"
+
+    def build(self, sweep: Sweep, out_dir: Path) -> Section | None:
+        if not any(j.epochs for j in sweep.jobs):
+            return None
+        path = out_dir / "learning_curves.png"
+        note = plots.learning_curves(sweep, path)
+        return Section(self.title, figures=[Figure(path, "loss and accuracy per epoch, one line per job")],
+                       notes=[note] if note else [])
+
+
+class ParamsSection(SectionBuilder):
+    """Two swept parameters: a heatmap of the objective. One (or more than two): objective and epoch time per value."""
+
+    title = "Objective per parameter"
+
+    def build(self, sweep: Sweep, out_dir: Path) -> Section | None:
+        if not sweep.swept or not any(j.status == "completed" for j in sweep.jobs):
+            return None
+        if len(sweep.swept) == 2:
+            path = out_dir / "objective_heatmap.png"
+            note = plots.objective_heatmap(sweep, path)
+            caption = f"{sweep.metric} for each {sweep.swept[0]} and {sweep.swept[1]}; best outlined in red"
+        else:
+            path = out_dir / "objective_by_param.png"
+            note = plots.objective_by_param(sweep, path)
+            caption = f"{sweep.metric} and epoch time (first epoch excluded) against " + ", ".join(sweep.swept)
+        return Section(self.title, figures=[Figure(path, caption)], notes=[note] if note else [])
+
+
+class LinregSection(SectionBuilder):
+    """Jobs of task linreg log the fitted `w` and `b` each epoch: their lines against the data."""
+
+    title = "Linear regression fits"
+
+    def build(self, sweep: Sweep, out_dir: Path) -> Section | None:
+        jobs = [j for j in sweep.jobs if "w" in j.last and "b" in j.last]
+        if not jobs:
+            return None
+        nums = {j.num for j in jobs}
+        best = sweep.best if sweep.best is not None and sweep.best.num in nums else jobs[0]
+        config = load_yaml(best.job_dir / ".hydra" / "config.yaml")
+        path = out_dir / "linreg_fit.png"
+        note = linreg.linreg_fit(sweep, jobs, config if isinstance(config, dict) else {}, path)
+        notes = [note] if note else []
+        if any(k.startswith("task.true_") for k in sweep.swept):
+            notes.append(f"the true line and data are those of job {best.num}; the sweep varies them")
+        return Section(self.title, figures=[Figure(path, "fitted lines against the data; loss per epoch")],
+                       notes=notes)
+
+
+DEFAULT_SECTIONS: list[SectionBuilder] = [ResultsSection(), CurvesSection(), ParamsSection(), LinregSection()]
+
+
+def _add_late_sections() -> None:
+    # Imported here: these modules build on the classes above.
+    from sweepit.results.report.optuna_section import OptunaSection
+    from sweepit.results.report.scaling import ScalingSection
+
+    DEFAULT_SECTIONS.append(ScalingSection())
+    DEFAULT_SECTIONS.append(OptunaSection())
+
+
+_add_late_sections()

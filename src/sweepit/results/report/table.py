@@ -1,0 +1,152 @@
+"""The results table (one row per job) as CSV, Markdown and terminal text, and the command that reproduces a job."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sweepit.results.report._sweep import JobReport, Sweep, finite, load_yaml
+
+# Final metrics shown first, in this order; other scalars follow in the order the training loop logs them.
+_METRIC_ORDER = ("train_loss", "train_acc", "val_loss", "val_acc")
+# Kept out of the final-metric columns: the epoch number, and epoch time, which has its own (mean) column.
+_NOT_METRICS = ("epoch", "epoch_time_s")
+_LAST = ("samples_per_s",)
+
+
+@dataclass
+class Table:
+    columns: list[str]
+    rows: list[list[Any]]             # raw values: str, int, float or None
+    best: int | None = None           # index of the best job's row
+    statuses: list[str] | None = None  # one per row, for styling
+
+    def column(self, name: str) -> list[Any]:
+        i = self.columns.index(name)
+        return [row[i] for row in self.rows]
+
+
+def final_metric_keys(jobs: list[JobReport]) -> list[str]:
+    keys: list[str] = []
+    for job in jobs:
+        for row in (job.epochs[-1] if job.epochs else {}, job.last):  # metrics.jsonl keeps the loop's order
+            keys += [k for k, v in row.items()
+                     if k not in keys and k not in _NOT_METRICS and isinstance(v, int | float | None)]
+
+    def rank(key: str) -> int:
+        return _METRIC_ORDER.index(key) if key in _METRIC_ORDER else 99 if key in _LAST else len(_METRIC_ORDER)
+
+    return sorted(keys, key=rank)
+
+
+def results_table(sweep: Sweep) -> Table:
+    """job, one column per swept parameter, status, objective, final metrics, timing, GPU-hours, job dir, note."""
+    metrics = final_metric_keys(sweep.jobs)
+    columns = ["job", *sweep.swept, "status", "objective", *metrics, "best_epoch", "epochs",
+               "epoch_time_s", "wall_time_s", "gpu_hours", "job_dir", "note"]
+    rows = [
+        [job.num, *(job.overrides.get(k) for k in sweep.swept), job.status, job.objective,
+         *(job.last.get(m) for m in metrics), job.best_epoch, job.n_epochs or None,
+         job.epoch_time_s, job.wall_time_s, job.gpu_hours, _job_dir(sweep, job), job.note]
+        for job in sweep.jobs
+    ]
+    best = sweep.best
+    return Table(columns, rows, best=None if best is None else sweep.jobs.index(best),
+                 statuses=[job.status for job in sweep.jobs])
+
+
+def _job_dir(sweep: Sweep, job: JobReport) -> str:
+    try:
+        return str(job.job_dir.relative_to(sweep.sweep_dir))
+    except ValueError:
+        return str(job.job_dir)
+
+
+def fmt(value: Any, empty: str = "-") -> str:
+    """A cell for people: 4 significant digits, `-` for nothing."""
+    if value is None or value == "":
+        return empty
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
+        return f"{value:.4g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.3e}"
+    return str(value)
+
+
+def to_csv(table: Table) -> str:
+    """Full precision; empty cells for missing values."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(table.columns)
+    for row in table.rows:
+        writer.writerow(["" if v is None else repr(v) if isinstance(v, float) else v for v in row])
+    return out.getvalue()
+
+
+def to_text(table: Table, max_rows: int = 0, drop: tuple[str, ...] = ("job_dir",), note_width: int = 60) -> str:
+    """An aligned table for the terminal; the first `max_rows` rows (0: all) and a line saying how many were left."""
+    keep = [i for i, c in enumerate(table.columns) if c not in drop]
+    header = [table.columns[i] for i in keep]
+    shown = table.rows if max_rows <= 0 else table.rows[:max_rows]
+    body = [[_clip(fmt(row[i]), note_width) for i in keep] for row in shown]
+    widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in [header, *body]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    if len(shown) < len(table.rows):
+        lines.append(f"... {len(table.rows) - len(shown)} more rows in results.csv")
+    return "\n".join(lines)
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def to_markdown(table: Table) -> str:
+    def cell(value: Any) -> str:
+        return fmt(value).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
+    for i, row in enumerate(table.rows):
+        cells = [cell(v) for v in row]
+        if i == table.best:
+            cells = [f"**{c}**" for c in cells]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def reproduce_command(sweep: Sweep, job: JobReport, script: str = "train.py") -> str:
+    """`python train.py [--config-dir D --config-name S] <fixed overrides> <job's swept overrides>`: one run."""
+    raw = _raw_overrides(job) or [f"{k}={v}" for k, v in job.overrides.items()]
+    swept = set(sweep.swept)
+    ordered = [o for o in raw if _key(o) not in swept] + [o for o in raw if _key(o) in swept]
+    args = ["python", script]
+    if sweep.config_dir:
+        args += ["--config-dir", sweep.config_dir]
+    if sweep.config_name != "config" or sweep.config_dir:
+        args += ["--config-name", sweep.config_name]
+    return shlex.join([*args, *ordered])
+
+
+def _key(override: str) -> str:
+    return override.partition("=")[0].lstrip("+~")
+
+
+def _raw_overrides(job: JobReport) -> list[str]:
+    """The overrides as typed (with `+` and `~` prefixes), which summary's dict drops."""
+    items = load_yaml(Path(job.job_dir) / ".hydra" / "overrides.yaml")
+    return [str(i) for i in items] if isinstance(items, list) else []
+
+
+def best_lines(sweep: Sweep) -> list[str]:
+    """The best job and the command line that runs it again, or why there is none."""
+    best = sweep.best
+    if best is None:
+        return [f"no completed job with a finite {sweep.metric} yet"]
+    return [f"best ({sweep.direction} {sweep.metric}): job {best.num} = {fmt(finite(best.objective))}"
+            + (f"  [{sweep.job_label(best, 200)}]" if sweep.swept else ""),
+            f"reproduce: {reproduce_command(sweep, best)}"]

@@ -1,0 +1,156 @@
+"""Optuna pruning from inside a job: report the objective after each epoch to the job's trial, stop when told.
+
+The Optuna sweeper owns each trial (ask, tell); a job only adds intermediate values. It learns its trial
+from three variables the sweeper sets per job through `hydra.job.env_set` (so they stay out of the job's
+overrides, directory name and reproduce command), and rebuilds the study's pruner from the spec the
+sweeper stored in the study (`sweepit_pruner` user attribute), so driver and jobs prune alike.
+
+Nothing here imports Hydra; optuna is imported only when a job is part of a study.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sweepit.errors import ConfigError
+
+if TYPE_CHECKING:
+    from sweepit.train._loop import EpochCallback
+
+ENV_STORAGE = "SWEEPIT_OPTUNA_STORAGE"   # storage URL, or the path of a journal file
+ENV_STUDY = "SWEEPIT_OPTUNA_STUDY"       # study name
+ENV_TRIAL = "SWEEPIT_OPTUNA_TRIAL"       # trial number
+PRUNER_ATTR = "sweepit_pruner"           # study user attribute: the pruner spec (see build_pruner)
+PRUNERS = ("none", "median", "percentile", "successive_halving", "hyperband")
+_DRIVERS = {"postgresql": "psycopg2-binary", "mysql": "PyMySQL"}
+
+
+def open_storage(url: str) -> Any:
+    """An Optuna storage: `sqlite:///...`, `postgresql://...`, `mysql://...`, `redis://...` (journal on
+    Redis), or a file path (a journal file, safe on shared cluster file systems; made absolute)."""
+    import optuna
+
+    if "://" not in url:
+        return optuna.storages.JournalStorage(_journal_file(str(Path(url).absolute())))
+    if url.startswith("redis"):
+        backend = getattr(optuna.storages, "journal", None)
+        redis_cls = getattr(backend, "JournalRedisBackend", None) or optuna.storages.JournalRedisStorage
+        return optuna.storages.JournalStorage(redis_cls(url))
+    try:
+        return optuna.storages.RDBStorage(url)
+    except ModuleNotFoundError as e:
+        scheme = url.split(":", 1)[0].split("+", 1)[0]
+        package = _DRIVERS.get(scheme, e.name or "the database driver")
+        raise ConfigError(f"the storage URL {url!r} needs the Python module {e.name!r}, which is not installed; "
+                          f"pip install {package}, or leave hydra.sweeper.storage unset for a journal file.") from e
+    except Exception as e:  # sqlalchemy's OperationalError and friends: the database cannot be reached
+        raise ConfigError(f"the Optuna storage must be reachable, but {url!r} is not "
+                          f"({type(e).__name__}: {str(e).splitlines()[0][:300]}); check the URL and that "
+                          "the database server runs, or leave hydra.sweeper.storage unset for a journal "
+                          "file in the sweep directory.") from e
+
+
+def _journal_file(path: str) -> Any:
+    """A journal file backend under its Optuna 4.x+ name (`journal.JournalFileBackend`), else the older name."""
+    import optuna
+
+    parent = Path(path).parent
+    if not parent.is_dir():
+        raise ConfigError(f"the journal file's folder must exist, but {parent} does not; create it or give "
+                          "another path in hydra.sweeper.storage.")
+    journal = getattr(optuna.storages, "journal", None)
+    backend = getattr(journal, "JournalFileBackend", None)
+    if backend is not None:
+        return backend(path)
+    return optuna.storages.JournalFileStorage(path)  # Optuna < 4 names, kept for old installs
+
+
+def build_pruner(spec: Mapping[str, Any]) -> Any:
+    """An Optuna pruner from a spec `{"name": ..., options}`; steps are epochs. Unknown names are refused."""
+    import optuna
+
+    p = optuna.pruners
+    name = str(spec.get("name", "none"))
+    startup, warmup = int(spec.get("n_startup_trials", 5)), int(spec.get("n_warmup_steps", 0))
+    interval = int(spec.get("interval_steps", 1))
+    max_resource = spec.get("max_resource")
+    if name == "none":
+        return p.NopPruner()
+    if name == "median":
+        return p.MedianPruner(n_startup_trials=startup, n_warmup_steps=warmup, interval_steps=interval)
+    if name == "percentile":
+        return p.PercentilePruner(float(spec.get("percentile", 25.0)), n_startup_trials=startup,
+                                  n_warmup_steps=warmup, interval_steps=interval)
+    if name == "successive_halving":
+        return p.SuccessiveHalvingPruner(min_resource=int(spec.get("min_resource", 1)),
+                                         reduction_factor=int(spec.get("reduction_factor", 3)))
+    if name == "hyperband":
+        return p.HyperbandPruner(min_resource=int(spec.get("min_resource", 1)),
+                                 max_resource="auto" if max_resource is None else int(max_resource),
+                                 reduction_factor=int(spec.get("reduction_factor", 3)))
+    raise ConfigError(f"hydra.sweeper.pruner.name must be one of {', '.join(PRUNERS)}, but got {name!r}; "
+                      "set for example hydra.sweeper.pruner.name=median.")
+
+
+class TrialReporter:
+    """The `on_epoch` callback of one job: reports `metric` at step `epoch` and asks the study's pruner."""
+
+    def __init__(self, storage_url: str, study_name: str, trial_number: int, metric: str,
+                 n_epochs: int | None = None, log: Callable[[str], None] = print) -> None:
+        import optuna
+
+        self.metric, self.n_epochs, self.log = metric, n_epochs, log
+        storage = open_storage(storage_url)
+        study_id = storage.get_study_id_from_name(study_name)
+        spec = storage.get_study_user_attrs(study_id).get(PRUNER_ATTR) or {}
+        self.study = optuna.load_study(study_name=study_name, storage=storage, pruner=build_pruner(spec))
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial_number)
+        self.trial = optuna.trial.Trial(self.study, trial_id)
+        self.trial_number = trial_number
+        self.active = storage.get_trial(trial_id).state == optuna.trial.TrialState.RUNNING
+        if not self.active:
+            log(f"sweepit: trial {trial_number} of study {study_name!r} is finished already; this job trains "
+                  "without reporting to it")
+
+    def __call__(self, epoch: int, row: dict[str, Any]) -> bool:
+        value = row.get(self.metric)
+        if not self.active or not isinstance(value, int | float) or not math.isfinite(value):
+            return False
+        self.trial.report(float(value), step=epoch)
+        if self.n_epochs is not None and epoch >= self.n_epochs:
+            return False  # trained in full: a result for the sampler, not a trial to prune
+        if self.trial.should_prune():
+            self.log(f"sweepit: trial {self.trial_number} pruned after epoch {epoch} ({self.metric}={value:.4g})")
+            return True
+        return False
+
+
+def pruning_callback(cfg: Any, env: Mapping[str, str] | None = None) -> EpochCallback | None:
+    """The job's `on_epoch` when the Optuna sweeper launched it (its variables are set), else None.
+
+    The storage is opened at the first epoch's end, inside the job's own error handling, so that an
+    unreachable storage is recorded as the job's failure in `result.json`.
+    """
+    env = os.environ if env is None else env
+    if not all(env.get(k) for k in (ENV_STORAGE, ENV_STUDY, ENV_TRIAL)):
+        return None
+    try:
+        number = int(env[ENV_TRIAL])
+    except ValueError:
+        raise ConfigError(f"{ENV_TRIAL} must be a trial number, but got {env[ENV_TRIAL]!r}; it is set by the "
+                          "Optuna sweeper: unset it to train outside a study.") from None
+    storage, study, metric = env[ENV_STORAGE], env[ENV_STUDY], str(cfg.metric)
+    epochs = getattr(cfg, "epochs", None)
+    n_epochs = epochs if isinstance(epochs, int) else None
+    reporter: list[TrialReporter] = []
+
+    def on_epoch(epoch: int, row: dict[str, Any]) -> bool:
+        if not reporter:
+            reporter.append(TrialReporter(storage, study, number, metric, n_epochs))
+        return reporter[0](epoch, row)
+
+    return on_epoch

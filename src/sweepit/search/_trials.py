@@ -1,0 +1,135 @@
+"""How the Optuna sweeper runs trials: one at a time on a launcher that can (no batch barrier), else in batches.
+
+A launcher that implements `AsyncLauncher` (sweepit's local and Slurm launchers) starts each trial's job as soon as
+the sweeper asks for it and reports each job as it ends, so a slow trial never holds the others back.
+Any other Hydra launcher is driven through its batch `launch()`: `n_jobs` trials start together and the
+next batch waits for the slowest of them; the sweeper says so in its log.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from sweepit.results._job_files import read_result
+from sweepit.results._summary import job_num as dir_job_num
+
+log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class AsyncLauncher(Protocol):
+    """A launcher that runs jobs one by one, as they are asked for.
+
+    The sweeper calls `start` for each job (at most `n_jobs` in flight), `wait_any` whenever it has
+    nothing to start, and `close` once, at the end or on an error. A launcher with fewer workers than jobs
+    in flight queues the extra ones. After Ctrl-C the launcher stops its running jobs, returns them from
+    `wait_any`, and then raises KeyboardInterrupt from the next `wait_any`.
+    """
+
+    def start(self, overrides: Sequence[str], job_num: int) -> None:
+        """Start (or queue) the job `job_num` of the sweep with these overrides; returns at once."""
+
+    def wait_any(self, timeout_s: float | None = None) -> list[tuple[int, Any]]:
+        """Block until at least one job ended (or `timeout_s` passed); return `(job_num, JobReturn)` of
+        every job that ended since the last call."""
+
+    def close(self) -> None:
+        """Stop jobs still running, write the launcher's records (manifest), release resources."""
+
+
+class BatchLauncher:
+    """`AsyncLauncher` over Hydra's batch API: `wait_any` launches every job started since the last call
+    together and returns when the slowest of them ends. A job whose return is lost (the launcher raised
+    on failed jobs) comes back as None; its `result.json` tells the rest."""
+
+    def __init__(self, launcher: Any) -> None:
+        self.launcher = launcher
+        self.pending: list[tuple[int, list[str]]] = []
+
+    def start(self, overrides: Sequence[str], job_num: int) -> None:
+        self.pending.append((job_num, list(overrides)))
+
+    def wait_any(self, timeout_s: float | None = None) -> list[tuple[int, Any]]:
+        pending, self.pending = sorted(self.pending), []
+        out: list[tuple[int, Any]] = []
+        for run in _consecutive(pending):
+            first = run[0][0]
+            try:
+                returns = list(self.launcher.launch([o for _, o in run], initial_job_idx=first))
+            except KeyboardInterrupt:
+                raise
+            except Exception as e:  # e.g. a launcher that raises when any job of the batch failed
+                log.warning(f"the launcher raised {type(e).__name__} for jobs {first}-{run[-1][0]}: "
+                            f"{str(e).splitlines()[0] if str(e) else ''}; reading their results from their "
+                            "directories")
+                returns = [None] * len(run)
+            out += [(num, ret) for (num, _), ret in zip(run, returns, strict=False)]
+        return out
+
+    def close(self) -> None:
+        return None
+
+
+def _consecutive(items: list[tuple[int, list[str]]]) -> list[list[tuple[int, list[str]]]]:
+    """Runs of consecutive job numbers: a batch `launch()` numbers its jobs from `initial_job_idx` on."""
+    runs: list[list[tuple[int, list[str]]]] = []
+    for item in items:
+        if runs and runs[-1][-1][0] + 1 == item[0]:
+            runs[-1].append(item)
+        else:
+            runs.append([item])
+    return runs
+
+
+@dataclass
+class Outcome:
+    """What became of one trial's job."""
+
+    status: str                       # completed | pruned | diverged | failed | interrupted
+    value: float | None               # the objective, when there is one
+    job_dir: Path | None
+    error: str = ""
+
+
+def find_job_dir(sweep_dir: Path, num: int, ret: Any = None) -> Path | None:
+    """The job's directory: from its JobReturn's config when it says, else the sweep directory's `<num>_*`."""
+    for cfg in (getattr(ret, "hydra_cfg", None), getattr(ret, "cfg", None)):
+        try:
+            out = cfg.hydra.runtime.output_dir if cfg is not None else None
+        except Exception:
+            out = None
+        if out:
+            return Path(str(out))
+    try:
+        for path in sweep_dir.iterdir():
+            if path.is_dir() and dir_job_num(path) == num:
+                return path
+    except OSError:
+        pass
+    return None
+
+
+def read_outcome(sweep_dir: Path, num: int, ret: Any) -> Outcome:
+    """The job's `result.json` is the truth; a JobReturn fills in for an app that writes none."""
+    job_dir = find_job_dir(sweep_dir, num, ret)
+    try:
+        result = read_result(job_dir) if job_dir is not None else None
+    except ValueError:
+        result = None
+    if result is not None and result.get("status"):
+        objective = result.get("objective")
+        value = float(objective) if isinstance(objective, int | float) and not isinstance(objective, bool) else None
+        return Outcome(str(result["status"]), value, job_dir, str(result.get("error") or ""))
+    if ret is None:
+        return Outcome("failed", None, job_dir, "the launcher returned no result for the job")
+    try:
+        value = ret.return_value  # raises the job's exception when it failed
+    except BaseException as e:
+        return Outcome("failed", None, job_dir, f"{type(e).__name__}: {e}")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return Outcome("completed", float(value), job_dir)
+    return Outcome("failed", None, job_dir, f"the job returned {value!r}, not a number")

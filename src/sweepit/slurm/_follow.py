@@ -1,0 +1,131 @@
+"""The driver's follow loop: every `poll_interval_s`, one squeue call (plus sacct for jobs that are ending)
+and a look at the result.json of every job still out; a job Slurm ended without a result is recorded.
+
+Not submitit's `job.done()` / `job.result()`: those poll sacct at most every 600 s on Slurm, and wait
+forever for a cancelled job's result where there is no accounting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from sweepit.results._job_files import read_result
+from sweepit.results._manifest import Manifest, write_manifest
+from sweepit.results._progress import Progress
+from sweepit.results._summary import own_overrides
+from sweepit.slurm._cluster import SlurmError
+from sweepit.slurm._states import Seen, apply, look, record_dead, stderr_tail
+
+_TICK_S = 0.1    # how soon a signal is acted on
+_CLOCK_S = 1.0   # how often a terminal's progress clock is redrawn
+
+
+class Follower:
+    def __init__(self, manifest: Manifest, nums: list[int], progress: Progress, poll_interval_s: float,
+                 result_grace_s: float, stderr_tail_lines: int) -> None:
+        self.manifest = manifest
+        self.pending = list(nums)
+        self.progress = progress
+        self.poll_interval_s = poll_interval_s
+        self.result_grace_s = result_grace_s
+        self.stderr_tail_lines = stderr_tail_lines
+        self.statuses: dict[int, str] = {}
+        self.stop_signal: int | None = None
+        self._phase = {n: "running" if manifest.jobs[n].state == "running" else "queued" for n in nums}
+        self._dead_since: dict[int, float] = {}
+        self._handlers: dict[int, Any] = {}
+
+    def add(self, num: int) -> None:
+        """Follow one more job (submitted after the follower was made: the Optuna sweeper's trials)."""
+        self.pending.append(num)
+        self._phase[num] = "queued"
+        self.progress.queued += 1
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.stop_signal = signum
+
+    def run(self) -> None:
+        """Follow until every job has ended, or a SIGINT/SIGTERM says to stop following (the jobs go on)."""
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._handlers[signum] = signal.signal(signum, self._on_signal)
+        for n in self.pending:
+            if self._phase[n] == "running":
+                self.progress.start()
+        try:
+            while self.pending and self.stop_signal is None:
+                next_look = time.monotonic() + self.poll_interval_s
+                self.poll()
+                drawn = time.monotonic()
+                while self.pending and self.stop_signal is None and time.monotonic() < next_look:
+                    time.sleep(_TICK_S)
+                    if self.progress.live and time.monotonic() - drawn >= _CLOCK_S:
+                        self.progress.draw()  # the clock
+                        drawn = time.monotonic()
+        finally:
+            for sig, handler in self._handlers.items():
+                signal.signal(sig, handler)
+
+    def poll(self) -> None:
+        """One look at every pending job; records what changed in the manifest."""
+        try:
+            seen = look(self.manifest.jobs[n] for n in self.pending)
+        except SlurmError as e:  # a slow or restarting controller: look again next time
+            self.progress.clear()
+            print(f"sweepit: {e}", file=sys.stderr, flush=True)
+            return
+        now = time.monotonic()
+        changed = False
+        for num in list(self.pending):
+            s = seen[num]
+            entry = self.manifest.jobs[num]
+            if s.dead:
+                since = self._dead_since.setdefault(num, now)
+                if now - since < self.result_grace_s:
+                    continue  # its own result may be a moment late on a shared file system
+                s.state = record_dead(entry, s, stderr_tail(entry, self.stderr_tail_lines))
+                self._report_dead(num, s)
+            changed |= apply(entry, s)
+            self._advance(num, s)
+        if changed:
+            write_manifest(self.manifest)
+        self.progress.draw()
+
+    def _advance(self, num: int, s: Seen) -> None:
+        phase = self._phase[num]
+        if s.final:
+            if phase == "queued":
+                self.progress.start()
+            result = _read(Path(self.manifest.jobs[num].job_dir))
+            wall = result.get("wall_time_s")
+            self.progress.finish(num, s.state, float(wall) if isinstance(wall, int | float) else None)
+            self.statuses[num] = s.state
+            self.pending.remove(num)
+            self._phase[num] = "done"
+        elif s.state == "running" and phase == "queued":
+            self.progress.start()
+            self._phase[num] = "running"
+        elif s.state == "queued" and phase == "running":  # requeued (time limit, preemption)
+            self.progress.running -= 1
+            self.progress.queued += 1
+            self._phase[num] = "queued"
+
+    def _report_dead(self, num: int, s: Seen) -> None:
+        entry = self.manifest.jobs[num]
+        error = str(_read(Path(entry.job_dir)).get("error", ""))
+        self.progress.clear()
+        print(f"sweepit: job {num} [{' '.join(own_overrides(entry.overrides))}] {s.state}: {error} (stderr: "
+              f"{entry.extra.get('stderr')})", file=sys.stderr, flush=True)
+
+
+def _read(job_dir: Path) -> dict[str, Any]:
+    with contextlib.suppress(ValueError):
+        return read_result(job_dir) or {}
+    return {}

@@ -1,0 +1,248 @@
+"""The state of each job of a Slurm sweep, from Slurm (squeue, then sacct) and from the jobs' `result.json`.
+
+Shared by the launcher's follow loop and `sweepit status DIR`; no Hydra here. A job's own result.json is
+the truth about its outcome. A job that Slurm ended without one (scancel, time limit, out of memory, node
+failure) gets one written here, with the Slurm state and the tail of its stderr log, so that the results
+table, `sweepit resume` and the report see every job the same way.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sweepit.results._job_files import read_metrics, write_result
+from sweepit.results._manifest import FAILED_STATUSES, JobEntry, Manifest, now_iso, result_status
+from sweepit.results._summary import JobRow, format_table, override_values, read_job
+from sweepit.slurm import _cluster as slurm_queue
+from sweepit.slurm._cluster import ACTIVE_STATES, FINAL_STATES, QueueRow, SlurmError
+
+LOST = "LOST"                        # neither squeue nor sacct knows the job any more
+RECORDED_BY = "sweepit slurm launcher"
+# Manifest states of jobs still in Slurm's hands.
+LIVE_STATES = ("queued", "running")
+
+
+@dataclass
+class Seen:
+    """One look at one job."""
+
+    state: str                       # manifest state: queued | running | not started | a result.json status
+    slurm_state: str = ""            # PENDING, RUNNING, CANCELLED, ..., LOST; "" when not asked
+    node: str = ""
+    exit_code: str = ""              # sacct's, e.g. "1:0"
+    final: bool = False              # nothing more will happen to the job
+    dead: bool = False               # Slurm ended it and it left no result: a result.json is to be written
+
+
+def slurm_id(entry: JobEntry) -> str | None:
+    value = entry.extra.get("slurm_job_id")
+    return str(value) if value else None
+
+
+def _mine(rows: dict[str, QueueRow] | None, entry: JobEntry) -> QueueRow | None:
+    """The row of this entry's job; a row of another job with the same id (ids restart at 1 after a cluster
+    cold start) does not count."""
+    job_id = slurm_id(entry)
+    row = rows.get(job_id) if rows is not None and job_id is not None else None
+    name = entry.extra.get("slurm_job_name")
+    return row if row is not None and (not name or row.name == name) else None
+
+
+def look(entries: Iterable[JobEntry]) -> dict[int, Seen]:
+    """What each job is doing now: one squeue call, plus one sacct call for jobs squeue shows ending or lost.
+    Slurm is asked only about jobs whose result does not settle their outcome already."""
+    entries = list(entries)
+    statuses = {e.num: result_status(Path(e.job_dir)) if e.job_dir else None for e in entries}
+    ask = [e for e in entries if slurm_id(e) and (statuses[e.num] is None or statuses[e.num] in FAILED_STATUSES)]
+    queue = slurm_queue.squeue(slurm_id(e) or "" for e in ask) if ask else {}
+    unsure = [e for e in ask if (row := _mine(queue, e)) is None or row.state == "COMPLETING"]
+    acct = slurm_queue.sacct(slurm_id(e) or "" for e in unsure) if unsure else {}
+    return {e.num: _decide(e, statuses[e.num], _mine(queue, e), _mine(acct, e), queue is None) for e in entries}
+
+
+def _decide(entry: JobEntry, status: str | None, queued: QueueRow | None, accounted: QueueRow | None,
+            squeue_failed: bool) -> Seen:
+    if status is not None and status not in FAILED_STATUSES:
+        return Seen(state=status, slurm_state=(queued or accounted or QueueRow("", "", "")).state, final=True)
+    if slurm_id(entry) is None:
+        return Seen(state=status or "not started", final=True)  # never submitted
+    if queued is not None and queued.state in ACTIVE_STATES:
+        # A failed result.json here is one of a run that Slurm has requeued since.
+        state = "running" if queued.state in ("RUNNING", "SIGNALING") else "queued"
+        return Seen(state=state, slurm_state=queued.state, node=queued.node)
+    ended = _ended(queued, accounted)
+    if ended is None:
+        if queued is None and not squeue_failed and (accounted is None or accounted.state not in ACTIVE_STATES):
+            return Seen(state=status or "failed", slurm_state=LOST, final=True, dead=status is None)
+        row = queued or accounted  # ending (COMPLETING), or squeue did not answer this time
+        return Seen(state="running" if row is not None and row.state == "COMPLETING" else entry.state,
+                    slurm_state=row.state if row is not None else "", node=row.node if row is not None else "")
+    return Seen(state=status or _status_for(ended.state), slurm_state=ended.state,
+                node=ended.node or (queued.node if queued is not None else ""),
+                exit_code=accounted.reason if accounted is not None else "", final=True, dead=status is None)
+
+
+def _ended(queued: QueueRow | None, accounted: QueueRow | None) -> QueueRow | None:
+    """The row saying the job ended for good, if one does. squeue shows a job that Slurm is stopping as
+    COMPLETING for as long as its processes take to die (KillWait, up to 30 s); sacct has the final word then."""
+    if queued is not None and queued.state in FINAL_STATES:
+        return queued
+    if accounted is not None and accounted.state in FINAL_STATES:
+        if accounted.state == "PREEMPTED" and queued is not None:
+            return None  # still in the queue: Slurm is requeuing it
+        return accounted
+    return None
+
+
+def _status_for(slurm_state: str) -> str:
+    """The result.json status of a job Slurm ended: stopped by someone is `interrupted`, anything else `failed`."""
+    return "interrupted" if slurm_state in ("CANCELLED", "PREEMPTED") else "failed"
+
+
+def explain(slurm_state: str, job_id: str, exit_code: str = "", timeout_min: Any = None) -> str:
+    """Why a job has no result, in words, with what to do about it."""
+    if slurm_state == "CANCELLED":
+        return f"cancelled in Slurm (job {job_id}) before it wrote a result"
+    if slurm_state == "TIMEOUT":
+        limit = f" of {timeout_min} min" if timeout_min is not None else ""
+        return (f"reached its Slurm time limit{limit} (job {job_id}) before it finished: raise timeout_min, or keep "
+                "trainer.checkpoint=true so that the USR2 signal before the limit requeues it")
+    if slurm_state == "OUT_OF_MEMORY":
+        return (f"was killed for using more memory than it asked for (Slurm OUT_OF_MEMORY, job {job_id}): "
+                "set hydra.launcher.mem_gb higher")
+    if slurm_state == "NODE_FAIL":
+        return f"lost its node (Slurm NODE_FAIL, job {job_id}); `sweepit resume` runs it again"
+    if slurm_state == "PREEMPTED":
+        return f"was preempted (job {job_id}) and not requeued; `sweepit resume` runs it again"
+    if slurm_state == LOST:
+        return (f"is unknown to Slurm (job {job_id}: neither squeue nor sacct lists it, so it was purged or the "
+                "cluster was restarted) and left no result")
+    if slurm_state == "COMPLETED":
+        return f"ended (Slurm COMPLETED, job {job_id}) without writing result.json"
+    code = f" with exit code {exit_code}" if exit_code and exit_code != "0:0" else ""
+    return f"ended in Slurm state {slurm_state}{code} (job {job_id}) before it wrote a result"
+
+
+def record_dead(entry: JobEntry, seen: Seen, stderr_tail: str) -> str:
+    """Write the result.json of a job Slurm ended without one; return its status."""
+    job_id = slurm_id(entry) or "?"
+    status = _status_for(seen.slurm_state)
+    rows, _ = read_metrics(Path(entry.job_dir))
+    result: dict[str, Any] = {
+        "status": status, "objective": None,
+        "error": explain(seen.slurm_state, job_id, seen.exit_code, entry.extra.get("timeout_min")),
+        "slurm_state": seen.slurm_state, "slurm_job_id": job_id, "node": seen.node or None,
+        "epochs_completed": len(rows), "started_at": entry.started_at, "ended_at": now_iso(),
+        "recorded_by": RECORDED_BY, "recorded_on": socket.gethostname(), "stderr_tail": stderr_tail,
+    }
+    for key in ("metric", "direction"):
+        if entry.extra.get(key) is not None:
+            result[key] = entry.extra[key]
+    if rows:
+        result["final"] = rows[-1]
+    if seen.exit_code:
+        result["slurm_exit_code"] = seen.exit_code
+    write_result(Path(entry.job_dir), result)
+    return status
+
+
+def apply(entry: JobEntry, seen: Seen) -> bool:
+    """Copy what was seen into the manifest entry; True when something changed."""
+    before = (entry.state, entry.extra.get("slurm_state"), entry.extra.get("node"))
+    entry.state = seen.state
+    if seen.slurm_state:
+        entry.extra["slurm_state"] = seen.slurm_state
+    if seen.node:
+        entry.extra["node"] = seen.node
+    if seen.state == "running" and entry.started_at is None:
+        entry.started_at = now_iso()
+    if seen.final and entry.ended_at is None and slurm_id(entry):
+        entry.ended_at = now_iso()
+    return before != (entry.state, entry.extra.get("slurm_state"), entry.extra.get("node"))
+
+
+def status_table(m: Manifest) -> str:
+    """The results table of every job in the manifest, with its Slurm job id and state in the note."""
+    rows: list[JobRow] = []
+    for num in sorted(m.jobs):
+        e = m.jobs[num]
+        has_dir = bool(e.job_dir) and Path(e.job_dir).is_dir()
+        row = read_job(Path(e.job_dir)) if has_dir else JobRow(num, Path(e.job_dir), {}, "")
+        row.num = num
+        row.overrides = override_values(e.overrides)
+        row.status = e.state
+        where = " ".join(x for x in (slurm_id(e), e.extra.get("slurm_state"), e.extra.get("node")) if x)
+        row.note = "; ".join(x for x in (f"slurm {where}" if where else "", row.note) if x)
+        rows.append(row)
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.status] = counts.get(row.status, 0) + 1
+    tally = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    return f"{format_table(rows)}\n\n{len(rows)} jobs: {tally}"
+
+
+def refresh(m: Manifest, stderr_tail_lines: int = 50) -> tuple[list[int], str]:
+    """Bring every job's state up to date (from Slurm for a Slurm sweep, else from the results); a job Slurm
+    ended without a result gets one. Returns the numbers of the jobs that changed, and a note when Slurm
+    could not be asked (then the results alone are used)."""
+    changed: list[int] = []
+    if m.launcher == "slurm":
+        try:
+            seen = look(m.jobs.values())
+        except SlurmError as e:
+            note = f"Slurm could not be asked ({e}); the states below come from the jobs' results alone."
+            return _from_results(m), note
+        for num, s in seen.items():
+            entry = m.jobs[num]
+            if s.dead:
+                s.state = record_dead(entry, s, stderr_tail(entry, stderr_tail_lines))
+            if apply(entry, s):
+                changed.append(num)
+        return changed, ""
+    return _from_results(m), ""
+
+
+def _from_results(m: Manifest) -> list[int]:
+    changed = []
+    for num, entry in m.jobs.items():
+        status = result_status(Path(entry.job_dir)) if entry.job_dir else None
+        if status is not None and status != entry.state:
+            entry.state = status
+            changed.append(num)
+    return changed
+
+
+def stderr_tail(entry: JobEntry, n_lines: int, max_bytes: int = 1 << 16) -> str:
+    """The last lines of the job's stderr log (rank 0's)."""
+    try:
+        with open(str(entry.extra.get("stderr", "")), "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - max_bytes))
+            data = f.read()
+    except OSError:
+        return ""
+    return "\n".join(data.decode(errors="replace").splitlines()[-n_lines:]) if n_lines > 0 else ""
+
+
+def status_report(sweep_dir: Path) -> str:
+    """What `sweepit status DIR` prints: the refreshed table, the counts and what to run next."""
+    from sweepit.results._manifest import read_manifest, write_manifest
+
+    m = read_manifest(sweep_dir)
+    changed, note = refresh(m)
+    if changed:
+        write_manifest(m)
+    lines = [status_table(m), f"sweep directory: {m.sweep_dir} (launcher: {m.launcher})"] + ([note] if note else [])
+    live = [e for e in m.jobs.values() if e.state in LIVE_STATES]
+    if live and m.launcher == "slurm":
+        arrays = sorted({str(slurm_id(e)).split("_", 1)[0] for e in live}, key=int)
+        lines.append(f"{len(live)} job(s) still queued or running in Slurm: look again with `sweepit status "
+                     f"{m.sweep_dir}`; cancel with `scancel {' '.join(arrays)}`.")
+    redo = [e for e in m.jobs.values() if e.state not in LIVE_STATES and e.state not in ("completed", "diverged")]
+    if redo:
+        lines.append(f"{len(redo)} job(s) did not complete: `sweepit resume {m.sweep_dir}` runs only those again.")
+    return "\n".join(lines)

@@ -1,0 +1,59 @@
+"""Data sets held as tensors on the training device; batches are sliced there.
+
+`load_splits` is the one entry point: it reads (or generates) a data set, normalises it, splits off
+validation data and moves everything to the device once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from sweepit.train.data.batches import iterate_batches, stratified_split
+
+__all__ = ["Splits", "iterate_batches", "load_splits", "stratified_split"]
+
+
+@dataclass
+class Splits:
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_val: torch.Tensor
+    y_val: torch.Tensor
+    n_classes: int          # 0 for regression
+    source: str             # where the data came from, for the start-up line
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.x_train.shape[1:])
+
+
+def load_splits(cfg: Any, device: torch.device) -> Splits:
+    """Train and validation tensors on `device` for the data set named by `cfg.data.name`."""
+    from sweepit.train.data import cifar, digits, linreg, mnist, synthetic
+
+    data_cfg, seed = cfg.data, int(cfg.seed)
+    name = data_cfg.name
+    if name == "linreg":
+        t = cfg.task
+        return _to_device(linreg.generate(data_cfg, seed, t.true_w, t.true_b, t.noise_std), device)
+    if data_cfg.synthetic:
+        return _to_device(synthetic.generate(name, int(data_cfg.n_synthetic), seed), device)
+    loaders = {"digits": digits.load, "mnist": mnist.load, "cifar10": cifar.load}
+    x_train, y_train, x_test, y_test, source = loaders[name](data_cfg)
+    frac = float(data_cfg.val_fraction)
+    if x_test is None or frac > 0:
+        # No official test split (digits), or a hold-out asked for: split the training data by class.
+        tr, va = stratified_split(y_train, frac or 0.2, seed)
+        x_train, y_train, x_test, y_test = x_train[tr], y_train[tr], x_train[va], y_train[va]
+    assert y_test is not None
+    splits = Splits(x_train, y_train, x_test, y_test, n_classes=10, source=source)
+    return _to_device(splits, device)
+
+
+def _to_device(s: Splits, device: torch.device) -> Splits:
+    return Splits(
+        s.x_train.to(device), s.y_train.to(device), s.x_val.to(device), s.y_val.to(device), s.n_classes, s.source
+    )

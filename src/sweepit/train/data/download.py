@@ -1,0 +1,179 @@
+"""Fetch MNIST or CIFAR-10 into a folder with urllib: streamed to a temporary file, checked, then renamed.
+
+A file already in place with a good checksum is not fetched again, so the command can be rerun after
+an interruption. Run it where there is internet (a login node); compute nodes then read the folder.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import http.client
+import os
+import shutil
+import tarfile
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO
+
+from sweepit.errors import ChecksumError, ConfigError, SweepitError
+from sweepit.train.data import cifar
+
+BASE_URLS = {
+    "mnist": "https://ossci-datasets.s3.amazonaws.com/mnist/",
+    "cifar10": "https://www.cs.toronto.edu/~kriz/",
+}
+# File name -> accepted md5s. For .gz files either the md5 of the file itself or of its gunzipped content
+# matches: mirrors have recompressed MNIST, which changes the former but never the latter.
+CHECKSUMS: dict[str, dict[str, frozenset[str]]] = {
+    "mnist": {
+        "train-images-idx3-ubyte.gz": frozenset({"6bbc9ace898e44ae57da46a324031adb",
+                                                 "f68b3c2dcbeaaa9fbdd348bbdeb94873"}),
+        "train-labels-idx1-ubyte.gz": frozenset({"a25bea736e30d166cdddb491f175f624",
+                                                 "d53e105ee54ea40749a09fcbcd1e9432"}),
+        "t10k-images-idx3-ubyte.gz": frozenset({"2646ac647ad5339dbf082846283269ea",
+                                                "9fb629c4189551a2d022fa330f9573f3"}),
+        "t10k-labels-idx1-ubyte.gz": frozenset({"27ae3e4e09519cfbb04c329615203637",
+                                                "ec29112dd5afa0611ce80d1b7f02629c"}),
+    },
+    "cifar10": {"cifar-10-python.tar.gz": frozenset({"c58f30108f718f92721af3b95e74349a"})},
+}
+TIMEOUT_S = 60  # per connection attempt and per read; a stalled mirror fails instead of hanging a job
+_CHUNK_BYTES = 1 << 20
+
+
+def download(
+    dataset: str, root: Path, base_url: str | None = None, *, log: Callable[[str], None] = print
+) -> list[Path]:
+    """Fetch `dataset` ("mnist" or "cifar10") into `root` and return the files its loader reads.
+
+    `base_url` replaces the default mirror (the folder URL the file names are appended to). `log` gets
+    one line per file: skipped, or fetched with its size.
+    """
+    if dataset not in CHECKSUMS:
+        raise ConfigError(
+            f"the data set to download must be one of {sorted(CHECKSUMS)}, but got {dataset!r}. "
+            "Fix: name one of them, e.g. `sweepit data download mnist --root data/mnist`."
+        )
+    root.mkdir(parents=True, exist_ok=True)
+    url = base_url or BASE_URLS[dataset]
+    url = url if url.endswith("/") else url + "/"
+    fetched = [_fetch(url + name, root / name, md5s, log) for name, md5s in CHECKSUMS[dataset].items()]
+    if dataset == "cifar10":
+        return _extract_cifar(fetched[0], root, log)
+    return fetched
+
+
+def _fetch(url: str, dest: Path, md5s: frozenset[str], log: Callable[[str], None]) -> Path:
+    if dest.is_file():
+        if _md5_matches(dest, md5s, _is_gzip(dest)):
+            log(f"{dest}: already present, checksum ok")
+            return dest
+        log(f"{dest}: present but its checksum is wrong; deleting it and downloading again")
+        dest.unlink()
+    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            n_bytes = _stream(url, out)
+        if not _md5_matches(tmp, md5s, _is_gzip(dest)):
+            actual = _md5(tmp)
+            raise ChecksumError(
+                f"a download must match its published md5, but {dest.name} from {url} has md5 {actual}, "
+                f"expected {' or '.join(sorted(md5s))}; the bad file was deleted. Fix: run the command again "
+                "(the transfer may have been cut), or check the mirror (pass another base URL)."
+            )
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+    log(f"{dest}: downloaded {n_bytes / 1e6:.1f} MB from {url}, checksum ok")
+    return dest
+
+
+def _stream(url: str, out: BinaryIO) -> int:
+    """Copy the body at `url` into `out`; network failures become one clear error."""
+    n_bytes = 0
+    try:
+        with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
+            while chunk := response.read(_CHUNK_BYTES):
+                out.write(chunk)
+                n_bytes += len(chunk)
+    except (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError) as e:
+        raise SweepitError(
+            f"downloading needs the mirror to answer, but fetching {url} failed: {e}. "
+            "Fix: compute nodes often have no internet; run `sweepit data download` on a login node "
+            "and point data.root at the same folder, or pass another mirror's base URL."
+        ) from e
+    return n_bytes
+
+
+def _md5(path: Path, *, gunzip: bool = False) -> str:
+    digest = hashlib.md5(usedforsecurity=False)
+    with gzip.open(path, "rb") if gunzip else path.open("rb") as f:
+        while chunk := f.read(_CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _is_gzip(dest: Path) -> bool:
+    """A single gzipped file, whose content md5 counts too (a .tar.gz has only its published md5)."""
+    return dest.name.endswith(".gz") and not dest.name.endswith(".tar.gz")
+
+
+def _md5_matches(path: Path, md5s: frozenset[str], gzipped: bool) -> bool:
+    if _md5(path) in md5s:
+        return True
+    if gzipped:
+        try:
+            return _md5(path, gunzip=True) in md5s
+        except (OSError, EOFError):  # not gzip at all: certainly not the file we want
+            return False
+    return False
+
+
+def _extract_cifar(archive: Path, root: Path, log: Callable[[str], None]) -> list[Path]:
+    """Unpack the batches into `root/cifar-10-batches-py`, refusing members that would land elsewhere."""
+    wanted = [*cifar.TRAIN_BATCHES, cifar.TEST_BATCH]
+    folder = root / cifar.BATCHES_DIR
+    targets = [folder / name for name in wanted]
+    # Batches older than the archive came from an earlier download: extract again.
+    archive_mtime = archive.stat().st_mtime
+    if all(t.is_file() and t.stat().st_mtime >= archive_mtime for t in targets):
+        log(f"{folder}: already extracted")
+        return targets
+    with tarfile.open(archive, "r:gz") as tar:
+        members = tar.getmembers()  # all checked before anything is written
+        for member in members:
+            parts = PurePosixPath(member.name).parts
+            if member.name.startswith("/") or ".." in parts or member.islnk() or member.issym():
+                raise SweepitError(
+                    f"an archive member must be a plain path inside the target folder, but {archive} holds "
+                    f"{member.name!r}. Fix: delete {archive} and download it again from the official mirror."
+                )
+        # The batches, batches.meta and the readme; anything elsewhere in an archive is not ours to unpack.
+        inside = PurePosixPath(cifar.BATCHES_DIR)
+        files = [m for m in members if m.isfile() and PurePosixPath(m.name).parent == inside]
+        missing = sorted(set(wanted) - {PurePosixPath(m.name).name for m in files})
+        if missing:
+            raise SweepitError(
+                f"the CIFAR-10 archive must hold {', '.join(wanted)} under {cifar.BATCHES_DIR}/, but "
+                f"{', '.join(missing)} are not in {archive}. Fix: delete {archive} and download it again."
+            )
+        folder.mkdir(exist_ok=True)
+        for member in files:
+            source = tar.extractfile(member)
+            assert source is not None  # a regular file always has content
+            target = folder / PurePosixPath(member.name).name
+            fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".part")
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    shutil.copyfileobj(source, out, _CHUNK_BYTES)
+                os.replace(tmp_name, target)
+            finally:
+                Path(tmp_name).unlink(missing_ok=True)
+    n_files = len(files)
+    log(f"{folder}: extracted {n_files} files")
+    return targets

@@ -1,0 +1,71 @@
+"""The GPU-scaling report from fixture results: table, speedup, efficiency, plateau and slowdown flags."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sweepit.cli import main as cli
+from sweepit.results.report import build_report, load_sweep
+from sweepit.results.report.scaling import scaling_flags, scaling_points
+
+
+def _scaling_sweep(root: Path, epoch_times: dict[int, list[float]], samples: int = 50_000) -> Path:
+    """Job dirs as train.py leaves them for `trainer.gpus=N repeat=R`: epoch 1 is a slow warm-up epoch."""
+    num = 0
+    for gpus, times in epoch_times.items():
+        for repeat, t in enumerate(times):
+            job = root / f"{num}_repeat={repeat},trainer.gpus={gpus}"
+            (job / ".hydra").mkdir(parents=True)
+            (job / ".hydra" / "overrides.yaml").write_text(f"- trainer.gpus={gpus}\n- repeat={repeat}\n")
+            rows = [{"epoch": e, "epoch_time_s": t * (3 if e == 1 else 1), "samples_per_s": samples / t,
+                     "train_loss": 1.0, "val_acc": 0.5, "val_loss": 1.0} for e in (1, 2, 3)]
+            rows[0]["samples_per_s"] = samples / (3 * t)
+            (job / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            (job / "result.json").write_text(json.dumps({
+                "status": "completed", "objective": 0.5, "metric": "val_acc", "direction": "maximize",
+                "world_size": gpus, "final": rows[-1], "wall_time_s": 5 * t, "samples_per_s_mean": samples / t,
+            }))
+            num += 1
+    return root
+
+
+def test_courses_v100_resnet50_figures(tmp_path: Path) -> None:
+    # ResNet-50 on CIFAR-10 at 128 px on 1, 2, 4 V100s: 45, 24, 12 s per epoch, 3.75x.
+    sweep = load_sweep(_scaling_sweep(tmp_path, {1: [45.0, 45.0], 2: [23.0, 25.0], 4: [12.0, 12.0]}))
+    points = scaling_points(sweep)
+    assert [p.n_gpus for p in points] == [1, 2, 4]
+    assert [p.n_jobs for p in points] == [2, 2, 2]
+    assert points[1].epoch_time_s == pytest.approx(24.0)  # the warm-up epoch (3x slower) is left out
+    assert points[1].epoch_time_std_s == pytest.approx(1.4142, rel=1e-3)
+    assert points[2].speedup == pytest.approx(3.75)
+    assert points[2].efficiency == pytest.approx(3.75 / 4)
+    assert points[2].samples_per_s == pytest.approx(50_000 / 12)
+    assert scaling_flags(points) == []
+
+
+def test_plateau_and_slowdown_are_flagged(tmp_path: Path) -> None:
+    # A small model on MareNostrum5 H100s: 2.23, 1.61, 1.59, 1.59 s; then a slowdown at 4.
+    sweep = load_sweep(_scaling_sweep(tmp_path, {1: [2.23], 2: [1.61], 3: [1.59], 4: [1.70]}))
+    flags = scaling_flags(scaling_points(sweep))
+    assert len(flags) == 2
+    assert flags[0].startswith("plateau: going from 2 to 3 GPUs")
+    assert flags[1].startswith("slower with more devices: 4 GPUs")
+
+
+def test_report_has_the_scaling_section(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep_dir = _scaling_sweep(tmp_path / "sweep", {1: [2.0], 2: [1.1], 4: [1.0]})
+    out = build_report(sweep_dir)
+    assert (out / "scaling.png").stat().st_size > 5_000
+    html = (out / "index.html").read_text()
+    assert "GPU scaling" in html and "plateau: going from 2 to 4 GPUs" in html
+    assert cli(["report", str(sweep_dir)]) == 0
+    printed = capsys.readouterr().out
+    assert "GPU scaling:" in printed and "efficiency" in printed
+
+
+def test_single_device_count_has_no_scaling_section(tmp_path: Path) -> None:
+    out = build_report(_scaling_sweep(tmp_path / "sweep", {1: [2.0, 2.1]}))
+    assert not (out / "scaling.png").exists()

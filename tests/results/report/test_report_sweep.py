@@ -1,0 +1,98 @@
+"""Report of a real sweep of train.py: the CSV against each result.json, the plots, the command that reproduces."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+from report_helpers import assert_plot
+
+from sweepit.cli import main
+from sweepit.results.report import build_report
+from sweepit_testing import run_train
+
+pytestmark = pytest.mark.slow
+
+
+def _results(sweep: Path) -> dict[str, dict[str, Any]]:
+    return {p.name: json.loads((p / "result.json").read_text())
+            for p in sweep.iterdir() if (p / "result.json").is_file()}
+
+
+def _close(cell: str, value: float) -> bool:
+    return math.isclose(float(cell), value, rel_tol=1e-12, abs_tol=0.0)
+
+
+def test_csv_has_one_row_per_job_with_its_results(linreg_sweep: Path) -> None:
+    out = build_report(linreg_sweep)
+    with open(out / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    columns = list(rows[0])
+    assert columns[:5] == ["job", "optimizer", "lr", "status", "objective"]  # fixed overrides get no column
+    for name in ("train_loss", "val_loss", "w", "b", "best_epoch", "epoch_time_s", "wall_time_s", "gpu_hours",
+                 "job_dir", "note"):
+        assert name in columns
+    assert columns.index("train_loss") < columns.index("val_loss") < columns.index("w") < columns.index("job_dir")
+    results = _results(linreg_sweep)
+    assert len(rows) == len(results) == 4
+    for row in rows:
+        result = results[row["job_dir"]]
+        assert row["job"] == row["job_dir"].split("_", 1)[0]
+        assert f"optimizer={row['optimizer']}" in row["job_dir"] and f"lr={row['lr']}," in row["job_dir"]
+        assert row["status"] == result["status"] == "completed"
+        assert _close(row["objective"], result["objective"])
+        for metric in ("train_loss", "val_loss", "w", "b"):
+            assert _close(row[metric], result["final"][metric])
+        assert int(row["best_epoch"]) == result["best_epoch"]
+        assert int(row["epochs"]) == 3
+        assert _close(row["wall_time_s"], result["wall_time_s"])
+        assert _close(row["gpu_hours"], result["world_size"] * result["wall_time_s"] / 3600)
+        lines = (linreg_sweep / row["job_dir"] / "metrics.jsonl").read_text().splitlines()
+        epochs = [json.loads(line) for line in lines]
+        assert _close(row["epoch_time_s"], sum(e["epoch_time_s"] for e in epochs[1:]) / 2)  # warm-up left out
+        assert row["note"] == ""
+
+
+def test_plots_are_pngs_of_real_figures(linreg_sweep: Path) -> None:
+    out = build_report(linreg_sweep)
+    names = sorted(p.name for p in out.glob("*.png"))
+    assert names == ["learning_curves.png", "linreg_fit.png", "objective_heatmap.png"]
+    for name in names:
+        assert_plot(out / name)
+
+
+def test_summary_md_command_reproduces_the_best_job(linreg_sweep: Path, tmp_path: Path) -> None:
+    out = build_report(linreg_sweep)
+    text = (out / "summary.md").read_text()
+    results = _results(linreg_sweep)
+    best_dir, best = min(results.items(), key=lambda kv: kv[1]["objective"])  # linreg minimizes val_loss
+    optimizer, lr = best_dir.split("optimizer=")[1].split(",")[0], best_dir.split("lr=")[1].split(",")[0]
+    command = (f"python train.py task=linreg epochs=3 device=cpu trainer.threads=1 "
+               f"optimizer={optimizer} lr={lr}")
+    assert f"```bash\n{command}\n```" in text
+    assert text.count("\n| ") == 5  # header and four jobs
+    assert "![" in text and "(learning_curves.png)" in text
+
+    argv = shlex.split(command)
+    assert argv[:2] == ["python", "train.py"]
+    proc = run_train(argv[2:], tmp_path)  # run_train runs `sys.executable REPO/train.py`
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (run,) = (tmp_path / "outputs" / "runs").iterdir()
+    assert json.loads((run / "result.json").read_text())["objective"] == pytest.approx(best["objective"], rel=1e-6)
+
+
+def test_cli_report_prints_the_table_and_where_the_page_is(linreg_sweep: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(linreg_sweep)]) == 0
+    out = capsys.readouterr().out
+    header = out.splitlines()[0].split()
+    assert header[:5] == ["job", "optimizer", "lr", "status", "objective"] and "job_dir" not in header
+    assert "4 jobs: 4 completed" in out
+    assert "reproduce: python train.py task=linreg" in out
+    assert f"report: {linreg_sweep / 'report' / 'index.html'}" in out
+    assert (linreg_sweep / "report" / "index.html").is_file()

@@ -1,0 +1,278 @@
+"""The Optuna sweeper's parts, in-process and fast: search space, samplers, pruners, storage, job-side pruning,
+outcomes told to Optuna, the batch fallback, the config schema and the report section."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import optuna
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import TrialState
+
+from sweepit.errors import ConfigError
+from sweepit.results.report.optuna_section import OptunaSection
+from sweepit.search import _samplers as _optuna_samplers
+from sweepit.search._pruning import (
+    ENV_STORAGE,
+    ENV_STUDY,
+    ENV_TRIAL,
+    PRUNER_ATTR,
+    PRUNERS,
+    build_pruner,
+    open_storage,
+    pruning_callback,
+)
+from sweepit.search._results import write_results, write_study_file
+from sweepit.search._samplers import SAMPLERS, build_sampler, check_sampler
+from sweepit.search._space import parse_space
+from sweepit.search._study import failure_rate, is_counted, recover, tell
+from sweepit.search._trials import BatchLauncher, Outcome, read_outcome
+from sweepit_testing import CONF
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+# -- search space --------------------------------------------------------------------------------------
+def test_space_from_the_override_grammar() -> None:
+    space = parse_space({"optimizer": "choice(adam,sgd,rmsprop)", "epochs": "3"},
+                        ["lr=tag(log, interval(1e-4, 1))", "hidden=range(16,65,16)", "drop=interval(0, 0.5)",
+                         "+width=tag(int, interval(8, 64))", "mom=0.8,0.9"])
+    d = space.distributions
+    assert d["optimizer"] == CategoricalDistribution(["adam", "sgd", "rmsprop"])
+    assert d["lr"] == FloatDistribution(1e-4, 1.0, log=True)
+    assert d["hidden"] == IntDistribution(16, 64, step=16)
+    assert d["drop"] == FloatDistribution(0.0, 0.5)
+    assert d["width"] == IntDistribution(8, 64)
+    assert d["mom"] == CategoricalDistribution([0.8, 0.9])
+    assert space.fixed == ["epochs=3"]
+    overrides = space.overrides({"optimizer": "sgd", "lr": 0.01, "hidden": 32, "drop": 0.25, "width": 9, "mom": 0.9})
+    assert overrides == ["epochs=3", "optimizer=sgd", "lr=0.01", "hidden=32", "drop=0.25", "+width=9", "mom=0.9"]
+
+
+def test_command_line_wins_over_params() -> None:
+    space = parse_space({"lr": "interval(0.1, 1)"}, ["lr=interval(0.2, 0.3)"])
+    assert space.distributions == {"lr": FloatDistribution(0.2, 0.3)}
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("lr=interval(1e-4)", "must follow Hydra's override grammar"),
+    ("lr=interval(1, 0.1)", "must have low < high"),
+    ("lr=tag(log, interval(0, 1))", "must have low > 0"),
+    ("lr=tag(fast, interval(0.1, 1))", "tags must be among"),
+    ("lr=tag(log, range(1, 10, 2))", "log-scaled range must have step 1"),
+    ("lr=range(5, 1)", "must hold at least one value"),
+    ("opt=choice(a,a)", "choices must differ"),
+    ("opt=tag(log, choice(a,b))", "tags apply to interval and range only"),
+])
+def test_malformed_space_is_refused(line: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_space({}, [line])
+
+
+def test_grid_space() -> None:
+    space = parse_space({}, ["opt=adam,sgd", "n=range(1,4)"])
+    assert space.grid() == {"opt": ["adam", "sgd"], "n": [1, 2, 3]}
+    assert _optuna_samplers.grid_size(space) == 6
+    with pytest.raises(ConfigError, match="grid sampler needs a discrete space"):
+        parse_space({}, ["lr=interval(0.1, 1)"]).grid()
+
+
+# -- samplers and pruners ------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", SAMPLERS)
+def test_every_sampler_builds_or_names_its_package(name: str) -> None:
+    space = parse_space({}, ["opt=adam,sgd", "n=range(1,4)"])
+    try:
+        check_sampler(name)
+    except ConfigError as e:
+        assert "pip install" in str(e)
+        return
+    sampler = build_sampler(name, 0, space)
+    study = optuna.create_study(sampler=sampler)
+    trial = study.ask(space.distributions)
+    assert trial.params["opt"] in ("adam", "sgd")
+
+
+def test_sampler_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match=r"sampler\.name must be one of tpe, random"):
+        check_sampler("bayes")
+    monkeypatch.setattr(_optuna_samplers.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ConfigError, match="pip install cmaes"):
+        check_sampler("cmaes")
+    with pytest.raises(ConfigError, match="pip install scipy"):
+        check_sampler("qmc")
+
+
+def test_seeded_samplers_repeat() -> None:
+    space = parse_space({}, ["lr=tag(log, interval(1e-4, 1))"])
+    draws = [optuna.create_study(sampler=build_sampler("random", 7, space)).ask(space.distributions).params
+             for _ in range(2)]
+    assert draws[0] == draws[1]
+
+
+@pytest.mark.parametrize("name", PRUNERS)
+def test_every_pruner_builds(name: str) -> None:
+    assert isinstance(build_pruner({"name": name, "max_resource": 4}), optuna.pruners.BasePruner)
+
+
+def test_unknown_pruner() -> None:
+    with pytest.raises(ConfigError, match=r"pruner\.name must be one of none, median"):
+        build_pruner({"name": "early"})
+
+
+@pytest.mark.parametrize("option", [*(f"hydra.sweeper.sampler.name={s}" for s in SAMPLERS),
+                                    *(f"hydra.sweeper.pruner.name={p}" for p in PRUNERS)])
+def test_every_option_composes_and_instantiates(option: str) -> None:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["hydra/sweeper=optuna", option], return_hydra_config=True)
+    sweeper = instantiate(cfg.hydra.sweeper)
+    assert type(sweeper).__name__ == "OptunaSweeper" and sweeper.n_trials == 20
+
+
+def test_unknown_sweeper_key_is_refused() -> None:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"), pytest.raises(Exception, match="n_trial"):
+        compose(config_name="config", overrides=["hydra/sweeper=optuna", "hydra.sweeper.n_trial=3"],
+                return_hydra_config=True)
+
+
+# -- storage and job-side pruning ----------------------------------------------------------------------
+def test_storage_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="must be reachable"):
+        open_storage(f"sqlite:///{tmp_path}/missing/dir/db.sqlite")
+    with pytest.raises(ConfigError, match="journal file's folder must exist"):
+        open_storage(str(tmp_path / "missing" / "optuna.journal"))
+
+
+def _study(tmp_path: Path, pruner: dict[str, Any]) -> tuple[str, Any]:
+    url = str(tmp_path / "optuna.journal")
+    study = optuna.create_study(storage=open_storage(url), study_name="s", direction="maximize")
+    study.set_user_attr(PRUNER_ATTR, pruner)
+    return url, study
+
+
+def test_job_reports_each_epoch_and_stops_when_pruned(tmp_path: Path) -> None:
+    url, study = _study(tmp_path, {"name": "median", "n_startup_trials": 1})
+    good = study.ask({"x": FloatDistribution(0, 1)})
+    for epoch in (1, 2, 3):
+        good.report(0.9, epoch)
+    study.tell(good, 0.9)
+    bad = study.ask({"x": FloatDistribution(0, 1)})
+    env = {ENV_STORAGE: url, ENV_STUDY: "s", ENV_TRIAL: str(bad.number)}
+    on_epoch = pruning_callback(SimpleNamespace(metric="val_acc"), env)
+    assert on_epoch is not None
+    assert on_epoch(1, {"val_acc": 0.2}) is True  # below the median of the finished trial at epoch 1
+    reloaded = optuna.load_study(study_name="s", storage=open_storage(url))
+    assert reloaded.trials[bad.number].intermediate_values == {1: 0.2}
+
+
+def test_no_callback_outside_a_study() -> None:
+    assert pruning_callback(SimpleNamespace(metric="val_acc"), {}) is None
+
+
+# -- outcomes, failure rate, recovery ------------------------------------------------------------------
+def test_outcomes_told_to_optuna(tmp_path: Path) -> None:
+    _, study = _study(tmp_path, {"name": "none"})
+    dist = {"x": FloatDistribution(0, 1)}
+    states = {}
+    for status, value in [("completed", 0.5), ("completed", math.inf), ("pruned", 0.3), ("diverged", None),
+                          ("failed", None), ("interrupted", None)]:
+        trial = study.ask(dist)
+        if status == "pruned":
+            trial.report(0.3, 1)
+        states[status + str(value)] = tell(study, trial.number, trial._trial_id, Outcome(status, value, None), None)
+    assert list(states.values()) == ["COMPLETE", "FAIL", "PRUNED", "FAIL", "FAIL", "FAIL"]
+    trials = study.get_trials()
+    assert trials[-1].state == TrialState.WAITING  # interrupted: its parameters are enqueued again
+    assert trials[-1].system_attrs["fixed_params"] == trials[5].params
+    assert [is_counted(t) for t in trials] == [True] * 5 + [False, False]
+    assert failure_rate(study) == (2, 5)  # completed inf and failed; not diverged, pruned or interrupted
+    trial = study.ask(dist)
+    assert tell(study, trial.number, trial._trial_id, Outcome("diverged", None, None), 0.0) == "COMPLETE"
+
+
+def test_recover_reads_finished_jobs_and_retries_others(tmp_path: Path) -> None:
+    _, study = _study(tmp_path, {"name": "none"})
+    dist = {"x": FloatDistribution(0, 1)}
+    done, lost = study.ask(dist), study.ask(dist)
+    job = tmp_path / "0_x=1"
+    job.mkdir()
+    (job / "result.json").write_text(json.dumps({"status": "completed", "objective": 0.7}))
+    done.set_user_attr("job_num", 0)
+    lost.set_user_attr("job_num", 1)
+    assert recover(study, tmp_path, None) == 2
+    trials = study.get_trials()
+    assert trials[0].state == TrialState.COMPLETE and trials[0].value == 0.7
+    assert trials[1].state == TrialState.FAIL and trials[1].user_attrs["sweepit_status"] == "interrupted"
+    assert trials[2].state == TrialState.WAITING
+
+
+def test_read_outcome_without_result_file(tmp_path: Path) -> None:
+    assert read_outcome(tmp_path, 3, None).status == "failed"
+    ret = SimpleNamespace(return_value=0.25)
+    assert read_outcome(tmp_path, 3, ret) == Outcome("completed", 0.25, None)
+
+
+def test_batch_fallback_launches_consecutive_runs() -> None:
+    calls: list[tuple[list[list[str]], int]] = []
+
+    class Batch:
+        def launch(self, job_overrides: list[list[str]], initial_job_idx: int) -> list[str]:
+            calls.append((list(job_overrides), initial_job_idx))
+            return [f"r{initial_job_idx + i}" for i in range(len(job_overrides))]
+
+    runner = BatchLauncher(Batch())
+    for num in (4, 5, 7):
+        runner.start([f"a={num}"], num)
+    assert runner.wait_any() == [(4, "r4"), (5, "r5"), (7, "r7")]
+    assert calls == [([["a=4"], ["a=5"]], 4), ([["a=7"]], 7)]
+
+
+# -- results and report --------------------------------------------------------------------------------
+def test_results_and_report_section(tmp_path: Path) -> None:
+    url, study = _study(tmp_path, {"name": "none"})
+    space = parse_space({}, ["optimizer=adam,sgd", "lr=tag(log, interval(1e-4, 1))"])
+    for i in range(8):
+        trial = study.ask(space.distributions)
+        trial.set_user_attr("overrides", space.overrides(trial.params))
+        study.tell(trial, 0.5 + 0.05 * i)
+    info = {"storage": url, "study_name": "s", "metric": "val_acc", "command": "python train.py",
+            "sampler": {"name": "tpe"}, "pruner": {"name": "none"}, "space": {"lr": "tag(log, interval(1e-4, 1))"}}
+    write_study_file(tmp_path, info)
+    best_yaml, csv_path = write_results(tmp_path, study, info)
+    assert "best_trial: 7" in best_yaml.read_text()
+    assert csv_path.read_text().count("\n") == 9
+    out = tmp_path / "report"
+    out.mkdir()
+    sweep = SimpleNamespace(sweep_dir=tmp_path, metric="val_acc")
+    section = OptunaSection().build(sweep, out)  # type: ignore[arg-type]
+    assert section is not None and not section.notes, section and section.notes
+    assert [f.path.name for f in section.figures] == ["optuna_history.png", "optuna_importances.png",
+                                                     "optuna_parallel.png"]
+    assert section.command.startswith("python train.py optimizer=")
+    assert OptunaSection().build(SimpleNamespace(sweep_dir=out, metric="x"), out) is None  # type: ignore[arg-type]
+
+
+def test_study_file_composes() -> None:
+    from sweepit_testing import REPO
+
+    with initialize_config_dir(config_dir=str(REPO / "sweeps"), version_base="1.3"):
+        cfg = compose(config_name="optuna_lr", return_hydra_config=True, overrides=[f"hydra.searchpath=[file://{CONF}]"])
+    sweeper = instantiate(cfg.hydra.sweeper)
+    assert sweeper.params == {"optimizer": "choice(adam,sgd,rmsprop)", "lr": "tag(log, interval(1e-4, 1))"}
+    assert sweeper.pruner["name"] == "hyperband" and cfg.study == "optuna_lr"
+    space = parse_space(sweeper.params, [])
+    assert space.distributions["lr"] == FloatDistribution(1e-4, 1.0, log=True)
+
+
+def test_local_launcher_runs_trials_one_by_one() -> None:
+    from hydra_plugins.sweepit.local_launcher import LocalLauncher
+    from sweepit.search._trials import AsyncLauncher
+
+    assert isinstance(LocalLauncher(), AsyncLauncher)
+    assert not isinstance(BatchLauncher(None).launcher, AsyncLauncher)

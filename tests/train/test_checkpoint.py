@@ -1,0 +1,52 @@
+"""A job stopped between epochs resumes from its checkpoint and ends with the same metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from omegaconf import DictConfig
+
+from sweepit.results._job_files import read_metrics, read_result
+from sweepit.train._job import run_job
+from sweepit_testing import TINY
+
+# Dropout, augmentation and stratified batches: every RNG the loop uses is in play.
+SETUP = ["epochs=4", "task.model=cnn", "+task.dropout=0.3", "data.augment.enabled=true", "data.stratified=true",
+         *TINY[1:]]
+
+
+def _untimed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.items() if k not in ("epoch_time_s", "samples_per_s", "step_time_s")} for r in rows]
+
+
+def test_resumed_run_ends_with_the_same_metrics(compose_cfg: Callable[..., DictConfig], tmp_path: Path) -> None:
+    cfg = compose_cfg(*SETUP)
+    run_job(cfg, tmp_path / "straight")
+
+    def stop_after_two(epoch: int, row: dict[str, Any]) -> bool:
+        if epoch == 2:
+            raise KeyboardInterrupt  # as a preemption signal between epochs would
+        return False
+
+    with pytest.raises(KeyboardInterrupt):
+        run_job(cfg, tmp_path / "resumed", on_epoch=stop_after_two)
+    assert read_result(tmp_path / "resumed")["status"] == "interrupted"  # type: ignore[index]
+    assert (tmp_path / "resumed" / "checkpoint.pt").is_file()
+
+    run_job(cfg, tmp_path / "resumed")
+    straight, resumed = read_metrics(tmp_path / "straight")[0], read_metrics(tmp_path / "resumed")[0]
+    assert [r["epoch"] for r in resumed] == [1, 2, 3, 4]
+    assert _untimed(resumed) == _untimed(straight)
+    assert read_result(tmp_path / "resumed")["objective"] == read_result(tmp_path / "straight")["objective"]  # type: ignore[index]
+    assert not (tmp_path / "resumed" / "checkpoint.pt").exists()  # deleted once completed
+
+
+def test_checkpoint_of_another_config_is_ignored(compose_cfg: Callable[..., DictConfig], tmp_path: Path) -> None:
+    run_job(compose_cfg("epochs=2", "trainer.keep_checkpoint=true", *TINY[1:]), tmp_path)
+    run_job(compose_cfg("epochs=2", "lr=0.05", *TINY[1:]), tmp_path)  # same dir, different trajectory
+    rows, _ = read_metrics(tmp_path)
+    assert [r["epoch"] for r in rows] == [1, 2]
+    assert read_result(tmp_path)["lr"] == 0.05  # type: ignore[index]

@@ -1,0 +1,102 @@
+"""Every option of every config group composes, builds its model and optimizer, and trains a few steps."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+from omegaconf import DictConfig
+
+from sweepit.train._checks import MODELS
+from sweepit.train._loop import train
+from sweepit.train._optim import build_optimizer
+from sweepit.train.models import build_model
+from sweepit_testing import CONF, TINY
+
+OPTIMIZERS = sorted(p.stem for p in (CONF / "optimizer").glob("*.yaml"))
+TASKS = sorted(p.stem for p in (CONF / "task").glob("*.yaml"))
+SWEEPS = sorted(p.stem for p in (CONF.parent / "sweeps").glob("*.yaml"))
+
+
+def test_groups_hold_what_the_brief_lists() -> None:
+    assert sorted(
+        ["sgd", "momentum", "nesterov", "adagrad", "rmsprop", "adam", "adamw", "adamax", "adadelta", "nadam"]
+    ) == OPTIMIZERS
+    assert TASKS == ["cifar10", "digits", "linreg", "mnist"]
+
+
+def test_every_yaml_opens_with_its_purpose() -> None:
+    for path in [*CONF.rglob("*.yaml"), *(CONF.parent / "sweeps").glob("*.yaml")]:
+        lines = [ln for ln in path.read_text().splitlines() if not ln.startswith("# @package")]
+        assert lines[0].startswith("# ") and len(lines[0]) > 20, f"{path} must open with a one-line purpose"
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_every_optimizer_instantiates_and_steps(compose_cfg: Callable[..., DictConfig], name: str) -> None:
+    cfg = compose_cfg(f"optimizer={name}", "lr=0.05")
+    assert cfg.optimizer.name == name
+    model = torch.nn.Linear(3, 1)
+    opt = build_optimizer(model.parameters(), cfg.optimizer, cfg.lr)
+    before = model.weight.detach().clone()
+    model(torch.ones(4, 3)).sum().backward()
+    opt.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.05)
+    assert not torch.equal(before, model.weight.detach()), f"{name} did not move the weights"
+
+
+def test_lr_and_optimizer_sweep_as_typed(compose_cfg: Callable[..., DictConfig]) -> None:
+    cfg = compose_cfg("optimizer=sgd", "lr=0.1")
+    assert (cfg.optimizer.algorithm, cfg.lr) == ("SGD", 0.1)
+
+
+def _tiny_task(task: str, model: str) -> list[str]:
+    overrides = [f"task={task}", f"task.model={model}", *TINY, "batch_size=16"]
+    if task in ("mnist", "cifar10"):
+        overrides += ["data.synthetic=true", "data.n_synthetic=40"]
+    return overrides
+
+
+@pytest.mark.parametrize("task,model", [(t, m) for t in ("linreg", "digits", "mnist", "cifar10") for m in MODELS[t]])
+def test_every_task_and_model_trains_a_few_steps(
+    compose_cfg: Callable[..., DictConfig], task: str, model: str
+) -> None:
+    cfg = compose_cfg(*_tiny_task(task, model))
+    out = train(cfg, log=lambda _: None)
+    (row,) = out.rows
+    assert row["epoch"] == 1 and row["train_loss"] > 0
+    assert row["samples_per_s"] > 0 and row["epoch_time_s"] > 0
+    if task != "linreg":
+        assert 0.0 <= row["val_acc"] <= 1.0
+    reference = build_model(model, _shape(task), 1 if task == "linreg" else 10, image_size=32)
+    assert out.info["n_params"] == sum(p.numel() for p in reference.parameters())
+
+
+def _shape(task: str) -> tuple[int, ...]:
+    return {"linreg": (1,), "digits": (1, 8, 8), "mnist": (1, 28, 28), "cifar10": (3, 32, 32)}[task]
+
+
+def test_cifar_resnet_at_128_pixels_resizes_on_device(compose_cfg: Callable[..., DictConfig]) -> None:
+    cfg = compose_cfg(*_tiny_task("cifar10", "resnet18"), "task.image_size=128", "data.n_synthetic=20")
+    (row,) = train(cfg, log=lambda _: None).rows
+    assert row["train_loss"] > 0
+
+
+def test_mnist_cnn_with_augmentation_and_stratified_batches(compose_cfg: Callable[..., DictConfig]) -> None:
+    cfg = compose_cfg(*_tiny_task("mnist", "cnn"), "data.augment.enabled=true", "data.stratified=true")
+    (row,) = train(cfg, log=lambda _: None).rows
+    assert 0.0 <= row["train_acc"] <= 1.0
+
+
+@pytest.mark.parametrize("study", SWEEPS)
+def test_every_study_composes(study: str) -> None:
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF.parent / "sweeps"), version_base="1.3"):
+        # train.py's config_path (conf/) plus --config-dir sweeps, as `make sweep-<study>` runs it
+        cfg = compose(config_name=study, return_hydra_config=True,
+                      overrides=[f"hydra.searchpath=[file://{CONF}]"])
+    assert cfg.study == study
+    assert cfg.hydra.sweeper.params, f"sweeps/{study}.yaml must sweep something"
+    second_line = (CONF.parent / "sweeps" / f"{study}.yaml").read_text().splitlines()[1]
+    assert second_line.startswith("# Run: python train.py -m")

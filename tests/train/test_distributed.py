@@ -1,0 +1,119 @@
+"""Data parallelism on CPU: gloo ranks in local processes, as on GPUs with NCCL."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from omegaconf import DictConfig
+
+from sweepit.results._job_files import read_metrics, read_result
+from sweepit.train import _distributed as distributed
+from sweepit.train._distributed import Rank, RankFailedError, from_environment, spawn_local
+from sweepit.train._job import run_job
+from sweepit_testing import TINY
+
+# 1,600 synthetic digits: 25 global batches of 64, so both runs see exactly the same batches.
+SETUP = ["data.synthetic=true", "data.n_synthetic=2000", "epochs=2", "trainer.lr_scaling=none",
+         "trainer.keep_checkpoint=true", "optimizer=sgd", "lr=0.1", *TINY[1:]]
+
+
+def _weights(job_dir: Path) -> dict[str, torch.Tensor]:
+    state = torch.load(job_dir / "checkpoint.pt", weights_only=True)
+    return dict(state["model"])
+
+
+def test_two_ranks_reach_the_weights_of_one_process_with_the_global_batch(
+    compose_cfg: Callable[..., DictConfig], tmp_path: Path
+) -> None:
+    run_job(compose_cfg(*SETUP, "batch_size=64"), tmp_path / "one")
+    run_job(compose_cfg(*SETUP, "batch_size=32", "trainer.gpus=2"), tmp_path / "two")
+    one, two = _weights(tmp_path / "one"), _weights(tmp_path / "two")
+    assert one.keys() == two.keys()
+    for key in one:
+        torch.testing.assert_close(two[key], one[key], rtol=1e-4, atol=1e-5)
+    rows_one, rows_two = read_metrics(tmp_path / "one")[0], read_metrics(tmp_path / "two")[0]
+    for a, b in zip(rows_one, rows_two, strict=True):
+        assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-4)
+        assert b["val_acc"] == pytest.approx(a["val_acc"], abs=1e-9)
+    result = read_result(tmp_path / "two")
+    assert result is not None and result["world_size"] == 2 and result["global_batch_size"] == 64
+    # one job directory, written by rank 0 only
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == ["checkpoint.pt", "metrics.jsonl", "result.json"]
+
+
+def test_linear_lr_scaling_is_recorded(compose_cfg: Callable[..., DictConfig], tmp_path: Path) -> None:
+    run_job(compose_cfg(*SETUP[:-4], "trainer.gpus=2", "lr=0.01", "trainer.lr_scaling=linear",
+                        "trainer.warmup_epochs=1", *TINY[1:]), tmp_path)
+    result = read_result(tmp_path)
+    assert result is not None
+    assert (result["lr"], result["effective_lr"], result["lr_scaling"]) == (0.01, 0.02, "linear")
+    assert result["warmup_epochs"] == 1 and result["timed_epochs"] == 1  # the first epoch is not timed
+    assert result["epoch_time_s_mean"] == pytest.approx(result["final"]["epoch_time_s"])
+
+
+def _fail_on_rank_one(rank: Rank) -> int:
+    if rank.rank == 1:
+        raise RuntimeError("rank 1 broke")
+    time.sleep(60)  # rank 0 would wait for it forever in a collective
+    return 0
+
+
+def test_a_failing_rank_fails_the_job_without_a_hang() -> None:
+    t0 = time.monotonic()
+    with pytest.raises(RankFailedError, match="rank-1 of 2 exited with code 1"):
+        spawn_local(2, _fail_on_rank_one)
+    assert time.monotonic() - t0 < 20
+
+
+def test_rank_failure_in_a_job_is_recorded(
+    compose_cfg: Callable[..., DictConfig], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = distributed.init_process_group
+
+    def broken(rank: Rank, device: torch.device) -> None:
+        if rank.rank == 1:
+            raise RuntimeError("no device for rank 1")
+        real(rank, device)  # rank 0 then waits for rank 1 at the rendezvous
+
+    monkeypatch.setattr("sweepit.train._loop.init_process_group", broken)
+    t0 = time.monotonic()
+    with pytest.raises(RankFailedError):
+        run_job(compose_cfg(*SETUP, "trainer.gpus=2"), tmp_path)
+    assert time.monotonic() - t0 < 30
+    result = read_result(tmp_path)
+    assert result is not None and result["status"] == "failed" and "rank-1" in result["error"]
+
+
+def test_rank_from_slurm_and_torchrun_environments() -> None:
+    slurm = {"SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NTASKS": "4", "SLURM_STEP_ID": "0",
+             "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "gpu[012-013]"}
+    rank = from_environment(slurm)
+    assert rank is not None
+    assert (rank.rank, rank.local_rank, rank.world_size, rank.master_addr) == (3, 1, 4, "gpu012")
+    assert from_environment({**slurm, "SLURM_PROCID": "0"}).master_port == rank.master_port  # type: ignore[union-attr]
+    assert from_environment({**slurm, "SLURM_NTASKS": "1"}) is None
+    torchrun: dict[str, Any] = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h",
+                                "MASTER_PORT": "1234"}
+    assert from_environment(torchrun) == Rank(1, 1, 2, "h", 1234)
+    assert from_environment({}) is None
+
+
+def _threads(rank: Rank) -> int:
+    return torch.get_num_threads()
+
+
+def test_local_ranks_share_the_threads_of_their_job() -> None:
+    """Two forked ranks of a job given 4 torch threads get 2 each, not 4 each (8 threads on 4 cores)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(4)
+    try:
+        assert spawn_local(2, _threads) == 2
+        torch.set_num_threads(1)
+        assert spawn_local(2, _threads) == 1  # never below one
+    finally:
+        torch.set_num_threads(before)

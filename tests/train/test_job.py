@@ -1,0 +1,154 @@
+"""One job's outcome in its directory: completed, failed before training, diverged, reproducible, atomic."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from omegaconf import DictConfig
+
+from sweepit.errors import ConfigError, DataMissingError
+from sweepit.results._job_files import atomic_write_text, read_metrics, read_result
+from sweepit.train._job import run_job
+from sweepit_testing import TINY
+
+LINREG = ["task=linreg", "epochs=3", *TINY[1:]]
+
+
+def test_completed_job_leaves_metrics_and_result(compose_cfg: Callable[..., DictConfig], tmp_path: Path) -> None:
+    cfg = compose_cfg(*LINREG)
+    objective = run_job(cfg, tmp_path)
+    result = read_result(tmp_path)
+    rows, notes = read_metrics(tmp_path)
+    assert result is not None and not notes
+    assert [r["epoch"] for r in rows] == [1, 2, 3]
+    assert result["status"] == "completed"
+    assert result["objective"] == objective == rows[-1]["val_loss"]
+    assert result["final"] == rows[-1]
+    assert result["metric"] == "val_loss" and result["direction"] == "minimize"
+    for key in ("wall_time_s", "device", "world_size", "code_version", "n_params", "effective_lr"):
+        assert key in result, key
+    assert {"w", "b", "train_loss", "val_loss", "epoch_time_s", "samples_per_s"} <= set(rows[-1])
+
+
+def test_linreg_recovers_the_line(compose_cfg: Callable[..., DictConfig], tmp_path: Path) -> None:
+    cfg = compose_cfg("task=linreg", "epochs=40", "optimizer=adam", "lr=0.05", *TINY[1:])
+    run_job(cfg, tmp_path)
+    final = read_result(tmp_path)["final"]  # type: ignore[index]
+    assert final["w"] == pytest.approx(2.0, abs=0.05) and final["b"] == pytest.approx(1.0, abs=0.05)
+    assert final["val_loss"] < 0.02  # noise variance is 0.01
+
+
+@pytest.mark.parametrize(
+    "override,rule",
+    [
+        ("lr=-1", "lr must be a finite number > 0, but got lr=-1"),
+        ("batch_size=0", "batch_size must be an integer >= 1, but got batch_size=0"),
+        ("epochs=0", "epochs must be an integer >= 1, but got epochs=0"),
+        ("metric=val_acc", "metric must name a metric that task linreg reports"),
+        ("direction=up", "direction must be maximize or minimize"),
+        ("trainer.precision=fp16", "trainer.precision must be one of fp32, bf16, but got trainer.precision='fp16'"),
+    ],
+)
+def test_invalid_values_fail_before_training(
+    compose_cfg: Callable[..., DictConfig], tmp_path: Path, override: str, rule: str
+) -> None:
+    cfg = compose_cfg(*LINREG, override)
+    with pytest.raises(ConfigError, match=rule.replace("(", r"\(")):
+        run_job(cfg, tmp_path)
+    result = read_result(tmp_path)
+    assert result is not None and result["status"] == "failed" and rule in result["error"]
+    assert result["epochs_completed"] == 0
+    assert read_metrics(tmp_path) == ([], [])
+
+
+def test_missing_data_names_the_path_and_the_download_command(
+    compose_cfg: Callable[..., DictConfig], tmp_path: Path
+) -> None:
+    cfg = compose_cfg("task=mnist", f"data.root={tmp_path / 'nowhere'}", *TINY)
+    with pytest.raises(DataMissingError) as e:
+        run_job(cfg, tmp_path / "job")
+    assert str(tmp_path / "nowhere") in str(e.value) and "sweepit data download mnist" in str(e.value)
+    assert read_result(tmp_path / "job")["status"] == "failed"  # type: ignore[index]
+
+
+def test_divergence_stops_with_the_worst_objective(compose_cfg: Callable[..., DictConfig], tmp_path: Path) -> None:
+    cfg = compose_cfg(*LINREG, "optimizer=sgd", "lr=1e6", "epochs=5")
+    objective = run_job(cfg, tmp_path)
+    assert objective == math.inf  # minimize: the worst is +inf
+    result = read_result(tmp_path)
+    assert result is not None and result["status"] == "diverged"
+    assert result["objective"] is None  # JSON has no Infinity; the status says why
+    assert "loss became" in result["error"]
+    assert result["epochs_completed"] < 5
+    json.loads((tmp_path / "result.json").read_text())  # strict JSON, no NaN/Infinity tokens
+
+
+def test_classification_divergence_returns_minus_inf(compose_cfg: Callable[..., DictConfig], tmp_path: Path) -> None:
+    cfg = compose_cfg("optimizer=sgd", "lr=1e12", "epochs=3", *TINY[1:])
+    assert run_job(cfg, tmp_path) == -math.inf
+
+
+def test_same_seed_same_metrics(compose_cfg: Callable[..., DictConfig], tmp_path: Path) -> None:
+    def metrics(seed: int, where: str) -> list[dict[str, float]]:
+        cfg = compose_cfg("epochs=2", f"seed={seed}", "data.stratified=true", "data.augment.enabled=true", *TINY[1:])
+        run_job(cfg, tmp_path / where)
+        rows, _ = read_metrics(tmp_path / where)
+        return [{k: v for k, v in r.items() if k not in ("epoch_time_s", "samples_per_s", "step_time_s")} for r in rows]
+
+    first = metrics(0, "a")
+    assert first == metrics(0, "b")
+    assert first != metrics(1, "c")
+
+
+def test_atomic_write_leaves_the_old_file_when_interrupted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "result.json"
+    atomic_write_text(path, '{"status": "completed"}\n')
+
+    def killed(*_: object) -> None:
+        raise KeyboardInterrupt  # as if the job were stopped between writing and renaming
+
+    monkeypatch.setattr("sweepit.results._job_files.os.replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write_text(path, '{"status": "fail')
+    assert json.loads(path.read_text()) == {"status": "completed"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]  # no temporary file left behind
+
+
+def test_corrupt_metrics_lines_become_notes(tmp_path: Path) -> None:
+    (tmp_path / "metrics.jsonl").write_text('{"epoch": 1}\n{"epoch": 2, "val\n[1]\n')
+    rows, notes = read_metrics(tmp_path)
+    assert rows == [{"epoch": 1}]
+    assert len(notes) == 2 and "line 2" in notes[0]
+
+
+def test_cosine_schedule_decays_the_lr_per_epoch(compose_cfg: Callable[..., DictConfig], tmp_path: Path) -> None:
+    from sweepit.train._loop import schedule_factor
+
+    assert [schedule_factor("cosine", e, 4, 0) for e in (1, 3)] == [1.0, pytest.approx(0.5)]
+    assert schedule_factor("constant", 3, 4, 0) == 1.0
+    run_job(compose_cfg(*LINREG, "epochs=4", "lr=0.1", "trainer.lr_schedule=cosine"), tmp_path)
+    rows, _ = read_metrics(tmp_path)
+    assert [r["lr"] for r in rows] == pytest.approx([0.1, 0.1 * (0.5 + 0.5 * math.cos(math.pi / 4)), 0.05,
+                                                     0.1 * (0.5 - 0.5 * math.cos(math.pi / 4))])
+
+
+def test_bf16_channels_last_trains_the_cnn_like_fp32(compose_cfg: Callable[..., DictConfig], tmp_path: Path) -> None:
+    """bf16 autocast and NHWC layout change the arithmetic, not the training: same data order, close metrics."""
+    base = ["task=mnist", "task.model=cnn", "data.synthetic=true", "data.n_synthetic=512", "epochs=2",
+            "batch_size=64", *TINY[1:]]
+    run_job(compose_cfg(*base), tmp_path / "fp32")
+    run_job(compose_cfg(*base, "trainer.precision=bf16", "trainer.channels_last=true"), tmp_path / "bf16")
+    fp32, bf16 = read_result(tmp_path / "fp32"), read_result(tmp_path / "bf16")
+    assert fp32 is not None and bf16 is not None
+    assert (fp32["precision"], fp32["channels_last"]) == ("fp32", False)
+    assert (bf16["precision"], bf16["channels_last"]) == ("bf16", True)
+    assert bf16["status"] == "completed"
+    assert bf16["final"]["train_loss"] != fp32["final"]["train_loss"]  # bf16 arithmetic really ran ...
+    assert bf16["final"]["train_loss"] == pytest.approx(fp32["final"]["train_loss"], rel=0.05)  # ... to the same end
+    # val_acc over 100 images moves in steps of 0.01 and flips by a few images between CPUs with and without
+    # native bf16; the validation loss is the steadier measure of "the same end".
+    assert bf16["final"]["val_loss"] == pytest.approx(fp32["final"]["val_loss"], rel=0.05)
