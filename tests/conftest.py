@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from hydra import compose, initialize_config_dir
+from hydra.version import _UNSPECIFIED_, VersionBase
 from omegaconf import DictConfig
 
 from sweepit_testing import CONF
@@ -21,3 +22,15 @@ def compose_cfg() -> Iterator[Callable[..., DictConfig]]:
 
         yield _compose
 
+
+
+@pytest.fixture
+def hydra_default_version_base() -> Iterator[None]:
+    """Hydra's own launcher suites expect Hydra's default version base (jobs chdir into their output
+    directory). A test that composed with version_base="1.3" earlier in the session leaves that in Hydra's
+    VersionBase singleton, which `hydra_restore_singletons` then restores as it found it."""
+    instance = VersionBase.instance()
+    saved = instance.version_base
+    instance.version_base = _UNSPECIFIED_  # as in a fresh process
+    yield
+    instance.version_base = saved

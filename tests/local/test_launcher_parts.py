@@ -12,8 +12,9 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from hydra_plugins.sweepit.config import DEFAULT_PRELOAD
-from hydra_plugins.sweepit.local_launcher import LocalLauncher, preload
+from hydra_plugins.sweepit.local_launcher import LocalLauncher
 from sweepit.errors import ConfigError, ManifestError
+from sweepit.local import preload
 from sweepit.local._capture import tail_lines
 from sweepit.local._resources import GpuPool, resolve_n_workers, resolve_threads, visible_gpus
 from sweepit.local._run import describe_exit
@@ -47,7 +48,7 @@ def test_local_launcher_config_composes_and_instantiates(conf_dir: Path) -> None
         "term_grace_s", "gpus_key", "print_summary",
     }
     if conf_dir == ROOT_CONF:
-        assert launcher.preload == DEFAULT_PRELOAD and launcher.n_workers == 0 and launcher.fail_on_error
+        assert launcher.options.preload == DEFAULT_PRELOAD and launcher.options.n_workers == 0 and launcher.fail_on_error
 
 
 def test_project_config_defaults_to_the_local_launcher() -> None:

@@ -11,7 +11,7 @@ import pytest
 from omegaconf import DictConfig
 
 from sweepit.errors import ConfigError, DataMissingError
-from sweepit.results._job_files import atomic_write_text, read_metrics, read_result
+from sweepit.results._job_files import read_metrics, read_result
 from sweepit.train._job import run_job
 from sweepit_testing import TINY
 
@@ -102,20 +102,6 @@ def test_same_seed_same_metrics(compose_cfg: Callable[..., DictConfig], tmp_path
     first = metrics(0, "a")
     assert first == metrics(0, "b")
     assert first != metrics(1, "c")
-
-
-def test_atomic_write_leaves_the_old_file_when_interrupted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = tmp_path / "result.json"
-    atomic_write_text(path, '{"status": "completed"}\n')
-
-    def killed(*_: object) -> None:
-        raise KeyboardInterrupt  # as if the job were stopped between writing and renaming
-
-    monkeypatch.setattr("sweepit.results._job_files.os.replace", killed)
-    with pytest.raises(KeyboardInterrupt):
-        atomic_write_text(path, '{"status": "fail')
-    assert json.loads(path.read_text()) == {"status": "completed"}
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]  # no temporary file left behind
 
 
 def test_corrupt_metrics_lines_become_notes(tmp_path: Path) -> None:

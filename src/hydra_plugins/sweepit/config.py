@@ -1,8 +1,16 @@
-"""Config schema of sweepit's local launcher, registered as `hydra/launcher=local` (no heavy imports here)."""
+"""Config schemas of sweepit's plugins, registered in Hydra's ConfigStore (no heavy imports here):
+
+    hydra/launcher=local            LocalLauncherConf    each job in a forked worker process (the default here)
+    hydra/launcher=sweepit_slurm    SlurmLauncherConf    each job a Slurm job; the cluster profiles extend it
+    hydra/sweeper=optuna            OptunaSweeperConf    adaptive search: SamplerConf, PrunerConf
+
+Every field is commented with its unit; risky defaults say why they are what they are.
+"""
 
 # No `from __future__ import annotations` here: Hydra's plugin scan executes this module before it is in
 # sys.modules, and dataclasses then cannot resolve string annotations.
 from dataclasses import dataclass, field
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
@@ -48,4 +56,159 @@ class LocalLauncherConf:
     print_summary: bool = True
 
 
-ConfigStore.instance().store(group="hydra/launcher", name="local", node=LocalLauncherConf, provider="sweepit")
+
+# -- Slurm -------------------------------------------------------------------------------------------------
+# The cluster profiles in conf/hydra/launcher/ (slurm, marenostrum5, juwels_booster, cte_power) extend this schema.
+# A job's own config sets what it needs: `trainer.gpus` (tasks, one GPU each) and `timeout_min` (time limit).
+@dataclass
+class SlurmLauncherConf:
+    _target_: str = "hydra_plugins.sweepit.slurm_launcher.SlurmLauncher"
+
+    # -- where the jobs run ------------------------------------------------------------------------------
+    # Slurm partition (sbatch --partition); null: the cluster's default partition.
+    partition: str | None = None
+    # Project account charged for the GPU hours (sbatch --account); null: your default account.
+    account: str | None = None
+    # Quality of service (sbatch --qos); null: the partition's default.
+    qos: str | None = None
+    # Keys of this launcher that the cluster refuses jobs without (e.g. [account, qos]): when one is null the
+    # sweep stops before submitting anything and says how to set it. Profiles use this rather than `???`,
+    # which makes Hydra stop with a long traceback before the launcher can explain.
+    required: list[str] = field(default_factory=list)
+    # GPUs on one node of the partition; null: read from `sinfo` at launch. trainer.gpus=N asks for
+    # min(N, gpus_per_node) GPUs on each of ceil(N / gpus_per_node) nodes, one task per GPU.
+    gpus_per_node: int | None = None
+    # Most nodes one job may span (a job with more GPUs than max_nodes x gpus_per_node is refused).
+    max_nodes: int = 1
+    # CPU cores per task, i.e. per GPU (sbatch --cpus-per-task); also the job's torch threads (OMP_NUM_THREADS).
+    cpus_per_task: int = 1
+    # Memory per node in GB (sbatch --mem); null: the partition's default (often proportional to the cores).
+    mem_gb: int | None = None
+    # Node features (sbatch --constraint), e.g. "a100"; null: any node of the partition.
+    constraint: str | None = None
+    # Shell lines run in the sbatch script before the job starts, e.g. ["module load CUDA/12.1"].
+    setup: list[str] = field(default_factory=list)
+    # Further sbatch options, without the dashes: {"mail-type": "FAIL", "exclusive": true}.
+    additional_parameters: dict[str, Any] = field(default_factory=dict)
+    # Extra arguments of the srun that starts the tasks, e.g. ["--cpu-bind=none"].
+    srun_args: list[str] = field(default_factory=list)
+    # Command that runs Python on the nodes; null: this interpreter (the nodes must see the same path).
+    python: str | None = None
+    # Slurm job name (squeue shows it); a per-submission suffix is added to tell sweeps apart.
+    job_name: str = "${hydra.job.name}"
+
+    # -- how jobs are grouped ------------------------------------------------------------------------------
+    # Array tasks of one job array running at once (sbatch --array=...%N); jobs with the same resources form
+    # one array.
+    array_parallelism: int = 64
+    # Most tasks in one job array; null: the cluster's MaxArraySize (`scontrol show config`). Larger groups
+    # are split into several arrays.
+    max_array_size: int | None = None
+
+    # -- time limits and preemption ------------------------------------------------------------------------
+    # Seconds before the time limit at which Slurm sends USR2: the job is then requeued and resumes from its
+    # last epoch checkpoint (trainer.checkpoint=true). Slurm may send it up to 60 s early, so each job's
+    # timeout_min must be at least (signal_delay_s + 60) / 60 (2.5 min for 90 s).
+    signal_delay_s: int = 90
+    # Requeues after reaching the time limit (preemptions do not count); then the job ends as failed.
+    max_num_timeout: int = 3
+
+    # -- following ------------------------------------------------------------------------------------------
+    # true: follow the jobs with a progress line and end with the results table. false: submit, write
+    # sweep.json, print the job ids and exit 0; follow later with `sweepit status DIR`.
+    wait: bool = True
+    # Print each resource group's sbatch script, the job count and the estimated GPU-hours; submit nothing.
+    dry_run: bool = False
+    # Set by `sweepit resume DIR`: skip completed jobs, follow jobs still queued or running in Slurm, and
+    # submit the others again (same job numbers and directories).
+    resume: bool = False
+    # true: exit with status 1 when any job failed or was interrupted (cancelled, timed out, node failure).
+    fail_on_error: bool = True
+    # Seconds between two looks at squeue/sacct and the jobs' result.json files.
+    poll_interval_s: float = 2.0
+    # Seconds a job may stay without result.json after Slurm says it ended, before the driver records it as
+    # failed (a shared file system may show a file a moment late).
+    result_grace_s: float = 2.0
+    # Last lines of a dead job's stderr log copied into the result.json the driver writes for it.
+    stderr_tail_lines: int = 50
+    # Config key holding a job's GPUs (its tasks), and the one holding its time limit in minutes.
+    gpus_key: str = "trainer.gpus"
+    timeout_key: str = "timeout_min"
+    # Print the results table when the jobs end; sweepers launching many small batches may turn it off.
+    print_summary: bool = True
+
+
+
+# -- Optuna ------------------------------------------------------------------------------------------------
+#   python train.py -m hydra/sweeper=optuna 'optimizer=choice(adam,sgd,rmsprop)' 'lr=tag(log, interval(1e-4, 1))' \
+#       hydra.sweeper.n_trials=40 hydra.sweeper.n_jobs=4
+@dataclass
+class SamplerConf:
+    # tpe | random | cmaes | gp | qmc | grid | nsgaii. cmaes needs the `cmaes` package, gp and qmc `scipy`.
+    name: str = "tpe"
+    # Seeds the sampler. A resumed study reseeds with seed + its number of trials, so it does not draw the
+    # same points again.
+    seed: int | None = None
+    # Trials drawn at random before a model-based sampler (tpe, cmaes, gp) starts to model.
+    n_startup_trials: int = 10
+    # nsgaii: individuals per generation.
+    population_size: int = 50
+
+
+@dataclass
+class PrunerConf:
+    # none | median | percentile | successive_halving | hyperband. Steps are epochs.
+    name: str = "none"
+    # median/percentile: trials that finish before any pruning happens.
+    n_startup_trials: int = 5
+    # median/percentile: epochs a trial trains before it may be pruned.
+    n_warmup_steps: int = 0
+    # median/percentile: epochs between pruning checks.
+    interval_steps: int = 1
+    # percentile: a trial below this percentile of the others at the same epoch is pruned (0-100).
+    percentile: float = 25.0
+    # successive_halving/hyperband: epochs of the first rung.
+    min_resource: int = 1
+    # hyperband: epochs of a full trial; null = the job config's `epochs` (or learnt from the first
+    # finished trial when `epochs` is searched).
+    max_resource: int | None = None
+    # successive_halving/hyperband: 1/reduction_factor of the trials go on at each rung.
+    reduction_factor: int = 3
+
+
+@dataclass
+class OptunaSweeperConf:
+    _target_: str = "hydra_plugins.sweepit.optuna_sweeper.OptunaSweeper"
+    # Search space, `key: expression` in Hydra's override grammar: choice(a,b) or a,b; range(1,10);
+    # interval(0,1); tag(log, interval(1e-4, 1)); tag(int, interval(8, 64)); a plain value is fixed.
+    # Command-line sweeps (`lr=tag(log, interval(1e-4, 1))`) are added, and win for the same key.
+    params: dict[str, str] | None = None
+    sampler: SamplerConf = field(default_factory=SamplerConf)
+    pruner: PrunerConf = field(default_factory=PrunerConf)
+    # maximize | minimize; null = the job config's `direction` (the objective is its `metric`).
+    direction: str | None = None
+    # Trials in the study, counting those of earlier runs of it: re-running a finished study does nothing,
+    # raise n_trials to search on. Trials cut short by a stopped driver are not counted (they are retried).
+    n_trials: int = 20
+    # Trials in flight at once; the next trial is asked and started as soon as any trial ends.
+    n_jobs: int = 1
+    # Study name in the storage; null = the job config's `study` (else "sweepit").
+    study_name: str | None = None
+    # null = an Optuna journal file `optuna.journal` in the sweep directory (no database server; works on
+    # shared cluster file systems). Else any Optuna storage URL (sqlite:///study.db, postgresql://...,
+    # redis://...) or a journal file path. Same storage + study name = the study resumes.
+    storage: str | None = None
+    # The search stops with an error once more than this fraction of its finished trials failed
+    # (diverged and pruned trials are results, not failures) ...
+    max_failure_rate: float = 0.5
+    # ... checked only from this many finished trials on, so that one early failure does not stop it.
+    failure_rate_min_trials: int = 5
+    # A diverged trial (non-finite loss) is told to Optuna as FAIL when null (samplers then ignore it);
+    # a number tells it as COMPLETE with that value (e.g. 0.0 for accuracy), so samplers avoid the region.
+    diverged_value: float | None = None
+
+
+_store = ConfigStore.instance()
+_store.store(group="hydra/launcher", name="local", node=LocalLauncherConf, provider="sweepit")
+_store.store(group="hydra/launcher", name="sweepit_slurm", node=SlurmLauncherConf, provider="sweepit")
+_store.store(group="hydra/sweeper", name="optuna", node=OptunaSweeperConf, provider="sweepit")

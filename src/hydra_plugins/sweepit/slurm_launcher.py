@@ -13,7 +13,6 @@ imported in `launch()` only, so Hydra's plugin scan stays fast.
 from __future__ import annotations
 
 import logging
-import math
 import secrets
 import shutil
 import signal
@@ -23,22 +22,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hydra.core.utils import JobReturn, JobRuntime, JobStatus, configure_log, setup_globals
+from hydra.core.utils import JobReturn, configure_log, setup_globals
 from hydra.errors import CompactHydraException
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from hydra_plugins.sweepit._driver import setup_driver
-from hydra_plugins.sweepit.slurm_config import SlurmLauncherConf
+from hydra_plugins.sweepit._hydra import SweepFailed, job_dir, job_return, setup_driver
+from hydra_plugins.sweepit.config import SlurmLauncherConf
 from sweepit.errors import ConfigError, SweepitError
-from sweepit.local._pool import Job
-from sweepit.local._run import SweepFailed, SweepRun, job_dir
 from sweepit.results._job_files import METRICS_FILE, RESULT_FILE, read_result
 from sweepit.results._manifest import (
-    FAILED_STATUSES,
     JobEntry,
     Manifest,
+    failure_report,
     is_finished,
     now_iso,
     open_manifest,
@@ -206,11 +203,8 @@ class SlurmLauncher(Launcher):
             raise SweepFailed(messages.stopped(manifest, follower.pending, follower.stop_signal, sweep_dir))
         if c.print_summary:
             print(summarize(sweep_dir), flush=True)
-        run = SweepRun(manifest, progress, compose=lambda job: None, resume=c.resume, check=lambda job: None,
-                       stderr_tail_lines=c.stderr_tail_lines)
-        run.statuses, run.skipped = dict(follower.statuses), {j.num for j in skipped}
-        pool_jobs = [Job(num=j.num, overrides=j.overrides, job_dir=j.job_dir) for j in jobs]
-        report = run.failure_report(pool_jobs, None, c.fail_on_error)
+        report = failure_report(manifest, jobs, dict(follower.statuses), {j.num for j in skipped}, None,
+                                c.fail_on_error)
         if report is not None:
             raise SweepFailed(report)
         return [self._job_return(j, follower.statuses.get(j.num)) for j in jobs]
@@ -244,7 +238,7 @@ class SlurmLauncher(Launcher):
         """One sbatch call per array; the manifest is written after each, so a refusal midway leaves a record."""
         from hydra.core.singleton import Singleton
 
-        from hydra_plugins.sweepit._slurm_task import TASK_DIR, SlurmTask
+        from hydra_plugins.sweepit._hydra import TASK_DIR, SlurmTask
 
         assert self.hydra_context is not None and self.task_function is not None
         c = self.conf
@@ -377,18 +371,7 @@ class SlurmLauncher(Launcher):
 
     # -- returns ------------------------------------------------------------------------------------------
     def _job_return(self, job: PlannedJob, status: str | None) -> JobReturn:
-        """What Hydra's sweeper gets (as the local launcher returns it): failed jobs as COMPLETED with None."""
-        result = _read(job.job_dir)
-        status = status or str(result.get("status"))
-        value: Any = None
-        if status == "completed":
-            value = result.get("objective")
-        elif status == "diverged":
-            value = -math.inf if result.get("direction") == "maximize" else math.inf
-        ret = JobReturn(overrides=job.overrides, cfg=job.config, hydra_cfg=None, working_dir=str(Path.cwd()),
-                        task_name=JobRuntime.instance().get("name"), status=JobStatus.COMPLETED)
-        ret.return_value = None if status in FAILED_STATUSES else value
-        return ret
+        return job_return(job.overrides, job.config, job.job_dir, status)
 
 
 def _select_str(config: DictConfig, key: str) -> str | None:

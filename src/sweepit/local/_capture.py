@@ -17,8 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-STDOUT_LOG = "stdout.log"
-STDERR_LOG = "stderr.log"
+from sweepit.results._job_files import STDERR_LOG, STDOUT_LOG
+
+__all__ = ["STDERR_LOG", "STDOUT_LOG", "JobOutput", "tail_lines"]
+
 _CHUNK = 1 << 16
 
 

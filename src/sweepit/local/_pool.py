@@ -13,7 +13,6 @@ import multiprocessing
 import os
 import signal
 import sys
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -22,9 +21,9 @@ from functools import partial
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from types import FrameType
 from typing import Any, Protocol
 
+from sweepit._signals import StopSignals
 from sweepit.local._capture import JobOutput
 from sweepit.local._resources import GpuPool
 from sweepit.local._worker import ChildSpec, Reply
@@ -82,38 +81,15 @@ class Pool:
         self.hooks = hooks
         self.clock_ticks = clock_ticks       # wake up every second to redraw a clock
         self.running: dict[int, Job] = {}
-        self.stop_signal: int | None = None
-        self.n_signals = 0
+        # Ctrl-C and SIGTERM while the pool runs: the first stops the running jobs in order, another kills them.
+        # Off the main thread nothing is caught, and the sweep stops only when its jobs end.
+        self.signals = StopSignals(wakeup=True)
         self._kill_at: float | None = None   # monotonic time at which stopped jobs get SIGKILL
         self._escalated = False
-        self._wakeup_r = self._wakeup_w = -1
-        self._handlers: dict[int, Any] = {}
-        self._old_wakeup_fd = -1
 
-    # -- signals ---------------------------------------------------------------------------------------
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self.stop_signal = signum
-        self.n_signals += 1
-
-    def _install_signals(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return  # signals can be caught only there; the sweep then stops only when its jobs end
-        self._wakeup_r, self._wakeup_w = os.pipe()
-        for fd in (self._wakeup_r, self._wakeup_w):
-            os.set_blocking(fd, False)
-        self._old_wakeup_fd = signal.set_wakeup_fd(self._wakeup_w)
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._handlers[sig] = signal.signal(sig, self._on_signal)
-
-    def _restore_signals(self) -> None:
-        if self._wakeup_r < 0:
-            return
-        for sig, handler in self._handlers.items():
-            signal.signal(sig, handler)
-        signal.set_wakeup_fd(self._old_wakeup_fd)
-        os.close(self._wakeup_r)
-        os.close(self._wakeup_w)
-        self._wakeup_r = self._wakeup_w = -1
+    @property
+    def stop_signal(self) -> int | None:
+        return self.signals.first
 
     # -- the loop --------------------------------------------------------------------------------------
     def run(self, jobs: list[Job]) -> None:
@@ -123,7 +99,7 @@ class Pool:
         every worker is busy, so that this work overlaps the jobs instead of delaying the first one.
         """
         queue = deque(jobs)
-        self._install_signals()
+        self.signals.install()
         try:
             while self.running or (queue and self.stop_signal is None):
                 if self.stop_signal is not None:
@@ -141,13 +117,13 @@ class Pool:
                     self._signal(job, signal.SIGKILL)
                     self._finish(job)
             finally:
-                self._restore_signals()
+                self.signals.restore()
 
     # -- an open run: jobs come one by one while others run (the Optuna sweeper, through the launcher) ------
     def open(self) -> None:
         """Start a run with no job list: `submit` adds jobs, each `step` is one turn of `run`'s loop."""
         self.queue: deque[Job] = deque()
-        self._install_signals()
+        self.signals.install()
 
     def submit(self, job: Job) -> None:
         self.queue.append(job)
@@ -175,7 +151,7 @@ class Pool:
                 self._signal(job, signal.SIGKILL)
                 self._finish(job)
         finally:
-            self._restore_signals()
+            self.signals.restore()
 
     def _prepare(self, job: Job) -> bool:
         if job.ready is None:
@@ -216,8 +192,8 @@ class Pool:
 
     def _wait_once(self, timeout: float | None) -> None:
         handlers: dict[int, Callable[[], object]] = {}
-        if self._wakeup_r >= 0:
-            handlers[self._wakeup_r] = self._drain_wakeup
+        if self.signals.wakeup_fd >= 0:
+            handlers[self.signals.wakeup_fd] = self.signals.drain
         exits = set()
         for job in self.running.values():
             assert job.proc is not None and job.output is not None
@@ -238,13 +214,6 @@ class Pool:
         if all(job.output is None or job.output.ends_line for job in self.running.values()):
             self.hooks.tick()  # not in the middle of a line a job is echoing
 
-    def _drain_wakeup(self) -> None:
-        try:
-            while os.read(self._wakeup_r, 512):
-                pass
-        except BlockingIOError:
-            pass
-
     # -- one job ---------------------------------------------------------------------------------------
     def _start(self, job: Job, gpus: list[str]) -> None:
         job.gpus = gpus
@@ -255,12 +224,11 @@ class Pool:
         if self.use_gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
         inherited = [reader.fileno()]
-        if self._wakeup_r >= 0:
-            inherited += [self._wakeup_r, self._wakeup_w]
+        inherited += self.signals.fds()
         for other in self.running.values():
             inherited += other.output.fds() if other.output is not None else []
             inherited += [other.conn.fileno()] if other.conn is not None else []
-        spec = ChildSpec(config=job.config, stdout_fd=job.output.child_fds[0], stderr_fd=job.output.child_fds[1],
+        spec = ChildSpec(stdout_fd=job.output.child_fds[0], stderr_fd=job.output.child_fds[1],
                          env=env, threads=self.threads, close_fds=inherited, parent_pid=os.getpid())
         _flush_all()  # or the job would inherit, and write again, whatever the driver still buffers
         proc = _FORK.Process(target=self.child, args=(job, spec, writer), name=f"sweepit-job-{job.num}")
@@ -319,7 +287,7 @@ class Pool:
             self._signal(job, signal.SIGTERM)
         if fresh and self._kill_at is None:
             self._kill_at = time.monotonic() + self.term_grace_s
-        if self.n_signals > 1 and not self._escalated:
+        if len(self.signals.received) > 1 and not self._escalated:
             self._escalated = True
             self._kill_at = time.monotonic()
 

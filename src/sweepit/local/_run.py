@@ -1,56 +1,21 @@
-"""The driver's records around each job, shared by the local and the Slurm launcher: each job's directory,
-manifest states, the progress line, `result.json` for a job that died without writing one, and the report
-of failed jobs at the end (raised as `SweepFailed`)."""
+"""The pool's hooks: what the driver records around each local job (its directory and manifest state, the
+progress line, and `result.json` for a job that died without writing one)."""
 
 from __future__ import annotations
 
 import signal
 import socket
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from hydra.errors import CompactHydraException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
-from sweepit.errors import ConfigError, SweepFailedError
+from sweepit.errors import ConfigError
 from sweepit.local._capture import STDERR_LOG, tail_lines
 from sweepit.local._pool import Job
 from sweepit.results._job_files import METRICS_FILE, RESULT_FILE, read_result, write_result
-from sweepit.results._manifest import (
-    FAILED_STATUSES,
-    Manifest,
-    command_line,
-    is_finished,
-    now_iso,
-    rerun_argv,
-    result_status,
-    write_manifest,
-)
+from sweepit.results._manifest import Manifest, failure_report, is_finished, now_iso, result_status, write_manifest
 from sweepit.results._progress import Progress
-
-_MAX_LISTED = 10  # failed jobs named one by one in the final error
-
-
-class SweepFailed(SweepFailedError, CompactHydraException):
-    """A compact Hydra exception: Hydra prints the message alone, without a traceback, and exits with 1."""
-
-
-def job_dir(config: DictConfig, sweep_dir: Path) -> Path:
-    """`hydra.sweep.dir/hydra.sweep.subdir` as Hydra's run_job resolves it (the subdir may use hydra.job.*);
-    `sweep_dir` is the sweep's, resolved once (its `${now:}` is cached, so every job's is the same)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    raw = OmegaConf.to_container(config.hydra.sweep, resolve=False)
-    if "${hydra:" not in str(raw):
-        return sweep_dir / str(OmegaConf.select(config, "hydra.sweep.subdir"))  # no HydraConfig (a 20 ms copy)
-    hydra_config = HydraConfig.instance()
-    saved = hydra_config.cfg
-    hydra_config.set_config(config)
-    try:
-        return sweep_dir / str(OmegaConf.select(config, "hydra.sweep.subdir"))
-    finally:
-        hydra_config.cfg = saved
 
 
 def describe_exit(exit_code: int | None, stopped: bool) -> str:
@@ -172,31 +137,4 @@ class SweepRun:
 
     def failure_report(self, jobs: list[Job], stop_signal: int | None, fail_on_error: bool) -> str | None:
         """The message of the error that ends a sweep with failures, or None when it ends cleanly."""
-        bad = [j for j in jobs if self.statuses.get(j.num) in FAILED_STATUSES]
-        if stop_signal is None and (not bad or not fail_on_error):
-            return None
-        counts: dict[str, int] = {}
-        for j in jobs:
-            status = "finished before" if j.num in self.skipped else self.statuses.get(j.num, "not started")
-            counts[status] = counts.get(status, 0) + 1
-        tally = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-        if stop_signal is not None:
-            lines = [f"sweep stopped by {signal.Signals(stop_signal).name}: {tally} (of {len(jobs)} jobs launched)."]
-        else:
-            lines = [f"{len(bad)} of {len(jobs)} jobs failed or were interrupted ({tally}):"]
-        for j in bad[:_MAX_LISTED]:
-            result = read_result(j.job_dir) or {}
-            error = str(result.get("error") or "").splitlines()
-            what = error[0][:200] if error else "no error recorded"
-            lines.append(f"  job {j.num} [{' '.join(j.overrides)}]: {self.statuses[j.num]}: {what}")
-            lines.append(f"    logs: {j.job_dir / STDERR_LOG}")
-        if len(bad) > _MAX_LISTED:
-            lines.append(f"  ... and {len(bad) - _MAX_LISTED} more (see the table above).")
-        sweep_dir = Path(self.manifest.sweep_dir)
-        lines += [
-            f"Resume (finished jobs are skipped): sweepit resume {sweep_dir}",
-            f"  which runs: {command_line(rerun_argv(self.manifest.argv, sweep_dir), self.manifest.cwd)}",
-        ]
-        if stop_signal is None:
-            lines.append("Set hydra.launcher.fail_on_error=false to end with exit status 0 despite failed jobs.")
-        return "\n".join(lines)
+        return failure_report(self.manifest, jobs, self.statuses, self.skipped, stop_signal, fail_on_error)

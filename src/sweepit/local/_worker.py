@@ -1,7 +1,8 @@
-"""The job side of a fork: detach from the terminal's signals, take the output pipes, run the Hydra job, reply.
+"""The job side of a fork: detach from the terminal's signals, take the output pipes, run the job, reply.
 
-Everything here runs in the forked child. The driver has Hydra, the app and the preloaded modules in
-memory already, so a job starts in milliseconds instead of paying the imports again.
+Everything here runs in the forked child. The driver has the app and the preloaded modules in memory
+already, so a job starts in milliseconds instead of paying the imports again. What "run the job" means
+(Hydra's run_job around the task function) is the launcher's `body`.
 """
 
 from __future__ import annotations
@@ -13,14 +14,12 @@ import pickle
 import signal
 import sys
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from types import FrameType
 from typing import Any
 
-from hydra.core.utils import JobStatus, run_job
-from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig
+from sweepit._signals import interrupt_on_stop_signals
 
 _PR_SET_PDEATHSIG = 1
 
@@ -29,8 +28,8 @@ _PR_SET_PDEATHSIG = 1
 class Reply:
     """What a job sends back before it exits. A job that dies first sends nothing: the driver looks at how."""
 
-    status: str                      # completed | failed | interrupted
-    value: Any = None                # the task function's return value (the objective), when picklable
+    status: str                      # completed | pruned | failed | interrupted
+    value: Any = None                # the task function's return value, when it pickles (else its repr)
     error: str = ""                  # `Type: message` of what the job raised
     traceback: str = ""
     working_dir: str | None = None
@@ -39,18 +38,12 @@ class Reply:
 
 @dataclass
 class ChildSpec:
-    config: DictConfig               # the job's sweep config (hydra.job.num set)
     stdout_fd: int
     stderr_fd: int
     env: dict[str, str]              # CUDA_VISIBLE_DEVICES, thread counts
     threads: int                     # torch CPU threads
     close_fds: list[int]             # the driver's descriptors the job must not keep open
     parent_pid: int
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    # sweepit.train._job records a KeyboardInterrupt as `interrupted`, with the epochs done so far.
-    raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
 
 
 def _die_with(parent_pid: int) -> None:
@@ -73,8 +66,7 @@ def _detach(spec: ChildSpec) -> None:
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)
     signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
+    interrupt_on_stop_signals()  # a KeyboardInterrupt, which a job records as `interrupted`
     _die_with(spec.parent_pid)
     for fd in spec.close_fds:
         with contextlib.suppress(OSError):
@@ -111,28 +103,22 @@ def picklable(value: Any) -> Any:
     return value
 
 
-def _failure(status: str, e: BaseException) -> Reply:
+def failure(status: str, e: BaseException) -> Reply:
+    """The reply of a job that raised `e`; its traceback also goes to the job's stderr."""
     tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
     sys.stderr.write(f"Error executing job: {tb}")
     return Reply(status=status, error=f"{type(e).__name__}: {e}", traceback=tb)
 
 
-def child_main(spec: ChildSpec, conn: Connection, hydra_context: HydraContext, task: TaskFunction) -> None:
-    """Target of the forked process."""
+def child_main(spec: ChildSpec, conn: Connection, body: Callable[[], Reply]) -> None:
+    """Target of the forked process: `body` runs the job and says how it went."""
     _detach(spec)
     try:
-        ret = run_job(hydra_context=hydra_context, task_function=task, config=spec.config,
-                      job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
-        if ret.status == JobStatus.COMPLETED:
-            reply = Reply(status="completed", value=picklable(ret.return_value))
-        else:
-            exc = ret._return_value
-            reply = _failure("failed", exc if isinstance(exc, BaseException) else RuntimeError(repr(exc)))
-        reply.working_dir, reply.task_name = ret.working_dir, ret.task_name
+        reply = body()
     except KeyboardInterrupt as e:
-        reply = _failure("interrupted", e)
-    except BaseException as e:  # SystemExit and errors in Hydra's own job set-up
-        reply = _failure("failed", e)
+        reply = failure("interrupted", e)
+    except BaseException as e:  # SystemExit, and errors in the body's own set-up
+        reply = failure("failed", e)
     sys.stdout.flush()
     sys.stderr.flush()
     # If the driver is gone or the reply cannot travel, the driver reads the exit status instead.

@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from sweepit._files import atomic_write
+
 RESULT_FILE = "result.json"
 METRICS_FILE = "metrics.jsonl"
-
-# Terminal job states. "interrupted" is written by launchers, "pruned" by the Optuna sweeper.
-STATUSES = ("completed", "diverged", "failed", "interrupted", "pruned")
+STDOUT_LOG = "stdout.log"  # a job's output (under Slurm, links to its Slurm logs)
+STDERR_LOG = "stderr.log"
 
 
 def _jsonable(value: Any) -> Any:
@@ -30,34 +29,9 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _current_umask()
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same directory and an atomic rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; results are for the whole group to read
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_result(job_dir: Path, result: dict[str, Any]) -> Path:
     path = Path(job_dir) / RESULT_FILE
-    atomic_write_text(path, json.dumps(_jsonable(result), indent=2, sort_keys=True) + "\n")
+    atomic_write(path, json.dumps(_jsonable(result), indent=2, sort_keys=True) + "\n")
     return path
 
 
@@ -90,7 +64,7 @@ class MetricsLog:
         self._flush()
 
     def _flush(self) -> None:
-        atomic_write_text(self.path, "".join(json.dumps(_jsonable(r)) + "\n" for r in self.rows))
+        atomic_write(self.path, "".join(json.dumps(_jsonable(r)) + "\n" for r in self.rows))
 
 
 def read_metrics(job_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:

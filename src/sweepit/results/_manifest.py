@@ -10,27 +10,27 @@ import json
 import os
 import re
 import shlex
+import signal
 import sys
-import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from sweepit._files import atomic_write
 from sweepit.errors import ManifestError
-from sweepit.results._job_files import read_result
+from sweepit.results._job_files import STDERR_LOG, read_result
+from sweepit.results._status import FAILED_STATUSES, FINISHED_STATUSES
 
 MANIFEST_FILE = "sweep.json"
 MANIFEST_VERSION = 1
-
-# A resume never runs these again: a diverged job is a result (same seed, same divergence), not an error.
-FINISHED_STATUSES = ("completed", "diverged")
-# Statuses that make a sweep exit non-zero (unless the launcher is told otherwise).
-FAILED_STATUSES = ("failed", "interrupted")
+__all__ = ["FAILED_STATUSES", "FINISHED_STATUSES"]  # re-exported for the launchers
 
 # Overrides that a resume sets itself; any earlier value is dropped from the re-run command.
 _RESUME_KEYS = ("hydra.sweep.dir", "hydra.launcher.resume")
 _PLAIN_VALUE = re.compile(r"[\w./:@+-]+")
+_MAX_LISTED = 10  # failed jobs named one by one in the error that ends a sweep
 
 
 def now_iso() -> str:
@@ -120,20 +120,9 @@ def open_manifest(sweep_dir: Path, launcher: str, argv: list[str] | None = None)
 
 
 def write_manifest(m: Manifest) -> Path:
-    """Atomic (temporary file and rename) but not fsynced: it is rewritten often, and results stay the truth."""
+    """Atomic but not fsynced: it is rewritten often, and the jobs' results stay the truth."""
     m.updated_at = now_iso()
-    path = manifest_path(Path(m.sweep_dir))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(m.to_json())
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; others on a shared machine may follow the sweep
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write(manifest_path(Path(m.sweep_dir)), m.to_json(), fsync=False)
 
 
 def result_status(job_dir: Path) -> str | None:
@@ -187,3 +176,46 @@ def command_line(argv: list[str], cwd: str | None = None) -> str:
     if cwd is not None and os.path.abspath(cwd) != os.getcwd():
         line = f"cd {shlex.quote(cwd)} && {line}"
     return line
+
+
+class LaunchedJob(Protocol):
+    num: int
+    overrides: list[str]
+    job_dir: Path
+
+
+def failure_report(manifest: Manifest, jobs: Sequence[LaunchedJob], statuses: dict[int, str], skipped: set[int],
+                   stop_signal: int | None, fail_on_error: bool) -> str | None:
+    """The message of the error that ends a sweep with failures (which jobs, their errors and logs, how to
+    resume), or None when it ends cleanly. `skipped`: jobs a resume found finished before."""
+    bad = [j for j in jobs if statuses.get(j.num) in FAILED_STATUSES]
+    if stop_signal is None and (not bad or not fail_on_error):
+        return None
+    counts: dict[str, int] = {}
+    for j in jobs:
+        status = "finished before" if j.num in skipped else statuses.get(j.num, "not started")
+        counts[status] = counts.get(status, 0) + 1
+    tally = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    if stop_signal is not None:
+        lines = [f"sweep stopped by {signal.Signals(stop_signal).name}: {tally} (of {len(jobs)} jobs launched)."]
+    else:
+        lines = [f"{len(bad)} of {len(jobs)} jobs failed or were interrupted ({tally}):"]
+    for j in bad[:_MAX_LISTED]:
+        try:
+            result = read_result(j.job_dir) or {}
+        except ValueError:
+            result = {}
+        error = str(result.get("error") or "").splitlines()
+        what = error[0][:200] if error else "no error recorded"
+        lines.append(f"  job {j.num} [{' '.join(j.overrides)}]: {statuses[j.num]}: {what}")
+        lines.append(f"    logs: {j.job_dir / STDERR_LOG}")
+    if len(bad) > _MAX_LISTED:
+        lines.append(f"  ... and {len(bad) - _MAX_LISTED} more (see the table above).")
+    sweep_dir = Path(manifest.sweep_dir)
+    lines += [
+        f"Resume (finished jobs are skipped): sweepit resume {sweep_dir}",
+        f"  which runs: {command_line(rerun_argv(manifest.argv, sweep_dir), manifest.cwd)}",
+    ]
+    if stop_signal is None:
+        lines.append("Set hydra.launcher.fail_on_error=false to end with exit status 0 despite failed jobs.")
+    return "\n".join(lines)

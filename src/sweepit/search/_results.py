@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from sweepit.results._job_files import atomic_write_text
+from sweepit._files import atomic_write
 
 STUDY_FILE = "optuna_study.yaml"
 BEST_FILE = "best_params.yaml"
@@ -29,7 +29,7 @@ def write_study_file(sweep_dir: Path, info: dict[str, Any]) -> Path:
     path = Path(sweep_dir) / STUDY_FILE
     text = ("# The Optuna study of this sweep: optuna.load_study(study_name=..., storage=...); "
             "optuna-dashboard <storage>\n" + yaml.safe_dump(info, sort_keys=False))
-    atomic_write_text(path, text)
+    atomic_write(path, text)
     return path
 
 
@@ -122,6 +122,6 @@ def write_results(sweep_dir: Path, study: Any, info: dict[str, Any], out_dir: Pa
     """`best_params.yaml` and `trials.csv` into `out_dir` (default: the sweep directory)."""
     out_dir = Path(sweep_dir) if out_dir is None else out_dir
     paths = [out_dir / BEST_FILE, out_dir / TRIALS_FILE]
-    atomic_write_text(paths[0], best_params_yaml(study, info))
-    atomic_write_text(paths[1], trials_csv(study))
+    atomic_write(paths[0], best_params_yaml(study, info))
+    atomic_write(paths[1], trials_csv(study))
     return paths

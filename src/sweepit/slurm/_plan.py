@@ -6,7 +6,7 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-from hydra_plugins.sweepit.slurm_config import SlurmLauncherConf
+from hydra_plugins.sweepit.config import SlurmLauncherConf
 from sweepit.errors import ConfigError
 from sweepit.slurm import _cluster as slurm_queue
 from sweepit.slurm import _submit as submission

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
+
+from sweepit._files import atomic_file
 
 CHECKPOINT_FILE = "checkpoint.pt"
 # Keys that may change between the interrupted run and its resumption without invalidating the checkpoint.
@@ -38,9 +39,8 @@ def save(path: Path, *, epoch: int, rows: list[dict[str, Any]], model: nn.Module
         "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         "rng_generators": {name: g.get_state() for name, g in generators.items()},
     }
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    with atomic_file(path, binary=True) as f:
+        torch.save(state, f)
 
 
 def load(path: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer,

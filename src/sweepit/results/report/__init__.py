@@ -13,8 +13,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from sweepit._files import atomic_write
 from sweepit.errors import SweepitError
-from sweepit.results.report._io import write_file
 from sweepit.results.report._sweep import JobReport, Sweep, load_sweep
 from sweepit.results.report.listing import find_sweeps, format_listing
 from sweepit.results.report.sections import DEFAULT_SECTIONS, Figure, Section, SectionBuilder
@@ -52,9 +52,9 @@ def write_report(sweep: Sweep, builders: Sequence[SectionBuilder] | None = None)
             sections.append(section)
     table = next((s.table for s in sections if s.table is not None), None)
     if table is not None:
-        write_file(out_dir / "results.csv", to_csv(table))
-    write_file(out_dir / "summary.md", render_markdown(sweep, sections))
-    write_file(out_dir / "index.html", render_html(sweep, sections))
+        atomic_write(out_dir / "results.csv", to_csv(table), fsync=False)
+    atomic_write(out_dir / "summary.md", render_markdown(sweep, sections), fsync=False)
+    atomic_write(out_dir / "index.html", render_html(sweep, sections), fsync=False)
     return sections
 
 

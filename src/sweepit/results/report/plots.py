@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sweepit.results.report._io import write_file
+from sweepit._files import atomic_write
 from sweepit.results.report._sweep import JobReport, Sweep, finite
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def figure(width_in: float, height_in: float, constrained: bool = True) -> Figur
 def save(fig: Figure, path: Path) -> Path:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
-    return write_file(path, buffer.getvalue())
+    return atomic_write(path, buffer.getvalue(), fsync=False)
 
 
 def ranked(sweep: Sweep, jobs: list[JobReport]) -> list[JobReport]:

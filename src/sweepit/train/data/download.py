@@ -9,16 +9,15 @@ from __future__ import annotations
 import gzip
 import hashlib
 import http.client
-import os
 import shutil
 import tarfile
-import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
+from typing import IO
 
+from sweepit._files import atomic_file
 from sweepit.errors import ChecksumError, ConfigError, SweepitError
 from sweepit.train.data import cifar
 
@@ -74,11 +73,10 @@ def _fetch(url: str, dest: Path, md5s: frozenset[str], log: Callable[[str], None
             return dest
         log(f"{dest}: present but its checksum is wrong; deleting it and downloading again")
         dest.unlink()
-    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            n_bytes = _stream(url, out)
+    with atomic_file(dest, binary=True) as out:
+        n_bytes = _stream(url, out)
+        out.flush()
+        tmp = Path(out.name)
         if not _md5_matches(tmp, md5s, _is_gzip(dest)):
             actual = _md5(tmp)
             raise ChecksumError(
@@ -86,14 +84,11 @@ def _fetch(url: str, dest: Path, md5s: frozenset[str], log: Callable[[str], None
                 f"expected {' or '.join(sorted(md5s))}; the bad file was deleted. Fix: run the command again "
                 "(the transfer may have been cut), or check the mirror (pass another base URL)."
             )
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
     log(f"{dest}: downloaded {n_bytes / 1e6:.1f} MB from {url}, checksum ok")
     return dest
 
 
-def _stream(url: str, out: BinaryIO) -> int:
+def _stream(url: str, out: IO[bytes]) -> int:
     """Copy the body at `url` into `out`; network failures become one clear error."""
     n_bytes = 0
     try:
@@ -167,13 +162,8 @@ def _extract_cifar(archive: Path, root: Path, log: Callable[[str], None]) -> lis
             source = tar.extractfile(member)
             assert source is not None  # a regular file always has content
             target = folder / PurePosixPath(member.name).name
-            fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".part")
-            try:
-                with os.fdopen(fd, "wb") as out:
-                    shutil.copyfileobj(source, out, _CHUNK_BYTES)
-                os.replace(tmp_name, target)
-            finally:
-                Path(tmp_name).unlink(missing_ok=True)
+            with atomic_file(target, binary=True) as out:
+                shutil.copyfileobj(source, out, _CHUNK_BYTES)
     n_files = len(files)
     log(f"{folder}: extracted {n_files} files")
     return targets

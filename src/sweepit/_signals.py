@@ -1,0 +1,100 @@
+"""The one way a sweep driver catches Ctrl-C and SIGTERM: as events it acts on in its own loop.
+
+    with StopSignals() as stop:          # SIGINT and SIGTERM are recorded instead of raising
+        while work_left and not stop.received:
+            ...
+    # the handlers of before are back
+
+A signal can only be caught in the main thread; elsewhere nothing is installed and `received` stays empty.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable
+from types import FrameType, TracebackType
+from typing import Any
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopSignals:
+    """Records each SIGINT and SIGTERM in `received` (in order) while installed.
+
+    `on_signal(signum)` runs in the handler after the signal is recorded (e.g. to raise KeyboardInterrupt
+    on a second one). `wakeup=True` also makes `wakeup_fd` readable at each signal, for a loop that
+    sleeps in `select` or `multiprocessing.connection.wait` rather than in a sleep it can cut short.
+    """
+
+    def __init__(self, on_signal: Callable[[int], None] | None = None, wakeup: bool = False) -> None:
+        self.on_signal = on_signal
+        self.wakeup = wakeup
+        self.received: list[int] = []
+        self.wakeup_fd = -1
+        self._write_fd = -1
+        self._old_wakeup_fd = -1
+        self._handlers: dict[int, Any] = {}
+
+    @property
+    def first(self) -> int | None:
+        return self.received[0] if self.received else None
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.received.append(signum)
+        if self.on_signal is not None:
+            self.on_signal(signum)
+
+    def install(self) -> StopSignals:
+        if threading.current_thread() is not threading.main_thread() or self._handlers:
+            return self
+        if self.wakeup:
+            self.wakeup_fd, self._write_fd = os.pipe()
+            for fd in (self.wakeup_fd, self._write_fd):
+                os.set_blocking(fd, False)
+            self._old_wakeup_fd = signal.set_wakeup_fd(self._write_fd)
+        for sig in STOP_SIGNALS:
+            self._handlers[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def restore(self) -> None:
+        for sig, handler in self._handlers.items():
+            signal.signal(sig, handler)
+        self._handlers.clear()
+        if self.wakeup_fd >= 0:
+            signal.set_wakeup_fd(self._old_wakeup_fd)
+            os.close(self.wakeup_fd)
+            os.close(self._write_fd)
+            self.wakeup_fd = self._write_fd = -1
+
+    def fds(self) -> list[int]:
+        """The wake-up pipe's descriptors (none without `wakeup`), which a forked child must close."""
+        return [fd for fd in (self.wakeup_fd, self._write_fd) if fd >= 0]
+
+    def drain(self) -> None:
+        """Empty the wake-up pipe after a wake-up."""
+        if self.wakeup_fd < 0:
+            return
+        try:
+            while os.read(self.wakeup_fd, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+    def __enter__(self) -> StopSignals:
+        return self.install()
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.restore()
+
+
+def interrupt_on_stop_signals() -> None:
+    """In a job process: SIGINT and SIGTERM raise KeyboardInterrupt, which a job records as `interrupted`."""
+
+    def _interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _interrupt)

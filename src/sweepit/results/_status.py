@@ -1,0 +1,58 @@
+"""A job's outcome in one word, and the one rule that turns it into what a sweeper receives.
+
+    completed    trained to the end (or the task returned): the objective, or the task's own return value
+    pruned       stopped early by the Optuna pruner: the value is the last reported one, told as PRUNED
+    diverged     the loss stopped being finite: a result, not an error; the sweeper gets the worst value
+    failed       raised, crashed, was killed, or Slurm ended it: no value
+    interrupted  stopped by the sweep driver (Ctrl-C, scancel): no value; a resume runs it again
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+STATUSES = ("completed", "pruned", "diverged", "failed", "interrupted")
+# A resume never runs these again: a diverged job is a result (same seed, same divergence), not an error.
+FINISHED_STATUSES = ("completed", "diverged")
+# Statuses that make a sweep exit non-zero (unless the launcher is told otherwise).
+FAILED_STATUSES = ("failed", "interrupted")
+DIRECTIONS = ("maximize", "minimize")
+DEFAULT_DIRECTION = "minimize"  # Optuna's default, and Hydra's Optuna plugin's
+_NOTHING = object()
+
+
+def worst(direction: str) -> float:
+    """The value a sweeper receives for a job that diverged: the worst one in `direction`."""
+    return -math.inf if direction == "maximize" else math.inf
+
+
+def objective_direction(*candidates: Any) -> str:
+    """The first of `candidates` that is set (the sweeper's `direction`, then the job config's), else minimize.
+
+    Every part of sweepit that needs the objective's direction (the Optuna study, the summary's "best",
+    the report) asks this, with the same candidates, so that they cannot disagree."""
+    for value in candidates:
+        if value is not None and value != "":
+            return str(value)
+    return DEFAULT_DIRECTION
+
+
+def sweeper_value(status: str | None, objective: Any = None, direction: str | None = None,
+                  returned: Any = _NOTHING) -> Any:
+    """What a launcher hands the sweeper for a job (`JobReturn.return_value`).
+
+    A job whose task returned gives what it returned (a float, a dict, None: any app's own value; sweepit's
+    train.py returns the objective, or the worst value when it diverged). When the return value is not
+    known (the job died after writing its result), a completed job gives the objective its `result.json`
+    records and a diverged one the worst value. A job that failed or was interrupted gives None, as Hydra's
+    sweepers would raise on a FAILED return and end the whole sweep."""
+    if status in FAILED_STATUSES:
+        return None
+    if returned is not _NOTHING:
+        return returned
+    if status == "diverged":
+        return worst(direction or DEFAULT_DIRECTION)
+    if status == "completed":
+        return objective
+    return None
