@@ -8,15 +8,14 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from sweepit.search._pruning import pruning_callback
-from sweepit.train._job import run_job
+from sweepit.train import run_job
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float:
-    """Train one configuration in its Hydra output directory and return the objective to the sweeper.
-    Under the Optuna sweeper the job reports each epoch's metric to its trial and stops when pruned."""
-    return run_job(cfg, Path(HydraConfig.get().runtime.output_dir), on_epoch=pruning_callback(cfg))
+    """Train one configuration in its Hydra output directory and return the objective to the sweeper
+    (under the Optuna sweeper, each epoch's metric also goes to the job's trial, which may prune it)."""
+    return run_job(cfg, Path(HydraConfig.get().runtime.output_dir))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ def test_groups_hold_what_the_brief_lists() -> None:
     assert sorted(
         ["sgd", "momentum", "nesterov", "adagrad", "rmsprop", "adam", "adamw", "adamax", "adadelta", "nadam"]
     ) == OPTIMIZERS
-    assert TASKS == ["cifar10", "digits", "linreg", "mnist"]
+    assert TASKS == ["cifar10", "custom", "digits", "linreg", "mnist"]
 
 
 def test_every_yaml_opens_with_its_purpose() -> None:

@@ -27,7 +27,6 @@ import gc
 import json
 import os
 import socket
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +38,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from sweepit._files import atomic_write
 from sweepit.errors import SweepFailedError
 from sweepit.local._worker import Reply, failure, picklable
-from sweepit.results._job_files import RESULT_FILE, read_result, write_result
+from sweepit.results._job_files import RESULT_FILE, read_result
 from sweepit.results._manifest import now_iso
 from sweepit.results._status import sweeper_value
+from sweepit.train import _api
 
 _registered = False
 
@@ -149,19 +149,36 @@ def job_dir(config: DictConfig, sweep_dir: Path) -> Path:
         hydra_config.cfg = saved
 
 
-def run_hydra_job(hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> Reply:
-    """The body of a forked local job: Hydra's run_job (output dir, .hydra/, logging, callbacks) around the task."""
+def run_hydra_job(hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig,
+                  job_dir_: Path) -> Reply:
+    """The body of a forked local job: Hydra's run_job (output dir, .hydra/, logging, callbacks) around the task,
+    in a session of sweepit's API (what the task reports; its result.json when it writes none)."""
     from hydra.core.utils import run_job
 
-    ret = run_job(hydra_context=hydra_context, task_function=task_function, config=config,
-                  job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
-    if ret.status == JobStatus.COMPLETED:
-        reply = Reply(status="completed", value=picklable(ret.return_value))
-    else:
-        exc = ret._return_value
-        reply = failure("failed", exc if isinstance(exc, BaseException) else RuntimeError(repr(exc)))
-    reply.working_dir, reply.task_name = ret.working_dir, ret.task_name
-    return reply
+    session = _api.begin(job_dir_, config)
+    try:
+        ret = run_job(hydra_context=hydra_context, task_function=task_function, config=config,
+                      job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+        if ret.status == JobStatus.COMPLETED:
+            session.finish("completed", returned=ret.return_value)
+            reply = Reply(status="completed", value=picklable(ret.return_value))
+        else:
+            exc = _exception(ret._return_value)
+            status = _api.status_of(exc)
+            session.finish(status, error=exc)
+            reply = Reply(status="pruned", error=f"{type(exc).__name__}: {exc}") if status == "pruned" else \
+                failure(status, exc)
+        reply.working_dir, reply.task_name = ret.working_dir, ret.task_name
+        return reply
+    except BaseException as e:  # KeyboardInterrupt (the driver stopped the job), SystemExit
+        session.finish(_api.status_of(e), error=e)
+        raise
+    finally:
+        _api.end(session)
+
+
+def _exception(value: Any) -> BaseException:
+    return value if isinstance(value, BaseException) else RuntimeError(repr(value))
 
 
 def job_return(overrides: list[str], config: DictConfig, job_dir_: Path, status: str | None,
@@ -236,24 +253,30 @@ class SlurmTask:
         if rank != 0:  # one copy of .hydra/ and of the job's log file, written by rank 0
             with read_write(config.hydra), open_dict(config.hydra):
                 config.hydra.output_subdir = None
+        session = _api.begin(job_dir, config)
         try:
             ret = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=config,
                           job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir",
                           configure_logging=rank == 0)
-        except BaseException:
+        except BaseException as e:
             if self._requeueing and rank == 0:
                 # The result says `failed` with the SystemExit that submitit raises to stop this run; the job is
                 # requeued and carries on, so that result is not the job's.
                 (job_dir / RESULT_FILE).unlink(missing_ok=True)
+            else:
+                session.finish(_api.status_of(e), error=e)
             raise
+        finally:
+            _api.end(session)
         self._finished = True
         if ret.status == JobStatus.FAILED:
-            error = ret._return_value
-            if rank == 0:
-                _write_own_result(job_dir, "failed", None, error)
-            raise error if isinstance(error, BaseException) else RuntimeError(repr(error))
-        if rank == 0:
-            _write_own_result(job_dir, "completed", ret.return_value, None)
+            error = _exception(ret._return_value)
+            status = _api.status_of(error)
+            session.finish(status, error=error)
+            if status == "pruned":
+                return None  # optuna.TrialPruned: a result, and the Slurm job ends COMPLETED
+            raise error
+        session.finish("completed", returned=ret.return_value)
         return picklable(ret.return_value)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
@@ -272,18 +295,3 @@ def record_task(job_dir: Path, rank: int) -> None:
     info.update(hostname=socket.gethostname(), pid=os.getpid(), started_at=now_iso())
     with contextlib.suppress(OSError):
         atomic_write(job_dir / TASK_DIR / f"task-{rank}.json", json.dumps(info, indent=1) + "\n")
-
-
-def _write_own_result(job_dir: Path, status: str, value: Any, error: Any) -> None:
-    """For apps that do not write result.json themselves (sweepit's train.py does): record the outcome."""
-    try:
-        if read_result(job_dir) is not None:
-            return
-    except ValueError:
-        pass
-    result: dict[str, Any] = {"status": status, "objective": value if isinstance(value, int | float) else None,
-                              "ended_at": now_iso(), "recorded_by": "sweepit slurm task"}
-    if isinstance(error, BaseException):
-        result["error"] = f"{type(error).__name__}: {error}"
-        result["traceback"] = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    write_result(job_dir, result)

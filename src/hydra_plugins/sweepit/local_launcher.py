@@ -85,7 +85,7 @@ class LocalLauncher(Launcher):
 
     def _body(self, job: Job) -> Reply:
         assert self.hydra_context is not None and self.task_function is not None
-        return run_hydra_job(self.hydra_context, self.task_function, job.config)
+        return run_hydra_job(self.hydra_context, self.task_function, job.config, job.job_dir)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         self._current = self._new_sweep()

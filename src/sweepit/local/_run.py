@@ -14,7 +14,15 @@ from sweepit.errors import ConfigError
 from sweepit.local._capture import STDERR_LOG, tail_lines
 from sweepit.local._pool import Job
 from sweepit.results._job_files import METRICS_FILE, RESULT_FILE, read_result, write_result
-from sweepit.results._manifest import Manifest, failure_report, is_finished, now_iso, result_status, write_manifest
+from sweepit.results._manifest import (
+    FAILED_STATUSES,
+    Manifest,
+    failure_report,
+    is_finished,
+    now_iso,
+    result_status,
+    write_manifest,
+)
 from sweepit.results._progress import Progress
 
 
@@ -106,6 +114,10 @@ class SweepRun:
         except ValueError:
             own = None
         if own is not None and "status" in own:
+            if own["status"] in FAILED_STATUSES and own.get("recorded_by") == "sweepit" and "stderr_tail" not in own:
+                # Recorded by the job's own session (error and traceback): the driver adds what it alone knows.
+                own["stderr_tail"] = tail_lines(job.job_dir / STDERR_LOG, self.stderr_tail_lines)
+                write_result(job.job_dir, own)
             return str(own["status"])
         reply = job.reply
         result: dict[str, Any] = {

@@ -1,1 +1,30 @@
-"""The training loop and the API a training function calls: report metrics, stop when pruned, checkpoint."""
+"""The training loop and the API a training function calls: report metrics, stop when pruned, checkpoint.
+
+`run_job` and `train` (sweepit's own loop) import torch; they are loaded on first use, so that
+`import sweepit` (the API) stays light.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sweepit.train._api import JobContext, context, load_checkpoint, report, save_checkpoint, should_stop
+
+if TYPE_CHECKING:
+    from sweepit.train._job import run_job
+    from sweepit.train._loop import train
+
+__all__ = ["JobContext", "context", "load_checkpoint", "report", "run_job", "save_checkpoint", "should_stop",
+           "train"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "run_job":
+        from sweepit.train._job import run_job
+
+        return run_job
+    if name == "train":
+        from sweepit.train._loop import train
+
+        return train
+    raise AttributeError(f"module 'sweepit.train' has no attribute {name!r}")

@@ -7,23 +7,39 @@ from typing import Any
 
 from sweepit.errors import ConfigError
 
-TASKS = ("linreg", "digits", "mnist", "cifar10")
+TASKS = ("linreg", "digits", "mnist", "cifar10", "custom")
 PRECISIONS = ("fp32", "bf16")
 MODELS = {
     "linreg": ("linear",),
     "digits": ("softmax", "mlp", "cnn"),
     "mnist": ("softmax", "mlp", "cnn"),
     "cifar10": ("resnet18", "resnet50", "cnn"),
+    "custom": (),
 }
 REGRESSION_METRICS = ("train_loss", "val_loss")
 CLASSIFICATION_METRICS = ("train_loss", "train_acc", "val_loss", "val_acc")
 TIMING_METRICS = ("epoch_time_s", "samples_per_s")
 
 
-def objective_metrics(task: str) -> tuple[str, ...]:
-    """Metric names that `metric` may name for this task."""
-    base = REGRESSION_METRICS if task == "linreg" else CLASSIFICATION_METRICS
-    return base + TIMING_METRICS
+def objective_metrics(task: str, regression: bool | None = None) -> tuple[str, ...]:
+    """Metric names that `metric` may name for this task (or, once the data is loaded, for this kind of data)."""
+    regression = task == "linreg" if regression is None else regression
+    return (REGRESSION_METRICS if regression else CLASSIFICATION_METRICS) + TIMING_METRICS
+
+
+def _target(cfg: Any, key: str) -> Any:
+    node = cfg.get(key) if hasattr(cfg, "get") else getattr(cfg, key, None)
+    return node.get("_target_") if node is not None and hasattr(node, "get") else None
+
+
+def check_metric(cfg: Any, regression: bool) -> None:
+    """`metric` must be one the loop reports for this data (classification or regression)."""
+    allowed = objective_metrics(str(cfg.task.name), regression)
+    if cfg.metric not in allowed:
+        kind = "regression targets" if regression else "class labels"
+        raise ConfigError(f"metric must name a metric the job reports for data with {kind} ({', '.join(allowed)}), "
+                          f"but got metric={cfg.metric!r}. Set for example metric={allowed[1]}"
+                          + (" direction=minimize." if regression else " direction=maximize."))
 
 
 def _number(cfg: Any, key: str) -> float:
@@ -38,12 +54,21 @@ def check_config(cfg: Any) -> None:
     task = cfg.task.name
     if task not in TASKS:
         raise ConfigError(f"task.name must be one of {', '.join(TASKS)}, but got task.name={task!r}.")
-    model = cfg.task.model
-    if model not in MODELS[task]:
+    model = cfg.task.get("model")
+    if not _target(cfg, "model") and model not in MODELS[task]:
+        if task == "custom":
+            raise ConfigError("task=custom trains your own model, so model._target_ must name it (any nn.Module "
+                              "class or function), but model._target_ is not set. Set for example "
+                              "model._target_=mypkg.nets.MyNet (its arguments: +model.width=64).")
         raise ConfigError(
-            f"task.model for task {task} must be one of {', '.join(MODELS[task])}, "
-            f"but got task.model={model!r}. Set for example `task.model={MODELS[task][-1]}`."
+            f"task.model for task {task} must be one of {', '.join(MODELS[task])} (or set model._target_ to your "
+            f"own nn.Module), but got task.model={model!r}. Set for example `task.model={MODELS[task][-1]}`, or "
+            f"model._target_={model if model and '.' in str(model) else 'mypkg.nets.MyNet'}."
         )
+    if task == "custom" and not _target(cfg, "data"):
+        raise ConfigError("task=custom trains on your own data, so data._target_ must name the function that returns "
+                          "it, but data._target_ is not set. Set for example data._target_=mypkg.data.make; it returns "
+                          "(train, val), each an (x, y) pair of tensors or a torch Dataset.")
     lr = _number(cfg, "lr")
     if not (math.isfinite(lr) and lr > 0):
         raise ConfigError(f"lr must be a finite number > 0, but got lr={cfg.lr!r}. Set for example `lr=0.01`.")
@@ -55,7 +80,7 @@ def check_config(cfg: Any) -> None:
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
         raise ConfigError(f"trainer.gpus must be an integer >= 1, but got trainer.gpus={gpus!r}.")
     allowed = objective_metrics(task)
-    if cfg.metric not in allowed:
+    if not _target(cfg, "data") and task != "custom" and cfg.metric not in allowed:
         raise ConfigError(
             f"metric must name a metric that task {task} reports ({', '.join(allowed)}), "
             f"but got metric={cfg.metric!r}."

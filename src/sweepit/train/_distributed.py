@@ -82,11 +82,11 @@ def device_for(rank: Rank, requested: str) -> torch.device:
     return torch.device(requested)
 
 
-def init_process_group(rank: Rank, device: torch.device) -> None:
+def init_process_group(rank: Rank, device: torch.device, backend: str | None = None) -> None:
     if rank.world_size == 1 or dist.is_initialized():
         return
     dist.init_process_group(
-        backend="nccl" if device.type == "cuda" else "gloo",
+        backend=backend or ("nccl" if device.type == "cuda" else "gloo"),
         init_method=f"tcp://{rank.master_addr}:{rank.master_port}",
         rank=rank.rank, world_size=rank.world_size,
         timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S),

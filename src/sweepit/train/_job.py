@@ -1,14 +1,17 @@
-"""One job from start to `result.json`: check the config, train, record the outcome whatever it is."""
+"""One job of sweepit's own loop, from start to `result.json`: check the config, train, record the outcome.
+
+It runs in a session of the public API (sweepit.train._api): the loop reports each epoch, asks whether to
+stop and checkpoints through it, as a user's own training function does; this module adds the richer
+`result.json` that sweepit's own loop knows how to fill in (device, parameters, timing, code version).
+"""
 
 from __future__ import annotations
 
-import math
 import os
 import socket
 import subprocess
 import time
 import traceback
-from collections.abc import Callable
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
@@ -16,16 +19,12 @@ from typing import Any
 
 import sweepit
 from sweepit.errors import DivergedError
-from sweepit.results._job_files import MetricsLog, write_result
-from sweepit.train._checkpoint import CHECKPOINT_FILE
+from sweepit.results._job_files import read_metrics, write_result
+from sweepit.results._status import worst
+from sweepit.train import _api
 from sweepit.train._checks import check_config
-from sweepit.train._distributed import SINGLE, Rank, from_environment, spawn_local
+from sweepit.train._distributed import SINGLE, from_environment, spawn_local
 from sweepit.train._loop import EpochCallback, Outcome, train
-
-
-def worst(direction: str) -> float:
-    """The objective a sweeper receives for a job that diverged."""
-    return -math.inf if direction == "maximize" else math.inf
 
 
 @lru_cache(maxsize=1)
@@ -44,46 +43,46 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _train_as(cfg: Any, rank: Rank, on_epoch: EpochCallback | None, checkpoint: Path | None,
-              on_resume: Callable[[list[dict[str, Any]]], None] | None) -> Outcome:
-    return train(cfg, on_epoch=on_epoch, checkpoint=checkpoint, on_resume=on_resume, rank=rank)
-
-
 def run_job(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None = None) -> float:
     """Train one configuration, leave `metrics.jsonl` and `result.json` in `job_dir`, return the objective.
 
     A diverged job returns the worst objective (a high learning rate is a result, not an error);
     any other exception is recorded as `failed` in `result.json`, then raised again.
     With `trainer.gpus=N` > 1 the job trains on N ranks: one per task under Slurm or torchrun, else N
-    local processes; only rank 0 writes the job's files.
+    local processes; only rank 0 writes the job's files, and every rank resumes from the same checkpoint.
     """
+    job_dir = Path(job_dir)
     rank = from_environment()
     if rank is not None and not rank.is_main:
-        check_config(cfg)
-        rows = _train_as(cfg, rank, None, None, None).rows
-        return float(rows[-1][cfg.metric]) if rows else math.nan
-    job_dir = Path(job_dir)
+        session = _api.begin(job_dir, cfg, rank)
+        try:
+            check_config(cfg)
+            rows = train(cfg, rank=rank, session=session).rows
+        finally:
+            _api.end(session)
+        return float(rows[-1][cfg.metric]) if rows else float("nan")
     job_dir.mkdir(parents=True, exist_ok=True)
+    session = _api.begin(job_dir, cfg, rank or SINGLE)
     t0 = time.perf_counter()
     result: dict[str, Any] = {
         "status": "failed", "objective": None, "metric": str(cfg.metric), "direction": str(cfg.direction),
         "started_at": _now(), "hostname": socket.gethostname(), "pid": os.getpid(),
         "code_version": code_version(), "world_size": int(cfg.trainer.gpus),
     }
-    metrics = MetricsLog(job_dir)
 
-    def record_epoch(epoch: int, row: dict[str, Any]) -> bool:
-        metrics.append(row)
-        return on_epoch(epoch, row) if on_epoch is not None else False
+    def rows_so_far() -> list[dict[str, Any]]:
+        # With local ranks, rank 0's rows live in its own (forked) process: read what it wrote.
+        return session.rows or read_metrics(job_dir)[0]
 
     try:
         check_config(cfg)
-        checkpoint = job_dir / CHECKPOINT_FILE if cfg.trainer.get("checkpoint", False) else None
         gpus = int(cfg.trainer.gpus)
         if rank is None and gpus > 1:
-            outcome = spawn_local(gpus, lambda r: _train_as(cfg, r, record_epoch, checkpoint, metrics.resume_from))
+            outcome: Outcome = spawn_local(
+                gpus, lambda r: train(cfg, on_epoch, rank=r, session=_api.begin(job_dir, cfg, r)))
         else:
-            outcome = _train_as(cfg, rank or SINGLE, record_epoch, checkpoint, metrics.resume_from)
+            outcome = train(cfg, on_epoch, rank=rank or SINGLE, session=session)
+        checkpoint = session.checkpoint_path
         if checkpoint is not None and not cfg.trainer.get("keep_checkpoint", False):
             checkpoint.unlink(missing_ok=True)
         result.update(outcome.info)
@@ -99,22 +98,23 @@ def run_job(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None = None) -> f
         )
         return objective
     except DivergedError as e:
-        result.update(status="diverged", error=str(e), epochs_completed=len(metrics.rows))
-        if metrics.rows:
-            result["final"] = metrics.rows[-1]
+        rows = rows_so_far()
+        result.update(status="diverged", error=str(e), epochs_completed=len(rows))
+        if rows:
+            result["final"] = rows[-1]
         print(f"sweepit: job diverged: {e}; recorded with the worst objective", flush=True)
         return worst(str(cfg.direction))
     except BaseException as e:
         result.update(
-            status="interrupted" if isinstance(e, KeyboardInterrupt) else "failed",
-            error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc(limit=20),
-            epochs_completed=len(metrics.rows),
+            status=_api.status_of(e), error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc(limit=20),
+            epochs_completed=len(rows_so_far()),
         )
         raise
     finally:
         result["wall_time_s"] = time.perf_counter() - t0
         result["ended_at"] = _now()
         write_result(job_dir, result)
+        _api.end(session)
 
 
 def timing_summary(rows: list[dict[str, Any]]) -> dict[str, float | None]:

@@ -1,7 +1,11 @@
-"""The training loop: one model, one optimizer, in-memory batches, one metrics row per epoch.
+"""The training loop: one model, one optimizer, one metrics row per epoch, reported through sweepit's own API.
 
-With a world of N ranks (sweepit.train._distributed), each global batch of N x batch_size samples is split into
-N shards, gradients are averaged by DistributedDataParallel, and the metrics are summed over ranks.
+Data in memory (the built-in sets, a user's tensors) stays on the device and batches are index slices there;
+a user's Datasets are streamed through a DataLoader. With a world of N ranks (sweepit.train._distributed),
+each global batch of N x batch_size samples is split into N shards, gradients are averaged by
+DistributedDataParallel, and the metrics are summed over ranks. Each epoch goes to `sweepit.report`
+(metrics.jsonl, Optuna), the pruner's answer to `should_stop`, the state to `save_checkpoint`: the same
+calls a user's own loop makes.
 """
 
 from __future__ import annotations
@@ -10,25 +14,22 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
-from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from sweepit.errors import DivergedError
-from sweepit.train import _checkpoint as ckpt
+from sweepit.errors import ConfigError, DivergedError
+from sweepit.train import _api
+from sweepit.train._batches import Batches, evaluate
+from sweepit.train._build import build_loss, build_model, check_output, load_data
+from sweepit.train._checks import check_metric
 from sweepit.train._distributed import SINGLE, Rank, destroy_process_group, device_for, init_process_group
 from sweepit.train._optim import build_optimizer
-from sweepit.train.data import Splits, iterate_batches, load_splits
-from sweepit.train.models import build_model
 
-# Called after each epoch with (epoch, metrics row); returning True stops training (Optuna pruning).
+# Called after each epoch with (epoch, metrics row) on rank 0; returning True stops training (benchmarks).
 EpochCallback = Callable[[int, dict[str, Any]], bool]
-EVAL_BATCH = 1024  # validation batch: no gradients, so larger than training batches
 LR_SCALING = {"none": lambda w: 1.0, "linear": float, "sqrt": math.sqrt}
 
 
@@ -44,48 +45,50 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _all_sum(values: torch.Tensor, world: int, op: Any = None) -> torch.Tensor:
+def _all_reduce(values: torch.Tensor, world: int, op: Any = None) -> torch.Tensor:
     if world > 1:
         dist.all_reduce(values, op=op or dist.ReduceOp.SUM)
     return values
 
 
 def train(cfg: Any, on_epoch: EpochCallback | None = None, log: Callable[[str], None] = print,
-          checkpoint: Path | None = None, on_resume: Callable[[list[dict[str, Any]]], None] | None = None,
-          rank: Rank = SINGLE) -> Outcome:
+          rank: Rank = SINGLE, session: _api.Session | None = None) -> Outcome:
     """Train as `cfg` says, as `rank` of its world. Raises DivergedError when the loss stops being finite.
 
-    With `checkpoint`, rank 0 saves the state there every `trainer.checkpoint_every` epochs, and training
-    resumes from it when it holds a checkpoint of the same configuration (`on_resume` gets the rows so far).
+    Metrics, pruning and checkpoints go through `session` (the job's; without one, a session of its own that
+    writes only where Hydra or $SWEEPIT_JOB_DIR say). With `trainer.checkpoint`, the state is saved every
+    `trainer.checkpoint_every` epochs and training resumes from a checkpoint of the same configuration.
     """
-    world = rank.world_size
+    own = session is None
+    session = session or _api.begin(_api.job_dir_from_environment(), cfg, rank)
     log = log if rank.is_main else (lambda _: None)
     device = device_for(rank, str(cfg.device))
     init_process_group(rank, device)
     try:
-        return _train(cfg, on_epoch if rank.is_main else None, log, checkpoint, on_resume, rank, device, world)
+        return _train(cfg, on_epoch if rank.is_main else None, log, session, rank, device)
     finally:
         destroy_process_group()
+        if own:
+            _api.end(session)
 
 
-def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None], checkpoint: Path | None,
-           on_resume: Callable[[list[dict[str, Any]]], None] | None, rank: Rank, device: torch.device,
-           world: int) -> Outcome:
+def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None], session: _api.Session,
+           rank: Rank, device: torch.device) -> Outcome:
+    world = rank.world_size
     if int(cfg.trainer.threads) > 0:
         torch.set_num_threads(int(cfg.trainer.threads))
     torch.manual_seed(int(cfg.seed))  # same initial weights on every rank
-    data = load_splits(cfg, device)
-    task = cfg.task
+    data = load_data(cfg, device)
     regression = data.n_classes == 0
-    model: nn.Module = build_model(
-        task.model, data.input_shape, 1 if regression else data.n_classes,
-        hidden=int(task.get("hidden", 128)), dropout=float(task.get("dropout", 0.0)),
-        image_size=int(task.get("image_size", 32)),
-    ).to(device)
+    check_metric(cfg, regression)
+    n_outputs = 1 if regression else data.n_classes
+    model: nn.Module = build_model(cfg, data.input_shape, n_outputs).to(device)
     precision = str(cfg.trainer.get("precision", "fp32"))
     channels_last = bool(cfg.trainer.get("channels_last", False)) and len(data.input_shape) == 3
     if channels_last:
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    batches = Batches(cfg, data, rank, device, channels_last)
+    check_output(model, *batches.sample(), n_outputs, regression, cfg)
 
     def autocast() -> Any:
         return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
@@ -98,13 +101,7 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
     optimizer = build_optimizer(model.parameters(), cfg.optimizer, effective_lr)
     if world > 1:
         model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    loss_fn: nn.Module = nn.MSELoss() if regression else nn.CrossEntropyLoss()
-    image_size = int(task.get("image_size", 0))
-    resize = image_size > 0 and data.x_train.shape[-1] != image_size
-    aug = cfg.data.augment
-    augment = bool(aug.enabled)
-    batch_g = torch.Generator().manual_seed(int(cfg.seed) + 1)  # same global order on every rank
-    aug_g = torch.Generator().manual_seed(int(cfg.seed) + 2 + 7919 * rank.rank)
+    loss_fn = build_loss(cfg, regression)
     batch_size = int(cfg.batch_size)
 
     out = Outcome()
@@ -112,42 +109,30 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
         "device": str(device), "world_size": world, "n_params": sum(p.numel() for p in model.parameters()),
         "batch_size": batch_size, "global_batch_size": batch_size * world, "lr": lr,
         "lr_scaling": scaling, "effective_lr": effective_lr, "warmup_epochs": warmup_epochs,
-        "n_train": len(data.x_train), "n_val": len(data.x_val), "data": data.source, "precision": precision,
-        "channels_last": channels_last,
+        "n_train": batches.n_train, "n_val": batches.n_val, "data": data.source, "precision": precision,
+        "channels_last": channels_last, "model": _model_label(cfg),
     }
     i = out.info
-    log(f"sweepit: task={task.name} model={task.model} params={i['n_params']:,} device={device} "
+    log(f"sweepit: task={cfg.task.name} model={i['model']} params={i['n_params']:,} device={device} "
         f"world_size={world} batch={batch_size} (global {i['global_batch_size']}) lr={lr:g} "
         f"(effective {effective_lr:g}, {scaling} scaling"
         + (f", {warmup_epochs} warm-up epochs" if warmup_epochs else "") + f") optimizer={cfg.optimizer.name}"
         + (f" precision={precision}" if precision != "fp32" else "") + (" channels_last" if channels_last else ""))
-    log(f"sweepit: data={data.source}: {i['n_train']:,} train / {i['n_val']:,} val"
-        + (" (augmented)" if augment else "") + (" (stratified batches)" if cfg.data.stratified else ""))
+    log(f"sweepit: data={data.source}: {i['n_train']:,} train / {i['n_val']:,} val" + batches.describe())
 
-    def prepare(xb: torch.Tensor, training: bool) -> torch.Tensor:
-        if training and augment:
-            from sweepit.train.data.augment import augment_images
-
-            xb = augment_images(xb, float(aug.rotation_deg), float(aug.shift_frac), float(aug.zoom_frac), aug_g)
-        if resize:
-            xb = F.interpolate(xb, size=(image_size, image_size), mode="bilinear", align_corners=False)
-        return xb.contiguous(memory_format=torch.channels_last) if channels_last else xb
-
-    generators = {"batch": batch_g, "augment": aug_g}
-    config_hash = ckpt.fingerprint(_container(cfg))
+    checkpointing = bool(cfg.trainer.get("checkpoint", False))
     first_epoch = 1
-    if checkpoint is not None:
-        restored = ckpt.load(checkpoint, model=_unwrap(model), optimizer=optimizer, generators=generators,
-                             config_hash=config_hash)
-        if restored is not None:
-            last_epoch, out.rows = restored
-            first_epoch = last_epoch + 1
-            log(f"sweepit: resumed from {checkpoint} after epoch {last_epoch}")
-            if on_resume is not None and rank.is_main:
-                on_resume(out.rows)
+    if checkpointing:
+        state = session.load_checkpoint()
+        if state is not None:
+            _unwrap(model).load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            batches.set_state(state["batches"])
+            first_epoch = int(state["epoch"]) + 1
+            out.rows = list(session.rows)
+            log(f"sweepit: resumed from {session.checkpoint_path} after epoch {state['epoch']}")
     every = max(1, int(cfg.trainer.get("checkpoint_every", 1)))
-    n = len(data.x_train)
-    steps_per_epoch = max(1, n // (batch_size * world))
+    steps_per_epoch = batches.steps_per_epoch()
 
     epochs = int(cfg.epochs)
     for epoch in range(first_epoch, epochs + 1):
@@ -155,31 +140,29 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
         _sync(device)
         t0 = time.perf_counter()
         sums = torch.zeros(3, device=device, dtype=torch.float64)  # loss x samples, correct, samples
-        labels = data.y_train if (cfg.data.stratified and not regression) else None
         if epoch > warmup_epochs:
             _set_lr(optimizer, effective_lr * schedule_factor(schedule, epoch, epochs, warmup_epochs))
-        for step, idx in enumerate(iterate_batches(n, batch_size * world, batch_g, labels=labels, device=device)):
-            if len(idx) < world:
-                break  # too few samples left to give every rank one
-            idx = torch.tensor_split(idx, world)[rank.rank]
+        for step, (xb, yb) in enumerate(batches.train(epoch)):
             if epoch <= warmup_epochs:
                 ramp = ((epoch - 1) * steps_per_epoch + step + 1) / (warmup_epochs * steps_per_epoch)
                 _set_lr(optimizer, lr + (effective_lr - lr) * min(1.0, ramp))
-            xb, yb = prepare(data.x_train[idx], True), data.y_train[idx]
             with autocast():
                 logits = model(xb)
-                loss = loss_fn(logits, yb)
+                loss = loss_fn(logits, _fit(yb, logits, regression))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            sums[0] += loss.detach() * len(idx)
-            sums[2] += len(idx)
+            sums[0] += loss.detach() * len(yb)
+            sums[2] += len(yb)
             if not regression:
                 sums[1] += (logits.argmax(1) == yb).sum()
         _sync(device)
         epoch_time = torch.tensor([time.perf_counter() - t0], device=device, dtype=torch.float64)
-        epoch_time_s = float(_all_sum(epoch_time, world, dist.ReduceOp.MAX if world > 1 else None))
-        loss_sum, correct, seen = (float(v) for v in _all_sum(sums, world))
+        epoch_time_s = float(_all_reduce(epoch_time, world, dist.ReduceOp.MAX if world > 1 else None))
+        loss_sum, correct, seen = (float(v) for v in _all_reduce(sums, world))
+        if seen == 0:
+            raise ConfigError(f"an epoch must train on at least one batch, but batch_size={batch_size} x "
+                              f"{world} rank(s) left none of the {batches.n_train} training samples.")
         train_loss = loss_sum / seen
         if not math.isfinite(train_loss):
             raise DivergedError(f"training loss became {train_loss} in epoch {epoch} (lr={effective_lr:g})")
@@ -187,25 +170,41 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
         if not regression:
             row["train_acc"] = correct / seen
         with autocast():
-            row.update(evaluate(model, data, loss_fn, regression, lambda xb: prepare(xb, False), rank))
+            row.update(evaluate(model, batches, loss_fn, regression, world))
         row["epoch_time_s"] = epoch_time_s
         row["samples_per_s"] = seen / epoch_time_s if epoch_time_s > 0 else float("nan")
         row["step_time_s"] = epoch_time_s / max(1, math.ceil(seen / (batch_size * world)))
         row["lr"] = optimizer.param_groups[0]["lr"]
         lin = _unwrap(model)
-        if regression and isinstance(lin, nn.Linear):
+        if regression and isinstance(lin, nn.Linear) and lin.weight.numel() == 1:
             row["w"], row["b"] = float(lin.weight.detach().flatten()[0]), float(lin.bias.detach().flatten()[0])
         out.rows.append(row)
+        session.report(row, epoch=epoch)
         if cfg.trainer.log_every_epoch:
             log(epoch_line(row, epochs))
-        if checkpoint is not None and rank.is_main and (epoch % every == 0 or epoch == epochs):
-            ckpt.save(checkpoint, epoch=epoch, rows=out.rows, model=_unwrap(model), optimizer=optimizer,
-                      generators=generators, config_hash=config_hash)
-        stop = torch.tensor([float(on_epoch(epoch, row)) if on_epoch is not None else 0.0], device=device)
-        if float(_all_sum(stop, world, dist.ReduceOp.MAX if world > 1 else None)) > 0:
+        if checkpointing and (epoch % every == 0 or epoch == epochs):
+            session.save_checkpoint({"epoch": epoch, "model": _unwrap(model).state_dict(),
+                                     "optimizer": optimizer.state_dict(), "batches": batches.state()})
+        stop = float(session.pruner_says_stop() or (on_epoch is not None and on_epoch(epoch, row)))
+        if float(_all_reduce(torch.tensor([stop], device=device), world,
+                             dist.ReduceOp.MAX if world > 1 else None)) > 0:
             out.stopped_early = True
             break
     return out
+
+
+def _fit(y: torch.Tensor, output: torch.Tensor, regression: bool) -> torch.Tensor:
+    """Regression targets shaped as the model's output ((N,) targets for an (N, 1) output)."""
+    if regression and y.shape != output.shape and y.numel() == output.numel():
+        return y.view_as(output)
+    return y
+
+
+def _model_label(cfg: Any) -> str:
+    from omegaconf import OmegaConf
+
+    target = OmegaConf.select(cfg, "model._target_", default=None) if OmegaConf.is_config(cfg) else None
+    return str(target) if target else str(cfg.task.model)
 
 
 def schedule_factor(schedule: str, epoch: int, epochs: int, warmup_epochs: int) -> float:
@@ -223,35 +222,6 @@ def _set_lr(optimizer: torch.optim.Optimizer, value: float) -> None:
 
 def _unwrap(model: nn.Module) -> nn.Module:
     return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
-
-
-def _container(cfg: Any) -> dict[str, Any]:
-    if isinstance(cfg, DictConfig):
-        container = OmegaConf.to_container(cfg, resolve=True)
-        assert isinstance(container, dict)
-        return {str(k): v for k, v in container.items()}
-    return dict(vars(cfg)) if not isinstance(cfg, dict) else cfg
-
-
-@torch.no_grad()
-def evaluate(model: nn.Module, data: Splits, loss_fn: nn.Module, regression: bool,
-             prepare: Callable[[torch.Tensor], torch.Tensor], rank: Rank = SINGLE) -> dict[str, float]:
-    """Loss and accuracy on the validation split; each rank evaluates every world_size-th sample."""
-    model.eval()
-    x_val, y_val = data.x_val[rank.rank :: rank.world_size], data.y_val[rank.rank :: rank.world_size]
-    sums = torch.zeros(3, device=data.x_val.device, dtype=torch.float64)
-    for start in range(0, len(x_val), EVAL_BATCH):
-        xb, yb = prepare(x_val[start : start + EVAL_BATCH]), y_val[start : start + EVAL_BATCH]
-        out = _unwrap(model)(xb)
-        sums[0] += loss_fn(out, yb) * len(yb)
-        sums[2] += len(yb)
-        if not regression:
-            sums[1] += (out.argmax(1) == yb).sum()
-    loss_sum, correct, seen = (float(v) for v in _all_sum(sums, rank.world_size))
-    row = {"val_loss": loss_sum / seen}
-    if not regression:
-        row["val_acc"] = correct / seen
-    return row
 
 
 def epoch_line(row: dict[str, Any], epochs: int) -> str:

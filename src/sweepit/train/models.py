@@ -1,4 +1,8 @@
-"""The courses' models: linear regression, softmax, MLP, a two-conv CNN, and ResNet-18/50 (no torchvision)."""
+"""The courses' models: linear regression, softmax, MLP, a two-conv CNN, and ResNet-18/50 (no torchvision).
+
+Each is a function a config can name as `model._target_` (sweepit.train.models.cnn); `task.model=cnn` is
+the shortcut the built-in tasks use.
+"""
 
 from __future__ import annotations
 
@@ -9,24 +13,56 @@ import torch
 from torch import nn
 
 
+def _n_inputs(input_shape: Sequence[int]) -> int:
+    n = 1
+    for d in input_shape:
+        n *= int(d)
+    return n
+
+
+# The built-in models, each taking what sweepit fills in (input_shape without the batch dimension:
+# (features,) or (channels, height, width); n_outputs: classes, or 1 for regression) and its own knobs.
+def linear(input_shape: Sequence[int], n_outputs: int) -> nn.Module:
+    """y = W x + b: linear regression (the courses' first exercise)."""
+    return nn.Linear(int(input_shape[-1]), n_outputs)
+
+
+def softmax(input_shape: Sequence[int], n_outputs: int) -> nn.Module:
+    """A single dense layer; the softmax lives in the cross-entropy loss."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(_n_inputs(input_shape), n_outputs))
+
+
+def mlp(input_shape: Sequence[int], n_outputs: int, hidden: int = 128, dropout: float = 0.0) -> nn.Module:
+    """One hidden ReLU layer of `hidden` units, dropout before the classifier."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(_n_inputs(input_shape), int(hidden)), nn.ReLU(),
+                         nn.Dropout(float(dropout)), nn.Linear(int(hidden), n_outputs))
+
+
+def cnn(input_shape: Sequence[int], n_outputs: int, hidden: int = 128, dropout: float = 0.0) -> nn.Module:
+    """Two 3x3 conv blocks with max-pooling, then a dense layer (ConvNet)."""
+    return ConvNet(int(input_shape[0]), (int(input_shape[1]), int(input_shape[2])), n_outputs, int(hidden),
+                   float(dropout))
+
+
+def resnet18(n_outputs: int, image_size: int = 32) -> nn.Module:
+    """ResNet-18; images of 64 px or less get the CIFAR stem (3x3 conv, no max-pool)."""
+    return ResNet("resnet18", n_outputs, small_input=int(image_size) <= 64)
+
+
+def resnet50(n_outputs: int, image_size: int = 32) -> nn.Module:
+    """ResNet-50; images of 64 px or less get the CIFAR stem (3x3 conv, no max-pool)."""
+    return ResNet("resnet50", n_outputs, small_input=int(image_size) <= 64)
+
+
 def build_model(name: str, input_shape: Sequence[int], n_outputs: int, *, hidden: int = 128,
                 dropout: float = 0.0, image_size: int = 32) -> nn.Module:
-    """`input_shape` excludes the batch dimension: (features,) or (channels, height, width)."""
-    if name == "linear":
-        return nn.Linear(int(input_shape[-1]), n_outputs)
-    n_in = 1
-    for d in input_shape:
-        n_in *= int(d)
-    if name == "softmax":  # single dense layer; the softmax lives in the cross-entropy loss
-        return nn.Sequential(nn.Flatten(), nn.Linear(n_in, n_outputs))
-    if name == "mlp":
-        return nn.Sequential(
-            nn.Flatten(), nn.Linear(n_in, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, n_outputs)
-        )
-    if name == "cnn":
-        return ConvNet(int(input_shape[0]), (int(input_shape[1]), int(input_shape[2])), n_outputs, hidden, dropout)
+    """A built-in model by name (what `task.model` names)."""
+    if name in ("linear", "softmax"):
+        return linear(input_shape, n_outputs) if name == "linear" else softmax(input_shape, n_outputs)
+    if name in ("mlp", "cnn"):
+        return (mlp if name == "mlp" else cnn)(input_shape, n_outputs, hidden=hidden, dropout=dropout)
     if name in ("resnet18", "resnet50"):
-        return ResNet(name, n_outputs, small_input=image_size <= 64)
+        return (resnet18 if name == "resnet18" else resnet50)(n_outputs, image_size=image_size)
     raise ValueError(f"unknown model {name!r}")
 
 

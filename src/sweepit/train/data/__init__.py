@@ -13,7 +13,7 @@ import torch
 
 from sweepit.train.data.batches import iterate_batches, stratified_split
 
-__all__ = ["Splits", "iterate_batches", "load_splits", "stratified_split"]
+__all__ = ["Splits", "iterate_batches", "load_splits", "stratified_split", "to_device"]
 
 
 @dataclass
@@ -38,9 +38,9 @@ def load_splits(cfg: Any, device: torch.device) -> Splits:
     name = data_cfg.name
     if name == "linreg":
         t = cfg.task
-        return _to_device(linreg.generate(data_cfg, seed, t.true_w, t.true_b, t.noise_std), device)
+        return to_device(linreg.generate(data_cfg, seed, t.true_w, t.true_b, t.noise_std), device)
     if data_cfg.synthetic:
-        return _to_device(synthetic.generate(name, int(data_cfg.n_synthetic), seed), device)
+        return to_device(synthetic.generate(name, int(data_cfg.n_synthetic), seed), device)
     loaders = {"digits": digits.load, "mnist": mnist.load, "cifar10": cifar.load}
     x_train, y_train, x_test, y_test, source = loaders[name](data_cfg)
     frac = float(data_cfg.val_fraction)
@@ -50,10 +50,10 @@ def load_splits(cfg: Any, device: torch.device) -> Splits:
         x_train, y_train, x_test, y_test = x_train[tr], y_train[tr], x_train[va], y_train[va]
     assert y_test is not None
     splits = Splits(x_train, y_train, x_test, y_test, n_classes=10, source=source)
-    return _to_device(splits, device)
+    return to_device(splits, device)
 
 
-def _to_device(s: Splits, device: torch.device) -> Splits:
+def to_device(s: Splits, device: torch.device) -> Splits:
     return Splits(
         s.x_train.to(device), s.y_train.to(device), s.x_val.to(device), s.y_val.to(device), s.n_classes, s.source
     )

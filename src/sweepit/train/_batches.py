@@ -1,0 +1,162 @@
+"""Batches for the loop, from data in memory (index slices on the device) or streamed Datasets (a DataLoader).
+
+Both give each rank its share of every global batch of `batch_size x world` samples, in an order that
+depends only on the seed, and apply the same device-side steps to the inputs: augmentation (rotation,
+shift, zoom, training only), resizing to `task.image_size`, and the channels-last layout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, Subset
+from torch.utils.data.distributed import DistributedSampler
+
+from sweepit.errors import ConfigError
+from sweepit.train._distributed import Rank
+from sweepit.train.data import Splits, iterate_batches
+from sweepit.train.data.custom import Streamed
+
+EVAL_BATCH = 1024  # validation batch: no gradients, so larger than training batches
+
+
+class Batches:
+    def __init__(self, cfg: Any, data: Splits | Streamed, rank: Rank, device: torch.device,
+                 channels_last: bool) -> None:
+        self.data, self.rank, self.device, self.channels_last = data, rank, device, channels_last
+        self.world = rank.world_size
+        self.batch_size = int(cfg.batch_size)
+        self.seed = int(cfg.seed)
+        regression = data.n_classes == 0
+        self.stratified = bool(cfg.data.get("stratified", False)) and not regression
+        aug = cfg.data.get("augment") or {}
+        self.augment = bool(aug.get("enabled", False))
+        self.aug_args = (float(aug.get("rotation_deg", 0.0)), float(aug.get("shift_frac", 0.0)),
+                         float(aug.get("zoom_frac", 0.0)))
+        image_size = int(cfg.task.get("image_size", 0) or 0) if "task" in cfg else 0
+        self.resize = image_size if image_size > 0 and data.input_shape[-1] != image_size else 0
+        self.batch_g = torch.Generator().manual_seed(self.seed + 1)  # same global order on every rank
+        self.aug_g = torch.Generator().manual_seed(self.seed + 2 + 7919 * rank.rank)
+        if (self.augment or self.resize or channels_last) and len(data.input_shape) != 3:
+            raise ConfigError(f"data.augment, task.image_size and trainer.channels_last apply to images (C, H, W), but "
+                              f"the inputs have shape {data.input_shape}; turn them off for this data.")
+        if isinstance(data, Streamed):
+            if self.stratified:
+                raise ConfigError("data.stratified=true needs the labels in memory, but this data is a streamed "
+                                  "Dataset; return (x, y) tensors from data._target_, or set data.stratified=false.")
+            loader = cfg.data.get("loader") or {}
+            self.num_workers = int(loader.get("num_workers", 2))
+            self.pin_memory = bool(loader.get("pin_memory", True)) and device.type == "cuda"
+
+    @property
+    def n_train(self) -> int:
+        d = self.data
+        return len(d.x_train) if isinstance(d, Splits) else d.n_train
+
+    @property
+    def n_val(self) -> int:
+        d = self.data
+        return len(d.x_val) if isinstance(d, Splits) else d.n_val
+
+    def describe(self) -> str:
+        streamed = (f" (streamed: {self.num_workers} loader worker(s) per rank"
+                    + (", pinned memory)" if self.pin_memory else ")")) if isinstance(self.data, Streamed) else ""
+        return (streamed + (" (augmented)" if self.augment else "")
+                + (" (stratified batches)" if self.stratified else ""))
+
+    def steps_per_epoch(self) -> int:
+        return max(1, self.n_train // (self.batch_size * self.world))
+
+    def state(self) -> dict[str, torch.Tensor]:
+        return {"batch": self.batch_g.get_state(), "augment": self.aug_g.get_state()}
+
+    def set_state(self, state: dict[str, torch.Tensor]) -> None:
+        self.batch_g.set_state(state["batch"])
+        self.aug_g.set_state(state["augment"])
+
+    def prepare(self, xb: torch.Tensor, training: bool) -> torch.Tensor:
+        if training and self.augment:
+            from sweepit.train.data.augment import augment_images
+
+            xb = augment_images(xb, *self.aug_args, self.aug_g)
+        if self.resize:
+            xb = F.interpolate(xb, size=(self.resize, self.resize), mode="bilinear", align_corners=False)
+        return xb.contiguous(memory_format=torch.channels_last) if self.channels_last else xb
+
+    def sample(self, n: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first few training samples, prepared for the model (no randomness drawn)."""
+        d = self.data
+        if isinstance(d, Splits):
+            return self.prepare(d.x_train[:n], False), d.y_train[:n]
+        x, y = next(iter(DataLoader(Subset(d.train, range(min(n, d.n_train))), batch_size=n)))
+        return self.prepare(x.to(self.device).float(), False), y.to(self.device)
+
+    def train(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """This rank's (inputs, labels) of each training batch of the epoch."""
+        d = self.data
+        if isinstance(d, Splits):
+            labels = d.y_train if self.stratified else None
+            for idx in iterate_batches(len(d.x_train), self.batch_size * self.world, self.batch_g, labels=labels,
+                                       device=d.x_train.device):
+                if len(idx) < self.world:
+                    break  # too few samples left to give every rank one
+                idx = torch.tensor_split(idx, self.world)[self.rank.rank]
+                yield self.prepare(d.x_train[idx], True), d.y_train[idx]
+            return
+        for xb, yb in self._loader(d, epoch):
+            xb, yb = xb.to(self.device, non_blocking=True), yb.to(self.device, non_blocking=True)
+            yield self.prepare(xb.float(), True), yb
+
+    def _loader(self, d: Streamed, epoch: int) -> DataLoader[Any]:
+        if self.world > 1:
+            sampler: Any = DistributedSampler(d.train, num_replicas=self.world, rank=self.rank.rank, shuffle=True,
+                                              seed=self.seed, drop_last=True)
+            sampler.set_epoch(epoch)
+        else:
+            order = torch.randperm(d.n_train, generator=self.batch_g).tolist()
+            sampler = order
+        return DataLoader(d.train, batch_size=self.batch_size, sampler=sampler, num_workers=self.num_workers,
+                          pin_memory=self.pin_memory, persistent_workers=False)
+
+    def val(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """This rank's share of the validation data (every world_size-th sample), in evaluation batches."""
+        d, r, w = self.data, self.rank.rank, self.world
+        if isinstance(d, Splits):
+            x_val, y_val = d.x_val[r::w], d.y_val[r::w]
+            for start in range(0, len(x_val), EVAL_BATCH):
+                yield self.prepare(x_val[start:start + EVAL_BATCH], False), y_val[start:start + EVAL_BATCH]
+            return
+        mine = Subset(d.val, range(r, d.n_val, w))
+        loader = DataLoader(mine, batch_size=max(self.batch_size, 256), num_workers=self.num_workers,
+                            pin_memory=self.pin_memory)
+        for xb, yb in loader:
+            yield self.prepare(xb.to(self.device, non_blocking=True).float(), False), yb.to(self.device)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, batches: Batches, loss_fn: nn.Module, regression: bool, world: int
+             ) -> dict[str, float]:
+    """Loss and accuracy on the validation split, summed over the ranks."""
+    model.eval()
+    inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+    sums = torch.zeros(3, device=batches.device, dtype=torch.float64)
+    for xb, yb in batches.val():
+        out = inner(xb)
+        target = yb.view_as(out) if regression and yb.shape != out.shape and yb.numel() == out.numel() else yb
+        sums[0] += loss_fn(out, target) * len(yb)
+        sums[2] += len(yb)
+        if not regression:
+            sums[1] += (out.argmax(1) == yb).sum()
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.all_reduce(sums)
+    loss_sum, correct, seen = (float(v) for v in sums)
+    row = {"val_loss": loss_sum / seen if seen else float("nan")}
+    if not regression:
+        row["val_acc"] = correct / seen if seen else float("nan")
+    return row

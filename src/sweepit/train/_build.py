@@ -1,0 +1,205 @@
+"""The model, data and loss of a job, from a built-in name or any `_target_` (Hydra's instantiate convention).
+
+    model:  _target_: mypkg.nets.MyNet       width: 64          # any nn.Module class, or a function returning one
+    data:   _target_: mypkg.data.make        n_samples: 2000    # returns (train, val): (x, y) tensors or Datasets
+    loss:   _target_: torch.nn.HuberLoss     delta: 0.5         # null: cross-entropy for class labels, else MSE
+
+The node's other keys are the keyword arguments (nested nodes with a `_target_` are built first; `_args_`
+gives positional ones, `_partial_: true` a functools.partial). sweepit fills in the arguments it knows when
+the callable takes them and the node leaves them out: `input_shape` and `n_outputs` for a model, `seed` for
+data. Without a `_target_`, the task's built-in (`task.model`, `data.name`) is built the same way. A mistake
+is one ConfigError that names the key, the value and what is expected; it fails that job only.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+from torch import nn
+
+from sweepit.errors import ConfigError
+
+# Keys of the data node that are sweepit's, never arguments of a data callable.
+DATA_KEYS = ("_target_", "loader", "val_fraction", "stratified", "augment")
+# The built-in models by `task.model`: (target, the task keys passed to it).
+BUILTIN_MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "linear": ("sweepit.train.models.linear", ()),
+    "softmax": ("sweepit.train.models.softmax", ()),
+    "mlp": ("sweepit.train.models.mlp", ("hidden", "dropout")),
+    "cnn": ("sweepit.train.models.cnn", ("hidden", "dropout")),
+    "resnet18": ("sweepit.train.models.resnet18", ("image_size",)),
+    "resnet50": ("sweepit.train.models.resnet50", ("image_size",)),
+}
+
+
+def plain(node: Any) -> Any:
+    """A config node as plain Python (interpolations resolved)."""
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+
+
+def locate(target: Any, key: str) -> Callable[..., Any]:
+    """The class or function `target` names (`package.module.Name`); ConfigError when it cannot be imported."""
+    if callable(target):
+        return target
+    if not isinstance(target, str) or "." not in target:
+        raise ConfigError(f"{key} must name a class or function by its dotted path (like mypkg.nets.MyNet), but got "
+                          f"{key}={target!r}.")
+    module_name, _, name = target.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(
+            f"{key} must name an importable class or function, but {key}={target} cannot be imported: "
+            f"{type(e).__name__}: {e}. Check the spelling, and that its package is importable where the job runs "
+            "(`pip install -e` it, start the sweep from its folder, or add it to PYTHONPATH).") from None
+    found = getattr(module, name, None)
+    if not callable(found):
+        raise ConfigError(f"{key} must name a class or function, but {module_name} has "
+                          f"{'no attribute ' + repr(name) if found is None else repr(name) + ', which is not callable'}"
+                          f" ({key}={target}). Check the spelling.")
+    return found
+
+
+def instantiate(node: Mapping[str, Any], key: str, fill: Mapping[str, Any] | None = None,
+                skip: tuple[str, ...] = ("_target_",)) -> Any:
+    """Call `node["_target_"]` with the node's other keys (those in `skip` left out); `fill` adds arguments the
+    callable takes and the node does not give. A call that refuses its arguments is a ConfigError."""
+    target = locate(node.get("_target_"), f"{key}._target_")
+    args = list(node.get("_args_", []))
+    kwargs = {k: _build_nested(v, f"{key}.{k}") for k, v in node.items() if k not in (*skip, "_args_", "_partial_")}
+    accepted = _parameters(target)
+    for name, value in (fill or {}).items():
+        if name not in kwargs and (accepted is None or name in accepted):
+            kwargs[name] = value
+    if accepted is not None and not any(p.kind is p.VAR_KEYWORD for p in _signature(target).parameters.values()):
+        unknown = sorted(k for k in kwargs if k not in accepted)
+        if unknown:
+            raise ConfigError(
+                f"{key}._target_={node['_target_']} takes the arguments ({', '.join(sorted(accepted)) or 'none'}), "
+                f"but the {key} node also gives {', '.join(unknown)}. Remove them from {key} (on the command line: "
+                f"~{key}.{unknown[0]}), or rename them to the callable's own arguments.")
+    if node.get("_partial_"):
+        return functools.partial(target, *args, **kwargs)
+    try:
+        return target(*args, **kwargs)
+    except TypeError as e:
+        raise ConfigError(f"{key}._target_={node['_target_']} refused the arguments {sorted(kwargs)} from the {key} "
+                          f"node: {e}. Give it the arguments it expects (+{key}.<name>=<value>).") from e
+
+
+def _build_nested(value: Any, key: str) -> Any:
+    if isinstance(value, Mapping) and "_target_" in value:
+        return instantiate(value, key)
+    if isinstance(value, list):
+        return [_build_nested(v, f"{key}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def _signature(target: Callable[..., Any]) -> inspect.Signature:
+    return inspect.signature(target)
+
+
+def _parameters(target: Callable[..., Any]) -> set[str] | None:
+    """The keyword arguments `target` takes; None when its signature cannot be read (a C extension)."""
+    try:
+        params = _signature(target).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    return {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def model_node(cfg: Any) -> dict[str, Any]:
+    """`model` when it has a `_target_`, else the built-in named by `task.model` with its task arguments."""
+    node = plain(OmegaConf.select(cfg, "model", default=None)) if OmegaConf.is_config(cfg) else None
+    if isinstance(node, dict) and node.get("_target_"):
+        return node
+    name = OmegaConf.select(cfg, "task.model", default=None) if OmegaConf.is_config(cfg) else None
+    if name not in BUILTIN_MODELS:
+        raise ConfigError(f"a job needs a model: model._target_ (any nn.Module) or a built-in task.model "
+                          f"({', '.join(BUILTIN_MODELS)}), but model._target_ is not set and task.model={name!r}. "
+                          "Set for example model._target_=mypkg.nets.MyNet.")
+    target, keys = BUILTIN_MODELS[name]
+    task = plain(cfg.task)
+    defaults = {"hidden": 128, "dropout": 0.0, "image_size": 32}
+    return {"_target_": target, **{k: task.get(k, defaults[k]) for k in keys}}
+
+
+def build_model(cfg: Any, input_shape: tuple[int, ...], n_outputs: int) -> nn.Module:
+    node = model_node(cfg)
+    model = instantiate(node, "model", fill={"input_shape": input_shape, "n_outputs": n_outputs})
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"model._target_ must build a torch.nn.Module, but {node['_target_']} returned a "
+                          f"{type(model).__name__}. Return the network itself (an nn.Module subclass instance).")
+    return model
+
+
+def build_loss(cfg: Any, regression: bool) -> nn.Module:
+    """The loss: `loss._target_` when set, else cross-entropy for class labels and mean squared error otherwise."""
+    node = plain(OmegaConf.select(cfg, "loss", default=None)) if OmegaConf.is_config(cfg) else None
+    if isinstance(node, dict) and node.get("_target_"):
+        loss = instantiate(node, "loss")
+        if not callable(loss):
+            raise ConfigError(f"loss._target_ must build a loss (an nn.Module or a function of (output, target)), "
+                              f"but {node['_target_']} returned a {type(loss).__name__}.")
+        return loss if isinstance(loss, nn.Module) else _LossFunction(loss)
+    return nn.MSELoss() if regression else nn.CrossEntropyLoss()
+
+
+class _LossFunction(nn.Module):
+    def __init__(self, fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return self.fn(output, target)
+
+
+@torch.no_grad()
+def check_output(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n_outputs: int, regression: bool,
+                 cfg: Any) -> None:
+    """One forward pass in eval mode (no randomness drawn) on a few samples: the output must fit the labels."""
+    was_training = model.training
+    model.eval()
+    try:
+        out = model(x)
+    except Exception as e:
+        raise ConfigError(f"the model must take the data's inputs, but {_model_name(cfg)} raised "
+                          f"{type(e).__name__}: {e} on a batch of shape {tuple(x.shape)}. Fix the model's input "
+                          "layer (sweepit passes input_shape= to a model whose constructor takes it).") from e
+    finally:
+        model.train(was_training)
+    expected = (len(x), n_outputs) if not regression else tuple(y.shape)
+    fits = tuple(out.shape) == expected or (regression and out.numel() == y.numel())
+    if not isinstance(out, torch.Tensor) or not fits:
+        what = f"{n_outputs} classes of the data" if not regression else "the regression targets"
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ConfigError(f"the model's output must have shape {expected} (batch, one value per output) for the "
+                          f"{what}, but {_model_name(cfg)} gives {got} on {len(x)} inputs of shape "
+                          f"{tuple(x.shape[1:])}. Fix its output layer to {n_outputs} outputs (sweepit passes "
+                          "n_outputs= to a model whose constructor takes it).")
+
+
+def _model_name(cfg: Any) -> str:
+    node = model_node(cfg)
+    return f"model._target_={node['_target_']}"
+
+
+def load_data(cfg: Any, device: torch.device) -> Any:
+    """The job's data: `data._target_`'s (checked against the contract in sweepit.train.data.custom), tensors
+    moved to `device`; else the built-in data set named by `data.name`."""
+    from sweepit.train.data import Splits, load_splits, to_device
+    from sweepit.train.data.custom import from_user
+
+    node = plain(OmegaConf.select(cfg, "data", default=None)) if OmegaConf.is_config(cfg) else None
+    if not (isinstance(node, dict) and node.get("_target_")):
+        return load_splits(cfg, device)
+    seed = int(cfg.seed)
+    result = instantiate(node, "data", fill={"seed": seed}, skip=DATA_KEYS)
+    data = from_user(result, str(node["_target_"]), float(node.get("val_fraction") or 0.0), seed)
+    return to_device(data, device) if isinstance(data, Splits) else data
