@@ -17,15 +17,11 @@ from typing import Any
 import sweepit
 from sweepit.errors import DivergedError
 from sweepit.results._job_files import MetricsLog, write_result
+from sweepit.results._status import worst
 from sweepit.train._checkpoint import CHECKPOINT_FILE
 from sweepit.train._checks import check_config
 from sweepit.train._distributed import SINGLE, Rank, from_environment, spawn_local
 from sweepit.train._loop import EpochCallback, Outcome, train
-
-
-def worst(direction: str) -> float:
-    """The objective a sweeper receives for a job that diverged."""
-    return -math.inf if direction == "maximize" else math.inf
 
 
 @lru_cache(maxsize=1)
