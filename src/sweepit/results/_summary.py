@@ -91,8 +91,8 @@ def collect(sweep_dir: Path) -> list[JobRow]:
 
 
 def best_row(rows: list[JobRow], direction: str) -> JobRow | None:
-    """The completed job with the best finite objective (`direction`: from `sweep_direction`); the first on ties,
-    as Optuna's best trial is."""
+    """The completed job with the best finite objective (`direction`: from `sweep_direction`); the first one on
+    ties, as Optuna's journal storage picks its best trial."""
     scored = [r for r in rows if r.status == "completed" and r.objective is not None
               and math.isfinite(r.objective)]
     if not scored:
