@@ -16,7 +16,9 @@ from hydra.utils import instantiate
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
+from hydra_plugins.sweepit._space import parse_space
 from sweepit.errors import ConfigError
+from sweepit.results._study_file import write_study_file
 from sweepit.results.report.optuna_section import OptunaSection
 from sweepit.search import _samplers as _optuna_samplers
 from sweepit.search._pruning import (
@@ -29,9 +31,8 @@ from sweepit.search._pruning import (
     open_storage,
     pruning_callback,
 )
-from sweepit.search._results import write_results, write_study_file
+from sweepit.search._results import write_results
 from sweepit.search._samplers import SAMPLERS, build_sampler, check_sampler
-from sweepit.search._space import parse_space
 from sweepit.search._study import failure_rate, is_counted, recover, tell
 from sweepit.search._trials import BatchLauncher, Outcome, read_outcome
 from sweepit_testing import CONF
@@ -132,7 +133,7 @@ def test_every_option_composes_and_instantiates(option: str) -> None:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(config_name="config", overrides=["hydra/sweeper=optuna", option], return_hydra_config=True)
     sweeper = instantiate(cfg.hydra.sweeper)
-    assert type(sweeper).__name__ == "OptunaSweeper" and sweeper.n_trials == 20
+    assert type(sweeper).__name__ == "OptunaSweeper" and sweeper.options.n_trials == 20
 
 
 def test_unknown_sweeper_key_is_refused() -> None:
@@ -265,7 +266,7 @@ def test_study_file_composes() -> None:
         cfg = compose(config_name="optuna_lr", return_hydra_config=True, overrides=[f"hydra.searchpath=[file://{CONF}]"])
     sweeper = instantiate(cfg.hydra.sweeper)
     assert sweeper.params == {"optimizer": "choice(adam,sgd,rmsprop)", "lr": "tag(log, interval(1e-4, 1))"}
-    assert sweeper.pruner["name"] == "hyperband" and cfg.study == "optuna_lr"
+    assert sweeper.options.pruner["name"] == "hyperband" and cfg.study == "optuna_lr"
     space = parse_space(sweeper.params, [])
     assert space.distributions["lr"] == FloatDistribution(1e-4, 1.0, log=True)
 

@@ -82,6 +82,7 @@ def test_batch_launcher_falls_back_and_says_so(tmp_path: Path) -> None:
                        f"hydra.sweep.dir={sweep}", "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2"], tmp_path)
     assert proc.returncode == 0, _out(proc)
     assert "only offers Hydra's batch launch(): trials run in batches of 2" in proc.stdout + proc.stderr
+    assert proc.stdout.count("\nsweep directory: ") == 1, proc.stdout  # the table once, not again by the callback
     assert len(job_dirs(sweep)) == 2
 
 

@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 
 
 class SweepSummary(Callback):
-    """When a multirun ends: the results table (sweepit's own launchers print it themselves) and
+    """When a multirun ends: the results table (sweepit's own launchers and sweeper print it themselves) and
     `<sweep dir>/report/` (turn off with `hydra.callbacks.summary.report=false`)."""
 
     def __init__(self, report: bool = True) -> None:
@@ -21,7 +21,10 @@ class SweepSummary(Callback):
         if launcher.get("dry_run", False) or launcher.get("wait", True) is False:
             return  # nothing ran yet: `sweepit status` / `sweepit report` later
         sweep_dir = Path(config.hydra.sweep.dir)
-        if not str(config.hydra.launcher.get("_target_", "")).startswith("hydra_plugins.sweepit"):
+        # sweepit's launchers and its Optuna sweeper print the table themselves: once is enough.
+        ours = [str(node.get("_target_", "")).startswith("hydra_plugins.sweepit")
+                for node in (config.hydra.launcher, config.hydra.sweeper)]
+        if not any(ours):
             from sweepit.results._summary import summarize
 
             print(summarize(sweep_dir), flush=True)

@@ -185,7 +185,8 @@ class OptunaSweeperConf:
     params: dict[str, str] | None = None
     sampler: SamplerConf = field(default_factory=SamplerConf)
     pruner: PrunerConf = field(default_factory=PrunerConf)
-    # maximize | minimize; null = the job config's `direction` (the objective is its `metric`).
+    # maximize | minimize; null = the job config's `direction` (the objective is its `metric`), else minimize.
+    # Recorded in optuna_study.yaml: the printed summary, `sweepit summary` and the report judge "best" by it.
     direction: str | None = None
     # Trials in the study, counting those of earlier runs of it: re-running a finished study does nothing,
     # raise n_trials to search on. Trials cut short by a stopped driver are not counted (they are retried).

@@ -10,7 +10,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
+
+from sweepit.results._study_file import read_study_file
 
 STATUSES = ("completed", "pruned", "diverged", "failed", "interrupted")
 # A resume never runs these again: a diverged job is a result (same seed, same divergence), not an error.
@@ -36,6 +40,18 @@ def objective_direction(*candidates: Any) -> str:
         if value is not None and value != "":
             return str(value)
     return DEFAULT_DIRECTION
+
+
+def sweep_direction(sweep_dir: Path, job_directions: Iterable[Any] = ()) -> str:
+    """The direction a sweep directory's "best" is judged in: `objective_direction` over what the sweep recorded.
+
+    The sweeper's direction is the one the Optuna sweeper wrote into `optuna_study.yaml` (the study's own);
+    the job config's is the first of `job_directions` that is set (each job's `result.json` records its
+    config's `direction`; a plain app that has none records none). A sweep with neither (a grid of a plain
+    app under the basic sweeper) is judged by minimize, as Optuna's default is."""
+    study = read_study_file(sweep_dir)
+    recorded = study.get("direction") if study is not None else None
+    return objective_direction(recorded, next((d for d in job_directions if d is not None and d != ""), None))
 
 
 def sweeper_value(status: str | None, objective: Any = None, direction: str | None = None,

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from sweepit.results._job_files import read_result
+from sweepit.results._status import sweep_direction
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser when present: about 9x faster
 # Columns shown for the final metrics, when a job has them.
@@ -90,6 +91,8 @@ def collect(sweep_dir: Path) -> list[JobRow]:
 
 
 def best_row(rows: list[JobRow], direction: str) -> JobRow | None:
+    """The completed job with the best finite objective (`direction`: from `sweep_direction`); the first one on
+    ties, as Optuna's journal storage picks its best trial."""
     scored = [r for r in rows if r.status == "completed" and r.objective is not None
               and math.isfinite(r.objective)]
     if not scored:
@@ -144,7 +147,7 @@ def summarize(sweep_dir: Path) -> str:
     rows = collect(sweep_dir)
     if not rows:
         return f"No jobs found in {sweep_dir}."
-    direction = next((str(r.result["direction"]) for r in rows if "direction" in r.result), "maximize")
+    direction = sweep_direction(sweep_dir, (r.result.get("direction") for r in rows))
     metric = next((str(r.result["metric"]) for r in rows if "metric" in r.result), "objective")
     counts: dict[str, int] = {}
     for r in rows:

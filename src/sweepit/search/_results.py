@@ -1,4 +1,4 @@
-"""What an Optuna study leaves in its sweep directory: `optuna_study.yaml` (where the study is stored),
+"""What an Optuna study leaves in its sweep directory besides `optuna_study.yaml` (sweepit.results._study_file):
 `best_params.yaml` (best parameters and the command that reproduces them) and `trials.csv`.
 
     study = load_study_of(sweep_dir)         # plain optuna.Study, or None for a sweep without a study
@@ -18,27 +18,10 @@ from typing import Any
 import yaml
 
 from sweepit._files import atomic_write
+from sweepit.results._study_file import read_study_file
 
-STUDY_FILE = "optuna_study.yaml"
 BEST_FILE = "best_params.yaml"
 TRIALS_FILE = "trials.csv"
-
-
-def write_study_file(sweep_dir: Path, info: dict[str, Any]) -> Path:
-    """`info`: storage, study_name, metric, direction, sampler, pruner, space, command (the single-run prefix)."""
-    path = Path(sweep_dir) / STUDY_FILE
-    text = ("# The Optuna study of this sweep: optuna.load_study(study_name=..., storage=...); "
-            "optuna-dashboard <storage>\n" + yaml.safe_dump(info, sort_keys=False))
-    atomic_write(path, text)
-    return path
-
-
-def read_study_file(sweep_dir: Path) -> dict[str, Any] | None:
-    try:
-        data = yaml.safe_load((Path(sweep_dir) / STUDY_FILE).read_text())
-    except (OSError, yaml.YAMLError):
-        return None
-    return data if isinstance(data, dict) and data.get("storage") and data.get("study_name") else None
 
 
 def load_study_of(sweep_dir: Path) -> Any:

@@ -74,6 +74,15 @@ class BatchLauncher:
         return None
 
 
+def as_runner(launcher: Any, n_jobs: int) -> AsyncLauncher:
+    """The launcher itself when it runs jobs one by one, else `BatchLauncher` over it (and the log says so)."""
+    if isinstance(launcher, AsyncLauncher):
+        return launcher
+    log.info(f"{type(launcher).__name__} only offers Hydra's batch launch(): trials run in batches of {n_jobs}, "
+             "each batch waiting for its slowest trial")
+    return BatchLauncher(launcher)
+
+
 def _consecutive(items: list[tuple[int, list[str]]]) -> list[list[tuple[int, list[str]]]]:
     """Runs of consecutive job numbers: a batch `launch()` numbers its jobs from `initial_job_idx` on."""
     runs: list[list[tuple[int, list[str]]]] = []

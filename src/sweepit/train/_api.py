@@ -215,11 +215,13 @@ class Session:
         metric, direction = self.metric, self.direction
         rows = self.rows or (read_metrics(self.job_dir)[0] if self.job_dir is not None else [])
         result: dict[str, Any] = {
-            "status": status, "objective": None, "metric": metric, "direction": direction,
+            "status": status, "objective": None,
             "epochs_completed": len(rows), "started_at": self.started_at, "ended_at": _now(),
             "wall_time_s": time.perf_counter() - self.t0, "hostname": socket.gethostname(), "pid": os.getpid(),
             "world_size": self.the_rank.world_size, "recorded_by": "sweepit",
         }
+        # What the config says about the objective, and nothing it does not: readers apply one default.
+        result.update({k: str(v) for k, v in (("metric", metric), ("direction", self.value("direction"))) if v})
         if rows:
             result["final"] = rows[-1]
         key = metric or ""

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from sweepit.results._job_files import METRICS_FILE, read_metrics
+from sweepit.results._status import sweep_direction
 from sweepit.results._summary import JobRow, best_row, fixed_overrides, job_num, override_values, read_job, swept_keys
 
 MANIFEST_FILE = "sweep.json"  # written by sweepit's launchers; optional here
@@ -239,14 +240,15 @@ def load_sweep(sweep_dir: Path, with_metrics: bool = True) -> Sweep:
         multirun = load_yaml(sweep_dir / "multirun.yaml")
         study = multirun.get("study") if isinstance(multirun, dict) else None
     metric = next((str(j.result["metric"]) for j in jobs if "metric" in j.result), None)
-    direction = next((str(j.result["direction"]) for j in jobs if "direction" in j.result), None)
+    # The Optuna sweeper's direction when it ran the sweep, else the jobs' configs': the study's "best" is ours.
+    direction = sweep_direction(sweep_dir, [*(j.result.get("direction") for j in jobs), job_config.get("direction")])
     config_name, config_dir = _hydra_facts(sweep_dir, jobs)
     rows: list[JobRow] = list(jobs)
     return Sweep(
         sweep_dir=sweep_dir, jobs=jobs,
         study=study if isinstance(study, str) else sweep_dir.parent.name,
         metric=metric or str(job_config.get("metric", "objective")),
-        direction=direction or str(job_config.get("direction", "maximize")),
+        direction=direction,
         created_at=_created_at(sweep_dir, manifest),
         swept=swept_keys(rows) if len(jobs) > 1 else [],
         fixed=fixed_overrides(rows) if len(jobs) > 1 else dict(jobs[0].overrides) if jobs else {},

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from sweepit.results._study_file import read_study_file
 from sweepit.results.report import plots
 from sweepit.results.report._sweep import Sweep
 from sweepit.results.report.sections import Figure, Section, SectionBuilder
@@ -25,7 +26,6 @@ from sweepit.search._results import (
     best_command,
     best_trial,
     load_study_of,
-    read_study_file,
     trials_table,
     write_results,
 )

@@ -1,0 +1,76 @@
+"""The Optuna sweeper's search space, read from Hydra's override grammar into sweepit's `SearchSpace`.
+
+    choice(a,b,c) or a,b,c    -> categorical          range(1,10,2)   -> int (or float) with that step
+    interval(0.1, 1)          -> float                tag(log, ...)   -> the same on a log scale
+    tag(int, interval(8, 64)) -> int                  a plain value   -> fixed, passed to every job
+
+A malformed entry raises ConfigError that names it, before any trial starts. The grammar is Hydra's, so it
+is read here; the space itself and its checks are Hydra-free (`sweepit.search.Param`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sweepit.errors import ConfigError
+from sweepit.search import Param, SearchSpace
+
+_TAGS = {"log", "int"}
+_PRIMITIVE = (str, int, float, bool, type(None))
+
+
+def parse_space(params: Mapping[str, str] | None, arguments: Sequence[str], config_loader: Any = None) -> SearchSpace:
+    """`hydra.sweeper.params` entries, then the command-line overrides (which win for the same key)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    lines = [f"{k}={v}" for k, v in (params or {}).items()]
+    parser = OverridesParser.create(config_loader=config_loader)
+    parsed: dict[str, Any] = {}
+    for line in [*lines, *arguments]:
+        try:
+            override = parser.parse_override(line)
+        except HydraException as e:
+            raise ConfigError(f"each search-space entry must follow Hydra's override grammar (choice, range, "
+                              f"interval, tag(log, ...)), but {line!r} does not: {str(e).splitlines()[0]}. "
+                              "Quote it for the shell, e.g. 'lr=tag(log, interval(1e-4, 1))'.") from None
+        parsed[override.key_or_group] = override  # a later entry for the same key replaces the earlier one
+    space = SearchSpace(params=[], fixed=[])
+    for override in parsed.values():
+        if override.is_sweep_override():
+            space.params.append(_param(override))
+        else:
+            space.fixed.append(override.input_line or f"{override.get_key_element()}="
+                               f"{override.get_value_element_as_str()}")
+    return space
+
+
+def _param(override: Any) -> Param:
+    key = override.get_key_element()
+    name, prefix = override.key_or_group, key[: len(key) - len(key.lstrip("+~"))]
+    spelled = override.get_value_element_as_str() if override.input_line is None else \
+        override.input_line.split("=", 1)[1]
+    if "~" in prefix or override.package is not None:
+        raise ConfigError(f"a searched parameter must be a plain `key=` or `+key=` override, but got "
+                          f"{override.input_line!r}; write it as key=choice(...).")
+    sweep = override.value()
+    tags = set(getattr(sweep, "tags", set()))
+    if tags - _TAGS:
+        raise ConfigError(f"search-space tags must be among {sorted(_TAGS)}, but {name}={spelled} has "
+                          f"{sorted(tags - _TAGS)}; e.g. {name}=tag(log, interval(1e-4, 1)).")
+    log = "log" in tags
+    if override.is_interval_sweep():
+        return Param.interval(name, prefix, spelled, float(sweep.start), float(sweep.end), log=log,
+                              integer="int" in tags)
+    if override.is_range_sweep():
+        return Param.steps(name, prefix, spelled, list(sweep.range()), sweep.step, log=log)
+    if override.is_discrete_sweep():  # choice, a,b,c or glob
+        if tags:
+            raise ConfigError(f"tags apply to interval and range only, but {name}={spelled} tags a choice; "
+                              "drop the tag.")
+        raw = list(override.sweep_iterator())
+        strings = [override._get_value_element_as_str(v) for v in raw]
+        values = [v if isinstance(v, _PRIMITIVE) else s for v, s in zip(raw, strings, strict=True)]
+        return Param.choice(name, prefix, spelled, values, strings)
+    raise ConfigError(f"{name}={spelled} is a sweep the Optuna sweeper does not know; use choice, range or interval.")

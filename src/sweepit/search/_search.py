@@ -1,0 +1,258 @@
+"""The Optuna search, Hydra-free: open (or resume) the study, then ask -> start -> wait_any -> tell over a launcher.
+
+    search = Search(SearchOptions(n_trials=20, n_jobs=4), space, sweep_dir, JobDefaults(metric="val_acc"),
+                    command="python train.py", env_overrides=as_overrides)
+    search.open()                  # checks the storage and the study; writes optuna_study.yaml
+    returns = search.run(launcher) # an AsyncLauncher runs trials one by one; any other, in batches of n_jobs
+
+Trials are numbered by the study and jobs by the sweep directory, so running the same search again on the same
+directory (or storage and study name) resumes: numbers go on and nothing is overwritten. A job learns its trial
+from three environment variables (sweepit.search._pruning) that `env_overrides` turns into whatever its launcher
+passes on (the Hydra plugin: `hydra.job.env_set` overrides, which stay out of the job's overrides and directory).
+optuna is imported when the study opens, so importing this module stays fast.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sweepit.errors import ConfigError, SweepFailedError
+from sweepit.results._status import DIRECTIONS, objective_direction
+from sweepit.results._study_file import write_study_file
+from sweepit.results._summary import job_num, summarize
+from sweepit.search._pruning import ENV_STORAGE, ENV_STUDY, ENV_TRIAL, PRUNER_ATTR, PRUNERS, build_pruner, open_storage
+from sweepit.search._results import BEST_FILE, TRIALS_FILE, best_trial, write_results
+from sweepit.search._samplers import build_sampler, check_sampler, grid_size
+from sweepit.search._space import SearchSpace
+from sweepit.search._study import failure_rate, interrupt, is_counted, recover, tell
+from sweepit.search._trials import AsyncLauncher, as_runner, read_outcome
+
+log = logging.getLogger(__name__)
+JOURNAL_FILE = "optuna.journal"  # the study's storage when none is given: a file in the sweep directory
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+@dataclass
+class SearchOptions:
+    """The search's knobs (`hydra.sweeper.*`; each is explained in the sweeper's config schema)."""
+
+    sampler: dict[str, Any] = field(default_factory=dict)  # name (default tpe), seed, n_startup_trials, ...
+    pruner: dict[str, Any] = field(default_factory=dict)   # name (default none) and its options (build_pruner)
+    direction: str | None = None      # maximize | minimize; None: the job config's (objective_direction)
+    n_trials: int = 20
+    n_jobs: int = 1
+    study_name: str | None = None
+    storage: str | None = None
+    max_failure_rate: float = 0.5
+    failure_rate_min_trials: int = 5
+    diverged_value: float | None = None
+
+    def __post_init__(self) -> None:
+        _require(self.n_trials >= 1, f"hydra.sweeper.n_trials must be >= 1, but got n_trials={self.n_trials}; "
+                                     "set for example hydra.sweeper.n_trials=20.")
+        _require(self.n_jobs >= 1, "hydra.sweeper.n_jobs (trials in flight) must be >= 1, but got "
+                                   f"n_jobs={self.n_jobs}; set for example hydra.sweeper.n_jobs=4.")
+        _require(0.0 <= self.max_failure_rate <= 1.0, "hydra.sweeper.max_failure_rate must be between 0 and 1, "
+                 f"but got max_failure_rate={self.max_failure_rate}; set for example 0.5 (1 never stops).")
+
+
+@dataclass
+class JobDefaults:
+    """What the search takes from the job's own config where the sweeper's options say nothing."""
+
+    metric: str | None = None         # `metric`: the objective's name, for messages and the study record
+    direction: Any = None             # `direction`: the objective's direction when options.direction is unset
+    epochs: Any = None                # `epochs`: the pruner's max_resource when unset (and epochs is not searched)
+    study: Any = None                 # `study`: the study name when options.study_name is unset
+
+
+def no_env(env: Mapping[str, str]) -> list[str]:
+    """For a launcher that cannot pass environment variables: jobs then train without pruning."""
+    return []
+
+
+class Search:
+    """One Optuna search over `space` in `sweep_dir`. Everything is checked in `__init__` and `open()`, before
+    any trial starts; `run()` then starts trials until `n_trials` count in the study."""
+
+    def __init__(self, options: SearchOptions, space: SearchSpace, sweep_dir: Path, job: JobDefaults,
+                 command: str = "python train.py",
+                 env_overrides: Callable[[Mapping[str, str]], list[str]] = no_env) -> None:
+        _require(bool(space.params), "the Optuna sweeper needs a search space, but none was given; add one to "
+                                     "hydra.sweeper.params or the command line, e.g. 'lr=tag(log, interval(1e-4, 1))'.")
+        self.options, self.space, self.job = options, space, job
+        self.sweep_dir = Path(sweep_dir).absolute()
+        self.command, self.env_overrides = command, env_overrides
+        self.metric = job.metric or "objective"
+        self.direction = self._direction()
+        self.sampler = {**options.sampler, "name": str(options.sampler.get("name", "tpe"))}
+        check_sampler(self.sampler["name"])
+        if self.sampler["name"] == "grid":
+            space.grid()  # refuses a continuous space now rather than at the first ask
+        self.pruner = self._pruner_spec()
+        self.study: Any = None
+        self.info: dict[str, Any] = {}
+
+    def _direction(self) -> str:
+        """The one rule (sweeper's, else the job config's, else minimize), checked, naming where it came from."""
+        ours, theirs = self.options.direction, self.job.direction
+        direction = objective_direction(ours, theirs)
+        key = "hydra.sweeper.direction" if ours not in (None, "") else "direction (the job config's)"
+        _require(direction in DIRECTIONS, f"the objective's direction must be maximize or minimize, but {key} is "
+                                          f"{direction!r}; set hydra.sweeper.direction=maximize (or minimize).")
+        if ours not in (None, "") and theirs in DIRECTIONS and theirs != direction:
+            log.warning(f"hydra.sweeper.direction={direction} and the job config's direction={theirs} differ: the "
+                        f"study, the summary and the report use {direction} (the sweeper's wins), while each job "
+                        f"still sees direction={theirs}; set direction={direction} too to make them agree.")
+        return direction
+
+    def _pruner_spec(self) -> dict[str, Any]:
+        spec = {"name": "none", **self.options.pruner}
+        _require(spec["name"] in PRUNERS, f"hydra.sweeper.pruner.name must be one of {', '.join(PRUNERS)}, but got "
+                                          f"{spec['name']!r}; set for example hydra.sweeper.pruner.name=median.")
+        epochs = self.job.epochs
+        if spec.get("max_resource") is None and isinstance(epochs, int) and "epochs" not in self.space.distributions:
+            spec["max_resource"] = epochs
+        return spec
+
+    # -- the study, opened before any trial starts ----------------------------------------------------------
+    def open(self) -> None:
+        """Create or resume the study (its direction must not change) and record it in optuna_study.yaml."""
+        import optuna
+
+        self.sweep_dir.mkdir(parents=True, exist_ok=True)
+        storage_url = self.options.storage or str(self.sweep_dir / JOURNAL_FILE)
+        storage = open_storage(storage_url)
+        name = str(self.options.study_name or self.job.study or "sweepit")
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # the search logs each trial itself
+        study = optuna.create_study(storage=storage, study_name=name, direction=self.direction,  # type: ignore[arg-type]
+                                    load_if_exists=True, pruner=build_pruner(self.pruner))
+        kept = study.direction.name.lower()
+        _require(kept == self.direction, f"study {name!r} in {storage_url} must keep its direction, but it is {kept} "
+                                         f"and the sweep asks {self.direction}; use another hydra.sweeper.study_name, "
+                                         f"or hydra.sweeper.direction={kept}.")
+        seed = self.sampler.get("seed")
+        n_before = len(study.get_trials(deepcopy=False))
+        # A resumed study reseeds, or a seeded sampler would draw the points of the first run again.
+        study.sampler = build_sampler(self.sampler["name"], None if seed is None else int(seed) + n_before,
+                                      self.space, int(self.sampler.get("n_startup_trials", 10)),
+                                      int(self.sampler.get("population_size", 50)))
+        study.set_user_attr(PRUNER_ATTR, self.pruner)
+        self.info = {"storage": storage_url, "study_name": name, "metric": self.job.metric,
+                     "direction": self.direction, "sampler": self.sampler, "pruner": self.pruner,
+                     "space": {p.name: p.spelled for p in self.space.params}, "fixed": list(self.space.fixed),
+                     "command": self.command}
+        study.set_user_attr("sweepit_space", self.info["space"])
+        # Where the summary, the report and `sweepit ls` find the study and the direction of its "best".
+        write_study_file(self.sweep_dir, self.info)
+        self.study = study
+
+    # -- the search -------------------------------------------------------------------------------------------
+    def run(self, launcher: Any) -> list[Any]:
+        """Trials until `n_trials` count in the study; returns what the launcher returned for each job.
+
+        Raises SweepFailedError when the search stopped early (failure rate, an interrupted trial). Whatever
+        ends it, trials in flight are told as interrupted (and retried by the next run), the launcher is
+        closed and `best_params.yaml` and `trials.csv` are written."""
+        assert self.study is not None, "open() the search before run()"
+        study, n_jobs = self.study, self.options.n_jobs
+        n_recovered = recover(study, self.sweep_dir, self.options.diverged_value)
+        total = self.options.n_trials
+        if self.sampler["name"] == "grid":
+            total = min(total, grid_size(self.space))
+        n_counted = sum(is_counted(t) for t in study.get_trials(deepcopy=False))
+        log.info(f"Optuna study {self.info['study_name']!r} ({self.direction} {self.metric}) in "
+                 f"{self.info['storage']}: {n_counted} of {total} trials done before"
+                 + (f", {n_recovered} recovered" if n_recovered else "") + f"; sampler {self.sampler['name']}, "
+                 f"pruner {self.pruner['name']}, {n_jobs} in flight; space {self.space.describe()}")
+        runner: AsyncLauncher = as_runner(launcher, n_jobs)
+        returns: list[Any] = []
+        in_flight: dict[int, Any] = {}   # job number -> trial
+        next_job = self._next_free_job()
+        stop: str | None = None
+        try:
+            while True:
+                while stop is None and len(in_flight) < n_jobs and n_counted < total:
+                    trial = study.ask(self.space.distributions)
+                    job = max(trial.number, next_job)
+                    next_job = job + 1
+                    overrides = self.space.overrides(trial.params)
+                    trial.set_user_attr("job_num", job)
+                    trial.set_user_attr("overrides", overrides)
+                    log.info(f"trial {trial.number} -> job {job}: {' '.join(overrides)}")
+                    runner.start([*overrides, *self.env_overrides(self._trial_env(trial.number))], job)
+                    in_flight[job] = trial
+                    n_counted += 1
+                if not in_flight:
+                    break
+                for job, ret in runner.wait_any():
+                    if job not in in_flight:
+                        log.warning(f"the launcher returned job {job}, which this search did not start; ignored")
+                        continue
+                    trial = in_flight.pop(job)
+                    if self._tell(trial, job, ret):  # interrupted: Ctrl-C, SIGTERM, scancel stop the sweep
+                        n_counted -= 1
+                        stop = stop or (f"trial {trial.number} (job {job}) was interrupted, so the search stops; "
+                                        "its parameters are tried again when the same command runs again on "
+                                        f"hydra.sweep.dir={self.sweep_dir}.")
+                    if ret is not None:
+                        returns.append(ret)
+                stop = stop or self._failure_stop()
+        except BaseException:
+            for trial in in_flight.values():
+                interrupt(study, trial.number, trial._trial_id)
+            raise
+        finally:
+            runner.close()
+            write_results(self.sweep_dir, study, self.info)
+        self._print_end()
+        if stop is not None:
+            raise SweepFailedError(stop)
+        return returns
+
+    def _trial_env(self, number: int) -> dict[str, str]:
+        return {ENV_STORAGE: str(self.info["storage"]), ENV_STUDY: str(self.info["study_name"]),
+                ENV_TRIAL: str(number)}
+
+    def _tell(self, trial: Any, job: int, ret: Any) -> bool:
+        """Tell Optuna what became of the trial's job and log it; True when the job was interrupted."""
+        outcome = read_outcome(self.sweep_dir, job, ret)
+        state = tell(self.study, trial.number, trial._trial_id, outcome, self.options.diverged_value)
+        best = best_trial(self.study)
+        log.info(f"trial {trial.number} {outcome.status} -> {state}"
+                 + (f", {self.metric}={outcome.value:.4g}" if outcome.value is not None else "")
+                 + (f": {outcome.error.splitlines()[0][:200]}" if outcome.error else "")
+                 + ("" if best is None else f" (best {best.value:.4g}, trial {best.number})"))
+        return outcome.status == "interrupted"
+
+    def _next_free_job(self) -> int:
+        nums = [n for p in self.sweep_dir.iterdir() if p.is_dir() and (n := job_num(p)) is not None]
+        return max(nums, default=-1) + 1
+
+    def _failure_stop(self) -> str | None:
+        failed, finished = failure_rate(self.study)
+        rate, min_trials = self.options.max_failure_rate, self.options.failure_rate_min_trials
+        if finished < max(1, min_trials) or failed <= rate * finished:
+            return None
+        return (f"the Optuna search stops when more than max_failure_rate={rate:g} of its finished trials fail "
+                f"(from {min_trials} trials on), but {failed} of {finished} failed (diverged and pruned trials do "
+                "not count). Read the `error` column of trials.csv and the jobs' stderr.log, fix the cause, and run "
+                "the same command again to resume; or raise hydra.sweeper.max_failure_rate.")
+
+    def _print_end(self) -> None:
+        """The sweep's table (its "best" in the study's direction, read from optuna_study.yaml) and the study's best."""
+        print(summarize(self.sweep_dir), flush=True)
+        best = best_trial(self.study)
+        head = "no trial completed" if best is None else (
+            f"best trial {best.number} (job {best.user_attrs.get('job_num')}): {self.direction} {self.metric} = "
+            f"{best.value:.4g}")
+        print(f"Optuna: {head}; best parameters in {self.sweep_dir / BEST_FILE}, all trials in "
+              f"{self.sweep_dir / TRIALS_FILE}", flush=True)
