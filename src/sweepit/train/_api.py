@@ -235,7 +235,7 @@ class Session:
             if value is None and scored:
                 value = float(scored[-1][key])
             result["objective"] = value
-            if returned is not _NOTHING and value is None and returned is not None:
+            if returned is not _NOTHING and returned is not None and _number(returned) is None:
                 result["returned"] = repr(returned)[:200]  # a dict or a string: the sweeper has it, this says what
         elif status == "diverged":
             result["objective"] = None

@@ -1,0 +1,1 @@
+"""A researcher's package: a model and data functions that know nothing of sweepit."""

@@ -1,0 +1,1 @@
+"""The user's own code: a model and a data set that know nothing of sweepit."""
