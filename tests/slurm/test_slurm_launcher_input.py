@@ -16,11 +16,11 @@ from slurm_launcher_testing import APP, ROOT, driver_env, run
 from sweepit.errors import ConfigError
 from sweepit.slurm._request import Request, sbatch_parameters, spread
 from sweepit.slurm._submit import sbatch_script
+from sweepit_testing import PACKAGE_CONF
 
 REF = Path(__file__).parent / "ref" / "dry_run.txt"
 REFRESH = f"SWEEPIT_UPDATE_REFS=1 .venv/bin/pytest {Path(__file__).relative_to(ROOT)} -k dry_run"
-PROFILE_DIR = ROOT / "src" / "hydra_plugins" / "sweepit" / "conf" / "hydra" / "launcher"
-PROFILES = sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+PROFILES = sorted(p.stem for p in (PACKAGE_CONF / "hydra" / "launcher").glob("*.yaml"))
 
 
 def _normalised(text: str, sweep_dir: Path) -> str:
@@ -29,16 +29,29 @@ def _normalised(text: str, sweep_dir: Path) -> str:
     return re.sub(r"(--job-name=\S+)-[0-9a-f]{6}\b", r"\1-<SUFFIX>", text)
 
 
+# The reference's dry runs: a GPU-count study (each job's own trainer.gpus and timeout_min), and an app's jobs
+# without either, whose request is hydra-submitit-launcher's keys (no GPU among them: CPU-only).
+DRY_RUNS = [
+    ["x=range(3)", "trainer.gpus=1,2", "hydra.launcher.node_gpus=4", "hydra.launcher.max_array_size=2",
+     "hydra.launcher.account=proj1", "hydra.launcher.setup=[module load cuda]", "hydra.launcher.mem_gb=16"],
+    ["x=0,1", "~trainer", "~timeout_min", "hydra.launcher.timeout_min=30", "hydra.launcher.tasks_per_node=2",
+     "hydra.launcher.cpus_per_task=4", "hydra.launcher.mem_gb=8", "hydra.launcher.partition=debug",
+     "hydra.launcher.qos=normal", "hydra.launcher.constraint=fast",
+     "+hydra.launcher.additional_parameters.mail-type=FAIL"],
+]
+
+
 def test_dry_run_prints_each_groups_sbatch_script_as_stored(tmp_path: Path) -> None:
-    sweep = tmp_path / "sweep"
-    proc = run(APP, sweep, "x=range(3)", "trainer.gpus=1,2", "hydra.launcher.dry_run=true",
-               "hydra.launcher.node_gpus=4", "hydra.launcher.max_array_size=2", "hydra.launcher.account=proj1",
-               "hydra.launcher.setup=[module load cuda]", "hydra.launcher.mem_gb=16")
-    assert proc.returncode == 0, proc.stderr
-    assert not (sweep / ".submitit").exists() and not (sweep / "sweep.json").exists(), "a dry run submits nothing"
-    # 6 jobs of 5 min: 3 x 1 GPU + 3 x 2 GPUs = 9 GPUs x 5/60 h.
-    assert "dry run: 6 job(s) in 4 sbatch call(s), at most 0.75 GPU-hours" in proc.stdout
-    got = _normalised(proc.stdout, sweep)
+    got = ""
+    for i, overrides in enumerate(DRY_RUNS):
+        sweep = tmp_path / f"sweep{i}"
+        proc = run(APP, sweep, *overrides, "hydra.launcher.dry_run=true")
+        assert proc.returncode == 0, proc.stderr
+        assert not (sweep / ".submitit").exists() and not (sweep / "sweep.json").exists(), "a dry run submits nothing"
+        got += f"## dry run: {' '.join(overrides)}\n{_normalised(proc.stdout, sweep)}"
+    # 6 jobs of 5 min: 3 x 1 GPU + 3 x 2 GPUs = 9 GPUs x 5/60 h; then 2 CPU-only jobs.
+    assert "dry run: 6 job(s) in 4 sbatch call(s), at most 0.75 GPU-hours" in got
+    assert "# 2 job(s) with CPU only, 2 task(s), 30 min" in got and "at most 0.00 GPU-hours" in got
     assert "/" + "tmp" not in got and str(ROOT) not in got, "the reference must hold no machine's paths"
     if os.environ.get("SWEEPIT_UPDATE_REFS") == "1":
         REF.write_text(got)
