@@ -29,6 +29,11 @@ _SUBMITIT_ONLY = {
     **{k: f"pass it as additional_parameters: {{{k.replace('_', '-')}: ...}}"
        for k in ("comment", "exclude", "cpus_per_gpu", "mem_per_gpu", "mem_per_cpu")},
 }
+_LIST_YOURS = {
+    "account": "; `sacctmgr -n show assoc user=$USER format=account` lists yours.",
+    "qos": "; `sacctmgr -n show assoc user=$USER format=qos` lists yours.",
+    "partition": "; `sinfo -s` lists the partitions.",
+}
 
 
 def _require(ok: bool, rule: str, value: str, fix: str) -> None:
@@ -114,14 +119,7 @@ class SlurmOptions:
                  f"poll_interval_s={self.poll_interval_s!r}", "Set for example hydra.launcher.poll_interval_s=2.")
 
 
-_LIST_YOURS = {
-    "account": "; `sacctmgr -n show assoc user=$USER format=account` lists yours.",
-    "qos": "; `sacctmgr -n show assoc user=$USER format=qos` lists yours.",
-    "partition": "; `sinfo -s` lists the partitions.",
-}
-
-
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Request:
     """What one job asks Slurm for (sbatch's options of the same names)."""
 
