@@ -11,6 +11,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
+PACKAGE_CONF = REPO / "src" / "hydra_plugins" / "sweepit" / "conf"  # the cluster profiles, for any Hydra app
 
 # Shrinks a job to a few steps: one epoch, CPU, one thread.
 TINY = ["epochs=1", "device=cpu", "trainer.threads=1"]

@@ -59,7 +59,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from sweepit.slurm._states import status_report
+    from sweepit.slurm import status_report
 
     print(status_report(Path(args.sweep_dir)))
     return 0

@@ -14,12 +14,13 @@ from hydra.utils import instantiate
 from slurm_launcher_testing import APP, ROOT, driver_env, run
 
 from sweepit.errors import ConfigError
-from sweepit.slurm._shape import Shape, sbatch_parameters, shape_for
+from sweepit.slurm._request import Request, sbatch_parameters, spread
 from sweepit.slurm._submit import sbatch_script
+from sweepit_testing import PACKAGE_CONF
 
 REF = Path(__file__).parent / "ref" / "dry_run.txt"
 REFRESH = f"SWEEPIT_UPDATE_REFS=1 .venv/bin/pytest {Path(__file__).relative_to(ROOT)} -k dry_run"
-PROFILES = sorted(p.stem for p in (ROOT / "conf" / "hydra" / "launcher").glob("*.yaml"))
+PROFILES = sorted(p.stem for p in (PACKAGE_CONF / "hydra" / "launcher").glob("*.yaml"))
 
 
 def _normalised(text: str, sweep_dir: Path) -> str:
@@ -28,16 +29,29 @@ def _normalised(text: str, sweep_dir: Path) -> str:
     return re.sub(r"(--job-name=\S+)-[0-9a-f]{6}\b", r"\1-<SUFFIX>", text)
 
 
+# The reference's dry runs: a GPU-count study (each job's own trainer.gpus and timeout_min), and an app's jobs
+# without either, whose request is hydra-submitit-launcher's keys (no GPU among them: CPU-only).
+DRY_RUNS = [
+    ["x=range(3)", "trainer.gpus=1,2", "hydra.launcher.node_gpus=4", "hydra.launcher.max_array_size=2",
+     "hydra.launcher.account=proj1", "hydra.launcher.setup=[module load cuda]", "hydra.launcher.mem_gb=16"],
+    ["x=0,1", "~trainer", "~timeout_min", "hydra.launcher.timeout_min=30", "hydra.launcher.tasks_per_node=2",
+     "hydra.launcher.cpus_per_task=4", "hydra.launcher.mem_gb=8", "hydra.launcher.partition=debug",
+     "hydra.launcher.qos=normal", "hydra.launcher.constraint=fast",
+     "+hydra.launcher.additional_parameters.mail-type=FAIL"],
+]
+
+
 def test_dry_run_prints_each_groups_sbatch_script_as_stored(tmp_path: Path) -> None:
-    sweep = tmp_path / "sweep"
-    proc = run(APP, sweep, "x=range(3)", "trainer.gpus=1,2", "hydra.launcher.dry_run=true",
-               "hydra.launcher.gpus_per_node=4", "hydra.launcher.max_array_size=2", "hydra.launcher.account=proj1",
-               "hydra.launcher.setup=[module load cuda]", "hydra.launcher.mem_gb=16")
-    assert proc.returncode == 0, proc.stderr
-    assert not (sweep / ".submitit").exists() and not (sweep / "sweep.json").exists(), "a dry run submits nothing"
-    # 6 jobs of 5 min: 3 x 1 GPU + 3 x 2 GPUs = 9 GPUs x 5/60 h.
-    assert "dry run: 6 job(s) in 4 sbatch call(s), at most 0.75 GPU-hours" in proc.stdout
-    got = _normalised(proc.stdout, sweep)
+    got = ""
+    for i, overrides in enumerate(DRY_RUNS):
+        sweep = tmp_path / f"sweep{i}"
+        proc = run(APP, sweep, *overrides, "hydra.launcher.dry_run=true")
+        assert proc.returncode == 0, proc.stderr
+        assert not (sweep / ".submitit").exists() and not (sweep / "sweep.json").exists(), "a dry run submits nothing"
+        got += f"## dry run: {' '.join(overrides)}\n{_normalised(proc.stdout, sweep)}"
+    # 6 jobs of 5 min: 3 x 1 GPU + 3 x 2 GPUs = 9 GPUs x 5/60 h; then 2 CPU-only jobs.
+    assert "dry run: 6 job(s) in 4 sbatch call(s), at most 0.75 GPU-hours" in got
+    assert "# 2 job(s) with CPU only, 2 task(s), 30 min" in got and "at most 0.00 GPU-hours" in got
     assert "/" + "tmp" not in got and str(ROOT) not in got, "the reference must hold no machine's paths"
     if os.environ.get("SWEEPIT_UPDATE_REFS") == "1":
         REF.write_text(got)
@@ -48,17 +62,23 @@ def test_dry_run_prints_each_groups_sbatch_script_as_stored(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_every_profile_composes_instantiates_and_renders(profile: str, tmp_path: Path) -> None:
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+def test_every_profile_composes_from_any_app_instantiates_and_renders(profile: str, tmp_path: Path) -> None:
+    """The profiles come with the package: an app whose own config directory has no hydra/launcher/ finds them."""
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "config.yaml").write_text("# an app that has never heard of sweepit\nx: 1\n")
+    with initialize_config_dir(config_dir=str(tmp_path / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[f"hydra/launcher={profile}"], return_hydra_config=True)
     node = cfg.hydra.launcher
+    assert node._target_ == "hydra_plugins.sweepit.slurm_launcher.SlurmLauncher"
     assert set(node.required) <= {"account", "qos", "partition"}
     for key in node.required:
         node[key] = f"my_{key}"
     launcher = instantiate(node)
-    params = sbatch_parameters(Shape(nodes=2, tasks_per_node=4, timeout_min=30), launcher.conf, "t-abc123")
+    request = spread(0, 8, 30, node.node_gpus or 4, 2, "trainer.gpus")
+    params = sbatch_parameters(request, launcher.options, "t-abc123")
     script = sbatch_script(params, tmp_path, 3, None)
     assert "#SBATCH --nodes=2\n" in script and "#SBATCH --ntasks-per-node=4\n" in script
+    assert "#SBATCH --gpus-per-node=4\n" in script and "#SBATCH --gpus-per-task=1\n" in script
     assert f"#SBATCH --cpus-per-task={node.cpus_per_task}\n" in script
     for key in node.required:
         assert f"#SBATCH --{key}=my_{key}\n" in script
@@ -66,13 +86,16 @@ def test_every_profile_composes_instantiates_and_renders(profile: str, tmp_path:
         assert f"\n{line}\n" in script
 
 
-def test_shapes_fill_nodes_evenly_or_say_which_gpu_counts_fit() -> None:
-    assert shape_for(0, 8, 60, 4, 2, "trainer.gpus") == Shape(nodes=2, tasks_per_node=4, timeout_min=60)
-    assert shape_for(0, 6, 60, 4, 2, "trainer.gpus") == Shape(nodes=2, tasks_per_node=3, timeout_min=60)
+def test_a_jobs_gpus_fill_nodes_evenly_or_say_which_gpu_counts_fit() -> None:
+    assert spread(0, 8, 60, 4, 2, "trainer.gpus") == Request(nodes=2, tasks_per_node=4, timeout_min=60,
+                                                             gpus_per_node=4, gpus_per_task=1)
+    assert spread(0, 6, 60, 4, 2, "trainer.gpus") == Request(nodes=2, tasks_per_node=3, timeout_min=60,
+                                                             gpus_per_node=3, gpus_per_task=1)
     with pytest.raises(ConfigError, match=r"must split evenly over the 2 nodes .* Use for example trainer.gpus=4 or 6"):
-        shape_for(3, 5, 60, 4, 2, "trainer.gpus")
-    with pytest.raises(ConfigError, match=r"at most 8 \(hydra.launcher.max_nodes=2 node\(s\) x .*=4\), but job 3"):
-        shape_for(3, 9, 60, 4, 2, "trainer.gpus")
+        spread(3, 5, 60, 4, 2, "trainer.gpus")
+    with pytest.raises(ConfigError, match=r"at most 8 \(hydra.launcher.max_nodes=2 node\(s\) x 4 GPU\(s\) per node\), "
+                       "but job 3"):
+        spread(3, 9, 60, 4, 2, "trainer.gpus")
 
 
 BAD_INPUT = {
@@ -81,13 +104,23 @@ BAD_INPUT = {
                                 "got account=null. Add hydra.launcher.account=<yours> to the command, or export "
                                 "SBATCH_ACCOUNT=<yours>"),
     "more GPUs than a node": (["trainer.gpus=5"], {},
-                              "trainer.gpus must be at most 4 (hydra.launcher.max_nodes=1 node(s) x "
-                              "hydra.launcher.gpus_per_node=4), but job 0 sets trainer.gpus=5."),
+                              "trainer.gpus must be at most 4 (hydra.launcher.max_nodes=1 node(s) x 4 GPU(s) per "
+                              "node), but job 0 sets trainer.gpus=5."),
     "more GPUs than the partition": (["trainer.gpus=8", "hydra.launcher.max_nodes=2"], {},
                                      "trainer.gpus must be at most the 4 GPUs partition debug offers one job"),
-    "profile GPUs beyond the nodes'": (["hydra.launcher.gpus_per_node=8"], {},
-                                       "hydra.launcher.gpus_per_node must be at most the 4 GPU(s) the nodes of "
+    "profile GPUs beyond the nodes'": (["hydra.launcher.node_gpus=8"], {},
+                                       "hydra.launcher.node_gpus must be at most the 4 GPU(s) the nodes of "
                                        "partition debug have"),
+    "launcher GPUs beyond the nodes'": (["~trainer", "hydra.launcher.gpus_per_task=1",
+                                         "hydra.launcher.tasks_per_node=8"], {},
+                                        "the GPUs a job asks for on one node (hydra.launcher.gpus_per_node, "
+                                        "gpus_per_task x tasks_per_node, or gres) must be at most the 4 its nodes "
+                                        "have in partition debug, but got 8"),
+    "launcher nodes beyond the partition's": (["~trainer", "hydra.launcher.nodes=2"], {},
+                                              "hydra.launcher.nodes must be at most the 1 node(s) partition debug "
+                                              "gives one job, but got nodes=2."),
+    "launcher time limit not a count": (["~timeout_min", "hydra.launcher.timeout_min=0"], {},
+                                        "hydra.launcher.timeout_min must be an integer >= 1, but got timeout_min=0."),
     "unknown partition": (["hydra.launcher.partition=nope"], {},
                           "hydra.launcher.partition must name a partition of this cluster (debug), but got 'nope'"),
     "unknown launcher key": (["hydra.launcher.gpus=2"], {}, "Key 'gpus' not in 'SlurmLauncherConf'"),

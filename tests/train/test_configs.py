@@ -12,7 +12,7 @@ from sweepit.train._checks import MODELS
 from sweepit.train._loop import train
 from sweepit.train._optim import build_optimizer
 from sweepit.train.models import build_model
-from sweepit_testing import CONF, TINY
+from sweepit_testing import CONF, PACKAGE_CONF, TINY
 
 OPTIMIZERS = sorted(p.stem for p in (CONF / "optimizer").glob("*.yaml"))
 TASKS = sorted(p.stem for p in (CONF / "task").glob("*.yaml"))
@@ -27,7 +27,7 @@ def test_groups_hold_what_the_brief_lists() -> None:
 
 
 def test_every_yaml_opens_with_its_purpose() -> None:
-    for path in [*CONF.rglob("*.yaml"), *(CONF.parent / "sweeps").glob("*.yaml")]:
+    for path in [*CONF.rglob("*.yaml"), *PACKAGE_CONF.rglob("*.yaml"), *(CONF.parent / "sweeps").glob("*.yaml")]:
         lines = [ln for ln in path.read_text().splitlines() if not ln.startswith("# @package")]
         assert lines[0].startswith("# ") and len(lines[0]) > 20, f"{path} must open with a one-line purpose"
 

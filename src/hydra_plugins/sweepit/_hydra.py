@@ -41,6 +41,7 @@ from sweepit.local._worker import Reply, failure, picklable
 from sweepit.results._job_files import RESULT_FILE, read_result
 from sweepit.results._manifest import now_iso
 from sweepit.results._status import sweeper_value
+from sweepit.slurm import TASK_DIR
 from sweepit.train import _api
 
 _registered = False
@@ -199,10 +200,19 @@ def job_return(overrides: list[str], config: DictConfig, job_dir_: Path, status:
     value = sweeper_value(status, result.get("objective"), result.get("direction"), **extra)
     task_cfg, hydra_cfg = split_hydra(config, job_dir_)
     ret = JobReturn(overrides=list(overrides), cfg=task_cfg, hydra_cfg=hydra_cfg,
-                    working_dir=working_dir or str(job_dir_ if hydra_cfg.hydra.job.chdir else Path.cwd()),
+                    working_dir=working_dir or str(job_dir_ if _chdir(hydra_cfg) else Path.cwd()),
                     task_name=task_name or str(hydra_cfg.hydra.job.name), status=JobStatus.COMPLETED)
     ret.return_value = value
     return ret
+
+
+def _chdir(hydra_cfg: DictConfig) -> bool:
+    """Whether Hydra's run_job ran the job in its output directory: `hydra.job.chdir`, and when it is unset, the
+    version base (before 1.2 it did)."""
+    from hydra import version
+
+    chdir = hydra_cfg.hydra.job.chdir
+    return bool(chdir) if chdir is not None else not version.base_at_least("1.2")
 
 
 def split_hydra(config: DictConfig, job_dir_: Path) -> tuple[DictConfig, DictConfig]:
@@ -220,7 +230,6 @@ def split_hydra(config: DictConfig, job_dir_: Path) -> tuple[DictConfig, DictCon
     return config, hydra_cfg
 
 
-TASK_DIR = ".slurm"  # inside the job directory
 _TASK_ENV = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_PROCID", "SLURM_LOCALID",
              "SLURM_NODEID", "SLURM_NTASKS", "SLURM_STEP_ID", "SLURM_RESTART_COUNT", "CUDA_VISIBLE_DEVICES",
              "SLURM_STEP_GPUS", "SLURM_JOB_NODELIST", "SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS")

@@ -1,1 +1,19 @@
-"""Slurm sweeps: requests, job arrays through submitit, following squeue/sacct (the engine of hydra/launcher=slurm)."""
+"""Slurm sweeps: each job's request, job arrays through submitit, following squeue/sacct (the engine of
+hydra/launcher=slurm).
+
+    sweep = SlurmSweep(SlurmOptions.from_params(params), sweep_dir, compose=fill_in_config_and_dir, make_task=task)
+    outcomes = sweep.run([PlannedJob(num=0, overrides=["lr=0.1"]), ...])
+
+`sweepit status DIR` reads a sweep's state through `status_report`.
+"""
+
+from __future__ import annotations
+
+from sweepit.slurm._cluster import SlurmError
+from sweepit.slurm._request import Request, SlurmOptions
+from sweepit.slurm._states import status_report
+from sweepit.slurm._submit import TASK_DIR, PlannedJob
+from sweepit.slurm._sweep import Outcome, SlurmSweep
+
+__all__ = ["TASK_DIR", "Outcome", "PlannedJob", "Request", "SlurmError", "SlurmOptions", "SlurmSweep",
+           "status_report"]

@@ -1,6 +1,10 @@
 """The driver's follow loop: every `poll_interval_s`, one squeue call (plus sacct for jobs that are ending)
 and a look at the result.json of every job still out; a job Slurm ended without a result is recorded.
 
+A job whose result is in has ended once its task's return value is too (submitit's result pickle, written
+as the task returns, a moment after the result): the sweeper gets what the task returned. A job that Slurm
+has ended without one ends without it (the objective in its result.json stands in).
+
 Not submitit's `job.done()` / `job.result()`: those poll sacct at most every 600 s on Slurm, and wait
 forever for a cancelled job's result where there is no accounting.
 """
@@ -8,20 +12,20 @@ forever for a cancelled job's result where there is no accounting.
 from __future__ import annotations
 
 import contextlib
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
+from sweepit._signals import StopSignals
 from sweepit.results._job_files import read_result
-from sweepit.results._manifest import Manifest, write_manifest
+from sweepit.results._manifest import FAILED_STATUSES, JobEntry, Manifest, write_manifest
 from sweepit.results._progress import Progress
 from sweepit.results._summary import own_overrides
-from sweepit.slurm._cluster import SlurmError
-from sweepit.slurm._states import Seen, apply, look, record_dead, stderr_tail
+from sweepit.slurm import _cluster as cluster
+from sweepit.slurm._cluster import ACTIVE_STATES, SlurmError
+from sweepit.slurm._states import Seen, apply, look, record_dead, slurm_id, stderr_tail
+from sweepit.slurm._submit import result_pickle
 
 _TICK_S = 0.1    # how soon a signal is acted on
 _CLOCK_S = 1.0   # how often a terminal's progress clock is redrawn
@@ -40,7 +44,7 @@ class Follower:
         self.stop_signal: int | None = None
         self._phase = {n: "running" if manifest.jobs[n].state == "running" else "queued" for n in nums}
         self._dead_since: dict[int, float] = {}
-        self._handlers: dict[int, Any] = {}
+        self._returning: dict[int, tuple[float, str]] = {}  # result in, return value not yet: (since, status)
 
     def add(self, num: int) -> None:
         """Follow one more job (submitted after the follower was made: the Optuna sweeper's trials)."""
@@ -48,30 +52,23 @@ class Follower:
         self._phase[num] = "queued"
         self.progress.queued += 1
 
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self.stop_signal = signum
-
     def run(self) -> None:
         """Follow until every job has ended, or a SIGINT/SIGTERM says to stop following (the jobs go on)."""
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self._handlers[signum] = signal.signal(signum, self._on_signal)
         for n in self.pending:
             if self._phase[n] == "running":
                 self.progress.start()
-        try:
-            while self.pending and self.stop_signal is None:
+        with StopSignals() as stop:
+            while self.pending and stop.first is None:
                 next_look = time.monotonic() + self.poll_interval_s
                 self.poll()
                 drawn = time.monotonic()
-                while self.pending and self.stop_signal is None and time.monotonic() < next_look:
+                while self.pending and stop.first is None and time.monotonic() < next_look:
                     time.sleep(_TICK_S)
+                    self.settle()
                     if self.progress.live and time.monotonic() - drawn >= _CLOCK_S:
                         self.progress.draw()  # the clock
                         drawn = time.monotonic()
-        finally:
-            for sig, handler in self._handlers.items():
-                signal.signal(sig, handler)
+        self.stop_signal = stop.first
 
     def poll(self) -> None:
         """One look at every pending job; records what changed in the manifest."""
@@ -94,21 +91,44 @@ class Follower:
                 self._report_dead(num, s)
             changed |= apply(entry, s)
             self._advance(num, s)
+        self._give_up_on_returns(now)
         if changed:
             write_manifest(self.manifest)
         self.progress.draw()
+
+    def settle(self) -> None:
+        """End the jobs whose return value came in since the last look (a file check each, between polls)."""
+        for num, (_, state) in list(self._returning.items()):
+            if _has_returned(self.manifest.jobs[num]):
+                self._end(num, state)
+
+    def _give_up_on_returns(self, now: float) -> None:
+        """Jobs still without a return value `result_grace_s` after their result: those Slurm has ended (or
+        forgotten) will not get one; they end with their result alone."""
+        late = [n for n, (since, _) in self._returning.items() if now - since >= self.result_grace_s]
+        if not late:
+            return
+        rows = cluster.squeue(slurm_id(self.manifest.jobs[n]) or "" for n in late)
+        if rows is None:
+            return  # squeue did not answer: ask again next time
+        for num in late:
+            entry = self.manifest.jobs[num]
+            row = rows.get(slurm_id(entry) or "")
+            mine = row is not None and row.name == entry.extra.get("slurm_job_name", row.name)
+            if not mine or row is None or (row.state not in ACTIVE_STATES and row.state != "COMPLETING"):
+                self._end(num, self._returning[num][1])
 
     def _advance(self, num: int, s: Seen) -> None:
         phase = self._phase[num]
         if s.final:
             if phase == "queued":
                 self.progress.start()
-            result = _read(Path(self.manifest.jobs[num].job_dir))
-            wall = result.get("wall_time_s")
-            self.progress.finish(num, s.state, float(wall) if isinstance(wall, int | float) else None)
-            self.statuses[num] = s.state
-            self.pending.remove(num)
-            self._phase[num] = "done"
+                self._phase[num] = "running"
+            entry = self.manifest.jobs[num]
+            if s.state in FAILED_STATUSES or not slurm_id(entry) or _has_returned(entry):
+                self._end(num, s.state)
+            else:
+                self._returning.setdefault(num, (time.monotonic(), s.state))
         elif s.state == "running" and phase == "queued":
             self.progress.start()
             self._phase[num] = "running"
@@ -117,12 +137,26 @@ class Follower:
             self.progress.queued += 1
             self._phase[num] = "queued"
 
+    def _end(self, num: int, state: str) -> None:
+        result = _read(Path(self.manifest.jobs[num].job_dir))
+        wall = result.get("wall_time_s")
+        self.progress.finish(num, state, float(wall) if isinstance(wall, int | float) else None)
+        self.statuses[num] = state
+        self.pending.remove(num)
+        self._phase[num] = "done"
+        self._returning.pop(num, None)
+
     def _report_dead(self, num: int, s: Seen) -> None:
         entry = self.manifest.jobs[num]
         error = str(_read(Path(entry.job_dir)).get("error", ""))
         self.progress.clear()
         print(f"sweepit: job {num} [{' '.join(own_overrides(entry.overrides))}] {s.state}: {error} (stderr: "
               f"{entry.extra.get('stderr')})", file=sys.stderr, flush=True)
+
+
+def _has_returned(entry: JobEntry) -> bool:
+    path = result_pickle(entry)
+    return path is not None and path.exists()
 
 
 def _read(job_dir: Path) -> dict[str, Any]:

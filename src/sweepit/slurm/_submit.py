@@ -1,39 +1,48 @@
-"""Submission: one sbatch call per job array (the jobs of one shape, at most MaxArraySize of them), each array
+"""Submission: one sbatch call per job array (the jobs of one request, at most MaxArraySize of them), each array
 in a fresh submitit folder `<sweep dir>/.submitit/NNNN/`, never reused: job ids restart at 1 after a
-cluster's cold start, and submitit names its files by job id.
+cluster's cold start, and submitit names its files by job id. Also what a dry run prints instead, and what a
+job's task returned (submitit's result pickle).
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import secrets
+import shlex
+import shutil
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
-
 from sweepit.local._capture import STDERR_LOG, STDOUT_LOG
+from sweepit.results._job_files import METRICS_FILE, RESULT_FILE
+from sweepit.results._manifest import JobEntry, Manifest, now_iso, write_manifest
 from sweepit.slurm._cluster import SlurmError
-from sweepit.slurm._shape import Shape, submitit_command
+from sweepit.slurm._request import Request, SlurmOptions, gpu_hours, sbatch_parameters
 
+log = logging.getLogger(__name__)
 SUBMITIT_DIR = ".submitit"
+TASK_DIR = ".slurm"  # inside the job directory: each task's record (see hydra_plugins.sweepit._hydra.SlurmTask)
+Task = Callable[[], Any]
 
 
 @dataclass
 class PlannedJob:
     num: int
     overrides: list[str]
-    config: DictConfig               # the composed job config (hydra node included)
-    job_dir: Path
-    shape: Shape
+    config: Any = None               # the composed job config (a DictConfig, hydra node included)
+    job_dir: Path = Path()
+    request: Request | None = None   # filled in when the sweep is planned
 
 
 def arrays(jobs: list[PlannedJob], max_array_size: int) -> list[list[PlannedJob]]:
-    """Jobs of the same shape together, in job order, cut at `max_array_size`."""
-    groups: dict[Shape, list[PlannedJob]] = {}
+    """Jobs of the same request together, in job order, cut at `max_array_size`."""
+    groups: dict[Request | None, list[PlannedJob]] = {}
     for job in jobs:
-        groups.setdefault(job.shape, []).append(job)
+        groups.setdefault(job.request, []).append(job)
     return [group[i:i + max_array_size] for group in groups.values() for i in range(0, len(group), max_array_size)]
 
 
@@ -63,7 +72,41 @@ def sbatch_script(params: dict[str, Any], folder: Path, n_jobs: int, python: str
                                    map_count=n_jobs if n_jobs > 1 else None, **params))
 
 
-def submit(tasks: Sequence[Callable[[], Any]], params: dict[str, Any], folder: Path, max_num_timeout: int,
+def submitit_command(python: str | None, folder: str) -> str:
+    """The command submitit puts in the sbatch script (as SlurmExecutor writes it)."""
+    return " ".join([python or shlex.quote(sys.executable), "-u -m submitit.core._submit", shlex.quote(folder)])
+
+
+def job_name(o: SlurmOptions) -> str:
+    """The Slurm job name of one submission: a suffix tells sweeps of the same app apart."""
+    return f"{o.job_name}-{secrets.token_hex(3)}"
+
+
+def dry_run_text(jobs: list[PlannedJob], sweep_dir: Path, max_array_size: int, o: SlurmOptions) -> str:
+    """Each request's sbatch script (its first array's), the job count and the GPU-hours if every job ran to
+    its time limit."""
+    name = job_name(o)
+    out: list[str] = []
+    n_calls = 0
+    groups: dict[Request, list[PlannedJob]] = {}
+    for job in jobs:
+        assert job.request is not None
+        groups.setdefault(job.request, []).append(job)
+    for request, group in groups.items():
+        chunks = arrays(group, max_array_size)
+        sizes = ", ".join(str(len(chunk)) for chunk in chunks)
+        out.append(f"# {len(group)} job(s) with {request.describe()}: {len(chunks)} sbatch call(s) "
+                   f"(array sizes {sizes}; jobs {', '.join(str(j.num) for j in group)})")
+        folder = next_folder(sweep_dir, n_calls)
+        out.append(sbatch_script(sbatch_parameters(request, o, name), folder, len(chunks[0]), o.python))
+        n_calls += len(chunks)
+    hours = gpu_hours([r for r, group in groups.items() for _ in group])
+    out.append(f"dry run: {len(jobs)} job(s) in {n_calls} sbatch call(s), at most {hours:.2f} GPU-hours (every job "
+               "to its time limit); nothing submitted. Drop hydra.launcher.dry_run=true to submit.")
+    return "\n".join(out)
+
+
+def submit(tasks: Sequence[Task], params: dict[str, Any], folder: Path, max_num_timeout: int,
            python: str | None) -> list[str]:
     """Submit `tasks` with one sbatch call (an array of them, or one job); their Slurm job ids in order."""
     import submitit
@@ -77,6 +120,57 @@ def submit(tasks: Sequence[Callable[[], Any]], params: dict[str, Any], folder: P
         raise SlurmError(f"sbatch must accept the jobs, but refused them: {said}. Check the hydra.launcher values it "
                          f"names (partition, account, qos, ...); the script is in {folder}.") from e
     return [str(j.job_id) for j in jobs]
+
+
+def submit_jobs(jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, max_array_size: int,
+                make_task: Callable[[PlannedJob], Task]) -> list[str]:
+    """One sbatch call per array; the manifest is written after each, so a refusal midway leaves a record
+    (and the error says which jobs went out before)."""
+    sweep_dir = Path(manifest.sweep_dir)
+    name = job_name(o)
+    ids: list[str] = []
+    for chunk in arrays(jobs, max_array_size):
+        tasks = []
+        for job in chunk:
+            for file in (RESULT_FILE, METRICS_FILE):  # a rerun starts clean; checkpoint.pt is kept to resume
+                (job.job_dir / file).unlink(missing_ok=True)
+            shutil.rmtree(job.job_dir / TASK_DIR, ignore_errors=True)
+            tasks.append(make_task(job))
+        folder = fresh_folder(sweep_dir)
+        assert chunk[0].request is not None
+        try:
+            chunk_ids = submit(tasks, sbatch_parameters(chunk[0].request, o, name), folder, o.max_num_timeout,
+                               o.python)
+        except SlurmError as e:
+            done = (f" {len(ids)} job(s) were submitted before ({', '.join(ids)}): follow them with "
+                    f"`sweepit status {sweep_dir}`." if ids else " Nothing was submitted.")
+            raise SlurmError(f"{e}{done}") from None
+        submitted_at = now_iso()
+        for job, job_id in zip(chunk, chunk_ids, strict=True):
+            stdout, stderr = log_paths(folder, job_id)
+            link_logs(job.job_dir, stdout, stderr)
+            array_id, _, index = job_id.partition("_")
+            entry = manifest.jobs[job.num]
+            entry.state, entry.pid, entry.started_at, entry.ended_at = "queued", None, None, None
+            entry.extra = {
+                "slurm_job_id": job_id, "slurm_array_job_id": array_id,
+                "slurm_array_index": int(index) if index else None, "slurm_job_name": name,
+                "submitit_folder": str(folder), "stdout": str(stdout), "stderr": str(stderr),
+                "submitted_at": submitted_at, "gpus": job.request.n_gpus if job.request else None,
+                "nodes": job.request.nodes if job.request else None,
+                "timeout_min": job.request.timeout_min if job.request else None,
+                "metric": _select_str(job.config, "metric"), "direction": _select_str(job.config, "direction"),
+            }
+        ids.extend(chunk_ids)
+        write_manifest(manifest)
+    return ids
+
+
+def _select_str(config: Any, key: str) -> str | None:
+    from omegaconf import OmegaConf
+
+    value = OmegaConf.select(config, key, default=None) if config is not None else None
+    return None if value is None else str(value)
 
 
 def log_paths(folder: Path, job_id: str) -> tuple[Path, Path]:
@@ -96,3 +190,28 @@ def link_logs(job_dir: Path, stdout: Path, stderr: Path) -> None:
         if link.is_symlink() or link.exists():
             link.unlink()
         link.symlink_to(os.path.relpath(target, job_dir))
+
+
+def result_pickle(entry: JobEntry) -> Path | None:
+    """Where submitit keeps what rank 0's task returned (or raised); None for a job never submitted."""
+    from submitit.core.utils import JobPaths
+
+    folder, job_id = entry.extra.get("submitit_folder"), entry.extra.get("slurm_job_id")
+    return JobPaths(folder, job_id=str(job_id), task_id=0).result_pickle if folder and job_id else None
+
+
+def returned(entry: JobEntry) -> tuple[bool, Any]:
+    """(True, value) when rank 0's task returned `value`; (False, None) when it raised, was killed before it
+    returned, or its result cannot be read (then the sweeper gets the objective in result.json instead)."""
+    from submitit.core.utils import pickle_load
+
+    path = result_pickle(entry)
+    if path is None or not path.exists():
+        return False, None
+    try:
+        outcome, value = pickle_load(path)
+    except Exception as e:  # a class the driver cannot import, a truncated file
+        log.warning(f"job {entry.num}: its return value in {path} cannot be read ({type(e).__name__}: {e}); the "
+                    "sweeper gets the objective from its result.json instead.")
+        return False, None
+    return (True, value) if outcome == "success" else (False, None)

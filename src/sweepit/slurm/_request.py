@@ -1,0 +1,312 @@
+"""What each job asks Slurm for, checked before anything is submitted.
+
+A job's request comes from the launcher's options (`hydra.launcher.*`, under hydra-submitit-launcher's names:
+nodes, tasks_per_node, gpus_per_node, gpus_per_task, gres, timeout_min) unless the job's own config has
+`gpus_key` (`trainer.gpus=N`: N tasks with one GPU each, spread over as few nodes as hold them) or
+`timeout_key` (`timeout_min`). A request with no GPU anywhere is a CPU-only job: its script asks for none.
+Jobs with the same request share a job array.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from sweepit.errors import ConfigError
+from sweepit.slurm import _cluster as cluster
+from sweepit.slurm._cluster import SlurmError
+
+log = logging.getLogger(__name__)
+SIGNAL_EARLY_S = 60  # sbatch --signal: "may be sent up to 60 seconds earlier than specified"
+# hydra-submitit-launcher's keys that this launcher does not take, and what to do instead.
+_SUBMITIT_ONLY = {
+    "name": "sweepit's key is job_name", "wait_for_completion": "sweepit's key is wait",
+    "submitit_folder": "drop it: each submission gets <sweep dir>/.submitit/NNNN",
+    "stderr_to_stdout": "drop it: each job keeps stdout.log and stderr.log",
+    **{k: f"pass it as additional_parameters: {{{k.replace('_', '-')}: ...}}"
+       for k in ("comment", "exclude", "cpus_per_gpu", "mem_per_gpu", "mem_per_cpu")},
+}
+_LIST_YOURS = {
+    "account": "; `sacctmgr -n show assoc user=$USER format=account` lists yours.",
+    "qos": "; `sacctmgr -n show assoc user=$USER format=qos` lists yours.",
+    "partition": "; `sinfo -s` lists the partitions.",
+}
+
+
+def _require(ok: bool, rule: str, value: str, fix: str) -> None:
+    if not ok:
+        raise ConfigError(f"{rule}, but got {value}. {fix}")
+
+
+def _count(value: Any, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+@dataclass
+class SlurmOptions:
+    """The launcher's knobs (`hydra.launcher.*`; each is explained with its unit in the plugin's config schema)."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    required: list[str] = field(default_factory=list)
+    timeout_min: int = 60
+    nodes: int = 1
+    tasks_per_node: int = 1
+    gpus_per_node: int | None = None
+    gpus_per_task: int | None = None
+    gres: str | None = None
+    cpus_per_task: int | None = 1
+    mem_gb: int | None = None
+    constraint: str | None = None
+    setup: list[str] | None = field(default_factory=list)
+    additional_parameters: dict[str, Any] = field(default_factory=dict)
+    node_gpus: int | None = None
+    max_nodes: int = 1
+    srun_args: list[str] = field(default_factory=list)
+    python: str | None = None
+    job_name: str = "sweepit"
+    array_parallelism: int = 64
+    max_array_size: int | None = None
+    signal_delay_s: int = 90
+    max_num_timeout: int = 3
+    wait: bool = True
+    dry_run: bool = False
+    resume: bool = False
+    fail_on_error: bool = True
+    poll_interval_s: float = 2.0
+    result_grace_s: float = 2.0
+    stderr_tail_lines: int = 50
+    gpus_key: str | None = "trainer.gpus"
+    timeout_key: str | None = "timeout_min"
+    print_summary: bool = True
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> SlurmOptions:
+        """The options from `hydra.launcher`'s keys; an unknown key is refused with the list of valid ones."""
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(params) - set(known))
+        if unknown:
+            hints = "; ".join(f"{k}: {_SUBMITIT_ONLY[k]}" for k in unknown if k in _SUBMITIT_ONLY)
+            raise ConfigError(f"hydra.launcher takes only the Slurm launcher's keys ({', '.join(sorted(known))}), but "
+                              f"got {', '.join(unknown)}. " + (f"{hints}." if hints else "Remove or rename them."))
+        return cls(**params)
+
+    def __post_init__(self) -> None:
+        for key in self.required:
+            _require(key in SlurmOptions.__dataclass_fields__, "hydra.launcher.required must list launcher keys",
+                     f"required={self.required}", "Remove the unknown names from it.")
+            _require(getattr(self, key) not in (None, ""), f"hydra.launcher.{key} must be set on this cluster (it "
+                     "refuses jobs without one)", f"{key}=null", f"Add hydra.launcher.{key}=<yours> to the command, "
+                     f"or export SBATCH_{key.upper()}=<yours>" + _LIST_YOURS.get(key, "."))
+        for key, minimum, nullable in (
+                ("timeout_min", 1, False), ("nodes", 1, False), ("tasks_per_node", 1, False),
+                ("max_nodes", 1, False), ("array_parallelism", 1, False), ("gpus_per_node", 0, True),
+                ("gpus_per_task", 0, True), ("cpus_per_task", 1, True), ("mem_gb", 1, True), ("node_gpus", 1, True),
+                ("max_array_size", 1, True), ("signal_delay_s", 0, False), ("max_num_timeout", 0, False),
+                ("stderr_tail_lines", 0, False)):
+            value = getattr(self, key)
+            example = "null" if nullable else max(1, minimum)
+            _require((nullable and value is None) or _count(value, minimum),
+                     f"hydra.launcher.{key} must be {'null or ' if nullable else ''}an integer >= {minimum}",
+                     f"{key}={value!r}", f"Set for example hydra.launcher.{key}={example}.")
+        _require(self.result_grace_s >= 0, "hydra.launcher.result_grace_s must be >= 0",
+                 f"result_grace_s={self.result_grace_s!r}", "Set for example hydra.launcher.result_grace_s=2.")
+        _require(self.poll_interval_s > 0, "hydra.launcher.poll_interval_s must be > 0",
+                 f"poll_interval_s={self.poll_interval_s!r}", "Set for example hydra.launcher.poll_interval_s=2.")
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one job asks Slurm for (sbatch's options of the same names)."""
+
+    nodes: int
+    tasks_per_node: int
+    timeout_min: int
+    gpus_per_node: int | None = None
+    gpus_per_task: int | None = None
+    gres: str | None = None
+
+    @property
+    def gpus_on_node(self) -> int:
+        """GPUs the request takes on each node (0: a CPU-only job)."""
+        return max(self.gpus_per_node or 0, (self.gpus_per_task or 0) * self.tasks_per_node, gres_gpus(self.gres))
+
+    @property
+    def n_gpus(self) -> int:
+        return self.nodes * self.gpus_on_node
+
+    def describe(self) -> str:
+        tasks = self.nodes * self.tasks_per_node
+        per_node = f" ({self.nodes} nodes x {self.gpus_on_node})" if self.nodes > 1 and self.n_gpus else ""
+        what = f"{self.n_gpus} GPU(s){per_node}" if self.n_gpus else f"CPU only, {tasks} task(s)"
+        return f"{what}, {self.timeout_min} min"
+
+
+def gres_gpus(gres: str | None) -> int:
+    """GPUs per node in a --gres value: `gpu:4`, `gpu:a100:4`; a bare `gpu` is one."""
+    n = 0
+    for item in (gres or "").split(","):
+        name, *rest = item.strip().split(":")
+        if name == "gpu":
+            n += int(rest[-1]) if rest and rest[-1].isdigit() else 1
+    return n
+
+
+def integer(value: Any, key: str, num: int, minimum: int) -> int:
+    if not _count(value, minimum):
+        raise ConfigError(f"{key} must be an integer >= {minimum}, but job {num} has {key}={value!r}. "
+                          f"Set for example {key}={max(minimum, 1)}.")
+    return int(value)
+
+
+def check_time_limit(num: int, timeout_min: int, o: SlurmOptions, key: str) -> None:
+    if timeout_min * 60 < o.signal_delay_s + SIGNAL_EARLY_S:
+        raise ConfigError(
+            f"{key} must leave room for the checkpoint signal: Slurm sends USR2 hydra.launcher.signal_delay_s="
+            f"{o.signal_delay_s} s before the limit, up to {SIGNAL_EARLY_S} s early, so the limit must be at least "
+            f"{o.signal_delay_s + SIGNAL_EARLY_S} s, but job {num} has {key}={timeout_min} ({timeout_min * 60} s) "
+            f"and would be requeued as soon as it starts. Raise {key}, or lower hydra.launcher.signal_delay_s.")
+
+
+@dataclass
+class Asked:
+    """One job's own words about its request, read from its config: None where it says nothing."""
+
+    num: int
+    gpus: int | None                 # its `gpus_key`
+    timeout_min: int                 # its `timeout_key`, else the launcher's timeout_min
+    own_timeout: bool = False        # the time limit is the job config's
+
+
+def asked(num: int, gpus: Any, timeout_min: Any, o: SlurmOptions) -> Asked:
+    """Job `num`'s values of `gpus_key` and `timeout_key` (None: absent from its config), checked."""
+    limit = o.timeout_min if timeout_min is None else integer(timeout_min, str(o.timeout_key), num, 1)
+    check_time_limit(num, limit, o, str(o.timeout_key) if timeout_min is not None else "hydra.launcher.timeout_min")
+    return Asked(num, None if gpus is None else integer(gpus, str(o.gpus_key), num, 1), limit, timeout_min is not None)
+
+
+def spread(num: int, gpus: int, timeout_min: int, node_gpus: int, max_nodes: int, gpus_key: str) -> Request:
+    """`gpus_key=N`: N tasks with one GPU each over as few nodes as hold them; ConfigError when no allowed node
+    count holds them evenly."""
+    if gpus > node_gpus * max_nodes:
+        raise ConfigError(
+            f"{gpus_key} must be at most {node_gpus * max_nodes} (hydra.launcher.max_nodes={max_nodes} node(s) x "
+            f"{node_gpus} GPU(s) per node), but job {num} sets {gpus_key}={gpus}. Lower {gpus_key}, or raise "
+            "hydra.launcher.max_nodes within what the partition allows.")
+    nodes = math.ceil(gpus / node_gpus)
+    if gpus % nodes:
+        lower, upper = nodes * (gpus // nodes), nodes * (gpus // nodes + 1)
+        raise ConfigError(
+            f"{gpus_key} must split evenly over the {nodes} nodes it needs (the same number of ranks on each, at "
+            f"most {node_gpus} per node), but job {num} sets {gpus_key}={gpus}. Use for example {gpus_key}={lower} "
+            f"or {upper}.")
+    # Each task its own GPU: with GPUs per node alone every task of the node would see all of them.
+    return Request(nodes=nodes, tasks_per_node=gpus // nodes, timeout_min=timeout_min,
+                   gpus_per_node=gpus // nodes, gpus_per_task=1)
+
+
+def place(jobs: list[Asked], o: SlurmOptions) -> tuple[list[Request], int]:
+    """Each job's request, checked against the partition; and the most jobs one array may hold. A dry run away
+    from the cluster goes by the options alone."""
+    part: cluster.Partition | None = None
+    try:
+        cluster.check_reachable()
+        part = cluster.partition(o.partition)
+    except SlurmError:
+        if not o.dry_run:
+            raise
+    _say_what_the_job_configs_override(jobs, o)
+    requests = [_own_request(j, o, part) if j.gpus is not None else _launcher_request(j, o, part) for j in jobs]
+    if o.max_array_size is not None:
+        return requests, o.max_array_size
+    return requests, cluster.max_array_size() if part is not None else cluster.DEFAULT_MAX_ARRAY_SIZE
+
+
+def _node_gpus(o: SlurmOptions, part: cluster.Partition | None) -> int:
+    node_gpus = o.node_gpus or (part.gpus_per_node if part else None)
+    if node_gpus is None:
+        raise ConfigError("hydra.launcher.node_gpus must be set when Slurm cannot be asked (dry run away from the "
+                          "cluster), but it is null. Set for example hydra.launcher.node_gpus=4.")
+    if part is not None and node_gpus > part.gpus_per_node:
+        where = f"the nodes of partition {part.name} have" if part.gpus_per_node else f"partition {part.name} has"
+        raise ConfigError(f"hydra.launcher.node_gpus must be at most the {part.gpus_per_node} GPU(s) {where}, but got "
+                          f"node_gpus={node_gpus}. Lower it, or pick a GPU partition with hydra.launcher.partition "
+                          "(`sinfo -o '%P %G'` lists them).")
+    return node_gpus
+
+
+def _own_request(job: Asked, o: SlurmOptions, part: cluster.Partition | None) -> Request:
+    assert job.gpus is not None and o.gpus_key is not None
+    node_gpus = _node_gpus(o, part)
+    node_cap = o.max_nodes
+    if part is not None:
+        node_cap = min(node_cap, part.n_nodes, part.max_nodes_per_job or part.n_nodes)
+        if node_cap < o.max_nodes and job.gpus > node_gpus * node_cap:
+            raise ConfigError(
+                f"{o.gpus_key} must be at most the {node_gpus * node_cap} GPUs partition {part.name} offers one job "
+                f"({node_cap} node(s) of {node_gpus}), but job {job.num} sets {o.gpus_key}={job.gpus}. Lower "
+                f"{o.gpus_key}, or pick a larger partition with hydra.launcher.partition.")
+    return spread(job.num, job.gpus, job.timeout_min, node_gpus, o.max_nodes, o.gpus_key)
+
+
+def _launcher_request(job: Asked, o: SlurmOptions, part: cluster.Partition | None) -> Request:
+    r = Request(nodes=o.nodes, tasks_per_node=o.tasks_per_node, timeout_min=job.timeout_min,
+                gpus_per_node=o.gpus_per_node or None, gpus_per_task=o.gpus_per_task or None, gres=o.gres)
+    if part is None:
+        return r
+    node_cap = min(part.n_nodes, part.max_nodes_per_job or part.n_nodes)
+    _require(r.nodes <= node_cap, f"hydra.launcher.nodes must be at most the {node_cap} node(s) partition {part.name} "
+             "gives one job", f"nodes={r.nodes}", "Lower it, or pick a larger partition with hydra.launcher.partition.")
+    _require(r.gpus_on_node <= part.gpus_per_node, f"the GPUs a job asks for on one node (hydra.launcher."
+             f"gpus_per_node, gpus_per_task x tasks_per_node, or gres) must be at most the {part.gpus_per_node} its "
+             f"nodes have in partition {part.name}", f"{r.gpus_on_node} (gpus_per_node={o.gpus_per_node}, "
+             f"gpus_per_task={o.gpus_per_task}, tasks_per_node={o.tasks_per_node}, gres={o.gres})",
+             "Ask for fewer, or pick a GPU partition with hydra.launcher.partition (`sinfo -o '%P %G'` lists them).")
+    return r
+
+
+_REQUEST_DEFAULTS = {"nodes": 1, "tasks_per_node": 1, "gpus_per_node": None, "gpus_per_task": None, "gres": None}
+
+
+def _say_what_the_job_configs_override(jobs: list[Asked], o: SlurmOptions) -> None:
+    """A job's own `gpus_key` and `timeout_key` win over the launcher's keys: those set but left unused are
+    named, since a submitit config carried over would otherwise ask for something else than the jobs get."""
+    own = [j for j in jobs if j.gpus is not None]
+    unused = [f"{k}={getattr(o, k)}" for k, default in _REQUEST_DEFAULTS.items() if getattr(o, k) not in (default, 0)]
+    if own and unused:
+        log.warning(f"{o.gpus_key} in the job config sets the request of {len(own)} job(s) ({o.gpus_key}=N: N tasks "
+                    f"with one GPU each); these launcher keys apply only to jobs without it: hydra.launcher."
+                    f"{', '.join(unused)}. Set hydra.launcher.gpus_key=null to use them for every job.")
+    differ = [j for j in jobs if j.own_timeout and j.timeout_min != o.timeout_min]
+    if differ and o.timeout_min != SlurmOptions.timeout_min:
+        log.warning(f"{o.timeout_key} in the job config sets the time limit of {len(differ)} job(s) (e.g. "
+                    f"{differ[0].timeout_min} min); hydra.launcher.timeout_min={o.timeout_min} applies only to jobs "
+                    f"without it. Set {o.timeout_key}={o.timeout_min}, or hydra.launcher.timeout_key=null.")
+
+
+def sbatch_parameters(r: Request, o: SlurmOptions, job_name: str) -> dict[str, Any]:
+    """submitit's SlurmExecutor parameters (sbatch's names) for one array of jobs with this request."""
+    setup = [f"export OMP_NUM_THREADS={o.cpus_per_task}"] if o.cpus_per_task else []
+    params: dict[str, Any] = {
+        "job_name": job_name, "time": r.timeout_min, "nodes": r.nodes, "ntasks_per_node": r.tasks_per_node,
+        "signal_delay_s": o.signal_delay_s, "array_parallelism": o.array_parallelism,
+        "setup": [*setup, *(o.setup or [])], "stderr_to_stdout": False,
+    }
+    optional = {"cpus_per_task": o.cpus_per_task, "gpus_per_node": r.gpus_per_node, "gpus_per_task": r.gpus_per_task,
+                "gres": r.gres, "partition": o.partition, "account": o.account, "qos": o.qos,
+                "constraint": o.constraint, "mem": f"{o.mem_gb}GB" if o.mem_gb else None}
+    params.update({k: v for k, v in optional.items() if v is not None})
+    if o.srun_args:
+        params["srun_args"] = list(o.srun_args)
+    if o.additional_parameters:
+        params["additional_parameters"] = dict(o.additional_parameters)
+    return params
+
+
+def gpu_hours(requests: list[Request]) -> float:
+    """Upper bound of the sweep's cost: every job runs to its time limit."""
+    return sum(r.n_gpus * r.timeout_min / 60 for r in requests)

@@ -1,0 +1,269 @@
+"""The driver side of a Slurm sweep: plan each job's request, submit the job arrays, follow them, and say what
+each job ended as and returned.
+
+The launcher says how to prepare a job (compose its config, name its directory) and what each of its Slurm
+tasks runs (a picklable callable); this module does the rest, for a fixed list of jobs (`run`, or `dry_run`)
+or for jobs that come one by one as a sweeper asks (`start`, `wait_any`, `close`).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from sweepit._signals import StopSignals
+from sweepit.errors import ConfigError, SweepFailedError
+from sweepit.results._manifest import (
+    FAILED_STATUSES,
+    JobEntry,
+    Manifest,
+    failure_report,
+    is_finished,
+    now_iso,
+    open_manifest,
+    result_status,
+    write_manifest,
+)
+from sweepit.results._progress import Progress
+from sweepit.results._summary import summarize
+from sweepit.slurm._cluster import scancel
+from sweepit.slurm._follow import Follower
+from sweepit.slurm._request import SlurmOptions, asked, place
+from sweepit.slurm._states import look
+from sweepit.slurm._submit import PlannedJob, Task, dry_run_text, returned, submit_jobs
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Outcome:
+    """How a job ended, for the sweeper: its status (None: not followed, `wait=false`) and what its task
+    returned (`has_returned` False: it did not return, e.g. it failed or was killed first)."""
+
+    status: str | None
+    has_returned: bool = False
+    returned: Any = None
+
+
+class SlurmSweep:
+    """One sweep directory's Slurm run. `compose(job)` fills in the job's config and directory; `make_task(job)`
+    is what each of its Slurm tasks runs (pickled by submitit)."""
+
+    def __init__(self, options: SlurmOptions, sweep_dir: Path, compose: Callable[[PlannedJob], None],
+                 make_task: Callable[[PlannedJob], Task]) -> None:
+        self.options = options
+        self.sweep_dir = sweep_dir
+        self.compose = compose
+        self.make_task = make_task
+        self._open: tuple[Manifest, Follower, Progress] | None = None  # the run of start()/wait_any()
+        self._started: dict[int, PlannedJob] = {}
+        self._cancelled = False  # the jobs in flight were cancelled (Ctrl-C): wait for Slurm to end them
+
+    # -- before anything is submitted ----------------------------------------------------------------------
+    def plan(self, jobs: list[PlannedJob]) -> int:
+        """Compose each job and set its request, checked against the options and the partition (ConfigError,
+        SlurmError); returns the most jobs one array may hold."""
+        o = self.options
+        for job in jobs:
+            self.compose(job)
+        asks = [asked(j.num, _select(j.config, o.gpus_key), _select(j.config, o.timeout_key), o) for j in jobs]
+        requests, max_array_size = place(asks, o)
+        for job, request in zip(jobs, requests, strict=True):
+            job.request = request
+        return max_array_size
+
+    def dry_run(self, jobs: list[PlannedJob]) -> str:
+        """What `run` would submit: each request's sbatch script, the job count and the GPU-hours."""
+        return dry_run_text(jobs, self.sweep_dir, self.plan(jobs), self.options)
+
+    # -- a fixed list of jobs --------------------------------------------------------------------------------
+    def run(self, jobs: list[PlannedJob]) -> dict[int, Outcome]:
+        """Submit `jobs` and follow them to their end (or detach, `wait=false`); each one's Outcome. Raises
+        SweepFailedError, after the results table, when jobs failed (and `fail_on_error`) or on Ctrl-C."""
+        o = self.options
+        max_array_size = self.plan(jobs)
+        self.sweep_dir.mkdir(parents=True, exist_ok=True)
+        manifest = open_manifest(self.sweep_dir, launcher="slurm")
+        skipped, adopted, to_submit = self._sort_out(jobs, manifest)
+        for job in to_submit:
+            manifest.jobs[job.num] = JobEntry(num=job.num, overrides=job.overrides, job_dir=str(job.job_dir),
+                                              state="not started")
+        write_manifest(manifest)
+        submitted = submit_jobs(to_submit, manifest, o, max_array_size, self.make_task)
+        following = sorted([j.num for j in adopted] + [j.num for j in to_submit])
+        log.info(_submitted(len(jobs), submitted, len(skipped), len(adopted), self.sweep_dir))
+        if not o.wait:
+            print(_detached(manifest, following, self.sweep_dir), flush=True)
+            return {j.num: Outcome(None) for j in jobs}
+        progress = Progress(len(jobs))
+        progress.skip(len(skipped))
+        follower = Follower(manifest, following, progress, o.poll_interval_s, o.result_grace_s, o.stderr_tail_lines)
+        try:
+            progress.draw()
+            follower.run()
+        finally:
+            progress.close()
+        if follower.stop_signal is not None:
+            raise SweepFailedError(_stopped(manifest, follower.pending, follower.stop_signal, self.sweep_dir))
+        if o.print_summary:
+            print(summarize(self.sweep_dir), flush=True)
+        report = failure_report(manifest, jobs, dict(follower.statuses), {j.num for j in skipped}, None,
+                                o.fail_on_error)
+        if report is not None:
+            raise SweepFailedError(report)
+        return {j.num: _outcome(manifest.jobs[j.num], follower.statuses.get(j.num)) for j in jobs}
+
+    def _sort_out(self, jobs: list[PlannedJob], manifest: Manifest
+                  ) -> tuple[list[PlannedJob], list[PlannedJob], list[PlannedJob]]:
+        """(finished before, still in Slurm's hands, to submit): only a resume skips or adopts jobs."""
+        if not self.options.resume:
+            return [], [], list(jobs)
+        known = {j.num: manifest.jobs[j.num] for j in jobs
+                 if j.num in manifest.jobs and manifest.jobs[j.num].job_dir == str(j.job_dir)}
+        seen = look(known.values())
+        skipped, adopted, to_submit = [], [], []
+        for job in jobs:
+            s = seen.get(job.num)
+            if is_finished(job.job_dir):
+                skipped.append(job)
+                entry = manifest.jobs.setdefault(job.num, JobEntry(job.num, job.overrides, str(job.job_dir)))
+                entry.state = result_status(job.job_dir) or "completed"
+            elif s is not None and not s.final and not s.dead:
+                adopted.append(job)  # queued or running from an earlier submission: follow it, do not submit again
+            else:
+                to_submit.append(job)
+        return skipped, adopted, to_submit
+
+    # -- jobs one by one, as a sweeper asks (the Optuna sweeper's AsyncLauncher protocol) -------------------
+    def start(self, job: PlannedJob) -> None:
+        """Submit `job` now (one sbatch call); `wait_any` follows it with the others in flight."""
+        o = self.options
+        if o.dry_run:
+            raise ConfigError("hydra.launcher.dry_run shows the submission of a fixed list of jobs, so an adaptive "
+                              "search (whose next trial depends on the last ones) cannot use it, but got "
+                              "dry_run=true. Drop hydra.launcher.dry_run, or dry-run a grid of the same space with "
+                              "the basic sweeper.")
+        max_array_size = self.plan([job])
+        if self._open is None:
+            self.sweep_dir.mkdir(parents=True, exist_ok=True)
+            progress = Progress(0)
+            manifest = open_manifest(self.sweep_dir, launcher="slurm")
+            follower = Follower(manifest, [], progress, o.poll_interval_s, o.result_grace_s, o.stderr_tail_lines)
+            self._open = manifest, follower, progress
+        manifest, follower, _ = self._open
+        manifest.jobs[job.num] = JobEntry(num=job.num, overrides=job.overrides, job_dir=str(job.job_dir),
+                                          state="not started")
+        submit_jobs([job], manifest, o, max_array_size, self.make_task)
+        self._started[job.num] = job
+        follower.add(job.num)
+
+    def wait_any(self, timeout_s: float | None = None) -> list[tuple[PlannedJob, Outcome]]:
+        """Follow the jobs in flight (one squeue call every `poll_interval_s`) until one of them ends or
+        `timeout_s` passes; each job that ended since the last call, with its Outcome.
+
+        Ctrl-C (or SIGTERM) cancels every job in flight with scancel; they come back as `interrupted` once
+        Slurm has ended them, so the sweeper stops with its message. A second one stops waiting for that."""
+        assert self._open is not None, "start() a job before wait_any()"
+        manifest, follower, _ = self._open
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+
+        def second_stops(signum: int) -> None:
+            if len(stop.received) > 1:
+                raise KeyboardInterrupt(f"stopped by a second {signal.Signals(signum).name}")
+
+        def ended() -> list[int]:
+            return [n for n in self._started if n in follower.statuses]
+
+        with StopSignals(on_signal=second_stops) as stop:
+            while not ended() and follower.pending and (deadline is None or time.monotonic() < deadline):
+                if stop.first is not None and not self._cancelled:
+                    self._cancel_in_flight(manifest, follower, signal.Signals(stop.first).name)
+                next_look = time.monotonic() + self.options.poll_interval_s
+                follower.poll()
+                while ((stop.first is None or self._cancelled) and not ended()
+                       and time.monotonic() < min(next_look, deadline or next_look)):
+                    time.sleep(0.1)
+                    follower.settle()
+        return [(self._started.pop(n), _outcome(manifest.jobs[n], follower.statuses[n])) for n in ended()]
+
+    def _cancel_in_flight(self, manifest: Manifest, follower: Follower, why: str) -> None:
+        self._cancelled = True
+        left = [n for n in follower.pending if n in self._started]
+        ids = [str(manifest.jobs[n].extra["slurm_job_id"]) for n in left if manifest.jobs[n].extra.get("slurm_job_id")]
+        if ids:
+            scancel(ids)
+            log.warning(f"{why}: cancelled {len(ids)} Slurm job(s) still in flight: {', '.join(ids)} (jobs "
+                        f"{', '.join(map(str, left))})")
+
+    def close(self) -> None:
+        """End the run of start()/wait_any(). Jobs still in flight (the sweeper stopped on an error) are
+        cancelled with scancel, since no one will read their results; the manifest records them."""
+        if self._open is None:
+            return
+        manifest, follower, progress = self._open
+        self._open = None
+        left = [n for n in follower.pending if n in self._started]
+        try:
+            if left and not self._cancelled:
+                self._cancel_in_flight(manifest, follower, "the search stopped")
+            for n in left:
+                manifest.jobs[n].state, manifest.jobs[n].ended_at = "interrupted", now_iso()
+        finally:
+            progress.close()
+            write_manifest(manifest)
+            self._started.clear()
+            self._cancelled = False
+
+
+def _select(config: Any, key: str | None) -> Any:
+    return None if key is None else OmegaConf.select(config, key, default=None)
+
+
+def _outcome(entry: JobEntry, status: str | None) -> Outcome:
+    """The job's Outcome; a job that finished before (a resume skipped it) has its status from its result."""
+    if status in FAILED_STATUSES or (status is None and entry.state in FAILED_STATUSES):
+        return Outcome(status)
+    has_returned, value = returned(entry)
+    return Outcome(status, has_returned, value)
+
+
+# -- what the driver tells the user ----------------------------------------------------------------------------
+def _arrays(ids: list[str]) -> list[str]:
+    """The Slurm job ids to give scancel: an array's id stands for all its tasks."""
+    return sorted({i.split("_", 1)[0] for i in ids}, key=int)
+
+
+def _submitted(n_jobs: int, ids: list[str], n_skipped: int, n_adopted: int, sweep_dir: Path) -> str:
+    arrays = _arrays(ids)
+    parts = [f"Submitted {len(ids)} of {n_jobs} job(s) to Slurm in {len(arrays)} sbatch call(s)"
+             + (f" (job ids {', '.join(arrays)})" if arrays else "")]
+    if n_skipped:
+        parts.append(f"{n_skipped} finished before (skipped)")
+    if n_adopted:
+        parts.append(f"{n_adopted} still queued or running from before (followed, not submitted again)")
+    return "; ".join(parts) + f"; sweep dir {sweep_dir}"
+
+
+def _detached(manifest: Manifest, nums: list[int], sweep_dir: Path) -> str:
+    ids = [str(manifest.jobs[n].extra.get("slurm_job_id")) for n in nums]
+    lines = [f"Not waiting (hydra.launcher.wait=false): {len(ids)} job(s) in Slurm: {' '.join(ids)}",
+             f"  follow:  sweepit status {sweep_dir}",
+             f"  resume:  sweepit resume {sweep_dir}   (submits again only the jobs that did not complete)"]
+    if ids:
+        lines.append(f"  cancel:  scancel {' '.join(_arrays(ids))}")
+    return "\n".join(lines)
+
+
+def _stopped(manifest: Manifest, pending: list[int], signum: int | None, sweep_dir: Path) -> str:
+    name = signal.Signals(signum or signal.SIGINT).name
+    ids = [str(manifest.jobs[n].extra.get("slurm_job_id")) for n in pending]
+    return (f"stopped following the sweep ({name}); its {len(ids)} job(s) still in Slurm go on.\n"
+            f"  follow:  sweepit status {sweep_dir}\n"
+            f"  cancel:  scancel {' '.join(_arrays(ids))}")
