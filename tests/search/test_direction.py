@@ -4,6 +4,7 @@ app that writes no result.json and has no `direction` in its config."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -78,3 +79,18 @@ def test_a_grid_of_a_plain_app_minimizes(tmp_path: Path, capsys: pytest.CaptureF
     assert best_of(capsys.readouterr().out) == ("minimize", 1, "-0.25")
     report = load_sweep(sweep)
     assert report.direction == "minimize" and report.best is not None and report.best.num == 1
+
+
+def test_a_task_that_raises_trial_pruned_ends_as_pruned_not_failed(tmp_path: Path) -> None:
+    sweep = tmp_path / "p"
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
+    proc = subprocess.run([sys.executable, str(APP.with_name("pruning_app.py")), "-m", *LOCAL, "hydra/sweeper=optuna",
+                           "x=choice(-1,1)", "hydra.sweeper.sampler.name=grid", "hydra.sweeper.n_trials=2",
+                           f"hydra.sweep.dir={sweep}"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]  # a pruned trial is a result, not a failure
+    states = {t.params["x"]: t.state.name for t in load(sweep, "sweepit").trials}
+    assert states == {-1: "PRUNED", 1: "COMPLETE"}
+    statuses = {p.name.split("_")[0]: json.loads((p / "result.json").read_text())["status"]
+                for p in sweep.iterdir() if p.name[0].isdigit()}
+    assert sorted(statuses.values()) == ["completed", "pruned"]

@@ -4,6 +4,7 @@ file in the sweep directory (shared by the driver and the jobs), and are told to
 from __future__ import annotations
 
 import signal
+import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -87,3 +88,22 @@ def test_ctrl_c_cancels_the_trials_in_flight(tmp_path: Path, slurm_cluster: Slur
     trials = optuna.load_study(study_name="ctrl_c_slurm", storage=storage).trials
     assert sum(t.state == TrialState.COMPLETE for t in trials) == 3
     assert {t.user_attrs["job_num"] for t in trials if t.state == TrialState.COMPLETE}.isdisjoint({0, 1})
+
+
+def test_a_task_raising_trial_pruned_on_slurm_is_pruned_and_its_slurm_job_completes(tmp_path: Path) -> None:
+    """optuna.TrialPruned from a plain app (no sweepit import): PRUNED in the study, `pruned` in result.json,
+    and the Slurm job ends COMPLETED (a pruned trial is a result, not a crash)."""
+    sweep = tmp_path / "sweep"
+    app = Path(__file__).parents[1] / "search" / "app" / "pruning_app.py"
+    proc = run(app, sweep, "hydra/launcher=slurm", "hydra/sweeper=optuna", "x=choice(-1,1)",
+               "hydra.sweeper.sampler.name=grid", "hydra.sweeper.n_trials=2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(sweep / "optuna.journal")))
+    trials = optuna.load_study(study_name="sweepit", storage=storage).trials
+    assert {t.params["x"]: t.state for t in trials} == {-1: TrialState.PRUNED, 1: TrialState.COMPLETE}
+    pruned = next(t for t in trials if t.params["x"] == -1)
+    assert result(Path(pruned.user_attrs["job_dir"]))["status"] == "pruned"
+    job_id = slurm_ids(sweep)[pruned.user_attrs["job_num"]]
+    state = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"], capture_output=True, text=True,
+                           check=True, timeout=30).stdout.split()
+    assert state[-1] == "COMPLETED", state

@@ -26,6 +26,7 @@ PROFILES = sorted(p.stem for p in (PACKAGE_CONF / "hydra" / "launcher").glob("*.
 def _normalised(text: str, sweep_dir: Path) -> str:
     """The dry run's output without what differs between machines and runs: paths and the job name's suffix."""
     text = text.replace(str(sweep_dir), "<SWEEP_DIR>").replace(sys.executable, "<PYTHON>")
+    text = text.replace(str(APP.parent), "<APP_DIR>")
     return re.sub(r"(--job-name=\S+)-[0-9a-f]{6}\b", r"\1-<SUFFIX>", text)
 
 

@@ -9,6 +9,8 @@ the JobReturn a sweeper gets, and compact Hydra errors (Hydra prints the message
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -74,6 +76,7 @@ class SlurmLauncher(Launcher):
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
+        self.options.app_dir = os.path.abspath(sys.path[0]) if sys.path and sys.path[0] != "" else os.getcwd()
         return SlurmSweep(self.options, sweep_dir, compose=self._compose, make_task=self._task)
 
     def _compose(self, job: PlannedJob) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -83,11 +84,15 @@ class SlurmOptions:
     gpus_key: str | None = "trainer.gpus"
     timeout_key: str | None = "timeout_min"
     print_summary: bool = True
+    # Set by the launcher, not a config key: the directory the app's modules are imported from in the driver
+    # (the script's folder, Python's sys.path[0]); jobs get it on PYTHONPATH, so that a task function that imports
+    # its project's own modules (`from mynet import Net` beside train.py) unpickles and runs on the nodes too.
+    app_dir: str | None = field(default=None, init=False)
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> SlurmOptions:
         """The options from `hydra.launcher`'s keys; an unknown key is refused with the list of valid ones."""
-        known = [f.name for f in fields(cls)]
+        known = [f.name for f in fields(cls) if f.init]
         unknown = sorted(set(params) - set(known))
         if unknown:
             hints = "; ".join(f"{k}: {_SUBMITIT_ONLY[k]}" for k in unknown if k in _SUBMITIT_ONLY)
@@ -291,6 +296,8 @@ def _say_what_the_job_configs_override(jobs: list[Asked], o: SlurmOptions) -> No
 def sbatch_parameters(r: Request, o: SlurmOptions, job_name: str) -> dict[str, Any]:
     """submitit's SlurmExecutor parameters (sbatch's names) for one array of jobs with this request."""
     setup = [f"export OMP_NUM_THREADS={o.cpus_per_task}"] if o.cpus_per_task else []
+    if o.app_dir:
+        setup.append(f"export PYTHONPATH={shlex.quote(o.app_dir)}${{PYTHONPATH:+:$PYTHONPATH}}")
     params: dict[str, Any] = {
         "job_name": job_name, "time": r.timeout_min, "nodes": r.nodes, "ntasks_per_node": r.tasks_per_node,
         "signal_delay_s": o.signal_delay_s, "array_parallelism": o.array_parallelism,

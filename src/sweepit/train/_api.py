@@ -83,6 +83,7 @@ class Session:
     _trial: Any = None                               # the pruning callback, once opened (None: no study)
     _trial_checked: bool = False
     _stop: bool = False                              # the pruner's verdict after the latest report
+    told_to_stop: bool = False                       # should_stop() said True: a task that returns was pruned
 
     # -- what the session knows from the job's config --------------------------------------------------
     def value(self, key: str, default: Any = None) -> Any:
@@ -162,6 +163,7 @@ class Session:
                 flag = torch.tensor([float(stop)], device=_collective_device())
                 dist.all_reduce(flag, op=dist.ReduceOp.MAX)
                 stop = bool(flag.item() > 0)
+        self.told_to_stop = self.told_to_stop or stop
         return stop
 
     # -- checkpoints ---------------------------------------------------------------------------------------
@@ -249,6 +251,8 @@ class Session:
         """Rank 0 writes `result.json` unless the task wrote its own (sweepit's train.py does)."""
         if self.job_dir is None or not self.is_main:
             return
+        if status == "completed" and self.told_to_stop:
+            status = "pruned"  # the task returned because should_stop() said so
         try:
             if read_result(self.job_dir) is not None:
                 return
@@ -349,8 +353,8 @@ def report(metrics: Mapping[str, Any], epoch: int | None = None) -> None:
 
 
 def should_stop() -> bool:
-    """True when the Optuna pruner says to stop this trial after the last report (the job then ends as
-    `pruned`). Always False outside an Optuna search, or when the config names no `metric`. With several
+    """True when the Optuna pruner says to stop this trial after the last report: return (or raise
+    optuna.TrialPruned) and the job ends as `pruned`. Always False outside an Optuna search, or when the config names no `metric`. With several
     ranks every rank must call it: they all get rank 0's answer."""
     return active().should_stop()
 

@@ -1,0 +1,67 @@
+"""The example projects on the local Slurm cluster, as the README runs them: `hydra/launcher=slurm` from an
+app's own conf dir (the profiles come with sweepit), a user's own loop that resumes exactly after a requeue,
+sweepit's loop on a user's model and data, and a Hydra app that has never heard of sweepit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from slurm_launcher_testing import ROOT, Driver, driver_env, job_dirs, result, run, slurm_ids, tasks, wait_until
+
+EXAMPLES = ROOT / "examples"
+OWN_LOOP = EXAMPLES / "own_loop" / "train.py"
+
+
+def _rows(job_dir: Path) -> list[dict[str, float]]:
+    return [json.loads(line) for line in (job_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_own_loop_requeued_by_slurm_resumes_to_the_same_metrics(tmp_path: Path) -> None:
+    """Two identical jobs (`+rep` changes nothing); job 1 gets the USR2 Slurm sends before a time limit or on
+    preemption, is requeued, loads its checkpoint through sweepit.load_checkpoint and ends as job 0 does."""
+    sweep = tmp_path / "sweep"
+    driver = Driver(OWN_LOOP, sweep, "hydra/launcher=slurm", "epochs=6", "n_train=6000", "+rep=0,1",
+                    "hydra.launcher.poll_interval_s=1")
+    try:
+        wait_until(lambda: sweep.is_dir() and len(job_dirs(sweep)) == 2, "two job directories", 60)
+        interrupted = job_dirs(sweep)[1]
+        metrics = interrupted / "metrics.jsonl"
+        wait_until(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 2, "two epochs of job 1", 180)
+        subprocess.run(["scancel", "--signal=USR2", slurm_ids(sweep)[1]], check=True, timeout=30)
+        code = driver.finish()
+    finally:
+        driver.kill()
+    assert code == 0, driver.stderr
+    uninterrupted = job_dirs(sweep)[0]
+    assert tasks(interrupted)[0]["slurm_restart_count"] == "1"  # really requeued, and run again
+    assert _rows(interrupted) == _rows(uninterrupted)  # every epoch's metrics, bit for bit
+    assert result(interrupted)["status"] == "completed" and result(interrupted)["epochs_completed"] == 6
+    assert result(interrupted)["objective"] == result(uninterrupted)["objective"]
+    assert "2 jobs: 2 completed" in driver.stdout
+
+
+def test_config_only_on_slurm(tmp_path: Path) -> None:
+    env = driver_env(PYTHONPATH=str(EXAMPLES / "config_only"))  # the user's package, as sbatch passes it on
+    conf = EXAMPLES / "config_only" / "conf"
+    argv = [sys.executable, str(ROOT / "train.py"), "--config-dir", str(conf), "--config-name", "stripes", "-m",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}", "hydra/launcher=slurm", "model.width=4,8", "epochs=2",
+            "timeout_min=5"]
+    proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    done = [result(d) for _, d in sorted(job_dirs(tmp_path / "sweep").items())]
+    assert [r["status"] for r in done] == ["completed", "completed"]
+    assert {r["model"] for r in done} == {"mypkg.nets.StripeNet"} and done[0]["n_params"] < done[1]["n_params"]
+
+
+def test_any_hydra_app_on_slurm_cpu_only(tmp_path: Path) -> None:
+    """No trainer.gpus, no timeout_min in the app's config: the launcher's defaults make CPU-only requests."""
+    proc = run(EXAMPLES / "any_hydra_app" / "app.py", tmp_path / "sweep", "hydra/launcher=slurm", "x=0,1", "y=1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    done = {n: result(d) for n, d in job_dirs(tmp_path / "sweep").items()}
+    assert done[0]["objective"] == 0.25 and abs(done[1]["objective"] - (0.25 + 0.1 * -0.9589242746631385)) < 1e-9
+    assert "best (minimize objective): job 1" in proc.stdout
+    script = next((tmp_path / "sweep" / ".submitit").rglob("*.sh")).read_text()
+    assert "--gpus" not in script and "gres" not in script
