@@ -39,7 +39,7 @@ test-slurm: ## The Slurm launcher's tests against the local cluster (make slurm-
 	$(PY) -m pytest tests/slurm $(PYTEST_ARGS)
 
 lint: ## Ruff lint
-	$(VENV)/bin/ruff check src tests bench train.py
+	$(VENV)/bin/ruff check src tests bench examples train.py
 
 typecheck: ## Mypy on the package and the entry point
 	$(VENV)/bin/mypy

@@ -354,8 +354,8 @@ def report(metrics: Mapping[str, Any], epoch: int | None = None) -> None:
 
 def should_stop() -> bool:
     """True when the Optuna pruner says to stop this trial after the last report: return (or raise
-    optuna.TrialPruned) and the job ends as `pruned`. Always False outside an Optuna search, or when the config names no `metric`. With several
-    ranks every rank must call it: they all get rank 0's answer."""
+    optuna.TrialPruned) and the job ends as `pruned`. Always False outside an Optuna search, or when the config
+    names no `metric`. With several ranks every rank must call it: they all get rank 0's answer."""
     return active().should_stop()
 
 
