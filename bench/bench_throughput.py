@@ -172,7 +172,7 @@ def baseline_images(root: Path, real: bool, splits: Splits) -> tuple[torch.Tenso
 @contextmanager
 def only(splits: Splits) -> Iterator[None]:
     """sweepit's `train` sees the benchmark's subset instead of the whole data set."""
-    with mock.patch.object(training, "load_splits", lambda cfg, device: splits):
+    with mock.patch.object(training, "load_data", lambda cfg, device: splits):
         yield
 
 

@@ -69,6 +69,13 @@ def test_config_only_streams_datasets_from_disk_and_a_bad_target_fails_only_its_
     assert any(p.suffix == ".npy" for p in tmp_path.rglob("*.npy"))
 
 
+def test_a_users_model_on_a_built_in_task(tmp_path: Path) -> None:
+    proc = run(REPO / "train.py", ["model._target_=mypkg.nets.StripeNet", "epochs=2", "trainer.threads=1"], tmp_path,
+               pythonpath=EXAMPLES / "config_only")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "model=mypkg.nets.StripeNet" in proc.stdout and "UCI digits" in proc.stdout and "Epoch 2/2" in proc.stdout
+
+
 def test_own_loop_local_sweep_leaves_curves_results_and_the_summary(tmp_path: Path) -> None:
     proc = run(EXAMPLES / "own_loop" / "train.py", ["-m", "lr=0.003,0.03", "epochs=3", "n_train=600"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -104,6 +111,18 @@ def test_own_loop_under_optuna_is_pruned_by_the_median_pruner(tmp_path: Path) ->
         result = done[trial.user_attrs["job_num"]]
         assert result["status"] == "pruned" and result["epochs_completed"] == len(trial.intermediate_values) < 4
     assert "pruned" in proc.stdout  # the summary table shows it
+
+
+def test_own_loop_optuna_command_of_the_readme(tmp_path: Path) -> None:
+    """The README's command, with fewer trials and epochs: a TPE search with median pruning, 2 trials in flight."""
+    proc = run(EXAMPLES / "own_loop" / "train.py",
+               ["-m", "hydra/sweeper=optuna", "lr=tag(log, interval(1e-4, 1e-1))", "hydra.sweeper.n_trials=4",
+                "hydra.sweeper.n_jobs=2", "hydra.sweeper.pruner.name=median", "epochs=2", "n_train=300",
+                f"hydra.sweep.dir={tmp_path / 'study'}"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    statuses = [r["status"] for r in results(tmp_path / "study").values()]
+    assert len(statuses) == 4 and set(statuses) <= {"completed", "pruned"}
+    assert (tmp_path / "study" / "best_params.yaml").is_file()
 
 
 def test_any_hydra_app_runs_on_the_local_launcher_and_optuna(tmp_path: Path) -> None:

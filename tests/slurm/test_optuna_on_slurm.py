@@ -4,7 +4,6 @@ file in the sweep directory (shared by the driver and the jobs), and are told to
 from __future__ import annotations
 
 import signal
-import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -90,7 +89,8 @@ def test_ctrl_c_cancels_the_trials_in_flight(tmp_path: Path, slurm_cluster: Slur
     assert {t.user_attrs["job_num"] for t in trials if t.state == TrialState.COMPLETE}.isdisjoint({0, 1})
 
 
-def test_a_task_raising_trial_pruned_on_slurm_is_pruned_and_its_slurm_job_completes(tmp_path: Path) -> None:
+def test_a_task_raising_trial_pruned_on_slurm_is_pruned_and_its_slurm_job_completes(
+        tmp_path: Path, slurm_cluster: SlurmCluster) -> None:
     """optuna.TrialPruned from a plain app (no sweepit import): PRUNED in the study, `pruned` in result.json,
     and the Slurm job ends COMPLETED (a pruned trial is a result, not a crash)."""
     sweep = tmp_path / "sweep"
@@ -104,6 +104,4 @@ def test_a_task_raising_trial_pruned_on_slurm_is_pruned_and_its_slurm_job_comple
     pruned = next(t for t in trials if t.params["x"] == -1)
     assert result(Path(pruned.user_attrs["job_dir"]))["status"] == "pruned"
     job_id = slurm_ids(sweep)[pruned.user_attrs["job_num"]]
-    state = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"], capture_output=True, text=True,
-                           check=True, timeout=30).stdout.split()
-    assert state[-1] == "COMPLETED", state
+    assert slurm_cluster.wait_until_final(int(job_id.split("_")[0])) == "COMPLETED"

@@ -33,7 +33,7 @@ def _sbatch_lines(dry_run_stdout: str) -> set[str]:
 
 def test_the_schema_and_the_engine_take_the_same_keys() -> None:
     schema = {f.name for f in dataclasses.fields(SlurmLauncherConf)} - {"_target_"}
-    assert schema == {f.name for f in dataclasses.fields(SlurmOptions)}
+    assert schema == {f.name for f in dataclasses.fields(SlurmOptions) if f.init}  # app_dir: set by the launcher
 
 
 def test_an_unknown_key_is_refused_with_the_valid_ones_and_what_submitit_users_do_instead() -> None:
@@ -53,7 +53,7 @@ def test_submitit_keys_make_the_request_of_a_job_without_its_own(tmp_path: Path)
     assert {"--time=30", "--nodes=1", "--ntasks-per-node=2", "--gpus-per-task=1", "--cpus-per-task=3", "--mem=8GB",
             "--partition=debug", "--account=proj1", "--qos=normal", "--constraint=fast", "--mail-type=FAIL"} <= lines
     assert not any(line.startswith("--gpus-per-node") for line in lines), lines
-    assert "\nexport OMP_NUM_THREADS=3\nmodule load cuda\n" in proc.stdout
+    assert "\nexport OMP_NUM_THREADS=3\nexport PYTHONPATH=" in proc.stdout and "\nmodule load cuda\n" in proc.stdout
     assert "only to jobs without it" not in proc.stdout  # nothing in the job config overrides the launcher
 
     gres = run(APP, tmp_path / "gres", "x=0", "~trainer", "hydra.launcher.gres=gpu:2", "hydra.launcher.dry_run=true")

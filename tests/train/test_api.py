@@ -16,16 +16,16 @@ from omegaconf import OmegaConf
 import sweepit
 from sweepit.results._job_files import read_metrics, read_result
 from sweepit.search._pruning import ENV_STORAGE, ENV_STUDY, ENV_TRIAL, PRUNER_ATTR, open_storage
-from sweepit.train import _api
+from sweepit.train import _session
 
 
 @pytest.fixture(autouse=True)
 def _no_session_left_behind() -> None:
-    _api.end()
+    _session.end()
 
 
-def _job(tmp_path: Path, **config: object) -> _api.Session:
-    return _api.begin(tmp_path, OmegaConf.create(config))
+def _job(tmp_path: Path, **config: object) -> _session.Session:
+    return _session.begin(tmp_path, OmegaConf.create(config))
 
 
 def test_report_writes_one_row_per_epoch_and_a_rereported_epoch_replaces_the_later_ones(tmp_path: Path) -> None:
@@ -51,7 +51,7 @@ def test_report_refuses_what_is_not_a_mapping_and_epochs_below_one(tmp_path: Pat
 
 def test_outside_any_job_the_calls_write_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv(_api.ENV_JOB_DIR, raising=False)
+    monkeypatch.delenv(_session.ENV_JOB_DIR, raising=False)
     sweepit.report({"loss": 1.0})
     sweepit.save_checkpoint({"epoch": 1})
     assert sweepit.load_checkpoint() is None
@@ -85,10 +85,10 @@ def test_finish_keeps_the_tasks_own_result_and_takes_a_numeric_return_as_the_obj
 
 
 def test_trial_pruned_diverged_and_interrupts_have_their_own_status() -> None:
-    assert _api.status_of(optuna.TrialPruned("stop")) == "pruned"
-    assert _api.status_of(sweepit.DivergedError("nan")) == "diverged"
-    assert _api.status_of(KeyboardInterrupt()) == "interrupted"
-    assert _api.status_of(ValueError("bad")) == "failed"
+    assert _session.status_of(optuna.TrialPruned("stop")) == "pruned"
+    assert _session.status_of(sweepit.DivergedError("nan")) == "diverged"
+    assert _session.status_of(KeyboardInterrupt()) == "interrupted"
+    assert _session.status_of(ValueError("bad")) == "failed"
 
 
 def test_a_checkpoint_restores_the_state_the_metrics_and_every_random_state(tmp_path: Path) -> None:
@@ -102,7 +102,7 @@ def test_a_checkpoint_restores_the_state_the_metrics_and_every_random_state(tmp_
     after_save = (torch.rand(3), random.random())
     sweepit.report({"loss": 0.3}, epoch=3)  # reported after the checkpoint: a requeue loses it
 
-    _api.end()
+    _session.end()
     _job(tmp_path, lr=0.1, timeout_min=60)  # the job again; a new time limit does not change the trajectory
     state = sweepit.load_checkpoint()
     assert state is not None and state["epoch"] == 2
@@ -115,10 +115,10 @@ def test_a_checkpoint_of_another_configuration_is_not_resumed(tmp_path: Path, ca
                                                               ) -> None:
     _job(tmp_path, lr=0.1, trainer={"threads": 1})
     sweepit.save_checkpoint({"epoch": 1})
-    _api.end()
+    _session.end()
     _job(tmp_path, lr=0.1, trainer={"threads": 4})  # bookkeeping only: still the same run
     assert sweepit.load_checkpoint() == {"epoch": 1}
-    _api.end()
+    _session.end()
     _job(tmp_path, lr=0.2, trainer={"threads": 4})
     with caplog.at_level(logging.WARNING):
         assert sweepit.load_checkpoint() is None
@@ -129,7 +129,7 @@ def test_context_gives_the_rank_and_device_sweepit_assigned(tmp_path: Path, monk
     _job(tmp_path, device="cpu")
     job = sweepit.context()
     assert (job.rank, job.world_size, job.is_main, job.device.type, job.job_dir) == (0, 1, True, "cpu", tmp_path)
-    _api.end()
+    _session.end()
     for key, value in {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "MASTER_PORT": "29600"}.items():
         monkeypatch.setenv(key, value)  # as torchrun sets them
     _job(tmp_path, device="cpu")
@@ -166,7 +166,7 @@ def test_a_loop_on_the_api_resumes_exactly(tmp_path: Path) -> None:
     """A user's own loop, interrupted after epoch 2 and run again, ends with an uninterrupted run's metrics."""
 
     def loop(job_dir: Path, stop_after: int | None = None) -> list[dict[str, float]]:
-        _api.begin(job_dir, OmegaConf.create({"lr": 0.05, "seed": 0}))
+        _session.begin(job_dir, OmegaConf.create({"lr": 0.05, "seed": 0}))
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.2), torch.nn.Linear(8, 1))
         opt = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -186,7 +186,7 @@ def test_a_loop_on_the_api_resumes_exactly(tmp_path: Path) -> None:
             sweepit.save_checkpoint({"epoch": epoch, "model": model.state_dict(), "optimizer": opt.state_dict()})
             if epoch == stop_after:
                 break
-        _api.end()
+        _session.end()
         return read_metrics(job_dir)[0]
 
     straight = loop(tmp_path / "straight")

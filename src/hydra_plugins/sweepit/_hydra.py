@@ -42,7 +42,7 @@ from sweepit.results._job_files import RESULT_FILE, read_result
 from sweepit.results._manifest import now_iso
 from sweepit.results._status import sweeper_value
 from sweepit.slurm import TASK_DIR
-from sweepit.train import _api
+from sweepit.train import _session
 
 _registered = False
 
@@ -156,7 +156,7 @@ def run_hydra_job(hydra_context: HydraContext, task_function: TaskFunction, conf
     in a session of sweepit's API (what the task reports; its result.json when it writes none)."""
     from hydra.core.utils import run_job
 
-    session = _api.begin(job_dir_, config)
+    session = _session.begin(job_dir_, config)
     try:
         ret = run_job(hydra_context=hydra_context, task_function=task_function, config=config,
                       job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
@@ -165,17 +165,17 @@ def run_hydra_job(hydra_context: HydraContext, task_function: TaskFunction, conf
             reply = Reply(status="completed", value=picklable(ret.return_value))
         else:
             exc = _exception(ret._return_value)
-            status = _api.status_of(exc)
+            status = _session.status_of(exc)
             session.finish(status, error=exc)
             reply = Reply(status="pruned", error=f"{type(exc).__name__}: {exc}") if status == "pruned" else \
                 failure(status, exc)
         reply.working_dir, reply.task_name = ret.working_dir, ret.task_name
         return reply
     except BaseException as e:  # KeyboardInterrupt (the driver stopped the job), SystemExit
-        session.finish(_api.status_of(e), error=e)
+        session.finish(_session.status_of(e), error=e)
         raise
     finally:
-        _api.end(session)
+        _session.end(session)
 
 
 def _exception(value: Any) -> BaseException:
@@ -262,7 +262,7 @@ class SlurmTask:
         if rank != 0:  # one copy of .hydra/ and of the job's log file, written by rank 0
             with read_write(config.hydra), open_dict(config.hydra):
                 config.hydra.output_subdir = None
-        session = _api.begin(job_dir, config)
+        session = _session.begin(job_dir, config)
         try:
             ret = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=config,
                           job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir",
@@ -273,14 +273,14 @@ class SlurmTask:
                 # requeued and carries on, so that result is not the job's.
                 (job_dir / RESULT_FILE).unlink(missing_ok=True)
             else:
-                session.finish(_api.status_of(e), error=e)
+                session.finish(_session.status_of(e), error=e)
             raise
         finally:
-            _api.end(session)
+            _session.end(session)
         self._finished = True
         if ret.status == JobStatus.FAILED:
             error = _exception(ret._return_value)
-            status = _api.status_of(error)
+            status = _session.status_of(error)
             session.finish(status, error=error)
             if status == "pruned":
                 return None  # optuna.TrialPruned: a result, and the Slurm job ends COMPLETED

@@ -21,7 +21,7 @@ import sweepit
 from sweepit.errors import DivergedError
 from sweepit.results._job_files import read_metrics, write_result
 from sweepit.results._status import worst
-from sweepit.train import _api
+from sweepit.train import _session
 from sweepit.train._checks import check_config
 from sweepit.train._distributed import SINGLE, from_environment, spawn_local
 from sweepit.train._loop import EpochCallback, Outcome, train
@@ -54,15 +54,15 @@ def run_job(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None = None) -> f
     job_dir = Path(job_dir)
     rank = from_environment()
     if rank is not None and not rank.is_main:
-        session = _api.begin(job_dir, cfg, rank)
+        session = _session.begin(job_dir, cfg, rank)
         try:
             check_config(cfg)
             rows = train(cfg, rank=rank, session=session).rows
         finally:
-            _api.end(session)
+            _session.end(session)
         return float(rows[-1][cfg.metric]) if rows else float("nan")
     job_dir.mkdir(parents=True, exist_ok=True)
-    session = _api.begin(job_dir, cfg, rank or SINGLE)
+    session = _session.begin(job_dir, cfg, rank or SINGLE)
     t0 = time.perf_counter()
     result: dict[str, Any] = {
         "status": "failed", "objective": None, "metric": str(cfg.metric), "direction": str(cfg.direction),
@@ -79,7 +79,7 @@ def run_job(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None = None) -> f
         gpus = int(cfg.trainer.gpus)
         if rank is None and gpus > 1:
             outcome: Outcome = spawn_local(
-                gpus, lambda r: train(cfg, on_epoch, rank=r, session=_api.begin(job_dir, cfg, r)))
+                gpus, lambda r: train(cfg, on_epoch, rank=r, session=_session.begin(job_dir, cfg, r)))
         else:
             outcome = train(cfg, on_epoch, rank=rank or SINGLE, session=session)
         checkpoint = session.checkpoint_path
@@ -106,7 +106,7 @@ def run_job(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None = None) -> f
         return worst(str(cfg.direction))
     except BaseException as e:
         result.update(
-            status=_api.status_of(e), error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc(limit=20),
+            status=_session.status_of(e), error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc(limit=20),
             epochs_completed=len(rows_so_far()),
         )
         raise
@@ -114,7 +114,7 @@ def run_job(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None = None) -> f
         result["wall_time_s"] = time.perf_counter() - t0
         result["ended_at"] = _now()
         write_result(job_dir, result)
-        _api.end(session)
+        _session.end(session)
 
 
 def timing_summary(rows: list[dict[str, Any]]) -> dict[str, float | None]:

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch import nn
 
 from sweepit.errors import ConfigError, DivergedError
-from sweepit.train import _api
+from sweepit.train import _session
 from sweepit.train._batches import Batches, evaluate
 from sweepit.train._build import build_loss, build_model, check_output, load_data
 from sweepit.train._checks import check_metric
@@ -52,7 +52,7 @@ def _all_reduce(values: torch.Tensor, world: int, op: Any = None) -> torch.Tenso
 
 
 def train(cfg: Any, on_epoch: EpochCallback | None = None, log: Callable[[str], None] = print,
-          rank: Rank = SINGLE, session: _api.Session | None = None) -> Outcome:
+          rank: Rank = SINGLE, session: _session.Session | None = None) -> Outcome:
     """Train as `cfg` says, as `rank` of its world. Raises DivergedError when the loss stops being finite.
 
     Metrics, pruning and checkpoints go through `session` (the job's; without one, a session of its own that
@@ -60,7 +60,7 @@ def train(cfg: Any, on_epoch: EpochCallback | None = None, log: Callable[[str], 
     `trainer.checkpoint_every` epochs and training resumes from a checkpoint of the same configuration.
     """
     own = session is None
-    session = session or _api.begin(_api.job_dir_from_environment(), cfg, rank)
+    session = session or _session.begin(_session.job_dir_from_environment(), cfg, rank)
     log = log if rank.is_main else (lambda _: None)
     device = device_for(rank, str(cfg.device))
     init_process_group(rank, device)
@@ -69,10 +69,10 @@ def train(cfg: Any, on_epoch: EpochCallback | None = None, log: Callable[[str], 
     finally:
         destroy_process_group()
         if own:
-            _api.end(session)
+            _session.end(session)
 
 
-def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None], session: _api.Session,
+def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None], session: _session.Session,
            rank: Rank, device: torch.device) -> Outcome:
     world = rank.world_size
     if int(cfg.trainer.threads) > 0:

@@ -1,0 +1,298 @@
+"""One job's session in its own process: its directory, config, rank, the metrics reported so far, its Optuna
+trial, and the result.json it leaves when the task writes none. The public calls (sweepit.train._api) act on
+the active session; sweepit's launchers and its own loop begin and end them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sweepit.errors import ConfigError, DivergedError
+from sweepit.results._job_files import MetricsLog, read_metrics, read_result, write_result
+from sweepit.results._status import objective_direction
+
+if TYPE_CHECKING:
+    from sweepit.train._distributed import Rank
+
+log = logging.getLogger(__name__)
+ENV_JOB_DIR = "SWEEPIT_JOB_DIR"  # where a job writes, when no launcher or Hydra says (set it to try the API alone)
+_NOTHING = object()
+
+
+@dataclass
+class Session:
+    job_dir: Path | None
+    config: Any = None                               # the job's config (an OmegaConf object or a mapping)
+    rank: Rank | None = None                         # None: from the environment (Slurm, torchrun) at first use
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    started_at: str = field(default_factory=lambda: _now())
+    t0: float = field(default_factory=time.perf_counter)
+    _log: MetricsLog | None = None
+    _trial: Any = None                               # the pruning callback, once opened (None: no study)
+    _trial_checked: bool = False
+    _stop: bool = False                              # the pruner's verdict after the latest report
+    told_to_stop: bool = False                       # should_stop() said True: a task that returns was pruned
+
+    # -- what the session knows from the job's config --------------------------------------------------
+    def value(self, key: str, default: Any = None) -> Any:
+        from omegaconf import OmegaConf
+
+        if self.config is None:
+            return default
+        if OmegaConf.is_config(self.config):
+            return OmegaConf.select(self.config, key, default=default)
+        node: Any = self.config
+        for part in key.split("."):
+            node = node.get(part, default) if isinstance(node, Mapping) else getattr(node, part, default)
+        return node
+
+    @property
+    def metric(self) -> str | None:
+        """The objective's name (the config's `metric`): what pruning and `result.json` read from each report."""
+        metric = self.value("metric")
+        return None if metric is None else str(metric)
+
+    @property
+    def direction(self) -> str:
+        return objective_direction(self.value("direction"))
+
+    @property
+    def the_rank(self) -> Rank:
+        if self.rank is None:
+            from sweepit.train._distributed import SINGLE, from_environment
+
+            self.rank = from_environment() or SINGLE
+        return self.rank
+
+    @property
+    def is_main(self) -> bool:
+        return self.the_rank.is_main
+
+    # -- reporting ---------------------------------------------------------------------------------------
+    def report(self, metrics: Mapping[str, Any], epoch: int | None = None) -> None:
+        epoch = len(self.rows) + 1 if epoch is None else int(epoch)
+        if epoch < 1:
+            raise ConfigError(f"sweepit.report's epoch must be >= 1 (epochs count from 1), but got epoch={epoch}.")
+        row = {"epoch": epoch, **{str(k): _plain(v) for k, v in metrics.items() if k != "epoch"}}
+        # An epoch reported again (a run resumed from an earlier checkpoint) replaces that epoch and later ones.
+        self.rows = [r for r in self.rows if int(r.get("epoch", 0)) < epoch] + [row]
+        self._stop = False
+        if not self.is_main:
+            return
+        if self.job_dir is not None:
+            if self._log is None:
+                self._log = MetricsLog(self.job_dir)
+            self._log.resume_from(self.rows)
+        trial = self._open_trial()
+        if trial is not None:
+            self._stop = bool(trial(epoch, row))
+
+    def _open_trial(self) -> Any:
+        if not self._trial_checked:
+            self._trial_checked = True
+            metric = self.metric
+            if metric is not None:
+                from sweepit.search._pruning import pruning_callback
+
+                self._trial = pruning_callback(_MetricConfig(metric, self.value("epochs")))
+        return self._trial
+
+    def pruner_says_stop(self) -> bool:
+        """The pruner's verdict after the latest report, on rank 0 (other ranks: False); no collective."""
+        return self._stop if self.is_main else False
+
+    def should_stop(self) -> bool:
+        stop = self.pruner_says_stop()
+        if self.the_rank.world_size > 1:
+            import torch
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():  # every rank stops, or none
+                flag = torch.tensor([float(stop)], device=_collective_device())
+                dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+                stop = bool(flag.item() > 0)
+        self.told_to_stop = self.told_to_stop or stop
+        return stop
+
+    # -- checkpoints ---------------------------------------------------------------------------------------
+    @property
+    def checkpoint_path(self) -> Path | None:
+        from sweepit.train._checkpoint import CHECKPOINT_FILE
+
+        return None if self.job_dir is None else self.job_dir / CHECKPOINT_FILE
+
+    def _config_hash(self) -> str:
+        from omegaconf import OmegaConf
+
+        from sweepit.train._checkpoint import fingerprint
+
+        config = self.config
+        if OmegaConf.is_config(config):
+            if "hydra" in config:  # the launcher's copy of the job config: the task's part only
+                config = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
+            config = OmegaConf.to_container(config, resolve=True)
+        return fingerprint(config if isinstance(config, Mapping) else None)
+
+    def save_checkpoint(self, state: Any) -> None:
+        path = self.checkpoint_path
+        if path is None or not self.is_main:
+            return
+        from sweepit.train import _checkpoint
+
+        _checkpoint.save(path, state, self.rows, self._config_hash())
+
+    def load_checkpoint(self) -> Any:
+        path = self.checkpoint_path
+        if path is None:
+            return None
+        from sweepit.train import _checkpoint
+
+        restored = _checkpoint.load(path, self._config_hash())
+        if restored is None:
+            if path.is_file() and self.is_main:
+                log.warning(f"sweepit: {path} holds a checkpoint of another configuration (or of an older sweepit); "
+                            "this job starts from the beginning and will replace it")
+            return None
+        state, self.rows = restored
+        if self.is_main and self.job_dir is not None:
+            self._log = self._log or MetricsLog(self.job_dir)
+            self._log.resume_from(self.rows)  # the metrics as they were when the checkpoint was saved
+        return state
+
+    # -- the end -------------------------------------------------------------------------------------------
+    def outcome(self, status: str, returned: Any = _NOTHING, error: BaseException | None = None) -> dict[str, Any]:
+        """The `result.json` of a task that wrote none: status, objective, final metrics, best epoch, times."""
+        metric, direction = self.metric, self.direction
+        rows = self.rows or (read_metrics(self.job_dir)[0] if self.job_dir is not None else [])
+        result: dict[str, Any] = {
+            "status": status, "objective": None,
+            "epochs_completed": len(rows), "started_at": self.started_at, "ended_at": _now(),
+            "wall_time_s": time.perf_counter() - self.t0, "hostname": socket.gethostname(), "pid": os.getpid(),
+            "world_size": self.the_rank.world_size, "recorded_by": "sweepit",
+        }
+        # What the config says about the objective, and nothing it does not: readers apply one default.
+        result.update({k: str(v) for k, v in (("metric", metric), ("direction", self.value("direction"))) if v})
+        if rows:
+            result["final"] = rows[-1]
+        key = metric or ""
+        scored = [r for r in rows if _number(r.get(key)) is not None] if metric else []
+        if scored:
+            pick = max if direction == "maximize" else min
+            best = pick(scored, key=lambda r: float(r[key]))
+            result.update(best_epoch=best.get("epoch"), best_value=best[key])
+        if status in ("completed", "pruned"):
+            value = _number(returned) if returned is not _NOTHING else None
+            if value is None and scored:
+                value = float(scored[-1][key])
+            result["objective"] = value
+            if returned is not _NOTHING and returned is not None and _number(returned) is None:
+                result["returned"] = repr(returned)[:200]  # a dict or a string: the sweeper has it, this says what
+        elif status == "diverged":
+            result["objective"] = None
+            result["error"] = str(error) if error is not None else "the loss stopped being finite"
+        if error is not None and status in ("failed", "interrupted"):
+            result["error"] = f"{type(error).__name__}: {error}"
+            result["traceback"] = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        return result
+
+    def finish(self, status: str, returned: Any = _NOTHING, error: BaseException | None = None) -> None:
+        """Rank 0 writes `result.json` unless the task wrote its own (sweepit's train.py does)."""
+        if self.job_dir is None or not self.is_main:
+            return
+        if status == "completed" and self.told_to_stop:
+            status = "pruned"  # the task returned because should_stop() said so
+        try:
+            if read_result(self.job_dir) is not None:
+                return
+        except ValueError:
+            pass  # a half-written one of the task's: replaced by the launcher's record
+        write_result(self.job_dir, self.outcome(status, returned, error))
+
+
+@dataclass(frozen=True)
+class _MetricConfig:
+    metric: str
+    epochs: Any
+
+
+_active: Session | None = None
+
+
+def begin(job_dir: Path | str | None, config: Any = None, rank: Rank | None = None) -> Session:
+    """Start the session of one job in this process (a launcher, or sweepit's own loop, calls this)."""
+    global _active
+    _active = Session(job_dir=None if job_dir is None else Path(job_dir), config=config, rank=rank)
+    return _active
+
+
+def end(session: Session | None = None) -> None:
+    """Close `session` (or whichever is active): later calls begin a new one."""
+    global _active
+    if session is None or _active is session:
+        _active = None
+
+
+def active() -> Session:
+    """The session of the job running in this process; the first call outside sweepit's launchers begins one
+    in `$SWEEPIT_JOB_DIR`, else Hydra's output directory, else none (metrics kept in memory only)."""
+    global _active
+    if _active is None:
+        _active = Session(job_dir=job_dir_from_environment())
+    return _active
+
+
+def job_dir_from_environment() -> Path | None:
+    if os.environ.get(ENV_JOB_DIR):
+        return Path(os.environ[ENV_JOB_DIR])
+    hydra_config = sys.modules.get("hydra.core.hydra_config")  # Hydra runs this job: ask it, never import it
+    if hydra_config is not None and hydra_config.HydraConfig.initialized():
+        return Path(hydra_config.HydraConfig.get().runtime.output_dir)
+    return None
+
+
+def status_of(error: BaseException) -> str:
+    """The status a job that raised `error` ends with: optuna.TrialPruned is `pruned` (Optuna's own way to
+    prune from inside a trial), DivergedError `diverged`, KeyboardInterrupt `interrupted`, anything else `failed`."""
+    if isinstance(error, DivergedError):
+        return "diverged"
+    if isinstance(error, KeyboardInterrupt):
+        return "interrupted"
+    optuna_exceptions = sys.modules.get("optuna.exceptions")
+    if optuna_exceptions is not None and isinstance(error, optuna_exceptions.TrialPruned):
+        return "pruned"
+    return "failed"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _plain(value: Any) -> Any:
+    """A reported value as JSON takes it: tensors and NumPy scalars become Python numbers."""
+    item = getattr(value, "item", None)
+    if callable(item) and getattr(value, "ndim", 0) == 0:
+        value = item()
+    return value
+
+
+def _collective_device() -> Any:
+    import torch
+    import torch.distributed as dist
+
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
