@@ -105,7 +105,8 @@ def test_strict_pruner_prunes(tmp_path: Path) -> None:
 def test_failures_tolerated_up_to_the_rate(tmp_path: Path) -> None:
     sweep = tmp_path / "ok"
     # batch_size=-1 fails the job's config check: about half the trials fail.
-    common = ["optimizer=adam", "lr=0.01", "epochs=1", "hydra.sweeper.n_jobs=2", "hydra.sweeper.sampler.name=random"]
+    common = ["optimizer=adam", "lr=0.01", "epochs=1", "hydra.sweeper.n_jobs=2", "hydra.sweeper.sampler.name=random",
+              "hydra.sweeper.sampler.seed=0"]  # seeded: unseeded, 6 draws held no batch_size=-1 1.6% of the time
     proc = run_search([*common, "batch_size=choice(32,-1)", f"hydra.sweep.dir={sweep}", "hydra.sweeper.n_trials=6",
                        "hydra.sweeper.max_failure_rate=0.9", "study=fail_ok"], tmp_path)
     assert proc.returncode == 0, _out(proc)

@@ -30,8 +30,9 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from hydra.core.utils import JobReturn, JobStatus
+from hydra.core.utils import JobReturn, JobStatus, configure_log, setup_globals
 from hydra.errors import CompactHydraException
+from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
@@ -131,6 +132,58 @@ class ComposedConfigs:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.loader, name)
+
+
+class SweepitLauncher(Launcher):
+    """What sweepit's two launchers share: the Hydra context and task, the config composer, the driver's logging,
+    and the two knobs a sweeper may switch off on `self.options` (sweepit's Optuna sweeper does: failed trials
+    are its business, and it prints one table at the end)."""
+
+    options: Any
+
+    def __init__(self) -> None:
+        self.config: DictConfig | None = None
+        self.task_function: TaskFunction | None = None
+        self.hydra_context: HydraContext | None = None
+
+    @property
+    def fail_on_error(self) -> bool:
+        return bool(self.options.fail_on_error)
+
+    @fail_on_error.setter
+    def fail_on_error(self, value: bool) -> None:
+        self.options.fail_on_error = value
+
+    @property
+    def print_summary(self) -> bool:
+        return bool(self.options.print_summary)
+
+    @print_summary.setter
+    def print_summary(self, value: bool) -> None:
+        self.options.print_summary = value
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.config = config
+        self.hydra_context = hydra_context
+        self.task_function = task_function
+        # The sweeper shares this context: the configs it composes to validate a batch are kept for launch().
+        self.composed = setup_driver(hydra_context)
+
+    def sweep_dir(self) -> Path:
+        """Hydra's logging in the driver; the sweep's directory (its `${now:}` resolved once)."""
+        assert self.config is not None
+        setup_globals()
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        return Path(str(self.config.hydra.sweep.dir)).absolute()
+
+    def compose_job(self, num: int, overrides: list[str], sweep_dir: Path) -> tuple[DictConfig, Path]:
+        """The job's full config, as Hydra's own launchers compose it, and the directory it will run in."""
+        assert self.config is not None
+        config = self.composed.take(self.config, overrides)
+        with open_dict(config):
+            config.hydra.job.id = num
+            config.hydra.job.num = num
+        return config, job_dir(config, sweep_dir)
 
 
 def job_dir(config: DictConfig, sweep_dir: Path) -> Path:

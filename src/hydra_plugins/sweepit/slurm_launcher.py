@@ -12,16 +12,14 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
-from hydra.core.utils import JobReturn, configure_log, setup_globals
+from hydra.core.utils import JobReturn
 from hydra.errors import CompactHydraException
-from hydra.plugins.launcher import Launcher
-from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, OmegaConf, open_dict
+from hydra.types import HydraContext
+from omegaconf import OmegaConf
 
-from hydra_plugins.sweepit._hydra import SlurmTask, SweepFailed, job_dir, job_return, setup_driver
+from hydra_plugins.sweepit._hydra import SlurmTask, SweepFailed, SweepitLauncher, job_return
 from sweepit.errors import ConfigError, SweepFailedError, SweepitError
 from sweepit.slurm import Outcome, PlannedJob, SlurmError, SlurmOptions, SlurmSweep
 
@@ -34,59 +32,23 @@ def _plain(value: Any) -> Any:
     return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
 
 
-class SlurmLauncher(Launcher):
+class SlurmLauncher(SweepitLauncher):
     def __init__(self, **params: Any) -> None:
+        super().__init__()
         try:
             self.options = SlurmOptions.from_params({k: _plain(v) for k, v in params.items()})
         except ConfigError as e:
             raise SlurmLaunchError(str(e)) from None
-        self.config: DictConfig | None = None
-        self.task_function: TaskFunction | None = None
-        self.hydra_context: HydraContext | None = None
         self._sweep: SlurmSweep | None = None    # the run of start()/wait_any()
-        self._current: SlurmSweep | None = None  # the sweep whose jobs are being composed
-
-    # Knobs a sweeper may switch off (sweepit's Optuna sweeper does: failed trials are its business).
-    @property
-    def fail_on_error(self) -> bool:
-        return self.options.fail_on_error
-
-    @fail_on_error.setter
-    def fail_on_error(self, value: bool) -> None:
-        self.options.fail_on_error = value
-
-    @property
-    def print_summary(self) -> bool:
-        return self.options.print_summary
-
-    @print_summary.setter
-    def print_summary(self, value: bool) -> None:
-        self.options.print_summary = value
-
-    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
-        self.config = config
-        self.hydra_context = hydra_context
-        self.task_function = task_function
-        # The sweeper shares this context: the configs it composes to validate a batch are kept for launch().
-        self.composed = setup_driver(hydra_context)
 
     def _new_sweep(self) -> SlurmSweep:
-        """Hydra's logging in the driver, and the engine for this sweep directory."""
-        assert self.config is not None
-        setup_globals()
-        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
-        sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
+        sweep_dir = self.sweep_dir()
         self.options.app_dir = os.path.abspath(sys.path[0]) if sys.path and sys.path[0] != "" else os.getcwd()
-        return SlurmSweep(self.options, sweep_dir, compose=self._compose, make_task=self._task)
 
-    def _compose(self, job: PlannedJob) -> None:
-        """The job's full config, as Hydra's own launchers compose it, and the directory it will run in."""
-        assert self.config is not None and self._current is not None
-        config = self.composed.take(self.config, job.overrides)
-        with open_dict(config):
-            config.hydra.job.id = job.num
-            config.hydra.job.num = job.num
-        job.config, job.job_dir = config, job_dir(config, self._current.sweep_dir)
+        def compose(job: PlannedJob) -> None:
+            job.config, job.job_dir = self.compose_job(job.num, job.overrides, sweep_dir)
+
+        return SlurmSweep(self.options, sweep_dir, compose=compose, make_task=self._task)
 
     def _task(self, job: PlannedJob) -> SlurmTask:
         """What each Slurm task of the job runs: Hydra's run_job around the task function, in the job's directory."""
@@ -97,7 +59,7 @@ class SlurmLauncher(Launcher):
         return SlurmTask(context, self.task_function, job.config, Singleton.get_state(), str(job.job_dir))
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        self._current = sweep = self._new_sweep()
+        sweep = self._new_sweep()
         jobs = [PlannedJob(num=initial_job_idx + i, overrides=list(o)) for i, o in enumerate(job_overrides)]
         try:
             with _compact_errors():
@@ -113,7 +75,7 @@ class SlurmLauncher(Launcher):
     def start(self, overrides: Sequence[str], job_num: int) -> None:
         """Submit the job `job_num` now (one sbatch call); `wait_any` follows it with the others in flight."""
         if self._sweep is None:
-            self._sweep = self._current = self._new_sweep()
+            self._sweep = self._new_sweep()
         try:
             with _compact_errors():
                 self._sweep.start(PlannedJob(num=job_num, overrides=list(overrides)))
