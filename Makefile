@@ -32,10 +32,10 @@ test: ## Run the whole test suite (slow multiruns included)
 test-fast: ## Run the tests that take seconds (skips real multiruns)
 	$(PY) -m pytest -m "not slow and not slurm" $(PYTEST_ARGS)
 
-test-launcher: ## The local launcher's tests: real multiruns in subprocesses (under a minute)
+test-launcher: ## The local launcher's tests (tests/local): real multiruns and Hydra's launcher suites (about a minute)
 	$(PY) -m pytest tests/local $(PYTEST_ARGS)
 
-test-slurm: ## The Slurm launcher's tests against the local cluster (make slurm-up first; about 4 min)
+test-slurm: ## The Slurm tests against the local cluster: launcher, Optuna, examples, Hydra's suites (make slurm-up first; about 5 min)
 	$(PY) -m pytest tests/slurm $(PYTEST_ARGS)
 
 lint: ## Ruff lint

@@ -90,6 +90,8 @@ def test_own_loop_local_sweep_leaves_curves_results_and_the_summary(tmp_path: Pa
         assert next(sweep.glob(f"{num}_*/checkpoint.pt")).is_file()  # the user's loop owns its checkpoint: kept
     assert "best (maximize val_acc)" in proc.stdout
     assert (sweep / "report" / "learning_curves.png").is_file()
+    summary = (sweep / "report" / "summary.md").read_text()
+    assert f"python {EXAMPLES / 'own_loop' / 'train.py'} " in summary  # reproduce: this app, not sweepit's train.py
 
 
 def test_own_loop_under_optuna_is_pruned_by_the_median_pruner(tmp_path: Path) -> None:

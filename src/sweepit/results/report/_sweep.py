@@ -112,6 +112,7 @@ class Sweep:
     config_name: str = "config"       # Hydra's --config-name (a study file of sweeps/ or the root config)
     config_dir: str | None = None     # Hydra's --config-dir, relative to where the sweep ran when inside it
     launcher: str = ""
+    script: str = "train.py"          # the app the sweep ran (sweep.json's command), relative to where it ran
     job_config: dict[str, Any] = field(default_factory=dict)  # the first job's .hydra/config.yaml
 
     @property
@@ -253,5 +254,17 @@ def load_sweep(sweep_dir: Path, with_metrics: bool = True) -> Sweep:
         swept=swept_keys(rows) if len(jobs) > 1 else [],
         fixed=fixed_overrides(rows) if len(jobs) > 1 else dict(jobs[0].overrides) if jobs else {},
         config_name=config_name, config_dir=config_dir,
-        launcher=str(manifest.get("launcher", "")), job_config=job_config,
+        launcher=str(manifest.get("launcher", "")), job_config=job_config, script=_script(manifest),
     )
+
+
+def _script(manifest: dict[str, Any]) -> str:
+    """The app's script from the driver's command line in sweep.json, relative to where it ran when inside it."""
+    argv, cwd = manifest.get("argv"), manifest.get("cwd")
+    if not (isinstance(argv, list) and len(argv) > 1 and str(argv[1]).endswith(".py")):
+        return "train.py"
+    script = str(argv[1])
+    if isinstance(cwd, str) and os.path.isabs(script):
+        rel = os.path.relpath(script, cwd)
+        script = script if rel.startswith("..") else rel
+    return script

@@ -119,12 +119,13 @@ def to_markdown(table: Table) -> str:
     return "\n".join(lines)
 
 
-def reproduce_command(sweep: Sweep, job: JobReport, script: str = "train.py") -> str:
-    """`python train.py [--config-dir D --config-name S] <fixed overrides> <job's swept overrides>`: one run."""
+def reproduce_command(sweep: Sweep, job: JobReport) -> str:
+    """`python <the sweep's script> [--config-dir D --config-name S] <fixed overrides> <job's swept overrides>`:
+    one run (the script as sweep.json records it, train.py when there is no sweep.json)."""
     raw = _raw_overrides(job) or [f"{k}={v}" for k, v in job.overrides.items()]
     swept = set(sweep.swept)
     ordered = [o for o in raw if _key(o) not in swept] + [o for o in raw if _key(o) in swept]
-    args = ["python", script]
+    args = ["python", sweep.script]
     if sweep.config_dir:
         args += ["--config-dir", sweep.config_dir]
     if sweep.config_name != "config" or sweep.config_dir:
