@@ -14,12 +14,12 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sweepit.errors import ConfigError
 
-if TYPE_CHECKING:
-    from sweepit.train._loop import EpochCallback
+# Called after each epoch with (epoch, metrics row); True: the pruner says stop.
+EpochCallback = Callable[[int, dict[str, Any]], bool]
 
 ENV_STORAGE = "SWEEPIT_OPTUNA_STORAGE"   # storage URL, or the path of a journal file
 ENV_STUDY = "SWEEPIT_OPTUNA_STUDY"       # study name
