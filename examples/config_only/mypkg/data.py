@@ -4,6 +4,7 @@ read NumPy files memory-mapped, item by item (as data too large for memory would
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -52,11 +53,15 @@ class NpyImages(Dataset[tuple[torch.Tensor, int]]):
 def on_disk(root: str, n_samples: int = 2000, noise: float = 2.0, seed: int = 0) -> tuple[NpyImages, NpyImages]:
     """Datasets over .npy files under `root` (written once, on first use)."""
     folder = Path(root) / f"stripes-{n_samples}-{noise}-{seed}"
-    if not (folder / "val_y.npy").exists():
+    if not (folder / "val_y.npy").exists():  # written last: when it is there, all four are
         folder.mkdir(parents=True, exist_ok=True)
         x, y = _images(n_samples, noise, seed)
         cut = n_samples * 4 // 5
         for name, array in (("train_x", x[:cut]), ("train_y", y[:cut]), ("val_x", x[cut:]), ("val_y", y[cut:])):
-            np.save(folder / f"{name}.npy", array)
+            # Jobs of one sweep may get here at once: each writes its own temporary file and renames it, so
+            # that no job ever reads a file another is still writing.
+            tmp = folder / f".{name}.{os.getpid()}.npy"
+            np.save(tmp, array)
+            os.replace(tmp, folder / f"{name}.npy")
     return (NpyImages(folder / "train_x.npy", folder / "train_y.npy"),
             NpyImages(folder / "val_x.npy", folder / "val_y.npy"))
