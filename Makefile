@@ -46,7 +46,10 @@ typecheck: ## Mypy on the package and the entry point
 
 check: lint typecheck test ## Lint, typecheck and test
 
-sweep-%: sweeps/%.yaml ## Run the study in sweeps/<name>.yaml (extra overrides: ARGS='epochs=2')
+# One target per file of sweeps/ (extra overrides: ARGS='epochs=2'); `make help` lists them with their question.
+# A static pattern rule: GNU make skips implicit rules for .PHONY targets, so a plain `sweep-%:` rule did nothing.
+STUDY_TARGETS := $(filter-out sweep-scaling,$(addprefix sweep-,$(SWEEPS)))
+$(STUDY_TARGETS): sweep-%: sweeps/%.yaml
 	$(PY) train.py -m --config-dir sweeps --config-name $* $(ARGS)
 
 # The scaling study needs GPUs; without any it runs its CPU variant (gloo ranks, one core each, a small CNN
