@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -50,3 +51,34 @@ def test_checkpoint_of_another_config_is_ignored(compose_cfg: Callable[..., Dict
     rows, _ = read_metrics(tmp_path)
     assert [r["epoch"] for r in rows] == [1, 2]
     assert read_result(tmp_path)["lr"] == 0.05  # type: ignore[index]
+
+
+@pytest.mark.parametrize("change", [["trainer.lr_schedule=cosine", "trainer.warmup_epochs=1"], ["epochs=4"],
+                                    ["trainer.precision=bf16"], ["data.stratified=true"]])
+def test_a_change_of_trajectory_trains_again_from_scratch(compose_cfg: Callable[..., DictConfig], tmp_path: Path,
+                                                           change: list[str], caplog: pytest.LogCaptureFixture) -> None:
+    """The checkpoint's identity covers the `trainer` subtree and `epochs` too (a cosine schedule depends on the
+    epoch count): a kept checkpoint of the plain run must not stand for a run with any of these changed."""
+    base = ["epochs=3", "trainer.keep_checkpoint=true", *TINY[1:]]
+    run_job(compose_cfg(*base), tmp_path / "job")
+    plain = _untimed(read_metrics(tmp_path / "job")[0])
+    with caplog.at_level(logging.WARNING):
+        run_job(compose_cfg(*base, *change), tmp_path / "job")
+    assert "holds a checkpoint of another configuration" in caplog.text
+    again = _untimed(read_metrics(tmp_path / "job")[0])
+    run_job(compose_cfg(*base, *change), tmp_path / "fresh")
+    assert again == _untimed(read_metrics(tmp_path / "fresh")[0])  # what a fresh run of the new config gives
+    assert again != plain
+
+
+def test_bookkeeping_knobs_keep_the_checkpoint(compose_cfg: Callable[..., DictConfig], tmp_path: Path) -> None:
+    """Threads, logging and checkpoint cadence do not change the trajectory: the run resumes (here: has nothing
+    left to train) instead of starting over."""
+    base = ["epochs=2", "trainer.keep_checkpoint=true", *TINY[1:]]
+    run_job(compose_cfg(*base), tmp_path)
+    first = read_result(tmp_path)
+    run_job(compose_cfg(*base, "trainer.threads=2", "trainer.log_every_epoch=false", "timeout_min=5"), tmp_path)
+    second = read_result(tmp_path)
+    assert first is not None and second is not None
+    assert second["final"] == first["final"]  # the very same rows: read back, not trained again
+    assert second["wall_time_s"] < first["wall_time_s"]
