@@ -154,3 +154,22 @@ def test_study_opens_with_sqlite_url(tmp_path: Path) -> None:
     assert proc.returncode == 0, _out(proc)
     study = optuna.load_study(study_name="sql", storage=f"sqlite:///{db}")
     assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2
+
+
+def test_a_choice_that_does_not_compose_fails_its_trial_and_the_search_goes_on(tmp_path: Path) -> None:
+    """`optimizer=choice(adam,nosuch)`: the trials that draw `nosuch` are FAIL with the composition error, counted
+    as failures; the others run, and the search ends normally (no interrupted trial to retry forever)."""
+    sweep = tmp_path / "bad_choice"
+    proc = run_search(["optimizer=choice(adam,nosuch)", "epochs=1", "hydra.sweeper.sampler.name=grid",
+                       "hydra.sweeper.n_trials=2", f"hydra.sweep.dir={sweep}", "study=bad_choice"], tmp_path)
+    assert proc.returncode == 0, _out(proc)
+    trials = {t.params["optimizer"]: t for t in load(sweep, "bad_choice").trials}
+    assert trials["adam"].state == TrialState.COMPLETE
+    bad = trials["nosuch"]
+    assert bad.state == TrialState.FAIL and bad.user_attrs["sweepit_status"] == "failed"
+    assert "nosuch" in bad.user_attrs["error"] and "optimizer" in bad.user_attrs["error"]
+    assert "failed before it started" in proc.stdout + proc.stderr
+    again = run_search(["optimizer=choice(adam,nosuch)", "epochs=1", "hydra.sweeper.sampler.name=grid",
+                        "hydra.sweeper.n_trials=2", f"hydra.sweep.dir={sweep}", "study=bad_choice"], tmp_path)
+    assert again.returncode == 0, _out(again)  # resumed: nothing left to do, nothing crashes
+    assert len(load(sweep, "bad_choice").trials) == 2

@@ -81,7 +81,10 @@ class OptunaSweeper(Sweeper):
             raise OptunaInputError(str(e)) from None
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         try:
-            returns: list[JobReturn] = search.run(self.launcher)
+            # Each trial's config is composed before its job starts (and kept for the launcher): a value that does
+            # not compose fails that trial alone.
+            returns: list[JobReturn] = search.run(self.launcher,
+                                                  check=lambda overrides: self.validate_batch_is_legal([overrides]))
         except SweepFailedError as e:
             if isinstance(e, CompactHydraException):
                 raise

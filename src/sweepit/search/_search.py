@@ -29,7 +29,7 @@ from sweepit.search._results import BEST_FILE, TRIALS_FILE, best_trial, write_re
 from sweepit.search._samplers import build_sampler, check_sampler, grid_size
 from sweepit.search._space import SearchSpace
 from sweepit.search._study import failure_rate, interrupt, is_counted, recover, tell
-from sweepit.search._trials import AsyncLauncher, as_runner, read_outcome
+from sweepit.search._trials import AsyncLauncher, Outcome, as_runner, read_outcome
 
 log = logging.getLogger(__name__)
 JOURNAL_FILE = "optuna.journal"  # the study's storage when none is given: a file in the sweep directory
@@ -156,8 +156,12 @@ class Search:
         self.study = study
 
     # -- the search -------------------------------------------------------------------------------------------
-    def run(self, launcher: Any) -> list[Any]:
+    def run(self, launcher: Any, check: Callable[[list[str]], None] | None = None) -> list[Any]:
         """Trials until `n_trials` count in the study; returns what the launcher returned for each job.
+
+        `check(overrides)` (the sweeper composes the job's config) runs before a trial's job starts: when it
+        raises, the trial is told FAIL with that error and counts as a failure, and the search goes on (a bad
+        value among the choices must not end the search, nor be retried as if it had been interrupted).
 
         Raises SweepFailedError when the search stopped early (failure rate, an interrupted trial). Whatever
         ends it, trials in flight are told as interrupted (and retried by the next run), the launcher is
@@ -187,10 +191,14 @@ class Search:
                     overrides = self.space.overrides(trial.params)
                     trial.set_user_attr("job_num", job)
                     trial.set_user_attr("overrides", overrides)
-                    log.info(f"trial {trial.number} -> job {job}: {' '.join(overrides)}")
-                    runner.start([*overrides, *self.env_overrides(self._trial_env(trial.number))], job)
-                    in_flight[job] = trial
+                    job_overrides = [*overrides, *self.env_overrides(self._trial_env(trial.number))]
                     n_counted += 1
+                    if check is not None and not self._checks(check, trial, job, job_overrides):
+                        stop = stop or self._failure_stop()
+                        continue
+                    log.info(f"trial {trial.number} -> job {job}: {' '.join(overrides)}")
+                    runner.start(job_overrides, job)
+                    in_flight[job] = trial
                 if not in_flight:
                     break
                 for job, ret in runner.wait_any():
@@ -217,6 +225,19 @@ class Search:
         if stop is not None:
             raise SweepFailedError(stop)
         return returns
+
+    def _checks(self, check: Callable[[list[str]], None], trial: Any, job: int, overrides: list[str]) -> bool:
+        """False, after telling the trial FAIL with the reason, when its job's config cannot be made."""
+        try:
+            check(overrides)
+        except Exception as e:
+            error = " ".join(str(e).split()) or type(e).__name__
+            tell(self.study, trial.number, trial._trial_id, Outcome("failed", None, None, error),
+                 self.options.diverged_value)
+            log.warning(f"trial {trial.number} failed before it started: its job's config cannot be made "
+                        f"({error[:300]}); the search goes on")
+            return False
+        return True
 
     def _trial_env(self, number: int) -> dict[str, str]:
         return {ENV_STORAGE: str(self.info["storage"]), ENV_STUDY: str(self.info["study_name"]),
