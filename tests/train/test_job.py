@@ -138,3 +138,16 @@ def test_bf16_channels_last_trains_the_cnn_like_fp32(compose_cfg: Callable[..., 
     # val_acc over 100 images moves in steps of 0.01 and flips by a few images between CPUs with and without
     # native bf16; the validation loss is the steadier measure of "the same end".
     assert bf16["final"]["val_loss"] == pytest.approx(fp32["final"]["val_loss"], rel=0.05)
+
+
+def test_a_loss_that_explodes_but_stays_finite_is_diverged(compose_cfg: Callable[..., DictConfig],
+                                                           tmp_path: Path) -> None:
+    """Adam at lr 1e6 on digits: a finite loss of about 1e13 (val_acc 0.12) is a diverged run, not a result."""
+    cfg = compose_cfg("lr=1e6", "epochs=3", *TINY[1:])
+    assert run_job(cfg, tmp_path / "exploded") == -math.inf
+    result = read_result(tmp_path / "exploded")
+    assert result is not None and result["status"] == "diverged"
+    assert "times the untrained model's" in result["error"] and "trainer.diverge_ratio" in result["error"]
+    off = compose_cfg("lr=1e6", "epochs=1", "trainer.diverge_ratio=0", *TINY[1:])
+    run_job(off, tmp_path / "off")  # only NaN and inf count: this one "completes"
+    assert read_result(tmp_path / "off")["status"] == "completed"  # type: ignore[index]

@@ -122,6 +122,8 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
 
     checkpointing = bool(cfg.trainer.get("checkpoint", False))
     first_epoch = 1
+    initial_loss: float | None = None  # the untrained model's loss (first batch): the divergence yardstick
+    diverge_ratio = float(cfg.trainer.get("diverge_ratio", 0) or 0)
     if checkpointing:
         state = session.load_checkpoint()
         if state is not None:
@@ -129,6 +131,7 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
             optimizer.load_state_dict(state["optimizer"])
             batches.set_state(state["batches"])
             first_epoch = int(state["epoch"]) + 1
+            initial_loss = state.get("initial_loss")
             out.rows = list(session.rows)
             log(f"sweepit: resumed from {session.checkpoint_path} after epoch {state['epoch']}")
     every = max(1, int(cfg.trainer.get("checkpoint_every", 1)))
@@ -139,7 +142,8 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
         model.train()
         _sync(device)
         t0 = time.perf_counter()
-        sums = torch.zeros(3, device=device, dtype=torch.float64)  # loss x samples, correct, samples
+        # loss x samples, correct, samples, and in the first epoch the first batch's loss (the untrained model's)
+        sums = torch.zeros(4, device=device, dtype=torch.float64)
         if epoch > warmup_epochs:
             _set_lr(optimizer, effective_lr * schedule_factor(schedule, epoch, epochs, warmup_epochs))
         for step, (xb, yb) in enumerate(batches.train(epoch)):
@@ -154,18 +158,27 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
             optimizer.step()
             sums[0] += loss.detach() * len(yb)
             sums[2] += len(yb)
+            if step == 0 and initial_loss is None:
+                sums[3] += loss.detach()
             if not regression:
                 sums[1] += (logits.argmax(1) == yb).sum()
         _sync(device)
         epoch_time = torch.tensor([time.perf_counter() - t0], device=device, dtype=torch.float64)
         epoch_time_s = float(_all_reduce(epoch_time, world, dist.ReduceOp.MAX if world > 1 else None))
-        loss_sum, correct, seen = (float(v) for v in _all_reduce(sums, world))
+        loss_sum, correct, seen, first_losses = (float(v) for v in _all_reduce(sums, world))
+        if initial_loss is None:
+            initial_loss = first_losses / world
         if seen == 0:
             raise ConfigError(f"an epoch must train on at least one batch, but batch_size={batch_size} x "
                               f"{world} rank(s) left none of the {batches.n_train} training samples.")
         train_loss = loss_sum / seen
         if not math.isfinite(train_loss):
             raise DivergedError(f"training loss became {train_loss} in epoch {epoch} (lr={effective_lr:g})")
+        if diverge_ratio > 0 and train_loss > diverge_ratio * max(initial_loss, 1.0):
+            raise DivergedError(
+                f"training loss {train_loss:.4g} in epoch {epoch} is more than trainer.diverge_ratio={diverge_ratio:g} "
+                f"times the untrained model's {initial_loss:.4g} (lr={effective_lr:g}); set trainer.diverge_ratio=0 "
+                "to treat only NaN and inf as divergence")
         row: dict[str, Any] = {"epoch": epoch, "train_loss": train_loss}
         if not regression:
             row["train_acc"] = correct / seen
@@ -184,7 +197,8 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
             log(epoch_line(row, epochs))
         if checkpointing and (epoch % every == 0 or epoch == epochs):
             session.save_checkpoint({"epoch": epoch, "model": _unwrap(model).state_dict(),
-                                     "optimizer": optimizer.state_dict(), "batches": batches.state()})
+                                     "optimizer": optimizer.state_dict(), "batches": batches.state(),
+                                     "initial_loss": initial_loss})
         stop = float(session.pruner_says_stop() or (on_epoch is not None and on_epoch(epoch, row)))
         if float(_all_reduce(torch.tensor([stop], device=device), world,
                              dist.ReduceOp.MAX if world > 1 else None)) > 0:
