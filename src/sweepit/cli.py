@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -70,21 +71,38 @@ def _resume(args: argparse.Namespace) -> int:
 
     from sweepit.results._manifest import command_line, read_manifest, rerun_argv
 
-    m = read_manifest(Path(args.sweep_dir))
-    argv = rerun_argv(m.argv, Path(m.sweep_dir))
+    m = read_manifest(Path(args.sweep_dir))  # the directory given, wherever the sweep ran first
+    argv, cwd = _runnable(m.argv, m.cwd)
+    argv = rerun_argv(argv, Path(m.sweep_dir))
     if args.wait is not None:
         if m.launcher != "slurm":
             raise SweepitError(f"--wait/--no-wait applies to Slurm sweeps only, but {m.sweep_dir} ran with the "
                                f"{m.launcher} launcher; drop the option.")
         argv = [a for a in argv if not a.startswith("hydra.launcher.wait=")]
         argv.append(f"hydra.launcher.wait={'true' if args.wait else 'false'}")
-    print(f"sweepit: running {command_line(argv, m.cwd)}", file=sys.stderr, flush=True)
-    proc = subprocess.Popen(argv, cwd=m.cwd)
+    print(f"sweepit: running {command_line(argv, cwd)}", file=sys.stderr, flush=True)
+    proc = subprocess.Popen(argv, cwd=cwd)
     while True:
         try:
             return proc.wait()
         except KeyboardInterrupt:
             continue  # the sweep got the Ctrl-C too, and ends in its own way
+
+
+def _runnable(argv: list[str], cwd: str) -> tuple[list[str], str]:
+    """The sweep's recorded command and folder, or, when the repository moved since, the same script under
+    this folder (where `sweepit resume` runs) and this Python."""
+    python, script, rest = argv[0], argv[1] if len(argv) > 1 else "", argv[2:]
+    if not os.path.exists(python):
+        python = sys.executable
+    if script.endswith(".py") and not os.path.exists(script):
+        here = Path.cwd() / os.path.relpath(script, cwd)
+        if not here.is_file():
+            raise SweepitError(f"the sweep's script must still exist to resume it, but {script} does not (was the "
+                               f"repository moved?), nor {here}. Run `sweepit resume` from the folder the sweep ran "
+                               f"in at its new place (it ran in {cwd}).")
+        return [python, str(here), *rest], os.getcwd()
+    return [python, script, *rest], cwd if os.path.isdir(cwd) else os.getcwd()
 
 
 def _download(args: argparse.Namespace) -> int:

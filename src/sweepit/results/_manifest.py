@@ -97,7 +97,7 @@ def driver_argv() -> list[str]:
 def read_manifest(sweep_dir: Path) -> Manifest:
     path = manifest_path(sweep_dir)
     try:
-        return Manifest.from_json(path.read_text())
+        return _rerooted(Manifest.from_json(path.read_text()), Path(sweep_dir).absolute())
     except FileNotFoundError:
         raise ManifestError(
             f"a sweep directory must hold {MANIFEST_FILE} to be resumed, but {path} does not exist; "
@@ -105,6 +105,25 @@ def read_manifest(sweep_dir: Path) -> Manifest:
         ) from None
     except (ValueError, TypeError) as e:
         raise ManifestError(f"{path} must be a sweepit manifest, but it cannot be read: {e}") from e
+
+
+def _rerooted(m: Manifest, sweep_dir: Path) -> Manifest:
+    """The manifest of a sweep directory that was moved or copied since it was written: the paths it records
+    under the old place (job directories, Slurm logs) are taken to be under `sweep_dir`, where it is now."""
+    old = m.sweep_dir
+    if Path(old) == sweep_dir:
+        return m
+
+    def moved(path: Any) -> Any:
+        if isinstance(path, str) and (path == old or path.startswith(old.rstrip("/") + "/")):
+            return str(sweep_dir / os.path.relpath(path, old))
+        return path
+
+    m.sweep_dir = str(sweep_dir)
+    for entry in m.jobs.values():
+        entry.job_dir = moved(entry.job_dir)
+        entry.extra = {k: moved(v) for k, v in entry.extra.items()}
+    return m
 
 
 def open_manifest(sweep_dir: Path, launcher: str, argv: list[str] | None = None) -> Manifest:
