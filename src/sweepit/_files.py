@@ -6,6 +6,7 @@ never half of one, and a job killed while writing keeps the previous version.
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from collections.abc import Iterator
@@ -34,8 +35,11 @@ def atomic_file(path: Path, *, binary: bool = False, fsync: bool = True) -> Iter
     replaces the old one (a download's checksum).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise _clear(e, path) from e
     try:
         os.fchmod(fd, 0o666 & ~_UMASK)
         os.close(fd)
@@ -45,9 +49,35 @@ def atomic_file(path: Path, *, binary: bool = False, fsync: bool = True) -> Iter
             if fsync:
                 os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+        if fsync:
+            _fsync_dir(path.parent)  # the rename itself survives a crash
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EROFS):
+            raise _clear(e, path) from e
         raise
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return  # a file system that cannot open directories (rare): the file itself is synced
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _clear(e: OSError, path: Path) -> OSError:
+    """The same error, saying which file could not be written and that its old content is intact."""
+    why = {errno.ENOSPC: "the file system is full", errno.EDQUOT: "the disk quota is used up",
+           errno.EACCES: "permission is denied", errno.EROFS: "the file system is read-only"}.get(e.errno or 0,
+                                                                                              e.strerror)
+    return type(e)(e.errno, f"sweepit could not write {path}: {why}; nothing was replaced (a file there keeps its "
+                            "previous content). Free space or fix the permissions, then run again or resume the sweep")
 
 
 def atomic_write(path: Path, data: str | bytes, *, fsync: bool = True) -> Path:
