@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from sweepit_testing import run_train
 
@@ -64,3 +65,19 @@ def test_single_run_goes_under_outputs_runs(tmp_path: Path) -> None:
     (run,) = (tmp_path / "outputs" / "runs").iterdir()
     assert json.loads((run / "result.json").read_text())["status"] == "completed"
     assert "Epoch 2/2" in proc.stdout
+
+
+@pytest.mark.parametrize(("override", "words"), [
+    ("lr=-1", "lr must be a finite number > 0, but got lr=-1"),
+    ("seed=x", "seed must be an integer >= 0, but got seed='x'"),
+    pytest.param("device=cuda", "device=cuda needs a CUDA GPU, but torch sees none here",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")),
+    ("trainer.checkpoint_every=0", "trainer.checkpoint_every must be an integer >= 1"),
+])
+def test_a_single_run_with_a_bad_value_prints_one_paragraph_and_no_traceback(tmp_path: Path, override: str,
+                                                                             words: str) -> None:
+    proc = run_train(["task=linreg", "epochs=1", override], tmp_path)
+    assert proc.returncode == 1
+    assert words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    (job,) = (tmp_path / "outputs" / "runs").iterdir()
+    assert json.loads((job / "result.json").read_text())["status"] == "failed"  # recorded all the same

@@ -107,3 +107,39 @@ def check_config(cfg: Any) -> None:
     frac = _number(cfg.data, "val_fraction")
     if not 0.0 <= frac < 1.0:
         raise ConfigError(f"data.val_fraction must be in [0, 1), but got data.val_fraction={frac}.")
+    _check_counts(cfg)
+    if (device == "cuda" or device.startswith("cuda:")) and not _cuda_available():
+        raise ConfigError(f"device={device} needs a CUDA GPU, but torch sees none here (torch.cuda.is_available() is "
+                          "False: no GPU, no driver, or a CPU build of torch). Set device=auto (a GPU when there is "
+                          "one, else the CPU) or device=cpu.")
+
+
+# Integer knobs and their least value: a wrong type or a negative size is refused by name, before training.
+_COUNTS = {
+    "seed": 0, "timeout_min": 1, "trainer.threads": 0, "trainer.warmup_epochs": 0, "trainer.checkpoint_every": 1,
+    "task.hidden": 1, "task.image_size": 0, "data.n_synthetic": 1,
+}
+
+
+def _check_counts(cfg: Any) -> None:
+    from omegaconf import OmegaConf
+
+    for key, least in _COUNTS.items():
+        value = OmegaConf.select(cfg, key, default=None) if OmegaConf.is_config(cfg) else None
+        if value is None:
+            continue  # the key is not in this config (a task without it)
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigError(f"{key} must be an integer >= {least}, but got {key}={value!r}. "
+                              f"Set for example {key}={max(least, 1)}.")
+    for key, low, high in (("task.dropout", 0.0, 1.0), ("trainer.diverge_ratio", 0.0, math.inf)):
+        value = OmegaConf.select(cfg, key, default=None) if OmegaConf.is_config(cfg) else None
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value < high:
+            raise ConfigError(f"{key} must be a number in [{low:g}, {high:g}), but got {key}={value!r}.")
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
