@@ -1,4 +1,5 @@
-"""The local Slurm cluster (scripts/slurm-cluster.sh) as a fixture; every test in this folder is marked `slurm`.
+"""The local Slurm cluster (scripts/slurm-cluster.sh) as a fixture; every test in this folder that needs it is
+marked `slurm` (those marked `no_cluster` need none and run with the fast tests).
 
 Without a usable cluster the tests skip, saying to run `make slurm-up`; with SWEEPIT_REQUIRE_SLURM=1 (CI) they
 fail instead, so a broken cluster can never pass as skipped tests.
@@ -98,12 +99,15 @@ def slurm_cluster() -> SlurmCluster:
 
 
 @pytest.fixture(autouse=True)
-def _needs_slurm_cluster(slurm_cluster: SlurmCluster) -> None:
-    """Every test here skips or fails on the cluster's state, even one that does not use the fixture."""
+def _needs_slurm_cluster(request: pytest.FixtureRequest) -> None:
+    """Every test here skips or fails on the cluster's state, even one that does not use the fixture; tests
+    marked `no_cluster` (the launcher's logic on recorded states, schemas, profiles) run anywhere."""
+    if request.node.get_closest_marker("no_cluster") is None:
+        request.getfixturevalue("slurm_cluster")
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m "not slurm"` deselects
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if HERE in item.path.parents:
+        if HERE in item.path.parents and item.get_closest_marker("no_cluster") is None:
             item.add_marker(pytest.mark.slurm)

@@ -62,6 +62,7 @@ def test_dry_run_prints_each_groups_sbatch_script_as_stored(tmp_path: Path) -> N
         f"the reference with: {REFRESH}")
 
 
+@pytest.mark.no_cluster
 @pytest.mark.parametrize("profile", PROFILES)
 def test_every_profile_composes_from_any_app_instantiates_and_renders(profile: str, tmp_path: Path) -> None:
     """The profiles come with the package: an app whose own config directory has no hydra/launcher/ finds them."""
@@ -87,6 +88,7 @@ def test_every_profile_composes_from_any_app_instantiates_and_renders(profile: s
         assert f"\n{line}\n" in script
 
 
+@pytest.mark.no_cluster
 def test_a_jobs_gpus_fill_nodes_evenly_or_say_which_gpu_counts_fit() -> None:
     assert spread(0, 8, 60, 4, 2, "trainer.gpus") == Request(nodes=2, tasks_per_node=4, timeout_min=60,
                                                              gpus_per_node=4, gpus_per_task=1)

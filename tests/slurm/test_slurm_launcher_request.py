@@ -31,11 +31,13 @@ def _sbatch_lines(dry_run_stdout: str) -> set[str]:
     return {line.removeprefix("#SBATCH ") for line in dry_run_stdout.splitlines() if line.startswith("#SBATCH ")}
 
 
+@pytest.mark.no_cluster
 def test_the_schema_and_the_engine_take_the_same_keys() -> None:
     schema = {f.name for f in dataclasses.fields(SlurmLauncherConf)} - {"_target_"}
     assert schema == {f.name for f in dataclasses.fields(SlurmOptions) if f.init}  # app_dir: set by the launcher
 
 
+@pytest.mark.no_cluster
 def test_an_unknown_key_is_refused_with_the_valid_ones_and_what_submitit_users_do_instead() -> None:
     with pytest.raises(ConfigError) as e:
         SlurmOptions.from_params({"timeout_min": 30, "name": "x", "exclude": "node1", "gpus": 2})

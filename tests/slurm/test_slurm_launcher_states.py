@@ -11,6 +11,8 @@ from sweepit.results._manifest import JobEntry
 from sweepit.slurm._cluster import QueueRow
 from sweepit.slurm._states import LOST, _decide, _mine, record_dead
 
+pytestmark = pytest.mark.no_cluster  # decisions on recorded squeue/sacct rows: no cluster needed
+
 NAME = "train-abc123"
 
 
