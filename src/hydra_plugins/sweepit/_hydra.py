@@ -27,6 +27,7 @@ import gc
 import json
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +38,10 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from sweepit._files import atomic_write
-from sweepit.errors import SweepFailedError
+from sweepit.errors import SweepFailedError, SweepitError
 from sweepit.local._worker import Reply, failure, picklable
 from sweepit.results._job_files import RESULT_FILE, read_result
+from sweepit.results._lock import SweepLock
 from sweepit.results._manifest import now_iso
 from sweepit.results._status import sweeper_value
 from sweepit.slurm import TASK_DIR
@@ -50,6 +52,25 @@ _registered = False
 
 class SweepFailed(SweepFailedError, CompactHydraException):
     """A compact Hydra exception: Hydra prints the message alone, without a traceback, and exits with 1."""
+
+
+class LaunchError(SweepitError, CompactHydraException):
+    """Bad input, an unreachable Slurm, another driver on the sweep directory: found before a job runs; Hydra
+    prints the message alone."""
+
+
+@contextlib.contextmanager
+def compact_errors() -> Iterator[None]:
+    """sweepit's errors as compact Hydra exceptions: Hydra prints the message alone, without a traceback
+    (HYDRA_FULL_ERROR=1 shows it)."""
+    try:
+        yield
+    except (SweepFailed, LaunchError):
+        raise
+    except SweepFailedError as e:
+        raise SweepFailed(str(e)) from None
+    except SweepitError as e:
+        raise LaunchError(str(e)) from None
 
 
 def light_exit() -> None:
@@ -168,6 +189,13 @@ class SweepitLauncher(Launcher):
         self.task_function = task_function
         # The sweeper shares this context: the configs it composes to validate a batch are kept for launch().
         self.composed = setup_driver(hydra_context)
+        # One driver per sweep directory, from now to this process's exit: between a sweeper's batches too.
+        self.lock: SweepLock | None = None
+        if not getattr(self.options, "dry_run", False):
+            self.lock = SweepLock(Path(str(config.hydra.sweep.dir)).absolute())
+            with compact_errors():
+                self.lock.acquire()
+            atexit.register(self.lock.release)
 
     def sweep_dir(self) -> Path:
         """Hydra's logging in the driver; the sweep's directory (its `${now:}` resolved once)."""

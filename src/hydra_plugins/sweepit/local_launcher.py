@@ -14,9 +14,8 @@ from typing import Any
 
 from hydra.core.utils import JobReturn
 
-from hydra_plugins.sweepit._hydra import SweepFailed, SweepitLauncher, job_return, run_hydra_job
+from hydra_plugins.sweepit._hydra import SweepitLauncher, compact_errors, job_return, run_hydra_job
 from hydra_plugins.sweepit.config import DEFAULT_PRELOAD
-from sweepit.errors import SweepFailedError
 from sweepit.local import Job, LocalOptions, LocalSweep, Reply
 
 log = logging.getLogger(__name__)
@@ -41,7 +40,7 @@ class LocalLauncher(SweepitLauncher):
             job.config, job.job_dir = self.compose_job(job.num, job.overrides, sweep_dir)
             log.debug(f"job {job.num} config ready in {time.perf_counter() - t0:.3f} s")
 
-        return LocalSweep(self.options, sweep_dir, compose=compose, body=self._body)
+        return LocalSweep(self.options, sweep_dir, compose=compose, body=self._body, lock=self.lock)
 
     def _body(self, job: Job) -> Reply:
         assert self.hydra_context is not None and self.task_function is not None
@@ -51,9 +50,8 @@ class LocalLauncher(SweepitLauncher):
         sweep = self._new_sweep()
         jobs = [Job(num=initial_job_idx + i, overrides=list(o)) for i, o in enumerate(job_overrides)]
         try:
-            statuses = sweep.run(jobs)
-        except SweepFailedError as e:
-            raise SweepFailed(str(e)) from None
+            with compact_errors():
+                statuses = sweep.run(jobs)
         finally:
             self.composed.clear()
         return [self._job_return(j, statuses.get(j.num)) for j in jobs]
@@ -63,7 +61,8 @@ class LocalLauncher(SweepitLauncher):
         """Queue the job `job_num`; it starts as soon as a worker is free, while `wait_any` drives the pool."""
         if self._sweep is None:
             self._sweep = self._new_sweep()
-        self._sweep.start(Job(num=job_num, overrides=list(overrides)))
+        with compact_errors():
+            self._sweep.start(Job(num=job_num, overrides=list(overrides)))
 
     def wait_any(self, timeout_s: float | None = None) -> list[tuple[int, JobReturn]]:
         """Run the pool until a started job ends (see LocalSweep.wait_any); `(job_num, JobReturn)` of each."""

@@ -8,24 +8,18 @@ the JobReturn a sweeper gets, and compact Hydra errors (Hydra prints the message
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from hydra.core.utils import JobReturn
-from hydra.errors import CompactHydraException
 from hydra.types import HydraContext
 from omegaconf import OmegaConf
 
-from hydra_plugins.sweepit._hydra import SlurmTask, SweepFailed, SweepitLauncher, job_return
-from sweepit.errors import ConfigError, SweepFailedError, SweepitError
-from sweepit.slurm import Outcome, PlannedJob, SlurmError, SlurmOptions, SlurmSweep
-
-
-class SlurmLaunchError(SweepitError, CompactHydraException):
-    """Bad input or an unreachable Slurm, found before anything is submitted; Hydra prints the message alone."""
+from hydra_plugins.sweepit._hydra import LaunchError, SlurmTask, SweepitLauncher, compact_errors, job_return
+from sweepit.errors import ConfigError
+from sweepit.slurm import Outcome, PlannedJob, SlurmOptions, SlurmSweep
 
 
 def _plain(value: Any) -> Any:
@@ -38,7 +32,7 @@ class SlurmLauncher(SweepitLauncher):
         try:
             self.options = SlurmOptions.from_params({k: _plain(v) for k, v in params.items()})
         except ConfigError as e:
-            raise SlurmLaunchError(str(e)) from None
+            raise LaunchError(str(e)) from None
         self._sweep: SlurmSweep | None = None    # the run of start()/wait_any()
 
     def _new_sweep(self) -> SlurmSweep:
@@ -48,7 +42,7 @@ class SlurmLauncher(SweepitLauncher):
         def compose(job: PlannedJob) -> None:
             job.config, job.job_dir = self.compose_job(job.num, job.overrides, sweep_dir)
 
-        return SlurmSweep(self.options, sweep_dir, compose=compose, make_task=self._task)
+        return SlurmSweep(self.options, sweep_dir, compose=compose, make_task=self._task, lock=self.lock)
 
     def _task(self, job: PlannedJob) -> SlurmTask:
         """What each Slurm task of the job runs: Hydra's run_job around the task function, in the job's directory."""
@@ -62,7 +56,7 @@ class SlurmLauncher(SweepitLauncher):
         sweep = self._new_sweep()
         jobs = [PlannedJob(num=initial_job_idx + i, overrides=list(o)) for i, o in enumerate(job_overrides)]
         try:
-            with _compact_errors():
+            with compact_errors():
                 if self.options.dry_run:
                     print(sweep.dry_run(jobs), flush=True)
                     return []
@@ -77,7 +71,7 @@ class SlurmLauncher(SweepitLauncher):
         if self._sweep is None:
             self._sweep = self._new_sweep()
         try:
-            with _compact_errors():
+            with compact_errors():
                 self._sweep.start(PlannedJob(num=job_num, overrides=list(overrides)))
         finally:
             self.composed.clear()
@@ -100,14 +94,3 @@ class SlurmLauncher(SweepitLauncher):
     def _job_return(self, job: PlannedJob, outcome: Outcome) -> JobReturn:
         returned = {"returned": outcome.returned, "has_returned": True} if outcome.has_returned else {}
         return job_return(job.overrides, job.config, job.job_dir, outcome.status, **returned)
-
-
-@contextlib.contextmanager
-def _compact_errors() -> Iterator[None]:
-    """sweepit's errors as compact Hydra exceptions: Hydra prints the message alone, without a traceback."""
-    try:
-        yield
-    except SweepFailedError as e:
-        raise SweepFailed(str(e)) from None
-    except (ConfigError, SlurmError) as e:
-        raise SlurmLaunchError(str(e)) from None

@@ -47,13 +47,15 @@ class SweepRun:
     """Implements the pool's hooks for one `launch()`; `statuses` holds the outcome of each job it ran."""
 
     def __init__(self, manifest: Manifest, progress: Progress, compose: Callable[[Job], None], resume: bool,
-                 check: Callable[[Job], None], stderr_tail_lines: int) -> None:
+                 check: Callable[[Job], None], stderr_tail_lines: int,
+                 heartbeat: Callable[[], None] = lambda: None) -> None:
         self.manifest = manifest
         self.progress = progress
         self.compose = compose            # fills in the job's config, job_dir and n_gpus
         self.resume = resume
         self.check = check                # raises ConfigError for a job that cannot run here
         self.stderr_tail_lines = stderr_tail_lines
+        self.heartbeat = heartbeat          # keeps the sweep lock fresh (called at every wake-up)
         self.statuses: dict[int, str] = {}
         self.skipped: set[int] = set()
         self._started_at: dict[int, str] = {}
@@ -103,6 +105,7 @@ class SweepRun:
 
     def tick(self) -> None:
         self.progress.draw()
+        self.heartbeat()
 
     def before_echo(self) -> None:
         self.progress.clear()

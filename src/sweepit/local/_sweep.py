@@ -26,6 +26,7 @@ from sweepit.local._pool import Job, Pool
 from sweepit.local._resources import GpuPool, cpu_count, resolve_n_workers, resolve_threads, visible_gpus
 from sweepit.local._run import SweepRun
 from sweepit.local._worker import ChildSpec, Reply, child_main
+from sweepit.results._lock import SweepLock
 from sweepit.results._manifest import JobEntry, Manifest, is_finished, open_manifest, write_manifest
 from sweepit.results._progress import Progress
 from sweepit.results._summary import summarize
@@ -94,12 +95,15 @@ class LocalSweep:
     runs in the forked process and returns its Reply."""
 
     def __init__(self, options: LocalOptions, sweep_dir: Path, compose: Callable[[Job], None],
-                 body: Callable[[Job], Reply]) -> None:
+                 body: Callable[[Job], Reply], lock: SweepLock | None = None) -> None:
         self.options = options
         self.sweep_dir = sweep_dir
         self.compose = compose
         self.body = body
         self._open: tuple[Pool, SweepRun, Manifest, Progress] | None = None  # the run of start()/wait_any()
+        # One driver per sweep directory: a lock of the caller's (held for the whole sweep), or one per run.
+        self.own_lock = lock is None
+        self.lock = SweepLock(sweep_dir) if lock is None else lock
         self._started: dict[int, Job] = {}
 
     # -- a fixed list of jobs ----------------------------------------------------------------------------------
@@ -186,6 +190,7 @@ class LocalSweep:
         one), the manifest, the progress line, and the pool with its hooks."""
         o = self.options
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
+        self.lock.acquire()  # one driver per sweep directory; released by _end()
         t0 = time.perf_counter()
         preload(o.preload)
         log.debug(f"preloaded {o.preload} in {time.perf_counter() - t0:.2f} s")
@@ -212,7 +217,7 @@ class LocalSweep:
         manifest = open_manifest(self.sweep_dir, launcher="local")
         progress = Progress(0)
         run = SweepRun(manifest, progress, compose=self.compose, resume=o.resume, check=check,
-                       stderr_tail_lines=o.stderr_tail_lines)
+                       stderr_tail_lines=o.stderr_tail_lines, heartbeat=self.lock.touch)
         pool = Pool(n_workers, gpu_pool, use_gpus=bool(gpus), threads=threads, echo=n_workers == 1,
                     term_grace_s=o.term_grace_s, child=child, hooks=run, clock_ticks=progress.live)
         # Objects the driver made so far move out of the collector's reach, so that no job's garbage
@@ -228,4 +233,8 @@ class LocalSweep:
         for entry in manifest.jobs.values():
             if entry.state == "queued":
                 entry.state = "not started"  # the sweep was stopped first
-        write_manifest(manifest)
+        try:
+            write_manifest(manifest)
+        finally:
+            if self.own_lock:
+                self.lock.release()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ class Follower:
         self._phase = {n: "running" if manifest.jobs[n].state == "running" else "queued" for n in nums}
         self._dead_since: dict[int, float] = {}
         self._returning: dict[int, tuple[float, str]] = {}  # result in, return value not yet: (since, status)
+        self.on_poll: Callable[[], None] = lambda: None  # called at every look: the sweep lock's heartbeat
 
     def add(self, num: int) -> None:
         """Follow one more job (submitted after the follower was made: the Optuna sweeper's trials)."""
@@ -72,6 +74,7 @@ class Follower:
 
     def poll(self) -> None:
         """One look at every pending job; records what changed in the manifest."""
+        self.on_poll()
         try:
             seen = look(self.manifest.jobs[n] for n in self.pending)
         except SlurmError as e:  # a slow or restarting controller: look again next time

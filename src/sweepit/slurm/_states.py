@@ -185,10 +185,10 @@ def status_table(m: Manifest) -> str:
     return f"{format_table(rows)}\n\n{len(rows)} jobs: {tally}"
 
 
-def refresh(m: Manifest, stderr_tail_lines: int = 50) -> tuple[list[int], str]:
+def refresh(m: Manifest, stderr_tail_lines: int = 50, record: bool = True) -> tuple[list[int], str]:
     """Bring every job's state up to date (from Slurm for a Slurm sweep, else from the results); a job Slurm
     ended without a result gets one. Returns the numbers of the jobs that changed, and a note when Slurm
-    could not be asked (then the results alone are used)."""
+    could not be asked (then the results alone are used). `record=False` writes nothing (a live driver does)."""
     changed: list[int] = []
     if m.launcher == "slurm":
         try:
@@ -198,7 +198,7 @@ def refresh(m: Manifest, stderr_tail_lines: int = 50) -> tuple[list[int], str]:
             return _from_results(m), note
         for num, s in seen.items():
             entry = m.jobs[num]
-            if s.dead:
+            if s.dead and record:
                 s.state = record_dead(entry, s, stderr_tail(entry, stderr_tail_lines))
             if apply(entry, s):
                 changed.append(num)
@@ -230,13 +230,18 @@ def stderr_tail(entry: JobEntry, n_lines: int, max_bytes: int = 1 << 16) -> str:
 
 def status_report(sweep_dir: Path) -> str:
     """What `sweepit status DIR` prints: the refreshed table, the counts and what to run next."""
+    from sweepit.results._lock import SweepLock
     from sweepit.results._manifest import read_manifest, write_manifest
 
     m = read_manifest(sweep_dir)
-    changed, note = refresh(m)
-    if changed:
-        write_manifest(m)
+    driver = SweepLock(Path(m.sweep_dir)).holder()
+    changed, note = refresh(m, record=driver is None)
+    if changed and driver is None:
+        write_manifest(m)  # with a live driver, it alone writes the sweep's records
     lines = [status_table(m), f"sweep directory: {m.sweep_dir} (launcher: {m.launcher})"] + ([note] if note else [])
+    if driver is not None:
+        lines.append(f"a driver follows this sweep (pid {driver.get('pid')} on {driver.get('host')}, since "
+                     f"{driver.get('since')}): it records what ends; this is a look, nothing was written.")
     live = [e for e in m.jobs.values() if e.state in LIVE_STATES]
     if live and m.launcher == "slurm":
         arrays = sorted({str(slurm_id(e)).split("_", 1)[0] for e in live}, key=int)

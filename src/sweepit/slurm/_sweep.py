@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 
 from sweepit._signals import StopSignals
 from sweepit.errors import ConfigError, SweepFailedError
+from sweepit.results._lock import SweepLock
 from sweepit.results._manifest import (
     FAILED_STATUSES,
     JobEntry,
@@ -57,13 +58,16 @@ class SlurmSweep:
     is what each of its Slurm tasks runs (pickled by submitit)."""
 
     def __init__(self, options: SlurmOptions, sweep_dir: Path, compose: Callable[[PlannedJob], None],
-                 make_task: Callable[[PlannedJob], Task]) -> None:
+                 make_task: Callable[[PlannedJob], Task], lock: SweepLock | None = None) -> None:
         self.options = options
         self.sweep_dir = sweep_dir
         self.compose = compose
         self.make_task = make_task
         self._open: tuple[Manifest, Follower, Progress] | None = None  # the run of start()/wait_any()
         self._started: dict[int, PlannedJob] = {}
+        # One driver per sweep directory: a lock of the caller's (held for the whole sweep), or one per run.
+        self.own_lock = lock is None
+        self.lock = SweepLock(sweep_dir) if lock is None else lock
         self._cancelled = False  # the jobs in flight were cancelled (Ctrl-C): wait for Slurm to end them
 
     # -- before anything is submitted ----------------------------------------------------------------------
@@ -87,9 +91,17 @@ class SlurmSweep:
     def run(self, jobs: list[PlannedJob]) -> dict[int, Outcome]:
         """Submit `jobs` and follow them to their end (or detach, `wait=false`); each one's Outcome. Raises
         SweepFailedError, after the results table, when jobs failed (and `fail_on_error`) or on Ctrl-C."""
-        o = self.options
         max_array_size = self.plan(jobs)
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
+        self.lock.acquire()
+        try:
+            return self._run(jobs, max_array_size)
+        finally:
+            if self.own_lock:
+                self.lock.release()
+
+    def _run(self, jobs: list[PlannedJob], max_array_size: int) -> dict[int, Outcome]:
+        o = self.options
         manifest = open_manifest(self.sweep_dir, launcher="slurm")
         skipped, adopted, to_submit = self._sort_out(jobs, manifest)
         for job in to_submit:
@@ -105,6 +117,7 @@ class SlurmSweep:
         progress = Progress(len(jobs))
         progress.skip(len(skipped))
         follower = Follower(manifest, following, progress, o.poll_interval_s, o.result_grace_s, o.stderr_tail_lines)
+        follower.on_poll = self.lock.touch
         try:
             progress.draw()
             follower.run()
@@ -153,9 +166,11 @@ class SlurmSweep:
         max_array_size = self.plan([job])
         if self._open is None:
             self.sweep_dir.mkdir(parents=True, exist_ok=True)
+            self.lock.acquire()  # released by close()
             progress = Progress(0)
             manifest = open_manifest(self.sweep_dir, launcher="slurm")
             follower = Follower(manifest, [], progress, o.poll_interval_s, o.result_grace_s, o.stderr_tail_lines)
+            follower.on_poll = self.lock.touch
             self._open = manifest, follower, progress
         manifest, follower, _ = self._open
         manifest.jobs[job.num] = JobEntry(num=job.num, overrides=job.overrides, job_dir=str(job.job_dir),
@@ -220,6 +235,8 @@ class SlurmSweep:
             write_manifest(manifest)
             self._started.clear()
             self._cancelled = False
+            if self.own_lock:
+                self.lock.release()
 
 
 def _select(config: Any, key: str | None) -> Any:

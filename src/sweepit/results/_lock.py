@@ -1,0 +1,135 @@
+"""One driver per sweep directory: `sweep.lock`, which works on a cluster's shared file system.
+
+A second driver on the same directory (a second sweep into the same `hydra.sweep.dir`, `sweepit resume DIR`
+while the first still runs) would reuse job numbers, run jobs twice into the same directories and overwrite
+`sweep.json`. The lock file says who holds it (host, pid, command, since when); the holder refreshes its
+time every `HEARTBEAT_S`. A lock is stale, and is taken over with a message, when its process is gone (same
+host) or when it has not been refreshed for `STALE_S` (another host, where the process cannot be asked).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from sweepit._files import atomic_write
+from sweepit.errors import SweepitError
+
+LOCK_FILE = "sweep.lock"
+HEARTBEAT_S = 30.0      # how often a driver refreshes its lock
+STALE_S = 180.0         # a lock from another host unrefreshed this long belongs to a driver that died
+
+log = logging.getLogger(__name__)
+
+
+class SweepLockedError(SweepitError):
+    """Another driver is running the sweep in this directory."""
+
+
+def _now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: it exists
+    return True
+
+
+class SweepLock:
+    def __init__(self, sweep_dir: Path) -> None:
+        self.path = Path(sweep_dir) / LOCK_FILE
+        self.held = False
+        self._touched = 0.0
+
+    def holder(self) -> dict[str, Any] | None:
+        """The lock's record, when a live driver (not this process) holds it; None when it is free or stale."""
+        try:
+            record = json.loads(self.path.read_text())
+            age_s = time.time() - self.path.stat().st_mtime
+        except (OSError, ValueError):
+            return None
+        if not isinstance(record, dict):
+            return None
+        pid, host = record.get("pid"), record.get("host")
+        if pid == os.getpid() and host == socket.gethostname():
+            return None
+        if host == socket.gethostname():
+            return record if isinstance(pid, int) and _alive(pid) else None
+        return record if age_s < STALE_S else None
+
+    def acquire(self) -> None:
+        """Hold the lock, taking over a stale one; SweepLockedError when a live driver holds it. A process that
+        holds it already (a launcher that took it at set-up) just keeps it."""
+        if self._mine():
+            self.held = True
+            return
+        holder = self.holder()
+        if holder is not None:
+            raise SweepLockedError(describe_holder(holder, self.path.parent))
+        stale = self.path.exists()
+        record = {"host": socket.gethostname(), "pid": os.getpid(), "since": _now_iso(), "argv": list(sys.argv)}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if stale:
+            try:
+                old = json.loads(self.path.read_text())
+                log.warning(f"taking over {self.path}: the driver that held it (pid {old.get('pid')} on "
+                            f"{old.get('host')}, since {old.get('since')}) is gone")
+            except (OSError, ValueError):
+                pass
+            atomic_write(self.path, json.dumps(record) + "\n", fsync=False)
+        else:
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:  # another driver took it a moment ago
+                holder = self.holder()
+                raise SweepLockedError(describe_holder(holder or {}, self.path.parent)) from None
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(record) + "\n")
+        self.held = True
+        self._touched = time.monotonic()
+
+    def _mine(self) -> bool:
+        try:
+            record = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return False
+        return isinstance(record, dict) and record.get("pid") == os.getpid() and \
+            record.get("host") == socket.gethostname()
+
+    def touch(self) -> None:
+        """Refresh the lock's time (at most every HEARTBEAT_S), so that other hosts see this driver alive."""
+        if self.held and time.monotonic() - self._touched >= HEARTBEAT_S:
+            self._touched = time.monotonic()
+            with contextlib.suppress(OSError):
+                os.utime(self.path)
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        self.held = False
+        try:
+            record = json.loads(self.path.read_text())
+            if record.get("pid") == os.getpid() and record.get("host") == socket.gethostname():
+                self.path.unlink()
+        except (OSError, ValueError):
+            pass
+
+
+def describe_holder(holder: dict[str, Any], sweep_dir: Path) -> str:
+    command = " ".join(str(a) for a in holder.get("argv") or [])[:300]
+    return (f"one driver at a time may run the sweep in {sweep_dir}, but another one does: pid {holder.get('pid')} "
+            f"on {holder.get('host')}, since {holder.get('since')}" + (f" ({command})" if command else "") + ". "
+            f"Follow it with `sweepit status {sweep_dir}`, or stop it (kill {holder.get('pid')}) and then run "
+            f"`sweepit resume {sweep_dir}`; for a new sweep, pick another hydra.sweep.dir.")
