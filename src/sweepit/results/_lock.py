@@ -21,6 +21,7 @@ from typing import Any
 
 from sweepit._files import atomic_write
 from sweepit.errors import SweepitError
+from sweepit.results._manifest import now_iso
 
 LOCK_FILE = "sweep.lock"
 HEARTBEAT_S = 30.0      # how often a driver refreshes its lock
@@ -31,10 +32,6 @@ log = logging.getLogger(__name__)
 
 class SweepLockedError(SweepitError):
     """Another driver is running the sweep in this directory."""
-
-
-def _now_iso() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
 def _alive(pid: int) -> bool:
@@ -79,7 +76,7 @@ class SweepLock:
         if holder is not None:
             raise SweepLockedError(describe_holder(holder, self.path.parent))
         stale = self.path.exists()
-        record = {"host": socket.gethostname(), "pid": os.getpid(), "since": _now_iso(), "argv": list(sys.argv)}
+        record = {"host": socket.gethostname(), "pid": os.getpid(), "since": now_iso(), "argv": list(sys.argv)}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if stale:
             try:

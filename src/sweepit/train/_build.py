@@ -124,8 +124,12 @@ def model_node(cfg: Any) -> dict[str, Any]:
         raise ConfigError(f"a job needs a model: model._target_ (any nn.Module) or a built-in task.model "
                           f"({', '.join(BUILTIN_MODELS)}), but model._target_ is not set and task.model={name!r}. "
                           "Set for example model._target_=mypkg.nets.MyNet.")
+    return builtin_node(str(name), plain(cfg.task))
+
+
+def builtin_node(name: str, task: Mapping[str, Any]) -> dict[str, Any]:
+    """The `model` node a built-in name stands for, its arguments taken from `task` (hidden, dropout, ...)."""
     target, keys = BUILTIN_MODELS[name]
-    task = plain(cfg.task)
     defaults = {"hidden": 128, "dropout": 0.0, "image_size": 32}
     return {"_target_": target, **{k: task.get(k, defaults[k]) for k in keys}}
 

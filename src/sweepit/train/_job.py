@@ -12,7 +12,6 @@ import socket
 import subprocess
 import time
 import traceback
-from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from sweepit.train import _session
 from sweepit.train._checks import check_config
 from sweepit.train._distributed import SINGLE, from_environment, spawn_local
 from sweepit.train._loop import EpochCallback, Outcome, train
+from sweepit.train._session import now as _now
 
 
 @lru_cache(maxsize=1)
@@ -37,10 +37,6 @@ def code_version() -> str:
     except (OSError, subprocess.SubprocessError):
         commit = ""
     return f"{sweepit.__version__}" + (f" ({commit})" if commit else "")
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def run_job(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None = None) -> float:

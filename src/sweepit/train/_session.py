@@ -35,7 +35,7 @@ class Session:
     config: Any = None                               # the job's config (an OmegaConf object or a mapping)
     rank: Rank | None = None                         # None: from the environment (Slurm, torchrun) at first use
     rows: list[dict[str, Any]] = field(default_factory=list)
-    started_at: str = field(default_factory=lambda: _now())
+    started_at: str = field(default_factory=lambda: now())
     t0: float = field(default_factory=time.perf_counter)
     _log: MetricsLog | None = None
     _trial: Any = None                               # the pruning callback, once opened (None: no study)
@@ -176,7 +176,7 @@ class Session:
         rows = self.rows or (read_metrics(self.job_dir)[0] if self.job_dir is not None else [])
         result: dict[str, Any] = {
             "status": status, "objective": None,
-            "epochs_completed": len(rows), "started_at": self.started_at, "ended_at": _now(),
+            "epochs_completed": len(rows), "started_at": self.started_at, "ended_at": now(),
             "wall_time_s": time.perf_counter() - self.t0, "hostname": socket.gethostname(), "pid": os.getpid(),
             "world_size": self.the_rank.world_size, "recorded_by": "sweepit",
         }
@@ -273,7 +273,8 @@ def status_of(error: BaseException) -> str:
     return "failed"
 
 
-def _now() -> str:
+def now() -> str:
+    """The time a job's result.json records (UTC, to the second)."""
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 

@@ -56,14 +56,14 @@ def resnet50(n_outputs: int, image_size: int = 32) -> nn.Module:
 
 def build_model(name: str, input_shape: Sequence[int], n_outputs: int, *, hidden: int = 128,
                 dropout: float = 0.0, image_size: int = 32) -> nn.Module:
-    """A built-in model by name (what `task.model` names)."""
-    if name in ("linear", "softmax"):
-        return linear(input_shape, n_outputs) if name == "linear" else softmax(input_shape, n_outputs)
-    if name in ("mlp", "cnn"):
-        return (mlp if name == "mlp" else cnn)(input_shape, n_outputs, hidden=hidden, dropout=dropout)
-    if name in ("resnet18", "resnet50"):
-        return (resnet18 if name == "resnet18" else resnet50)(n_outputs, image_size=image_size)
-    raise ValueError(f"unknown model {name!r}")
+    """A built-in model by name (what `task.model` names), built as the training loop builds it."""
+    from sweepit.train._build import BUILTIN_MODELS, builtin_node, instantiate
+
+    if name not in BUILTIN_MODELS:
+        raise ValueError(f"unknown model {name!r}")
+    node = builtin_node(name, {"hidden": hidden, "dropout": dropout, "image_size": image_size})
+    model: nn.Module = instantiate(node, "model", fill={"input_shape": tuple(input_shape), "n_outputs": n_outputs})
+    return model
 
 
 class ConvNet(nn.Module):
