@@ -241,15 +241,13 @@ def run_hydra_job(hydra_context: HydraContext, task_function: TaskFunction, conf
     try:
         ret = run_job(hydra_context=hydra_context, task_function=task_function, config=config,
                       job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
-        if ret.status == JobStatus.COMPLETED:
-            session.finish("completed", returned=ret.return_value)
+        status, error = _record(session, ret)
+        if error is None:
             reply = Reply(status="completed", value=picklable(ret.return_value))
+        elif status == "pruned":
+            reply = Reply(status="pruned", error=f"{type(error).__name__}: {error}")
         else:
-            exc = _exception(ret._return_value)
-            status = _session.status_of(exc)
-            session.finish(status, error=exc)
-            reply = Reply(status="pruned", error=f"{type(exc).__name__}: {exc}") if status == "pruned" else \
-                failure(status, exc)
+            reply = failure(status, error)
         reply.working_dir, reply.task_name = ret.working_dir, ret.task_name
         return reply
     except BaseException as e:  # KeyboardInterrupt (the driver stopped the job), SystemExit
@@ -259,8 +257,17 @@ def run_hydra_job(hydra_context: HydraContext, task_function: TaskFunction, conf
         _session.end(session)
 
 
-def _exception(value: Any) -> BaseException:
-    return value if isinstance(value, BaseException) else RuntimeError(repr(value))
+def _record(session: _session.Session, ret: JobReturn) -> tuple[str, BaseException | None]:
+    """The job's status and error from Hydra's JobReturn, recorded in result.json when the task wrote none
+    (optuna.TrialPruned raised by the task is `pruned`)."""
+    if ret.status == JobStatus.COMPLETED:
+        session.finish("completed", returned=ret.return_value)
+        return "completed", None
+    value = ret._return_value
+    error = value if isinstance(value, BaseException) else RuntimeError(repr(value))
+    status = _session.status_of(error)
+    session.finish(status, error=error)
+    return status, error
 
 
 def job_return(overrides: list[str], config: DictConfig, job_dir_: Path, status: str | None,
@@ -359,15 +366,12 @@ class SlurmTask:
         finally:
             _session.end(session)
         self._finished = True
-        if ret.status == JobStatus.FAILED:
-            error = _exception(ret._return_value)
-            status = _session.status_of(error)
-            session.finish(status, error=error)
-            if status == "pruned":
-                return None  # optuna.TrialPruned: a result, and the Slurm job ends COMPLETED
-            raise error
-        session.finish("completed", returned=ret.return_value)
-        return picklable(ret.return_value)
+        status, error = _record(session, ret)
+        if error is None:
+            return picklable(ret.return_value)
+        if status == "pruned":
+            return None  # optuna.TrialPruned: a result, and the Slurm job ends COMPLETED
+        raise error
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
         """Called by submitit on rank 0 when USR2 arrives: the same job again, unless it has just finished."""
