@@ -73,15 +73,16 @@ def instantiate(node: Mapping[str, Any], key: str, fill: Mapping[str, Any] | Non
     target = locate(node.get("_target_"), f"{key}._target_")
     args = list(node.get("_args_", []))
     kwargs = {k: _build_nested(v, f"{key}.{k}") for k, v in node.items() if k not in (*skip, "_args_", "_partial_")}
-    accepted = _parameters(target)
+    signature = _parameters(target)
+    accepted = None if signature is None else signature[0]
     for name, value in (fill or {}).items():
         if name not in kwargs and (accepted is None or name in accepted):
             kwargs[name] = value
-    if accepted is not None and not any(p.kind is p.VAR_KEYWORD for p in _signature(target).parameters.values()):
-        unknown = sorted(k for k in kwargs if k not in accepted)
+    if signature is not None and not signature[1]:  # a callable without **kwargs: name what it does not take
+        unknown = sorted(k for k in kwargs if k not in signature[0])
         if unknown:
             raise ConfigError(
-                f"{key}._target_={node['_target_']} takes the arguments ({', '.join(sorted(accepted)) or 'none'}), "
+                f"{key}._target_={node['_target_']} takes the arguments ({', '.join(sorted(signature[0])) or 'none'}), "
                 f"but the {key} node also gives {', '.join(unknown)}. Remove them from {key} (on the command line: "
                 f"~{key}.{unknown[0]}), or rename them to the callable's own arguments.")
     if node.get("_partial_"):
@@ -101,17 +102,15 @@ def _build_nested(value: Any, key: str) -> Any:
     return value
 
 
-def _signature(target: Callable[..., Any]) -> inspect.Signature:
-    return inspect.signature(target)
-
-
-def _parameters(target: Callable[..., Any]) -> set[str] | None:
-    """The keyword arguments `target` takes; None when its signature cannot be read (a C extension)."""
+def _parameters(target: Callable[..., Any]) -> tuple[set[str], bool] | None:
+    """The keyword arguments `target` names, and whether it takes **kwargs; None when its signature cannot be
+    read (a C extension)."""
     try:
-        params = _signature(target).parameters.values()
+        params = inspect.signature(target).parameters.values()
     except (TypeError, ValueError):
         return None
-    return {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    names = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return names, any(p.kind is p.VAR_KEYWORD for p in params)
 
 
 def model_node(cfg: Any) -> dict[str, Any]:
