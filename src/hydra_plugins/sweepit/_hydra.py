@@ -352,21 +352,22 @@ class SlurmTask:
                 config.hydra.output_subdir = None
         session = _session.begin(job_dir, config)
         try:
-            ret = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=config,
-                          job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir",
-                          configure_logging=rank == 0)
-        except BaseException as e:
-            if self._requeueing and rank == 0:
-                # The result says `failed` with the SystemExit that submitit raises to stop this run; the job is
-                # requeued and carries on, so that result is not the job's.
-                (job_dir / RESULT_FILE).unlink(missing_ok=True)
-            else:
-                session.finish(_session.status_of(e), error=e)
-            raise
+            try:
+                ret = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=config,
+                              job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir",
+                              configure_logging=rank == 0)
+            except BaseException as e:
+                if self._requeueing and rank == 0:
+                    # The result says `failed` with the SystemExit that submitit raises to stop this run; the job
+                    # is requeued and carries on, so that result is not the job's.
+                    (job_dir / RESULT_FILE).unlink(missing_ok=True)
+                else:
+                    session.finish(_session.status_of(e), error=e)
+                raise
+            self._finished = True
+            status, error = _record(session, ret)
         finally:
-            _session.end(session)
-        self._finished = True
-        status, error = _record(session, ret)
+            _session.end(session)  # after result.json: the session's trackers close with the job's status
         if error is None:
             return picklable(ret.return_value)
         if status == "pruned":

@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from sweepit.errors import ConfigError
+from sweepit.trackers._base import check_trackers
 
 TASKS = ("linreg", "digits", "mnist", "cifar10", "custom")
 PRECISIONS = ("fp32", "bf16")
@@ -87,6 +88,7 @@ def check_config(cfg: Any) -> None:
         )
     if cfg.direction not in ("maximize", "minimize"):
         raise ConfigError(f"direction must be maximize or minimize, but got direction={cfg.direction!r}.")
+    check_trackers(cfg)  # a missing tracker package fails the job now, not after its first epoch
     device = str(cfg.device)
     if not (device in ("auto", "cpu", "cuda") or device.startswith("cuda:")):
         raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, but got device={device!r}.")

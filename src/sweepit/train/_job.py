@@ -22,7 +22,7 @@ from sweepit.results._job_files import read_metrics, write_result
 from sweepit.results._status import worst
 from sweepit.train import _session
 from sweepit.train._checks import check_config
-from sweepit.train._distributed import SINGLE, from_environment, spawn_local
+from sweepit.train._distributed import SINGLE, Rank, from_environment, spawn_local
 from sweepit.train._loop import EpochCallback, Outcome, train
 from sweepit.train._session import now as _now
 
@@ -74,8 +74,7 @@ def run_job(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None = None) -> f
         check_config(cfg)
         gpus = int(cfg.trainer.gpus)
         if rank is None and gpus > 1:
-            outcome: Outcome = spawn_local(
-                gpus, lambda r: train(cfg, on_epoch, rank=r, session=_session.begin(job_dir, cfg, r)))
+            outcome: Outcome = spawn_local(gpus, lambda r: _train_rank(cfg, on_epoch, job_dir, r))
         else:
             outcome = train(cfg, on_epoch, rank=rank or SINGLE, session=session)
         checkpoint = session.checkpoint_path
@@ -111,6 +110,22 @@ def run_job(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None = None) -> f
         result["ended_at"] = _now()
         write_result(job_dir, result)
         _session.end(session)
+
+
+def _train_rank(cfg: Any, on_epoch: EpochCallback | None, job_dir: Path, rank: Rank) -> Outcome:
+    """One local rank of a multi-rank job, in its own forked process and session (rank 0's trackers end
+    here: the supervising process writes result.json only after the ranks are gone)."""
+    session = _session.begin(job_dir, cfg, rank)
+    status = "interrupted"
+    try:
+        outcome = train(cfg, on_epoch, rank=rank, session=session)
+        status = "pruned" if outcome.stopped_early else "completed"
+        return outcome
+    except BaseException as e:
+        status = _session.status_of(e)
+        raise
+    finally:
+        _session.end(session, status)
 
 
 def timing_summary(rows: list[dict[str, Any]]) -> dict[str, float | None]:

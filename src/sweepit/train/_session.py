@@ -5,6 +5,7 @@ the active session; sweepit's launchers and its own loop begin and end them.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import socket
@@ -42,6 +43,7 @@ class Session:
     _trial_checked: bool = False
     _stop: bool = False                              # the pruner's verdict after the latest report
     told_to_stop: bool = False                       # should_stop() said True: a task that returns was pruned
+    _trackers: list[Any] | None = None               # the config's experiment trackers, once opened (rank 0)
 
     # -- what the session knows from the job's config --------------------------------------------------
     def value(self, key: str, default: Any = None) -> Any:
@@ -93,9 +95,59 @@ class Session:
             if self._log is None:
                 self._log = MetricsLog(self.job_dir)
             self._log.resume_from(self.rows)
+            self._track(row, epoch)
         trial = self._open_trial()
         if trial is not None:
             self._stop = bool(trial(epoch, row))
+
+    def _track(self, row: Mapping[str, Any] | None, epoch: int) -> None:
+        if self._trackers is None:
+            from sweepit.trackers import open_trackers
+
+            self._trackers = []  # a tracker that fails to open is not retried at every epoch
+            if self.job_dir is not None:
+                _tracked.add(self.job_dir.resolve())
+                self._trackers = open_trackers(self.config, self.job_dir)
+        if self._trackers and row is not None:
+            numbers = {k: float(v) for k, v in row.items() if k != "epoch" and _number(v) is not None}
+            for tracker in self._trackers:
+                tracker.log(numbers, epoch)
+
+    def close_trackers(self, status: str | None = None) -> None:
+        """End the trackers' runs with the job's status: its result.json's when it has one, else `status`
+        (a job stopped before it recorded one: interrupted)."""
+        if self._trackers is None and self._never_tracked():
+            # A job that ended before its first report (diverged or failed in epoch 1) is still a run in the
+            # trackers, with its status, so that their comparisons show every job of the sweep.
+            try:
+                self._track(None, 0)
+            except Exception as e:
+                log.warning(f"sweepit: the job's trackers could not record it: {type(e).__name__}: {e}")
+        trackers, self._trackers = self._trackers or [], []
+        if not trackers:
+            return
+        result = None
+        if self.job_dir is not None:
+            try:
+                result = read_result(self.job_dir)
+            except ValueError:
+                result = None
+        final = str(result.get("status")) if result and result.get("status") else status or "interrupted"
+        for tracker in trackers:
+            try:
+                tracker.finish(final, result)
+            except Exception as e:  # the job's own outcome is recorded already: a tracker must not change it
+                log.warning(f"sweepit: {type(tracker).__name__} could not record the end of the run: "
+                            f"{type(e).__name__}: {e}")
+
+    def _never_tracked(self) -> bool:
+        """True for rank 0 of a job that no session has reported for (in this process, or in a forked rank
+        that left metrics.jsonl)."""
+        from sweepit.results._job_files import METRICS_FILE
+
+        job_dir = self.job_dir
+        return (job_dir is not None and self.is_main and job_dir.resolve() not in _tracked
+                and not (job_dir / METRICS_FILE).exists())
 
     def _open_trial(self) -> Any:
         if not self._trial_checked:
@@ -226,6 +278,7 @@ class _MetricConfig:
 
 
 _active: Session | None = None
+_tracked: set[Path] = set()  # job directories whose trackers a session of this process has opened
 
 
 def begin(job_dir: Path | str | None, config: Any = None, rank: Rank | None = None) -> Session:
@@ -235,9 +288,13 @@ def begin(job_dir: Path | str | None, config: Any = None, rank: Rank | None = No
     return _active
 
 
-def end(session: Session | None = None) -> None:
-    """Close `session` (or whichever is active): later calls begin a new one."""
+def end(session: Session | None = None, status: str | None = None) -> None:
+    """Close `session` (or whichever is active): its trackers end their runs with the job's status (its
+    result.json's, else `status`), and later calls begin a new session."""
     global _active
+    closing = session or _active
+    if closing is not None:
+        closing.close_trackers(status)
     if session is None or _active is session:
         _active = None
 
@@ -248,6 +305,8 @@ def active() -> Session:
     global _active
     if _active is None:
         _active = Session(job_dir=job_dir_from_environment())
+        # No launcher ends this session (a single run of a user's own loop): its trackers end at exit.
+        atexit.register(_active.close_trackers, "ended")
     return _active
 
 

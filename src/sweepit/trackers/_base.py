@@ -1,0 +1,172 @@
+"""What every tracker is given (RunInfo), what it does (Tracker), and how a job's `logger` node becomes trackers."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sweepit.errors import ConfigError
+
+log = logging.getLogger(__name__)
+# Files beside a job's directories that say the directory above a job is a sweep (sweepit's, Hydra's basic one).
+_SWEEP_MARKERS = ("sweep.json", "multirun.yaml")
+# Config subtrees that are not hyperparameters of the job.
+_NOT_PARAMS = ("hydra", "logger")
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One job as a tracker's run: where it writes, which sweep it belongs to, and its hyperparameters."""
+
+    job_dir: Path
+    sweep_dir: Path | None           # None: a single run (`python train.py`), not part of a sweep
+    name: str                        # the run: the job directory's name, e.g. `3_lr=0.1,optimizer=sgd`
+    group: str                       # the sweep: `<study>/<timestamp>` (a single run: its study)
+    params: dict[str, Any] = field(default_factory=dict)   # the flattened config: `trainer.lr_schedule` -> value
+    overrides: tuple[str, ...] = ()  # what the command line (or the sweeper) changed for this job
+
+    @property
+    def home(self) -> Path:
+        """Where a tracker keeps what all runs of the sweep share (the sweep directory; a single run's own)."""
+        return self.sweep_dir or self.job_dir
+
+
+class Tracker:
+    """A tracker's three moments; each subclass writes them to its package's files or server."""
+
+    #: the Python module the tracker imports, and the extra of sweepit that installs it
+    module: str = ""
+    extra: str = ""
+
+    def start(self, run: RunInfo) -> None:
+        raise NotImplementedError
+
+    def log(self, metrics: Mapping[str, float], epoch: int) -> None:
+        raise NotImplementedError
+
+    def finish(self, status: str, result: Mapping[str, Any] | None) -> None:
+        """The job ended with `status` (completed, pruned, diverged, failed, interrupted; `ended` for a single
+        run of a user's own loop, which no launcher records); `result` is its result.json when it has one."""
+        raise NotImplementedError
+
+
+def _require(cls: type[Tracker], key: str) -> None:
+    if cls.module and importlib.util.find_spec(cls.module) is None:
+        raise ConfigError(
+            f"{key} needs the `{cls.module}` package, which is not installed: install sweepit's extra with "
+            f"`pip install -e '.[{cls.extra}]'` (or `pip install {cls.extra}`), or drop the logger "
+            f"(remove `logger={key.split('.')[-1]}` from the command line).")
+
+
+def _nodes(config: Any) -> list[tuple[str, Mapping[str, Any]]]:
+    """The `logger` node's trackers as (key, plain mapping), in config order; [] when there is none."""
+    from sweepit.train._build import plain
+
+    node = plain(_select(config, "logger"))
+    if node in (None, {}):
+        return []
+    if not isinstance(node, Mapping):
+        raise ConfigError(f"logger must be a mapping of trackers (like logger.tensorboard._target_="
+                          f"sweepit.trackers.TensorBoard), but got logger={node!r}. Choose them with the logger "
+                          "group: logger=tensorboard, logger='[tensorboard,mlflow]' or logger=many.")
+    out = []
+    for name, sub in node.items():
+        if sub is None:
+            continue  # a tracker switched off with logger.<name>=null
+        if not isinstance(sub, Mapping) or "_target_" not in sub:
+            raise ConfigError(f"logger.{name} must be a tracker's config with a _target_ (like "
+                              f"_target_: sweepit.trackers.TensorBoard), but got logger.{name}={sub!r}.")
+        out.append((f"logger.{name}", sub))
+    return out
+
+
+def check_trackers(config: Any) -> None:
+    """Raise ConfigError when a tracker of the config cannot be built (unknown target, missing package),
+    before any training; build nothing."""
+    from sweepit.train._build import locate
+
+    for key, node in _nodes(config):
+        cls = locate(node["_target_"], f"{key}._target_")
+        if isinstance(cls, type) and issubclass(cls, Tracker):
+            _require(cls, key)
+
+
+def open_trackers(config: Any, job_dir: Path) -> list[Tracker]:
+    """Build and start the config's trackers for the job in `job_dir` ([] when the config names none)."""
+    from sweepit.train._build import instantiate, locate
+
+    nodes = _nodes(config)
+    if not nodes:
+        return []
+    run = run_info(config, job_dir)
+    trackers = []
+    for key, node in nodes:
+        cls = locate(node["_target_"], f"{key}._target_")
+        if isinstance(cls, type) and issubclass(cls, Tracker):
+            _require(cls, key)
+        tracker = instantiate(node, key)
+        if not all(callable(getattr(tracker, m, None)) for m in ("start", "log", "finish")):
+            raise ConfigError(f"{key}._target_ must build a tracker with start(run), log(metrics, epoch) and "
+                              f"finish(status, result) methods, but {node['_target_']} built {type(tracker).__name__}.")
+        tracker.start(run)
+        trackers.append(tracker)
+    return trackers
+
+
+def run_info(config: Any, job_dir: Path) -> RunInfo:
+    job_dir = Path(job_dir).resolve()
+    parent = job_dir.parent
+    sweep_dir = parent if any((parent / m).exists() for m in _SWEEP_MARKERS) else None
+    study = str(_select(config, "study") or (sweep_dir.parent.name if sweep_dir else "sweepit"))
+    group = f"{study}/{sweep_dir.name}" if sweep_dir is not None else study
+    return RunInfo(job_dir=job_dir, sweep_dir=sweep_dir, name=job_dir.name, group=group,
+                   params=flat_params(config), overrides=_overrides(config))
+
+
+def flat_params(config: Any) -> dict[str, Any]:
+    """The job's config as `dotted.key -> value` (numbers, strings, booleans; lists as text), without the
+    hydra and logger subtrees."""
+    from sweepit.train._build import plain
+
+    tree = plain(config) if config is not None else {}
+    out: dict[str, Any] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, Mapping):
+            for k, v in node.items():
+                if not prefix and k in _NOT_PARAMS:
+                    continue
+                walk(v, f"{prefix}{k}.")
+        elif node is None or isinstance(node, bool | int | float | str):
+            out[prefix[:-1]] = node
+        else:
+            out[prefix[:-1]] = str(node)
+
+    if isinstance(tree, Mapping):
+        walk(tree, "")
+    return out
+
+
+def _select(config: Any, key: str) -> Any:
+    from omegaconf import OmegaConf
+
+    if config is None:
+        return None
+    if OmegaConf.is_config(config):
+        return OmegaConf.select(config, key, default=None)
+    return config.get(key) if isinstance(config, Mapping) else None
+
+
+def _overrides(config: Any) -> tuple[str, ...]:
+    task = _select(config, "hydra.overrides.task")
+    if task is None:  # Hydra's task config has no hydra node: ask Hydra, never import it
+        hydra_config = sys.modules.get("hydra.core.hydra_config")
+        if hydra_config is not None and hydra_config.HydraConfig.initialized():
+            task = hydra_config.HydraConfig.get().overrides.task
+    # The launchers' and sweepers' own settings (hydra.*) are not the job's hyperparameters.
+    return tuple(str(o) for o in task or () if not str(o).lstrip("+~").startswith("hydra."))
