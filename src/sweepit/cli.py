@@ -105,6 +105,16 @@ def _runnable(argv: list[str], cwd: str) -> tuple[list[str], str]:
     return [python, script, *rest], cwd if os.path.isdir(cwd) else os.getcwd()
 
 
+def _clean(args: argparse.Namespace) -> int:
+    from sweepit.results._clean import clean
+
+    sweep_dir = Path(args.sweep_dir)
+    if not sweep_dir.is_dir():
+        raise SweepitError(f"a sweep directory must exist, but {sweep_dir} does not; list sweeps with `sweepit ls`.")
+    print(*clean(sweep_dir, keep_best=not args.all, dry_run=args.dry_run).lines(args.dry_run), sep="\n")
+    return 0
+
+
 def _download(args: argparse.Namespace) -> int:
     from sweepit.train.data.download import download
 
@@ -114,7 +124,10 @@ def _download(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import sweepit
+
     parser = argparse.ArgumentParser(prog="sweepit", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"sweepit {sweepit.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("summary", help="print the results table of a sweep directory")
@@ -139,6 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", action=argparse.BooleanOptionalAction, default=None,
                    help="Slurm: follow the jobs (--wait) or submit and exit (--no-wait); default: as the sweep ran")
     p.set_defaults(func=_resume)
+
+    p = sub.add_parser("clean", help="delete trained weights (model_*.pt) of every job but the best, and checkpoints "
+                                     "of finished jobs")
+    p.add_argument("sweep_dir", help="a sweep directory")
+    p.add_argument("--all", action="store_true", help="the best job's weights too")
+    p.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
+    p.set_defaults(func=_clean)
 
     data = sub.add_parser("data", help="data sets").add_subparsers(dest="data_command", required=True, metavar="ACTION")
     p = data.add_parser("download", help="fetch a data set from its public mirror and verify checksums")

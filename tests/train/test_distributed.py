@@ -43,7 +43,8 @@ def test_two_ranks_reach_the_weights_of_one_process_with_the_global_batch(
     result = read_result(tmp_path / "two")
     assert result is not None and result["world_size"] == 2 and result["global_batch_size"] == 64
     # one job directory, written by rank 0 only
-    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == ["checkpoint.pt", "metrics.jsonl", "result.json"]
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == ["checkpoint.pt", "metrics.jsonl", "model_best.pt",
+                                                                  "result.json"]
 
 
 def test_linear_lr_scaling_is_recorded(compose_cfg: Callable[..., DictConfig], tmp_path: Path) -> None:

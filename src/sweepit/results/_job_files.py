@@ -16,6 +16,9 @@ RESULT_FILE = "result.json"
 METRICS_FILE = "metrics.jsonl"
 STDOUT_LOG = "stdout.log"  # a job's output (under Slurm, links to its Slurm logs)
 STDERR_LOG = "stderr.log"
+BEST_WEIGHTS = "model_best.pt"   # trained weights (trainer.save_model): the best epoch's, the last epoch's
+LAST_WEIGHTS = "model_last.pt"
+WEIGHT_FILES = (BEST_WEIGHTS, LAST_WEIGHTS)
 
 
 def _jsonable(value: Any) -> Any:

@@ -161,5 +161,14 @@ def summarize(sweep_dir: Path) -> str:
     if best is not None:
         args = " ".join(f"{k}={v}" for k, v in best.overrides.items())
         parts.append(f"best ({direction} {metric}): job {best.num} = {_fmt(best.objective)}  [{args}]")
+    weights = [sum(n for n in r.result["weights"].values() if isinstance(n, int)) for r in rows
+               if isinstance(r.result.get("weights"), dict) and r.result["weights"]]
+    if weights:
+        parts.append(f"weights: {size_text(sum(weights))} in {len(weights)} jobs (model_best.pt, model_last.pt); "
+                     f"`sweepit clean {sweep_dir}` keeps only the best job's")
     parts.append(f"sweep directory: {sweep_dir}")
     return "\n".join(parts)
+
+
+def size_text(n_bytes: int) -> str:
+    return f"{n_bytes / 1e6:.1f} MB" if n_bytes >= 1e5 else f"{n_bytes / 1e3:.1f} kB"

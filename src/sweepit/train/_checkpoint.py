@@ -23,7 +23,7 @@ FORMAT = 2
 # trajectory: the time limit and the loop's bookkeeping. Anything else (epochs too: a cosine schedule
 # depends on it) makes a checkpoint one of another configuration, which a run never resumes from.
 NEUTRAL_KEYS = ("timeout_min", "trainer.threads", "trainer.log_every_epoch", "trainer.checkpoint",
-                "trainer.checkpoint_every", "trainer.keep_checkpoint")
+                "trainer.checkpoint_every", "trainer.keep_checkpoint", "trainer.save_model", "logger")
 
 
 def fingerprint(config: Mapping[str, Any] | None) -> str:

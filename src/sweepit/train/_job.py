@@ -20,7 +20,7 @@ import sweepit
 from sweepit.errors import DivergedError
 from sweepit.results._job_files import read_metrics, write_result
 from sweepit.results._status import worst
-from sweepit.train import _session
+from sweepit.train import _session, _weights
 from sweepit.train._checks import check_config
 from sweepit.train._distributed import SINGLE, Rank, from_environment, spawn_local
 from sweepit.train._loop import EpochCallback, Outcome, train
@@ -108,6 +108,9 @@ def run_job(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None = None) -> f
     finally:
         result["wall_time_s"] = time.perf_counter() - t0
         result["ended_at"] = _now()
+        weights = _weights.sizes(job_dir)
+        if weights:
+            result["weights"] = weights  # file -> bytes: what `sweepit clean` can free
         write_result(job_dir, result)
         _session.end(session)
 

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch import nn
 
 from sweepit.errors import ConfigError, DivergedError
-from sweepit.train import _session
+from sweepit.train import _session, _weights
 from sweepit.train._batches import Batches, evaluate
 from sweepit.train._build import build_loss, build_model, check_output, load_data
 from sweepit.train._checks import check_metric
@@ -135,6 +135,9 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
             out.rows = list(session.rows)
             log(f"sweepit: resumed from {session.checkpoint_path} after epoch {state['epoch']}")
     every = max(1, int(cfg.trainer.get("checkpoint_every", 1)))
+    save_model = _weights.mode(cfg)
+    weights_dir = session.job_dir if rank.is_main else None  # rank 0 keeps the weights
+    metric, direction = str(cfg.metric), str(cfg.direction)
     steps_per_epoch = batches.steps_per_epoch()
 
     epochs = int(cfg.epochs)
@@ -193,6 +196,9 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
             row["w"], row["b"] = float(lin.weight.detach().flatten()[0]), float(lin.bias.detach().flatten()[0])
         out.rows.append(row)
         session.report(row, epoch=epoch)
+        if save_model in ("best", "both") and weights_dir is not None and _weights.is_better(
+                row.get(metric), [r.get(metric) for r in out.rows[:-1]], direction):
+            _weights.save(weights_dir / _weights.BEST_FILE, _unwrap(model), epoch, metric, row[metric])
         if cfg.trainer.log_every_epoch:
             log(epoch_line(row, epochs))
         if checkpointing and (epoch % every == 0 or epoch == epochs):
@@ -204,6 +210,9 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
                              dist.ReduceOp.MAX if world > 1 else None)) > 0:
             out.stopped_early = True
             break
+    if save_model in ("last", "both") and weights_dir is not None and out.rows:
+        last = out.rows[-1]
+        _weights.save(weights_dir / _weights.LAST_FILE, _unwrap(model), int(last["epoch"]), metric, last.get(metric))
     return out
 
 

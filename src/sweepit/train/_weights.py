@@ -1,0 +1,53 @@
+"""Trained weights are a result: `model_best.pt` (the epoch where the objective was best) and/or `model_last.pt`
+in the job's directory, as `trainer.save_model` says (best, the default | last | both | none).
+
+Each file is `{"model": state_dict (on the CPU), "epoch", "metric", "value", "sweepit"}`, written atomically by
+rank 0; load it with `torch.load(path)["model"]` into the model the job's `.hydra/config.yaml` describes.
+`sweepit clean DIR` deletes them for every job but the sweep's best.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+import sweepit
+from sweepit._files import atomic_file
+from sweepit.errors import ConfigError
+from sweepit.results._job_files import BEST_WEIGHTS, LAST_WEIGHTS, WEIGHT_FILES
+
+MODES = ("best", "last", "both", "none")
+BEST_FILE, LAST_FILE = BEST_WEIGHTS, LAST_WEIGHTS
+
+
+def mode(cfg: Any) -> str:
+    value = str(cfg.trainer.get("save_model", "best"))
+    if value not in MODES:
+        raise ConfigError(f"trainer.save_model must be one of {', '.join(MODES)}, but got "
+                          f"trainer.save_model={value!r}. best keeps <job dir>/model_best.pt, none keeps no weights.")
+    return value
+
+
+def save(path: Path, model: nn.Module, epoch: int, metric: str, value: Any) -> None:
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    with atomic_file(path, binary=True) as f:
+        torch.save({"model": state, "epoch": epoch, "metric": metric, "value": value,
+                    "sweepit": sweepit.__version__}, f)
+
+
+def is_better(value: Any, previous: list[Any], direction: str) -> bool:
+    """True when `value` beats every earlier value of the metric (the first finite one does)."""
+    if not isinstance(value, int | float) or value != value:
+        return False
+    earlier = [v for v in previous if isinstance(v, int | float) and v == v]
+    if not earlier:
+        return True
+    return value > max(earlier) if direction == "maximize" else value < min(earlier)
+
+
+def sizes(job_dir: Path) -> dict[str, int]:
+    """The job's weight files and their sizes in bytes."""
+    return {name: (job_dir / name).stat().st_size for name in WEIGHT_FILES if (job_dir / name).is_file()}
