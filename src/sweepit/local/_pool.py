@@ -23,7 +23,7 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, Protocol
 
-from sweepit._signals import StopSignals
+from sweepit._signals import StopSignals, stop_signals_held
 from sweepit.local._capture import JobOutput
 from sweepit.local._resources import GpuPool
 from sweepit.local._worker import ChildSpec, Reply
@@ -234,7 +234,8 @@ class Pool:
                          env=env, threads=self.threads, close_fds=inherited, parent_pid=os.getpid())
         _flush_all()  # or the job would inherit, and write again, whatever the driver still buffers
         proc = _FORK.Process(target=self.child, args=(job, spec, writer), name=f"sweepit-job-{job.num}")
-        proc.start()
+        with stop_signals_held():  # the job gets a stop signal only once its own handler is in place
+            proc.start()
         assert proc.pid is not None
         with contextlib.suppress(OSError):
             os.setpgid(proc.pid, proc.pid)  # also done by the job; whichever runs first wins the race
