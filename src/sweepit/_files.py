@@ -25,14 +25,15 @@ _UMASK = _current_umask()
 
 
 @contextmanager
-def atomic_file(path: Path, *, binary: bool = False, fsync: bool = True) -> Iterator[IO[Any]]:
+def atomic_file(path: Path, *, binary: bool = False, fsync: bool = True, replace: bool = True) -> Iterator[IO[Any]]:
     """A file to write `path`'s new content into; it replaces `path` when the block ends without an error.
 
     On an error the temporary file is removed and `path` keeps its old content. The file gets the
     permissions the umask allows (not mkstemp's 0600: results are for the group to read on a cluster).
     `fsync=False` skips the flush to disk, for files rewritten often whose loss in a power cut costs
     nothing (the manifest, report pages). The temporary file's path is `f.name`, to check it before it
-    replaces the old one (a download's checksum).
+    replaces the old one (a download's checksum). `replace=False` creates `path` only where there is none, in
+    one step (a hard link, atomic on NFS too): FileExistsError when a file is there, which is left as it is.
     """
     path = Path(path)
     try:
@@ -48,7 +49,11 @@ def atomic_file(path: Path, *, binary: bool = False, fsync: bool = True) -> Iter
             f.flush()
             if fsync:
                 os.fsync(f.fileno())
-        os.replace(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)  # FileExistsError when another process's file is there: it stays
+            os.unlink(tmp)
         if fsync:
             _fsync_dir(path.parent)  # the rename itself survives a crash
     except BaseException as e:
@@ -80,8 +85,8 @@ def _clear(e: OSError, path: Path) -> OSError:
                             "previous content). Free space or fix the permissions, then run again or resume the sweep")
 
 
-def atomic_write(path: Path, data: str | bytes, *, fsync: bool = True) -> Path:
-    """Replace `path` with `data` (see `atomic_file`)."""
-    with atomic_file(path, binary=isinstance(data, bytes), fsync=fsync) as f:
+def atomic_write(path: Path, data: str | bytes, *, fsync: bool = True, replace: bool = True) -> Path:
+    """Replace `path` with `data` (see `atomic_file`; `replace=False`: only where there is no file)."""
+    with atomic_file(path, binary=isinstance(data, bytes), fsync=fsync, replace=replace) as f:
         f.write(data)
     return Path(path)
