@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from sweepit.errors import OutputWriteError
+
 
 def _current_umask() -> int:
     mask = os.umask(0)
@@ -76,13 +78,14 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def _clear(e: OSError, path: Path) -> OSError:
-    """The same error, saying which file could not be written and that its old content is intact."""
+def _clear(e: OSError, path: Path) -> OutputWriteError:
+    """The same error (its errno), saying which file could not be written and that its old content is intact."""
     why = {errno.ENOSPC: "the file system is full", errno.EDQUOT: "the disk quota is used up",
            errno.EACCES: "permission is denied", errno.EROFS: "the file system is read-only"}.get(e.errno or 0,
                                                                                               e.strerror)
-    return type(e)(e.errno, f"sweepit could not write {path}: {why}; nothing was replaced (a file there keeps its "
-                            "previous content). Free space or fix the permissions, then run again or resume the sweep")
+    return OutputWriteError(e.errno, f"sweepit could not write {path}: {why}; nothing was replaced (a file there "
+                                     "keeps its previous content). Free space or fix the permissions, then run again "
+                                     "or resume the sweep")
 
 
 def atomic_write(path: Path, data: str | bytes, *, fsync: bool = True, replace: bool = True) -> Path:

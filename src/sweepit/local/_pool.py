@@ -113,10 +113,7 @@ class Pool:
                     self._prepare(ahead)
         finally:
             try:
-                for job in list(self.running.values()):  # only after an error in the loop itself
-                    job.stopped = True
-                    self._signal(job, signal.SIGKILL)
-                    self._finish(job)
+                self._kill_all()  # only after an error in the loop itself
             finally:
                 self.signals.restore()
 
@@ -147,12 +144,25 @@ class Pool:
     def close(self) -> None:
         """End an open run: jobs still running are killed (the caller gave up on them), signals restored."""
         try:
-            for job in list(self.running.values()):
-                job.stopped = True
-                self._signal(job, signal.SIGKILL)
-                self._finish(job)
+            self._kill_all()
         finally:
             self.signals.restore()
+
+    def _kill_all(self) -> None:
+        """SIGKILL every running job, then finish each: a job whose record cannot be written (a full disk)
+        neither spares the others nor leaves them running; the first such error is raised at the end."""
+        jobs = list(self.running.values())
+        for job in jobs:
+            job.stopped = True
+            self._signal(job, signal.SIGKILL)
+        error: Exception | None = None
+        for job in jobs:
+            try:
+                self._finish(job)
+            except Exception as e:
+                error = error or e
+        if error is not None:
+            raise error
 
     def _prepare(self, job: Job) -> bool:
         if job.ready is None:
