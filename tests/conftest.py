@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.version import _UNSPECIFIED_, VersionBase
 from omegaconf import DictConfig
 
-from sweepit_testing import CONF
+from sweepit_testing import CONF, tmpfs
 
 
 @pytest.fixture
@@ -34,3 +35,10 @@ def hydra_default_version_base() -> Iterator[None]:
     instance.version_base = _UNSPECIFIED_  # as in a fresh process
     yield
     instance.version_base = saved
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A real 64 KiB file system (tmpfs) to fill up; skipped where mounting is not permitted."""
+    with tmpfs(tmp_path / "small", "64k") as mount:
+        yield mount

@@ -6,8 +6,11 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -31,3 +34,19 @@ def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float, inter
         if time.monotonic() > deadline:
             raise AssertionError(f"waited {timeout_s} s for {what}")
         time.sleep(interval_s)
+
+
+@contextmanager
+def tmpfs(mount: Path, size: str) -> Iterator[Path]:
+    """A real file system of `size` (tmpfs, e.g. "64k") at `mount`, to fill up; the test is skipped where mounting
+    is not permitted."""
+    mount.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.skip(f"mounting a tmpfs is not permitted here ({done.stderr.strip() or done.returncode}): the "
+                    "full-disk test needs root or CAP_SYS_ADMIN")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)

@@ -6,8 +6,6 @@ import errno
 import json
 import os
 import stat
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -55,22 +53,6 @@ def test_files_are_readable_as_the_umask_allows_not_private(tmp_path: Path) -> N
         importlib.reload(files)
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert path.read_text() == "x"
-
-
-@pytest.fixture
-def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
-    """A real 64 KiB file system (tmpfs) to fill up; skipped where mounting is not permitted."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True,
-                          text=True)
-    if done.returncode != 0:
-        pytest.skip(f"mounting a tmpfs is not permitted here ({done.stderr.strip() or done.returncode}): the "
-                    "full-disk test needs root or CAP_SYS_ADMIN")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=False)
 
 
 def test_a_full_disk_names_the_file_and_keeps_the_old_content(small_tmpfs: Path) -> None:

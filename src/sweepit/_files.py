@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from sweepit.errors import OutputWriteError
+
 
 def _current_umask() -> int:
     mask = os.umask(0)
@@ -25,14 +27,15 @@ _UMASK = _current_umask()
 
 
 @contextmanager
-def atomic_file(path: Path, *, binary: bool = False, fsync: bool = True) -> Iterator[IO[Any]]:
+def atomic_file(path: Path, *, binary: bool = False, fsync: bool = True, replace: bool = True) -> Iterator[IO[Any]]:
     """A file to write `path`'s new content into; it replaces `path` when the block ends without an error.
 
     On an error the temporary file is removed and `path` keeps its old content. The file gets the
     permissions the umask allows (not mkstemp's 0600: results are for the group to read on a cluster).
     `fsync=False` skips the flush to disk, for files rewritten often whose loss in a power cut costs
     nothing (the manifest, report pages). The temporary file's path is `f.name`, to check it before it
-    replaces the old one (a download's checksum).
+    replaces the old one (a download's checksum). `replace=False` creates `path` only where there is none, in
+    one step (a hard link, atomic on NFS too): FileExistsError when a file is there, which is left as it is.
     """
     path = Path(path)
     try:
@@ -48,7 +51,11 @@ def atomic_file(path: Path, *, binary: bool = False, fsync: bool = True) -> Iter
             f.flush()
             if fsync:
                 os.fsync(f.fileno())
-        os.replace(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)  # FileExistsError when another process's file is there: it stays
+            os.unlink(tmp)
         if fsync:
             _fsync_dir(path.parent)  # the rename itself survives a crash
     except BaseException as e:
@@ -71,17 +78,18 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def _clear(e: OSError, path: Path) -> OSError:
-    """The same error, saying which file could not be written and that its old content is intact."""
+def _clear(e: OSError, path: Path) -> OutputWriteError:
+    """The same error (its errno), saying which file could not be written and that its old content is intact."""
     why = {errno.ENOSPC: "the file system is full", errno.EDQUOT: "the disk quota is used up",
            errno.EACCES: "permission is denied", errno.EROFS: "the file system is read-only"}.get(e.errno or 0,
                                                                                               e.strerror)
-    return type(e)(e.errno, f"sweepit could not write {path}: {why}; nothing was replaced (a file there keeps its "
-                            "previous content). Free space or fix the permissions, then run again or resume the sweep")
+    return OutputWriteError(e.errno, f"sweepit could not write {path}: {why}; nothing was replaced (a file there "
+                                     "keeps its previous content). Free space or fix the permissions, then run again "
+                                     "or resume the sweep")
 
 
-def atomic_write(path: Path, data: str | bytes, *, fsync: bool = True) -> Path:
-    """Replace `path` with `data` (see `atomic_file`)."""
-    with atomic_file(path, binary=isinstance(data, bytes), fsync=fsync) as f:
+def atomic_write(path: Path, data: str | bytes, *, fsync: bool = True, replace: bool = True) -> Path:
+    """Replace `path` with `data` (see `atomic_file`; `replace=False`: only where there is no file)."""
+    with atomic_file(path, binary=isinstance(data, bytes), fsync=fsync, replace=replace) as f:
         f.write(data)
     return Path(path)

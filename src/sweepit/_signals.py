@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -88,6 +89,23 @@ class StopSignals:
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.restore()
+
+
+@contextmanager
+def stop_signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held back in this thread for the block: pending, not lost. Around a fork, so that the
+    child starts with them held and gets one only after it has replaced the driver's handlers, which it
+    inherits and which would merely note the signal (`release_stop_signals` in the child)."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def release_stop_signals() -> None:
+    """Let SIGINT and SIGTERM through again; one that came while they were held is handled now."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 def interrupt_on_stop_signals() -> None:

@@ -27,5 +27,10 @@ class ManifestError(SweepitError):
     """A sweep directory has no readable `sweep.json`, so it cannot be resumed or followed."""
 
 
+class OutputWriteError(SweepitError, OSError):
+    """A file sweepit writes could not be written (a full disk, a used-up quota, a read-only or forbidden folder);
+    the message names the file and says its old content is intact. `errno` is the system's."""
+
+
 class SweepFailedError(SweepitError):
     """A sweep ended with failed or interrupted jobs; the message says where the logs are and how to resume."""

@@ -23,7 +23,7 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, Protocol
 
-from sweepit._signals import StopSignals
+from sweepit._signals import StopSignals, stop_signals_held
 from sweepit.local._capture import JobOutput
 from sweepit.local._resources import GpuPool
 from sweepit.local._worker import ChildSpec, Reply
@@ -113,10 +113,7 @@ class Pool:
                     self._prepare(ahead)
         finally:
             try:
-                for job in list(self.running.values()):  # only after an error in the loop itself
-                    job.stopped = True
-                    self._signal(job, signal.SIGKILL)
-                    self._finish(job)
+                self._kill_all()  # only after an error in the loop itself
             finally:
                 self.signals.restore()
 
@@ -147,12 +144,25 @@ class Pool:
     def close(self) -> None:
         """End an open run: jobs still running are killed (the caller gave up on them), signals restored."""
         try:
-            for job in list(self.running.values()):
-                job.stopped = True
-                self._signal(job, signal.SIGKILL)
-                self._finish(job)
+            self._kill_all()
         finally:
             self.signals.restore()
+
+    def _kill_all(self) -> None:
+        """SIGKILL every running job, then finish each: a job whose record cannot be written (a full disk)
+        neither spares the others nor leaves them running; the first such error is raised at the end."""
+        jobs = list(self.running.values())
+        for job in jobs:
+            job.stopped = True
+            self._signal(job, signal.SIGKILL)
+        error: Exception | None = None
+        for job in jobs:
+            try:
+                self._finish(job)
+            except Exception as e:
+                error = error or e
+        if error is not None:
+            raise error
 
     def _prepare(self, job: Job) -> bool:
         if job.ready is None:
@@ -234,7 +244,8 @@ class Pool:
                          env=env, threads=self.threads, close_fds=inherited, parent_pid=os.getpid())
         _flush_all()  # or the job would inherit, and write again, whatever the driver still buffers
         proc = _FORK.Process(target=self.child, args=(job, spec, writer), name=f"sweepit-job-{job.num}")
-        proc.start()
+        with stop_signals_held():  # the job gets a stop signal only once its own handler is in place
+            proc.start()
         assert proc.pid is not None
         with contextlib.suppress(OSError):
             os.setpgid(proc.pid, proc.pid)  # also done by the job; whichever runs first wins the race

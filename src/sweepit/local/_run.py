@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from sweepit.errors import ConfigError
 from sweepit.local._capture import STDERR_LOG, tail_lines
 from sweepit.local._pool import Job
-from sweepit.results._job_files import METRICS_FILE, RESULT_FILE, read_result, write_result
+from sweepit.results._job_files import METRICS_FILE, RESULT_FILE, read_result, write_result, write_result_if_absent
 from sweepit.results._manifest import (
     FAILED_STATUSES,
     Manifest,
@@ -114,8 +114,8 @@ class SweepRun:
         """The job's status; writes `result.json` when the job left none (its own one is kept as it is)."""
         try:
             own = read_result(job.job_dir)
-        except ValueError:
-            own = None
+        except (ValueError, OSError):
+            own = None  # unreadable: the driver's record of how the job ended replaces it
         if own is not None and "status" in own:
             if own["status"] in FAILED_STATUSES and own.get("recorded_by") == "sweepit" and "stderr_tail" not in own:
                 # Recorded by the job's own session (error and traceback): the driver adds what it alone knows.
@@ -134,8 +134,7 @@ class SweepRun:
         if reply is not None and reply.status == "completed":
             # An app that does not write result.json itself (not sweepit's train.py): record its return value.
             result.update(status="completed", objective=_number(reply.value))
-            write_result(job.job_dir, result)
-            return "completed"
+            return self._write(job, result)
         if job.stopped or (reply is not None and reply.status == "interrupted"):
             result.update(status="interrupted", error=reply.error if reply else "stopped by the sweep driver")
         elif reply is not None:
@@ -147,7 +146,15 @@ class SweepRun:
         elif reply is None:
             result["exit_code"] = job.exit_code
         result["stderr_tail"] = tail_lines(job.job_dir / STDERR_LOG, self.stderr_tail_lines)
-        write_result(job.job_dir, result)
+        return self._write(job, result)
+
+    def _write(self, job: Job, result: dict[str, Any]) -> str:
+        """Record how a job that left no readable result ended; return its status. A result of the job's own
+        that appears meanwhile (from a process of the job that outlived it) is kept, and its status returned."""
+        if (job.job_dir / RESULT_FILE).exists():
+            write_result(job.job_dir, result)  # unreadable: what the driver knows replaces it
+        elif not write_result_if_absent(job.job_dir, result):
+            return result_status(job.job_dir) or str(result["status"])
         return str(result["status"])
 
     def failure_report(self, jobs: list[Job], stop_signal: int | None, fail_on_error: bool) -> str | None:

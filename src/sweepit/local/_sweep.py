@@ -21,7 +21,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from sweepit.errors import ConfigError, SweepFailedError
+from sweepit.errors import ConfigError, OutputWriteError, SweepFailedError
 from sweepit.local._pool import Job, Pool
 from sweepit.local._resources import GpuPool, cpu_count, resolve_n_workers, resolve_threads, visible_gpus
 from sweepit.local._run import SweepRun
@@ -112,22 +112,30 @@ class LocalSweep:
         after writing the report, when jobs failed (and `fail_on_error`) or the sweep was stopped."""
         o = self.options
         gpus, pool, run, manifest, progress = self._set_up(len(jobs))
+        recorded = bool(manifest.jobs)
         for j in jobs:
             if not (o.resume and j.num in manifest.jobs):  # a resume keeps the record of finished jobs
                 manifest.jobs[j.num] = JobEntry(num=j.num, overrides=j.overrides, job_dir="")
         write_manifest(manifest)
-        if o.resume and not any(is_finished(p) for p in self.sweep_dir.iterdir() if p.is_dir()):
-            log.warning(f"hydra.launcher.resume=true, but {self.sweep_dir} holds no finished job: is "
-                        "hydra.sweep.dir the directory of the sweep to resume?")
+        if o.resume and not recorded and not any(is_finished(p) for p in self.sweep_dir.iterdir() if p.is_dir()):
+            # (A sweep stopped before any job finished is resumed without a word: its sweep.json says so.)
+            log.warning(f"hydra.launcher.resume=true, but {self.sweep_dir} holds no record of a sweep (sweep.json) "
+                        "and no finished job: is hydra.sweep.dir the directory of the sweep to resume?")
         progress.queued = len(jobs)
         log.info(f"Launching {len(jobs)} jobs on {pool.n_workers} local worker(s), {pool.threads} torch "
                  f"thread(s) each{f', GPUs {gpus}' if gpus else ''}{', resuming' if o.resume else ''}; "
                  f"sweep dir {self.sweep_dir}")
+        stopped = True
         try:
             progress.draw()
             pool.run(jobs)
+            stopped = False
+        except OutputWriteError as e:  # a full disk, a read-only folder: no point in starting more jobs
+            raise OutputWriteError(e.errno, f"{e.strerror}. The sweep stopped there and its running jobs with it; "
+                                   "results, metrics and checkpoints written before are intact, and `sweepit "
+                                   f"resume {self.sweep_dir}` runs the unfinished jobs again.") from e
         finally:
-            self._end(manifest, progress)
+            self._end(manifest, progress, failing=stopped)
         if o.print_summary:
             print(summarize(self.sweep_dir), flush=True)
         report = run.failure_report(jobs, pool.stop_signal, o.fail_on_error)
@@ -227,7 +235,8 @@ class LocalSweep:
         gc.freeze()
         return gpus, pool, run, manifest, progress
 
-    def _end(self, manifest: Manifest, progress: Progress) -> None:
+    def _end(self, manifest: Manifest, progress: Progress, failing: bool = False) -> None:
+        """Record the sweep's end; `failing`: an error is on its way, which a failed write here must not hide."""
         gc.unfreeze()
         progress.close()
         for entry in manifest.jobs.values():
@@ -235,6 +244,9 @@ class LocalSweep:
                 entry.state = "not started"  # the sweep was stopped first
         try:
             write_manifest(manifest)
+        except OutputWriteError:
+            if not failing:
+                raise
         finally:
             if self.own_lock:
                 self.lock.release()

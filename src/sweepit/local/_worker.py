@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from sweepit._signals import interrupt_on_stop_signals
+from sweepit._signals import interrupt_on_stop_signals, release_stop_signals
 
 _PR_SET_PDEATHSIG = 1
 
@@ -114,6 +114,9 @@ def child_main(spec: ChildSpec, conn: Connection, body: Callable[[], Reply]) -> 
     """Target of the forked process: `body` runs the job and says how it went."""
     _detach(spec)
     try:
+        # The driver forked with the stop signals held: one sent since (a Ctrl-C just as the job started)
+        # arrives here, now that it raises KeyboardInterrupt, instead of reaching the driver's handler.
+        release_stop_signals()
         reply = body()
     except KeyboardInterrupt as e:
         reply = failure("interrupted", e)

@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import json
 import math
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sweepit._files import atomic_write
 
 RESULT_FILE = "result.json"
+# How long a job seen ended without result.json is given for its own to show up before a record of its death is
+# written: on a shared file system a file another node wrote a moment ago can take a second or two to appear.
+RESULT_GRACE_S = 2.0
 METRICS_FILE = "metrics.jsonl"
 STDOUT_LOG = "stdout.log"  # a job's output (under Slurm, links to its Slurm logs)
 STDERR_LOG = "stderr.log"
@@ -38,6 +43,37 @@ def write_result(job_dir: Path, result: dict[str, Any]) -> Path:
     return path
 
 
+def write_result_if_absent(job_dir: Path, result: dict[str, Any]) -> bool:
+    """Write `result.json` only where there is none, in one step: the record of a job that died without one
+    never replaces the job's own, however late that came. True when written, False when one was there."""
+    path = Path(job_dir) / RESULT_FILE
+    try:
+        atomic_write(path, json.dumps(_jsonable(result), indent=2, sort_keys=True) + "\n", replace=False)
+    except FileExistsError:
+        return False
+    return True
+
+
+class ResultGrace:
+    """Which jobs seen ended without a result have waited `grace_s` for it, since each was first seen so: only
+    those get a record of their death. The one rule of the Slurm follower (across its polls) and of `sweepit
+    status` (which waits `wait_s()` and looks again)."""
+
+    def __init__(self, grace_s: float = RESULT_GRACE_S) -> None:
+        self.grace_s = grace_s
+        self._since: dict[int, float] = {}
+
+    def over(self, num: int, now: float | None = None) -> bool:
+        """True once job `num` has been seen without a result for `grace_s`; the first call starts its clock."""
+        now = time.monotonic() if now is None else now
+        return now - self._since.setdefault(num, now) >= self.grace_s
+
+    def wait_s(self, now: float | None = None) -> float:
+        """How long until every job seen so far has had its grace (0 when none waits)."""
+        now = time.monotonic() if now is None else now
+        return max([0.0, *(since + self.grace_s - now for since in self._since.values())])
+
+
 def read_result(job_dir: Path) -> dict[str, Any] | None:
     """The job's result, or None when it has none yet. A corrupt file raises ValueError."""
     path = Path(job_dir) / RESULT_FILE
@@ -49,6 +85,30 @@ def read_result(job_dir: Path) -> dict[str, Any] | None:
     if not isinstance(data, dict):
         raise ValueError(f"{path} must hold a JSON object, but holds {type(data).__name__}.")
     return data
+
+
+CORRUPT = "corrupt"  # what every reader shows for a result.json that cannot be read (a resume runs the job again)
+
+
+@dataclass
+class ReadResult:
+    """A job's `result.json` as every reader sees it (`sweepit status`, `report`, `summary`, `ls`, a resume)."""
+
+    status: str | None               # its status; None: no result.json yet; CORRUPT: it cannot be read
+    result: dict[str, Any] = field(default_factory=dict)
+    problem: str = ""                # why it cannot be read
+
+
+def read_outcome(job_dir: Path) -> ReadResult:
+    """The one reading rule: a result.json that is truncated, not a JSON object or unreadable for the system is
+    CORRUPT, with the reason; one without a status is `unknown`."""
+    try:
+        result = read_result(job_dir)
+    except (ValueError, OSError) as e:
+        return ReadResult(CORRUPT, problem=f"{RESULT_FILE} unreadable: {e}")
+    if result is None:
+        return ReadResult(None)
+    return ReadResult(str(result.get("status", "unknown")), result)
 
 
 class MetricsLog:

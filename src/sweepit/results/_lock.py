@@ -34,7 +34,8 @@ class SweepLockedError(SweepitError):
     """Another driver is running the sweep in this directory."""
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a process of this host has the id `pid`."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -63,7 +64,7 @@ class SweepLock:
         if pid == os.getpid() and host == socket.gethostname():
             return None
         if host == socket.gethostname():
-            return record if isinstance(pid, int) and _alive(pid) else None
+            return record if isinstance(pid, int) and process_alive(pid) else None
         return record if age_s < STALE_S else None
 
     def acquire(self) -> None:

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from sweepit._files import atomic_write
 from sweepit.errors import ManifestError
-from sweepit.results._job_files import STDERR_LOG, read_result
+from sweepit.results._job_files import STDERR_LOG, read_outcome, read_result
 from sweepit.results._status import FAILED_STATUSES, FINISHED_STATUSES
 
 MANIFEST_FILE = "sweep.json"
@@ -145,17 +145,35 @@ def write_manifest(m: Manifest) -> Path:
 
 
 def result_status(job_dir: Path) -> str | None:
-    """The status in the job's `result.json`; None when it has none or it cannot be read."""
-    try:
-        result = read_result(Path(job_dir))
-    except ValueError:
-        return None
-    return None if result is None else str(result.get("status"))
+    """The status in the job's `result.json`: None when it has none yet, `corrupt` when it cannot be read (the
+    report's rule, `read_outcome`)."""
+    return read_outcome(Path(job_dir)).status
 
 
 def is_finished(job_dir: Path) -> bool:
     """True when a resume must skip the job: its result says completed (or diverged)."""
     return result_status(job_dir) in FINISHED_STATUSES
+
+
+def settle_orphans(m: Manifest) -> list[int]:
+    """A local sweep whose driver is gone (killed, out of disk space, the machine rebooted): the jobs it had
+    queued will not start (`not started`, as after a Ctrl-C), and a job it ran whose process is gone without a
+    result is `interrupted` (the driver's death stopped it), instead of `queued` and `running` for ever. A resume
+    runs both again. Returns the numbers of the jobs that changed."""
+    from sweepit.results._lock import process_alive
+
+    if m.launcher != "local":
+        return []  # a Slurm job stays in Slurm's hands and runs without its driver
+    changed = []
+    for n, e in m.jobs.items():
+        if e.state == "queued":
+            e.state = "not started"
+        elif e.state == "running" and result_status(Path(e.job_dir)) is None and not (e.pid and process_alive(e.pid)):
+            e.state = "interrupted"
+        else:
+            continue
+        changed.append(n)
+    return changed
 
 
 def unfinished_jobs(m: Manifest) -> list[JobEntry]:

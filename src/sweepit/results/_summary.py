@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from sweepit.results._job_files import read_result
+from sweepit.results._job_files import read_outcome
 from sweepit.results._status import sweep_direction
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser when present: about 9x faster
@@ -68,15 +68,11 @@ def read_job(job_dir: Path) -> JobRow:
     num = job_num(job_dir)
     row = JobRow(num=-1 if num is None else num, job_dir=job_dir, overrides=read_overrides(job_dir),
                  status="pending")
-    try:
-        result = read_result(job_dir)
-    except ValueError as e:
-        row.status, row.note = "corrupt", f"result.json unreadable: {e}"
+    read = read_outcome(job_dir)
+    if read.status is None:
         return row
-    if result is None:
-        return row
-    row.result = result
-    row.status = str(result.get("status", "unknown"))
+    row.status, row.result, row.note = read.status, read.result, read.problem
+    result = read.result
     objective = result.get("objective")
     row.objective = float(objective) if isinstance(objective, int | float) else None
     if row.status in ("failed", "interrupted") and result.get("error"):

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sweepit._signals import StopSignals
-from sweepit.results._job_files import read_result
+from sweepit.results._job_files import ResultGrace, read_result
 from sweepit.results._manifest import FAILED_STATUSES, JobEntry, Manifest, write_manifest
 from sweepit.results._progress import Progress
 from sweepit.results._summary import own_overrides
@@ -44,7 +44,7 @@ class Follower:
         self.statuses: dict[int, str] = {}
         self.stop_signal: int | None = None
         self._phase = {n: "running" if manifest.jobs[n].state == "running" else "queued" for n in nums}
-        self._dead_since: dict[int, float] = {}
+        self._dead = ResultGrace(result_grace_s)  # its own result may be a moment late on a shared file system
         self._returning: dict[int, tuple[float, str]] = {}  # result in, return value not yet: (since, status)
         self.on_poll: Callable[[], None] = lambda: None  # called at every look: the sweep lock's heartbeat
 
@@ -87,9 +87,8 @@ class Follower:
             s = seen[num]
             entry = self.manifest.jobs[num]
             if s.dead:
-                since = self._dead_since.setdefault(num, now)
-                if now - since < self.result_grace_s:
-                    continue  # its own result may be a moment late on a shared file system
+                if not self._dead.over(num, now):
+                    continue
                 s.state = record_dead(entry, s, stderr_tail(entry, self.stderr_tail_lines))
                 self._report_dead(num, s)
             changed |= apply(entry, s)

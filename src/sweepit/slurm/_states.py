@@ -9,12 +9,13 @@ table, `sweepit resume` and the report see every job the same way.
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweepit.results._job_files import read_metrics, write_result
+from sweepit.results._job_files import ResultGrace, read_metrics, write_result_if_absent
 from sweepit.results._manifest import FAILED_STATUSES, JobEntry, Manifest, now_iso, result_status
 from sweepit.results._summary import JobRow, format_table, override_values, read_job
 from sweepit.slurm import _cluster as slurm_queue
@@ -128,7 +129,8 @@ def explain(slurm_state: str, job_id: str, exit_code: str = "", timeout_min: Any
 
 
 def record_dead(entry: JobEntry, seen: Seen, stderr_tail: str) -> str:
-    """Write the result.json of a job Slurm ended without one; return its status."""
+    """Write the result.json of a job Slurm ended without one; return its status (the job's own, when its
+    result.json came in the meantime: that one is never replaced)."""
     job_id = slurm_id(entry) or "?"
     status = _status_for(seen.slurm_state)
     rows, _ = read_metrics(Path(entry.job_dir))
@@ -146,7 +148,8 @@ def record_dead(entry: JobEntry, seen: Seen, stderr_tail: str) -> str:
         result["final"] = rows[-1]
     if seen.exit_code:
         result["slurm_exit_code"] = seen.exit_code
-    write_result(Path(entry.job_dir), result)
+    if not write_result_if_absent(Path(entry.job_dir), result):
+        return result_status(Path(entry.job_dir)) or status
     return status
 
 
@@ -193,6 +196,13 @@ def refresh(m: Manifest, stderr_tail_lines: int = 50, record: bool = True) -> tu
     if m.launcher == "slurm":
         try:
             seen = look(m.jobs.values())
+            dead = [num for num, s in seen.items() if s.dead] if record else []
+            if dead:  # the follower's grace: their own results may be a moment late on a shared file system
+                grace = ResultGrace()
+                for num in dead:
+                    grace.over(num)
+                time.sleep(grace.wait_s())
+                seen.update(look(m.jobs[num] for num in dead))
         except SlurmError as e:
             note = f"Slurm could not be asked ({e}); the states below come from the jobs' results alone."
             return _from_results(m), note
@@ -231,11 +241,13 @@ def stderr_tail(entry: JobEntry, n_lines: int, max_bytes: int = 1 << 16) -> str:
 def status_report(sweep_dir: Path) -> str:
     """What `sweepit status DIR` prints: the refreshed table, the counts and what to run next."""
     from sweepit.results._lock import SweepLock
-    from sweepit.results._manifest import read_manifest, write_manifest
+    from sweepit.results._manifest import read_manifest, settle_orphans, write_manifest
 
     m = read_manifest(sweep_dir)
     driver = SweepLock(Path(m.sweep_dir)).holder()
     changed, note = refresh(m, record=driver is None)
+    if driver is None:
+        changed += settle_orphans(m)
     if changed and driver is None:
         write_manifest(m)  # with a live driver, it alone writes the sweep's records
     lines = [status_table(m), f"sweep directory: {m.sweep_dir} (launcher: {m.launcher})"] + ([note] if note else [])

@@ -151,11 +151,7 @@ def _manifest_jobs(sweep_dir: Path) -> tuple[dict[int, dict[str, Any]], dict[str
 
 
 def _read_job(job_dir: Path, entry: dict[str, Any] | None, with_metrics: bool) -> JobReport:
-    try:
-        job = JobReport(**vars(read_job(job_dir)))
-    except OSError as e:  # result.json unreadable for the system (permissions, a directory in its place)
-        job = JobReport(num=job_num(job_dir) or 0, job_dir=job_dir, overrides={}, status="corrupt",
-                        note=f"result.json unreadable: {e}")
+    job = JobReport(**vars(read_job(job_dir)))
     if not job.overrides and not (job_dir / ".hydra" / "overrides.yaml").is_file():
         job.add_note("no .hydra/overrides.yaml")
     if with_metrics:

@@ -1,0 +1,222 @@
+"""Faults injected for real into local sweeps of `task=linreg`, and what survives each: every job's result exactly
+once, no metrics row lost or doubled, sweep.json in step with the results, and a resume that runs only what did not
+finish (continuing from its epoch checkpoint). The README's "What survives what" table is written from these.
+
+Covered elsewhere, not repeated here: a second driver on the same directory, and `sweepit resume` while the driver
+runs, are refused with who holds the lock (tests/local/test_sweep_lock.py); a job that segfaults, raises or exits
+fails alone and a resume reruns only it (tests/local/test_local_launcher.py); a full disk under one atomic write
+(tests/test_files.py); `sweepit status` with a late or truncated result.json (tests/results/test_status_command.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sweepit.results._job_files import read_result
+from sweepit.results._lock import LOCK_FILE
+from sweepit.results._manifest import read_manifest
+from sweepit_testing import REPO, tmpfs, wait_until
+
+pytestmark = pytest.mark.slow
+
+FORK_WINDOW_DRIVER = Path(__file__).parent / "app" / "fork_window_driver.py"
+SWEEPIT = str(Path(sys.executable).parent / "sweepit")
+EPOCHS, N_JOBS = 4, 4
+# Four jobs on two workers, about 0.35 s an epoch each: long enough to be hit mid-training.
+SWEEP = ["task=linreg", f"epochs={EPOCHS}", "data.n_synthetic=20000", "batch_size=8", "lr=0.01,0.02,0.03,0.04",
+         "hydra.launcher.n_workers=2", "hydra.callbacks.summary.report=false"]
+
+
+def _driver(sweep: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "train.py", "-m", *SWEEP, f"hydra.sweep.dir={sweep}"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def _sweepit(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([SWEEPIT, *args], cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def _job_dirs(sweep: Path) -> dict[int, Path]:
+    dirs: dict[int, Path] = {}
+    for p in sweep.iterdir() if sweep.is_dir() else []:
+        if p.is_dir() and p.name[0].isdigit():
+            num = int(p.name.split("_")[0])
+            assert num not in dirs, f"job {num} has two directories: {dirs.get(num)} and {p}"
+            dirs[num] = p
+    return dirs
+
+
+def _epochs(job_dir: Path) -> list[int]:
+    path = job_dir / "metrics.jsonl"
+    return [json.loads(line)["epoch"] for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _mid_training(sweep: Path, num: int | None = None) -> bool:
+    dirs = _job_dirs(sweep)
+    return any(len(_epochs(d)) >= 2 for n, d in dirs.items() if num is None or n == num)
+
+
+def _gone(sweep: Path) -> bool:
+    """No process of the sweep left (a forked job's command line is its driver's, which names the directory)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if str(sweep) in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    return False
+            except OSError:
+                continue
+    return True
+
+
+def _intact(sweep: Path) -> dict[int, Path]:
+    """What a fault leaves must be readable: sweep.json, every result.json, each metrics row once and in order,
+    and no temporary file of a write that did not finish."""
+    assert [str(p) for p in sweep.rglob(".*.tmp")] == []
+    manifest = read_manifest(sweep)
+    dirs = _job_dirs(sweep)
+    for num, d in dirs.items():
+        read_result(d)  # raises on a half-written file
+        epochs = _epochs(d)
+        assert epochs == list(range(1, len(epochs) + 1)), (num, epochs)
+        assert num in manifest.jobs
+    return dirs
+
+
+def _all_completed_once(sweep: Path) -> None:
+    dirs = _intact(sweep)
+    assert sorted(dirs) == list(range(N_JOBS))
+    for num, d in dirs.items():
+        result = read_result(d) or {}
+        assert result["status"] == "completed" and result["epochs_completed"] == EPOCHS, (num, result)
+        assert _epochs(d) == list(range(1, EPOCHS + 1)), num  # no epoch lost or doubled by the rerun
+    assert [e.state for e in read_manifest(sweep).jobs.values()] == ["completed"] * N_JOBS
+    assert not (sweep / LOCK_FILE).exists()
+
+
+def _started(dirs: dict[int, Path]) -> dict[int, str]:
+    """When each finished job started: a job a resume skips keeps it."""
+    return {n: str((read_result(d) or {}).get("started_at")) for n, d in dirs.items()
+            if (read_result(d) or {}).get("status") == "completed"}
+
+
+@pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGINT], ids=["driver-SIGKILL", "driver-Ctrl-C"])
+def test_a_stopped_driver_keeps_every_epoch_and_a_resume_finishes_the_rest(tmp_path: Path,
+                                                                          fault: signal.Signals) -> None:
+    sweep = tmp_path / "sweep"
+    driver = _driver(sweep)
+    try:
+        wait_until(lambda: _mid_training(sweep), "a job mid-training", 60, interval_s=0.05)
+        driver.send_signal(fault)
+        _, err = driver.communicate(timeout=60)
+    finally:
+        driver.kill()
+    wait_until(lambda: _gone(sweep), "every job of the sweep to end", 15)
+    dirs = _intact(sweep)
+    stopped = {n: read_result(d) or {} for n, d in dirs.items() if (read_result(d) or {}).get("status") != "completed"}
+    assert stopped and all(r["status"] == "interrupted" for r in stopped.values()), stopped  # each job said so itself
+    if fault == signal.SIGINT:
+        assert driver.returncode == 1 and "sweep stopped by SIGINT" in err and f"sweepit resume {sweep}" in err
+        assert not (sweep / LOCK_FILE).exists()
+    else:
+        assert driver.returncode == -signal.SIGKILL and (sweep / LOCK_FILE).exists()  # the dead driver's lock
+
+    looked = _sweepit("status", str(sweep))  # nothing is queued or running once the driver is gone
+    assert looked.returncode == 0, looked.stderr
+    states = [line.split()[2] for line in looked.stdout.splitlines()[2:2 + N_JOBS]]
+    assert set(states) <= {"completed", "interrupted", "not"}, looked.stdout  # "not started"
+    assert f"{N_JOBS - states.count('completed')} job(s) did not complete" in looked.stdout
+
+    before = _started(dirs)
+    resumed = _sweepit("resume", str(sweep))
+    assert resumed.returncode == 0, resumed.stderr
+    said = resumed.stdout + resumed.stderr
+    assert ("taking over" in said) == (fault == signal.SIGKILL)  # the dead driver's lock, with a message
+    assert "holds no record of a sweep" not in said
+    _all_completed_once(sweep)
+    assert _started(_job_dirs(sweep)).items() >= before.items()  # finished jobs were not run again
+    for num, result in stopped.items():
+        if result.get("epochs_completed"):
+            assert "sweepit: resumed from" in (dirs[num] / "stdout.log").read_text(), num
+
+
+def test_a_job_killed_mid_training_fails_alone_and_a_resume_reruns_only_it(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    driver = _driver(sweep)
+    try:
+        wait_until(lambda: _mid_training(sweep, 0), "job 0 mid-training", 60, interval_s=0.05)
+        os.kill(int(read_manifest(sweep).jobs[0].pid or 0), signal.SIGKILL)
+        out, err = driver.communicate(timeout=120)
+    finally:
+        driver.kill()
+    assert driver.returncode == 1
+    dirs = _intact(sweep)
+    killed = read_result(dirs[0]) or {}
+    assert killed["status"] == "failed" and killed["exit_signal"] == "SIGKILL", killed
+    assert "died from signal SIGKILL" in err and f"sweepit resume {sweep}" in err
+    assert f"{N_JOBS} jobs: {N_JOBS - 1} completed, 1 failed" in out  # the rest of the sweep went on
+    assert [e.state for e in read_manifest(sweep).jobs.values()] == ["failed"] + ["completed"] * (N_JOBS - 1)
+
+    before = _started(dirs)
+    resumed = _sweepit("resume", str(sweep))
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"{N_JOBS - 1} skipped (finished before)" in resumed.stdout + resumed.stderr
+    _all_completed_once(sweep)
+    assert _started(_job_dirs(sweep)).items() >= before.items()
+    assert "sweepit: resumed from" in (dirs[0] / "stdout.log").read_text()
+
+
+@pytest.fixture
+def sweep_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 512 KiB file system: room for the sweep's first epochs, not for a filler file too."""
+    with tmpfs(tmp_path / "disk", "512k") as mount:
+        yield mount
+
+
+def test_a_full_disk_stops_the_sweep_with_the_path_and_damages_nothing(sweep_tmpfs: Path) -> None:
+    sweep = sweep_tmpfs / "sweep"
+    filler = sweep_tmpfs / "filler"
+    driver = _driver(sweep)
+    try:
+        wait_until(lambda: _mid_training(sweep), "a job mid-training", 60, interval_s=0.05)
+        with open(filler, "wb", buffering=0) as f:  # every free block, while the jobs write
+            try:
+                while True:
+                    f.write(b"x" * 4096)
+            except OSError:
+                pass
+        _, err = driver.communicate(timeout=120)
+    finally:
+        driver.kill()
+    assert driver.returncode == 1
+    said = " ".join(err.split())
+    assert f"sweepit could not write {sweep}/" in said and "the file system is full" in said, err
+    assert f"sweepit resume {sweep}" in said and "Traceback" not in err
+    wait_until(lambda: _gone(sweep), "every job of the sweep to end", 15)
+    _intact(sweep)
+    assert not (sweep / LOCK_FILE).exists()
+
+    filler.unlink()  # space again: the resume finishes the sweep from what was kept
+    resumed = _sweepit("resume", str(sweep))
+    assert resumed.returncode == 0, resumed.stderr
+    _all_completed_once(sweep)
+
+
+def test_a_sigterm_in_the_fork_window_stops_the_job_at_once(tmp_path: Path) -> None:
+    """The signal lands after the fork, before the job has its own handler. Before: the driver's inherited handler
+    noted it and the job ran on (to its end, 15 s here, or until the SIGKILL after term_grace_s)."""
+    done = subprocess.run([sys.executable, str(FORK_WINDOW_DRIVER), str(tmp_path / "sweep")], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    assert outcome["status"] == "interrupted", outcome
+    assert outcome["error"] == "KeyboardInterrupt: stopped by SIGTERM"
+    assert outcome["elapsed_s"] < 3.0, outcome  # not the job's 15 s, nor the 30 s grace before a SIGKILL

@@ -1,0 +1,125 @@
+"""`sweepit status` against the jobs' own files: it reads a result.json by the report's rule, and it gives a job
+that ended without one the follower's grace before recording its death, never replacing a result that came.
+Real files and a real `sweepit` process; for a Slurm sweep, `squeue`/`sacct` are small scripts on PATH that
+answer as Slurm does for a job that has ended, so no cluster is needed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sweepit.cli import main as sweepit_main
+from sweepit.results._job_files import (
+    CORRUPT,
+    RESULT_FILE,
+    RESULT_GRACE_S,
+    read_result,
+    write_result,
+    write_result_if_absent,
+)
+from sweepit.results._manifest import JobEntry, Manifest, read_manifest, unfinished_jobs, write_manifest
+
+SWEEPIT = str(Path(sys.executable).parent / "sweepit")
+SLURM_ID, SLURM_NAME = "4242", "sweepit-status-test"
+
+
+def _sweep(tmp_path: Path, launcher: str, state: str) -> tuple[Path, Path]:
+    sweep = tmp_path / "sweep"
+    job_dir = sweep / "0_x=1"
+    (job_dir / ".hydra").mkdir(parents=True)
+    (job_dir / ".hydra" / "overrides.yaml").write_text("- x=1\n")
+    extra = {"slurm_job_id": SLURM_ID, "slurm_job_name": SLURM_NAME} if launcher == "slurm" else {}
+    write_manifest(Manifest(sweep_dir=str(sweep), argv=[sys.executable, "app.py", "-m", "x=1"], cwd=str(tmp_path),
+                            launcher=launcher,
+                            jobs={0: JobEntry(num=0, overrides=["x=1"], job_dir=str(job_dir), state=state,
+                                              extra=extra)}))
+    return sweep, job_dir
+
+
+def _slurm_says_completed(tmp_path: Path, late_result: Path | None) -> dict[str, str]:
+    """PATH with an `squeue` that no longer knows the job and an `sacct` that says COMPLETED. With
+    `late_result`, the first `sacct` call also has the job's own result.json appear 0.5 s later (as a file another
+    node wrote shows up late on a shared file system)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "squeue").write_text("#!/bin/sh\necho 'slurm_load_jobs error: Invalid job id specified' >&2\nexit 1\n")
+    late = ""
+    if late_result is not None:
+        own = json.dumps({"status": "completed", "objective": 0.5, "written_by": "the job"})
+        late = (f"if [ ! -e {tmp_path}/asked ]; then touch {tmp_path}/asked; (sleep 0.5; "
+                f"printf '%s' '{own}' > {late_result}.tmp && mv {late_result}.tmp {late_result}) "
+                ">/dev/null 2>&1 & fi\n")
+    (bin_dir / "sacct").write_text(f"#!/bin/sh\n{late}echo '{SLURM_ID}|COMPLETED|{SLURM_NAME}|0:0|node1'\n")
+    for name in ("squeue", "sacct"):
+        (bin_dir / name).chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def _status(sweep: Path, env: dict[str, str]) -> tuple[str, float]:
+    t0 = time.monotonic()
+    done = subprocess.run([SWEEPIT, "status", str(sweep)], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    return done.stdout, time.monotonic() - t0
+
+
+def _row(table: str) -> tuple[str, str]:
+    """Job 0's status and the rest of its row, from a printed table."""
+    lines = table.splitlines()
+    column = next(line.split() for line in lines if line.startswith("job ")).index("status")
+    row = next(line.split() for line in lines if line.startswith("0 "))
+    return row[column], " ".join(row[column + 1:])
+
+
+def test_a_result_that_arrives_late_is_the_jobs_not_a_record_of_its_death(tmp_path: Path) -> None:
+    """Before: status recorded the job `failed` at once; the job's own result then replaced that file, and
+    sweep.json kept `failed` beside a completed result."""
+    sweep, job_dir = _sweep(tmp_path, "slurm", "running")
+    out, _ = _status(sweep, _slurm_says_completed(tmp_path, late_result=job_dir / RESULT_FILE))
+    assert _row(out)[0] == "completed", out
+    assert read_result(job_dir) == {"status": "completed", "objective": 0.5, "written_by": "the job"}
+    assert read_manifest(sweep).jobs[0].state == "completed"
+
+
+def test_a_job_dead_past_the_grace_is_recorded_once(tmp_path: Path) -> None:
+    sweep, job_dir = _sweep(tmp_path, "slurm", "running")
+    out, took_s = _status(sweep, _slurm_says_completed(tmp_path, late_result=None))
+    assert took_s >= RESULT_GRACE_S  # it waited for a late result before writing one
+    recorded = read_result(job_dir) or {}
+    assert recorded["status"] == "failed" and recorded["recorded_by"] == "sweepit slurm launcher"
+    assert recorded["error"] == f"ended (Slurm COMPLETED, job {SLURM_ID}) without writing result.json"
+    assert _row(out)[0] == "failed" and read_manifest(sweep).jobs[0].state == "failed"
+    assert sorted(p.name for p in job_dir.iterdir()) == [".hydra", RESULT_FILE]  # no temporary file left
+
+
+def test_a_record_of_death_never_replaces_a_result_that_is_there(tmp_path: Path) -> None:
+    write_result(tmp_path, {"status": "completed", "objective": 1.0})
+    assert not write_result_if_absent(tmp_path, {"status": "failed"})
+    assert read_result(tmp_path) == {"status": "completed", "objective": 1.0}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [RESULT_FILE]
+    (tmp_path / RESULT_FILE).unlink()
+    assert write_result_if_absent(tmp_path, {"status": "failed"})
+    assert read_result(tmp_path) == {"status": "failed"}
+
+
+@pytest.mark.parametrize("content", ['{"status": "completed", "objective": 0.9', "[]", ""],
+                         ids=["truncated", "not-an-object", "empty"])
+def test_status_summary_and_report_read_a_bad_result_alike(tmp_path: Path, content: str,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: a truncated result.json showed `completed` in `sweepit status` (the manifest's last word) and
+    `corrupt` in `sweepit report`."""
+    sweep, job_dir = _sweep(tmp_path, "local", "completed")
+    (job_dir / RESULT_FILE).write_text(content)
+    seen = {}
+    for command in ("status", "summary", "report"):
+        assert sweepit_main([command, str(sweep)]) == 0
+        seen[command] = _row(capsys.readouterr().out)
+    assert {status for status, _ in seen.values()} == {CORRUPT}, seen
+    assert all("result.json unreadable" in note for _, note in seen.values()), seen
+    assert read_manifest(sweep).jobs[0].state == CORRUPT
+    assert [e.num for e in unfinished_jobs(read_manifest(sweep))] == [0]  # a resume runs it again
