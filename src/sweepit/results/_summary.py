@@ -15,7 +15,10 @@ from sweepit.results._status import sweep_direction
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser when present: about 9x faster
 # Columns shown for the final metrics, when a job has them.
-KEY_METRICS = ("train_loss", "val_loss", "val_acc", "epoch_time_s")
+KEY_METRICS = ("train_loss", "val_loss", "val_acc")
+# One meaning everywhere (terminal, results.csv, HTML): the mean epoch time with the first (warm-up) epoch left
+# out, as the courses time it; result.json's `epoch_time_s_mean`.
+EPOCH_TIME = "epoch_time_s"
 
 
 @dataclass
@@ -126,10 +129,12 @@ def format_table(rows: list[JobRow]) -> str:
     """A plain aligned table: job, overrides, status, objective, key final metrics, wall time, note."""
     keys = swept_keys(rows)
     metrics = [m for m in KEY_METRICS if any(m in r.final for r in rows)]
-    header = ["job", *keys, "status", "objective", *metrics, "time_s", "note"]
+    timed = any("epoch_time_s_mean" in r.result for r in rows)
+    header = ["job", *keys, "status", "objective", *metrics, *([EPOCH_TIME] if timed else []), "time_s", "note"]
     body = [
         [str(r.num), *(r.overrides.get(k, "") for k in keys), r.status, _fmt(r.objective),
-         *(_fmt(r.final.get(m)) for m in metrics), _seconds(r.result.get("wall_time_s")), r.note]
+         *(_fmt(r.final.get(m)) for m in metrics), *([_fmt(r.result.get("epoch_time_s_mean"))] if timed else []),
+         _seconds(r.result.get("wall_time_s")), r.note]
         for r in rows
     ]
     widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]

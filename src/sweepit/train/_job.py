@@ -25,6 +25,7 @@ from sweepit.train._checks import check_config
 from sweepit.train._distributed import SINGLE, Rank, from_environment, spawn_local
 from sweepit.train._loop import EpochCallback, Outcome, train
 from sweepit.train._session import now as _now
+from sweepit.train._session import timing_summary
 
 
 @lru_cache(maxsize=1)
@@ -129,17 +130,3 @@ def _train_rank(cfg: Any, on_epoch: EpochCallback | None, job_dir: Path, rank: R
         raise
     finally:
         _session.end(session, status)
-
-
-def timing_summary(rows: list[dict[str, Any]]) -> dict[str, float | None]:
-    """Epoch time and throughput as the courses time them: the first (warm-up) epoch is left out."""
-    timed = rows[1:] if len(rows) > 1 else rows
-    if not timed:
-        return {}
-    mean = sum(r["epoch_time_s"] for r in timed) / len(timed)
-    return {
-        "epoch_time_s_mean": mean,
-        "samples_per_s_mean": sum(r["samples_per_s"] for r in timed) / len(timed),
-        "step_time_s_mean": sum(r.get("step_time_s", 0.0) for r in timed) / len(timed),
-        "timed_epochs": len(timed),
-    }

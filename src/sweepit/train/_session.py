@@ -236,6 +236,7 @@ class Session:
         result.update({k: str(v) for k, v in (("metric", metric), ("direction", self.value("direction"))) if v})
         if rows:
             result["final"] = rows[-1]
+            result.update(timing_summary(rows))
         key = metric or ""
         scored = [r for r in rows if _number(r.get(key)) is not None] if metric else []
         if scored:
@@ -330,6 +331,21 @@ def status_of(error: BaseException) -> str:
     if optuna_exceptions is not None and isinstance(error, optuna_exceptions.TrialPruned):
         return "pruned"
     return "failed"
+
+
+def timing_summary(rows: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Epoch time and throughput as the courses time them: the first (warm-up) epoch is left out."""
+    timed = rows[1:] if len(rows) > 1 else rows
+    if not timed:
+        return {}
+    out: dict[str, float | None] = {}
+    for key in ("epoch_time_s", "samples_per_s", "step_time_s"):  # those the rows have (a user's loop: maybe none)
+        values = [v for r in timed if (v := _number(r.get(key))) is not None]
+        if values:
+            out[f"{key}_mean"] = sum(values) / len(values)
+    if out:
+        out["timed_epochs"] = len(timed)
+    return out
 
 
 def now() -> str:

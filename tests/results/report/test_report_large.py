@@ -78,3 +78,18 @@ def test_try_build_report_never_raises(tmp_path: Path, capsys: pytest.CaptureFix
     write_synthetic_sweep(tmp_path / "sweep", n_jobs=2, n_epochs=2)
     assert try_build_report(tmp_path / "sweep") == tmp_path / "sweep" / "report"
     assert "report in" in capsys.readouterr().out
+
+
+def test_many_curves_are_coloured_by_a_swept_parameter_with_few_values(tmp_path: Path) -> None:
+    from sweepit.results.report.plots import colour_key
+
+    grid = {"optimizer": ["sgd", "adam", "rmsprop"], "lr": [str(10 ** -k) for k in range(1, 5)], "seed": ["0", "1"]}
+    write_synthetic_sweep(tmp_path / "sweep", n_jobs=24, n_epochs=3, grid=grid)
+    sweep = load_sweep(tmp_path / "sweep")
+    assert colour_key(sweep, sweep.jobs) == ("optimizer", ["sgd", "adam", "rmsprop"])  # categories first
+    out = build_report(tmp_path / "sweep")
+    assert_plot(out / "learning_curves.png")
+    seeds = {"seed": [str(s) for s in range(30)]}  # no parameter with 2 to 10 values: coloured by objective
+    write_synthetic_sweep(tmp_path / "seeds", n_jobs=30, n_epochs=3, grid=seeds)
+    only_seeds = load_sweep(tmp_path / "seeds")
+    assert colour_key(only_seeds, only_seeds.jobs) is None

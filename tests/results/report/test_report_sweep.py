@@ -96,3 +96,26 @@ def test_cli_report_prints_the_table_and_where_the_page_is(linreg_sweep: Path,
     assert "reproduce: python train.py task=linreg" in out
     assert f"report: {linreg_sweep / 'report' / 'index.html'}" in out
     assert (linreg_sweep / "report" / "index.html").is_file()
+
+
+def test_column_names_are_unique_and_epoch_time_means_one_thing(linreg_sweep: Path) -> None:
+    """The swept `lr` and the loop's last-epoch `lr` are two columns with two names; `epoch_time_s` is the mean
+    without the first epoch in results.csv and in the terminal's table alike."""
+    from sweepit.results._summary import summarize
+
+    out = build_report(linreg_sweep)
+    with open(out / "results.csv") as f:
+        header, *body = list(csv.reader(f))
+    assert len(header) == len(set(header))
+    assert "lr" in header and "final_lr" in header
+    results = _results(linreg_sweep)
+    table = summarize(linreg_sweep).splitlines()
+    terminal = {line.split()[0]: line.split() for line in table[2:] if line[:1].isdigit()}
+    time_col = table[0].split().index("epoch_time_s")
+    for cells in body:
+        row = dict(zip(header, cells, strict=True))
+        result = results[row["job_dir"]]
+        assert f"lr={row['lr']}," in row["job_dir"]
+        assert _close(row["final_lr"], result["final"]["lr"])
+        assert _close(row["epoch_time_s"], result["epoch_time_s_mean"])
+        assert terminal[row["job"]][time_col] == f"{result['epoch_time_s_mean']:.4g}"

@@ -59,13 +59,29 @@ def cap(sweep: Sweep, jobs: list[JobReport], limit: int = MAX_CURVES) -> tuple[l
     return ranked(sweep, jobs)[:limit], note
 
 
+def colour_key(sweep: Sweep, jobs: list[JobReport]) -> tuple[str, list[str]] | None:
+    """The swept parameter to colour many lines by: one with 2 to 10 values among `jobs`, categories (such as
+    the optimizer) before numbers; None when no parameter has so few values."""
+    candidates = []
+    for key in sweep.swept:
+        values, numeric = _values(jobs, key)
+        if 2 <= len(values) <= _FEW:
+            candidates.append((numeric, len(values), key, values))
+    if not candidates:
+        return None
+    _, _, key, values = min(candidates, key=lambda c: (c[0], -c[1]))
+    return key, values
+
+
 class Palette:
-    """Few jobs: one colour each and a legend. Many: coloured by objective, with a colour bar; best in red."""
+    """Few jobs: one colour each and a legend of their overrides. Many: coloured by a swept parameter with
+    few values (a legend of its values), else by objective (a colour bar); the best job is the thick line."""
 
     def __init__(self, sweep: Sweep, jobs: list[JobReport]) -> None:
         import matplotlib
 
         self.few = len(jobs) <= _FEW
+        self.by = None if self.few else colour_key(sweep, jobs)
         self.best = sweep.best
         scores = [s for s in (finite(j.objective) for j in jobs) if s is not None]
         self.cmap = matplotlib.colormaps["viridis" if sweep.direction == "maximize" else "viridis_r"]
@@ -76,6 +92,10 @@ class Palette:
     def color(self, job: JobReport) -> Any:
         if self.few:
             return self._tab(self._index.get(job.num, 0) % 10)
+        if self.by is not None:
+            key, values = self.by
+            value = job.overrides.get(key)
+            return self._tab(values.index(value)) if value in values else (0.6, 0.6, 0.6, 0.5)
         if self.best is not None and job.num == self.best.num:
             return "red"
         score = finite(job.objective)
@@ -85,13 +105,22 @@ class Palette:
         from matplotlib.cm import ScalarMappable
         from matplotlib.lines import Line2D
 
-        if self.few:
-            handles = [Line2D([], [], color=self.color(j), label=f"{j.num}: {sweep.job_label(j, 40)}") for j in jobs]
+        if self.few or self.by is not None:
+            if self.few:
+                title = "job"
+                handles = [Line2D([], [], color=self.color(j), label=f"{j.num}: {sweep.job_label(j, 40)}")
+                           for j in jobs]
+            else:
+                assert self.by is not None
+                title, values = self.by
+                handles = [Line2D([], [], color=self._tab(i), label=v[:30]) for i, v in enumerate(values)]
+                if self.best is not None:
+                    handles.append(Line2D([], [], color="black", linewidth=2.5, label=f"best: job {self.best.num}"))
             if fig.get_layout_engine() is None:  # the caller left the right margin free
                 fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(LEGEND_X, 0.93), fontsize="small",
-                           title="job")
+                           title=title)
             else:
-                fig.legend(handles=handles, loc="outside right upper", fontsize="small", title="job")
+                fig.legend(handles=handles, loc="outside right upper", fontsize="small", title=title)
         else:
             fig.colorbar(ScalarMappable(norm=self.norm, cmap=self.cmap), ax=axes, label=sweep.metric, shrink=0.8)
 
@@ -149,7 +178,8 @@ def learning_curves(sweep: Sweep, path: Path) -> str:
     height_in = 3.6 * nrows + 0.6
     fig = figure(12, height_in, constrained=False)
     palette = Palette(sweep, drawn)
-    fig.subplots_adjust(left=0.07, right=LEGEND_X - 0.02 if palette.few else 0.97, bottom=0.55 / height_in,
+    legend = palette.few or palette.by is not None
+    fig.subplots_adjust(left=0.07, right=LEGEND_X - 0.02 if legend else 0.97, bottom=0.55 / height_in,
                         top=1 - 0.6 / height_in, wspace=0.22, hspace=0.45)
     axes = [fig.add_subplot(nrows, ncols, i + 1) for i in range(len(keys))]
     for ax, key in zip(axes, keys, strict=True):
@@ -157,7 +187,8 @@ def learning_curves(sweep: Sweep, path: Path) -> str:
         ax.set(title=key, xlabel="epoch", ylabel=key)
         epoch_axis(ax)
     palette.finish(fig, axes, sweep, drawn)
-    fig.suptitle(f"Learning curves: {len(drawn)} jobs" + (f" ({note})" if note else ""))
+    coloured = f"; colour: {palette.by[0]}" if palette.by is not None else ""
+    fig.suptitle(f"Learning curves: {len(drawn)} jobs{coloured}" + (f" ({note})" if note else ""))
     save(fig, path)
     return note
 

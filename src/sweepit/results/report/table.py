@@ -47,7 +47,10 @@ def final_metric_keys(jobs: list[JobReport]) -> list[str]:
 def results_table(sweep: Sweep) -> Table:
     """job, one column per swept parameter, status, objective, final metrics, timing, GPU-hours, job dir, note."""
     metrics = final_metric_keys(sweep.jobs)
-    columns = ["job", *sweep.swept, "status", "objective", *metrics, "best_epoch", "epochs",
+    # A metric named like a swept parameter (the loop's last-epoch `lr` beside a swept `lr`) is `final_<name>`:
+    # every column name is unique and says what it holds.
+    names = [f"final_{m}" if m in sweep.swept else m for m in metrics]
+    columns = ["job", *sweep.swept, "status", "objective", *names, "best_epoch", "epochs",
                "epoch_time_s", "wall_time_s", "gpu_hours", "job_dir", "note"]
     rows = [
         [job.num, *(job.overrides.get(k) for k in sweep.swept), job.status, job.objective,
