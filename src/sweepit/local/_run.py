@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import signal
 import socket
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -14,6 +16,7 @@ from sweepit.errors import ConfigError
 from sweepit.local._capture import STDERR_LOG, tail_lines
 from sweepit.local._pool import Job
 from sweepit.results._job_files import METRICS_FILE, RESULT_FILE, read_result, write_result, write_result_if_absent
+from sweepit.results._live import LiveReader, sweep_eta_s
 from sweepit.results._manifest import (
     FAILED_STATUSES,
     Manifest,
@@ -24,6 +27,8 @@ from sweepit.results._manifest import (
     write_manifest,
 )
 from sweepit.results._progress import Progress
+
+_LOOK_S = 1.0  # how often the running jobs' metrics are read for the ETA
 
 
 def describe_exit(exit_code: int | None, stopped: bool) -> str:
@@ -59,6 +64,8 @@ class SweepRun:
         self.statuses: dict[int, str] = {}
         self.skipped: set[int] = set()
         self._started_at: dict[int, str] = {}
+        self._live = LiveReader()           # running jobs' epochs, for an ETA before the first job ends
+        self._looked = 0.0
 
     def prepare(self, job: Job) -> bool:
         self.compose(job)
@@ -104,6 +111,11 @@ class SweepRun:
         self.progress.finish(job.num, status, job.wall_time_s)
 
     def tick(self) -> None:
+        if self.progress.done == 0 and time.monotonic() - self._looked >= _LOOK_S:
+            self._looked = time.monotonic()
+            running = [self._live.look(Path(e.job_dir)) for e in self.manifest.jobs.values()
+                       if e.state == "running" and e.job_dir]
+            self.progress.early_eta(sweep_eta_s(running, self.progress.queued, max(1, self.progress.running)))
         self.progress.draw()
         self.heartbeat()
 

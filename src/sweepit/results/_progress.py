@@ -38,6 +38,7 @@ class Progress:
         self.bad: dict[str, int] = {}  # failed and interrupted jobs, by status
         self.skipped = 0             # finished before (resume): not run again
         self._shown = False
+        self._early: tuple[float, float] | None = None  # (ETA from running jobs' epochs, when it was taken)
 
     def skip(self, n: int = 1) -> None:
         self.queued -= n
@@ -59,11 +60,22 @@ class Progress:
             took = "" if wall_time_s is None else f" in {wall_time_s:.1f}s"
             self._write(f"job {num} {status}{took} | {self.line()}\n")
 
+    def early_eta(self, eta_s: float | None) -> None:
+        """The driver's estimate from its running jobs' epoch times (sweepit.results._live), used until the
+        first job ends."""
+        self._early = None if eta_s is None else (eta_s, self.clock())
+
     def eta_s(self) -> float | None:
-        """Time left at the pace so far (jobs finished per second of this run); None before the first."""
+        """Time left at the pace so far (jobs finished per second of this run); before the first job ends, the
+        running jobs' epoch times say (None: nothing to go on yet)."""
         left = self.queued + self.running
         if self.done == 0:
-            return None if left else 0.0
+            if not left:
+                return 0.0
+            if self._early is None:
+                return None
+            eta, taken = self._early
+            return max(0.0, eta - (self.clock() - taken))
         return (self.clock() - self.t0) / self.done * left
 
     def line(self) -> str:

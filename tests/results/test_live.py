@@ -1,0 +1,116 @@
+"""A running job's progress from its files (epoch/epochs, metric, ETA), and the progress line's ETA before the
+first job ends, seen on a real terminal (a pseudo-terminal) during a real sweep."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sweepit.results._live import LiveReader, sweep_eta_s
+from sweepit_testing import REPO
+
+
+def start_job(job_dir: Path, epochs: int | None, metric: str = "val_acc") -> None:
+    (job_dir / ".hydra").mkdir(parents=True)
+    body = (f"epochs: {epochs}\n" if epochs else "") + f"metric: {metric}\n"
+    (job_dir / ".hydra" / "config.yaml").write_text(body)
+
+
+def append(job_dir: Path, *rows: dict[str, float], partial: str = "") -> None:
+    with (job_dir / "metrics.jsonl").open("a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows) + partial)
+
+
+def test_progress_of_a_running_job_is_read_incrementally(tmp_path: Path) -> None:
+    job = tmp_path / "0_lr=0.1"
+    start_job(job, epochs=10)
+    reader = LiveReader()
+    assert reader.look(job) is None  # nothing written yet
+    append(job, {"epoch": 1, "val_acc": 0.5, "epoch_time_s": 9.0}, {"epoch": 2, "val_acc": 0.6, "epoch_time_s": 2.0},
+           partial='{"epoch": 3, "val_a')  # a line being written is left for the next look
+    first = reader.look(job)
+    assert first is not None
+    assert (first.epoch, first.epochs, first.value, first.epoch_time_s) == (2, 10, 0.6, 2.0)  # warm-up left out
+    assert first.eta_s == pytest.approx(16.0)
+    assert first.text() == "2/10 val_acc=0.6 ETA 0:16"
+    with (job / "metrics.jsonl").open("a") as f:
+        f.write('cc": 0.7, "epoch_time_s": 4.0}\n')
+    second = reader.look(job)
+    assert second is not None and (second.epoch, second.value, second.epoch_time_s) == (3, 0.7, 3.0)
+    assert second.eta_s == pytest.approx(21.0)
+    # A resumed job rewrites its file (a new one, atomically): read again from its start.
+    tmp = job / "metrics.jsonl.tmp"
+    tmp.write_text(json.dumps({"epoch": 1, "val_acc": 0.55, "epoch_time_s": 1.0}) + "\n")
+    os.replace(tmp, job / "metrics.jsonl")
+    third = reader.look(job)
+    assert third is not None and (third.epoch, third.value) == (1, 0.55)
+
+
+def test_a_loop_that_reports_no_epoch_time_is_timed_by_its_file(tmp_path: Path) -> None:
+    job = tmp_path / "0_x=1"
+    start_job(job, epochs=4, metric="loss")
+    started = time.time() - 30
+    os.utime(job / ".hydra" / "config.yaml", (started, started))
+    append(job, {"epoch": 1, "loss": 2.0}, {"epoch": 2, "loss": 1.0})
+    progress = LiveReader().look(job)
+    assert progress is not None and progress.epoch_time_s == pytest.approx(15.0, abs=1.0)
+    assert progress.eta_s == pytest.approx(30.0, abs=2.0)
+    unknown = tmp_path / "1_x=2"
+    start_job(unknown, epochs=None)
+    append(unknown, {"epoch": 1, "val_acc": 0.3})
+    seen = LiveReader().look(unknown)
+    assert seen is not None and seen.eta_s is None and seen.text().startswith("epoch 1 val_acc=0.3")
+
+
+def test_sweep_eta_adds_the_queued_jobs_in_waves(tmp_path: Path) -> None:
+    jobs = []
+    for i, done in enumerate((2, 6)):
+        job = tmp_path / f"{i}_j"
+        start_job(job, epochs=10)
+        append(job, *({"epoch": e, "val_acc": 0.1, "epoch_time_s": 1.0} for e in range(1, done + 1)))
+        jobs.append(LiveReader().look(job))
+    # 8 s left for the slower job, then 3 queued jobs on 2 slots: 2 waves of a 10 s job.
+    assert sweep_eta_s(jobs, n_queued=3, n_slots=2) == pytest.approx(28.0)
+    assert sweep_eta_s([None], n_queued=3, n_slots=2) is None
+
+
+@pytest.mark.slow
+def test_the_progress_line_has_an_eta_before_the_first_job_ends(tmp_path: Path) -> None:
+    """Two jobs of a few seconds, one worker: while job 0 trains, the line on the terminal gives an ETA."""
+    leader, follower = pty.openpty()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
+    proc = subprocess.Popen([sys.executable, str(REPO / "train.py"), "-m", "task=digits", "epochs=400",
+                             "trainer.threads=1", "lr=0.01,0.02", "hydra.launcher.n_workers=1",
+                             f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                            cwd=tmp_path, env=env, stdin=follower, stdout=follower, stderr=follower)
+    os.close(follower)
+    out = b""
+    try:
+        while True:
+            ready, _, _ = select.select([leader], [], [], 120)
+            if not ready:
+                break
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the sweep ended and closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        proc.wait(timeout=120)
+        os.close(leader)
+    assert proc.returncode == 0, out.decode(errors="replace")[-3000:]
+    text = out.decode(errors="replace")
+    early = re.findall(r"0/2 done[^\r\n]*?ETA (\S+)", text)
+    assert early, text[-3000:]
+    assert any(eta != "?" for eta in early), early  # the line drawn before job 0 ended had an estimate
