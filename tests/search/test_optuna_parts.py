@@ -57,6 +57,26 @@ def test_space_from_the_override_grammar() -> None:
     assert overrides == ["epochs=3", "optimizer=sgd", "lr=0.01", "hidden=32", "drop=0.25", "+width=9", "mom=0.9"]
 
 
+def test_the_released_plugins_integer_and_shuffle_spellings() -> None:
+    """`int(interval(...))` (Hydra's int() cast) is an integer distribution, also under tag(log, ...); shuffle(...)
+    is a categorical. Before: the cast ints were read as floats, and batch_size=57.3 failed every trial."""
+    space = parse_space({}, ["batch_size=int(interval(16, 128))", "width=tag(log, int(interval(8, 512)))",
+                             "opt=shuffle(adam,sgd)", "depth=shuffle(range(1, 4))", "drop=interval(0, 1)"])
+    d = space.distributions
+    assert d["batch_size"] == IntDistribution(16, 128)
+    assert d["width"] == IntDistribution(8, 512, log=True)
+    assert d["opt"] == CategoricalDistribution(["adam", "sgd"])
+    assert d["depth"] == CategoricalDistribution([1, 2, 3])
+    assert d["drop"] == FloatDistribution(0.0, 1.0)  # interval() alone stays a float, as in the released plugin
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(5):
+        params = study.ask(d).params
+        assert isinstance(params["batch_size"], int) and isinstance(params["width"], int)
+        assert f"batch_size={params['batch_size']}" in space.overrides(params)
+    assert space.overrides({"batch_size": 17, "width": 9, "opt": "sgd", "depth": 2, "drop": 0.5}) == [
+        "batch_size=17", "width=9", "opt=sgd", "depth=2", "drop=0.5"]
+
+
 def test_command_line_wins_over_params() -> None:
     space = parse_space({"lr": "interval(0.1, 1)"}, ["lr=interval(0.2, 0.3)"])
     assert space.distributions == {"lr": FloatDistribution(0.2, 0.3)}
@@ -71,6 +91,7 @@ def test_command_line_wins_over_params() -> None:
     ("lr=range(5, 1)", "must hold at least one value"),
     ("opt=choice(a,a)", "choices must differ"),
     ("opt=tag(log, choice(a,b))", "tags apply to interval and range only"),
+    ("n=tag(log, shuffle(range(1, 4)))", "tags apply to interval and range only"),
 ])
 def test_malformed_space_is_refused(line: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):

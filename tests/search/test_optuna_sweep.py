@@ -53,6 +53,19 @@ def test_n_trials_results_and_resume_without_overwriting(tmp_path: Path) -> None
     assert len(load(sweep, "resume_test").trials) == 5
 
 
+def test_int_interval_searches_integers(tmp_path: Path) -> None:
+    """The released plugin's `int(interval(16, 128))`: every trial gets an integer batch size and trains (before:
+    floats such as batch_size=57.3, and every trial failed)."""
+    sweep = tmp_path / "s"
+    proc = run_search(["optimizer=adam", "lr=0.01", "epochs=1", "batch_size=int(interval(16, 128))",
+                       f"hydra.sweep.dir={sweep}", "hydra.sweeper.n_trials=2", "hydra.sweeper.sampler.seed=0",
+                       "study=int_test"], tmp_path)
+    assert proc.returncode == 0, _out(proc)
+    trials = load(sweep, "int_test").trials
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
+    assert all(isinstance(t.params["batch_size"], int) and 16 <= t.params["batch_size"] <= 128 for t in trials)
+
+
 def test_trials_start_as_soon_as_any_ends(tmp_path: Path) -> None:
     """With the local launcher a trial starts as soon as any ends, while a slower earlier trial still runs."""
     sweep = tmp_path / "s"

@@ -1,8 +1,12 @@
 """The Optuna sweeper's search space, read from Hydra's override grammar into sweepit's `SearchSpace`.
 
-    choice(a,b,c) or a,b,c    -> categorical          range(1,10,2)   -> int (or float) with that step
-    interval(0.1, 1)          -> float                tag(log, ...)   -> the same on a log scale
-    tag(int, interval(8, 64)) -> int                  a plain value   -> fixed, passed to every job
+    choice(a,b,c) or a,b,c    -> categorical          range(1,10,2)      -> int (or float) with that step
+    interval(0.1, 1)          -> float                tag(log, ...)      -> the same on a log scale
+    int(interval(8, 64))      -> int                  shuffle(...)       -> categorical (order is Optuna's)
+    tag(int, interval(8, 64)) -> int                  a plain value      -> fixed, passed to every job
+
+`int(interval(...))` and `tag(log, int(interval(...)))` are the released hydra-optuna-sweeper's spelling of an
+integer distribution: Hydra's `int()` cast leaves the interval's ends ints, and ints at both ends make one.
 
 A malformed entry raises ConfigError that names it, before any trial starts. The grammar is Hydra's, so it
 is read here; the space itself and its checks are Hydra-free (`sweepit.search.Param`).
@@ -61,16 +65,27 @@ def _param(override: Any) -> Param:
                           f"{sorted(tags - _TAGS)}; e.g. {name}=tag(log, interval(1e-4, 1)).")
     log = "log" in tags
     if override.is_interval_sweep():
-        return Param.interval(name, prefix, spelled, float(sweep.start), float(sweep.end), log=log,
-                              integer="int" in tags)
+        integer = "int" in tags or (_is_int(sweep.start) and _is_int(sweep.end))
+        return Param.interval(name, prefix, spelled, float(sweep.start), float(sweep.end), log=log, integer=integer)
+    if override.is_range_sweep() and sweep.shuffle:  # shuffle(range(...)): its values, as a categorical
+        if tags:
+            raise ConfigError(f"tags apply to interval and range only, but {name}={spelled} tags a shuffled range; "
+                              "drop the tag or the shuffle.")
+        values = list(sweep.range())
+        return Param.choice(name, prefix, spelled, values, [override._get_value_element_as_str(v) for v in values])
     if override.is_range_sweep():
         return Param.steps(name, prefix, spelled, list(sweep.range()), sweep.step, log=log)
-    if override.is_discrete_sweep():  # choice, a,b,c or glob
+    if override.is_discrete_sweep():  # choice, a,b,c, shuffle(a,b,c) or glob
         if tags:
             raise ConfigError(f"tags apply to interval and range only, but {name}={spelled} tags a choice; "
                               "drop the tag.")
+        sweep.shuffle = False  # shuffle(a,b,c): the sampler picks; the choices keep one order (a resume checks it)
         raw = list(override.sweep_iterator())
         strings = [override._get_value_element_as_str(v) for v in raw]
         values = [v if isinstance(v, _PRIMITIVE) else s for v, s in zip(raw, strings, strict=True)]
         return Param.choice(name, prefix, spelled, values, strings)
     raise ConfigError(f"{name}={spelled} is a sweep the Optuna sweeper does not know; use choice, range or interval.")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
