@@ -55,7 +55,7 @@ class InlineLauncher:
         self.closed = True
 
 
-def _env(env: Mapping[str, str]) -> list[str]:
+def _env(job_num: int, env: Mapping[str, str]) -> list[str]:
     return [f"env:{k}={v}" for k, v in env.items()]
 
 

@@ -2,8 +2,10 @@
 
 The search itself is `sweepit.search.Search` (ask a trial, start its job, tell Optuna as soon as any job ends);
 this class holds what is Hydra's: the search space in Hydra's override grammar, the check that a job's
-overrides compose, the launcher Hydra configured, the single-run command, the `hydra.job.env_set` overrides
-that tell a job its trial, and compact Hydra errors. optuna is imported in `sweep()` only, so Hydra's plugin
+overrides compose, the launcher Hydra configured, the single-run command, how a job learns its trial (sweepit's
+launchers take its environment beside its overrides, so that nothing of the search's own leaks into a job's
+overrides, JobReturn or tables; any other launcher gets `hydra.job.env_set` overrides, Hydra's only channel), and
+compact Hydra errors. optuna is imported in `sweep()` only, so Hydra's plugin
 scan stays fast.
 """
 
@@ -22,10 +24,13 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
+from hydra_plugins.sweepit._hydra import SweepitLauncher
 from hydra_plugins.sweepit._space import parse_space
 from sweepit.errors import ConfigError, SweepFailedError
 from sweepit.results._manifest import hydra_quote
 from sweepit.search import JobDefaults, Search, SearchOptions
+
+_ENV_SET = "++hydra.job.env_set."
 
 
 class OptunaInputError(ConfigError, CompactHydraException):
@@ -73,7 +78,7 @@ class OptunaSweeper(Sweeper):
             if space.params:
                 self.validate_batch_is_legal([space.overrides(space.first_point())])  # unknown keys, bad values
             search = Search(self.options, space, sweep_dir, _job_defaults(self.config), command=self._command(),
-                            env_overrides=_env_set)
+                            env_overrides=self._job_env)
             search.open()
         except ConfigError as e:
             if isinstance(e, CompactHydraException):
@@ -90,6 +95,14 @@ class OptunaSweeper(Sweeper):
                 raise
             raise SearchStopped(str(e)) from None
         return [returns]
+
+    def _job_env(self, job_num: int, env: Mapping[str, str]) -> list[str]:
+        """The job's environment (its trial): beside its overrides for sweepit's launchers, else as overrides
+        (Hydra's own launchers then keep them among the hydra overrides, out of the JobReturn)."""
+        if isinstance(self.launcher, SweepitLauncher):
+            self.launcher.job_env[job_num] = dict(env)
+            return []
+        return [f"{_ENV_SET}{k}={hydra_quote(v)}" for k, v in env.items()]
 
     def _command(self) -> str:
         """The single-run command prefix: python, the script, and the sweep's --config-dir/--config-name."""
@@ -115,11 +128,6 @@ def _job_defaults(config: DictConfig) -> JobDefaults:
                        direction=OmegaConf.select(config, "direction", default=None),
                        epochs=OmegaConf.select(config, "epochs", default=None),
                        study=OmegaConf.select(config, "study", default=None))
-
-
-def _env_set(env: Mapping[str, str]) -> list[str]:
-    """Hydra overrides that set the job's environment (its trial); they stay out of its overrides and directory."""
-    return [f"++hydra.job.env_set.{k}={hydra_quote(v)}" for k, v in env.items()]
 
 
 def _plain(node: Any) -> dict[str, Any]:

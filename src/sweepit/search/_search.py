@@ -1,14 +1,15 @@
 """The Optuna search, Hydra-free: open (or resume) the study, then ask -> start -> wait_any -> tell over a launcher.
 
     search = Search(SearchOptions(n_trials=20, n_jobs=4), space, sweep_dir, JobDefaults(metric="val_acc"),
-                    command="python train.py", env_overrides=as_overrides)
+                    command="python train.py", env_overrides=as_overrides)   # (job_num, env) -> overrides
     search.open()                  # checks the storage and the study; writes optuna_study.yaml
     returns = search.run(launcher) # an AsyncLauncher runs trials one by one; any other, in batches of n_jobs
 
 Trials are numbered by the study and jobs by the sweep directory, so running the same search again on the same
 directory (or storage and study name) resumes: numbers go on and nothing is overwritten. A job learns its trial
-from three environment variables (sweepit.search._pruning) that `env_overrides` turns into whatever its launcher
-passes on (the Hydra plugin: `hydra.job.env_set` overrides, which stay out of the job's overrides and directory).
+from three environment variables (sweepit.search._pruning): `env_overrides(job_num, env)` hands them to the launcher
+and returns the overrides that carry them, if any (the Hydra plugin: none for sweepit's launchers, which set them
+beside the job's overrides; `hydra.job.env_set` overrides for any other launcher, Hydra's only channel).
 optuna is imported when the study opens, so importing this module stays fast.
 """
 
@@ -74,7 +75,7 @@ class JobDefaults:
     study: Any = None                 # `study`: the study name when options.study_name is unset
 
 
-def no_env(env: Mapping[str, str]) -> list[str]:
+def no_env(job_num: int, env: Mapping[str, str]) -> list[str]:
     """For a launcher that cannot pass environment variables: jobs then train without pruning."""
     return []
 
@@ -85,7 +86,7 @@ class Search:
 
     def __init__(self, options: SearchOptions, space: SearchSpace, sweep_dir: Path, job: JobDefaults,
                  command: str = "python train.py",
-                 env_overrides: Callable[[Mapping[str, str]], list[str]] = no_env) -> None:
+                 env_overrides: Callable[[int, Mapping[str, str]], list[str]] = no_env) -> None:
         _require(bool(space.params), "the Optuna sweeper needs a search space, but none was given; add one to "
                                      "hydra.sweeper.params or the command line, e.g. 'lr=tag(log, interval(1e-4, 1))'.")
         self.options, self.space, self.job = options, space, job
@@ -191,11 +192,11 @@ class Search:
                     overrides = self.space.overrides(trial.params)
                     trial.set_user_attr("job_num", job)
                     trial.set_user_attr("overrides", overrides)
-                    job_overrides = [*overrides, *self.env_overrides(self._trial_env(trial.number))]
                     n_counted += 1
-                    if check is not None and not self._checks(check, trial, job, job_overrides):
+                    if check is not None and not self._checks(check, trial, job, overrides):
                         stop = stop or self._failure_stop()
                         continue
+                    job_overrides = [*overrides, *self.env_overrides(job, self._trial_env(trial.number))]
                     log.info(f"trial {trial.number} -> job {job}: {' '.join(overrides)}")
                     runner.start(job_overrides, job)
                     in_flight[job] = trial
