@@ -3,6 +3,7 @@ outcomes told to Optuna, the batch fallback, the config schema and the report se
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 from pathlib import Path
@@ -17,6 +18,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.trial import TrialState
 
 from hydra_plugins.sweepit._space import parse_space
+from hydra_plugins.sweepit.config import PRUNER_CONFS, SAMPLER_CONFS
 from sweepit.errors import ConfigError
 from sweepit.results._study_file import write_study_file
 from sweepit.results.report.optuna_section import OptunaSection
@@ -26,13 +28,23 @@ from sweepit.search._pruning import (
     ENV_STUDY,
     ENV_TRIAL,
     PRUNER_ATTR,
+    PRUNER_CLASSES,
+    PRUNER_DEFAULTS,
     PRUNERS,
     build_pruner,
     open_storage,
     pruning_callback,
+    resolve_pruner,
 )
 from sweepit.search._results import write_results
-from sweepit.search._samplers import SAMPLERS, build_sampler, check_sampler
+from sweepit.search._samplers import (
+    SAMPLER_CLASSES,
+    SAMPLER_DEFAULTS,
+    SAMPLERS,
+    build_sampler,
+    check_sampler,
+    resolve_sampler,
+)
 from sweepit.search._study import failure_rate, is_counted, recover, tell
 from sweepit.search._trials import BatchLauncher, Outcome, read_outcome
 from sweepit_testing import CONF
@@ -107,23 +119,106 @@ def test_grid_space() -> None:
 
 
 # -- samplers and pruners ------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", SAMPLERS)
-def test_every_sampler_builds_or_names_its_package(name: str) -> None:
+def _compose(*overrides: str) -> Any:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="config", overrides=["hydra/sweeper=optuna", *overrides], return_hydra_config=True)
+
+
+@pytest.mark.parametrize("name", [n for n in SAMPLER_CONFS if n != "motpe"])
+def test_every_sampler_option_holds_every_keyword_and_builds(name: str) -> None:
+    """hydra/sweeper/sampler=<name>: a `_target_` node with every keyword of the installed Optuna class, which
+    the sweeper builds (or names the package it needs)."""
+    cfg = _compose(f"hydra/sweeper/sampler={name}")
+    node = cfg.hydra.sweeper.sampler
+    cls = getattr(optuna.samplers, node._target_.rsplit(".", 1)[1])
+    assert node.name == name and SAMPLER_CLASSES[name] == node._target_
+    keywords = set(inspect.signature(cls).parameters) - {"search_space"}  # the grid is the space
+    assert keywords <= set(node), sorted(keywords - set(node))
+    for key, value in SAMPLER_DEFAULTS.get(name, {}).items():
+        assert node[key] == value
+    sweeper = instantiate(cfg.hydra.sweeper)
     space = parse_space({}, ["opt=adam,sgd", "n=range(1,4)"])
     try:
-        check_sampler(name)
+        spec = resolve_sampler(sweeper.options.sampler)
     except ConfigError as e:
         assert "pip install" in str(e)
         return
-    sampler = build_sampler(name, 0, space)
-    study = optuna.create_study(sampler=sampler)
-    trial = study.ask(space.distributions)
+    sampler = build_sampler(spec, 0, space)
+    assert type(sampler).__name__ == cls.__name__ or isinstance(sampler, cls)
+    trial = optuna.create_study(sampler=sampler).ask(space.distributions)
     assert trial.params["opt"] in ("adam", "sgd")
 
 
+@pytest.mark.parametrize("name", PRUNER_CONFS)
+def test_every_pruner_option_holds_every_keyword_and_builds(name: str) -> None:
+    extra = ["hydra.sweeper.pruner.upper=1.0"] if name == "threshold" else []
+    cfg = _compose(f"hydra/sweeper/pruner={name}", *extra)
+    node = cfg.hydra.sweeper.pruner
+    cls = getattr(optuna.pruners, node._target_.rsplit(".", 1)[1])
+    assert node.name == name and PRUNER_CLASSES[name] == node._target_
+    assert set(inspect.signature(cls).parameters) <= set(node)
+    for key, value in PRUNER_DEFAULTS.get(name, {}).items():
+        assert node[key] == value
+    assert isinstance(build_pruner(instantiate(cfg.hydra.sweeper).options.pruner), cls)
+
+
+def test_keywords_reach_the_optuna_objects(tmp_path: Path) -> None:
+    cfg = _compose("hydra/sweeper/sampler=tpe", "hydra.sweeper.sampler.multivariate=false",
+                   "hydra.sweeper.sampler.n_startup_trials=3", "hydra.sweeper.sampler.n_ei_candidates=7",
+                   "hydra/sweeper/pruner=patient", "hydra.sweeper.pruner.patience=4",
+                   "hydra.sweeper.pruner.wrapped_pruner._target_=optuna.pruners.PercentilePruner",
+                   "+hydra.sweeper.pruner.wrapped_pruner.percentile=40")
+    sweeper = instantiate(cfg.hydra.sweeper)
+    sampler = build_sampler(resolve_sampler(sweeper.options.sampler), 0, parse_space({}, ["x=interval(0, 1)"]))
+    assert isinstance(sampler, optuna.samplers.TPESampler)
+    assert (sampler._multivariate, sampler._n_startup_trials, sampler._parzen_estimator_parameters.consider_endpoints,
+            sampler._n_ei_candidates) == (False, 3, False, 7)
+    pruner = build_pruner(sweeper.options.pruner)
+    assert isinstance(pruner, optuna.pruners.PatientPruner) and pruner._patience == 4
+    assert isinstance(pruner._wrapped_pruner, optuna.pruners.PercentilePruner)
+    assert pruner._wrapped_pruner._percentile == 40
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    # sweepit's first form: `name` on the default nodes, with the keys it had
+    (["hydra.sweeper.sampler.name=random", "hydra.sweeper.sampler.seed=3"],
+     ({"_target_": "optuna.samplers.RandomSampler", "seed": 3}, {"_target_": "optuna.pruners.NopPruner"})),
+    (["hydra.sweeper.sampler.name=nsgaii", "hydra.sweeper.pruner.name=percentile", "hydra.sweeper.pruner.percentile=90",
+      "hydra.sweeper.pruner.n_startup_trials=1"],
+     ({"_target_": "optuna.samplers.NSGAIISampler"},
+      {"_target_": "optuna.pruners.PercentilePruner", "percentile": 90.0, "n_startup_trials": 1})),
+    (["hydra.sweeper.pruner.name=successive_halving"],
+     (None, {"_target_": "optuna.pruners.SuccessiveHalvingPruner", "min_resource": 1, "reduction_factor": 3})),
+    (["hydra.sweeper.pruner.name=hyperband", "hydra.sweeper.pruner.min_resource=2"],
+     (None, {"_target_": "optuna.pruners.HyperbandPruner", "min_resource": 2})),
+    (["hydra/sweeper/pruner=median", "hydra.sweeper.pruner.name=hyperband"],  # median's keys: none hyperband takes
+     (None, {"_target_": "optuna.pruners.HyperbandPruner"})),
+])
+def test_short_names_still_work(overrides: list[str], expected: tuple[Any, Any]) -> None:
+    sweeper = instantiate(_compose(*overrides).hydra.sweeper)
+    sampler, pruner = resolve_sampler(sweeper.options.sampler), resolve_pruner(sweeper.options.pruner)
+    if expected[0] is not None:
+        assert sampler == expected[0]
+    assert pruner == expected[1]
+    build_pruner(pruner)
+    # the keys of the node that the named class takes go with it (as the first form's n_startup_trials did)
+    tpe = {**SAMPLER_DEFAULTS["tpe"], "_target_": SAMPLER_CLASSES["tpe"], "name": "cmaes", "n_startup_trials": 10}
+    assert _optuna_samplers.resolve(tpe, SAMPLER_CLASSES, {}, "hydra.sweeper.sampler", "tpe") == {
+        "_target_": "optuna.samplers.CmaEsSampler", "n_startup_trials": 10}
+
+
 def test_sampler_errors(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ConfigError, match=r"sampler\.name must be one of tpe, random"):
-        check_sampler("bayes")
+    with pytest.raises(ConfigError, match=r"sampler\.name must be one of tpe, random.*but got 'bayes'; pick one with "
+                                          r"hydra/sweeper/sampler=tpe"):
+        resolve_sampler({"name": "bayes"})
+    with pytest.raises(ConfigError, match=r"MOTPESampler was removed in Optuna 4.*hydra/sweeper/sampler=tpe"):
+        resolve_sampler({"_target_": "optuna.samplers.MOTPESampler", "name": "motpe"})
+    with pytest.raises(ConfigError, match=r"_target_ must name a class or function, but optuna.samplers has no"):
+        resolve_sampler({"_target_": "optuna.samplers.NoSuchSampler", "name": None})
+    with pytest.raises(ConfigError, match=r"hydra.sweeper.sampler must hold arguments .*NSGAIISampler accepts, but it "
+                                          r"refused {'population_size': 1, 'seed': 0}: .*population_size"):
+        build_sampler(resolve_sampler({"_target_": "optuna.samplers.NSGAIISampler", "population_size": 1}), 0,
+                      parse_space({}, ["x=interval(0, 1)"]))
     monkeypatch.setattr(_optuna_samplers.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ConfigError, match="pip install cmaes"):
         check_sampler("cmaes")
@@ -133,14 +228,15 @@ def test_sampler_errors(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_seeded_samplers_repeat() -> None:
     space = parse_space({}, ["lr=tag(log, interval(1e-4, 1))"])
-    draws = [optuna.create_study(sampler=build_sampler("random", 7, space)).ask(space.distributions).params
+    spec = resolve_sampler({"name": "random"})
+    draws = [optuna.create_study(sampler=build_sampler(spec, 7, space)).ask(space.distributions).params
              for _ in range(2)]
     assert draws[0] == draws[1]
 
 
 @pytest.mark.parametrize("name", PRUNERS)
-def test_every_pruner_builds(name: str) -> None:
-    assert isinstance(build_pruner({"name": name, "max_resource": 4}), optuna.pruners.BasePruner)
+def test_every_pruner_builds_by_name(name: str) -> None:
+    assert isinstance(build_pruner({"name": name, "max_resource": 4, "upper": 1.0}), optuna.pruners.BasePruner)
 
 
 def test_unknown_pruner() -> None:
@@ -151,9 +247,7 @@ def test_unknown_pruner() -> None:
 @pytest.mark.parametrize("option", [*(f"hydra.sweeper.sampler.name={s}" for s in SAMPLERS),
                                     *(f"hydra.sweeper.pruner.name={p}" for p in PRUNERS)])
 def test_every_option_composes_and_instantiates(option: str) -> None:
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=["hydra/sweeper=optuna", option], return_hydra_config=True)
-    sweeper = instantiate(cfg.hydra.sweeper)
+    sweeper = instantiate(_compose(option).hydra.sweeper)
     assert type(sweeper).__name__ == "OptunaSweeper" and sweeper.options.n_trials == 20
 
 
@@ -287,7 +381,9 @@ def test_study_file_composes() -> None:
         cfg = compose(config_name="optuna_lr", return_hydra_config=True, overrides=[f"hydra.searchpath=[file://{CONF}]"])
     sweeper = instantiate(cfg.hydra.sweeper)
     assert sweeper.params == {"optimizer": "choice(adam,sgd,rmsprop)", "lr": "tag(log, interval(1e-4, 1))"}
-    assert sweeper.options.pruner["name"] == "hyperband" and cfg.study == "optuna_lr"
+    assert resolve_pruner(sweeper.options.pruner) == {"_target_": "optuna.pruners.HyperbandPruner", "min_resource": 1,
+                                                      "reduction_factor": 3, "bootstrap_count": 0}
+    assert resolve_sampler(sweeper.options.sampler)["seed"] == 0 and cfg.study == "optuna_lr"
     space = parse_space(sweeper.params, [])
     assert space.distributions["lr"] == FloatDistribution(1e-4, 1.0, log=True)
 

@@ -132,5 +132,5 @@ def _job_defaults(config: DictConfig) -> JobDefaults:
 
 def _plain(node: Any) -> dict[str, Any]:
     """A sub-config (DictConfig or dict) as a plain dict."""
-    data = OmegaConf.to_container(node) if isinstance(node, DictConfig) else node
+    data = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
     return {str(k): v for k, v in data.items()} if isinstance(data, dict) else {}

@@ -25,9 +25,18 @@ from sweepit.errors import ConfigError, SweepFailedError
 from sweepit.results._status import DIRECTIONS, objective_direction
 from sweepit.results._study_file import write_study_file
 from sweepit.results._summary import job_num, summarize
-from sweepit.search._pruning import ENV_STORAGE, ENV_STUDY, ENV_TRIAL, PRUNER_ATTR, PRUNERS, build_pruner, open_storage
+from sweepit.search._pruning import (
+    ENV_STORAGE,
+    ENV_STUDY,
+    ENV_TRIAL,
+    PRUNER_ATTR,
+    PRUNER_CLASSES,
+    build_pruner,
+    open_storage,
+    resolve_pruner,
+)
 from sweepit.search._results import BEST_FILE, TRIALS_FILE, best_trial, write_results
-from sweepit.search._samplers import build_sampler, check_sampler, grid_size
+from sweepit.search._samplers import build_sampler, grid_size, is_grid, resolve_sampler, short_name
 from sweepit.search._space import SearchSpace
 from sweepit.search._study import failure_rate, interrupt, is_counted, recover, tell
 from sweepit.search._trials import AsyncLauncher, Outcome, as_runner, read_outcome
@@ -45,8 +54,8 @@ def _require(ok: bool, message: str) -> None:
 class SearchOptions:
     """The search's knobs (`hydra.sweeper.*`; each is explained in the sweeper's config schema)."""
 
-    sampler: dict[str, Any] = field(default_factory=dict)  # name (default tpe), seed, n_startup_trials, ...
-    pruner: dict[str, Any] = field(default_factory=dict)   # name (default none) and its options (build_pruner)
+    sampler: dict[str, Any] = field(default_factory=dict)  # _target_ and keywords, or name (default tpe): resolve
+    pruner: dict[str, Any] = field(default_factory=dict)   # _target_ and keywords, or name (default none)
     direction: str | None = None      # maximize | minimize; None: the job config's (objective_direction)
     n_trials: int = 20
     n_jobs: int = 1
@@ -94,9 +103,9 @@ class Search:
         self.command, self.env_overrides = command, env_overrides
         self.metric = job.metric or "objective"
         self.direction = self._direction()
-        self.sampler = {**options.sampler, "name": str(options.sampler.get("name", "tpe"))}
-        check_sampler(self.sampler["name"])
-        if self.sampler["name"] == "grid":
+        self.sampler = resolve_sampler(options.sampler)  # {_target_, keywords}: refused now when unknown
+        self.grid = is_grid(self.sampler)
+        if self.grid:
             space.grid()  # refuses a continuous space now rather than at the first ask
         self.pruner = self._pruner_spec()
         self.study: Any = None
@@ -116,12 +125,13 @@ class Search:
         return direction
 
     def _pruner_spec(self) -> dict[str, Any]:
-        spec = {"name": "none", **self.options.pruner}
-        _require(spec["name"] in PRUNERS, f"hydra.sweeper.pruner.name must be one of {', '.join(PRUNERS)}, but got "
-                                          f"{spec['name']!r}; set for example hydra.sweeper.pruner.name=median.")
+        """The pruner, resolved; hyperband's max_resource is the job config's `epochs` when unset (and not searched)."""
+        spec = resolve_pruner(self.options.pruner)
         epochs = self.job.epochs
-        if spec.get("max_resource") is None and isinstance(epochs, int) and "epochs" not in self.space.distributions:
+        if (spec["_target_"] == PRUNER_CLASSES["hyperband"] and spec.get("max_resource") is None
+                and isinstance(epochs, int) and "epochs" not in self.space.distributions):
             spec["max_resource"] = epochs
+        build_pruner(spec)  # its arguments are checked now, not in the first job
         return spec
 
     # -- the study, opened before any trial starts ----------------------------------------------------------
@@ -143,9 +153,7 @@ class Search:
         seed = self.sampler.get("seed")
         n_before = len(study.get_trials(deepcopy=False))
         # A resumed study reseeds, or a seeded sampler would draw the points of the first run again.
-        study.sampler = build_sampler(self.sampler["name"], None if seed is None else int(seed) + n_before,
-                                      self.space, int(self.sampler.get("n_startup_trials", 10)),
-                                      int(self.sampler.get("population_size", 50)))
+        study.sampler = build_sampler(self.sampler, None if seed is None else int(seed) + n_before, self.space)
         study.set_user_attr(PRUNER_ATTR, self.pruner)
         self.info = {"storage": storage_url, "study_name": name, "metric": self.job.metric,
                      "direction": self.direction, "sampler": self.sampler, "pruner": self.pruner,
@@ -171,13 +179,14 @@ class Search:
         study, n_jobs = self.study, self.options.n_jobs
         n_recovered = recover(study, self.sweep_dir, self.options.diverged_value)
         total = self.options.n_trials
-        if self.sampler["name"] == "grid":
+        if self.grid:
             total = min(total, grid_size(self.space))
         n_counted = sum(is_counted(t) for t in study.get_trials(deepcopy=False))
         log.info(f"Optuna study {self.info['study_name']!r} ({self.direction} {self.metric}) in "
                  f"{self.info['storage']}: {n_counted} of {total} trials done before"
-                 + (f", {n_recovered} recovered" if n_recovered else "") + f"; sampler {self.sampler['name']}, "
-                 f"pruner {self.pruner['name']}, {n_jobs} in flight; space {self.space.describe()}")
+                 + (f", {n_recovered} recovered" if n_recovered else "") + f"; sampler {short_name(self.sampler)}, "
+                 f"pruner {short_name(self.pruner, PRUNER_CLASSES)}, {n_jobs} in flight; space "
+                 f"{self.space.describe()}")
         runner: AsyncLauncher = as_runner(launcher, n_jobs)
         returns: list[Any] = []
         in_flight: dict[int, Any] = {}   # job number -> trial

@@ -147,7 +147,7 @@ class OptunaSection(SectionBuilder):
         for t in study.get_trials(deepcopy=False):
             counts[t.state.name.lower()] = counts.get(t.state.name.lower(), 0) + 1
         text = [f"study {study.study_name!r} in {info['storage']}: " + ", ".join(f"{n} {s}" for s, n in counts.items())
-                + f"; sampler {info.get('sampler', {}).get('name')}, pruner {info.get('pruner', {}).get('name')}.",
+                + f"; sampler {_name(info.get('sampler'))}, pruner {_name(info.get('pruner'))}.",
                 "Space: " + ", ".join(f"{k}={v}" for k, v in (info.get("space") or {}).items()),
                 f"Best parameters: {BEST_FILE}; every trial: {TRIALS_FILE}. Diverged trials are told to Optuna "
                 "as FAIL (unless hydra.sweeper.diverged_value is set); pruned ones as PRUNED."]
@@ -178,3 +178,10 @@ class OptunaSection(SectionBuilder):
                       best=None if best is None else next((i for i, r in enumerate(rows) if r[0] == best.number), None),
                       statuses=[str(r[2] or r[1]).lower() for r in rows])
         return Section(self.title, text=text, command=command, table=table, figures=figures, notes=notes)
+
+
+def _name(spec: Any) -> str:
+    """A sampler's or pruner's name as recorded: `{name: tpe}` (older studies) or `{_target_: ...TPESampler}`."""
+    if not isinstance(spec, dict):
+        return "-"
+    return str(spec.get("name") or str(spec.get("_target_", "-")).rsplit(".", 1)[-1])
