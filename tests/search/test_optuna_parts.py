@@ -12,6 +12,7 @@ from typing import Any
 
 import optuna
 import pytest
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
@@ -360,8 +361,11 @@ def test_results_and_report_section(tmp_path: Path) -> None:
     info = {"storage": url, "study_name": "s", "metric": "val_acc", "command": "python train.py",
             "sampler": {"name": "tpe"}, "pruner": {"name": "none"}, "space": {"lr": "tag(log, interval(1e-4, 1))"}}
     write_study_file(tmp_path, info)
-    best_yaml, csv_path = write_results(tmp_path, study, info)
+    best_yaml, csv_path, results_yaml = write_results(tmp_path, study, info)
     assert "best_trial: 7" in best_yaml.read_text()
+    # the released hydra-optuna-sweeper's file, as its scripts read it
+    assert yaml.safe_load(results_yaml.read_text()) == {"name": "optuna", "best_params": study.best_params,
+                                                        "best_value": study.best_value}
     assert csv_path.read_text().count("\n") == 9
     out = tmp_path / "report"
     out.mkdir()
@@ -394,3 +398,21 @@ def test_local_launcher_runs_trials_one_by_one() -> None:
 
     assert isinstance(LocalLauncher(), AsyncLauncher)
     assert not isinstance(BatchLauncher(None).launcher, AsyncLauncher)
+
+
+def test_the_deprecated_search_space_reads_as_params() -> None:
+    from hydra_plugins.sweepit._space import from_search_space
+
+    params = from_search_space({"lr": {"type": "float", "low": 1e-4, "high": 1, "log": True},
+                                "drop": {"type": "float", "low": 0, "high": 0.5, "step": 0.25},
+                                "width": {"type": "int", "low": 8, "high": 64, "log": True},
+                                "depth": {"type": "int", "low": 1, "high": 4},
+                                "opt": {"type": "categorical", "choices": ["adam", "sgd", True]}})
+    d = parse_space(params, []).distributions
+    assert d == {"lr": FloatDistribution(1e-4, 1.0, log=True), "drop": FloatDistribution(0.0, 0.5, step=0.25),
+                 "width": IntDistribution(8, 64, log=True), "depth": IntDistribution(1, 4),
+                 "opt": CategoricalDistribution(["adam", "sgd", True])}
+    with pytest.raises(ConfigError, match=r"search_space.lr.type must be int, float or categorical, but got 'double'"):
+        from_search_space({"lr": {"type": "double", "low": 0, "high": 1}})
+    with pytest.raises(ConfigError, match=r"search_space.lr must give numbers `low` and `high` for type float"):
+        from_search_space({"lr": {"type": "float", "low": 0}})

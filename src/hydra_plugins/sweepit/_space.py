@@ -14,12 +14,14 @@ is read here; the space itself and its checks are Hydra-free (`sweepit.search.Pa
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sweepit.errors import ConfigError
 from sweepit.search import Param, SearchSpace
 
+log = logging.getLogger(__name__)
 _TAGS = {"log", "int"}
 _PRIMITIVE = (str, int, float, bool, type(None))
 
@@ -89,3 +91,51 @@ def _param(override: Any) -> Param:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def from_search_space(search_space: Mapping[str, Any]) -> dict[str, str]:
+    """The released plugin's deprecated `hydra.sweeper.search_space` (`key: {type: int|float|categorical, low, high,
+    log, step, choices}`) as `hydra.sweeper.params` entries, with a warning that shows them."""
+    params: dict[str, str] = {}
+    for key, spec in search_space.items():
+        where = f"hydra.sweeper.search_space.{key}"
+        if not isinstance(spec, Mapping):
+            raise ConfigError(f"{where} must be a mapping with `type` (int, float or categorical) and its bounds or "
+                              f"choices, but got {spec!r}; write it as hydra.sweeper.params.{key}: interval(0, 1).")
+        kind, low, high, step = spec.get("type"), spec.get("low"), spec.get("high"), spec.get("step")
+        kind = getattr(kind, "name", kind)  # the released plugin's DistributionType enum
+        if kind == "categorical":
+            choices = spec.get("choices")
+            if not isinstance(choices, Sequence) or isinstance(choices, str) or not choices:
+                raise ConfigError(f"{where}.choices must be a non-empty list for type categorical, but got "
+                                  f"{choices!r}; e.g. choices: [adam, sgd].")
+            params[str(key)] = f"choice({','.join(_literal(c) for c in choices)})"
+            continue
+        if kind not in ("int", "float"):
+            raise ConfigError(f"{where}.type must be int, float or categorical, but got {kind!r}; write it as "
+                              f"hydra.sweeper.params.{key}: interval(0, 1) (or int(interval(...)), choice(...)).")
+        if not isinstance(low, int | float) or not isinstance(high, int | float):
+            raise ConfigError(f"{where} must give numbers `low` and `high` for type {kind}, but got low={low!r}, "
+                              f"high={high!r}; e.g. low: 0, high: 1.")
+        cast = int if kind == "int" else float
+        ends = f"{cast(low)!r}, {cast(high)!r}"
+        if step is not None and step != (1 if kind == "int" else None):
+            stop = cast(high) + (1 if kind == "int" else cast(step) / 2)  # range() leaves its stop out
+            params[str(key)] = f"range({cast(low)!r}, {stop!r}, {cast(step)!r})"
+        elif kind == "int":
+            params[str(key)] = f"tag(log, int(interval({ends})))" if spec.get("log") else f"int(interval({ends}))"
+        else:
+            params[str(key)] = f"tag(log, interval({ends}))" if spec.get("log") else f"interval({ends})"
+    if params:
+        lines = "\n".join(f"    {k}: {v}" for k, v in params.items())
+        log.warning("hydra.sweeper.search_space is deprecated (as in Hydra's Optuna plugin since 1.2) and is read as "
+                    f"these hydra.sweeper.params; write them so instead:\n  params:\n{lines}")
+    return params
+
+
+def _literal(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, float) else str(value)

@@ -446,11 +446,23 @@ class OptunaSweeperConf:
     # interval(0,1); tag(log, interval(1e-4, 1)); int(interval(8, 64)); shuffle(a,b); a plain value is fixed.
     # Command-line sweeps (`lr=tag(log, interval(1e-4, 1))`) are added, and win for the same key.
     params: dict[str, str] | None = None
+    # Deprecated (Hydra's Optuna plugin before 1.2): `key: {type: int|float|categorical, low, high, log, step,
+    # choices}`. Read as `params` (which win for the same key); the log shows the `params` to write instead.
+    search_space: dict[str, Any] = field(default_factory=dict)
+    # `module.function` called as fn(cfg, trial) for each trial, after the space's parameters are drawn (cfg: the
+    # sweep's config). It may draw conditional ones through trial.suggest_*(name, ...); each becomes the job's
+    # override name=value (name a key the config lacks `+key`). When it raises, that trial fails.
+    custom_search_space: str | None = None
     sampler: SamplerConf = MISSING   # hydra/sweeper/sampler=<name> (default tpe)
     pruner: PrunerConf = MISSING     # hydra/sweeper/pruner=<name> (default none)
     # maximize | minimize; null = the job config's `direction` (the objective is its `metric`), else minimize.
     # Recorded in optuna_study.yaml: the printed summary, `sweepit summary` and the report judge "best" by it.
-    direction: str | None = None
+    # A list ([maximize, minimize]) searches several objectives: the study keeps a Pareto front (no pruning).
+    direction: Any = None
+    # The objectives' names when there are several, one per direction, read from each job's result.json: the
+    # config's `metric` (its best epoch), a top-level number (epoch_time_s_mean, wall_time_s), else the last
+    # epoch's value. null: each job's task returns the list of values (the released plugin's habit).
+    metrics: list[str] | None = None
     # Trials in the study, counting those of earlier runs of it: re-running a finished study does nothing,
     # raise n_trials to search on. Trials cut short by a stopped driver are not counted (they are retried).
     n_trials: int = 20

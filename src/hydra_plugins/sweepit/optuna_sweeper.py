@@ -25,7 +25,8 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.sweepit._hydra import SweepitLauncher
-from hydra_plugins.sweepit._space import parse_space
+from hydra_plugins.sweepit._space import from_search_space, parse_space
+from sweepit._targets import locate
 from sweepit.errors import ConfigError, SweepFailedError
 from sweepit.results._manifest import hydra_quote
 from sweepit.search import JobDefaults, Search, SearchOptions
@@ -43,17 +44,21 @@ class SearchStopped(SweepFailedError, CompactHydraException):
 
 class OptunaSweeper(Sweeper):
     def __init__(self, params: dict[str, str] | None = None, sampler: Any = None, pruner: Any = None,
-                 direction: str | None = None, n_trials: int = 20, n_jobs: int = 1, study_name: str | None = None,
+                 direction: Any = None, n_trials: int = 20, n_jobs: int = 1, study_name: str | None = None,
                  storage: str | None = None, max_failure_rate: float = 0.5, failure_rate_min_trials: int = 5,
-                 diverged_value: float | None = None) -> None:
+                 diverged_value: float | None = None, search_space: Any = None,
+                 custom_search_space: str | None = None, metrics: Any = None) -> None:
         try:
             self.options = SearchOptions(
-                sampler=_plain(sampler), pruner=_plain(pruner), direction=direction, n_trials=n_trials,
+                sampler=_plain(sampler), pruner=_plain(pruner), direction=_value(direction), n_trials=n_trials,
+                metrics=_value(metrics),
                 n_jobs=n_jobs, study_name=study_name, storage=storage, max_failure_rate=max_failure_rate,
                 failure_rate_min_trials=failure_rate_min_trials, diverged_value=diverged_value)
         except ConfigError as e:
             raise OptunaInputError(str(e)) from None
         self.params = dict(params or {})
+        self.search_space = _plain(search_space)
+        self.custom_search_space = custom_search_space
         self.hydra_context: HydraContext | None = None
         self.config: DictConfig | None = None
         self.launcher: Any = None
@@ -74,11 +79,12 @@ class OptunaSweeper(Sweeper):
         assert self.config is not None and self.hydra_context is not None and self.launcher is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
         try:
-            space = parse_space(self.params, list(arguments), self.hydra_context.config_loader)
+            params = {**from_search_space(self.search_space), **self.params}  # params win for the same key
+            space = parse_space(params, list(arguments), self.hydra_context.config_loader)
             if space.params:
                 self.validate_batch_is_legal([space.overrides(space.first_point())])  # unknown keys, bad values
             search = Search(self.options, space, sweep_dir, _job_defaults(self.config), command=self._command(),
-                            env_overrides=self._job_env)
+                            env_overrides=self._job_env, extend=self._extend())
             search.open()
         except ConfigError as e:
             if isinstance(e, CompactHydraException):
@@ -95,6 +101,14 @@ class OptunaSweeper(Sweeper):
                 raise
             raise SearchStopped(str(e)) from None
         return [returns]
+
+    def _extend(self) -> Any:
+        """`hydra.sweeper.custom_search_space`: the user's `fn(cfg, trial)`, called with the sweep's config."""
+        if not self.custom_search_space:
+            return None
+        fn = locate(self.custom_search_space, "hydra.sweeper.custom_search_space")
+        config = self.config
+        return lambda trial: fn(config, trial)
 
     def _job_env(self, job_num: int, env: Mapping[str, str]) -> list[str]:
         """The job's environment (its trial): beside its overrides for sweepit's launchers, else as overrides
@@ -128,6 +142,11 @@ def _job_defaults(config: DictConfig) -> JobDefaults:
                        direction=OmegaConf.select(config, "direction", default=None),
                        epochs=OmegaConf.select(config, "epochs", default=None),
                        study=OmegaConf.select(config, "study", default=None))
+
+
+def _value(node: Any) -> Any:
+    """A list node (direction, metrics) as a plain list; anything else as it is."""
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
 
 def _plain(node: Any) -> dict[str, Any]:
