@@ -122,8 +122,10 @@ class TrialReporter:
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial_number)
         self.trial = optuna.trial.Trial(self.study, trial_id)
         self.trial_number = trial_number
-        self.active = storage.get_trial(trial_id).state == optuna.trial.TrialState.RUNNING
-        if not self.active:
+        # Optuna reports and prunes single-objective trials only; a multi-objective job trains without reporting.
+        multi = len(self.study.directions) > 1
+        self.active = storage.get_trial(trial_id).state == optuna.trial.TrialState.RUNNING and not multi
+        if not self.active and not multi:
             log(f"sweepit: trial {trial_number} of study {study_name!r} is finished already; this job trains "
                   "without reporting to it")
 
