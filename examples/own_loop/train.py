@@ -3,7 +3,7 @@ exact resume after a Slurm requeue, and the rank and device sweepit assigned.
 
     python examples/own_loop/train.py -m lr=0.003,0.03 width=8,16                 # a local sweep
     python examples/own_loop/train.py -m hydra/sweeper=optuna 'lr=tag(log, interval(1e-4, 1e-1))' \
-        hydra.sweeper.n_trials=12 hydra.sweeper.n_jobs=2 hydra.sweeper.pruner.name=median
+        hydra.sweeper.n_trials=12 hydra.sweeper.n_jobs=2 hydra/sweeper/pruner=median
     python examples/own_loop/train.py -m hydra/launcher=slurm lr=0.003,0.03         # on Slurm
 """
 

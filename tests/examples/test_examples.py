@@ -119,7 +119,7 @@ def test_own_loop_optuna_command_of_the_readme(tmp_path: Path) -> None:
     """The README's command, with fewer trials and epochs: a TPE search with median pruning, 2 trials in flight."""
     proc = run(EXAMPLES / "own_loop" / "train.py",
                ["-m", "hydra/sweeper=optuna", "lr=tag(log, interval(1e-4, 1e-1))", "hydra.sweeper.n_trials=4",
-                "hydra.sweeper.n_jobs=2", "hydra.sweeper.pruner.name=median", "epochs=2", "n_train=300",
+                "hydra.sweeper.n_jobs=2", "hydra/sweeper/pruner=median", "epochs=2", "n_train=300",
                 f"hydra.sweep.dir={tmp_path / 'study'}"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     statuses = [r["status"] for r in results(tmp_path / "study").values()]

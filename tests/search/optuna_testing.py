@@ -34,3 +34,10 @@ def load(sweep_dir: Path, study_name: str) -> Any:
 def job_dirs(sweep_dir: Path) -> list[Path]:
     return sorted((p for p in sweep_dir.iterdir() if p.is_dir() and p.name.split("_")[0].isdigit()),
                   key=lambda p: int(p.name.split("_")[0]))
+
+
+def conditional_space(cfg: Any, trial: Any) -> None:
+    """A custom search space (hydra.sweeper.custom_search_space): a momentum only for sgd, a key the config lacks."""
+    assert "hydra" in cfg  # the sweep's config, as the released plugin passes it
+    if trial.params["opt"] == "sgd":
+        trial.suggest_float("+momentum", 0.5, 0.9)

@@ -3,6 +3,7 @@ outcomes told to Optuna, the batch fallback, the config schema and the report se
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 from pathlib import Path
@@ -11,12 +12,14 @@ from typing import Any
 
 import optuna
 import pytest
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from hydra_plugins.sweepit._space import parse_space
+from hydra_plugins.sweepit.config import PRUNER_CONFS, SAMPLER_CONFS
 from sweepit.errors import ConfigError
 from sweepit.results._study_file import write_study_file
 from sweepit.results.report.optuna_section import OptunaSection
@@ -26,13 +29,23 @@ from sweepit.search._pruning import (
     ENV_STUDY,
     ENV_TRIAL,
     PRUNER_ATTR,
+    PRUNER_CLASSES,
+    PRUNER_DEFAULTS,
     PRUNERS,
     build_pruner,
     open_storage,
     pruning_callback,
+    resolve_pruner,
 )
 from sweepit.search._results import write_results
-from sweepit.search._samplers import SAMPLERS, build_sampler, check_sampler
+from sweepit.search._samplers import (
+    SAMPLER_CLASSES,
+    SAMPLER_DEFAULTS,
+    SAMPLERS,
+    build_sampler,
+    check_sampler,
+    resolve_sampler,
+)
 from sweepit.search._study import failure_rate, is_counted, recover, tell
 from sweepit.search._trials import BatchLauncher, Outcome, read_outcome
 from sweepit_testing import CONF
@@ -57,6 +70,26 @@ def test_space_from_the_override_grammar() -> None:
     assert overrides == ["epochs=3", "optimizer=sgd", "lr=0.01", "hidden=32", "drop=0.25", "+width=9", "mom=0.9"]
 
 
+def test_the_released_plugins_integer_and_shuffle_spellings() -> None:
+    """`int(interval(...))` (Hydra's int() cast) is an integer distribution, also under tag(log, ...); shuffle(...)
+    is a categorical. Before: the cast ints were read as floats, and batch_size=57.3 failed every trial."""
+    space = parse_space({}, ["batch_size=int(interval(16, 128))", "width=tag(log, int(interval(8, 512)))",
+                             "opt=shuffle(adam,sgd)", "depth=shuffle(range(1, 4))", "drop=interval(0, 1)"])
+    d = space.distributions
+    assert d["batch_size"] == IntDistribution(16, 128)
+    assert d["width"] == IntDistribution(8, 512, log=True)
+    assert d["opt"] == CategoricalDistribution(["adam", "sgd"])
+    assert d["depth"] == CategoricalDistribution([1, 2, 3])
+    assert d["drop"] == FloatDistribution(0.0, 1.0)  # interval() alone stays a float, as in the released plugin
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(5):
+        params = study.ask(d).params
+        assert isinstance(params["batch_size"], int) and isinstance(params["width"], int)
+        assert f"batch_size={params['batch_size']}" in space.overrides(params)
+    assert space.overrides({"batch_size": 17, "width": 9, "opt": "sgd", "depth": 2, "drop": 0.5}) == [
+        "batch_size=17", "width=9", "opt=sgd", "depth=2", "drop=0.5"]
+
+
 def test_command_line_wins_over_params() -> None:
     space = parse_space({"lr": "interval(0.1, 1)"}, ["lr=interval(0.2, 0.3)"])
     assert space.distributions == {"lr": FloatDistribution(0.2, 0.3)}
@@ -71,6 +104,7 @@ def test_command_line_wins_over_params() -> None:
     ("lr=range(5, 1)", "must hold at least one value"),
     ("opt=choice(a,a)", "choices must differ"),
     ("opt=tag(log, choice(a,b))", "tags apply to interval and range only"),
+    ("n=tag(log, shuffle(range(1, 4)))", "tags apply to interval and range only"),
 ])
 def test_malformed_space_is_refused(line: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
@@ -86,23 +120,106 @@ def test_grid_space() -> None:
 
 
 # -- samplers and pruners ------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", SAMPLERS)
-def test_every_sampler_builds_or_names_its_package(name: str) -> None:
+def _compose(*overrides: str) -> Any:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="config", overrides=["hydra/sweeper=optuna", *overrides], return_hydra_config=True)
+
+
+@pytest.mark.parametrize("name", [n for n in SAMPLER_CONFS if n != "motpe"])
+def test_every_sampler_option_holds_every_keyword_and_builds(name: str) -> None:
+    """hydra/sweeper/sampler=<name>: a `_target_` node with every keyword of the installed Optuna class, which
+    the sweeper builds (or names the package it needs)."""
+    cfg = _compose(f"hydra/sweeper/sampler={name}")
+    node = cfg.hydra.sweeper.sampler
+    cls = getattr(optuna.samplers, node._target_.rsplit(".", 1)[1])
+    assert node.name == name and SAMPLER_CLASSES[name] == node._target_
+    keywords = set(inspect.signature(cls).parameters) - {"search_space"}  # the grid is the space
+    assert keywords <= set(node), sorted(keywords - set(node))
+    for key, value in SAMPLER_DEFAULTS.get(name, {}).items():
+        assert node[key] == value
+    sweeper = instantiate(cfg.hydra.sweeper)
     space = parse_space({}, ["opt=adam,sgd", "n=range(1,4)"])
     try:
-        check_sampler(name)
+        spec = resolve_sampler(sweeper.options.sampler)
     except ConfigError as e:
         assert "pip install" in str(e)
         return
-    sampler = build_sampler(name, 0, space)
-    study = optuna.create_study(sampler=sampler)
-    trial = study.ask(space.distributions)
+    sampler = build_sampler(spec, 0, space)
+    assert type(sampler).__name__ == cls.__name__ or isinstance(sampler, cls)
+    trial = optuna.create_study(sampler=sampler).ask(space.distributions)
     assert trial.params["opt"] in ("adam", "sgd")
 
 
+@pytest.mark.parametrize("name", PRUNER_CONFS)
+def test_every_pruner_option_holds_every_keyword_and_builds(name: str) -> None:
+    extra = ["hydra.sweeper.pruner.upper=1.0"] if name == "threshold" else []
+    cfg = _compose(f"hydra/sweeper/pruner={name}", *extra)
+    node = cfg.hydra.sweeper.pruner
+    cls = getattr(optuna.pruners, node._target_.rsplit(".", 1)[1])
+    assert node.name == name and PRUNER_CLASSES[name] == node._target_
+    assert set(inspect.signature(cls).parameters) <= set(node)
+    for key, value in PRUNER_DEFAULTS.get(name, {}).items():
+        assert node[key] == value
+    assert isinstance(build_pruner(instantiate(cfg.hydra.sweeper).options.pruner), cls)
+
+
+def test_keywords_reach_the_optuna_objects(tmp_path: Path) -> None:
+    cfg = _compose("hydra/sweeper/sampler=tpe", "hydra.sweeper.sampler.multivariate=false",
+                   "hydra.sweeper.sampler.n_startup_trials=3", "hydra.sweeper.sampler.n_ei_candidates=7",
+                   "hydra/sweeper/pruner=patient", "hydra.sweeper.pruner.patience=4",
+                   "hydra.sweeper.pruner.wrapped_pruner._target_=optuna.pruners.PercentilePruner",
+                   "+hydra.sweeper.pruner.wrapped_pruner.percentile=40")
+    sweeper = instantiate(cfg.hydra.sweeper)
+    sampler = build_sampler(resolve_sampler(sweeper.options.sampler), 0, parse_space({}, ["x=interval(0, 1)"]))
+    assert isinstance(sampler, optuna.samplers.TPESampler)
+    assert (sampler._multivariate, sampler._n_startup_trials, sampler._parzen_estimator_parameters.consider_endpoints,
+            sampler._n_ei_candidates) == (False, 3, False, 7)
+    pruner = build_pruner(sweeper.options.pruner)
+    assert isinstance(pruner, optuna.pruners.PatientPruner) and pruner._patience == 4
+    assert isinstance(pruner._wrapped_pruner, optuna.pruners.PercentilePruner)
+    assert pruner._wrapped_pruner._percentile == 40
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    # sweepit's first form: `name` on the default nodes, with the keys it had
+    (["hydra.sweeper.sampler.name=random", "hydra.sweeper.sampler.seed=3"],
+     ({"_target_": "optuna.samplers.RandomSampler", "seed": 3}, {"_target_": "optuna.pruners.NopPruner"})),
+    (["hydra.sweeper.sampler.name=nsgaii", "hydra.sweeper.pruner.name=percentile", "hydra.sweeper.pruner.percentile=90",
+      "hydra.sweeper.pruner.n_startup_trials=1"],
+     ({"_target_": "optuna.samplers.NSGAIISampler"},
+      {"_target_": "optuna.pruners.PercentilePruner", "percentile": 90.0, "n_startup_trials": 1})),
+    (["hydra.sweeper.pruner.name=successive_halving"],
+     (None, {"_target_": "optuna.pruners.SuccessiveHalvingPruner", "min_resource": 1, "reduction_factor": 3})),
+    (["hydra.sweeper.pruner.name=hyperband", "hydra.sweeper.pruner.min_resource=2"],
+     (None, {"_target_": "optuna.pruners.HyperbandPruner", "min_resource": 2})),
+    (["hydra/sweeper/pruner=median", "hydra.sweeper.pruner.name=hyperband"],  # median's keys: none hyperband takes
+     (None, {"_target_": "optuna.pruners.HyperbandPruner"})),
+])
+def test_short_names_still_work(overrides: list[str], expected: tuple[Any, Any]) -> None:
+    sweeper = instantiate(_compose(*overrides).hydra.sweeper)
+    sampler, pruner = resolve_sampler(sweeper.options.sampler), resolve_pruner(sweeper.options.pruner)
+    if expected[0] is not None:
+        assert sampler == expected[0]
+    assert pruner == expected[1]
+    build_pruner(pruner)
+    # the keys of the node that the named class takes go with it (as the first form's n_startup_trials did)
+    tpe = {**SAMPLER_DEFAULTS["tpe"], "_target_": SAMPLER_CLASSES["tpe"], "name": "cmaes", "n_startup_trials": 10}
+    assert _optuna_samplers.resolve(tpe, SAMPLER_CLASSES, {}, "hydra.sweeper.sampler", "tpe") == {
+        "_target_": "optuna.samplers.CmaEsSampler", "n_startup_trials": 10}
+
+
 def test_sampler_errors(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ConfigError, match=r"sampler\.name must be one of tpe, random"):
-        check_sampler("bayes")
+    with pytest.raises(ConfigError, match=r"sampler\.name must be one of tpe, random.*but got 'bayes'; pick one with "
+                                          r"hydra/sweeper/sampler=tpe"):
+        resolve_sampler({"name": "bayes"})
+    with pytest.raises(ConfigError, match=r"MOTPESampler was removed in Optuna 4.*hydra/sweeper/sampler=tpe"):
+        resolve_sampler({"_target_": "optuna.samplers.MOTPESampler", "name": "motpe"})
+    with pytest.raises(ConfigError, match=r"_target_ must name a class or function, but optuna.samplers has no"):
+        resolve_sampler({"_target_": "optuna.samplers.NoSuchSampler", "name": None})
+    with pytest.raises(ConfigError, match=r"hydra.sweeper.sampler must hold arguments .*NSGAIISampler accepts, but it "
+                                          r"refused {'population_size': 1, 'seed': 0}: .*population_size"):
+        build_sampler(resolve_sampler({"_target_": "optuna.samplers.NSGAIISampler", "population_size": 1}), 0,
+                      parse_space({}, ["x=interval(0, 1)"]))
     monkeypatch.setattr(_optuna_samplers.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ConfigError, match="pip install cmaes"):
         check_sampler("cmaes")
@@ -112,14 +229,15 @@ def test_sampler_errors(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_seeded_samplers_repeat() -> None:
     space = parse_space({}, ["lr=tag(log, interval(1e-4, 1))"])
-    draws = [optuna.create_study(sampler=build_sampler("random", 7, space)).ask(space.distributions).params
+    spec = resolve_sampler({"name": "random"})
+    draws = [optuna.create_study(sampler=build_sampler(spec, 7, space)).ask(space.distributions).params
              for _ in range(2)]
     assert draws[0] == draws[1]
 
 
 @pytest.mark.parametrize("name", PRUNERS)
-def test_every_pruner_builds(name: str) -> None:
-    assert isinstance(build_pruner({"name": name, "max_resource": 4}), optuna.pruners.BasePruner)
+def test_every_pruner_builds_by_name(name: str) -> None:
+    assert isinstance(build_pruner({"name": name, "max_resource": 4, "upper": 1.0}), optuna.pruners.BasePruner)
 
 
 def test_unknown_pruner() -> None:
@@ -130,9 +248,7 @@ def test_unknown_pruner() -> None:
 @pytest.mark.parametrize("option", [*(f"hydra.sweeper.sampler.name={s}" for s in SAMPLERS),
                                     *(f"hydra.sweeper.pruner.name={p}" for p in PRUNERS)])
 def test_every_option_composes_and_instantiates(option: str) -> None:
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=["hydra/sweeper=optuna", option], return_hydra_config=True)
-    sweeper = instantiate(cfg.hydra.sweeper)
+    sweeper = instantiate(_compose(option).hydra.sweeper)
     assert type(sweeper).__name__ == "OptunaSweeper" and sweeper.options.n_trials == 20
 
 
@@ -245,8 +361,11 @@ def test_results_and_report_section(tmp_path: Path) -> None:
     info = {"storage": url, "study_name": "s", "metric": "val_acc", "command": "python train.py",
             "sampler": {"name": "tpe"}, "pruner": {"name": "none"}, "space": {"lr": "tag(log, interval(1e-4, 1))"}}
     write_study_file(tmp_path, info)
-    best_yaml, csv_path = write_results(tmp_path, study, info)
+    best_yaml, csv_path, results_yaml = write_results(tmp_path, study, info)
     assert "best_trial: 7" in best_yaml.read_text()
+    # the released hydra-optuna-sweeper's file, as its scripts read it
+    assert yaml.safe_load(results_yaml.read_text()) == {"name": "optuna", "best_params": study.best_params,
+                                                        "best_value": study.best_value}
     assert csv_path.read_text().count("\n") == 9
     out = tmp_path / "report"
     out.mkdir()
@@ -266,7 +385,9 @@ def test_study_file_composes() -> None:
         cfg = compose(config_name="optuna_lr", return_hydra_config=True, overrides=[f"hydra.searchpath=[file://{CONF}]"])
     sweeper = instantiate(cfg.hydra.sweeper)
     assert sweeper.params == {"optimizer": "choice(adam,sgd,rmsprop)", "lr": "tag(log, interval(1e-4, 1))"}
-    assert sweeper.options.pruner["name"] == "hyperband" and cfg.study == "optuna_lr"
+    assert resolve_pruner(sweeper.options.pruner) == {"_target_": "optuna.pruners.HyperbandPruner", "min_resource": 1,
+                                                      "reduction_factor": 3, "bootstrap_count": 0}
+    assert resolve_sampler(sweeper.options.sampler)["seed"] == 0 and cfg.study == "optuna_lr"
     space = parse_space(sweeper.params, [])
     assert space.distributions["lr"] == FloatDistribution(1e-4, 1.0, log=True)
 
@@ -277,3 +398,21 @@ def test_local_launcher_runs_trials_one_by_one() -> None:
 
     assert isinstance(LocalLauncher(), AsyncLauncher)
     assert not isinstance(BatchLauncher(None).launcher, AsyncLauncher)
+
+
+def test_the_deprecated_search_space_reads_as_params() -> None:
+    from hydra_plugins.sweepit._space import from_search_space
+
+    params = from_search_space({"lr": {"type": "float", "low": 1e-4, "high": 1, "log": True},
+                                "drop": {"type": "float", "low": 0, "high": 0.5, "step": 0.25},
+                                "width": {"type": "int", "low": 8, "high": 64, "log": True},
+                                "depth": {"type": "int", "low": 1, "high": 4},
+                                "opt": {"type": "categorical", "choices": ["adam", "sgd", True]}})
+    d = parse_space(params, []).distributions
+    assert d == {"lr": FloatDistribution(1e-4, 1.0, log=True), "drop": FloatDistribution(0.0, 0.5, step=0.25),
+                 "width": IntDistribution(8, 64, log=True), "depth": IntDistribution(1, 4),
+                 "opt": CategoricalDistribution(["adam", "sgd", True])}
+    with pytest.raises(ConfigError, match=r"search_space.lr.type must be int, float or categorical, but got 'double'"):
+        from_search_space({"lr": {"type": "double", "low": 0, "high": 1}})
+    with pytest.raises(ConfigError, match=r"search_space.lr must give numbers `low` and `high` for type float"):
+        from_search_space({"lr": {"type": "float", "low": 0}})

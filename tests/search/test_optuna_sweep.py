@@ -53,6 +53,36 @@ def test_n_trials_results_and_resume_without_overwriting(tmp_path: Path) -> None
     assert len(load(sweep, "resume_test").trials) == 5
 
 
+def test_int_interval_searches_integers(tmp_path: Path) -> None:
+    """The released plugin's `int(interval(16, 128))`: every trial gets an integer batch size and trains (before:
+    floats such as batch_size=57.3, and every trial failed)."""
+    sweep = tmp_path / "s"
+    proc = run_search(["optimizer=adam", "lr=0.01", "epochs=1", "batch_size=int(interval(16, 128))",
+                       f"hydra.sweep.dir={sweep}", "hydra.sweeper.n_trials=2", "hydra.sweeper.sampler.seed=0",
+                       "study=int_test"], tmp_path)
+    assert proc.returncode == 0, _out(proc)
+    trials = load(sweep, "int_test").trials
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
+    assert all(isinstance(t.params["batch_size"], int) and 16 <= t.params["batch_size"] <= 128 for t in trials)
+
+
+def test_sweepits_loop_searches_two_named_metrics(tmp_path: Path) -> None:
+    """train.py returns one number; hydra.sweeper.metrics names the objectives read from each job's result.json."""
+    sweep = tmp_path / "s"
+    proc = run_search(["optimizer=adam", "lr=tag(log, interval(1e-3, 0.1))", "epochs=1", f"hydra.sweep.dir={sweep}",
+                       "hydra.sweeper.direction=[maximize,minimize]", "hydra.sweeper.metrics=[val_acc,wall_time_s]",
+                       "hydra.sweeper.n_trials=3", "hydra.sweeper.sampler.seed=0", "study=mo_test"], tmp_path)
+    assert proc.returncode == 0, _out(proc)
+    study = load(sweep, "mo_test")
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 3
+    for t in study.trials:
+        result = json.loads((Path(t.user_attrs["job_dir"]) / "result.json").read_text())
+        assert t.values == [result["objective"], result["wall_time_s"]] and result["metric"] == "val_acc"
+    assert "Pareto front (maximize val_acc, minimize wall_time_s): " in proc.stdout
+    solutions = yaml.safe_load((sweep / "optimization_results.yaml").read_text())["solutions"]
+    assert sorted(s["values"] for s in solutions) == sorted(t.values for t in study.best_trials)
+
+
 def test_trials_start_as_soon_as_any_ends(tmp_path: Path) -> None:
     """With the local launcher a trial starts as soon as any ends, while a slower earlier trial still runs."""
     sweep = tmp_path / "s"
@@ -136,6 +166,13 @@ def test_failures_tolerated_up_to_the_rate(tmp_path: Path) -> None:
      "the Optuna storage must be reachable"),
     (["lr=interval(0.1, 1)", "hydra.sweeper.sampler.name=grid"], "the grid sampler needs a discrete space"),
     (["lrr=interval(0.1, 1)"], "lrr"),
+    (["lr=interval(0.1, 1)", "hydra/sweeper/sampler=bayes"], "Could not find 'hydra/sweeper/sampler/bayes'"),
+    (["lr=interval(0.1, 1)", "hydra.sweeper.direction=[maximize,minimize]", "hydra.sweeper.metrics=[val_acc]"],
+     "hydra.sweeper.metrics names one objective per direction"),
+    (["lr=interval(0.1, 1)", "+hydra.sweeper.search_space.lr.type=double"],
+     "hydra.sweeper.search_space.lr.type must be int, float or categorical, but got 'double'"),
+    (["lr=interval(0.1, 1)", "hydra.sweeper.custom_search_space=nosuch.module.fn"],
+     "hydra.sweeper.custom_search_space must name an importable class or function"),
 ])
 def test_bad_input_fails_before_any_trial(tmp_path: Path, args: list[str], expected: str) -> None:
     sweep = tmp_path / "s"

@@ -4,6 +4,7 @@ AsyncLauncher protocol by a launcher that runs each job in this process (objecti
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,7 @@ class InlineLauncher:
         self.closed = True
 
 
-def _env(env: Mapping[str, str]) -> list[str]:
+def _env(job_num: int, env: Mapping[str, str]) -> list[str]:
     return [f"env:{k}={v}" for k, v in env.items()]
 
 
@@ -113,10 +114,21 @@ def test_ctrl_c_interrupts_the_trials_in_flight(tmp_path: Path) -> None:
     ({}, JobDefaults(direction="up"), "but direction (the job config's) is 'up'"),
     ({"n_trials": 0}, JobDefaults(), "n_trials must be >= 1, but got n_trials=0"),
     ({"pruner": {"name": "early"}}, JobDefaults(), "pruner.name must be one of none, median"),
+    ({"direction": ["maximize", "minimize"], "metrics": ["val_acc"]}, JobDefaults(),
+     "hydra.sweeper.metrics names one objective per direction, but hydra.sweeper.direction=['maximize', 'minimize'] "
+     "has 2 and hydra.sweeper.metrics=['val_acc'] 1; give both the same length."),
+    ({"direction": "maximize", "metrics": ["val_acc", "wall_time_s"]}, JobDefaults(),
+     "names 2 (['val_acc', 'wall_time_s']) and hydra.sweeper.direction='maximize' is one; give as many directions, "
+     "e.g. hydra.sweeper.direction=[minimize,minimize]."),
+    ({"direction": ["maximize", "up"]}, JobDefaults(), "each of hydra.sweeper.direction must be maximize or minimize, "
+                                                       "but it is ['maximize', 'up']"),
+    ({"direction": ["maximize", "minimize"], "pruner": {"name": "median"}}, JobDefaults(),
+     "Optuna prunes single-objective studies only, but hydra.sweeper.direction=['maximize', 'minimize'] has 2 "
+     "objectives and the pruner is median; use hydra/sweeper/pruner=none."),
 ])
 def test_bad_input_names_the_key_and_the_value(tmp_path: Path, options: dict[str, Any], job: JobDefaults,
                                                message: str) -> None:
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         _search(tmp_path, job, **options)
     assert not list(tmp_path.iterdir())  # nothing written
 
@@ -132,3 +144,15 @@ def test_the_sweepers_direction_wins_and_a_different_job_direction_is_warned(
     with pytest.raises(ConfigError, match="must keep its direction, but it is minimize and the sweep asks maximize"):
         _search(tmp_path, direction="maximize").open()
     assert yaml.safe_load((tmp_path / "optuna_study.yaml").read_text())["direction"] == "minimize"  # kept
+
+
+def test_several_objectives_need_a_value_each(tmp_path: Path) -> None:
+    """A job that gives one number to a two-objective study fails with the rule and the fix; the search goes on."""
+    search = _search(tmp_path, n_trials=2, direction=["minimize", "minimize"], failure_rate_min_trials=10)
+    search.open()
+    search.run(InlineLauncher(tmp_path))
+    trials = load_study_of(tmp_path).trials
+    assert [t.state for t in trials] == [TrialState.FAIL] * 2
+    assert all("a study with 2 directions needs 2 finite values per trial: the task must return a list of 2 numbers, "
+               "or hydra.sweeper.metrics must name them" in t.user_attrs["error"] for t in trials)
+    assert not (tmp_path / "optimization_results.yaml").exists()  # nothing completed: no file, as the plugin has none

@@ -166,6 +166,10 @@ class SweepitLauncher(Launcher):
         self.config: DictConfig | None = None
         self.task_function: TaskFunction | None = None
         self.hydra_context: HydraContext | None = None
+        # Environment variables a sweeper gives job `num` (the Optuna sweeper: its trial), set through the job's
+        # hydra.job.env_set when it is composed: never an override, so they stay out of the job's overrides,
+        # its JobReturn, sweep.json and the printed tables.
+        self.job_env: dict[int, dict[str, str]] = {}
 
     @property
     def fail_on_error(self) -> bool:
@@ -211,6 +215,8 @@ class SweepitLauncher(Launcher):
         with open_dict(config):
             config.hydra.job.id = num
             config.hydra.job.num = num
+            for key, value in self.job_env.pop(num, {}).items():
+                config.hydra.job.env_set[key] = value
         return config, job_dir(config, sweep_dir)
 
 

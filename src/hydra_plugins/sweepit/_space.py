@@ -1,8 +1,12 @@
 """The Optuna sweeper's search space, read from Hydra's override grammar into sweepit's `SearchSpace`.
 
-    choice(a,b,c) or a,b,c    -> categorical          range(1,10,2)   -> int (or float) with that step
-    interval(0.1, 1)          -> float                tag(log, ...)   -> the same on a log scale
-    tag(int, interval(8, 64)) -> int                  a plain value   -> fixed, passed to every job
+    choice(a,b,c) or a,b,c    -> categorical          range(1,10,2)      -> int (or float) with that step
+    interval(0.1, 1)          -> float                tag(log, ...)      -> the same on a log scale
+    int(interval(8, 64))      -> int                  shuffle(...)       -> categorical (order is Optuna's)
+    tag(int, interval(8, 64)) -> int                  a plain value      -> fixed, passed to every job
+
+`int(interval(...))` and `tag(log, int(interval(...)))` are the released hydra-optuna-sweeper's spelling of an
+integer distribution: Hydra's `int()` cast leaves the interval's ends ints, and ints at both ends make one.
 
 A malformed entry raises ConfigError that names it, before any trial starts. The grammar is Hydra's, so it
 is read here; the space itself and its checks are Hydra-free (`sweepit.search.Param`).
@@ -10,12 +14,14 @@ is read here; the space itself and its checks are Hydra-free (`sweepit.search.Pa
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sweepit.errors import ConfigError
 from sweepit.search import Param, SearchSpace
 
+log = logging.getLogger(__name__)
 _TAGS = {"log", "int"}
 _PRIMITIVE = (str, int, float, bool, type(None))
 
@@ -61,16 +67,75 @@ def _param(override: Any) -> Param:
                           f"{sorted(tags - _TAGS)}; e.g. {name}=tag(log, interval(1e-4, 1)).")
     log = "log" in tags
     if override.is_interval_sweep():
-        return Param.interval(name, prefix, spelled, float(sweep.start), float(sweep.end), log=log,
-                              integer="int" in tags)
+        integer = "int" in tags or (_is_int(sweep.start) and _is_int(sweep.end))
+        return Param.interval(name, prefix, spelled, float(sweep.start), float(sweep.end), log=log, integer=integer)
+    if override.is_range_sweep() and sweep.shuffle:  # shuffle(range(...)): its values, as a categorical
+        if tags:
+            raise ConfigError(f"tags apply to interval and range only, but {name}={spelled} tags a shuffled range; "
+                              "drop the tag or the shuffle.")
+        values = list(sweep.range())
+        return Param.choice(name, prefix, spelled, values, [override._get_value_element_as_str(v) for v in values])
     if override.is_range_sweep():
         return Param.steps(name, prefix, spelled, list(sweep.range()), sweep.step, log=log)
-    if override.is_discrete_sweep():  # choice, a,b,c or glob
+    if override.is_discrete_sweep():  # choice, a,b,c, shuffle(a,b,c) or glob
         if tags:
             raise ConfigError(f"tags apply to interval and range only, but {name}={spelled} tags a choice; "
                               "drop the tag.")
+        sweep.shuffle = False  # shuffle(a,b,c): the sampler picks; the choices keep one order (a resume checks it)
         raw = list(override.sweep_iterator())
         strings = [override._get_value_element_as_str(v) for v in raw]
         values = [v if isinstance(v, _PRIMITIVE) else s for v, s in zip(raw, strings, strict=True)]
         return Param.choice(name, prefix, spelled, values, strings)
     raise ConfigError(f"{name}={spelled} is a sweep the Optuna sweeper does not know; use choice, range or interval.")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def from_search_space(search_space: Mapping[str, Any]) -> dict[str, str]:
+    """The released plugin's deprecated `hydra.sweeper.search_space` (`key: {type: int|float|categorical, low, high,
+    log, step, choices}`) as `hydra.sweeper.params` entries, with a warning that shows them."""
+    params: dict[str, str] = {}
+    for key, spec in search_space.items():
+        where = f"hydra.sweeper.search_space.{key}"
+        if not isinstance(spec, Mapping):
+            raise ConfigError(f"{where} must be a mapping with `type` (int, float or categorical) and its bounds or "
+                              f"choices, but got {spec!r}; write it as hydra.sweeper.params.{key}: interval(0, 1).")
+        kind, low, high, step = spec.get("type"), spec.get("low"), spec.get("high"), spec.get("step")
+        kind = getattr(kind, "name", kind)  # the released plugin's DistributionType enum
+        if kind == "categorical":
+            choices = spec.get("choices")
+            if not isinstance(choices, Sequence) or isinstance(choices, str) or not choices:
+                raise ConfigError(f"{where}.choices must be a non-empty list for type categorical, but got "
+                                  f"{choices!r}; e.g. choices: [adam, sgd].")
+            params[str(key)] = f"choice({','.join(_literal(c) for c in choices)})"
+            continue
+        if kind not in ("int", "float"):
+            raise ConfigError(f"{where}.type must be int, float or categorical, but got {kind!r}; write it as "
+                              f"hydra.sweeper.params.{key}: interval(0, 1) (or int(interval(...)), choice(...)).")
+        if not isinstance(low, int | float) or not isinstance(high, int | float):
+            raise ConfigError(f"{where} must give numbers `low` and `high` for type {kind}, but got low={low!r}, "
+                              f"high={high!r}; e.g. low: 0, high: 1.")
+        cast = int if kind == "int" else float
+        ends = f"{cast(low)!r}, {cast(high)!r}"
+        if step is not None and step != (1 if kind == "int" else None):
+            stop = cast(high) + (1 if kind == "int" else cast(step) / 2)  # range() leaves its stop out
+            params[str(key)] = f"range({cast(low)!r}, {stop!r}, {cast(step)!r})"
+        elif kind == "int":
+            params[str(key)] = f"tag(log, int(interval({ends})))" if spec.get("log") else f"int(interval({ends}))"
+        else:
+            params[str(key)] = f"tag(log, interval({ends}))" if spec.get("log") else f"interval({ends})"
+    if params:
+        lines = "\n".join(f"    {k}: {v}" for k, v in params.items())
+        log.warning("hydra.sweeper.search_space is deprecated (as in Hydra's Optuna plugin since 1.2) and is read as "
+                    f"these hydra.sweeper.params; write them so instead:\n  params:\n{lines}")
+    return params
+
+
+def _literal(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, float) else str(value)

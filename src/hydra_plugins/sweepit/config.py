@@ -2,7 +2,9 @@
 
     hydra/launcher=local            LocalLauncherConf    each job in a forked worker process (the default here)
     hydra/launcher=sweepit_slurm    SlurmLauncherConf    each job a Slurm job; the cluster profiles extend it
-    hydra/sweeper=optuna            OptunaSweeperConf    adaptive search: SamplerConf, PrunerConf
+    hydra/sweeper=optuna            OptunaSweeperConf    adaptive search
+    hydra/sweeper/sampler=tpe ...   TPESamplerConf ...   its sampler (every keyword of the Optuna class)
+    hydra/sweeper/pruner=none ...   NopPrunerConf ...    its pruner
 
 Every field is commented with its unit; risky defaults say why they are what they are.
 """
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
 
 # Imported once in the driver before any job is forked, so each job starts warm. `module:function` also
 # calls a function with no arguments; `package.*` imports the package's modules too. Nothing here may run
@@ -176,53 +179,290 @@ class SlurmLauncherConf:
 
 # -- Optuna ------------------------------------------------------------------------------------------------
 #   python train.py -m hydra/sweeper=optuna 'optimizer=choice(adam,sgd,rmsprop)' 'lr=tag(log, interval(1e-4, 1))' \
-#       hydra.sweeper.n_trials=40 hydra.sweeper.n_jobs=4
+#       hydra.sweeper.n_trials=40 hydra/sweeper/sampler=tpe hydra.sweeper.sampler.n_startup_trials=5
+#
+# Samplers and pruners are config groups of `_target_` nodes, as in Hydra's released Optuna plugin:
+# hydra/sweeper/sampler=tpe|random|cmaes|gp|qmc|grid|nsgaii|nsgaiii, hydra/sweeper/pruner=none|median|percentile|
+# successive_halving|hyperband|threshold|patient|wilcoxon. Each node holds every keyword of its Optuna class (those of
+# Optuna 4 and 5; null: Optuna's default, and a null keyword the installed Optuna lacks is left out). A keyword that
+# takes an object (independent_sampler, wrapped_pruner, ...) takes a node with its own `_target_`.
+#
+# `name`, sweepit's first form, still works: a node whose `name` names another sampler (pruner) than its `_target_`
+# builds that one, with sweepit's defaults and the keys of this node that it takes: hydra.sweeper.sampler.name=random
+# hydra.sweeper.sampler.seed=3; hydra.sweeper.pruner.name=percentile hydra.sweeper.pruner.percentile=90.
 @dataclass
 class SamplerConf:
-    # tpe | random | cmaes | gp | qmc | grid | nsgaii. cmaes needs the `cmaes` package, gp and qmc `scipy`.
-    name: str = "tpe"
+    _target_: str = MISSING
+    # Short name of the sampler (sweepit's first form; see above). Setting another one switches the sampler.
+    name: str | None = None
     # Seeds the sampler. A resumed study reseeds with seed + its number of trials, so it does not draw the
     # same points again.
     seed: int | None = None
-    # Trials drawn at random before a model-based sampler (tpe, cmaes, gp) starts to model.
+
+
+@dataclass
+class TPESamplerConf(SamplerConf):
+    _target_: str = "optuna.samplers.TPESampler"
+    name: str | None = "tpe"
+    # Trials drawn at random before TPE starts to model.
     n_startup_trials: int = 10
-    # nsgaii: individuals per generation.
+    # sweepit's default true (Optuna 4's: false): models optimizer and lr jointly, the best lr depending on the
+    # optimizer.
+    multivariate: bool = True
+    # sweepit's default true: trials in flight count as bad, so that n_jobs parallel asks spread out.
+    constant_liar: bool = True
+    n_ei_candidates: int = 24
+    group: bool = False
+    consider_prior: bool | None = None
+    prior_weight: float | None = None
+    consider_magic_clip: bool | None = None
+    consider_endpoints: bool | None = None
+    gamma: Any = None
+    weights: Any = None
+    warn_independent_sampling: bool | None = None
+    constraints_func: Any = None
+    categorical_distance_func: Any = None  # Optuna 4 only
+
+
+@dataclass
+class RandomSamplerConf(SamplerConf):
+    _target_: str = "optuna.samplers.RandomSampler"
+    name: str | None = "random"
+
+
+@dataclass
+class CmaEsSamplerConf(SamplerConf):
+    """Needs the `cmaes` package (pip install -e '.[search]')."""
+
+    _target_: str = "optuna.samplers.CmaEsSampler"
+    name: str | None = "cmaes"
+    n_startup_trials: int = 1
+    x0: Any = None
+    sigma0: float | None = None
+    independent_sampler: Any = None
+    warn_independent_sampling: bool = True
+    consider_pruned_trials: bool = False
+    restart_strategy: str | None = None
+    popsize: int | None = None
+    inc_popsize: int = -1
+    use_separable_cma: bool = False
+    with_margin: bool = False
+    lr_adapt: bool = False
+    source_trials: Any = None
+
+
+@dataclass
+class GPSamplerConf(SamplerConf):
+    """Needs scipy (pip install -e '.[search]')."""
+
+    _target_: str = "optuna.samplers.GPSampler"
+    name: str | None = "gp"
+    n_startup_trials: int = 10
+    independent_sampler: Any = None
+    deterministic_objective: bool = False
+    constraints_func: Any = None
+    warn_independent_sampling: bool = True
+
+
+@dataclass
+class QMCSamplerConf(SamplerConf):
+    """Needs scipy (pip install -e '.[search]')."""
+
+    _target_: str = "optuna.samplers.QMCSampler"
+    name: str | None = "qmc"
+    qmc_type: str = "sobol"
+    scramble: bool = False
+    independent_sampler: Any = None
+    warn_asynchronous_seeding: bool = True
+    warn_independent_sampling: bool = True
+
+
+@dataclass
+class GridSamplerConf(SamplerConf):
+    """The grid is the search space (choice and range only); n_trials is capped at its size."""
+
+    _target_: str = "optuna.samplers.GridSampler"
+    name: str | None = "grid"
+
+
+@dataclass
+class NSGAIISamplerConf(SamplerConf):
+    _target_: str = "optuna.samplers.NSGAIISampler"
+    name: str | None = "nsgaii"
+    # Individuals per generation.
     population_size: int = 50
+    mutation: Any = None  # Optuna 5 only
+    mutation_prob: float | None = None
+    crossover: Any = None
+    crossover_prob: float = 0.9
+    swapping_prob: float = 0.5
+    constraints_func: Any = None
+    elite_population_selection_strategy: Any = None
+    child_generation_strategy: Any = None
+    after_trial_strategy: Any = None
+
+
+@dataclass
+class NSGAIIISamplerConf(NSGAIISamplerConf):
+    _target_: str = "optuna.samplers.NSGAIIISampler"
+    name: str | None = "nsgaiii"
+    reference_points: Any = None
+    dividing_parameter: int = 3
+
+
+@dataclass
+class MOTPESamplerConf(SamplerConf):
+    """The released plugin's motpe: Optuna 4 removed MOTPESampler (tpe searches several objectives); choosing it
+    stops the sweep with that advice."""
+
+    _target_: str = "optuna.samplers.MOTPESampler"
+    name: str | None = "motpe"
 
 
 @dataclass
 class PrunerConf:
-    # none | median | percentile | successive_halving | hyperband. Steps are epochs.
-    name: str = "none"
-    # median/percentile: trials that finish before any pruning happens.
+    _target_: str = MISSING
+    # Short name of the pruner (sweepit's first form; see above). Setting another one switches the pruner.
+    name: str | None = None
+
+
+@dataclass
+class NopPrunerConf(PrunerConf):
+    """No pruning (the default). Its other keys serve sweepit's first form only: with `name` set to another
+    pruner they are that pruner's keywords (hydra.sweeper.pruner.name=percentile hydra.sweeper.pruner.percentile=90);
+    null: that pruner's default."""
+
+    _target_: str = "optuna.pruners.NopPruner"
+    name: str | None = "none"
+    n_startup_trials: int | None = None
+    n_warmup_steps: int | None = None
+    interval_steps: int | None = None
+    percentile: float | None = None
+    min_resource: Any = None
+    max_resource: Any = None
+    reduction_factor: int | None = None
+
+
+@dataclass
+class MedianPrunerConf(PrunerConf):
+    _target_: str = "optuna.pruners.MedianPruner"
+    name: str | None = "median"
+    # Trials that finish before any pruning happens.
     n_startup_trials: int = 5
-    # median/percentile: epochs a trial trains before it may be pruned.
+    # Epochs a trial trains before it may be pruned.
     n_warmup_steps: int = 0
-    # median/percentile: epochs between pruning checks.
+    # Epochs between pruning checks.
     interval_steps: int = 1
-    # percentile: a trial below this percentile of the others at the same epoch is pruned (0-100).
+    # Trials reported at an epoch before it is judged.
+    n_min_trials: int = 1
+
+
+@dataclass
+class PercentilePrunerConf(MedianPrunerConf):
+    _target_: str = "optuna.pruners.PercentilePruner"
+    name: str | None = "percentile"
+    # A trial below this percentile of the others at the same epoch is pruned (0-100).
     percentile: float = 25.0
-    # successive_halving/hyperband: epochs of the first rung.
-    min_resource: int = 1
-    # hyperband: epochs of a full trial; null = the job config's `epochs` (or learnt from the first
-    # finished trial when `epochs` is searched).
-    max_resource: int | None = None
-    # successive_halving/hyperband: 1/reduction_factor of the trials go on at each rung.
+
+
+@dataclass
+class SuccessiveHalvingPrunerConf(PrunerConf):
+    _target_: str = "optuna.pruners.SuccessiveHalvingPruner"
+    name: str | None = "successive_halving"
+    # Epochs of the first rung; sweepit's default 1 (Optuna's: "auto"), as hyperband's.
+    min_resource: Any = 1
+    # 1/reduction_factor of the trials go on at each rung; sweepit's default 3 (Optuna's: 4), as hyperband's.
     reduction_factor: int = 3
+    min_early_stopping_rate: int = 0
+    bootstrap_count: int = 0
+
+
+@dataclass
+class HyperbandPrunerConf(PrunerConf):
+    _target_: str = "optuna.pruners.HyperbandPruner"
+    name: str | None = "hyperband"
+    # Epochs of the first rung.
+    min_resource: int = 1
+    # Epochs of a full trial; null = the job config's `epochs` (else Optuna's "auto": learnt from the first
+    # finished trial, as when `epochs` is searched).
+    max_resource: Any = None
+    reduction_factor: int = 3
+    bootstrap_count: int = 0
+
+
+@dataclass
+class ThresholdPrunerConf(PrunerConf):
+    """Prunes a trial whose metric leaves [lower, upper]; set at least one."""
+
+    _target_: str = "optuna.pruners.ThresholdPruner"
+    name: str | None = "threshold"
+    lower: float | None = None
+    upper: float | None = None
+    n_warmup_steps: int = 0
+    interval_steps: int = 1
+
+
+@dataclass
+class PatientPrunerConf(PrunerConf):
+    """Prunes only after `patience` epochs without improvement by min_delta, and then when the wrapped pruner says."""
+
+    _target_: str = "optuna.pruners.PatientPruner"
+    name: str | None = "patient"
+    # A node with its own _target_; null: no other pruner (pruned on patience alone).
+    wrapped_pruner: Any = field(default_factory=lambda: {"_target_": "optuna.pruners.MedianPruner"})
+    # Epochs without improvement (Optuna requires it; 1 as in its documentation).
+    patience: int = 1
+    min_delta: float = 0.0
+
+
+@dataclass
+class WilcoxonPrunerConf(PrunerConf):
+    _target_: str = "optuna.pruners.WilcoxonPruner"
+    name: str | None = "wilcoxon"
+    p_threshold: float = 0.1
+    n_startup_steps: int = 2
+
+
+SAMPLER_CONFS: dict[str, type] = {
+    "tpe": TPESamplerConf, "random": RandomSamplerConf, "cmaes": CmaEsSamplerConf, "gp": GPSamplerConf,
+    "qmc": QMCSamplerConf, "grid": GridSamplerConf, "nsgaii": NSGAIISamplerConf, "nsgaiii": NSGAIIISamplerConf,
+    "motpe": MOTPESamplerConf,
+}
+PRUNER_CONFS: dict[str, type] = {
+    "none": NopPrunerConf, "median": MedianPrunerConf, "percentile": PercentilePrunerConf,
+    "successive_halving": SuccessiveHalvingPrunerConf, "hyperband": HyperbandPrunerConf,
+    "threshold": ThresholdPrunerConf, "patient": PatientPrunerConf, "wilcoxon": WilcoxonPrunerConf,
+}
 
 
 @dataclass
 class OptunaSweeperConf:
     _target_: str = "hydra_plugins.sweepit.optuna_sweeper.OptunaSweeper"
+    # The sampler and pruner nodes reach the sweeper as configs: it builds them (seeded again on resume, the
+    # grid from the space), in the driver and, for the pruner, in every job.
+    _recursive_: bool = False
+    defaults: list[Any] = field(default_factory=lambda: [{"sampler": "tpe"}, {"pruner": "none"}])
     # Search space, `key: expression` in Hydra's override grammar: choice(a,b) or a,b; range(1,10);
-    # interval(0,1); tag(log, interval(1e-4, 1)); tag(int, interval(8, 64)); a plain value is fixed.
+    # interval(0,1); tag(log, interval(1e-4, 1)); int(interval(8, 64)); shuffle(a,b); a plain value is fixed.
     # Command-line sweeps (`lr=tag(log, interval(1e-4, 1))`) are added, and win for the same key.
     params: dict[str, str] | None = None
-    sampler: SamplerConf = field(default_factory=SamplerConf)
-    pruner: PrunerConf = field(default_factory=PrunerConf)
+    # Deprecated (Hydra's Optuna plugin before 1.2): `key: {type: int|float|categorical, low, high, log, step,
+    # choices}`. Read as `params` (which win for the same key); the log shows the `params` to write instead.
+    search_space: dict[str, Any] = field(default_factory=dict)
+    # `module.function` called as fn(cfg, trial) for each trial, after the space's parameters are drawn (cfg: the
+    # sweep's config). It may draw conditional ones through trial.suggest_*(name, ...); each becomes the job's
+    # override name=value (name a key the config lacks `+key`). When it raises, that trial fails.
+    custom_search_space: str | None = None
+    sampler: SamplerConf = MISSING   # hydra/sweeper/sampler=<name> (default tpe)
+    pruner: PrunerConf = MISSING     # hydra/sweeper/pruner=<name> (default none)
     # maximize | minimize; null = the job config's `direction` (the objective is its `metric`), else minimize.
     # Recorded in optuna_study.yaml: the printed summary, `sweepit summary` and the report judge "best" by it.
-    direction: str | None = None
+    # A list ([maximize, minimize]) searches several objectives: the study keeps a Pareto front (no pruning).
+    direction: Any = None
+    # The objectives' names when there are several, one per direction, read from each job's result.json: the
+    # config's `metric` (its best epoch), a top-level number (epoch_time_s_mean, wall_time_s), else the last
+    # epoch's value. null: each job's task returns the list of values (the released plugin's habit).
+    metrics: list[str] | None = None
     # Trials in the study, counting those of earlier runs of it: re-running a finished study does nothing,
     # raise n_trials to search on. Trials cut short by a stopped driver are not counted (they are retried).
     n_trials: int = 20
@@ -248,3 +488,7 @@ _store = ConfigStore.instance()
 _store.store(group="hydra/launcher", name="local", node=LocalLauncherConf, provider="sweepit")
 _store.store(group="hydra/launcher", name="sweepit_slurm", node=SlurmLauncherConf, provider="sweepit")
 _store.store(group="hydra/sweeper", name="optuna", node=OptunaSweeperConf, provider="sweepit")
+for _name, _node in SAMPLER_CONFS.items():
+    _store.store(group="hydra/sweeper/sampler", name=_name, node=_node, provider="sweepit")
+for _name, _node in PRUNER_CONFS.items():
+    _store.store(group="hydra/sweeper/pruner", name=_name, node=_node, provider="sweepit")

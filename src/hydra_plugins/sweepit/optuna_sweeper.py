@@ -2,8 +2,10 @@
 
 The search itself is `sweepit.search.Search` (ask a trial, start its job, tell Optuna as soon as any job ends);
 this class holds what is Hydra's: the search space in Hydra's override grammar, the check that a job's
-overrides compose, the launcher Hydra configured, the single-run command, the `hydra.job.env_set` overrides
-that tell a job its trial, and compact Hydra errors. optuna is imported in `sweep()` only, so Hydra's plugin
+overrides compose, the launcher Hydra configured, the single-run command, how a job learns its trial (sweepit's
+launchers take its environment beside its overrides, so that nothing of the search's own leaks into a job's
+overrides, JobReturn or tables; any other launcher gets `hydra.job.env_set` overrides, Hydra's only channel), and
+compact Hydra errors. optuna is imported in `sweep()` only, so Hydra's plugin
 scan stays fast.
 """
 
@@ -22,10 +24,14 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from hydra_plugins.sweepit._space import parse_space
+from hydra_plugins.sweepit._hydra import SweepitLauncher
+from hydra_plugins.sweepit._space import from_search_space, parse_space
+from sweepit._targets import locate
 from sweepit.errors import ConfigError, SweepFailedError
 from sweepit.results._manifest import hydra_quote
 from sweepit.search import JobDefaults, Search, SearchOptions
+
+_ENV_SET = "++hydra.job.env_set."
 
 
 class OptunaInputError(ConfigError, CompactHydraException):
@@ -38,17 +44,21 @@ class SearchStopped(SweepFailedError, CompactHydraException):
 
 class OptunaSweeper(Sweeper):
     def __init__(self, params: dict[str, str] | None = None, sampler: Any = None, pruner: Any = None,
-                 direction: str | None = None, n_trials: int = 20, n_jobs: int = 1, study_name: str | None = None,
+                 direction: Any = None, n_trials: int = 20, n_jobs: int = 1, study_name: str | None = None,
                  storage: str | None = None, max_failure_rate: float = 0.5, failure_rate_min_trials: int = 5,
-                 diverged_value: float | None = None) -> None:
+                 diverged_value: float | None = None, search_space: Any = None,
+                 custom_search_space: str | None = None, metrics: Any = None) -> None:
         try:
             self.options = SearchOptions(
-                sampler=_plain(sampler), pruner=_plain(pruner), direction=direction, n_trials=n_trials,
+                sampler=_plain(sampler), pruner=_plain(pruner), direction=_value(direction), n_trials=n_trials,
+                metrics=_value(metrics),
                 n_jobs=n_jobs, study_name=study_name, storage=storage, max_failure_rate=max_failure_rate,
                 failure_rate_min_trials=failure_rate_min_trials, diverged_value=diverged_value)
         except ConfigError as e:
             raise OptunaInputError(str(e)) from None
         self.params = dict(params or {})
+        self.search_space = _plain(search_space)
+        self.custom_search_space = custom_search_space
         self.hydra_context: HydraContext | None = None
         self.config: DictConfig | None = None
         self.launcher: Any = None
@@ -69,11 +79,12 @@ class OptunaSweeper(Sweeper):
         assert self.config is not None and self.hydra_context is not None and self.launcher is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
         try:
-            space = parse_space(self.params, list(arguments), self.hydra_context.config_loader)
+            params = {**from_search_space(self.search_space), **self.params}  # params win for the same key
+            space = parse_space(params, list(arguments), self.hydra_context.config_loader)
             if space.params:
                 self.validate_batch_is_legal([space.overrides(space.first_point())])  # unknown keys, bad values
             search = Search(self.options, space, sweep_dir, _job_defaults(self.config), command=self._command(),
-                            env_overrides=_env_set)
+                            env_overrides=self._job_env, extend=self._extend())
             search.open()
         except ConfigError as e:
             if isinstance(e, CompactHydraException):
@@ -90,6 +101,22 @@ class OptunaSweeper(Sweeper):
                 raise
             raise SearchStopped(str(e)) from None
         return [returns]
+
+    def _extend(self) -> Any:
+        """`hydra.sweeper.custom_search_space`: the user's `fn(cfg, trial)`, called with the sweep's config."""
+        if not self.custom_search_space:
+            return None
+        fn = locate(self.custom_search_space, "hydra.sweeper.custom_search_space")
+        config = self.config
+        return lambda trial: fn(config, trial)
+
+    def _job_env(self, job_num: int, env: Mapping[str, str]) -> list[str]:
+        """The job's environment (its trial): beside its overrides for sweepit's launchers, else as overrides
+        (Hydra's own launchers then keep them among the hydra overrides, out of the JobReturn)."""
+        if isinstance(self.launcher, SweepitLauncher):
+            self.launcher.job_env[job_num] = dict(env)
+            return []
+        return [f"{_ENV_SET}{k}={hydra_quote(v)}" for k, v in env.items()]
 
     def _command(self) -> str:
         """The single-run command prefix: python, the script, and the sweep's --config-dir/--config-name."""
@@ -117,12 +144,12 @@ def _job_defaults(config: DictConfig) -> JobDefaults:
                        study=OmegaConf.select(config, "study", default=None))
 
 
-def _env_set(env: Mapping[str, str]) -> list[str]:
-    """Hydra overrides that set the job's environment (its trial); they stay out of its overrides and directory."""
-    return [f"++hydra.job.env_set.{k}={hydra_quote(v)}" for k, v in env.items()]
+def _value(node: Any) -> Any:
+    """A list node (direction, metrics) as a plain list; anything else as it is."""
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
 
 def _plain(node: Any) -> dict[str, Any]:
     """A sub-config (DictConfig or dict) as a plain dict."""
-    data = OmegaConf.to_container(node) if isinstance(node, DictConfig) else node
+    data = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
     return {str(k): v for k, v in data.items()} if isinstance(data, dict) else {}

@@ -72,3 +72,35 @@ def sweeper_value(status: str | None, objective: Any = None, direction: str | No
     if status == "completed":
         return objective
     return None
+
+
+def objective_values(result: dict[str, Any], metrics: list[str] | None, n: int) -> list[float] | None:
+    """A job's `n` objective values for a multi-objective study, from its `result.json`: each of `metrics` (the
+    config's `metric` is `objective`, the best epoch's; another name a top-level number such as `epoch_time_s_mean`,
+    else the last epoch's value in `final`), or without `metrics` the list the task returned (`objectives`).
+    None when a value is missing or not a finite number."""
+    values: list[Any] = []
+    if metrics:
+        final: dict[str, Any] = result["final"] if isinstance(result.get("final"), dict) else {}
+        values = [result.get("objective") if name == result.get("metric") else
+                  result.get(name) if _finite(result.get(name)) else final.get(name) for name in metrics]
+    elif isinstance(result.get("objectives"), list):
+        values = list(result["objectives"])
+    if len(values) != n or not all(_finite(v) for v in values):
+        return None
+    return [float(v) for v in values]
+
+
+def pareto_front(points: list[list[float]], directions: list[str]) -> list[int]:
+    """Indices of the points no other point dominates (at least as good in every objective, better in one)."""
+    signs = [1.0 if d == "minimize" else -1.0 for d in directions]
+    keys = [[s * v for s, v in zip(signs, p, strict=True)] for p in points]
+
+    def dominates(a: list[float], b: list[float]) -> bool:
+        return all(x <= y for x, y in zip(a, b, strict=True)) and any(x < y for x, y in zip(a, b, strict=True))
+
+    return [i for i, k in enumerate(keys) if not any(dominates(o, k) for j, o in enumerate(keys) if j != i)]
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

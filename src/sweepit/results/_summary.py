@@ -11,7 +11,8 @@ from typing import Any
 import yaml
 
 from sweepit.results._job_files import read_outcome
-from sweepit.results._status import sweep_direction
+from sweepit.results._status import objective_values, pareto_front, sweep_direction
+from sweepit.results._study_file import read_study_file
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser when present: about 9x faster
 # Columns shown for the final metrics, when a job has them.
@@ -158,10 +159,15 @@ def summarize(sweep_dir: Path) -> str:
     fixed = fixed_overrides(rows)
     if fixed and len(rows) > 1:
         parts.append("same in every job: " + " ".join(f"{k}={v}" for k, v in fixed.items()))
-    best = best_row(rows, direction)
-    if best is not None:
-        args = " ".join(f"{k}={v}" for k, v in best.overrides.items())
-        parts.append(f"best ({direction} {metric}): job {best.num} = {_fmt(best.objective)}  [{args}]")
+    study = read_study_file(sweep_dir) or {}
+    directions = study.get("directions")
+    if isinstance(directions, list) and len(directions) > 1:
+        parts += pareto_lines(rows, directions, study.get("metrics") or None)
+    else:
+        best = best_row(rows, direction)
+        if best is not None:
+            args = " ".join(f"{k}={v}" for k, v in best.overrides.items())
+            parts.append(f"best ({direction} {metric}): job {best.num} = {_fmt(best.objective)}  [{args}]")
     weights = [sum(n for n in r.result["weights"].values() if isinstance(n, int)) for r in rows
                if isinstance(r.result.get("weights"), dict) and r.result["weights"]]
     if weights:
@@ -173,3 +179,25 @@ def summarize(sweep_dir: Path) -> str:
 
 def size_text(n_bytes: int) -> str:
     return f"{n_bytes / 1e6:.1f} MB" if n_bytes >= 1e5 else f"{n_bytes / 1e3:.1f} kB"
+
+
+def pareto_rows(rows: list[JobRow], directions: list[str], metrics: list[str] | None
+                ) -> list[tuple[JobRow, list[float]]]:
+    """The completed jobs on the Pareto front of a multi-objective study, with their values."""
+    scored = [(r, v) for r in rows if r.status == "completed"
+              and (v := objective_values(r.result, metrics, len(directions))) is not None]
+    return [scored[i] for i in pareto_front([v for _, v in scored], directions)]
+
+
+def pareto_lines(rows: list[JobRow], directions: list[str], metrics: list[str] | None) -> list[str]:
+    names = metrics or [f"value {i}" for i in range(len(directions))]
+    front = pareto_rows(rows, directions, metrics)
+    head = f"Pareto front ({', '.join(f'{d} {n}' for d, n in zip(directions, names, strict=False))}): "
+    if not front:
+        return [head + "no completed job yet"]
+    lines = [head + f"{len(front)} job(s)"]
+    for row, values in front:
+        args = " ".join(f"{k}={v}" for k, v in row.overrides.items())
+        shown = ", ".join(f"{n}={_fmt(v)}" for n, v in zip(names, values, strict=False))
+        lines.append(f"  job {row.num}: {shown}  [{args}]")
+    return lines

@@ -25,7 +25,23 @@ ENV_STORAGE = "SWEEPIT_OPTUNA_STORAGE"   # storage URL, or the path of a journal
 ENV_STUDY = "SWEEPIT_OPTUNA_STUDY"       # study name
 ENV_TRIAL = "SWEEPIT_OPTUNA_TRIAL"       # trial number
 PRUNER_ATTR = "sweepit_pruner"           # study user attribute: the pruner spec (see build_pruner)
-PRUNERS = ("none", "median", "percentile", "successive_halving", "hyperband")
+# Short name -> Optuna class; the Hydra plugin's config groups (hydra/sweeper/pruner=<name>) use the same names.
+PRUNER_CLASSES = {
+    "none": "optuna.pruners.NopPruner", "median": "optuna.pruners.MedianPruner",
+    "percentile": "optuna.pruners.PercentilePruner", "successive_halving": "optuna.pruners.SuccessiveHalvingPruner",
+    "hyperband": "optuna.pruners.HyperbandPruner", "threshold": "optuna.pruners.ThresholdPruner",
+    "patient": "optuna.pruners.PatientPruner", "wilcoxon": "optuna.pruners.WilcoxonPruner",
+}
+PRUNERS = tuple(PRUNER_CLASSES)
+# sweepit's defaults where Optuna has none or another (the config groups carry the same values): percentile needs
+# one; successive_halving's first rung after 1 epoch with a third going on, as hyperband's (Optuna: "auto" and 4);
+# patient needs a pruner to wrap and a patience.
+PRUNER_DEFAULTS: dict[str, dict[str, Any]] = {
+    "percentile": {"percentile": 25.0},
+    "successive_halving": {"min_resource": 1, "reduction_factor": 3},
+    "patient": {"wrapped_pruner": {"_target_": "optuna.pruners.MedianPruner"}, "patience": 1},
+}
+PRUNER_KEY = "hydra.sweeper.pruner"
 _DRIVERS = {"postgresql": "psycopg2-binary", "mysql": "PyMySQL"}
 
 
@@ -69,31 +85,26 @@ def _journal_file(path: str) -> Any:
     return optuna.storages.JournalFileStorage(path)  # Optuna < 4 names, kept for old installs
 
 
-def build_pruner(spec: Mapping[str, Any]) -> Any:
-    """An Optuna pruner from a spec `{"name": ..., options}`; steps are epochs. Unknown names are refused."""
-    import optuna
+def resolve_pruner(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """`{"_target_": ..., keywords}` from a pruner spec by `_target_` or short `name` (`_samplers.resolve`); a spec
+    resolved before (the one a study stores) comes back unchanged."""
+    from sweepit.search._samplers import resolve
 
-    p = optuna.pruners
-    name = str(spec.get("name", "none"))
-    startup, warmup = int(spec.get("n_startup_trials", 5)), int(spec.get("n_warmup_steps", 0))
-    interval = int(spec.get("interval_steps", 1))
-    max_resource = spec.get("max_resource")
-    if name == "none":
-        return p.NopPruner()
-    if name == "median":
-        return p.MedianPruner(n_startup_trials=startup, n_warmup_steps=warmup, interval_steps=interval)
-    if name == "percentile":
-        return p.PercentilePruner(float(spec.get("percentile", 25.0)), n_startup_trials=startup,
-                                  n_warmup_steps=warmup, interval_steps=interval)
-    if name == "successive_halving":
-        return p.SuccessiveHalvingPruner(min_resource=int(spec.get("min_resource", 1)),
-                                         reduction_factor=int(spec.get("reduction_factor", 3)))
-    if name == "hyperband":
-        return p.HyperbandPruner(min_resource=int(spec.get("min_resource", 1)),
-                                 max_resource="auto" if max_resource is None else int(max_resource),
-                                 reduction_factor=int(spec.get("reduction_factor", 3)))
-    raise ConfigError(f"hydra.sweeper.pruner.name must be one of {', '.join(PRUNERS)}, but got {name!r}; "
-                      "set for example hydra.sweeper.pruner.name=median.")
+    return resolve(spec, PRUNER_CLASSES, PRUNER_DEFAULTS, PRUNER_KEY, "none")
+
+
+def build_pruner(spec: Mapping[str, Any]) -> Any:
+    """An Optuna pruner from a spec (see resolve_pruner); steps are epochs. Unknown names are refused."""
+    from sweepit._targets import instantiate
+
+    node = resolve_pruner(spec)
+    try:
+        return instantiate(node, PRUNER_KEY)
+    except ValueError as e:  # Optuna's own checks of its arguments (ThresholdPruner without lower or upper, ...)
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(f"{PRUNER_KEY} must hold arguments {node['_target_']} accepts, but it refused "
+                          f"{ {k: v for k, v in node.items() if k != '_target_'} }: {e}") from e
 
 
 class TrialReporter:
@@ -111,8 +122,10 @@ class TrialReporter:
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial_number)
         self.trial = optuna.trial.Trial(self.study, trial_id)
         self.trial_number = trial_number
-        self.active = storage.get_trial(trial_id).state == optuna.trial.TrialState.RUNNING
-        if not self.active:
+        # Optuna reports and prunes single-objective trials only; a multi-objective job trains without reporting.
+        multi = len(self.study.directions) > 1
+        self.active = storage.get_trial(trial_id).state == optuna.trial.TrialState.RUNNING and not multi
+        if not self.active and not multi:
             log(f"sweepit: trial {trial_number} of study {study_name!r} is finished already; this job trains "
                   "without reporting to it")
 

@@ -1,5 +1,8 @@
 """What an Optuna study leaves in its sweep directory besides `optuna_study.yaml` (sweepit.results._study_file):
-`best_params.yaml` (best parameters and the command that reproduces them) and `trials.csv`.
+`best_params.yaml` (best parameters and the command that reproduces them; with several objectives the Pareto
+front), `trials.csv`, and `optimization_results.yaml` in the released hydra-optuna-sweeper's format (`name`,
+`best_params`, `best_value`; with several objectives `solutions`, each `params` and `values`), so that scripts
+written for that plugin keep working.
 
     study = load_study_of(sweep_dir)         # plain optuna.Study, or None for a sweep without a study
 
@@ -22,6 +25,7 @@ from sweepit.results._study_file import read_study_file
 
 BEST_FILE = "best_params.yaml"
 TRIALS_FILE = "trials.csv"
+OPTIMIZATION_RESULTS_FILE = "optimization_results.yaml"
 
 
 def load_study_of(sweep_dir: Path) -> Any:
@@ -48,12 +52,19 @@ def trials_table(study: Any) -> tuple[list[str], list[list[Any]]]:
     names: list[str] = []
     for t in trials:
         names += [n for n in t.params if n not in names]
-    columns = ["trial", "state", "status", "value", *names, "epochs_reported", "duration_s",
+    multi = len(study.directions) > 1
+    value_columns = ["value"]
+    if multi:  # one column per objective, and whether the trial is on the Pareto front
+        metrics = study.user_attrs.get("sweepit_metrics") or [f"value_{i}" for i in range(len(study.directions))]
+        value_columns = [*(f"value_{m}" if not str(m).startswith("value_") else str(m) for m in metrics), "pareto"]
+        front = {t.number for t in study.best_trials}
+    columns = ["trial", "state", "status", *value_columns, *names, "epochs_reported", "duration_s",
                "datetime_start", "datetime_complete", "job_num", "job_dir", "error"]
     rows = []
     for t in trials:
         duration = t.duration.total_seconds() if t.duration is not None else None
-        rows.append([t.number, t.state.name, t.user_attrs.get("sweepit_status"), _value(t),
+        values = ([*(t.values or [None] * len(study.directions)), t.number in front] if multi else [_value(t)])
+        rows.append([t.number, t.state.name, t.user_attrs.get("sweepit_status"), *values,
                      *(t.params.get(n) for n in names), len(t.intermediate_values) or None, duration,
                      t.datetime_start.isoformat(timespec="seconds") if t.datetime_start else None,
                      t.datetime_complete.isoformat(timespec="seconds") if t.datetime_complete else None,
@@ -72,7 +83,9 @@ def trials_csv(study: Any) -> str:
 
 
 def best_trial(study: Any) -> Any:
-    """The best COMPLETE trial, or None (Optuna raises when there is none)."""
+    """The best COMPLETE trial, or None (Optuna raises when there is none, or several objectives)."""
+    if len(study.directions) > 1:
+        return None
     try:
         return study.best_trial
     except ValueError:
@@ -89,6 +102,14 @@ def best_command(info: dict[str, Any], trial: Any) -> str:
 
 
 def best_params_yaml(study: Any, info: dict[str, Any]) -> str:
+    if len(study.directions) > 1:
+        front = [{"trial": t.number, "values": list(t.values), "job_dir": t.user_attrs.get("job_dir"),
+                  "params": dict(t.params), "command": best_command(info, t)} for t in study.best_trials]
+        data = {"study_name": study.study_name, "metrics": info.get("metrics") or None,
+                "directions": [d.name.lower() for d in study.directions], "pareto_front": front}
+        head = ("# The Pareto front of the study: trials no other trial beats in every objective; each `command` "
+                "trains one again as a single run.\n")
+        return head + yaml.safe_dump(data, sort_keys=False)
     best = best_trial(study)
     if best is None:
         return "# no trial of this study completed yet\n"
@@ -101,10 +122,25 @@ def best_params_yaml(study: Any, info: dict[str, Any]) -> str:
     return head + yaml.safe_dump(data, sort_keys=False)
 
 
+def optimization_results(study: Any) -> dict[str, Any] | None:
+    """The released hydra-optuna-sweeper's `optimization_results.yaml`; None while no trial completed."""
+    if len(study.directions) > 1:
+        front = study.best_trials
+        return {"name": "optuna", "solutions": [{"params": dict(t.params), "values": list(t.values)} for t in front]
+                } if front else None
+    best = best_trial(study)
+    return None if best is None else {"name": "optuna", "best_params": dict(best.params), "best_value": best.value}
+
+
 def write_results(sweep_dir: Path, study: Any, info: dict[str, Any], out_dir: Path | None = None) -> list[Path]:
-    """`best_params.yaml` and `trials.csv` into `out_dir` (default: the sweep directory)."""
+    """`best_params.yaml`, `trials.csv` and `optimization_results.yaml` (once a trial completed) into `out_dir`
+    (default: the sweep directory)."""
     out_dir = Path(sweep_dir) if out_dir is None else out_dir
     paths = [out_dir / BEST_FILE, out_dir / TRIALS_FILE]
     atomic_write(paths[0], best_params_yaml(study, info))
     atomic_write(paths[1], trials_csv(study))
+    results = optimization_results(study)
+    if results is not None:
+        paths.append(out_dir / OPTIMIZATION_RESULTS_FILE)
+        atomic_write(paths[2], yaml.safe_dump(results, sort_keys=False))
     return paths

@@ -1,14 +1,15 @@
 """The Optuna search, Hydra-free: open (or resume) the study, then ask -> start -> wait_any -> tell over a launcher.
 
     search = Search(SearchOptions(n_trials=20, n_jobs=4), space, sweep_dir, JobDefaults(metric="val_acc"),
-                    command="python train.py", env_overrides=as_overrides)
+                    command="python train.py", env_overrides=as_overrides)   # (job_num, env) -> overrides
     search.open()                  # checks the storage and the study; writes optuna_study.yaml
     returns = search.run(launcher) # an AsyncLauncher runs trials one by one; any other, in batches of n_jobs
 
 Trials are numbered by the study and jobs by the sweep directory, so running the same search again on the same
 directory (or storage and study name) resumes: numbers go on and nothing is overwritten. A job learns its trial
-from three environment variables (sweepit.search._pruning) that `env_overrides` turns into whatever its launcher
-passes on (the Hydra plugin: `hydra.job.env_set` overrides, which stay out of the job's overrides and directory).
+from three environment variables (sweepit.search._pruning): `env_overrides(job_num, env)` hands them to the launcher
+and returns the overrides that carry them, if any (the Hydra plugin: none for sweepit's launchers, which set them
+beside the job's overrides; `hydra.job.env_set` overrides for any other launcher, Hydra's only channel).
 optuna is imported when the study opens, so importing this module stays fast.
 """
 
@@ -24,9 +25,18 @@ from sweepit.errors import ConfigError, SweepFailedError
 from sweepit.results._status import DIRECTIONS, objective_direction
 from sweepit.results._study_file import write_study_file
 from sweepit.results._summary import job_num, summarize
-from sweepit.search._pruning import ENV_STORAGE, ENV_STUDY, ENV_TRIAL, PRUNER_ATTR, PRUNERS, build_pruner, open_storage
-from sweepit.search._results import BEST_FILE, TRIALS_FILE, best_trial, write_results
-from sweepit.search._samplers import build_sampler, check_sampler, grid_size
+from sweepit.search._pruning import (
+    ENV_STORAGE,
+    ENV_STUDY,
+    ENV_TRIAL,
+    PRUNER_ATTR,
+    PRUNER_CLASSES,
+    build_pruner,
+    open_storage,
+    resolve_pruner,
+)
+from sweepit.search._results import BEST_FILE, OPTIMIZATION_RESULTS_FILE, TRIALS_FILE, best_trial, write_results
+from sweepit.search._samplers import build_sampler, grid_size, is_grid, resolve_sampler, short_name
 from sweepit.search._space import SearchSpace
 from sweepit.search._study import failure_rate, interrupt, is_counted, recover, tell
 from sweepit.search._trials import AsyncLauncher, Outcome, as_runner, read_outcome
@@ -44,9 +54,10 @@ def _require(ok: bool, message: str) -> None:
 class SearchOptions:
     """The search's knobs (`hydra.sweeper.*`; each is explained in the sweeper's config schema)."""
 
-    sampler: dict[str, Any] = field(default_factory=dict)  # name (default tpe), seed, n_startup_trials, ...
-    pruner: dict[str, Any] = field(default_factory=dict)   # name (default none) and its options (build_pruner)
-    direction: str | None = None      # maximize | minimize; None: the job config's (objective_direction)
+    sampler: dict[str, Any] = field(default_factory=dict)  # _target_ and keywords, or name (default tpe): resolve
+    pruner: dict[str, Any] = field(default_factory=dict)   # _target_ and keywords, or name (default none)
+    direction: Any = None             # maximize | minimize, or a list (several objectives); None: the job config's
+    metrics: list[str] | None = None  # several objectives: each one's name in the job's result.json
     n_trials: int = 20
     n_jobs: int = 1
     study_name: str | None = None
@@ -74,7 +85,7 @@ class JobDefaults:
     study: Any = None                 # `study`: the study name when options.study_name is unset
 
 
-def no_env(env: Mapping[str, str]) -> list[str]:
+def no_env(job_num: int, env: Mapping[str, str]) -> list[str]:
     """For a launcher that cannot pass environment variables: jobs then train without pruning."""
     return []
 
@@ -85,21 +96,58 @@ class Search:
 
     def __init__(self, options: SearchOptions, space: SearchSpace, sweep_dir: Path, job: JobDefaults,
                  command: str = "python train.py",
-                 env_overrides: Callable[[Mapping[str, str]], list[str]] = no_env) -> None:
-        _require(bool(space.params), "the Optuna sweeper needs a search space, but none was given; add one to "
-                                     "hydra.sweeper.params or the command line, e.g. 'lr=tag(log, interval(1e-4, 1))'.")
+                 env_overrides: Callable[[int, Mapping[str, str]], list[str]] = no_env,
+                 extend: Callable[[Any], None] | None = None) -> None:
+        """`extend(trial)`, when given, runs after each trial drew the space's parameters and may draw more through
+        `trial.suggest_*` (conditional ones); each becomes the override `name=value` of the trial's job."""
+        _require(bool(space.params) or extend is not None,
+                 "the Optuna sweeper needs a search space, but none was given; add one to hydra.sweeper.params or the "
+                 "command line, e.g. 'lr=tag(log, interval(1e-4, 1))'.")
+        self.extend = extend
         self.options, self.space, self.job = options, space, job
         self.sweep_dir = Path(sweep_dir).absolute()
         self.command, self.env_overrides = command, env_overrides
         self.metric = job.metric or "objective"
-        self.direction = self._direction()
-        self.sampler = {**options.sampler, "name": str(options.sampler.get("name", "tpe"))}
-        check_sampler(self.sampler["name"])
-        if self.sampler["name"] == "grid":
+        if options.metrics and not isinstance(options.direction, list | tuple):
+            self.metric = options.metrics[0]
+        self.directions = self._directions()
+        self.direction = self.directions[0]
+        self.multi = len(self.directions) > 1
+        self.sampler = resolve_sampler(options.sampler)  # {_target_, keywords}: refused now when unknown
+        self.grid = is_grid(self.sampler)
+        if self.grid:
             space.grid()  # refuses a continuous space now rather than at the first ask
         self.pruner = self._pruner_spec()
         self.study: Any = None
         self.info: dict[str, Any] = {}
+
+    def _directions(self) -> list[str]:
+        """One direction per objective: a list in hydra.sweeper.direction searches several (a Pareto front), whose
+        values come from `metrics` or from the list each job returns; else `_direction`."""
+        ours, metrics = self.options.direction, self.options.metrics
+        if not isinstance(ours, list | tuple):
+            _require(not metrics or len(metrics) == 1,
+                     f"hydra.sweeper.metrics names one objective per direction, but it names {len(metrics or [])} "
+                     f"({metrics}) and hydra.sweeper.direction={ours!r} is one; give as many directions, e.g. "
+                     f"hydra.sweeper.direction=[{','.join(['minimize'] * len(metrics or []))}].")
+            return [self._direction()]
+        bad = [d for d in ours if d not in DIRECTIONS]
+        _require(bool(ours) and not bad, f"each of hydra.sweeper.direction must be maximize or minimize, but it is "
+                                         f"{list(ours)}; e.g. hydra.sweeper.direction=[maximize,minimize].")
+        _require(not metrics or len(metrics) == len(ours),
+                 f"hydra.sweeper.metrics names one objective per direction, but hydra.sweeper.direction={list(ours)} "
+                 f"has {len(ours)} and hydra.sweeper.metrics={list(metrics or [])} {len(metrics or [])}; give both "
+                 "the same length.")
+        _require(len(ours) == 1 or self.pruner_name() == "none",
+                 f"Optuna prunes single-objective studies only, but hydra.sweeper.direction={list(ours)} has "
+                 f"{len(ours)} objectives and the pruner is {self.pruner_name()}; use hydra/sweeper/pruner=none.")
+        if len(ours) == 1:
+            self.options.direction = ours[0]
+            return [self._direction()]
+        return [str(d) for d in ours]
+
+    def pruner_name(self) -> str:
+        return short_name(resolve_pruner(self.options.pruner), PRUNER_CLASSES)
 
     def _direction(self) -> str:
         """The one rule (sweeper's, else the job config's, else minimize), checked, naming where it came from."""
@@ -115,12 +163,13 @@ class Search:
         return direction
 
     def _pruner_spec(self) -> dict[str, Any]:
-        spec = {"name": "none", **self.options.pruner}
-        _require(spec["name"] in PRUNERS, f"hydra.sweeper.pruner.name must be one of {', '.join(PRUNERS)}, but got "
-                                          f"{spec['name']!r}; set for example hydra.sweeper.pruner.name=median.")
+        """The pruner, resolved; hyperband's max_resource is the job config's `epochs` when unset (and not searched)."""
+        spec = resolve_pruner(self.options.pruner)
         epochs = self.job.epochs
-        if spec.get("max_resource") is None and isinstance(epochs, int) and "epochs" not in self.space.distributions:
+        if (spec["_target_"] == PRUNER_CLASSES["hyperband"] and spec.get("max_resource") is None
+                and isinstance(epochs, int) and "epochs" not in self.space.distributions):
             spec["max_resource"] = epochs
+        build_pruner(spec)  # its arguments are checked now, not in the first job
         return spec
 
     # -- the study, opened before any trial starts ----------------------------------------------------------
@@ -133,23 +182,26 @@ class Search:
         storage = open_storage(storage_url)
         name = str(self.options.study_name or self.job.study or "sweepit")
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # the search logs each trial itself
-        study = optuna.create_study(storage=storage, study_name=name, direction=self.direction,  # type: ignore[arg-type]
+        study = optuna.create_study(storage=storage, study_name=name, directions=self.directions,  # type: ignore[arg-type]
                                     load_if_exists=True, pruner=build_pruner(self.pruner))
-        kept = study.direction.name.lower()
-        _require(kept == self.direction, f"study {name!r} in {storage_url} must keep its direction, but it is {kept} "
-                                         f"and the sweep asks {self.direction}; use another hydra.sweeper.study_name, "
-                                         f"or hydra.sweeper.direction={kept}.")
+        kept = [d.name.lower() for d in study.directions]
+        shown = kept[0] if len(kept) == 1 else f"[{','.join(kept)}]"
+        _require(kept == self.directions, f"study {name!r} in {storage_url} must keep its direction, but it is "
+                                          f"{' '.join(kept)} and the sweep asks {' '.join(self.directions)}; use "
+                                          f"another hydra.sweeper.study_name, or hydra.sweeper.direction={shown}.")
         seed = self.sampler.get("seed")
         n_before = len(study.get_trials(deepcopy=False))
         # A resumed study reseeds, or a seeded sampler would draw the points of the first run again.
-        study.sampler = build_sampler(self.sampler["name"], None if seed is None else int(seed) + n_before,
-                                      self.space, int(self.sampler.get("n_startup_trials", 10)),
-                                      int(self.sampler.get("population_size", 50)))
+        study.sampler = build_sampler(self.sampler, None if seed is None else int(seed) + n_before, self.space)
         study.set_user_attr(PRUNER_ATTR, self.pruner)
         self.info = {"storage": storage_url, "study_name": name, "metric": self.job.metric,
-                     "direction": self.direction, "sampler": self.sampler, "pruner": self.pruner,
+                     "direction": None if self.multi else self.direction, "sampler": self.sampler,
+                     "pruner": self.pruner,
                      "space": {p.name: p.spelled for p in self.space.params}, "fixed": list(self.space.fixed),
                      "command": self.command}
+        if self.multi:  # a Pareto front, no single "best": the summary and the report show the front
+            self.info.update(directions=self.directions, metrics=list(self.options.metrics or []))
+            study.set_user_attr("sweepit_metrics", list(self.options.metrics or []))
         study.set_user_attr("sweepit_space", self.info["space"])
         # Where the summary, the report and `sweepit ls` find the study and the direction of its "best".
         write_study_file(self.sweep_dir, self.info)
@@ -168,15 +220,16 @@ class Search:
         closed and `best_params.yaml` and `trials.csv` are written."""
         assert self.study is not None, "open() the search before run()"
         study, n_jobs = self.study, self.options.n_jobs
-        n_recovered = recover(study, self.sweep_dir, self.options.diverged_value)
+        n_recovered = recover(study, self.sweep_dir, self.options.diverged_value, self.options.metrics)
         total = self.options.n_trials
-        if self.sampler["name"] == "grid":
+        if self.grid:
             total = min(total, grid_size(self.space))
         n_counted = sum(is_counted(t) for t in study.get_trials(deepcopy=False))
-        log.info(f"Optuna study {self.info['study_name']!r} ({self.direction} {self.metric}) in "
+        log.info(f"Optuna study {self.info['study_name']!r} ({self._objectives()}) in "
                  f"{self.info['storage']}: {n_counted} of {total} trials done before"
-                 + (f", {n_recovered} recovered" if n_recovered else "") + f"; sampler {self.sampler['name']}, "
-                 f"pruner {self.pruner['name']}, {n_jobs} in flight; space {self.space.describe()}")
+                 + (f", {n_recovered} recovered" if n_recovered else "") + f"; sampler {short_name(self.sampler)}, "
+                 f"pruner {short_name(self.pruner, PRUNER_CLASSES)}, {n_jobs} in flight; space "
+                 f"{self.space.describe()}")
         runner: AsyncLauncher = as_runner(launcher, n_jobs)
         returns: list[Any] = []
         in_flight: dict[int, Any] = {}   # job number -> trial
@@ -188,14 +241,18 @@ class Search:
                     trial = study.ask(self.space.distributions)
                     job = max(trial.number, next_job)
                     next_job = job + 1
-                    overrides = self.space.overrides(trial.params)
                     trial.set_user_attr("job_num", job)
-                    trial.set_user_attr("overrides", overrides)
-                    job_overrides = [*overrides, *self.env_overrides(self._trial_env(trial.number))]
                     n_counted += 1
-                    if check is not None and not self._checks(check, trial, job, job_overrides):
+                    if self.extend is not None and not self._before_start(self.extend, trial, "custom_search_space"):
                         stop = stop or self._failure_stop()
                         continue
+                    overrides = self.space.overrides(trial.params)
+                    trial.set_user_attr("overrides", overrides)
+                    if check is not None and not self._before_start(lambda t: check(t.user_attrs["overrides"]), trial,
+                                                                    "config"):
+                        stop = stop or self._failure_stop()
+                        continue
+                    job_overrides = [*overrides, *self.env_overrides(job, self._trial_env(trial.number))]
                     log.info(f"trial {trial.number} -> job {job}: {' '.join(overrides)}")
                     runner.start(job_overrides, job)
                     in_flight[job] = trial
@@ -226,16 +283,19 @@ class Search:
             raise SweepFailedError(stop)
         return returns
 
-    def _checks(self, check: Callable[[list[str]], None], trial: Any, job: int, overrides: list[str]) -> bool:
-        """False, after telling the trial FAIL with the reason, when its job's config cannot be made."""
+    def _before_start(self, step: Callable[[Any], None], trial: Any, what: str) -> bool:
+        """False, after telling the trial FAIL with the reason, when `step(trial)` raised: the user's
+        custom_search_space, or composing the job's config."""
         try:
-            check(overrides)
+            step(trial)
         except Exception as e:
             error = " ".join(str(e).split()) or type(e).__name__
+            if what == "custom_search_space":
+                error = f"custom_search_space raised {type(e).__name__}: {error}"
             tell(self.study, trial.number, trial._trial_id, Outcome("failed", None, None, error),
                  self.options.diverged_value)
-            log.warning(f"trial {trial.number} failed before it started: its job's config cannot be made "
-                        f"({error[:300]}); the search goes on")
+            reason = "its job's config cannot be made" if what == "config" else "the custom search space raised"
+            log.warning(f"trial {trial.number} failed before it started: {reason} ({error[:300]}); the search goes on")
             return False
         return True
 
@@ -245,11 +305,13 @@ class Search:
 
     def _tell(self, trial: Any, job: int, ret: Any) -> bool:
         """Tell Optuna what became of the trial's job and log it; True when the job was interrupted."""
-        outcome = read_outcome(self.sweep_dir, job, ret)
+        outcome = read_outcome(self.sweep_dir, job, ret, self.options.metrics, len(self.directions))
         state = tell(self.study, trial.number, trial._trial_id, outcome, self.options.diverged_value)
-        best = best_trial(self.study)
+        best = None if self.multi else best_trial(self.study)
+        shown = outcome.values if self.multi else outcome.value
         log.info(f"trial {trial.number} {outcome.status} -> {state}"
-                 + (f", {self.metric}={outcome.value:.4g}" if outcome.value is not None else "")
+                 + (f", {self.metric}={outcome.value:.4g}" if outcome.value is not None and not self.multi else "")
+                 + (f", values {shown}" if self.multi and shown is not None else "")
                  + (f": {outcome.error.splitlines()[0][:200]}" if outcome.error else "")
                  + ("" if best is None else f" (best {best.value:.4g}, trial {best.number})"))
         return outcome.status == "interrupted"
@@ -268,9 +330,20 @@ class Search:
                 "not count). Read the `error` column of trials.csv and the jobs' stderr.log, fix the cause, and run "
                 "the same command again to resume; or raise hydra.sweeper.max_failure_rate.")
 
+    def _objectives(self) -> str:
+        names = self.options.metrics or ([self.metric] if not self.multi else
+                                         [f"returned[{i}]" for i in range(len(self.directions))])
+        return ", ".join(f"{d} {n}" for d, n in zip(self.directions, names, strict=False))
+
     def _print_end(self) -> None:
         """The sweep's table (its "best" in the study's direction, read from optuna_study.yaml) and the study's best."""
         print(summarize(self.sweep_dir), flush=True)
+        if self.multi:
+            front = self.study.best_trials
+            print(f"Optuna: {len(front)} trial(s) on the Pareto front ({self._objectives()}): "
+                  + ", ".join(f"trial {t.number} (job {t.user_attrs.get('job_num')})" for t in front)
+                  + f"; in {self.sweep_dir / OPTIMIZATION_RESULTS_FILE} and {self.sweep_dir / BEST_FILE}", flush=True)
+            return
         best = best_trial(self.study)
         head = "no trial completed" if best is None else (
             f"best trial {best.number} (job {best.user_attrs.get('job_num')}): {self.direction} {self.metric} = "

@@ -110,8 +110,11 @@ class SearchSpace:
         return {p.name: p.distribution for p in self.params}
 
     def overrides(self, values: Mapping[str, Any]) -> list[str]:
-        """Fixed overrides, then one per searched parameter."""
-        return [*self.fixed, *(p.override(values[p.name]) for p in self.params)]
+        """Fixed overrides, then one per searched parameter, then `name=value` for each value drawn outside the
+        space (a custom search space's conditional parameters; the name may start with + or ++)."""
+        names = {p.name for p in self.params}
+        extra = [f"{name}={_spelled(value)}" for name, value in values.items() if name not in names]
+        return [*self.fixed, *(p.override(values[p.name]) for p in self.params), *extra]
 
     def first_point(self) -> dict[str, Any]:
         """A point of the space, to check before any trial that a job's overrides compose."""
@@ -135,6 +138,15 @@ class SearchSpace:
 
     def describe(self) -> str:
         return ", ".join(f"{p.name}={p.spelled}" for p in self.params) or "(none)"
+
+
+def _spelled(value: Any) -> str:
+    """A value as Hydra's override grammar reads it back."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return _number(value)
 
 
 def _number(value: Any) -> str:

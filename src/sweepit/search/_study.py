@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sweepit.results._job_files import read_result
-from sweepit.search._trials import Outcome, find_job_dir
+from sweepit.search._trials import Outcome, find_job_dir, read_outcome
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,14 @@ def tell(study: Any, trial_number: int, trial_id: int, outcome: Outcome, diverge
         trial.set_user_attr("error", outcome.error[:500])
     value = outcome.value
     finite = value is not None and math.isfinite(value)
+    if len(study.directions) > 1:  # several objectives: the values, all of them, or FAIL (diverged too)
+        if outcome.status == "completed" and outcome.values is not None:
+            study.tell(trial_number, outcome.values)
+            return "COMPLETE"
+        if outcome.status == "completed" and outcome.error:
+            trial.set_user_attr("error", outcome.error[:500])
+        finite = False
+        diverged_value = None
     if outcome.status == "completed" and finite:
         study.tell(trial_number, value)
         return "COMPLETE"
@@ -96,7 +104,7 @@ def interrupt(study: Any, trial_number: int, trial_id: int) -> None:
         study.enqueue_trial(dict(frozen.params), user_attrs={"retry_of": trial_number})
 
 
-def recover(study: Any, sweep_dir: Path, diverged_value: float | None) -> int:
+def recover(study: Any, sweep_dir: Path, diverged_value: float | None, metrics: list[str] | None = None) -> int:
     """Trials left RUNNING by an earlier driver that stopped (killed, lost node): tell what their result says,
     or interrupt them so that they are retried. Returns how many were recovered."""
     ts = _trial_state()
@@ -114,7 +122,11 @@ def recover(study: Any, sweep_dir: Path, diverged_value: float | None) -> int:
         if status in ("completed", "pruned", "diverged", "failed"):
             objective = result.get("objective") if result else None
             value = float(objective) if isinstance(objective, int | float) else None
-            tell(study, trial.number, trial._trial_id, Outcome(status, value, Path(str(job_dir))), diverged_value)
+            outcome = Outcome(status, value, Path(str(job_dir)))
+            if metrics or len(study.directions) > 1:
+                outcome = read_outcome(sweep_dir, int(trial.user_attrs.get("job_num", -1)), None, metrics,
+                                       len(study.directions))
+            tell(study, trial.number, trial._trial_id, outcome, diverged_value)
             log.info(f"trial {trial.number}: recorded its finished job ({status}) from {job_dir}")
         else:
             interrupt(study, trial.number, trial._trial_id)

@@ -9,12 +9,14 @@ next batch waits for the slowest of them; the sweeper says so in its log.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from sweepit.results._job_files import read_result
+from sweepit.results._status import objective_values
 from sweepit.results._summary import job_num as dir_job_num
 
 log = logging.getLogger(__name__)
@@ -102,6 +104,7 @@ class Outcome:
     value: float | None               # the objective, when there is one
     job_dir: Path | None
     error: str = ""
+    values: list[float] | None = None  # several objectives (a multi-objective study): one value each
 
 
 def find_job_dir(sweep_dir: Path, num: int, ret: Any = None) -> Path | None:
@@ -122,8 +125,10 @@ def find_job_dir(sweep_dir: Path, num: int, ret: Any = None) -> Path | None:
     return None
 
 
-def read_outcome(sweep_dir: Path, num: int, ret: Any) -> Outcome:
-    """The job's `result.json` is the truth; a JobReturn fills in for an app that writes none."""
+def read_outcome(sweep_dir: Path, num: int, ret: Any, metrics: list[str] | None = None, n_values: int = 1
+                 ) -> Outcome:
+    """The job's `result.json` is the truth; a JobReturn fills in for an app that writes none. With `metrics` or
+    `n_values` > 1, the objective values are read as `objective_values` says (a list the task returned, else)."""
     job_dir = find_job_dir(sweep_dir, num, ret)
     try:
         result = read_result(job_dir) if job_dir is not None else None
@@ -132,7 +137,14 @@ def read_outcome(sweep_dir: Path, num: int, ret: Any) -> Outcome:
     if result is not None and result.get("status"):
         objective = result.get("objective")
         value = float(objective) if isinstance(objective, int | float) and not isinstance(objective, bool) else None
-        return Outcome(str(result["status"]), value, job_dir, str(result.get("error") or ""))
+        outcome = Outcome(str(result["status"]), value, job_dir, str(result.get("error") or ""))
+        if metrics or n_values > 1:
+            outcome.values = objective_values(result, metrics, n_values) or _returned(ret, n_values)
+            if n_values == 1:
+                outcome.value = outcome.values[0] if outcome.values else None
+            if outcome.values is None and outcome.status == "completed":
+                outcome.error = _missing(result, metrics, n_values)
+        return outcome
     if ret is None:
         return Outcome("failed", None, job_dir, "the launcher returned no result for the job")
     try:
@@ -142,3 +154,27 @@ def read_outcome(sweep_dir: Path, num: int, ret: Any) -> Outcome:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return Outcome("completed", float(value), job_dir)
     return Outcome("failed", None, job_dir, f"the job returned {value!r}, not a number")
+
+
+def _returned(ret: Any, n: int) -> list[float] | None:
+    """The task's own return value as `n` numbers (the released plugin's habit), when the launcher kept it."""
+    try:
+        value = ret.return_value if ret is not None else None
+    except BaseException:
+        return None
+    if isinstance(value, list | tuple) and len(value) == n and all(
+            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in value):
+        return [float(v) for v in value]
+    return None
+
+
+def _missing(result: dict[str, Any], metrics: list[str] | None, n: int) -> str:
+    """Why a completed job gave no values: the rule, what it had, and the fix."""
+    if metrics:
+        have = sorted({*(k for k, v in result.items() if isinstance(v, int | float)),
+                       *(result.get("final") or {})})
+        return (f"each of hydra.sweeper.metrics={metrics} must be a finite number in the job's result.json "
+                f"(objective, a top-level number, or the last epoch's metrics), but it has {have}; name those.")
+    return (f"a study with {n} directions needs {n} finite values per trial: the task must return a list of {n} "
+            f"numbers, or hydra.sweeper.metrics must name them, but it returned {result.get('returned', 'none')!r}"
+            f"{'' if 'objective' not in result else ' (objective ' + repr(result.get('objective')) + ')'}.")

@@ -65,7 +65,7 @@ def _require(cls: type[Tracker], key: str) -> None:
 
 def _nodes(config: Any) -> list[tuple[str, Mapping[str, Any]]]:
     """The `logger` node's trackers as (key, plain mapping), in config order; [] when there is none."""
-    from sweepit.train._build import plain
+    from sweepit._targets import plain
 
     node = plain(_select(config, "logger"))
     if node in (None, {}):
@@ -88,7 +88,7 @@ def _nodes(config: Any) -> list[tuple[str, Mapping[str, Any]]]:
 def check_trackers(config: Any) -> None:
     """Raise ConfigError when a tracker of the config cannot be built (unknown target, missing package),
     before any training; build nothing."""
-    from sweepit.train._build import locate
+    from sweepit._targets import locate
 
     for key, node in _nodes(config):
         cls = locate(node["_target_"], f"{key}._target_")
@@ -98,7 +98,7 @@ def check_trackers(config: Any) -> None:
 
 def open_trackers(config: Any, job_dir: Path) -> list[Tracker]:
     """Build and start the config's trackers for the job in `job_dir` ([] when the config names none)."""
-    from sweepit.train._build import instantiate, locate
+    from sweepit._targets import instantiate, locate
 
     nodes = _nodes(config)
     if not nodes:
@@ -131,7 +131,7 @@ def run_info(config: Any, job_dir: Path) -> RunInfo:
 def flat_params(config: Any) -> dict[str, Any]:
     """The job's config as `dotted.key -> value` (numbers, strings, booleans; lists as text), without the
     hydra and logger subtrees."""
-    from sweepit.train._build import plain
+    from sweepit._targets import plain
 
     tree = plain(config) if config is not None else {}
     out: dict[str, Any] = {}

@@ -248,7 +248,9 @@ class Session:
             if value is None and scored:
                 value = float(scored[-1][key])
             result["objective"] = value
-            if returned is not _NOTHING and returned is not None and _number(returned) is None:
+            if isinstance(returned, list | tuple) and returned and all(_number(v) is not None for v in returned):
+                result["objectives"] = [float(v) for v in returned]  # several objectives (a multi-objective study)
+            elif returned is not _NOTHING and returned is not None and _number(returned) is None:
                 result["returned"] = repr(returned)[:200]  # a dict or a string: the sweeper has it, this says what
         elif status == "diverged":
             result["objective"] = None

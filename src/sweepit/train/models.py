@@ -57,7 +57,8 @@ def resnet50(n_outputs: int, image_size: int = 32) -> nn.Module:
 def build_model(name: str, input_shape: Sequence[int], n_outputs: int, *, hidden: int = 128,
                 dropout: float = 0.0, image_size: int = 32) -> nn.Module:
     """A built-in model by name (what `task.model` names), built as the training loop builds it."""
-    from sweepit.train._build import BUILTIN_MODELS, builtin_node, instantiate
+    from sweepit._targets import instantiate
+    from sweepit.train._build import BUILTIN_MODELS, builtin_node
 
     if name not in BUILTIN_MODELS:
         raise ValueError(f"unknown model {name!r}")

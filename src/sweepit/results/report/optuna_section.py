@@ -133,6 +133,40 @@ def parallel_plot(study: Any, metric: str, path: Path) -> None:
     plots.save(fig, path)
 
 
+def pareto_text(study: Any, names: list[str]) -> list[str]:
+    directions = [d.name.lower() for d in study.directions]
+    front = sorted(study.best_trials, key=lambda t: t.number)
+    lines = [f"Pareto front ({', '.join(f'{d} {n}' for d, n in zip(directions, names, strict=False))}): "
+             f"{len(front)} trial(s)."]
+    for t in front:
+        values = ", ".join(f"{n}={v:.4g}" for n, v in zip(names, t.values, strict=False))
+        lines.append(f"trial {t.number} (job {t.user_attrs.get('job_num')}): {values}; "
+                     + " ".join(f"{k}={v}" for k, v in t.params.items()))
+    return lines
+
+
+def pareto_plot(study: Any, names: list[str], path: Path) -> None:
+    """Complete trials by their first two objectives, the front joined in red."""
+    from optuna.trial import TrialState
+
+    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.values]
+    if not done:
+        raise ValueError("no trial completed yet")
+    front = sorted(study.best_trials, key=lambda t: t.values[0])
+    fig = plots.figure(6, 4.2)
+    ax = fig.subplots()
+    ax.scatter([t.values[0] for t in done], [t.values[1] for t in done], s=18, color="tab:blue", label="trial")
+    ax.plot([t.values[0] for t in front], [t.values[1] for t in front], "o-", color="red", label="Pareto front")
+    for t in front:
+        ax.annotate(str(t.number), (t.values[0], t.values[1]), fontsize="small", xytext=(3, 3),
+                    textcoords="offset points")
+    directions = [d.name.lower() for d in study.directions]
+    ax.set(xlabel=f"{names[0]} ({directions[0]})", ylabel=f"{names[1]} ({directions[1]})", title="Pareto front")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best")
+    plots.save(fig, path)
+
+
 class OptunaSection(SectionBuilder):
     title = "Optuna search"
 
@@ -147,7 +181,7 @@ class OptunaSection(SectionBuilder):
         for t in study.get_trials(deepcopy=False):
             counts[t.state.name.lower()] = counts.get(t.state.name.lower(), 0) + 1
         text = [f"study {study.study_name!r} in {info['storage']}: " + ", ".join(f"{n} {s}" for s, n in counts.items())
-                + f"; sampler {info.get('sampler', {}).get('name')}, pruner {info.get('pruner', {}).get('name')}.",
+                + f"; sampler {_name(info.get('sampler'))}, pruner {_name(info.get('pruner'))}.",
                 "Space: " + ", ".join(f"{k}={v}" for k, v in (info.get("space") or {}).items()),
                 f"Best parameters: {BEST_FILE}; every trial: {TRIALS_FILE}. Diverged trials are told to Optuna "
                 "as FAIL (unless hydra.sweeper.diverged_value is set); pruned ones as PRUNED."]
@@ -166,6 +200,11 @@ class OptunaSection(SectionBuilder):
             ("optuna_parallel.png", "complete trials across the parameters, coloured by the objective",
              lambda p: parallel_plot(study, metric, p)),
         ]
+        if len(study.directions) > 1:  # several objectives: the Pareto front instead of a single best
+            names = list(info.get("metrics") or []) or [f"value {i}" for i in range(len(study.directions))]
+            text[1:1] = pareto_text(study, names)
+            drawers = [("optuna_pareto.png", "complete trials by their first two objectives; the Pareto front in red",
+                        lambda p: pareto_plot(study, names, p))]
         for name, caption, draw in drawers:
             try:
                 draw(out_dir / name)
@@ -178,3 +217,10 @@ class OptunaSection(SectionBuilder):
                       best=None if best is None else next((i for i, r in enumerate(rows) if r[0] == best.number), None),
                       statuses=[str(r[2] or r[1]).lower() for r in rows])
         return Section(self.title, text=text, command=command, table=table, figures=figures, notes=notes)
+
+
+def _name(spec: Any) -> str:
+    """A sampler's or pruner's name as recorded: `{name: tpe}` (older studies) or `{_target_: ...TPESampler}`."""
+    if not isinstance(spec, dict):
+        return "-"
+    return str(spec.get("name") or str(spec.get("_target_", "-")).rsplit(".", 1)[-1])
