@@ -357,7 +357,12 @@ def test_results_and_report_section(tmp_path: Path) -> None:
     for i in range(8):
         trial = study.ask(space.distributions)
         trial.set_user_attr("overrides", space.overrides(trial.params))
+        for epoch in (1, 2):
+            trial.report(0.4 + 0.05 * i * epoch / 2, epoch)
         study.tell(trial, 0.5 + 0.05 * i)
+    pruned = study.ask(space.distributions)
+    pruned.report(0.1, 1)
+    study.tell(pruned, state=optuna.trial.TrialState.PRUNED)
     info = {"storage": url, "study_name": "s", "metric": "val_acc", "command": "python train.py",
             "sampler": {"name": "tpe"}, "pruner": {"name": "none"}, "space": {"lr": "tag(log, interval(1e-4, 1))"}}
     write_study_file(tmp_path, info)
@@ -366,14 +371,19 @@ def test_results_and_report_section(tmp_path: Path) -> None:
     # the released hydra-optuna-sweeper's file, as its scripts read it
     assert yaml.safe_load(results_yaml.read_text()) == {"name": "optuna", "best_params": study.best_params,
                                                         "best_value": study.best_value}
-    assert csv_path.read_text().count("\n") == 9
+    assert csv_path.read_text().count("\n") == 10  # header, 8 complete trials and the pruned one
     out = tmp_path / "report"
     out.mkdir()
     sweep = SimpleNamespace(sweep_dir=tmp_path, metric="val_acc")
     section = OptunaSection().build(sweep, out)  # type: ignore[arg-type]
     assert section is not None and not section.notes, section and section.notes
-    assert [f.path.name for f in section.figures] == ["optuna_history.png", "optuna_importances.png",
-                                                     "optuna_parallel.png"]
+    # Optuna's own plots: numeric axes for the log-uniform lr (slice, contour), pruned trials in the history
+    # and the intermediate values
+    assert [f.path.name for f in section.figures] == ["optuna_history.png", "optuna_intermediate.png",
+                                                     "optuna_slice.png", "optuna_importances.png",
+                                                     "optuna_contour.png", "optuna_parallel.png"]
+    for figure in section.figures:
+        assert figure.path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and figure.path.stat().st_size > 5000
     assert section.command.startswith("python train.py optimizer=")
     assert OptunaSection().build(SimpleNamespace(sweep_dir=out, metric="x"), out) is None  # type: ignore[arg-type]
 

@@ -1,9 +1,11 @@
-"""The Optuna report section: optimization history, parameter importances, parallel coordinates (PNG),
-best parameters as YAML with the command that reproduces them, and the trials table (CSV).
+"""The Optuna report section: Optuna's own plots (optimization history, intermediate values, slice, contour,
+parameter importances, parallel coordinates; the Pareto front for several objectives) as PNG, best parameters
+as YAML with the command that reproduces them, and the trials table (CSV).
 
-Applies to sweeps run by the Optuna sweeper (their directory holds `optuna_study.yaml`). The plots are
-drawn with matplotlib's object API like the other sections; importances use Optuna's PED-ANOVA evaluator,
-which needs no extra package.
+Applies to sweeps run by the Optuna sweeper (their directory holds `optuna_study.yaml`). The plots come from
+`optuna.visualization.matplotlib`, so continuous parameters sit on numeric axes (log where sampled so) and
+each plot reads as Optuna's docs show it; pruned trials show in the history (at their last report) and in the
+intermediate values. Importances use Optuna's PED-ANOVA evaluator, which needs no extra package.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from sweepit.results._study_file import read_study_file
-from sweepit.results.report import plots
 from sweepit.results.report._sweep import Sweep
 from sweepit.results.report.sections import Figure, Section, SectionBuilder
 from sweepit.results.report.table import Table
@@ -40,26 +41,49 @@ def _complete(study: Any) -> list[Any]:
             if t.value is not None and math.isfinite(t.value)]
 
 
+def _optuna_figure(draw: Any, path: Path, width_in: float | None = None, height_in: float | None = None) -> Any:
+    """Run one of optuna.visualization.matplotlib's plots on the Agg canvas, save its figure as PNG, close it.
+    Their plots use pyplot's figures: each is closed once saved, so a report of many sweeps holds none."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on a cluster; the driver draws nothing else through pyplot
+    import matplotlib.pyplot as plt
+    from optuna.exceptions import ExperimentalWarning
+
+    # Optuna's plots switch pyplot to its ggplot style: rc_context puts every setting back afterwards, so the
+    # report's other figures (and other reports in this process) keep theirs.
+    with warnings.catch_warnings(), matplotlib.rc_context():
+        warnings.simplefilter("ignore", ExperimentalWarning)
+        warnings.simplefilter("ignore", UserWarning)  # "no trial to plot" kinds: the caller checks first
+        axes = draw()
+        first = axes.flat[0] if isinstance(axes, np.ndarray) else axes
+        fig = first.figure
+        try:
+            if width_in and height_in:
+                fig.set_size_inches(width_in, height_in)
+            fig.savefig(path, format="png", dpi=100, bbox_inches="tight")  # legends inside the saved image
+        finally:
+            plt.close(fig)
+    return axes
+
+
 def history_plot(study: Any, metric: str, path: Path) -> None:
-    """Each trial's value (pruned ones at their last reported epoch) and the best so far."""
-    maximize = study.direction.name == "MAXIMIZE"
-    fig = plots.figure(7, 3.8)
-    ax = fig.subplots()
-    for state, color in _STATE_COLORS.items():
-        pts = [(t.number, t.value if t.value is not None else _last(t)) for t in study.get_trials(deepcopy=False)
-               if t.state.name == state]
-        kept = [(n, float(v)) for n, v in pts if v is not None and math.isfinite(v)]
+    """Optuna's optimization history, with pruned trials added at their last reported value (Optuna draws
+    complete trials only)."""
+    from optuna.visualization.matplotlib import plot_optimization_history
+
+    def draw() -> Any:
+        ax = plot_optimization_history(study, target_name=metric)
+        pruned = [(t.number, _last(t)) for t in study.get_trials(deepcopy=False) if t.state.name == "PRUNED"]
+        kept = [(n, v) for n, v in pruned if v is not None and math.isfinite(v)]
         if kept:
-            ax.scatter([n for n, _ in kept], [v for _, v in kept], s=18, color=color, label=state.lower(), zorder=3)
-    done = sorted(_complete(study), key=lambda t: t.number)
-    if done:
-        best = np.maximum.accumulate if maximize else np.minimum.accumulate
-        ax.step([t.number for t in done], best(np.array([t.value for t in done])), where="post", color="red",
-                label="best so far")
-    ax.set(xlabel="trial", ylabel=metric, title="Optimization history")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
-    plots.save(fig, path)
+            ax.scatter([n for n, _ in kept], [v for _, v in kept], s=18, marker="x", color=_STATE_COLORS["PRUNED"],
+                       label="pruned (last reported value)", zorder=3)
+            ax.legend(fontsize="small")
+        return ax
+
+    _needs_complete(study)
+    _optuna_figure(draw, path, 7, 4)
 
 
 def _last(trial: Any) -> float | None:
@@ -68,69 +92,65 @@ def _last(trial: Any) -> float | None:
     return float(trial.intermediate_values[max(trial.intermediate_values)])
 
 
+def _needs_complete(study: Any, n: int = 1) -> None:
+    if len(_complete(study)) < n:
+        raise ValueError(f"needs {n} complete trial(s)")
+
+
+def intermediate_plot(study: Any, path: Path) -> None:
+    """Every trial's reported values per epoch: the pruned ones are the curves that stop early."""
+    from optuna.visualization.matplotlib import plot_intermediate_values
+
+    if not any(t.intermediate_values for t in study.get_trials(deepcopy=False)):
+        raise ValueError("no trial reported intermediate values")
+    _optuna_figure(lambda: plot_intermediate_values(study), path, 7, 4)
+
+
+def slice_plot(study: Any, metric: str, path: Path) -> None:
+    """The objective against each parameter, continuous ones on numeric (log where sampled so) axes."""
+    from optuna.visualization.matplotlib import plot_slice
+
+    _needs_complete(study)
+    n = len({k for t in _complete(study) for k in t.params})
+    _optuna_figure(lambda: plot_slice(study, target_name=metric), path, 3.2 * max(1, n) + 1, 3.6)
+
+
+def contour_plot(study: Any, metric: str, importances: dict[str, float], path: Path) -> None:
+    """The objective over the two most important parameters (numeric axes, log where sampled so)."""
+    from optuna.visualization.matplotlib import plot_contour
+
+    import importlib.util
+
+    if importlib.util.find_spec("scipy") is None:
+        raise ValueError("Optuna's contour plot interpolates with scipy, which is not installed: "
+                         "pip install -e '.[search]' (or pip install scipy)")
+    params = list(importances)[:2] or sorted({k for t in _complete(study) for k in t.params})[:2]
+    if len(params) < 2:
+        raise ValueError("needs two parameters")
+    _needs_complete(study, 2)
+    _optuna_figure(lambda: plot_contour(study, params=params, target_name=metric), path, 6, 5)
+
+
 def importance_plot(study: Any, path: Path) -> dict[str, float]:
-    """PED-ANOVA importances of the parameters (needs a few complete trials)."""
+    """PED-ANOVA importances of the parameters (no extra package; needs a few complete trials)."""
     from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
+    from optuna.visualization.matplotlib import plot_param_importances
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         importances = get_param_importances(study, evaluator=PedAnovaImportanceEvaluator())
-    names = list(importances)[::-1]
-    fig = plots.figure(6, 0.6 + 0.45 * max(2, len(names)))
-    ax = fig.subplots()
-    ax.barh(names, [importances[n] for n in names], color="tab:blue")
-    ax.set(xlabel="importance (PED-ANOVA, normalized)", title="Parameter importances")
-    ax.grid(alpha=0.3, axis="x")
-    plots.save(fig, path)
+    _optuna_figure(lambda: plot_param_importances(study, evaluator=PedAnovaImportanceEvaluator()), path,
+                   6, 0.8 + 0.45 * max(2, len(importances)))
     return dict(importances)
 
 
 def parallel_plot(study: Any, metric: str, path: Path) -> None:
-    """One polyline per complete trial across one axis per parameter and the objective; log axes in log10."""
-    import matplotlib
+    """Optuna's parallel coordinates: one line per complete trial across the parameters and the objective."""
+    from optuna.visualization.matplotlib import plot_parallel_coordinate
 
-    trials = _complete(study)
-    if not trials:
-        raise ValueError("no complete trial to draw")
-    names = sorted({n for t in trials for n in t.params})
-    columns: list[tuple[str, list[float], list[str] | None]] = []
-    for name in names:
-        dist = next(t.distributions[name] for t in trials if name in t.distributions)
-        if hasattr(dist, "choices"):
-            labels = [str(c) for c in dist.choices]
-            columns.append((name, [float(dist.choices.index(t.params[name])) if name in t.params else math.nan
-                                   for t in trials], list(labels)))
-        else:
-            log = bool(getattr(dist, "log", False))
-            values = [float(t.params.get(name, math.nan)) for t in trials]
-            columns.append((f"log10 {name}" if log else name, [math.log10(v) if log else v for v in values], None))
-    columns.append((metric, [float(t.value) for t in trials], None))
-    data = np.array([c[1] for c in columns], dtype=float)
-    lo, hi = np.nanmin(data, axis=1, keepdims=True), np.nanmax(data, axis=1, keepdims=True)
-    scaled = (data - lo) / np.where(hi > lo, hi - lo, 1.0)
-    fig = plots.figure(2.0 + 1.6 * len(columns), 4.2)
-    ax = fig.subplots()
-    maximize = study.direction.name == "MAXIMIZE"
-    cmap = matplotlib.colormaps["viridis" if maximize else "viridis_r"]
-    values = data[-1]
-    norm = matplotlib.colors.Normalize(float(np.nanmin(values)), float(np.nanmax(values)))
-    x = np.arange(len(columns))
-    for i in np.argsort(values if maximize else -values):  # best drawn last, on top
-        ax.plot(x, scaled[:, i], color=cmap(norm(values[i])), alpha=0.8, linewidth=1.2)
-    for j, (_, _, axis_labels) in enumerate(columns):
-        ax.axvline(j, color="black", linewidth=0.8)
-        if axis_labels is not None:
-            span = (hi[j, 0] - lo[j, 0]) or 1.0
-            for k, label in enumerate(axis_labels):
-                ax.text(j + 0.03, (k - lo[j, 0]) / span, label, fontsize="small", va="center")
-        else:
-            ax.text(j + 0.03, 0, f"{lo[j, 0]:.3g}", fontsize="small", va="bottom")
-            ax.text(j + 0.03, 1, f"{hi[j, 0]:.3g}", fontsize="small", va="top")
-    ax.set_xticks(x, [c[0] for c in columns])
-    ax.set_yticks([])
-    ax.set(title=f"Parallel coordinates ({len(trials)} complete trials, coloured by {metric})")
-    fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, label=metric, shrink=0.8)
-    plots.save(fig, path)
+    _needs_complete(study)
+    n = len({k for t in _complete(study) for k in t.params})
+    _optuna_figure(lambda: plot_parallel_coordinate(study, target_name=metric), path, 2.0 + 1.6 * (n + 1), 4.2)
 
 
 def pareto_text(study: Any, names: list[str]) -> list[str]:
@@ -146,25 +166,15 @@ def pareto_text(study: Any, names: list[str]) -> list[str]:
 
 
 def pareto_plot(study: Any, names: list[str], path: Path) -> None:
-    """Complete trials by their first two objectives, the front joined in red."""
+    """Optuna's Pareto front of the first two objectives (every complete trial; the front highlighted)."""
     from optuna.trial import TrialState
+    from optuna.visualization.matplotlib import plot_pareto_front
 
-    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.values]
-    if not done:
+    if not [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.values]:
         raise ValueError("no trial completed yet")
-    front = sorted(study.best_trials, key=lambda t: t.values[0])
-    fig = plots.figure(6, 4.2)
-    ax = fig.subplots()
-    ax.scatter([t.values[0] for t in done], [t.values[1] for t in done], s=18, color="tab:blue", label="trial")
-    ax.plot([t.values[0] for t in front], [t.values[1] for t in front], "o-", color="red", label="Pareto front")
-    for t in front:
-        ax.annotate(str(t.number), (t.values[0], t.values[1]), fontsize="small", xytext=(3, 3),
-                    textcoords="offset points")
-    directions = [d.name.lower() for d in study.directions]
-    ax.set(xlabel=f"{names[0]} ({directions[0]})", ylabel=f"{names[1]} ({directions[1]})", title="Pareto front")
-    ax.grid(alpha=0.3)
-    ax.legend(loc="best")
-    plots.save(fig, path)
+    targets = None if len(study.directions) in (2, 3) else (lambda t: (t.values[0], t.values[1]))
+    _optuna_figure(lambda: plot_pareto_front(study, target_names=names[:2] if targets else names,
+                                             targets=targets), path, 6, 4.5)
 
 
 class OptunaSection(SectionBuilder):
@@ -192,11 +202,21 @@ class OptunaSection(SectionBuilder):
                         + " ".join(f"{k}={v}" for k, v in best.params.items()))
             command = best_command(info, best)
         figures, notes = [], []
+        importances: dict[str, float] = {}
+
+        def importance(p: Path) -> None:
+            importances.update(importance_plot(study, p))
+
         drawers = [
-            ("optuna_history.png", "each trial's value and the best so far",
+            ("optuna_history.png", "each trial's value and the best so far; pruned trials at their last report",
              lambda p: history_plot(study, metric, p)),
-            ("optuna_importances.png", "how much each parameter explains the objective (PED-ANOVA)",
-             lambda p: importance_plot(study, p)),
+            ("optuna_intermediate.png", "each trial's value per epoch: pruned trials stop early",
+             lambda p: intermediate_plot(study, p)),
+            ("optuna_slice.png", "the objective against each parameter (numeric axes, log where sampled so)",
+             lambda p: slice_plot(study, metric, p)),
+            ("optuna_importances.png", "how much each parameter explains the objective (PED-ANOVA)", importance),
+            ("optuna_contour.png", "the objective over the two most important parameters",
+             lambda p: contour_plot(study, metric, importances, p)),
             ("optuna_parallel.png", "complete trials across the parameters, coloured by the objective",
              lambda p: parallel_plot(study, metric, p)),
         ]

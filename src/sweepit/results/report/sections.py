@@ -10,6 +10,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sweepit.results._study_file import read_study_file
 from sweepit.results.report import linreg, plots
 from sweepit.results.report._sweep import Sweep, load_yaml
 from sweepit.results.report.table import Table, best_lines, reproduce_command, results_table
@@ -80,6 +81,8 @@ class ParamsSection(SectionBuilder):
     def build(self, sweep: Sweep, out_dir: Path) -> Section | None:
         if not sweep.swept or not any(j.status == "completed" for j in sweep.jobs):
             return None
+        if read_study_file(sweep.sweep_dir) is not None:
+            return None  # sampled values are not a grid: the Optuna section's slice and contour plots show them
         if len(sweep.swept) == 2:
             path = out_dir / "objective_heatmap.png"
             note = plots.objective_heatmap(sweep, path)
