@@ -117,9 +117,9 @@ def slice_plot(study: Any, metric: str, path: Path) -> None:
 
 def contour_plot(study: Any, metric: str, importances: dict[str, float], path: Path) -> None:
     """The objective over the two most important parameters (numeric axes, log where sampled so)."""
-    from optuna.visualization.matplotlib import plot_contour
-
     import importlib.util
+
+    from optuna.visualization.matplotlib import plot_contour
 
     if importlib.util.find_spec("scipy") is None:
         raise ValueError("Optuna's contour plot interpolates with scipy, which is not installed: "
