@@ -68,7 +68,8 @@ def test_scancel_stops_a_training_job_at_once_and_its_record_stands(tmp_path: Pa
     assert (job / "result.json").read_text() == recorded, "the job wrote over its record after the driver read it"
     assert len(_epochs(job)) == epochs_when_reported < 60
     cancelled = result(job)
-    assert cancelled["status"] == "interrupted" and "stopped by SIGTERM from Slurm" in cancelled["error"], cancelled
+    assert cancelled["status"] == "interrupted" and cancelled["slurm_state"] == "CANCELLED", cancelled
+    assert "stopped by SIGTERM from Slurm" in cancelled["job_error"]  # it stopped itself, at once
     _assert_whole(job)
     assert manifest(sweep).jobs[0].state == "interrupted"
     assert "1 jobs: 1 interrupted" in driver.stdout

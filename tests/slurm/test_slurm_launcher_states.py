@@ -106,12 +106,14 @@ def test_a_job_sigterm_stopped_keeps_its_record_with_what_slurm_says_it_was(tmp_
     e = entry(tmp_path)
     write_result(tmp_path, {"status": "interrupted", "error": f"KeyboardInterrupt: {SLURM_STOP}", "wall_time_s": 7.0,
                             "epochs_completed": 3})
-    assert _decide(e, "interrupted", row("CANCELLED"), None, False).dead is False  # scancel: its record is right
+    cancelled = _decide(e, "interrupted", row("CANCELLED"), None, False)
+    assert (cancelled.state, cancelled.dead) == ("interrupted", True)  # told that scancel it was
     seen = _decide(e, "interrupted", row("TIMEOUT"), None, False)
     assert seen.dead is True
     assert record_dead(e, seen, "") == "failed"
     result = read_result(tmp_path) or {}
     assert result["error"].startswith("reached its Slurm time limit") and result["wall_time_s"] == 7.0
+    assert SLURM_STOP in result["job_error"]
     assert _decide(e, "failed", row("TIMEOUT"), None, False).dead is False  # told once
 
 

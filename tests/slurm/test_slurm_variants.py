@@ -148,7 +148,7 @@ class TestNoAccountingCpuOnly:
         took = reported_at - cancelled_at
         assert took < 10, f"reported {took:.1f} s after scancel"
         # It stopped at SIGTERM (it did not sleep on until KillWait's SIGKILL), and said so itself.
-        assert "stopped by SIGTERM from Slurm" in result(job_dirs(sweep)[1])["error"]
+        assert "stopped by SIGTERM from Slurm" in result(job_dirs(sweep)[1])["job_error"]
         assert "4 jobs: 3 completed, 1 interrupted" in driver.stdout
         ids = slurm_ids(sweep)
         assert len({i.split("_")[0] for i in ids.values()}) == 2  # MaxArraySize=3: two sbatch calls

@@ -114,8 +114,8 @@ def _decide(entry: JobEntry, status: str | None, queued: QueueRow | None, accoun
         row = queued or accounted  # ending (COMPLETING), or squeue did not answer this time
         return Seen(state="running" if row is not None and row.state == "COMPLETING" else entry.state,
                     slurm_state=row.state if row is not None else "", node=row.node if row is not None else "")
-    # A job that SIGTERM stopped recorded itself `interrupted`; Slurm knows why (time limit, node failure).
-    retell = status == "interrupted" and ended.state != "CANCELLED" and _stopped_by_sigterm(entry)
+    # A job that SIGTERM stopped recorded itself `interrupted`; Slurm knows why (scancel, time limit, node failure).
+    retell = status == "interrupted" and _stopped_by_sigterm(entry)
     return Seen(state=status or _status_for(ended.state), slurm_state=ended.state,
                 node=ended.node or (queued.node if queued is not None else ""),
                 exit_code=accounted.reason if accounted is not None else "", final=True,
@@ -162,7 +162,7 @@ def _status_for(slurm_state: str) -> str:
 def explain(slurm_state: str, job_id: str, exit_code: str = "", timeout_min: Any = None) -> str:
     """Why a job has no result, in words, with what to do about it."""
     if slurm_state == "CANCELLED":
-        return f"cancelled in Slurm (job {job_id}) before it wrote a result"
+        return f"cancelled in Slurm (job {job_id}) before it finished"
     if slurm_state == "TIMEOUT":
         limit = f" of {timeout_min} min" if timeout_min is not None else ""
         return (f"reached its Slurm time limit{limit} (job {job_id}) before it finished: raise timeout_min, or keep "
@@ -193,6 +193,8 @@ def record_dead(entry: JobEntry, seen: Seen, stderr_tail: str) -> str:
         own = read_result(Path(entry.job_dir)) or {}
     except ValueError:
         own = {}
+    if own.get("error"):
+        own["job_error"] = own["error"]  # the job's own words, e.g. that SIGTERM stopped it
     result: dict[str, Any] = {
         **own, "status": status, "objective": None,
         "error": explain(seen.slurm_state, job_id, seen.exit_code, entry.extra.get("timeout_min")),
