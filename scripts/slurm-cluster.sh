@@ -1,11 +1,24 @@
 #!/usr/bin/env bash
 # A single-node Slurm cluster on localhost with 4 fake GPUs, for development and CI (issue 4).
 #
-#   scripts/slurm-cluster.sh up       install Debian's packages if missing, write /etc/slurm, start munged,
+#   scripts/slurm-cluster.sh up [FLAGS]  install Debian's packages if missing, write /etc/slurm, start munged,
 #                                     mariadb, slurmdbd, slurmctld, slurmd; wait until a job runs and sacct
 #                                     sees it. On a healthy cluster it only checks (a second or so).
 #   scripts/slurm-cluster.sh down     end every job, stop every daemon; idempotent.
-#   scripts/slurm-cluster.sh status   print what runs and sinfo; exit 0 only when the cluster takes jobs.
+#   scripts/slurm-cluster.sh status   print what runs, the variant and sinfo; exit 0 only when the cluster
+#                                     takes jobs.
+#
+# Variants, so that the tests also see clusters unlike the default one. `up` with no flags is the default
+# cluster (one partition `debug` with the node's 4 GPUs, accounting, no time limit). Flags combine; each
+# `up` applies exactly the flags it is given, restarting slurmctld and slurmd when the configuration
+# changes (about 5 s; queued and running jobs stay):
+#   --no-accounting           AccountingStorageType=accounting_storage/none, slurmdbd stopped: sacct fails.
+#   --cpu-only                the node has no GPUs (no Gres).
+#   --gpu-partition           two partitions: `cpu` (the default) whose only node, cpu0, has no GPUs and
+#                             never comes up (DOWN), and `gpu` with the real node and its GPUs.
+#   --max-time=MIN            every partition's MaxTime, in minutes (default INFINITE).
+#   --enforce-part-limits=X   EnforcePartLimits=ALL|ANY|NO (default: unset, which Slurm takes as NO).
+#   --max-array-size=N        MaxArraySize (default 1001, or SLURM_MAX_ARRAY_SIZE).
 #
 # Environment:
 #   SLURM_MAX_ARRAY_SIZE=5    cluster's MaxArraySize (default 1001); `up` applies a change by restarting
@@ -22,6 +35,14 @@ N_CPUS=16          # advertised (SlurmdParameters=config_overrides): 4 GPU tasks
 REAL_MEMORY_MB=16000
 MAX_ARRAY_SIZE=${SLURM_MAX_ARRAY_SIZE:-1001}
 TIMEOUT_S=${SLURM_UP_TIMEOUT_S:-90}
+# The variant (see above), set by parse_flags from `up`'s flags.
+ACCOUNTING=1
+CPU_ONLY=0
+GPU_PARTITION=0
+MAX_TIME=INFINITE
+ENFORCE_PART_LIMITS=""
+VARIANT=default
+FAKE_NODE=cpu0 # --gpu-partition: the default partition's only node, without GPUs, never registered
 
 ETC=/etc/slurm
 LOG_DIR=/var/log/slurm
@@ -129,8 +150,16 @@ install_packages() {
 }
 
 render_slurm_conf() {
+  local gres="Gres=gpu:$N_GPUS" accounting
+  ((CPU_ONLY)) && gres=""
+  if ((ACCOUNTING)); then
+    accounting=$'AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=127.0.0.1\nAccountingStorageTRES=gres/gpu'
+  else
+    accounting=AccountingStorageType=accounting_storage/none
+  fi
   cat <<EOF
 # Written by scripts/slurm-cluster.sh: a one-node development cluster with fake GPUs.
+# Variant: $VARIANT
 ClusterName=$CLUSTER
 SlurmctldHost=$NODE(127.0.0.1)
 SlurmUser=root
@@ -160,20 +189,56 @@ SlurmctldLogFile=$LOG_DIR/slurmctld.log
 SlurmdLogFile=$LOG_DIR/slurmd.log
 SlurmctldDebug=info
 SlurmdDebug=info
-AccountingStorageType=accounting_storage/slurmdbd
-AccountingStorageHost=127.0.0.1
-AccountingStorageTRES=gres/gpu
+$accounting
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=30
 JobCompType=jobcomp/none
-NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$N_CPUS Boards=1 SocketsPerBoard=1 CoresPerSocket=$N_CPUS ThreadsPerCore=1 RealMemory=$REAL_MEMORY_MB Gres=gpu:$N_GPUS State=UNKNOWN
-PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
 EOF
+  if [[ -n $ENFORCE_PART_LIMITS ]]; then echo "EnforcePartLimits=$ENFORCE_PART_LIMITS"; fi
+  echo "NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$N_CPUS Boards=1 SocketsPerBoard=1 CoresPerSocket=$N_CPUS" \
+    "ThreadsPerCore=1 RealMemory=$REAL_MEMORY_MB${gres:+ $gres} State=UNKNOWN"
+  if ((GPU_PARTITION)); then
+    # Port 9 (discard) serves no slurmd: slurmctld lists the node DOWN, and sinfo a real GPU-less partition.
+    cat <<EOF
+NodeName=$FAKE_NODE NodeAddr=127.0.0.1 Port=9 CPUs=4 RealMemory=4000 State=DOWN Reason=slurm-cluster.sh:never-up
+PartitionName=cpu Nodes=$FAKE_NODE Default=YES MaxTime=$MAX_TIME State=UP
+PartitionName=gpu Nodes=$NODE MaxTime=$MAX_TIME State=UP
+EOF
+  else
+    echo "PartitionName=debug Nodes=$NODE Default=YES MaxTime=$MAX_TIME State=UP"
+  fi
+}
+
+# The partition the smoke test's job runs in: under --gpu-partition the default one has no usable node.
+smoke_partition() { if ((GPU_PARTITION)); then echo gpu; else echo debug; fi; }
+
+# Whether the slurm.conf in place keeps accounting (status goes by the variant running, not by flags).
+conf_has_accounting() { ! grep -qx 'AccountingStorageType=accounting_storage/none' "$ETC/slurm.conf" 2>/dev/null; }
+
+parse_flags() {
+  local flag given=()
+  for flag; do
+    case $flag in
+    --no-accounting) ACCOUNTING=0 ;;
+    --cpu-only) CPU_ONLY=1 ;;
+    --gpu-partition) GPU_PARTITION=1 ;;
+    --max-time=*) MAX_TIME=${flag#*=} ;;
+    --enforce-part-limits=*) ENFORCE_PART_LIMITS=${flag#*=} ;;
+    --max-array-size=*) MAX_ARRAY_SIZE=${flag#*=} ;;
+    *) die "up takes --no-accounting, --cpu-only, --gpu-partition, --max-time=MIN, --enforce-part-limits=ALL|ANY|NO and --max-array-size=N, but got '$flag'" ;;
+    esac
+    given+=("$flag")
+  done
+  [[ $MAX_TIME =~ ^([0-9]+|INFINITE)$ ]] || die "--max-time must be a number of minutes, but got '$MAX_TIME'"
+  [[ $ENFORCE_PART_LIMITS =~ ^(|ALL|ANY|NO)$ ]] ||
+    die "--enforce-part-limits must be ALL, ANY or NO, but got '$ENFORCE_PART_LIMITS'"
+  [[ $MAX_ARRAY_SIZE =~ ^[1-9][0-9]*$ ]] || die "--max-array-size must be a positive number, but got '$MAX_ARRAY_SIZE'"
+  if ((${#given[@]})); then VARIANT=${given[*]}; fi
 }
 
 render_gres_conf() {
   printf '# Written by scripts/slurm-cluster.sh: fake GPUs are character devices (mknod c 1 3).\n'
-  printf 'NodeName=%s Name=gpu File=/dev/fakegpu[0-%d]\n' "$NODE" $((N_GPUS - 1))
+  if ((CPU_ONLY == 0)); then printf 'NodeName=%s Name=gpu File=/dev/fakegpu[0-%d]\n' "$NODE" $((N_GPUS - 1)); fi
 }
 
 render_slurmdbd_conf() {
@@ -213,10 +278,10 @@ write_configs() {
   local pass before=""
   mkdir -p "$ETC" "$LOG_DIR" "$STATE_DIR" "$SLURMD_SPOOL"
   SLURM_CONF_CHANGE=none DBD_CONF_CHANGED=0
-  [[ -f $ETC/slurm.conf ]] && before=$(grep -v '^MaxArraySize=' "$ETC/slurm.conf")
+  [[ -f $ETC/slurm.conf ]] && before=$(grep -v '^MaxArraySize=\|^# Variant:' "$ETC/slurm.conf")
   if render_slurm_conf | install_file "$ETC/slurm.conf" 644; then
     SLURM_CONF_CHANGE=full
-    [[ $before == "$(grep -v '^MaxArraySize=' "$ETC/slurm.conf")" ]] && SLURM_CONF_CHANGE=array
+    [[ $before == "$(grep -v '^MaxArraySize=\|^# Variant:' "$ETC/slurm.conf")" ]] && SLURM_CONF_CHANGE=array
     log "wrote $ETC/slurm.conf (MaxArraySize=$MAX_ARRAY_SIZE)"
   fi
   if render_gres_conf | install_file "$ETC/gres.conf" 644; then
@@ -326,7 +391,7 @@ start_slurmd() {
   local fresh=0
   if ! pid_alive slurmd; then
     stop_daemons slurmd
-    log "starting slurmd (node $NODE, $N_CPUS CPUs, gpu:$N_GPUS)"
+    log "starting slurmd (node $NODE, $N_CPUS CPUs, $( ((CPU_ONLY)) && echo "no GPUs" || echo "gpu:$N_GPUS"))"
     slurmd
     pgrep -x slurmstepd >/dev/null || fresh=1
   fi
@@ -355,8 +420,9 @@ start_slurmd() {
 # A trivial job end to end: the scheduler runs it and accounting records it.
 smoke_test() {
   local job_id deadline=$((SECONDS + TIMEOUT_S))
-  job_id=$(timeout "$TIMEOUT_S" srun -N1 -n1 -t1 --quiet -J slurm-cluster-check printenv SLURM_JOB_ID) ||
-    fail "srun -N1 printenv SLURM_JOB_ID did not run within ${TIMEOUT_S}s"
+  job_id=$(timeout "$TIMEOUT_S" srun -p "$(smoke_partition)" -N1 -n1 -t1 --quiet -J slurm-cluster-check \
+    printenv SLURM_JOB_ID) || fail "srun -N1 printenv SLURM_JOB_ID did not run within ${TIMEOUT_S}s"
+  ((ACCOUNTING)) || return 0
   until [[ $(sacct -n -X -P -j "$job_id" -o State 2>/dev/null) == COMPLETED ]]; do
     ((SECONDS < deadline)) || fail "sacct does not report job $job_id as COMPLETED after ${TIMEOUT_S}s"
     sleep 0.2
@@ -365,6 +431,7 @@ smoke_test() {
 
 cmd_up() {
   local started=$SECONDS
+  parse_flags "$@"
   install_packages
   write_configs
   if [[ $SLURM_CONF_CHANGE == none ]] && ((DBD_CONF_CHANGED == 0)) && cluster_usable; then
@@ -372,12 +439,16 @@ cmd_up() {
     return 0
   fi
   start_munge
-  start_mariadb
-  start_slurmdbd
+  if ((ACCOUNTING)); then
+    start_mariadb
+    start_slurmdbd
+  else
+    stop_daemons slurmdbd # as on a cluster without accounting: sacct fails
+  fi
   start_slurmctld
   start_slurmd
   smoke_test
-  log "cluster $CLUSTER up in $((SECONDS - started))s: node $NODE, $N_CPUS CPUs, gpu:$N_GPUS, partition debug," \
+  log "cluster $CLUSTER up in $((SECONDS - started))s: node $NODE, $N_CPUS CPUs, variant: $VARIANT," \
     "MaxArraySize=$MAX_ARRAY_SIZE, config $ETC/slurm.conf"
 }
 
@@ -397,7 +468,8 @@ cmd_down() {
 }
 
 cluster_usable() {
-  munge_ok && pid_alive slurmd && ctld_ok && node_usable && sacct -n -X -S now >/dev/null 2>&1
+  munge_ok && pid_alive slurmd && ctld_ok && node_usable &&
+    { ! conf_has_accounting || sacct -n -X -S now >/dev/null 2>&1; }
 }
 
 cmd_status() {
@@ -410,7 +482,8 @@ cmd_status() {
     fi
   done
   if ctld_ok; then
-    sinfo -o '  %P %a %D %T %C %G' 2>&1 || true
+    printf '  variant: %s\n' "$(sed -n 's/^# Variant: //p' "$ETC/slurm.conf")"
+    sinfo -o '  %P %a %D %T %C %G %l' 2>&1 || true
     printf '  %s; config %s\n' "$(scontrol show config | grep -o 'MaxArraySize *= *[0-9]*')" "$ETC/slurm.conf"
   fi
   if cluster_usable; then
@@ -425,10 +498,12 @@ main() {
   local cmd=${1:-}
   case $cmd in
   up | down | status) ;;
-  *) die "usage: $0 up|down|status, but got '${cmd}'" ;;
+  *) die "usage: $0 up [FLAGS]|down|status, but got '${cmd}'" ;;
   esac
+  [[ $cmd == up ]] || (($# <= 1)) || die "only up takes flags, but got: $*"
   [[ $cmd == status ]] || ((EUID == 0)) || die "$0 $cmd must run as root (it installs packages and starts daemons)"
-  "cmd_$cmd"
+  shift
+  "cmd_$cmd" "$@"
 }
 
 main "$@"

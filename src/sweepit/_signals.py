@@ -116,3 +116,19 @@ def interrupt_on_stop_signals() -> None:
 
     for sig in STOP_SIGNALS:
         signal.signal(sig, _interrupt)
+
+
+SLURM_STOP = "stopped by SIGTERM from Slurm (scancel, the time limit, preemption without requeue or a node going down)"
+
+
+def interrupt_on_sigterm(unless: Callable[[], bool]) -> None:
+    """In a Slurm task: SIGTERM raises KeyboardInterrupt (the job stops at once and records `interrupted`)
+    unless `unless()` says the task is already on its way out (its result is in, or it is being requeued).
+    submitit ignores SIGTERM, so a cancelled job would otherwise train on for Slurm's KillWait and then write
+    a result over what the driver recorded."""
+
+    def _interrupt(signum: int, frame: FrameType | None) -> None:
+        if not unless():
+            raise KeyboardInterrupt(SLURM_STOP)
+
+    signal.signal(signal.SIGTERM, _interrupt)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,3 +112,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if HERE in item.path.parents and item.get_closest_marker("no_cluster") is None:
             item.add_marker(pytest.mark.slurm)
+
+
+def cluster_up(*flags: str) -> None:
+    """`slurm-cluster.sh up FLAGS`: the cluster in that variant (no flags: the default one)."""
+    proc = subprocess.run([str(CLUSTER_SCRIPT), "up", *flags], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, f"{CLUSTER_SCRIPT.name} up {' '.join(flags)} failed:\n{proc.stdout}{proc.stderr}"
+
+
+@contextmanager
+def cluster_variant(*flags: str) -> Iterator[SlurmCluster]:
+    """The local cluster reconfigured (`slurm-cluster.sh up FLAGS`, a few seconds) for the tests inside, and
+    back to the default one after them, whatever happened. Needs root, as the script does."""
+    if os.geteuid() != 0:
+        pytest.skip(f"reconfiguring the local cluster ({' '.join(flags)}) needs root")
+    try:
+        cluster_up(*flags)
+        yield _describe()
+    finally:
+        cluster_up()

@@ -124,8 +124,20 @@ BAD_INPUT = {
                                               "gives one job, but got nodes=2."),
     "launcher time limit not a count": (["~timeout_min", "hydra.launcher.timeout_min=0"], {},
                                         "hydra.launcher.timeout_min must be an integer >= 1, but got timeout_min=0."),
-    "unknown partition": (["hydra.launcher.partition=nope"], {},
-                          "hydra.launcher.partition must name a partition of this cluster (debug), but got 'nope'"),
+    "unknown partition": (["hydra.launcher.partition=debgu"], {},
+                          "hydra.launcher.partition must name a partition of this cluster (debug), but got 'debgu'. "
+                          "Set hydra.launcher.partition=debug (the closest name with GPUs)"),
+    "unknown partition in a dry run": (["hydra.launcher.partition=nope", "hydra.launcher.dry_run=true"], {},
+                                       "hydra.launcher.partition must name a partition of this cluster (debug)"),
+    "unknown partition in SBATCH_PARTITION": ([], {"SBATCH_PARTITION": "gpus"},
+                                              "SBATCH_PARTITION (in the environment) must name a partition of this "
+                                              "cluster (debug), but got 'gpus'."),
+    "gpus_key naming no key": (["hydra.launcher.gpus_key=trainer.n_gpus"], {},
+                               "hydra.launcher.gpus_key must name a key of the job config that holds the GPUs each job "
+                               "asks for, but got gpus_key=trainer.n_gpus, which job 0's config does not have."),
+    "launcher value wrong at setup": (["hydra.launcher.array_parallelism=0"], {},
+                                      "hydra.launcher.array_parallelism must be an integer >= 1, but got "
+                                      "array_parallelism=0."),
     "unknown launcher key": (["hydra.launcher.gpus=2"], {}, "Key 'gpus' not in 'SlurmLauncherConf'"),
     "time limit shorter than the signal": (["timeout_min=2"], {},
                                            "timeout_min must leave room for the checkpoint signal"),
@@ -142,6 +154,9 @@ def test_bad_input_stops_the_sweep_before_anything_is_submitted(case: str, tmp_p
     assert proc.returncode == 1
     assert message in proc.stderr.replace("\n", " "), proc.stderr
     assert "Traceback" not in proc.stderr  # Hydra prints the message alone
+    assert "Error in call to target" not in proc.stderr, proc.stderr  # sweepit's paragraph, not wrapped by Hydra
+    if case != "unknown launcher key":  # that one is Hydra's own override error, against the schema
+        assert proc.stderr.startswith(message[:40]) and "full_key: hydra.launcher" not in proc.stderr, proc.stderr
     assert not (sweep / ".submitit").exists()
 
 

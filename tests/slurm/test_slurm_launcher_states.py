@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from sweepit.results._job_files import write_result
+from sweepit._signals import SLURM_STOP
+from sweepit.results._job_files import read_result, write_result
 from sweepit.results._manifest import JobEntry
-from sweepit.slurm._cluster import QueueRow
-from sweepit.slurm._states import LOST, _decide, _mine, record_dead
+from sweepit.slurm._cluster import QueueRow, minutes
+from sweepit.slurm._states import CANCELLED_BY_DRIVER, LOST, _decide, _mine, pending_reasons, record_dead
 
 pytestmark = pytest.mark.no_cluster  # decisions on recorded squeue/sacct rows: no cluster needed
 
@@ -32,7 +33,7 @@ def row(state: str, name: str = NAME, reason: str = "") -> QueueRow:
     (row("RUNNING"), None, "running", False),
     (row("COMPLETING"), row("REQUEUED"), "running", False),   # being requeued: it comes back
     (row("COMPLETING"), row("PREEMPTED"), "running", False),  # still in the queue: Slurm requeues it
-    (row("COMPLETING"), row("CANCELLED"), "interrupted", True),  # processes still dying (KillWait)
+    (row("COMPLETING"), row("CANCELLED"), "running", False),  # processes still stopping: one may yet write
     (row("CANCELLED"), None, "interrupted", True),
     (row("TIMEOUT"), None, "failed", True),
     (None, row("OUT_OF_MEMORY"), "failed", True),              # gone from squeue: accounting has it
@@ -48,7 +49,8 @@ def test_a_job_without_result(tmp_path: Path, queued: QueueRow | None, accounted
 def test_a_failed_result_of_a_requeued_run_does_not_end_the_job(tmp_path: Path) -> None:
     e = entry(tmp_path, "failed")
     assert _decide(e, "failed", row("PENDING"), None, False).final is False
-    ended = _decide(e, "failed", row("COMPLETING"), row("FAILED", reason="1:0"), False)
+    assert _decide(e, "failed", row("COMPLETING"), row("FAILED", reason="1:0"), False).final is False  # exiting
+    ended = _decide(e, "failed", row("FAILED"), row("FAILED", reason="1:0"), False)
     assert (ended.state, ended.final, ended.dead) == ("failed", True, False)  # its own result stands
 
 
@@ -81,3 +83,46 @@ def test_a_dead_job_gets_a_result_with_the_slurm_state_and_its_stderr(tmp_path: 
     assert result["error"].startswith("reached its Slurm time limit of 30 min (job 40_3) before it finished")
     assert "TIME LIMIT" in result["stderr_tail"] and result["final"] == {"epoch": 1, "val_loss": 0.5}
     assert _decide(e, None, None, None, False).slurm_state == LOST
+
+
+def test_a_job_slurm_forgot_reads_what_the_driver_did_or_what_slurmstepd_wrote(tmp_path: Path) -> None:
+    """No accounting, or purged: neither squeue nor sacct lists the job any more."""
+    e = entry(tmp_path)
+    lost = _decide(e, None, None, None, False)
+    assert (lost.state, lost.slurm_state) == ("failed", LOST)
+    e.extra[CANCELLED_BY_DRIVER] = "2026-01-01T00:00:00+00:00"
+    cancelled = _decide(e, None, None, None, False)
+    assert (cancelled.state, cancelled.slurm_state) == ("interrupted", "CANCELLED")
+    del e.extra[CANCELLED_BY_DRIVER]
+    for said, state, status in (("CANCELLED AT 2026-01-01T10:00:00 ***", "CANCELLED", "interrupted"),
+                                ("CANCELLED AT 2026-01-01T10:00:00 DUE TO TIME LIMIT ***", "TIMEOUT", "failed"),
+                                ("CANCELLED AT 2026-01-01T10:00:00 DUE TO NODE FAILURE ***", "NODE_FAIL", "failed")):
+        (tmp_path / "err").write_text(f"epoch 3\nslurmstepd: error: *** JOB 40 ON node1 {said}\n")
+        seen = _decide(e, None, None, None, False)
+        assert (seen.state, seen.slurm_state, seen.dead) == (status, state, True)
+
+
+def test_a_job_sigterm_stopped_keeps_its_record_with_what_slurm_says_it_was(tmp_path: Path) -> None:
+    e = entry(tmp_path)
+    write_result(tmp_path, {"status": "interrupted", "error": f"KeyboardInterrupt: {SLURM_STOP}", "wall_time_s": 7.0,
+                            "epochs_completed": 3})
+    cancelled = _decide(e, "interrupted", row("CANCELLED"), None, False)
+    assert (cancelled.state, cancelled.dead) == ("interrupted", True)  # told that scancel it was
+    seen = _decide(e, "interrupted", row("TIMEOUT"), None, False)
+    assert seen.dead is True
+    assert record_dead(e, seen, "") == "failed"
+    result = read_result(tmp_path) or {}
+    assert result["error"].startswith("reached its Slurm time limit") and result["wall_time_s"] == 7.0
+    assert SLURM_STOP in result["job_error"]
+    assert _decide(e, "failed", row("TIMEOUT"), None, False).dead is False  # told once
+
+
+def test_pending_reasons_group_jobs_by_squeues_reason(tmp_path: Path) -> None:
+    seen = {n: _decide(entry(tmp_path), None, row("PENDING", reason=r), None, False)
+            for n, r in enumerate(["Resources", "Priority", "Priority"])}
+    assert pending_reasons(seen) == "1 Resources (job 0), 2 Priority (jobs 1, 2)"
+    assert _decide(entry(tmp_path), None, row("RUNNING", reason="None"), None, False).reason == ""
+
+
+def test_slurm_time_limits_in_minutes() -> None:
+    assert [minutes(t) for t in ("UNLIMITED", "30", "00:04:00", "1-00:00:00", "00:04:30")] == [None, 30, 4, 1440, 5]

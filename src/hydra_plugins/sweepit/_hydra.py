@@ -38,6 +38,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from sweepit._files import atomic_write
+from sweepit._signals import interrupt_on_sigterm
 from sweepit.errors import SweepFailedError, SweepitError
 from sweepit.local._worker import Reply, failure, picklable
 from sweepit.results._job_files import RESULT_FILE, read_result
@@ -345,6 +346,8 @@ class SlurmTask:
         from hydra.core.utils import run_job, setup_globals
 
         self._requeueing = self._finished = False  # this object comes back from the checkpoint pickle
+        # After submitit's own handlers (it ignores SIGTERM): scancel stops the job now, not after KillWait.
+        interrupt_on_sigterm(unless=lambda: self._requeueing or self._finished)
         job_dir = Path(self.job_dir)
         rank = int(os.environ.get("SLURM_PROCID", "0"))
         # A copy: set_state adds the Plugins singleton to the dict it is given, and this object is pickled again

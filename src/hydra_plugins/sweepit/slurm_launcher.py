@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from hydra.core.utils import JobReturn
-from hydra.types import HydraContext
-from omegaconf import OmegaConf
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.sweepit._hydra import LaunchError, SlurmTask, SweepitLauncher, compact_errors, job_return
 from sweepit.errors import ConfigError
@@ -29,11 +29,20 @@ def _plain(value: Any) -> Any:
 class SlurmLauncher(SweepitLauncher):
     def __init__(self, **params: Any) -> None:
         super().__init__()
+        # A bad value is raised at setup(), not here: Hydra wraps whatever a plugin's constructor raises in
+        # "Error in call to target ... full_key: hydra.launcher", and the user is to see sweepit's message alone.
+        self._bad_options: str | None = None
         try:
             self.options = SlurmOptions.from_params({k: _plain(v) for k, v in params.items()})
         except ConfigError as e:
-            raise LaunchError(str(e)) from None
+            self._bad_options = str(e)
+            self.options = SlurmOptions(dry_run=True)  # never used: setup() raises first
         self._sweep: SlurmSweep | None = None    # the run of start()/wait_any()
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        if self._bad_options is not None:
+            raise LaunchError(self._bad_options)
+        super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
 
     def _new_sweep(self) -> SlurmSweep:
         sweep_dir = self.sweep_dir()

@@ -37,6 +37,7 @@ class Progress:
         self.done = 0                # finished in this run, whatever the outcome
         self.bad: dict[str, int] = {}  # failed and interrupted jobs, by status
         self.skipped = 0             # finished before (resume): not run again
+        self.note = ""               # what the launcher adds, e.g. why queued jobs wait
         self._shown = False
         self._early: tuple[float, float] | None = None  # (ETA from running jobs' epochs, when it was taken)
 
@@ -88,7 +89,7 @@ class Progress:
         parts += [f"{self.running} running", f"{self.queued} queued"]
         eta = self.eta_s()
         when = f"{format_duration(self.clock() - self.t0)} elapsed, ETA {'?' if eta is None else format_duration(eta)}"
-        return "sweep: " + ", ".join(parts) + " | " + when
+        return "sweep: " + ", ".join(parts) + " | " + when + (f" | {self.note}" if self.note else "")
 
     def draw(self) -> None:
         """Redraw the line in place (live mode only); cheap enough to call on every event."""

@@ -7,13 +7,15 @@ and submitit print them: `123` for a plain job, `123_4` for task 4 of job array 
 
 from __future__ import annotations
 
+import difflib
+import os
 import re
 import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sweepit.errors import SweepitError
+from sweepit.errors import ConfigError, SweepitError
 
 # squeue states of a job that is still to run, running, or coming back (requeue, suspension).
 ACTIVE_STATES = frozenset({
@@ -53,6 +55,16 @@ class Partition:
     n_nodes: int
     max_nodes_per_job: int | None    # the partition's MaxNodes; None: unlimited
     cpus_per_node: int
+    max_time_min: int | None = None  # the partition's MaxTime in minutes; None: unlimited
+    chosen_by: str = "the cluster's default partition"  # where the name came from, for messages
+    gpu_partitions: tuple[str, ...] = ()  # the cluster's partitions whose nodes have GPUs, most GPUs first
+
+    def fix_for_gpus(self) -> str:
+        """What to set when this partition has too few GPUs."""
+        others = [p for p in self.gpu_partitions if p != self.name]
+        if others:
+            return f"Set hydra.launcher.partition={others[0]} (partitions with GPUs: {', '.join(others)})"
+        return "Pick a partition with GPUs with hydra.launcher.partition (`sinfo -o '%P %G'` lists them)"
 
 
 def _run(args: Sequence[str], timeout_s: float = _TIMEOUT_S) -> subprocess.CompletedProcess[str]:
@@ -80,6 +92,15 @@ def check_reachable() -> None:
                          "Start it (`make slurm-up` for the local cluster) or ask the cluster's admins.")
 
 
+def controller_up() -> bool:
+    """`scontrol ping` (it answers at once; squeue retries for about 18 s while the controller is down)."""
+    try:
+        ping = _run(["scontrol", "ping"], timeout_s=10)
+    except SlurmError:
+        return False
+    return ping.returncode == 0 and " is UP" in ping.stdout
+
+
 def max_array_size() -> int:
     """The cluster's MaxArraySize: an array's task indices must stay below it."""
     out = _run(["scontrol", "show", "config"])
@@ -87,29 +108,69 @@ def max_array_size() -> int:
     return int(m.group(1)) if out.returncode == 0 and m else DEFAULT_MAX_ARRAY_SIZE
 
 
-def partition(name: str | None) -> Partition:
-    """The partition `name` (None: the default one) with its nodes' GPUs, from sinfo and scontrol."""
+def partition(name: str | None, want_gpus: bool = False) -> Partition:
+    """The partition `name` (None: $SBATCH_PARTITION as sbatch takes it, else the default one) with its nodes'
+    GPUs and limits, from sinfo and scontrol. A name the cluster does not have is a ConfigError that suggests
+    the closest one (one with GPUs when `want_gpus`)."""
     out = _run(["sinfo", "-h", "-o", "%P|%G|%D|%c"])
     if out.returncode != 0:
         raise SlurmError(f"`sinfo` must list the partitions, but failed: {out.stderr.strip()}")
     rows = [line.split("|") for line in out.stdout.splitlines() if line.count("|") == 3]
     names = sorted({r[0].rstrip("*") for r in rows})
+    gpus_of = {n: max(_gpus(r[1]) for r in rows if r[0].rstrip("*") == n) for n in names}
+    with_gpus = tuple(sorted((n for n in names if gpus_of[n]), key=lambda n: -gpus_of[n]))
+    key, chosen_by = "hydra.launcher.partition", "hydra.launcher.partition"
+    if name is None and os.environ.get("SBATCH_PARTITION"):
+        # sbatch takes the first partition of the list that can run the job; its checks go by the first.
+        name = os.environ["SBATCH_PARTITION"].split(",")[0].strip()
+        key = chosen_by = "SBATCH_PARTITION (in the environment)"
     if name is None:
         default = [r[0] for r in rows if r[0].endswith("*")]
         if not default:
-            raise SlurmError("hydra.launcher.partition must be set on this cluster, which has no default partition; "
-                             f"partitions: {', '.join(names)}.")
+            raise ConfigError("hydra.launcher.partition must be set on this cluster, which has no default partition, "
+                              f"but it is null. Set for example hydra.launcher.partition="
+                              f"{(with_gpus if want_gpus and with_gpus else names or ['gpu'])[0]} (partitions: "
+                              f"{', '.join(names)}).")
         name = default[0].rstrip("*")
+        chosen_by = "the cluster's default partition"
+    if name not in names:
+        raise ConfigError(f"{key} must name a partition of this cluster ({', '.join(names)}), but got {name!r}. "
+                          f"{_suggest(name, names, with_gpus if want_gpus else ())}")
     mine = [r for r in rows if r[0].rstrip("*") == name]
-    if not mine:
-        raise SlurmError(f"hydra.launcher.partition must name a partition of this cluster ({', '.join(names)}), "
-                         f"but got {name!r}. Set for example hydra.launcher.partition={names[0] if names else 'gpu'}.")
-    gpus = [int(m.group(1)) if (m := _GPUS.search(r[1])) else 0 for r in mine]
     info = _run(["scontrol", "show", "partition", name, "-o"]).stdout
     limit = re.search(r"\bMaxNodes=(\S+)", info)
     max_nodes = int(limit.group(1)) if limit and limit.group(1).isdigit() else None
-    return Partition(name=name, gpus_per_node=max(gpus), n_nodes=sum(int(r[2]) for r in mine),
-                     max_nodes_per_job=max_nodes, cpus_per_node=max(int(r[3].rstrip("+")) for r in mine))
+    max_time = re.search(r"\bMaxTime=(\S+)", info)
+    return Partition(name=name, gpus_per_node=gpus_of[name], n_nodes=sum(int(r[2]) for r in mine),
+                     max_nodes_per_job=max_nodes, cpus_per_node=max(int(r[3].rstrip("+")) for r in mine),
+                     max_time_min=minutes(max_time.group(1)) if max_time else None, chosen_by=chosen_by,
+                     gpu_partitions=with_gpus)
+
+
+def _gpus(gres: str) -> int:
+    m = _GPUS.search(gres)
+    return int(m.group(1)) if m else 0
+
+
+def _suggest(name: str, names: list[str], preferred: Sequence[str]) -> str:
+    """`Set hydra.launcher.partition=<closest>`: among `preferred` (partitions with GPUs) when there are any."""
+    pool = list(preferred) or names
+    close = difflib.get_close_matches(name, pool, n=1, cutoff=0.0) or pool[:1]
+    why = " (the closest name with GPUs)" if preferred else " (the closest name)"
+    return f"Set hydra.launcher.partition={close[0]}{why}; `sinfo -s` lists them." if close else ""
+
+
+def minutes(slurm_time: str) -> int | None:
+    """Minutes in a Slurm time limit (`UNLIMITED`, `30`, `04:00:00`, `1-12:00:00`); None when unlimited."""
+    if slurm_time in ("UNLIMITED", "INFINITE", "NONE", "Partition_Limit"):
+        return None
+    days, _, clock = slurm_time.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    if len(parts) == 1:
+        h, m, sec = 0, parts[0], 0  # a bare number is minutes
+    else:
+        h, m, sec = ([0] * (3 - len(parts)) + parts)[-3:]
+    return (int(days or 0) * 24 + h) * 60 + m + (1 if sec else 0)
 
 
 def scancel(job_ids: Iterable[str]) -> None:

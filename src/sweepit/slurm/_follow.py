@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,11 +26,22 @@ from sweepit.results._progress import Progress
 from sweepit.results._summary import own_overrides
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._cluster import ACTIVE_STATES, SlurmError
-from sweepit.slurm._states import Seen, apply, look, record_dead, slurm_id, stderr_tail
+from sweepit.slurm._states import (
+    Seen,
+    apply,
+    look,
+    pending_reasons,
+    record_dead,
+    settled_by_results,
+    slurm_id,
+    stderr_tail,
+)
 from sweepit.slurm._submit import result_pickle
 
 _TICK_S = 0.1    # how soon a signal is acted on
 _CLOCK_S = 1.0   # how often a terminal's progress clock is redrawn
+_LOOK_WAIT_S = 2.0  # how long a poll waits for squeue (it answers in milliseconds; while the controller is going
+                    # away it retries for about 18 s, and the results on disk are not to wait for that)
 
 
 class Follower:
@@ -46,6 +58,9 @@ class Follower:
         self._phase = {n: "running" if manifest.jobs[n].state == "running" else "queued" for n in nums}
         self._dead = ResultGrace(result_grace_s)  # its own result may be a moment late on a shared file system
         self._returning: dict[int, tuple[float, str]] = {}  # result in, return value not yet: (since, status)
+        self._unreachable = False    # the controller did not answer at the last look (said once, and when back)
+        self._reasons = ""           # why queued jobs wait, as last said
+        self._looking: tuple[threading.Thread, dict[str, Any]] | None = None  # squeue/sacct in flight
         self.on_poll: Callable[[], None] = lambda: None  # called at every look: the sweep lock's heartbeat
 
     def add(self, num: int) -> None:
@@ -73,17 +88,17 @@ class Follower:
         self.stop_signal = stop.first
 
     def poll(self) -> None:
-        """One look at every pending job; records what changed in the manifest."""
+        """One look at every pending job; records what changed in the manifest. Results on disk are taken
+        first, so that they are reported even while the Slurm controller does not answer."""
         self.on_poll()
-        try:
-            seen = look(self.manifest.jobs[n] for n in self.pending)
-        except SlurmError as e:  # a slow or restarting controller: look again next time
-            self.progress.clear()
-            print(f"sweepit: {e}", file=sys.stderr, flush=True)
-            return
+        seen = settled_by_results(self.manifest.jobs[n] for n in self.pending)
+        ask = [n for n in self.pending if n not in seen]
+        if self._looking is None and ask and self._controller_answers():
+            self._start_look(ask)
+        asked = self._collect_look(seen)
         now = time.monotonic()
         changed = False
-        for num in list(self.pending):
+        for num in [n for n in self.pending if n in seen]:
             s = seen[num]
             entry = self.manifest.jobs[num]
             if s.dead:
@@ -96,6 +111,61 @@ class Follower:
         self._give_up_on_returns(now)
         if changed:
             write_manifest(self.manifest)
+        if asked or not self.pending:
+            self._tell_reasons(pending_reasons({n: s for n, s in seen.items() if n in self.pending}))
+        self.progress.draw()
+
+    def _start_look(self, nums: list[int]) -> None:
+        """Ask Slurm about these jobs in a thread: the results on disk are reported whatever squeue takes."""
+        entries = [self.manifest.jobs[n] for n in nums]
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                box["seen"] = look(entries)
+            except SlurmError as e:
+                box["error"] = e
+
+        thread = threading.Thread(target=work, name="sweepit-squeue", daemon=True)
+        thread.start()
+        self._looking = thread, box
+
+    def _collect_look(self, seen: dict[int, Seen]) -> bool:
+        """Add what Slurm said to `seen` (results on disk first) once it has answered; whether it had."""
+        if self._looking is None:
+            return False
+        thread, box = self._looking
+        thread.join(timeout=_LOOK_WAIT_S)
+        if thread.is_alive():
+            self._controller_answers()  # says so when squeue hangs because the controller went away
+            return False
+        self._looking = None
+        if "error" in box:  # a slow or restarting controller: look again next time
+            self._say(f"sweepit: {box['error']}")
+            return False
+        seen.update({n: s for n, s in box["seen"].items() if n in self.pending and n not in seen})
+        return True
+
+    def _controller_answers(self) -> bool:
+        """Whether to ask squeue now; says once that the controller is unreachable, and once that it is back."""
+        up = cluster.controller_up()
+        if up == self._unreachable:
+            self._unreachable = not up
+            self._say("sweepit: the Slurm controller answers again; following the jobs in Slurm." if up else
+                      "sweepit: the Slurm controller does not answer (`scontrol ping`); results the jobs write are "
+                      "still reported, and their Slurm states once it is back. The jobs run on.")
+        return up
+
+    def _tell_reasons(self, reasons: str) -> None:
+        """Why queued jobs wait (squeue's reason): in the live progress line, else a line when it changes."""
+        self.progress.note = f"pending: {reasons}" if reasons else ""
+        if reasons != self._reasons and reasons and not self.progress.live:
+            self._say(f"sweepit: pending in Slurm: {reasons}")
+        self._reasons = reasons
+
+    def _say(self, line: str) -> None:
+        self.progress.clear()
+        print(line, file=sys.stderr, flush=True)
         self.progress.draw()
 
     def settle(self) -> None:
@@ -108,7 +178,7 @@ class Follower:
         """Jobs still without a return value `result_grace_s` after their result: those Slurm has ended (or
         forgotten) will not get one; they end with their result alone."""
         late = [n for n, (since, _) in self._returning.items() if now - since >= self.result_grace_s]
-        if not late:
+        if not late or self._unreachable:
             return
         rows = cluster.squeue(slurm_id(self.manifest.jobs[n]) or "" for n in late)
         if rows is None:

@@ -187,8 +187,23 @@ class Asked:
     own_timeout: bool = False        # the time limit is the job config's
 
 
+def check_keys_exist(num: int, gpus: Any, timeout_min: Any, o: SlurmOptions) -> None:
+    """A `gpus_key` or `timeout_key` of the user's own (not the default) that the job's config does not have is
+    a mistake: left alone, the job would silently take the launcher's request instead."""
+    for name, key, value, default in (("gpus_key", o.gpus_key, gpus, SlurmOptions.gpus_key),
+                                      ("timeout_key", o.timeout_key, timeout_min, SlurmOptions.timeout_key)):
+        if key is not None and key != default and value is None:
+            what = "the GPUs" if name == "gpus_key" else "the time limit in minutes"
+            raise ConfigError(
+                f"hydra.launcher.{name} must name a key of the job config that holds {what} each job asks for, but "
+                f"got {name}={key}, which job {num}'s config does not have. Set it to the key your config uses "
+                f"(sweepit's train.py: {default}), or hydra.launcher.{name}=null to take every job's request from "
+                "hydra.launcher.")
+
+
 def asked(num: int, gpus: Any, timeout_min: Any, o: SlurmOptions) -> Asked:
     """Job `num`'s values of `gpus_key` and `timeout_key` (None: absent from its config), checked."""
+    check_keys_exist(num, gpus, timeout_min, o)
     limit = o.timeout_min if timeout_min is None else integer(timeout_min, str(o.timeout_key), num, 1)
     check_time_limit(num, limit, o, str(o.timeout_key) if timeout_min is not None else "hydra.launcher.timeout_min")
     return Asked(num, None if gpus is None else integer(gpus, str(o.gpus_key), num, 1), limit, timeout_min is not None)
@@ -218,17 +233,43 @@ def place(jobs: list[Asked], o: SlurmOptions) -> tuple[list[Request], int]:
     """Each job's request, checked against the partition; and the most jobs one array may hold. A dry run away
     from the cluster goes by the options alone."""
     part: cluster.Partition | None = None
+    want_gpus = any(j.gpus for j in jobs) or bool(o.gpus_per_node or o.gpus_per_task or gres_gpus(o.gres))
     try:
         cluster.check_reachable()
-        part = cluster.partition(o.partition)
-    except SlurmError:
+        part = cluster.partition(o.partition, want_gpus=want_gpus)
+    except SlurmError:  # unreachable (a ConfigError, such as a partition it does not have, is not caught)
         if not o.dry_run:
             raise
     _say_what_the_job_configs_override(jobs, o)
     requests = [_own_request(j, o, part) if j.gpus is not None else _launcher_request(j, o, part) for j in jobs]
+    if part is not None:
+        _check_max_time(jobs, o, part)
     if o.max_array_size is not None:
         return requests, o.max_array_size
     return requests, cluster.max_array_size() if part is not None else cluster.DEFAULT_MAX_ARRAY_SIZE
+
+
+def _check_max_time(jobs: list[Asked], o: SlurmOptions, part: cluster.Partition) -> None:
+    """A time limit above the partition's MaxTime pends forever (PartitionTimeLimit) where Slurm does not
+    enforce partition limits at submission, and is refused by sbatch where it does: say so before either."""
+    over = [j for j in jobs if part.max_time_min is not None and j.timeout_min > part.max_time_min]
+    if not over:
+        return
+    j = over[0]
+    key = str(o.timeout_key) if j.own_timeout else "hydra.launcher.timeout_min"
+    others = f" (and {len(over) - 1} more job(s))" if len(over) > 1 else ""
+    raise ConfigError(
+        f"{key} must be at most the MaxTime of partition {part.name} ({part.chosen_by}), {part.max_time_min} min, "
+        f"but job {j.num} has {key}={j.timeout_min}{others}: Slurm would leave it pending for ever (reason "
+        f"PartitionTimeLimit) or refuse it. Set {key}={part.max_time_min} or lower, or pick a partition with a "
+        "longer limit with hydra.launcher.partition (`sinfo -o '%P %l'` lists the limits).")
+
+
+def _no_gpus(job: Asked, o: SlurmOptions, part: cluster.Partition) -> ConfigError:
+    return ConfigError(
+        f"{o.gpus_key} must ask for GPUs that partition {part.name} ({part.chosen_by}) has, but its nodes have none "
+        f"and job {job.num} sets {o.gpus_key}={job.gpus}. {part.fix_for_gpus()}; or set hydra.launcher.gpus_key=null "
+        "for CPU-only jobs.")
 
 
 def _node_gpus(o: SlurmOptions, part: cluster.Partition | None) -> int:
@@ -238,14 +279,15 @@ def _node_gpus(o: SlurmOptions, part: cluster.Partition | None) -> int:
                           "cluster), but it is null. Set for example hydra.launcher.node_gpus=4.")
     if part is not None and node_gpus > part.gpus_per_node:
         where = f"the nodes of partition {part.name} have" if part.gpus_per_node else f"partition {part.name} has"
-        raise ConfigError(f"hydra.launcher.node_gpus must be at most the {part.gpus_per_node} GPU(s) {where}, but got "
-                          f"node_gpus={node_gpus}. Lower it, or pick a GPU partition with hydra.launcher.partition "
-                          "(`sinfo -o '%P %G'` lists them).")
+        raise ConfigError(f"hydra.launcher.node_gpus must be at most the {part.gpus_per_node} GPU(s) {where} "
+                          f"({part.chosen_by}), but got node_gpus={node_gpus}. Lower it. {part.fix_for_gpus()}.")
     return node_gpus
 
 
 def _own_request(job: Asked, o: SlurmOptions, part: cluster.Partition | None) -> Request:
     assert job.gpus is not None and o.gpus_key is not None
+    if part is not None and part.gpus_per_node == 0 and o.node_gpus is None:
+        raise _no_gpus(job, o, part)
     node_gpus = _node_gpus(o, part)
     node_cap = o.max_nodes
     if part is not None:
@@ -254,7 +296,8 @@ def _own_request(job: Asked, o: SlurmOptions, part: cluster.Partition | None) ->
             raise ConfigError(
                 f"{o.gpus_key} must be at most the {node_gpus * node_cap} GPUs partition {part.name} offers one job "
                 f"({node_cap} node(s) of {node_gpus}), but job {job.num} sets {o.gpus_key}={job.gpus}. Lower "
-                f"{o.gpus_key}, or pick a larger partition with hydra.launcher.partition.")
+                f"{o.gpus_key}, or pick a larger partition with hydra.launcher.partition ({part.name} is "
+                f"{part.chosen_by}).")
     return spread(job.num, job.gpus, job.timeout_min, node_gpus, o.max_nodes, o.gpus_key)
 
 
@@ -270,7 +313,7 @@ def _launcher_request(job: Asked, o: SlurmOptions, part: cluster.Partition | Non
              f"gpus_per_node, gpus_per_task x tasks_per_node, or gres) must be at most the {part.gpus_per_node} its "
              f"nodes have in partition {part.name}", f"{r.gpus_on_node} (gpus_per_node={o.gpus_per_node}, "
              f"gpus_per_task={o.gpus_per_task}, tasks_per_node={o.tasks_per_node}, gres={o.gres})",
-             "Ask for fewer, or pick a GPU partition with hydra.launcher.partition (`sinfo -o '%P %G'` lists them).")
+             f"Ask for fewer ({part.name} is {part.chosen_by}). {part.fix_for_gpus()}.")
     return r
 
 

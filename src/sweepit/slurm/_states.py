@@ -8,6 +8,7 @@ table, `sweepit resume` and the report see every job the same way.
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 from collections.abc import Iterable
@@ -15,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweepit.results._job_files import ResultGrace, read_metrics, write_result_if_absent
+from sweepit._signals import SLURM_STOP
+from sweepit.results._job_files import ResultGrace, read_metrics, read_result, write_result, write_result_if_absent
 from sweepit.results._manifest import FAILED_STATUSES, JobEntry, Manifest, now_iso, result_status
 from sweepit.results._summary import JobRow, format_table, override_values, read_job
 from sweepit.slurm import _cluster as slurm_queue
@@ -25,6 +27,11 @@ LOST = "LOST"                        # neither squeue nor sacct knows the job an
 RECORDED_BY = "sweepit slurm launcher"
 # Manifest states of jobs still in Slurm's hands.
 LIVE_STATES = ("queued", "running")
+CANCELLED_BY_DRIVER = "cancelled_by_driver"  # manifest extra: when the driver itself scancel'ed the job
+# slurmstepd's last word in the job's stderr log: why Slurm ended it, readable after squeue and sacct forgot it.
+_SLURMSTEPD = re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+"
+                         r"(?: DUE TO (TIME LIMIT|PREEMPTION|NODE FAILURE))?")
+_SLURMSTEPD_STATE = {None: "CANCELLED", "TIME LIMIT": "TIMEOUT", "PREEMPTION": "PREEMPTED", "NODE FAILURE": "NODE_FAIL"}
 
 
 @dataclass
@@ -37,6 +44,7 @@ class Seen:
     exit_code: str = ""              # sacct's, e.g. "1:0"
     final: bool = False              # nothing more will happen to the job
     dead: bool = False               # Slurm ended it and it left no result: a result.json is to be written
+    reason: str = ""                 # squeue's reason a job pends (Priority, Resources, PartitionTimeLimit, ...)
 
 
 def slurm_id(entry: JobEntry) -> str | None:
@@ -53,16 +61,39 @@ def _mine(rows: dict[str, QueueRow] | None, entry: JobEntry) -> QueueRow | None:
     return row if row is not None and (not name or row.name == name) else None
 
 
-def look(entries: Iterable[JobEntry]) -> dict[int, Seen]:
+def look(entries: Iterable[JobEntry], ask_all: bool = False) -> dict[int, Seen]:
     """What each job is doing now: one squeue call, plus one sacct call for jobs squeue shows ending or lost.
-    Slurm is asked only about jobs whose result does not settle their outcome already."""
+    Slurm is asked only about jobs whose result does not settle their outcome already (`ask_all`: about every
+    job, so that the Slurm state recorded for a finished one is its last, as `sweepit status` shows it)."""
     entries = list(entries)
     statuses = {e.num: result_status(Path(e.job_dir)) if e.job_dir else None for e in entries}
-    ask = [e for e in entries if slurm_id(e) and (statuses[e.num] is None or statuses[e.num] in FAILED_STATUSES)]
+    ask = [e for e in entries if slurm_id(e) and (ask_all or statuses[e.num] is None
+                                                  or statuses[e.num] in FAILED_STATUSES)]
     queue = slurm_queue.squeue(slurm_id(e) or "" for e in ask) if ask else {}
     unsure = [e for e in ask if (row := _mine(queue, e)) is None or row.state == "COMPLETING"]
     acct = slurm_queue.sacct(slurm_id(e) or "" for e in unsure) if unsure else {}
     return {e.num: _decide(e, statuses[e.num], _mine(queue, e), _mine(acct, e), queue is None) for e in entries}
+
+
+def settled_by_results(entries: Iterable[JobEntry]) -> dict[int, Seen]:
+    """The jobs whose own result settles their outcome (not failed or interrupted: those may be requeued),
+    without asking Slurm: the follower reports them even while the controller does not answer."""
+    seen = {}
+    for e in entries:
+        status = result_status(Path(e.job_dir)) if e.job_dir else None
+        if status is not None and status not in FAILED_STATUSES:
+            seen[e.num] = Seen(state=status, final=True)
+    return seen
+
+
+def pending_reasons(seen: dict[int, Seen]) -> str:
+    """Why queued jobs wait, as squeue says: `2 Resources (jobs 0, 1), 1 PartitionTimeLimit (job 2)`."""
+    by_reason: dict[str, list[int]] = {}
+    for num, s in sorted(seen.items()):
+        if s.state == "queued" and s.reason:
+            by_reason.setdefault(s.reason, []).append(num)
+    return ", ".join(f"{len(nums)} {reason} (job{'s' if len(nums) > 1 else ''} {', '.join(map(str, nums[:8]))}"
+                     f"{', ...' if len(nums) > 8 else ''})" for reason, nums in by_reason.items())
 
 
 def _decide(entry: JobEntry, status: str | None, queued: QueueRow | None, accounted: QueueRow | None,
@@ -74,22 +105,47 @@ def _decide(entry: JobEntry, status: str | None, queued: QueueRow | None, accoun
     if queued is not None and queued.state in ACTIVE_STATES:
         # A failed result.json here is one of a run that Slurm has requeued since.
         state = "running" if queued.state in ("RUNNING", "SIGNALING") else "queued"
-        return Seen(state=state, slurm_state=queued.state, node=queued.node)
+        reason = queued.reason if state == "queued" and queued.reason not in ("None", "(null)") else ""
+        return Seen(state=state, slurm_state=queued.state, node=queued.node, reason=reason)
     ended = _ended(queued, accounted)
     if ended is None:
         if queued is None and not squeue_failed and (accounted is None or accounted.state not in ACTIVE_STATES):
-            return Seen(state=status or "failed", slurm_state=LOST, final=True, dead=status is None)
+            said = _said_before_it_went(entry)
+            return Seen(state=status or _status_for(said), slurm_state=said, final=True, dead=status is None)
         row = queued or accounted  # ending (COMPLETING), or squeue did not answer this time
         return Seen(state="running" if row is not None and row.state == "COMPLETING" else entry.state,
                     slurm_state=row.state if row is not None else "", node=row.node if row is not None else "")
+    # A job that SIGTERM stopped recorded itself `interrupted`; Slurm knows why (scancel, time limit, node failure).
+    retell = status == "interrupted" and _stopped_by_sigterm(entry)
     return Seen(state=status or _status_for(ended.state), slurm_state=ended.state,
                 node=ended.node or (queued.node if queued is not None else ""),
-                exit_code=accounted.reason if accounted is not None else "", final=True, dead=status is None)
+                exit_code=accounted.reason if accounted is not None else "", final=True,
+                dead=status is None or retell)
+
+
+def _said_before_it_went(entry: JobEntry) -> str:
+    """Why a job that squeue and sacct no longer know ended: the driver cancelled it (the manifest says so),
+    or slurmstepd's line in its stderr log says (cancelled, time limit, preemption, node failure); else LOST."""
+    if entry.extra.get(CANCELLED_BY_DRIVER):
+        return "CANCELLED"
+    said = _SLURMSTEPD.findall(stderr_tail(entry, 20))
+    return _SLURMSTEPD_STATE[said[-1] or None] if said else LOST
+
+
+def _stopped_by_sigterm(entry: JobEntry) -> bool:
+    try:
+        result = read_result(Path(entry.job_dir)) or {}
+    except ValueError:
+        return False
+    return SLURM_STOP in str(result.get("error", "")) and "slurm_state" not in result
 
 
 def _ended(queued: QueueRow | None, accounted: QueueRow | None) -> QueueRow | None:
     """The row saying the job ended for good, if one does. squeue shows a job that Slurm is stopping as
-    COMPLETING for as long as its processes take to die (KillWait, up to 30 s); sacct has the final word then."""
+    COMPLETING for as long as its processes take to die (up to KillWait, 30 s by default): until they are gone,
+    it has not ended, whatever sacct says, since a process still running may yet write its result."""
+    if queued is not None and queued.state == "COMPLETING":
+        return None
     if queued is not None and queued.state in FINAL_STATES:
         return queued
     if accounted is not None and accounted.state in FINAL_STATES:
@@ -107,7 +163,7 @@ def _status_for(slurm_state: str) -> str:
 def explain(slurm_state: str, job_id: str, exit_code: str = "", timeout_min: Any = None) -> str:
     """Why a job has no result, in words, with what to do about it."""
     if slurm_state == "CANCELLED":
-        return f"cancelled in Slurm (job {job_id}) before it wrote a result"
+        return f"cancelled in Slurm (job {job_id}) before it finished"
     if slurm_state == "TIMEOUT":
         limit = f" of {timeout_min} min" if timeout_min is not None else ""
         return (f"reached its Slurm time limit{limit} (job {job_id}) before it finished: raise timeout_min, or keep "
@@ -129,13 +185,20 @@ def explain(slurm_state: str, job_id: str, exit_code: str = "", timeout_min: Any
 
 
 def record_dead(entry: JobEntry, seen: Seen, stderr_tail: str) -> str:
-    """Write the result.json of a job Slurm ended without one; return its status (the job's own, when its
-    result.json came in the meantime: that one is never replaced)."""
+    """Write the result.json of a job Slurm ended without one (or one that SIGTERM stopped, with what Slurm
+    says it was: the rest of the job's own record is kept); return its status. Any other result of the job's,
+    one that came in the meantime included, is never replaced: then its status is returned."""
     job_id = slurm_id(entry) or "?"
     status = _status_for(seen.slurm_state)
     rows, _ = read_metrics(Path(entry.job_dir))
+    try:
+        own = read_result(Path(entry.job_dir)) or {}
+    except ValueError:
+        own = {}
+    if own.get("error"):
+        own["job_error"] = own["error"]  # the job's own words, e.g. that SIGTERM stopped it
     result: dict[str, Any] = {
-        "status": status, "objective": None,
+        **own, "status": status, "objective": None,
         "error": explain(seen.slurm_state, job_id, seen.exit_code, entry.extra.get("timeout_min")),
         "slurm_state": seen.slurm_state, "slurm_job_id": job_id, "node": seen.node or None,
         "epochs_completed": len(rows), "started_at": entry.started_at, "ended_at": now_iso(),
@@ -148,6 +211,9 @@ def record_dead(entry: JobEntry, seen: Seen, stderr_tail: str) -> str:
         result["final"] = rows[-1]
     if seen.exit_code:
         result["slurm_exit_code"] = seen.exit_code
+    if SLURM_STOP in str(own.get("error", "")):
+        write_result(Path(entry.job_dir), result)  # the job's own SIGTERM record, told what Slurm says it was
+        return status
     if not write_result_if_absent(Path(entry.job_dir), result):
         return result_status(Path(entry.job_dir)) or status
     return status
@@ -155,17 +221,26 @@ def record_dead(entry: JobEntry, seen: Seen, stderr_tail: str) -> str:
 
 def apply(entry: JobEntry, seen: Seen) -> bool:
     """Copy what was seen into the manifest entry; True when something changed."""
-    before = (entry.state, entry.extra.get("slurm_state"), entry.extra.get("node"))
+    def now() -> tuple[Any, ...]:
+        return entry.state, entry.extra.get("slurm_state"), entry.extra.get("node"), entry.extra.get("slurm_reason")
+
+    before = now()
     entry.state = seen.state
     if seen.slurm_state:
         entry.extra["slurm_state"] = seen.slurm_state
+    elif seen.final and entry.extra.get("slurm_state") in (*ACTIVE_STATES, "COMPLETING"):
+        del entry.extra["slurm_state"]  # what Slurm said while it ran; it no longer says anything about the job
+    if seen.reason:
+        entry.extra["slurm_reason"] = seen.reason
+    else:
+        entry.extra.pop("slurm_reason", None)
     if seen.node:
         entry.extra["node"] = seen.node
     if seen.state == "running" and entry.started_at is None:
         entry.started_at = now_iso()
     if seen.final and entry.ended_at is None and slurm_id(entry):
         entry.ended_at = now_iso()
-    return before != (entry.state, entry.extra.get("slurm_state"), entry.extra.get("node"))
+    return before != now()
 
 
 def status_table(m: Manifest) -> str:
@@ -178,7 +253,8 @@ def status_table(m: Manifest) -> str:
         row.num = num
         row.overrides = override_values(e.overrides)
         row.status = e.state
-        where = " ".join(x for x in (slurm_id(e), e.extra.get("slurm_state"), e.extra.get("node")) if x)
+        reason = f"({e.extra['slurm_reason']})" if e.extra.get("slurm_reason") else ""
+        where = " ".join(x for x in (slurm_id(e), e.extra.get("slurm_state"), reason, e.extra.get("node")) if x)
         row.note = "; ".join(x for x in (f"slurm {where}" if where else "", row.note) if x)
         rows.append(row)
     counts: dict[str, int] = {}
@@ -195,14 +271,14 @@ def refresh(m: Manifest, stderr_tail_lines: int = 50, record: bool = True) -> tu
     changed: list[int] = []
     if m.launcher == "slurm":
         try:
-            seen = look(m.jobs.values())
+            seen = look(m.jobs.values(), ask_all=True)
             dead = [num for num, s in seen.items() if s.dead] if record else []
             if dead:  # the follower's grace: their own results may be a moment late on a shared file system
                 grace = ResultGrace()
                 for num in dead:
                     grace.over(num)
                 time.sleep(grace.wait_s())
-                seen.update(look(m.jobs[num] for num in dead))
+                seen.update(look((m.jobs[num] for num in dead), ask_all=True))
         except SlurmError as e:
             note = f"Slurm could not be asked ({e}); the states below come from the jobs' results alone."
             return _from_results(m), note

@@ -37,7 +37,7 @@ from sweepit.results._summary import summarize
 from sweepit.slurm._cluster import scancel
 from sweepit.slurm._follow import Follower
 from sweepit.slurm._request import SlurmOptions, asked, place
-from sweepit.slurm._states import look
+from sweepit.slurm._states import CANCELLED_BY_DRIVER, look
 from sweepit.slurm._submit import PlannedJob, Task, dry_run_text, returned, submit_jobs
 
 log = logging.getLogger(__name__)
@@ -214,6 +214,9 @@ class SlurmSweep:
         ids = [str(manifest.jobs[n].extra["slurm_job_id"]) for n in left if manifest.jobs[n].extra.get("slurm_job_id")]
         if ids:
             scancel(ids)
+            for n in left:  # read back once squeue and sacct have forgotten the job (no accounting, or purged)
+                manifest.jobs[n].extra[CANCELLED_BY_DRIVER] = now_iso()
+            write_manifest(manifest)
             log.warning(f"{why}: cancelled {len(ids)} Slurm job(s) still in flight: {', '.join(ids)} (jobs "
                         f"{', '.join(map(str, left))})")
 

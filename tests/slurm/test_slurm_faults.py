@@ -1,0 +1,206 @@
+"""Faults on the local cluster, each run for real: scancel, the node going down, the controller going away, a
+time limit, preemption of a 2-rank job. Each test checks that nothing is lost or doubled: the job's result
+and metrics agree, no epoch is missing or written twice, no temporary file is left, the manifest says the
+same as the result. What the user sees in each case is in the README's "What survives what"."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from slurm_launcher_testing import APP, TRAIN, Driver, manifest, result, slurm_ids, sweepit, tasks, wait_until
+
+from conftest import cluster_up
+from sweepit.slurm import _cluster as slurm_queue
+
+if TYPE_CHECKING:
+    from conftest import SlurmCluster
+
+TIMING = ("epoch_time_s", "samples_per_s", "step_time_s")
+# About 0.5 s an epoch on one core: long enough to be caught mid-training.
+LINREG = ["task=linreg", "data.n_synthetic=40000", "device=cpu", "timeout_min=5", "hydra/launcher=slurm",
+          "hydra.launcher.poll_interval_s=1", "hydra.launcher.result_grace_s=1"]
+
+
+def _epochs(job_dir: Path) -> list[int]:
+    return [json.loads(line)["epoch"] for line in (job_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def _rows(job_dir: Path) -> list[dict[str, float]]:
+    lines = (job_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in lines]
+
+
+def _only_job_dir(sweep: Path, num: int) -> Path:
+    return next(p for p in sweep.iterdir() if p.is_dir() and p.name.startswith(f"{num}_"))
+
+
+def _assert_whole(job_dir: Path) -> None:
+    """Nothing half-written: no temporary file of an atomic write, and the metrics are epochs 1..n once each,
+    as many as the result says."""
+    assert not list(job_dir.glob(".*.tmp")), list(job_dir.glob(".*.tmp"))
+    epochs = _epochs(job_dir)
+    assert epochs == list(range(1, len(epochs) + 1)), epochs
+    assert result(job_dir)["epochs_completed"] == len(epochs)
+
+
+def test_scancel_stops_a_training_job_at_once_and_its_record_stands(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    driver = Driver(TRAIN, sweep, *LINREG, "epochs=60")
+    try:
+        job = sweep / "0_data.n_synthetic=40000,device=cpu,epochs=60,task=linreg,timeout_min=5"
+        wait_until(lambda: (job / "metrics.jsonl").exists() and len(_epochs(job)) >= 2, "two epochs", 120)
+        subprocess.run(["scancel", slurm_ids(sweep)[0]], check=True, timeout=30)
+        cancelled_at = time.monotonic()
+        reported_at = driver.wait_for_line(lambda line: line.startswith("sweepit: job 0 ") or "job 0 interrupted"
+                                           in line, timeout_s=60)
+        code = driver.finish()
+        epochs_when_reported = len(_epochs(job))
+        recorded = (job / "result.json").read_text()
+        time.sleep(7)  # KillWait (5 s) and more: a job still training would write on
+    finally:
+        driver.kill()
+    assert code == 1, driver.stderr
+    assert reported_at - cancelled_at < 10, f"reported {reported_at - cancelled_at:.1f} s after scancel"
+    assert (job / "result.json").read_text() == recorded, "the job wrote over its record after the driver read it"
+    assert len(_epochs(job)) == epochs_when_reported < 60
+    cancelled = result(job)
+    assert cancelled["status"] == "interrupted" and cancelled["slurm_state"] == "CANCELLED", cancelled
+    assert "stopped by SIGTERM from Slurm" in cancelled["job_error"]  # it stopped itself, at once
+    _assert_whole(job)
+    assert manifest(sweep).jobs[0].state == "interrupted"
+    assert "1 jobs: 1 interrupted" in driver.stdout
+    assert "resumed from" not in (job / "stdout.log").read_text()
+
+
+def test_the_node_going_down_requeues_the_job_and_it_resumes_without_losing_or_doubling_an_epoch(
+        slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    driver = Driver(TRAIN, sweep, *LINREG, "epochs=10")
+    node_down = False
+    try:
+        job = sweep / "0_data.n_synthetic=40000,device=cpu,epochs=10,task=linreg,timeout_min=5"
+        wait_until(lambda: (job / "metrics.jsonl").exists() and len(_epochs(job)) >= 3, "three epochs", 120)
+        subprocess.run(["scontrol", "update", f"nodename={slurm_cluster.node}", "state=down", "reason=fault-test"],
+                       check=True, timeout=30)
+        node_down = True
+        epochs_before = len(_epochs(job))
+        time.sleep(3)
+        # With ReturnToService=2 the node comes back as soon as slurmd registers again; resume it if not.
+        subprocess.run(["scontrol", "update", f"nodename={slurm_cluster.node}", "state=resume"], timeout=30)
+        node_down = False
+        code = driver.finish()
+    finally:
+        driver.kill()
+        if node_down:
+            subprocess.run(["scontrol", "update", f"nodename={slurm_cluster.node}", "state=resume"], timeout=30)
+    assert code == 0, driver.stderr
+    assert result(job)["status"] == "completed" and result(job)["epochs_completed"] == 10
+    _assert_whole(job)
+    log = (job / "stdout.log").read_text()
+    assert "sweepit: resumed from" in log, log[-2000:]
+    assert tasks(job)[0]["slurm_restart_count"] == "1"  # the same Slurm job, requeued by Slurm
+    assert epochs_before >= 3
+    assert "1 jobs: 1 completed" in driver.stdout
+
+
+def test_results_are_reported_while_the_controller_is_down_and_the_user_is_told_once(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    # Jobs 0 and 1 end while the controller is away; job 2 outlasts the outage and is cancelled after it.
+    driver = Driver(APP, sweep, "x=range(3)", "~trainer", "slow_on=[0,1]", "extra_sleep_s=4", "hang_on=[2]")
+    killed = False
+    try:
+        jobs = [_only_job_dir_when(sweep, n) for n in range(3)]
+        wait_until(lambda: all((job / ".slurm" / "task-0.json").exists() for job in jobs), "every job running", 90)
+        pid = Path("/run/slurmctld.pid").read_text().strip()
+        subprocess.run(["kill", pid], check=True, timeout=10)  # the controller goes away; slurmd runs the jobs on
+        killed = True
+        wait_until(lambda: (jobs[0] / "result.json").exists(), "job 0's result", 30)
+        written_at = time.monotonic()
+        reported_at = driver.wait_for_line(lambda line: "job 0 completed" in line, timeout_s=60)
+        down_lines = [line for _, line in driver.lines if "Slurm controller does not answer" in line]
+        time.sleep(3)
+        cluster_up()  # the controller is back
+        killed = False
+        driver.wait_for_line(lambda line: "the Slurm controller answers again" in line, timeout_s=30)
+        subprocess.run(["scancel", slurm_ids(sweep)[2]], check=True, timeout=30)
+        code = driver.finish()
+    finally:
+        if killed:
+            cluster_up()
+        driver.kill()
+        if (sweep / "sweep.json").exists():
+            subprocess.run(["scancel", *slurm_ids(sweep).values()], timeout=30)  # job 2 hangs until cancelled
+    assert code == 1, driver.stderr
+    assert reported_at - written_at < 6, f"job 0 reported {reported_at - written_at:.1f} s after its result"
+    assert len(down_lines) == 1, driver.stderr
+    assert driver.stderr.count("Slurm controller does not answer") == 1, driver.stderr
+    assert driver.stderr.count("the Slurm controller answers again") == 1, driver.stderr
+    assert "3 jobs: 2 completed, 1 interrupted" in driver.stdout
+    assert [e.state for e in manifest(sweep).jobs.values()] == ["completed", "completed", "interrupted"]
+
+
+def test_preempting_a_two_rank_job_requeues_it_and_it_ends_with_an_uninterrupted_runs_metrics(
+        tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    # Two identical 2-rank trainings (gloo on CPU, one fake GPU per task); job 1 is preempted mid-way.
+    driver = Driver(TRAIN, sweep, *LINREG, "epochs=8", "trainer.gpus=2", "+rep=0,1")
+    try:
+        job = _only_job_dir_when(sweep, 1)
+        wait_until(lambda: (job / "metrics.jsonl").exists() and len(_epochs(job)) >= 2, "two epochs of job 1", 180)
+        # What Slurm sends signal_delay_s before the time limit, and on preemption (as the requeue test does).
+        subprocess.run(["scancel", "--signal=USR2", slurm_ids(sweep)[1]], check=True, timeout=30)
+        code = driver.finish(timeout_s=300)
+    finally:
+        driver.kill()
+    assert code == 0, driver.stderr
+    reference = _only_job_dir(sweep, 0)
+    assert result(job)["status"] == "completed" and result(job)["world_size"] == 2
+    _assert_whole(job)
+    assert _rows(job) == _rows(reference)  # every epoch's losses and weights, bit for bit
+    assert "sweepit: resumed from" in (job / "stdout.log").read_text()
+    assert [t["slurm_restart_count"] for t in tasks(job)] == ["1", "1"]  # both ranks ran again
+    assert "2 jobs: 2 completed" in driver.stdout
+
+
+def _only_job_dir_when(sweep: Path, num: int, timeout_s: float = 120) -> Path:
+    wait_until(lambda: sweep.is_dir() and any(p.name.startswith(f"{num}_") for p in sweep.iterdir()),
+               f"job {num}'s directory", timeout_s)
+    return _only_job_dir(sweep, num)
+
+
+def test_sweepit_status_after_the_end_shows_no_stale_slurm_state(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    driver = Driver(APP, sweep, "x=range(2)", "~trainer")
+    assert driver.finish() == 0, driver.stderr
+    assert all(e.extra.get("slurm_state") not in ("RUNNING", "PENDING") for e in manifest(sweep).jobs.values()), [
+        e.extra.get("slurm_state") for e in manifest(sweep).jobs.values()]
+    ids = list(slurm_ids(sweep).values())
+    # The driver ends when the results and return values are in; the processes exit a moment later.
+    wait_until(lambda: all(s.state == "COMPLETED" for s in (slurm_queue.squeue(ids) or {}).values()),
+               "Slurm to end both jobs", 30)
+    status = sweepit("status", str(sweep))
+    assert status.returncode == 0, status.stderr
+    assert "RUNNING" not in status.stdout and status.stdout.count(" COMPLETED") == 2, status.stdout
+
+
+def test_a_job_past_its_time_limit_is_recorded_as_such_and_the_sweep_goes_on(tmp_path: Path) -> None:
+    """The shortest limit Slurm has (1 min), no requeue left (max_num_timeout=0): the job ends at its limit."""
+    sweep = tmp_path / "sweep"
+    driver = Driver(APP, sweep, "x=0,1", "~trainer", "hang_on=[0]", "timeout_min=1",
+                    "hydra.launcher.signal_delay_s=0", "hydra.launcher.max_num_timeout=0")
+    try:
+        code = driver.finish(timeout_s=240)
+    finally:
+        driver.kill()
+        if (sweep / "sweep.json").exists():
+            subprocess.run(["scancel", *slurm_ids(sweep).values()], timeout=30)
+    assert code == 1, driver.stderr
+    timed_out = result(_only_job_dir(sweep, 0))
+    assert timed_out["status"] == "failed", timed_out
+    assert "time limit" in timed_out["error"].lower(), timed_out
+    assert result(_only_job_dir(sweep, 1))["status"] == "completed"
+    assert "2 jobs: 1 completed, 1 failed" in driver.stdout
