@@ -62,8 +62,51 @@ def _report(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from sweepit.slurm import status_report
 
-    print(status_report(Path(args.sweep_dir)))
-    return 0
+    if args.watch is None:
+        print(status_report(Path(args.sweep_dir)))
+        return 0
+    if args.watch <= 0:
+        raise SweepitError(f"--watch takes the seconds between looks, a number > 0, but got {args.watch:g}.")
+    return _watch(Path(args.sweep_dir), args.watch)
+
+
+def _watch(sweep_dir: Path, every_s: float) -> int:
+    """Look again every `every_s` until the sweep ends (or Ctrl-C). On a terminal the table is redrawn in place
+    (rich); elsewhere (a log file, CI) each look that changed anything is printed, with its time."""
+    import time
+    from datetime import datetime
+
+    from sweepit.results._live import LiveReader
+    from sweepit.slurm import sweep_status
+
+    live_reader = LiveReader()
+    try:
+        if sys.stdout.isatty():
+            from rich.console import Console
+            from rich.live import Live
+            from rich.text import Text
+
+            console = Console()
+            with Live(console=console, auto_refresh=False, vertical_overflow="visible") as live:
+                while True:
+                    text, going = sweep_status(sweep_dir, live_reader)
+                    stamp = datetime.now().strftime("%H:%M:%S")
+                    hint = f"every {every_s:g} s; Ctrl-C stops watching (the sweep goes on)" if going else "ended"
+                    live.update(Text(f"{text}\n[{stamp}] {hint}", no_wrap=True, overflow="ellipsis"), refresh=True)
+                    if not going:
+                        return 0
+                    time.sleep(every_s)
+        last = ""
+        while True:
+            text, going = sweep_status(sweep_dir, live_reader)
+            if text != last:
+                print(f"[{datetime.now().strftime('%H:%M:%S')}]\n{text}\n", flush=True)
+                last = text
+            if not going:
+                return 0
+            time.sleep(every_s)
+    except KeyboardInterrupt:
+        return 0
 
 
 def _resume(args: argparse.Namespace) -> int:
@@ -143,8 +186,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rows", type=int, default=50, help="table rows printed in the terminal (0: all; default 50)")
     p.set_defaults(func=_report)
 
-    p = sub.add_parser("status", help="refresh a sweep's job states (from Slurm and the results) and print the table")
+    p = sub.add_parser("status", help="refresh a sweep's job states (from Slurm and the results) and print the table, "
+                                      "with each running job's epoch, metric and ETA")
     p.add_argument("sweep_dir", help="a sweep directory holding sweep.json")
+    p.add_argument("--watch", nargs="?", type=float, const=5.0, default=None, metavar="SECONDS",
+                   help="look again every SECONDS (default 5) until the sweep ends; redrawn in place on a terminal")
     p.set_defaults(func=_status)
 
     p = sub.add_parser("resume", help="run again only the jobs of a sweep that did not complete, in the same directory")

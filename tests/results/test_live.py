@@ -114,3 +114,39 @@ def test_the_progress_line_has_an_eta_before_the_first_job_ends(tmp_path: Path) 
     early = re.findall(r"0/2 done[^\r\n]*?ETA (\S+)", text)
     assert early, text[-3000:]
     assert any(eta != "?" for eta in early), early  # the line drawn before job 0 ended had an estimate
+
+
+@pytest.mark.slow
+def test_status_shows_each_running_jobs_epoch_and_eta_and_watch_follows_to_the_end(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    driver = subprocess.Popen([sys.executable, str(REPO / "train.py"), "-m", "task=digits", "epochs=300",
+                               "trainer.threads=1", "lr=0.01,0.02,0.03", "hydra.launcher.n_workers=2",
+                               "hydra.callbacks.summary.report=false", f"hydra.sweep.dir={sweep}"],
+                              cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        text = ""
+        while time.monotonic() < deadline:
+            if (sweep / "sweep.json").is_file():
+                text = subprocess.run([sys.executable, "-m", "sweepit.cli", "status", str(sweep)],
+                                      capture_output=True, text=True, timeout=60).stdout
+                if re.search(r"running .* \d+/300 val_acc=\S+ ETA \d+:\d\d", text):
+                    break
+            time.sleep(0.5)
+        assert re.search(r"running .* \d+/300 val_acc=\S+ ETA \d+:\d\d", text), text
+        assert re.search(r"^ETA \d+:\d\d at the running jobs' pace \(2 running, 1 queued\)", text, re.M), text
+        assert "a driver follows this sweep" in text  # a look while the driver runs writes nothing
+        watch = subprocess.run([sys.executable, "-m", "sweepit.cli", "status", str(sweep), "--watch", "0.5"],
+                               capture_output=True, text=True, timeout=180)  # not a terminal: plain looks
+    finally:
+        driver.wait(timeout=180)
+    assert driver.returncode == 0, driver.stderr[-2000:]
+    assert watch.returncode == 0, watch.stderr
+    looks = re.findall(r"^\[\d\d:\d\d:\d\d\]$", watch.stdout, re.M)
+    assert len(looks) >= 2, watch.stdout[-2000:]  # it looked more than once, and stopped when the sweep ended
+    last = watch.stdout.rsplit("]\n", 1)[-1]
+    assert "3 jobs: 3 completed" in last and "a driver follows" not in last, last  # the last look: ended
+    bad = subprocess.run([sys.executable, "-m", "sweepit.cli", "status", str(sweep), "--watch", "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--watch takes the seconds between looks, a number > 0" in bad.stderr
