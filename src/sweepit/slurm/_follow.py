@@ -21,6 +21,7 @@ from typing import Any
 
 from sweepit._signals import StopSignals
 from sweepit.results._job_files import ResultGrace, read_result
+from sweepit.results._live import LiveReader, sweep_eta_s
 from sweepit.results._manifest import FAILED_STATUSES, JobEntry, Manifest, write_manifest
 from sweepit.results._progress import Progress
 from sweepit.results._summary import own_overrides
@@ -62,6 +63,7 @@ class Follower:
         self._reasons = ""           # why queued jobs wait, as last said
         self._looking: tuple[threading.Thread, dict[str, Any]] | None = None  # squeue/sacct in flight
         self.on_poll: Callable[[], None] = lambda: None  # called at every look: the sweep lock's heartbeat
+        self._live = LiveReader()  # the running jobs' metrics, read incrementally
 
     def add(self, num: int) -> None:
         """Follow one more job (submitted after the follower was made: the Optuna sweeper's trials)."""
@@ -113,6 +115,10 @@ class Follower:
             write_manifest(self.manifest)
         if asked or not self.pending:
             self._tell_reasons(pending_reasons({n: s for n, s in seen.items() if n in self.pending}))
+        if self.progress.done == 0:  # before the first job ends: an ETA from the running jobs' epochs
+            running = [self._live.look(Path(self.manifest.jobs[n].job_dir)) for n in self.pending
+                       if self._phase[n] == "running" and self.manifest.jobs[n].job_dir]
+            self.progress.early_eta(sweep_eta_s(running, self.progress.queued, max(1, self.progress.running)))
         self.progress.draw()
 
     def _start_look(self, nums: list[int]) -> None:
