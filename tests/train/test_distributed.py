@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -118,3 +119,16 @@ def test_local_ranks_share_the_threads_of_their_job() -> None:
         assert spawn_local(2, _threads) == 1  # never below one
     finally:
         torch.set_num_threads(before)
+
+
+def test_more_cpu_ranks_than_cores_runs_and_warns_that_its_times_mean_nothing(
+    compose_cfg: Callable[..., DictConfig], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cores = len(os.sched_getaffinity(0))
+    run_job(compose_cfg(*SETUP[:-4], "epochs=1", f"trainer.gpus={cores + 1}", "device=cpu"), tmp_path / "over")
+    out = capsys.readouterr().out
+    assert f"trainer.gpus={cores + 1} runs {cores + 1} CPU ranks on {cores} core(s)" in out
+    result = read_result(tmp_path / "over")
+    assert result is not None and result["status"] == "completed" and result["world_size"] == cores + 1
+    run_job(compose_cfg(*SETUP[:-4], "epochs=1", "trainer.gpus=2", "device=cpu"), tmp_path / "fits")
+    assert "warning" not in capsys.readouterr().out or cores < 2

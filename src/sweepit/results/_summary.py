@@ -171,7 +171,7 @@ def summarize(sweep_dir: Path) -> str:
     weights = [sum(n for n in r.result["weights"].values() if isinstance(n, int)) for r in rows
                if isinstance(r.result.get("weights"), dict) and r.result["weights"]]
     if weights:
-        parts.append(f"weights: {size_text(sum(weights))} in {len(weights)} jobs (model_best.pt, model_last.pt); "
+        parts.append(f"weights: {size_text(sum(weights))} in {len(weights)} jobs (model_*.pt); "
                      f"`sweepit clean {sweep_dir}` keeps only the best job's")
     parts.append(f"sweep directory: {sweep_dir}")
     return "\n".join(parts)

@@ -75,6 +75,7 @@ def run_job(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None = None) -> f
         check_config(cfg)
         gpus = int(cfg.trainer.gpus)
         if rank is None and gpus > 1:
+            _warn_oversubscribed(cfg, gpus)
             outcome: Outcome = spawn_local(gpus, lambda r: _train_rank(cfg, on_epoch, job_dir, r))
         else:
             outcome = train(cfg, on_epoch, rank=rank or SINGLE, session=session)
@@ -114,6 +115,20 @@ def run_job(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None = None) -> f
             result["weights"] = weights  # file -> bytes: what `sweepit clean` can free
         write_result(job_dir, result)
         _session.end(session)
+
+
+def _warn_oversubscribed(cfg: Any, gpus: int) -> None:
+    """More local CPU ranks than cores is allowed (it checks data-parallel code on a laptop) but its times mean
+    nothing: say so once, rather than refuse."""
+    import torch
+
+    if str(cfg.device).startswith("cuda") or (str(cfg.device) == "auto" and torch.cuda.is_available()):
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if gpus > cores:
+        print(f"sweepit: warning: trainer.gpus={gpus} runs {gpus} CPU ranks on {cores} core(s): the ranks share "
+              "the cores, so the metrics are right but epoch times and throughput say nothing about scaling. "
+              f"Use trainer.gpus<={cores} on this machine to time it.", flush=True)
 
 
 def _train_rank(cfg: Any, on_epoch: EpochCallback | None, job_dir: Path, rank: Rank) -> Outcome:
