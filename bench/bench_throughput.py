@@ -22,8 +22,9 @@ multiplies the two, is printed for reference and never judged.
 Each round runs one epoch of every pipeline in turn, in a rotating order (each sweepit `train()` runs in a
 thread of its own that the round hands the turn to, one pipeline at a time, so they never overlap), so that load
 from other processes hits them alike; round 1 is warm-up; the median and the best (least disturbed) of the
-other rounds are shown, and the ratios on both. `--json PATH` writes every epoch's figure, the ratios, the
-command and the machine (load average at start and end).
+other rounds are shown; each ratio three ways: paired (the median of the per-round ratios, the two pipelines
+measured in the same round under the same load: the verdict's), median over median, and best over best.
+`--json PATH` writes every epoch's figure, the ratios, the command and the machine (load average at start and end).
 """
 
 from __future__ import annotations
@@ -357,34 +358,39 @@ def summarize(groups: dict[str, tuple[dict[str, list[float]], dict[str, float]]]
             print(f"{group:<14} {label:<28} {med:>16,.0f} {best:>14,.0f} {bs / best * 1000:>14.1f} {data_text}")
     ratios: list[dict[str, Any]] = []
 
-    def ratio(group: str, how: str, kind: str, top: str, bottom: str, v: dict[str, float], target: float | None,
+    def ratio(group: str, rates: dict[str, list[float]], kind: str, top: str, bottom: str, target: float | None,
               what: str) -> None:
-        value = v[top] / v[bottom]
-        met = None if target is None else value >= target
-        ratios.append({"augmentation": group, "statistic": how, "kind": kind, "numerator": top,
-                       "denominator": bottom, "ratio": value, "target": target, "met": met})
+        """Three statistics of top / bottom over the timed rounds; the verdict is on the paired one (the median
+        of the per-round ratios: the two ran in the same round, under the same load)."""
+        t, b = rates[top][1:] or rates[top], rates[bottom][1:] or rates[bottom]
+        paired = statistics.median(x / y for x, y in zip(t, b, strict=True))
+        medians, bests = statistics.median(t) / statistics.median(b), max(t) / max(b)
+        met = None if target is None else paired >= target
+        ratios.append({"augmentation": group, "kind": kind, "numerator": top, "denominator": bottom,
+                       "paired_median": paired, "median_over_median": medians, "best_over_best": bests,
+                       "per_round": [x / y for x, y in zip(t, b, strict=True)], "target": target, "met": met})
         verdict = "" if target is None else f" (target >= {target:g}x: {'MET' if met else 'MISSED'})"
-        print(f"{group} ({how}) {what}: {top} / {bottom} = {value:.2f}x{verdict}")
+        print(f"{group}, {what}: {top} / {bottom} = {paired:.2f}x paired{verdict}; "
+              f"median/median {medians:.2f}x, best/best {bests:.2f}x")
 
     for group, (rates, data_rates) in groups.items():
         print()
-        for how, pick in (("median", statistics.median), ("best", max)):
-            v = {k: pick(r[1:] or r) for k, r in rates.items()}
+        med = {k: statistics.median(r[1:] or r) for k, r in rates.items()}
 
-            def faster_loader(precision: str, v: dict[str, float] = v) -> str:
-                return max((name(LOADER.format(w), precision) for w in (0, 2)), key=v.__getitem__)
+        def faster_loader(precision: str, med: dict[str, float] = med) -> str:
+            return max((name(LOADER.format(w), precision) for w in (0, 2)), key=med.__getitem__)
 
-            for p in precisions:
-                ratio(group, how, "verdict, like for like", name(SWEEPIT, p), faster_loader(p), v, TARGET_RATIO,
-                      f"{p}, like for like")
-                ratio(group, how, "ceiling", name(COMPUTE, p), faster_loader(p), v, None,
-                      f"{p}, ceiling for any input pipeline")
-            if {"fp32", "bf16"} <= set(precisions):
-                for kind in (SWEEPIT, COMPUTE):
-                    ratio(group, how, "bf16 gain", name(kind, "bf16"), name(kind, "fp32"), v, None, "bf16 gain")
-                ratio(group, how, "bf16 gain", faster_loader("bf16"), faster_loader("fp32"), v, None, "bf16 gain")
-                ratio(group, how, "mixed (not a verdict)", name(SWEEPIT, "bf16"), faster_loader("fp32"), v, None,
-                      "mixed precisions, for reference only")
+        for p in precisions:
+            ratio(group, rates, "verdict, like for like", name(SWEEPIT, p), faster_loader(p), TARGET_RATIO,
+                  f"{p}, like for like")
+            ratio(group, rates, "ceiling", name(COMPUTE, p), faster_loader(p), None,
+                  f"{p}, ceiling for any input pipeline")
+        if {"fp32", "bf16"} <= set(precisions):
+            for kind in (SWEEPIT, COMPUTE):
+                ratio(group, rates, "bf16 gain", name(kind, "bf16"), name(kind, "fp32"), None, "bf16 gain")
+            ratio(group, rates, "bf16 gain", faster_loader("bf16"), faster_loader("fp32"), None, "bf16 gain")
+            ratio(group, rates, "mixed (not a verdict)", name(SWEEPIT, "bf16"), faster_loader("fp32"), None,
+                  "mixed precisions, for reference only")
         for p in precisions:
             step_ms = bs / max(rates[name(COMPUTE, p)][1:] or rates[name(COMPUTE, p)]) * 1000
             print(f"{group}: per step of {bs}: model step {p} {step_ms:.1f} ms (best)")
