@@ -192,14 +192,15 @@ def _study_trials(sweep_dir: Path) -> list[dict[str, Any]]:
     import optuna
 
     from sweepit.search._pruning import open_storage
+    from sweepit.search._study import STATUS_ATTR
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     storage = open_storage(str(sweep_dir / "optuna.journal"))
     (name,) = optuna.get_all_study_names(storage)
     study = optuna.load_study(study_name=name, storage=storage)
-    interrupted = "interrupted"  # sweepit's user attribute on a trial its stop failed (and enqueued again)
+    interrupted = "interrupted"  # sweepit marks the trials its stop failed (and enqueued again) so
     return [{"number": t.number, "params": t.params,
-             "state": interrupted.upper() if t.user_attrs.get("status") == interrupted else t.state.name,
+             "state": interrupted.upper() if t.user_attrs.get(STATUS_ATTR) == interrupted else t.state.name,
              "epochs_reported": len(t.intermediate_values), "value": t.value, "start": t.datetime_start,
              "complete": t.datetime_complete}
             for t in study.get_trials(deepcopy=False)]
