@@ -66,9 +66,9 @@ sweep-scaling: sweeps/scaling.yaml
 
 sweep-optuna: sweep-optuna_lr ## Optuna search: optimizer x log-uniform lr on digits (TPE + Hyperband, 4 trials in flight)
 
-bench: bench-throughput bench-report ## Run the quick benchmarks (figures go into bench/RESULTS.md by hand)
+bench: bench-throughput bench-report ## Run the quick benchmarks (each script takes --json PATH: its raw figures for bench/RESULTS.md)
 
-bench-throughput: ## MNIST CNN samples/s: sweepit vs a torch DataLoader loop (ARGS='--root DIR --precision bf16'; synthetic if no MNIST)
+bench-throughput: ## MNIST CNN samples/s: sweepit vs a torch DataLoader loop, like for like in fp32 and bf16 (ARGS='--root DIR'; synthetic if no MNIST; ~4 min)
 	$(PY) bench/bench_throughput.py $(ARGS)
 
 bench-report: ## Time `sweepit report` on a generated 1,000-job sweep against reading it with summary.collect
@@ -80,7 +80,7 @@ bench-launcher: ## Local launcher vs Hydra's basic and submitit_local: wall, CPU
 bench-slurm: ## Slurm launcher vs hydra-submitit-launcher on the local cluster: 64 jobs, sbatch calls, scancel-to-report (~10 min)
 	$(PY) bench/bench_slurm.py $(ARGS)
 
-bench-optuna: ## Search efficiency: TPE+Hyperband, TPE, random vs the optimizer x lr grid (MNIST_ROOT=dir, or digits; ~8 min)
+bench-optuna: ## Search efficiency vs the optimizer x lr grid: replayed curves and the sweeper running its study (MNIST_ROOT=dir, or digits; ~15 min)
 	$(PY) bench/bench_optuna.py $(if $(MNIST_ROOT),--root "$(MNIST_ROOT)",--task digits) $(ARGS)
 
 bench-mnist-best: ## The mnist_best study on real MNIST (MNIST_ROOT=dir with the IDX files); long

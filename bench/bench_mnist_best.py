@@ -1,7 +1,8 @@
 """Does the mnist_best study reach the courses' 99.4% MNIST test accuracy, and how long does it take here?
 
 Run: python bench/bench_mnist_best.py --root /path/to/mnist   (or: make bench-mnist-best MNIST_ROOT=/path/to/mnist)
-Extra arguments go to train.py as overrides (a smoke test: `... --root DIR epochs=1`).
+Extra arguments go to train.py as overrides (a smoke test: `... --root DIR epochs=1`); `--json PATH` writes the
+job's result, its per-epoch rows, the command and the machine.
 
 Runs the real entry point, `train.py -m --config-dir sweeps --config-name mnist_best data.root=DIR`, in a
 subprocess with its sweep directory under outputs/bench/mnist_best/, then reads the job's result.json and
@@ -20,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from machine import machine_line
+from machine import machine_info, machine_line, write_json
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET_ACC = 0.994  # the courses' figure for this CNN with augmentation
@@ -77,7 +78,9 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                         help="torch threads for the one job (default: every core; the local launcher would "
                              "give a job 1 thread)")
+    parser.add_argument("--json", type=Path, default=None, help="write the raw figures, command and machine here")
     args, overrides = parser.parse_known_args()
+    started = machine_info()
     if not any(o.startswith("trainer.threads=") for o in overrides):
         overrides = [f"trainer.threads={args.threads}", *overrides]
     if not any(o.startswith(("hydra/launcher=", "hydra.launcher.n_workers=")) for o in overrides):
@@ -93,9 +96,14 @@ def main() -> int:
     if not results:
         print(f"no result.json under {sweep_dir} (train.py exited with {rc})", file=sys.stderr)
         return rc or 1
+    jobs = []
     for path in results:  # one job: the study sweeps nothing but seed=0
         result, rows = read_job(path.parent)
-        report(path.parent, result, rows, wall_s)
+        met = report(path.parent, result, rows, wall_s)
+        jobs.append({"job_dir": str(path.parent), "result": result, "epochs": rows, "met": met})
+    if args.json is not None:
+        write_json(args.json, {"benchmark": "mnist_best", "overrides": overrides, "target_acc": TARGET_ACC,
+                               "subprocess_wall_s": wall_s, "exit_code": rc, "jobs": jobs}, started)
     return rc  # a missed target is a figure to report, not a crash
 
 

@@ -1,13 +1,14 @@
 """Time to report a 1,000-job sweep, against reading the same sweep with `summary.collect` alone.
 
-Run: python bench/bench_report.py [--jobs 1000] [--epochs 20] [--rounds 3]   (or: make bench-report)
+Run: python bench/bench_report.py [--jobs 1000] [--epochs 20] [--rounds 3] [--json PATH]   (or: make bench-report)
 
 The sweep is synthetic (`sweepit.results.report.testing`: three swept parameters, 20 epochs of four metrics per job,
 a few failed, diverged and running jobs) in a temporary directory. Two figures for each side:
 - cold: a new process, as a user types it (`sweepit report DIR`; `python -c "collect(DIR)"` for the baseline),
   interpreter start and imports (matplotlib) included;
 - warm: in this process, imports done, the median of `--rounds` runs.
-The goal (issue 5) is a few seconds for 1,000 jobs. Figures go into bench/RESULTS.md by hand.
+The goal (issue 5) is a few seconds for 1,000 jobs. `--json PATH` writes the raw figures with the command and the
+machine, for bench/RESULTS.md to link to.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from machine import machine_line
+from machine import machine_info, machine_line, write_json
 from sweepit.results._summary import collect
 from sweepit.results.report import build_report
 from sweepit.results.report.testing import write_synthetic_sweep
@@ -49,7 +50,9 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3, help="warm runs of each side; the median is shown")
+    parser.add_argument("--json", type=Path, default=None, help="write the raw figures, command and machine here")
     args = parser.parse_args()
+    started = machine_info()
 
     with tempfile.TemporaryDirectory() as tmp:
         sweep = Path(tmp) / "outputs" / "synthetic" / "2026-01-01_00-00-00"
@@ -71,6 +74,13 @@ def main() -> int:
     verdict = "meets" if cold_report <= GOAL_S else "misses"
     print(f"{verdict} the goal: {args.jobs} jobs reported in {cold_report:.2f} s cold (goal <= {GOAL_S:.0f} s)")
     print(machine_line())
+    if args.json is not None:
+        write_json(args.json, {
+            "benchmark": "report", "settings": {"jobs": args.jobs, "epochs": args.epochs, "rounds": args.rounds},
+            "cold_s": {"baseline_collect": cold_base, "sweepit_report": cold_report},
+            "warm_median_s": {"baseline_collect": warm_base, "sweepit_report": warm_report},
+            "ratio_cold": cold_report / cold_base, "ratio_warm": warm_report / warm_base, "plots": plots,
+            "goal_s": GOAL_S, "met": cold_report <= GOAL_S}, started)
     return 0
 
 

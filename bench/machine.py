@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import shlex
 import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
 
 
 def cpu_model() -> str:
@@ -34,3 +40,50 @@ def machine_line() -> str:
     cuda = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
     return (f"nproc={os.cpu_count()} cpu={cpu_model()!r} torch={torch.__version__} "
             f"torch_threads={torch.get_num_threads()} cuda={cuda} loadavg(1,5,15min)={load}")
+
+
+def machine_info() -> dict[str, Any]:
+    """The machine as data, for a benchmark's raw JSON: the same facts as `machine_line`, plus `uptime` and the
+    commit the benchmark runs (taken at its start: code may be committed while a long benchmark runs)."""
+    import torch
+
+    try:
+        uptime = subprocess.run(["uptime"], capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        uptime = "n/a"
+    return {"code_version": code_version(), "hostname": platform.node(), "nproc": os.cpu_count(), "cpu": cpu_model(),
+            "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "loadavg_1_5_15min": list(os.getloadavg()) if hasattr(os, "getloadavg") else None, "uptime": uptime}
+
+
+def code_version() -> str:
+    """`git describe`-like: the commit the benchmark ran on, `+dirty` when tracked code had changes."""
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=repo, capture_output=True, text=True,
+                                timeout=5, check=True).stdout.strip()
+        # Raw outputs written by benchmarks do not make the code dirty.
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":!bench/results"], cwd=repo, capture_output=True, text=True, timeout=5,
+                               check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return commit + ("+dirty" if dirty else "")
+
+
+def write_json(path: Path, figures: dict[str, Any], started: dict[str, Any]) -> None:
+    """Write a benchmark's raw figures with the exact command, the commit and the machine at start and at end.
+
+    `started` is `machine_info()` taken when the benchmark began, so that the load during the run is bracketed.
+    """
+    repo = Path(__file__).resolve().parents[1]
+    argv = [os.path.relpath(sys.executable, repo) if sys.executable.startswith(str(repo)) else sys.executable,
+            os.path.relpath(Path(sys.argv[0]).resolve(), repo), *sys.argv[1:]]
+    record = {"command": shlex.join(argv), "code_version": started.get("code_version", code_version()),
+              "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "machine_at_start": started, "machine_at_end": machine_info(), **figures}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1, default=str) + "\n")
+    print(f"raw figures: {path}")
