@@ -400,6 +400,11 @@ def test_study_file_composes() -> None:
     assert resolve_sampler(sweeper.options.sampler)["seed"] == 0 and cfg.study == "optuna_lr"
     space = parse_space(sweeper.params, [])
     assert space.distributions["lr"] == FloatDistribution(1e-4, 1.0, log=True)
+    # The study leaves the pruner's keys to its group option, so another pruner replaces it whole.
+    with initialize_config_dir(config_dir=str(REPO / "sweeps"), version_base="1.3"):
+        cfg = compose(config_name="optuna_lr", return_hydra_config=True,
+                      overrides=[f"hydra.searchpath=[file://{CONF}]", "hydra/sweeper/pruner=none"])
+    assert resolve_pruner(instantiate(cfg.hydra.sweeper).options.pruner)["_target_"] == "optuna.pruners.NopPruner"
 
 
 def test_local_launcher_runs_trials_one_by_one() -> None:
