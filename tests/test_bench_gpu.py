@@ -1,0 +1,33 @@
+"""`make bench-gpu`: without a GPU it says so and stops; `--smoke` runs its three parts tiny on the CPU and writes
+the raw JSON (the figures themselves need a GPU node)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from sweepit_testing import REPO
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU machine bench-gpu measures for real")
+def test_without_a_gpu_bench_gpu_says_where_to_run_it() -> None:
+    proc = subprocess.run(["make", "-s", "bench-gpu"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "torch sees no CUDA device here" in proc.stderr and "srun -N1 --gres=gpu:4 make bench-gpu" in proc.stderr
+
+
+@pytest.mark.slow
+def test_smoke_runs_every_part_and_writes_the_json(tmp_path: Path) -> None:
+    out = tmp_path / "gpu.json"
+    proc = subprocess.run(["make", "-s", "bench-gpu", f"ARGS=--smoke --json {out}"], cwd=REPO, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    record = json.loads(out.read_text())
+    assert record["smoke"] is True and record["mnist"]["epochs"] == 1
+    assert record["throughput"]["precision"] == "fp32" and record["throughput"]["ratio_sweepit_over_plain"] > 0
+    assert [p["gpus"] for p in record["scaling"]["points"]] == [1, 2]
+    assert "CIFAR-10 ResNet-50 (fp32, channels_last): sweepit / plain DataLoader loop" in proc.stdout
