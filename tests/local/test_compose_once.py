@@ -183,3 +183,13 @@ def test_searchpath_override_falls_back_to_hydra(conf_dir: Path, tmp_path: Path)
         job = ["opt=rmsprop", "lr=0.2"]
         assert_same(composed.load_sweep_config(master, job), loader.load_sweep_config(master, job))
         assert composed.n_full == 1 and composed.n_from_base == 0
+
+
+def test_few_bases_kept_still_compose_right(conf_dir: Path) -> None:
+    """More choices of groups than bases kept: the oldest is dropped and composed again when needed."""
+    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+        loader, master, composed = _loaders(conf_dir, MASTER_OVERRIDES)
+        composed.max_bases = 2
+        for job in SWEEP:
+            assert_same(composed.compose(master, job), loader.load_sweep_config(master, job))
+        assert len(composed._bases) == 2 and composed.n_full == 0

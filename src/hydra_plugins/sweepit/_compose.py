@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 MAX_KEPT = 256  # configs of about 0.25 MB each: at most ~64 MB; later jobs are composed when they start
 MAX_BASES = 64  # distinct choices of config groups kept composed (about 0.25 MB each)
+MAX_PARSED = 4096  # parsed override strings kept (an Optuna lr is a new string every trial: bounded, not a leak)
 
 
 class LoadedConfigs:
@@ -187,6 +188,8 @@ class ComposedConfigs:
         if override is None:
             from hydra.core.override_parser.overrides_parser import OverridesParser
 
+            if len(self._parsed) >= MAX_PARSED:
+                self._parsed.clear()
             override = self._parsed[line] = OverridesParser.create().parse_overrides([line])[0]
         return override
 
