@@ -21,6 +21,9 @@ system time of the driver and every descendant. Then per-job overhead: N trivial
 The local and basic runs alternate `--repeat` times, so that load from other processes on a shared machine
 hits both alike, and the fastest run of each is reported (the least disturbed), with the run-by-run
 ratios and their median; submitit_local runs once, last, because the load it leaves behind lasts a while.
+`--baseline DIR` adds `local@baseline`: the local launcher of another checkout (DIR holds its train.py, conf/
+and src/, e.g. `git archive <commit> src conf train.py | tar -x -C DIR`), run with this interpreter and
+PYTHONPATH=DIR/src, in the same alternation: a before/after comparison under the same load.
 Targets (issue 14): local / basic wall <= 0.5x on the main sweep, marginal per-job cost <= 50 ms.
 `--json F` writes every run and the summary to F (the raw output that bench/RESULTS.md links to).
 """
@@ -43,6 +46,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "out" / "launcher"
 LAUNCHERS = ("local", "basic", "submitit_local")
+BASELINE = "local@baseline"
 SUBMITIT_SPEC = "hydra-submitit-launcher==1.2.0"
 SAMPLE_S = 0.05
 TARGET_VS_BASIC = 0.5  # issue 14 (issue 3: 0.75)
@@ -81,7 +85,8 @@ class Run:
     loadavg_1min: float = 0.0
 
 
-def measure(cmd: list[str], label: str) -> tuple[float, float, float, float, int, int]:
+def measure(cmd: list[str], label: str, cwd: Path = REPO,
+            env: dict[str, str] | None = None) -> tuple[float, float, float, float, int, int]:
     """Run `cmd`, sampling its process tree: wall s, CPU s (user + system, every process of the tree),
     peak RSS GB, peak PSS GB, most processes at once, exit status."""
     import psutil
@@ -89,7 +94,7 @@ def measure(cmd: list[str], label: str) -> tuple[float, float, float, float, int
     log = OUT / f"{label}.log"
     with open(log, "w") as out:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
         root = psutil.Process(proc.pid)
         peak_rss = peak_pss = 0
         most = 0
@@ -119,11 +124,15 @@ def measure(cmd: list[str], label: str) -> tuple[float, float, float, float, int
     return wall, usage.ru_utime + usage.ru_stime, peak_rss / GB, peak_pss / GB, most, returncode
 
 
-def sweep(launcher: str, n_jobs: int, overrides: list[str], tag: str) -> Run:
-    label = f"{tag}-{launcher}-{n_jobs}-{time.strftime('%H%M%S')}"
+def sweep(launcher: str, n_jobs: int, overrides: list[str], tag: str, baseline: Path | None = None) -> Run:
+    label = f"{tag}-{launcher}-{n_jobs}-{time.strftime('%H%M%S')}".replace("@", "-")
+    cwd, env = REPO, None
+    if launcher == BASELINE:
+        assert baseline is not None
+        cwd, env = baseline, {**os.environ, "PYTHONPATH": str(baseline / "src")}
     cmd = [sys.executable, "train.py", "-m", "task=linreg", f"seed=range({n_jobs})", *overrides,
-           f"hydra/launcher={launcher}", f"hydra.sweep.dir={OUT / label}"]
-    wall, cpu, rss, pss, most, rc = measure(cmd, label)
+           f"hydra/launcher={launcher.split('@')[0]}", f"hydra.sweep.dir={OUT / label}"]
+    wall, cpu, rss, pss, most, rc = measure(cmd, label, cwd, env)
     run = Run(launcher, n_jobs, wall, cpu, rss, pss, most, rc, label, os.getloadavg()[0])
     print(f"  {tag:8s} {launcher:15s} {n_jobs:3d} jobs: {wall:6.1f} s wall, {cpu:6.1f} s CPU, peak RSS {rss:5.2f} GB, "
           f"peak PSS {pss:5.2f} GB, {most} processes, loadavg {os.getloadavg()[0]:.1f}", flush=True)
@@ -146,9 +155,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated subset of " + ",".join(LAUNCHERS))
     parser.add_argument("--keep-submitit", action="store_true", help="do not uninstall hydra-submitit-launcher")
     parser.add_argument("--json", type=Path, help="write every run and the summary to this JSON file")
+    parser.add_argument("--baseline", type=Path,
+                        help="a checkout (train.py, conf/, src/) whose local launcher runs as local@baseline")
     args = parser.parse_args(argv)
     launchers = [name for name in args.launchers.split(",") if name]
-    unknown = sorted(set(launchers) - set(LAUNCHERS))
+    if args.baseline is not None:
+        args.baseline = args.baseline.resolve()
+        launchers.insert(launchers.index("local") + 1 if "local" in launchers else 0, BASELINE)
+    unknown = sorted(set(launchers) - {*LAUNCHERS, BASELINE})
     if unknown:
         parser.error(f"--launchers must name some of {', '.join(LAUNCHERS)}, but got {', '.join(unknown)}")
 
@@ -167,11 +181,11 @@ def main(argv: list[str] | None = None) -> int:
         quick = [name for name in launchers if name != "submitit_local"]
         for _ in range(args.repeat):  # interleaved, so that load from elsewhere hits both launchers alike
             for name in quick:
-                main_runs[name].append(sweep(name, args.jobs, [f"epochs={args.epochs}"], "sweep"))
+                main_runs[name].append(sweep(name, args.jobs, [f"epochs={args.epochs}"], "sweep", args.baseline))
             for name in quick:
                 for n in (1, args.trivial_jobs) if args.trivial_jobs > 1 else ():
                     trivial[name].setdefault(n, []).append(
-                        sweep(name, n, ["epochs=1", "data.n_synthetic=100"], "trivial"))
+                        sweep(name, n, ["epochs=1", "data.n_synthetic=100"], "trivial", args.baseline))
         if "submitit_local" in launchers:  # last and once: minutes and ~10 GB, and its load lingers
             main_runs["submitit_local"].append(sweep("submitit_local", args.jobs, [f"epochs={args.epochs}"], "sweep"))
     finally:
@@ -204,23 +218,28 @@ def report(main_runs: dict[str, list[Run]], trivial: dict[str, dict[int, list[Ru
               f"{r.max_processes:10d} {r.returncode:5d}")
     local = runs.get("local")
     if local is not None:
-        for other, target in (("basic", TARGET_VS_BASIC), ("submitit_local", TARGET_VS_SUBMITIT)):
+        for other, target in (("basic", TARGET_VS_BASIC), ("submitit_local", TARGET_VS_SUBMITIT), (BASELINE, None)):
             if other not in runs:
                 continue
             ratio = local.wall_s / runs[other].wall_s
-            line = (f"sweepit local / {other}: wall {ratio:.2f}x (target <= {target}x: "
-                    f"{'met' if ratio <= target else 'MISSED'}), CPU {local.cpu_s / runs[other].cpu_s:.2f}x, "
+            verdict = "no target"
+            if target is not None:
+                verdict = f"target <= {target}x: {'met' if ratio <= target else 'MISSED'}"
+            line = (f"sweepit local / {other}: wall {ratio:.2f}x ({verdict}), "
+                    f"CPU {local.cpu_s / runs[other].cpu_s:.2f}x, "
                     f"peak PSS {local.peak_pss_gb / runs[other].peak_pss_gb:.2f}x, "
                     f"peak RSS {local.peak_rss_gb / runs[other].peak_rss_gb:.2f}x")
             pairs = [a.wall_s / b.wall_s for a, b in zip(main_runs["local"], main_runs[other], strict=False)]
+            pairs = pairs or [ratio]
             if len(pairs) > 1:  # runs made one after the other saw about the same load
                 line += (f"; run by run: {', '.join(f'{r:.2f}x' for r in pairs)}, median "
                          f"{statistics.median(pairs):.2f}x")
             print(line)
             summary[f"local_vs_{other}"] = {"fastest_ratio": ratio, "pair_ratios": pairs,
                                             "median_pair_ratio": statistics.median(pairs), "target": target,
-                                            "met_fastest": ratio <= target,
-                                            "met_median": statistics.median(pairs) <= target}
+                                            "met_fastest": None if target is None else ratio <= target,
+                                            "met_median": None if target is None
+                                            else statistics.median(pairs) <= target}
         print(f"sweepit local tree peak: PSS {local.peak_pss_gb:.2f} GB, RSS {local.peak_rss_gb:.2f} GB "
               f"(target <= {TARGET_PEAK_GB} GB: {'met' if local.peak_pss_gb <= TARGET_PEAK_GB else 'MISSED'} "
               f"by PSS, {'met' if local.peak_rss_gb <= TARGET_PEAK_GB else 'missed'} even by RSS)")
