@@ -1,6 +1,6 @@
 """Wall time, CPU time and process-tree memory of one sweep under three Hydra launchers; per-job overhead.
 
-Run: python bench/bench_local_launcher.py [--jobs 32] [--epochs 5] [--repeat 3] [--keep-submitit]
+Run: python bench/bench_local_launcher.py [--jobs 32] [--epochs 5] [--repeat 3] [--keep-submitit] [--json F]
      (or: make bench-launcher; about 7 minutes and, for submitit_local, about 10 GB of memory)
 
 The sweep is `train.py -m task=linreg epochs=5 seed=range(32)`: 32 short real trainings (a few tenths of a
@@ -20,15 +20,22 @@ system time of the driver and every descendant. Then per-job overhead: N trivial
 
 The local and basic runs alternate `--repeat` times, so that load from other processes on a shared machine
 hits both alike, and the fastest run of each is reported (the least disturbed), with the run-by-run
-ratios; submitit_local runs once, last, because the load it leaves behind lasts a while.
-Figures go into bench/RESULTS.md by hand.
+ratios and their median; submitit_local runs once, last, because the load it leaves behind lasts a while.
+`--baseline DIR` adds `local@baseline`: the local launcher of another checkout (DIR holds its train.py, conf/
+and src/, e.g. `git archive <commit> src conf train.py | tar -x -C DIR`), run with this interpreter and
+PYTHONPATH=DIR/src, in the same alternation: a before/after comparison under the same load.
+Targets (issue 14): local / basic wall <= 0.5x on the main sweep, marginal per-job cost <= 50 ms.
+`--json F` writes every run and the summary to F (the raw output that bench/RESULTS.md links to).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
+import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -39,9 +46,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "out" / "launcher"
 LAUNCHERS = ("local", "basic", "submitit_local")
+BASELINE = "local@baseline"
 SUBMITIT_SPEC = "hydra-submitit-launcher==1.2.0"
 SAMPLE_S = 0.05
-TARGET_VS_BASIC = 0.75
+TARGET_VS_BASIC = 0.5  # issue 14 (issue 3: 0.75)
+TARGET_MARGINAL_S = 0.05  # issue 14: one more job costs the local launcher at most 50 ms of wall time
 TARGET_VS_SUBMITIT = 0.2
 TARGET_PEAK_GB = 1.5
 GB = 1024**3
@@ -72,9 +81,12 @@ class Run:
     peak_pss_gb: float
     max_processes: int
     returncode: int
+    label: str = ""
+    loadavg_1min: float = 0.0
 
 
-def measure(cmd: list[str], label: str) -> tuple[float, float, float, float, int, int]:
+def measure(cmd: list[str], label: str, cwd: Path = REPO,
+            env: dict[str, str] | None = None) -> tuple[float, float, float, float, int, int]:
     """Run `cmd`, sampling its process tree: wall s, CPU s (user + system, every process of the tree),
     peak RSS GB, peak PSS GB, most processes at once, exit status."""
     import psutil
@@ -82,7 +94,7 @@ def measure(cmd: list[str], label: str) -> tuple[float, float, float, float, int
     log = OUT / f"{label}.log"
     with open(log, "w") as out:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
         root = psutil.Process(proc.pid)
         peak_rss = peak_pss = 0
         most = 0
@@ -112,12 +124,16 @@ def measure(cmd: list[str], label: str) -> tuple[float, float, float, float, int
     return wall, usage.ru_utime + usage.ru_stime, peak_rss / GB, peak_pss / GB, most, returncode
 
 
-def sweep(launcher: str, n_jobs: int, overrides: list[str], tag: str) -> Run:
-    label = f"{tag}-{launcher}-{n_jobs}-{time.strftime('%H%M%S')}"
+def sweep(launcher: str, n_jobs: int, overrides: list[str], tag: str, baseline: Path | None = None) -> Run:
+    label = f"{tag}-{launcher}-{n_jobs}-{time.strftime('%H%M%S')}".replace("@", "-")
+    cwd, env = REPO, None
+    if launcher == BASELINE:
+        assert baseline is not None
+        cwd, env = baseline, {**os.environ, "PYTHONPATH": str(baseline / "src")}
     cmd = [sys.executable, "train.py", "-m", "task=linreg", f"seed=range({n_jobs})", *overrides,
-           f"hydra/launcher={launcher}", f"hydra.sweep.dir={OUT / label}"]
-    wall, cpu, rss, pss, most, rc = measure(cmd, label)
-    run = Run(launcher, n_jobs, wall, cpu, rss, pss, most, rc)
+           f"hydra/launcher={launcher.split('@')[0]}", f"hydra.sweep.dir={OUT / label}"]
+    wall, cpu, rss, pss, most, rc = measure(cmd, label, cwd, env)
+    run = Run(launcher, n_jobs, wall, cpu, rss, pss, most, rc, label, os.getloadavg()[0])
     print(f"  {tag:8s} {launcher:15s} {n_jobs:3d} jobs: {wall:6.1f} s wall, {cpu:6.1f} s CPU, peak RSS {rss:5.2f} GB, "
           f"peak PSS {pss:5.2f} GB, {most} processes, loadavg {os.getloadavg()[0]:.1f}", flush=True)
     return run
@@ -138,9 +154,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--launchers", default=",".join(LAUNCHERS),
                         help="comma-separated subset of " + ",".join(LAUNCHERS))
     parser.add_argument("--keep-submitit", action="store_true", help="do not uninstall hydra-submitit-launcher")
+    parser.add_argument("--json", type=Path, help="write every run and the summary to this JSON file")
+    parser.add_argument("--baseline", type=Path,
+                        help="a checkout (train.py, conf/, src/) whose local launcher runs as local@baseline")
     args = parser.parse_args(argv)
     launchers = [name for name in args.launchers.split(",") if name]
-    unknown = sorted(set(launchers) - set(LAUNCHERS))
+    if args.baseline is not None:
+        args.baseline = args.baseline.resolve()
+        launchers.insert(launchers.index("local") + 1 if "local" in launchers else 0, BASELINE)
+    unknown = sorted(set(launchers) - {*LAUNCHERS, BASELINE})
     if unknown:
         parser.error(f"--launchers must name some of {', '.join(LAUNCHERS)}, but got {', '.join(unknown)}")
 
@@ -159,21 +181,33 @@ def main(argv: list[str] | None = None) -> int:
         quick = [name for name in launchers if name != "submitit_local"]
         for _ in range(args.repeat):  # interleaved, so that load from elsewhere hits both launchers alike
             for name in quick:
-                main_runs[name].append(sweep(name, args.jobs, [f"epochs={args.epochs}"], "sweep"))
+                main_runs[name].append(sweep(name, args.jobs, [f"epochs={args.epochs}"], "sweep", args.baseline))
             for name in quick:
                 for n in (1, args.trivial_jobs) if args.trivial_jobs > 1 else ():
                     trivial[name].setdefault(n, []).append(
-                        sweep(name, n, ["epochs=1", "data.n_synthetic=100"], "trivial"))
+                        sweep(name, n, ["epochs=1", "data.n_synthetic=100"], "trivial", args.baseline))
         if "submitit_local" in launchers:  # last and once: minutes and ~10 GB, and its load lingers
             main_runs["submitit_local"].append(sweep("submitit_local", args.jobs, [f"epochs={args.epochs}"], "sweep"))
     finally:
         if installed_submitit and not args.keep_submitit:
             pip("uninstall", "-y", "hydra-submitit-launcher")
-    report(main_runs, trivial, args)
+    summary = report(main_runs, trivial, args)
+    if args.json is not None:
+        from machine import cpu_model
+
+        raw = {"command": [Path(sys.executable).name, *sys.argv], "nproc": os.cpu_count(), "cpu": cpu_model(),
+               "args": {k: str(v) for k, v in vars(args).items()}, "summary": summary,
+               "runs": [dataclasses.asdict(r) for rs in main_runs.values() for r in rs]
+               + [dataclasses.asdict(r) for by_n in trivial.values() for rs in by_n.values() for r in rs]}
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(raw, indent=1) + "\n")
+        print(f"raw runs and summary: {args.json}")
     return 0
 
 
-def report(main_runs: dict[str, list[Run]], trivial: dict[str, dict[int, list[Run]]], args: Any) -> None:
+def report(main_runs: dict[str, list[Run]], trivial: dict[str, dict[int, list[Run]]], args: Any) -> dict[str, Any]:
+    """Print the tables; return the same figures for the JSON file."""
+    summary: dict[str, Any] = {}
     runs = {name: best_run(rs) for name, rs in main_runs.items()}
     print(f"\n{args.jobs}-job sweep `train.py -m task=linreg epochs={args.epochs} seed=range({args.jobs})`, "
           f"fastest of {args.repeat} run(s) (submitit_local: 1):")
@@ -184,18 +218,28 @@ def report(main_runs: dict[str, list[Run]], trivial: dict[str, dict[int, list[Ru
               f"{r.max_processes:10d} {r.returncode:5d}")
     local = runs.get("local")
     if local is not None:
-        for other, target in (("basic", TARGET_VS_BASIC), ("submitit_local", TARGET_VS_SUBMITIT)):
+        for other, target in (("basic", TARGET_VS_BASIC), ("submitit_local", TARGET_VS_SUBMITIT), (BASELINE, None)):
             if other not in runs:
                 continue
             ratio = local.wall_s / runs[other].wall_s
-            line = (f"sweepit local / {other}: wall {ratio:.2f}x (target <= {target}x: "
-                    f"{'met' if ratio <= target else 'MISSED'}), CPU {local.cpu_s / runs[other].cpu_s:.2f}x, "
+            verdict = "no target"
+            if target is not None:
+                verdict = f"target <= {target}x: {'met' if ratio <= target else 'MISSED'}"
+            line = (f"sweepit local / {other}: wall {ratio:.2f}x ({verdict}), "
+                    f"CPU {local.cpu_s / runs[other].cpu_s:.2f}x, "
                     f"peak PSS {local.peak_pss_gb / runs[other].peak_pss_gb:.2f}x, "
                     f"peak RSS {local.peak_rss_gb / runs[other].peak_rss_gb:.2f}x")
-            pairs = list(zip(main_runs["local"], main_runs[other], strict=False))
+            pairs = [a.wall_s / b.wall_s for a, b in zip(main_runs["local"], main_runs[other], strict=False)]
+            pairs = pairs or [ratio]
             if len(pairs) > 1:  # runs made one after the other saw about the same load
-                line += f"; run by run: {', '.join(f'{a.wall_s / b.wall_s:.2f}x' for a, b in pairs)}"
+                line += (f"; run by run: {', '.join(f'{r:.2f}x' for r in pairs)}, median "
+                         f"{statistics.median(pairs):.2f}x")
             print(line)
+            summary[f"local_vs_{other}"] = {"fastest_ratio": ratio, "pair_ratios": pairs,
+                                            "median_pair_ratio": statistics.median(pairs), "target": target,
+                                            "met_fastest": None if target is None else ratio <= target,
+                                            "met_median": None if target is None
+                                            else statistics.median(pairs) <= target}
         print(f"sweepit local tree peak: PSS {local.peak_pss_gb:.2f} GB, RSS {local.peak_rss_gb:.2f} GB "
               f"(target <= {TARGET_PEAK_GB} GB: {'met' if local.peak_pss_gb <= TARGET_PEAK_GB else 'MISSED'} "
               f"by PSS, {'met' if local.peak_rss_gb <= TARGET_PEAK_GB else 'missed'} even by RSS)")
@@ -205,12 +249,30 @@ def report(main_runs: dict[str, list[Run]], trivial: dict[str, dict[int, list[Ru
         for name, by_n in trivial.items():
             one, many = best_run(by_n[1]), best_run(by_n[n])
             marginal = (many.wall_s - one.wall_s) / (n - 1)
+            paired = [(b.wall_s - a.wall_s) / (n - 1) for a, b in zip(by_n[1], by_n[n], strict=False)]
+            # CPU seconds one more job costs (driver and job together): far less disturbed by other processes
+            # than wall time; on C cores, the wall marginal of C parallel workers cannot go below it / C.
+            cpu_paired = [(b.cpu_s - a.cpu_s) / (n - 1) for a, b in zip(by_n[1], by_n[n], strict=False)]
+            verdict = ""
+            if name == "local":
+                met = "met" if marginal <= TARGET_MARGINAL_S else "MISSED"
+                verdict = f" (target <= {TARGET_MARGINAL_S:.3f} s: {met})"
             print(f"{name:16s} wall(1) {one.wall_s:5.1f} s, wall(N) {many.wall_s:5.1f} s, wall/N "
-                  f"{many.wall_s / n:.3f} s, marginal (wall(N)-wall(1))/(N-1) {marginal:.3f} s, "
-                  f"CPU/N {many.cpu_s / n:.3f} s")
+                  f"{many.wall_s / n:.3f} s, marginal (wall(N)-wall(1))/(N-1) {marginal:.3f} s{verdict}, "
+                  f"CPU/N {many.cpu_s / n:.3f} s; marginal run by run {', '.join(f'{m:.3f}' for m in paired)} s, "
+                  f"median {statistics.median(paired):.3f} s; "
+                  f"CPU marginal median {statistics.median(cpu_paired):.3f} s")
+            summary[f"marginal_s_{name}"] = {"fastest": marginal, "pairs": paired,
+                                             "median": statistics.median(paired),
+                                             "cpu_marginal_pairs": cpu_paired,
+                                             "cpu_marginal_median": statistics.median(cpu_paired),
+                                             "cpu_per_job_s": many.cpu_s / n}
+            if name == "local":
+                summary["marginal_s_local"].update(target=TARGET_MARGINAL_S, met=marginal <= TARGET_MARGINAL_S)
         if "submitit_local" in runs:
             s = runs["submitit_local"]
             print(f"{'submitit_local':16s} (from the main sweep) wall/N {s.wall_s / s.n_jobs:.3f} s")
+    return summary
 
 
 if __name__ == "__main__":

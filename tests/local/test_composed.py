@@ -10,7 +10,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-from hydra_plugins.sweepit._hydra import ComposedConfigs, LoadedConfigs
+from hydra_plugins.sweepit._compose import ComposedConfigs, LoadedConfigs
 from sweepit_testing import CONF
 
 SWEEP_JOBS = [

@@ -3,9 +3,8 @@ the Hydra job in a forked worker or a Slurm task, and the JobReturn a sweeper ge
 
 Composing: Hydra's sweepers call `hydra_context.config_loader.load_sweep_config` for every job of a batch
 before `launch()`, then drop the result; the launcher composes the very same config in the same process.
-`ComposedConfigs` takes the loader's place at `setup()` and keeps those configs; `LoadedConfigs` keeps each
-config file as loaded (Hydra reads and parses every file again for each job otherwise), keyed by the
-search path it came from, and hands out deep copies (Hydra edits what it loads).
+`ComposedConfigs` (in `_compose`) takes the loader's place at `setup()`, composes once per choice of config
+groups, and keeps the configs the sweeper composed for the launcher.
 
 Exiting: a final garbage collection over every object torch created costs about 0.4 s of the 0.5 s an
 interpreter with torch takes to shut down, on every sweep; `light_exit` freezes the heap once every atexit
@@ -22,7 +21,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import copy
 import gc
 import json
 import os
@@ -37,6 +35,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from hydra_plugins.sweepit._compose import ComposedConfigs
 from sweepit._files import atomic_write
 from sweepit._signals import interrupt_on_sigterm
 from sweepit.errors import SweepFailedError, SweepitError
@@ -87,73 +86,6 @@ def setup_driver(hydra_context: Any) -> ComposedConfigs:
     light_exit()
     return ComposedConfigs.install(hydra_context)
 
-
-
-MAX_KEPT = 256  # configs of about 0.25 MB each: at most ~64 MB; later jobs are composed when they start
-
-
-class LoadedConfigs:
-    """A config repository (Hydra's `IConfigRepository`) that loads each config file once per search path.
-
-    Hydra wraps its repository in a fresh `CachingConfigRepository` for every compose, deep-copying it; the
-    copy made by `__deepcopy__` shares the files loaded so far. `load_config` returns a copy of what was
-    loaded, because composing changes the loaded results in place."""
-
-    def __init__(self, repository: Any, loaded: dict[tuple[Any, ...], Any] | None = None) -> None:
-        self.repository = repository
-        self.loaded: dict[tuple[Any, ...], Any] = {} if loaded is None else loaded
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> LoadedConfigs:
-        return LoadedConfigs(copy.deepcopy(self.repository, memo), self.loaded)
-
-    def load_config(self, config_path: str) -> Any:
-        key = (tuple((s.provider, s.path) for s in self.repository.get_sources()), config_path)
-        if key not in self.loaded:
-            self.loaded[key] = self.repository.load_config(config_path=config_path)
-        return copy.deepcopy(self.loaded[key])
-
-    def __getattr__(self, name: str) -> Any:  # initialize_sources, group_exists, get_group_options, ...
-        if name in ("repository", "loaded") or name.startswith("__"):  # not set yet (unpickling)
-            raise AttributeError(name)
-        return getattr(self.repository, name)
-
-
-class ComposedConfigs:
-    def __init__(self, loader: Any, max_kept: int = MAX_KEPT) -> None:
-        self.loader = loader
-        self.max_kept = max_kept
-        self._kept: dict[tuple[int, tuple[str, ...]], DictConfig] = {}
-        # Hydra 1.3's ConfigLoaderImpl keeps its repository in `repository`; any other loader is left as it is.
-        repository = getattr(loader, "repository", None)
-        if repository is not None and type(repository).__name__ == "ConfigRepository":
-            loader.repository = LoadedConfigs(repository)
-
-    @classmethod
-    def install(cls, hydra_context: Any) -> ComposedConfigs:
-        """Put the wrapper in place of the context's loader (once) and return it; launchers call this at setup()."""
-        if not isinstance(hydra_context.config_loader, cls):
-            hydra_context.config_loader = cls(hydra_context.config_loader)
-        loader: ComposedConfigs = hydra_context.config_loader
-        return loader
-
-    def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
-        config = self.loader.load_sweep_config(master_config, sweep_overrides)
-        if len(self._kept) < self.max_kept:
-            self._kept[(id(master_config), tuple(sweep_overrides))] = config
-        return config
-
-    def take(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
-        """The config composed earlier for these overrides (handed out once), else a freshly composed one."""
-        config = self._kept.pop((id(master_config), tuple(sweep_overrides)), None)
-        if config is None:
-            config = self.loader.load_sweep_config(master_config, sweep_overrides)
-        return config
-
-    def clear(self) -> None:
-        self._kept.clear()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.loader, name)
 
 
 class SweepitLauncher(Launcher):

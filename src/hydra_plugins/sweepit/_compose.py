@@ -1,0 +1,234 @@
+"""Each job's config, as Hydra's `ConfigLoaderImpl.load_sweep_config` composes it, at a fraction of the cost.
+
+Hydra composes every job from scratch: parse the overrides, build the defaults tree, load and merge every
+config file, then apply the value overrides and fill in the job's `hydra.*` fields. Of those steps only the
+defaults tree and the merge depend on which options of the config groups a job picks, and they take most of
+the time (about 60 ms of a job's 70 ms on the built-in configs). `ComposedConfigs` therefore composes once per
+distinct choice of config groups (a "base": the group overrides, in their order, of the sweep's hydra
+overrides and the job's) and gives each job a deep copy of its base with the rest of Hydra's steps applied,
+in Hydra's order and with Hydra's own functions: `_apply_overrides_to_config` for the value overrides
+(`lr=0.1`, `+key=v`, `++key=v`, `~key`), then `hydra.overrides.*`, `hydra.runtime.*`,
+`hydra.job.override_dirname` and `config_name`, then the master config's resolver cache.
+
+An override is a group override by Hydra's own rule (`defaults_list.Overrides`): its key names a config
+group of the search path and its value is not a dict. A value override never changes the defaults tree:
+the tree's own interpolations see group choices only. Jobs that this cannot reproduce exactly are composed
+by Hydra itself: an override of `hydra.searchpath` (it changes which groups exist), a sweep left in a job's
+overrides, a loader that is not Hydra 1.3's `ConfigLoaderImpl`, and any error (Hydra then raises its own).
+
+`LoadedConfigs` keeps each config file as loaded (Hydra reads and parses every file again for each compose
+otherwise), keyed by the search path it came from, and hands out deep copies (Hydra edits what it loads).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+log = logging.getLogger(__name__)
+
+MAX_KEPT = 256  # configs of about 0.25 MB each: at most ~64 MB; later jobs are composed when they start
+MAX_BASES = 64  # distinct choices of config groups kept composed (about 0.25 MB each)
+MAX_PARSED = 4096  # parsed override strings kept (an Optuna lr is a new string every trial: bounded, not a leak)
+
+
+class LoadedConfigs:
+    """A config repository (Hydra's `IConfigRepository`) that loads each config file once per search path.
+
+    Hydra wraps its repository in a fresh `CachingConfigRepository` for every compose, deep-copying it; the
+    copy made by `__deepcopy__` shares the files loaded so far. `load_config` returns a copy of what was
+    loaded, because composing changes the loaded results in place."""
+
+    def __init__(self, repository: Any, loaded: dict[tuple[Any, ...], Any] | None = None) -> None:
+        self.repository = repository
+        self.loaded: dict[tuple[Any, ...], Any] = {} if loaded is None else loaded
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> LoadedConfigs:
+        return LoadedConfigs(copy.deepcopy(self.repository, memo), self.loaded)
+
+    def load_config(self, config_path: str) -> Any:
+        key = (tuple((s.provider, s.path) for s in self.repository.get_sources()), config_path)
+        if key not in self.loaded:
+            self.loaded[key] = self.repository.load_config(config_path=config_path)
+        return copy.deepcopy(self.loaded[key])
+
+    def __getattr__(self, name: str) -> Any:  # initialize_sources, group_exists, get_group_options, ...
+        if name in ("repository", "loaded") or name.startswith("__"):  # not set yet (unpickling)
+            raise AttributeError(name)
+        return getattr(self.repository, name)
+
+
+@dataclass
+class _Base:
+    """A config composed from a defaults tree, before any value override (Hydra's state right after
+    `_compose_config_from_defaults_list` and the struct flag), with what the job-level steps need of it."""
+
+    config: DictConfig
+    known_choices: dict[str, Any]
+    sources: list[Any]  # ConfigSourceInfo of the compose's search path
+
+
+class ComposedConfigs:
+    """Hydra's config loader, wrapped: `load_sweep_config` composes a job as Hydra does, once per choice of
+    config groups (see the module's docstring), and keeps up to `max_kept` configs for the launcher's `take`
+    (Hydra's sweepers compose every job of a batch before `launch()`, then drop the result)."""
+
+    def __init__(self, loader: Any, max_kept: int = MAX_KEPT, max_bases: int = MAX_BASES) -> None:
+        self.loader = loader
+        self.max_kept = max_kept
+        self.max_bases = max_bases
+        self._kept: dict[tuple[int, tuple[str, ...]], DictConfig] = {}
+        self._bases: dict[tuple[Any, ...], _Base] = {}
+        self._group_repos: dict[Any, Any] = {}   # config_name -> the repository that says which groups exist
+        self._parsed: dict[str, Any] = {}        # override string -> Hydra's Override (immutable once parsed)
+        self.n_full = self.n_from_base = 0       # jobs composed by Hydra itself / from a base (for tests, logs)
+        # Hydra 1.3's ConfigLoaderImpl keeps its repository in `repository`; any other loader is left as it is.
+        repository = getattr(loader, "repository", None)
+        self._hydra_loader = repository is not None and type(repository).__name__ == "ConfigRepository"
+        if self._hydra_loader:
+            loader.repository = LoadedConfigs(repository)
+
+    @classmethod
+    def install(cls, hydra_context: Any) -> ComposedConfigs:
+        """Put the wrapper in place of the context's loader (once) and return it; launchers call this at setup()."""
+        if not isinstance(hydra_context.config_loader, cls):
+            hydra_context.config_loader = cls(hydra_context.config_loader)
+        loader: ComposedConfigs = hydra_context.config_loader
+        return loader
+
+    def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
+        config = self.compose(master_config, sweep_overrides)
+        if len(self._kept) < self.max_kept:
+            self._kept[(id(master_config), tuple(sweep_overrides))] = config
+        return config
+
+    def take(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
+        """The config composed earlier for these overrides (handed out once), else a freshly composed one."""
+        config = self._kept.pop((id(master_config), tuple(sweep_overrides)), None)
+        if config is None:
+            config = self.compose(master_config, sweep_overrides)
+        return config
+
+    def clear(self) -> None:
+        """Forget the kept configs (the bases stay: a sweeper's next batch picks the same groups)."""
+        self._kept.clear()
+
+    def compose(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
+        """The job's config, equal to `loader.load_sweep_config(master_config, sweep_overrides)`."""
+        if self._hydra_loader:
+            try:
+                config = self._from_base(master_config, list(sweep_overrides))
+            except Exception as e:  # Hydra's own compose raises Hydra's own error (or shows the fast path wrong)
+                log.debug(f"{sweep_overrides}: composing from a base failed ({type(e).__name__}: {e}); Hydra composes")
+                config = None
+            if config is not None:
+                self.n_from_base += 1
+                return config
+        self.n_full += 1
+        return self.loader.load_sweep_config(master_config, sweep_overrides)
+
+    def _from_base(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig | None:
+        """Hydra's `load_sweep_config` with the defaults tree and the merge taken from the job's base; None
+        for jobs this does not reproduce exactly."""
+        from hydra import __version__, version
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
+        from hydra.core.utils import JobRuntime
+
+        hydra_overrides = OmegaConf.to_container(master_config.hydra.overrides.hydra)
+        assert isinstance(hydra_overrides, list)
+        config_name = master_config.hydra.job.config_name
+        parsed = [self._parse(line) for line in [*hydra_overrides, *sweep_overrides]]
+        if any(o.is_sweep_override() or o.get_key_element() == "hydra.searchpath" for o in parsed):
+            return None
+        group_repo = self._group_repo(config_name)
+        # Hydra's rule (defaults_list.Overrides): a value override is a dict or names no config group.
+        is_value = [isinstance(o.value(), dict) or not group_repo.group_exists(o.key_or_group) for o in parsed]
+        groups = [o for o, value in zip(parsed, is_value, strict=True) if not value]
+        base = self._base(config_name, groups)
+        cfg = copy.deepcopy(base.config)
+
+        # From here on, Hydra's ConfigLoaderImpl._load_configuration_impl, step by step.
+        ConfigLoaderImpl._apply_overrides_to_config([o for o, value in zip(parsed, is_value, strict=True) if value],
+                                                    cfg)
+        app_overrides = []
+        for override in parsed:
+            if override.is_hydra_override():
+                cfg.hydra.overrides.hydra.append(override.input_line)
+            else:
+                cfg.hydra.overrides.task.append(override.input_line)
+                app_overrides.append(override)
+        with open_dict(cfg.hydra):
+            cfg.hydra.runtime.choices.update(base.known_choices)
+            for key in cfg.hydra.job.env_copy:
+                cfg.hydra.job.env_set[key] = os.environ[key]
+        cfg.hydra.runtime.version = __version__
+        cfg.hydra.runtime.version_base = version.getbase()
+        cfg.hydra.runtime.cwd = os.getcwd()
+        cfg.hydra.runtime.config_sources = base.sources
+        if "name" not in cfg.hydra.job:
+            cfg.hydra.job.name = JobRuntime().get("name")
+        cfg.hydra.job.override_dirname = get_overrides_dirname(
+            overrides=app_overrides,
+            kv_sep=cfg.hydra.job.config.override_dirname.kv_sep,
+            item_sep=cfg.hydra.job.config.override_dirname.item_sep,
+            exclude_keys=cfg.hydra.job.config.override_dirname.exclude_keys,
+        )
+        cfg.hydra.job.config_name = config_name
+        # And load_sweep_config's last step: the master's resolver cache (`${now:}` resolves as it did there).
+        OmegaConf.copy_cache(from_config=master_config, to_config=cfg)
+        return cfg
+
+    def _parse(self, line: str) -> Any:
+        override = self._parsed.get(line)
+        if override is None:
+            from hydra.core.override_parser.overrides_parser import OverridesParser
+
+            if len(self._parsed) >= MAX_PARSED:
+                self._parsed.clear()
+            override = self._parsed[line] = OverridesParser.create().parse_overrides([line])[0]
+        return override
+
+    def _group_repo(self, config_name: str | None) -> Any:
+        """The repository with the primary config's `hydra.searchpath` in place: which config groups exist."""
+        repo = self._group_repos.get(config_name)
+        if repo is None:
+            from hydra._internal.config_repository import CachingConfigRepository
+
+            self.loader.ensure_main_config_source_available()
+            repo = CachingConfigRepository(self.loader.repository)
+            self.loader._process_config_searchpath(config_name, [], repo)
+            self._group_repos[config_name] = repo
+        return repo
+
+    def _base(self, config_name: str | None, groups: list[Any]) -> _Base:
+        """The config of this choice of groups, composed as Hydra composes it, before any value override."""
+        key = (config_name, tuple(o.input_line for o in groups))
+        base = self._bases.get(key)
+        if base is not None:
+            return base
+        from hydra._internal.config_repository import CachingConfigRepository
+        from hydra._internal.defaults_list import create_defaults_list
+        from hydra.conf import ConfigSourceInfo
+
+        repo = CachingConfigRepository(self.loader.repository)
+        self.loader._process_config_searchpath(config_name, groups, repo)
+        defaults_list = create_defaults_list(repo=repo, config_name=config_name, overrides_list=groups,
+                                             prepend_hydra=True, skip_missing=False)  # RunMode.RUN, as Hydra's
+        assert not defaults_list.config_overrides, "a value override among the group overrides"
+        cfg = self.loader._compose_config_from_defaults_list(defaults=defaults_list.defaults, repo=repo)
+        OmegaConf.set_struct(cfg, True)
+        OmegaConf.set_readonly(cfg.hydra, False)
+        sources = [ConfigSourceInfo(path=x.path, schema=x.scheme(), provider=x.provider) for x in repo.get_sources()]
+        base = _Base(cfg, dict(defaults_list.overrides.known_choices), sources)
+        if len(self._bases) >= self.max_bases:
+            del self._bases[next(iter(self._bases))]  # the oldest choice
+        self._bases[key] = base
+        return base
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.loader, name)
