@@ -99,7 +99,7 @@ class Follower:
             self._start_look(ask)
         asked = self._collect_look(seen)
         now = time.monotonic()
-        changed = False
+        changed: list[int] = []
         for num in [n for n in self.pending if n in seen]:
             s = seen[num]
             entry = self.manifest.jobs[num]
@@ -108,11 +108,12 @@ class Follower:
                     continue
                 s.state = record_dead(entry, s, stderr_tail(entry, self.stderr_tail_lines))
                 self._report_dead(num, s)
-            changed |= apply(entry, s)
+            if apply(entry, s):
+                changed.append(num)
             self._advance(num, s)
         self._give_up_on_returns(now)
         if changed:
-            write_manifest(self.manifest)
+            write_manifest(self.manifest, changed)
         if asked or not self.pending:
             self._tell_reasons(pending_reasons({n: s for n, s in seen.items() if n in self.pending}))
         if self.progress.done == 0:  # before the first job ends: an ETA from the running jobs' epochs

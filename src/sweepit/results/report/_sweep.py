@@ -5,7 +5,6 @@ Nothing here raises on a broken job: a missing or corrupt file becomes a note in
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -17,10 +16,10 @@ from typing import Any
 import yaml
 
 from sweepit.results._job_files import METRICS_FILE, read_metrics
+from sweepit.results._manifest import read_manifest_data
 from sweepit.results._status import sweep_direction
 from sweepit.results._summary import JobRow, best_row, fixed_overrides, job_num, override_values, read_job, swept_keys
 
-MANIFEST_FILE = "sweep.json"  # written by sweepit's launchers; optional here
 # libyaml when present: ten times faster on the many small files of a large sweep.
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -137,12 +136,11 @@ class Sweep:
 
 
 def _manifest_jobs(sweep_dir: Path) -> tuple[dict[int, dict[str, Any]], dict[str, Any]]:
-    """sweep.json's jobs by number and its top level; empty when absent or unreadable (it is optional)."""
+    """sweep.json's jobs by number (its journal folded in) and its top level; empty when absent or unreadable
+    (it is optional)."""
     try:
-        data = json.loads((sweep_dir / MANIFEST_FILE).read_text())
+        data, _, _ = read_manifest_data(sweep_dir)
     except (OSError, ValueError):
-        return {}, {}
-    if not isinstance(data, dict):
         return {}, {}
     jobs = data.get("jobs")
     entries = jobs.values() if isinstance(jobs, dict) else jobs if isinstance(jobs, list) else []
