@@ -143,3 +143,23 @@ def test_a_manifest_of_an_earlier_version_without_a_journal_reads_and_is_written
     back.jobs[0].state = "running"
     write_manifest(back, [0])
     assert json.loads((Path(m.sweep_dir) / MANIFEST_FILE).read_text())["jobs"][0]["state"] == "running"
+
+
+def test_status_of_a_large_sweep_lists_the_jobs_that_did_not_finish_and_counts_every_job(tmp_path: Path) -> None:
+    m = _sweep(tmp_path, n_jobs=60)
+    for n in range(60):
+        if n in (7, 59):
+            continue  # queued when the driver went away
+        status = "failed" if n == 30 else "completed"
+        write_result(Path(m.jobs[n].job_dir), {"status": status, "objective": None if n == 30 else n / 100})
+        m.jobs[n].state = status
+    write_manifest(m)
+
+    def listed(text: str) -> list[str]:
+        table = text.split("\n\n", 1)[0]
+        return [line.split()[0] for line in table.splitlines()[2:]]
+
+    text, going = sweep_status(Path(m.sweep_dir), max_rows=50)
+    assert listed(text) == ["7", "30", "59"] and not going
+    assert "60 jobs: 57 completed, 1 failed, 2 not started (57 finished jobs not listed" in text
+    assert listed(sweep_status(Path(m.sweep_dir), max_rows=0)[0]) == [str(n) for n in range(60)]
