@@ -126,7 +126,7 @@ class SlurmSweep:
             progress.close()
             write_manifest(manifest)  # whole, journal folded in
         if follower.stop_signal is not None:
-            raise SweepFailedError(_stopped(manifest, follower.pending, follower.stop_signal, self.sweep_dir))
+            raise SweepFailedError(_stopped(manifest, list(follower.pending), follower.stop_signal, self.sweep_dir))
         if o.print_summary:
             print(summarize(self.sweep_dir), flush=True)
         report = failure_report(manifest, jobs, dict(follower.statuses), {j.num for j in skipped}, None,
