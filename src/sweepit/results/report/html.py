@@ -6,9 +6,9 @@ import base64
 from html import escape
 from pathlib import Path
 
-from sweepit.results.report._sweep import Sweep, finite
+from sweepit.results.report._sweep import Sweep
 from sweepit.results.report.sections import Figure, Section
-from sweepit.results.report.table import Table, fmt
+from sweepit.results.report.table import Table, fmt, kept_rows
 
 _STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1400px;
@@ -34,28 +34,10 @@ figcaption { color: #555; font-size: 13px; }
 """
 
 
-# Rows of a table on the page: a 100,000-row table would be a 150 MB page that no browser opens. Beyond, the best
-# rows by objective (in job order) are on the page, and results.csv has every row.
-MAX_HTML_ROWS = 1000
-
-
-def _kept_rows(table: Table, direction: str) -> tuple[list[int], str]:
-    """The rows on the page, and a sentence saying which when not all."""
-    n = len(table.rows)
-    if n <= MAX_HTML_ROWS or "objective" not in table.columns:
-        return list(range(n)), ""
-    objective = table.column("objective")
-    sign = -1.0 if direction == "maximize" else 1.0
-    scored = sorted((i for i, v in enumerate(objective) if finite(v) is not None), key=lambda i: sign * objective[i])
-    kept = sorted(scored[:MAX_HTML_ROWS])
-    return kept, (f"The best {len(kept):,} of {n:,} jobs by objective ({direction}), in job order; results.csv "
-                  "has every job.")
-
-
 def _table(table: Table, direction: str = "minimize") -> str:
     head = "".join(f"<th>{escape(c)}</th>" for c in table.columns)
     status_col = table.columns.index("status") if "status" in table.columns else -1
-    kept, said = _kept_rows(table, direction)
+    kept, said = kept_rows(table, direction)
     rows = []
     for i in kept:
         row = table.rows[i]
