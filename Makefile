@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 SWEEPS := $(basename $(notdir $(wildcard sweeps/*.yaml)))
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-fast lint typecheck check clean-outputs bench bench-throughput bench-mnist-best bench-report bench-launcher test-launcher bench-gpu bench-slurm test-slurm sweep-optuna bench-optuna \
+.PHONY: help install test test-fast lint typecheck check clean-outputs bench bench-throughput bench-mnist-best bench-report bench-scale bench-launcher test-launcher bench-gpu bench-slurm test-slurm sweep-optuna bench-optuna \
         slurm-up slurm-down slurm-status \
         $(addprefix sweep-,$(SWEEPS))
 
@@ -73,6 +73,9 @@ bench-throughput: ## MNIST CNN samples/s: sweepit vs a torch DataLoader loop, li
 
 bench-report: ## Time `sweepit report` on a generated 1,000-job sweep against reading it with summary.collect
 	$(PY) bench/bench_report.py $(ARGS)
+
+bench-scale: ## Driver side at 1k, 10k, 100k generated jobs: planning, sweep.json writes, status, ls, report (~30 min)
+	$(PY) bench/bench_scale.py $(ARGS)
 
 bench-launcher: ## Local launcher vs Hydra's basic and submitit_local: wall, CPU, tree memory, per-job overhead (~7 min)
 	$(PY) bench/bench_local_launcher.py $(ARGS)

@@ -63,14 +63,14 @@ def _status(args: argparse.Namespace) -> int:
     from sweepit.slurm import status_report
 
     if args.watch is None:
-        print(status_report(Path(args.sweep_dir)))
+        print(status_report(Path(args.sweep_dir), max_rows=args.rows))
         return 0
     if args.watch <= 0:
         raise SweepitError(f"--watch takes the seconds between looks, a number > 0, but got {args.watch:g}.")
-    return _watch(Path(args.sweep_dir), args.watch)
+    return _watch(Path(args.sweep_dir), args.watch, args.rows)
 
 
-def _watch(sweep_dir: Path, every_s: float) -> int:
+def _watch(sweep_dir: Path, every_s: float, max_rows: int) -> int:
     """Look again every `every_s` until the sweep ends (or Ctrl-C). On a terminal the table is redrawn in place
     (rich); elsewhere (a log file, CI) each look that changed anything is printed, with its time."""
     import time
@@ -89,7 +89,7 @@ def _watch(sweep_dir: Path, every_s: float) -> int:
             console = Console()
             with Live(console=console, auto_refresh=False, vertical_overflow="visible") as live:
                 while True:
-                    text, going = sweep_status(sweep_dir, live_reader)
+                    text, going = sweep_status(sweep_dir, live_reader, max_rows)
                     stamp = datetime.now().strftime("%H:%M:%S")
                     hint = f"every {every_s:g} s; Ctrl-C stops watching (the sweep goes on)" if going else "ended"
                     live.update(Text(f"{text}\n[{stamp}] {hint}", no_wrap=True, overflow="ellipsis"), refresh=True)
@@ -98,7 +98,7 @@ def _watch(sweep_dir: Path, every_s: float) -> int:
                     time.sleep(every_s)
         last = ""
         while True:
-            text, going = sweep_status(sweep_dir, live_reader)
+            text, going = sweep_status(sweep_dir, live_reader, max_rows)
             if text != last:
                 print(f"[{datetime.now().strftime('%H:%M:%S')}]\n{text}\n", flush=True)
                 last = text
@@ -191,6 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("sweep_dir", help="a sweep directory holding sweep.json")
     p.add_argument("--watch", nargs="?", type=float, const=5.0, default=None, metavar="SECONDS",
                    help="look again every SECONDS (default 5) until the sweep ends; redrawn in place on a terminal")
+    p.add_argument("--rows", type=int, default=50, help="jobs listed at most (0: all; default 50): beyond, those "
+                                                        "that did not finish, the finished ones counted")
     p.set_defaults(func=_status)
 
     p = sub.add_parser("resume", help="run again only the jobs of a sweep that did not complete, in the same directory")

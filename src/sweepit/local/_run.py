@@ -73,6 +73,7 @@ class SweepRun:
         entry.job_dir = str(job.job_dir)
         if self.resume and is_finished(job.job_dir):
             entry.state = result_status(job.job_dir) or "completed"
+            write_manifest(self.manifest, [job.num])
             self.skipped.add(job.num)
             self.progress.skip()
             return False
@@ -82,6 +83,7 @@ class SweepRun:
             write_result(job.job_dir, {"status": "failed", "objective": None, "error": str(e),
                                        "recorded_by": "sweepit local launcher", "ended_at": now_iso()})
             self.statuses[job.num] = entry.state = "failed"
+            write_manifest(self.manifest, [job.num])
             self.progress.start()
             self.progress.finish(job.num, "failed", None)
             return False
@@ -98,7 +100,7 @@ class SweepRun:
         entry.started_at = self._started_at[job.num] = now_iso()
         entry.ended_at = None
         entry.extra = {"gpus": job.gpus} if job.gpus else {}
-        write_manifest(self.manifest)
+        write_manifest(self.manifest, [job.num])
         self.progress.start()
 
     def ended(self, job: Job) -> None:
@@ -107,7 +109,7 @@ class SweepRun:
         entry = self.manifest.jobs[job.num]
         entry.state, entry.ended_at = status, now_iso()
         entry.extra["exit_code"] = job.exit_code
-        write_manifest(self.manifest)
+        write_manifest(self.manifest, [job.num])
         self.progress.finish(job.num, status, job.wall_time_s)
 
     def tick(self) -> None:

@@ -158,7 +158,7 @@ class LocalSweep:
             self._open = pool, run, manifest, progress
         pool, _, manifest, progress = self._open
         manifest.jobs[job.num] = JobEntry(num=job.num, overrides=job.overrides, job_dir="")
-        write_manifest(manifest)
+        write_manifest(manifest, [job.num])
         progress.queued += 1
         self._started[job.num] = job
         pool.submit(job)

@@ -1,7 +1,8 @@
 """`sweep.json`: which jobs a sweep launched, where, in which state, and the command that runs it again.
 
 Every launcher (local workers, Slurm) writes the same manifest; each job's `result.json` stays the truth
-about its outcome, so a resume asks the results, not the manifest, which jobs are done.
+about its outcome, so a resume asks the results, not the manifest, which jobs are done. While a sweep runs,
+the jobs that changed are appended to `sweep.journal` (see `_journal`), which every reader here folds in.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import re
 import shlex
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,10 +22,11 @@ from typing import Any, Protocol
 from sweepit._files import atomic_write
 from sweepit.errors import ManifestError
 from sweepit.results._job_files import STDERR_LOG, read_outcome, read_result
+from sweepit.results._journal import Journal, append_records, compact_now, read_journal, start_journal
 from sweepit.results._status import FAILED_STATUSES, FINISHED_STATUSES
 
 MANIFEST_FILE = "sweep.json"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: `generation`, continued by sweep.journal
 __all__ = ["FAILED_STATUSES", "FINISHED_STATUSES"]  # re-exported for the launchers
 
 # Overrides that a resume sets itself; any earlier value is dropped from the re-run command.
@@ -58,23 +60,35 @@ class Manifest:
     created_at: str = field(default_factory=now_iso)
     updated_at: str = ""
     jobs: dict[int, JobEntry] = field(default_factory=dict)
+    generation: int = 0              # how often it was written whole; sweep.journal continues this one
     version: int = MANIFEST_VERSION
+    # Where the file on disk stands, when this copy is what it holds: appending the changes is then enough.
+    _disk: _OnDisk | None = field(default=None, init=False, repr=False, compare=False)
 
     def to_json(self) -> str:
-        """Sweep fields, then one job per line: readable, and written fast (no indentation pass) on every
-        job start and end."""
-        head = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "jobs"}
+        """Sweep fields, then one job per line: readable, and written fast (no indentation pass)."""
+        head = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("jobs", "_disk")}
         jobs = [json.dumps(_job_dict(self.jobs[n])) for n in sorted(self.jobs)]
         text = json.dumps(head, indent=1)[:-2]
         return text + ',\n "jobs": [\n  ' + ",\n  ".join(jobs) + "\n ]\n}\n"
 
     @classmethod
     def from_json(cls, text: str) -> Manifest:
-        data = json.loads(text)
+        """The snapshot alone (`read_manifest` folds in the journal)."""
+        return cls.from_data(json.loads(text))
+
+    @classmethod
+    def from_data(cls, data: Any) -> Manifest:
         if not isinstance(data, dict):
             raise ValueError(f"the manifest must be a JSON object, but is {type(data).__name__}")
         jobs = [JobEntry(**j) for j in data.pop("jobs", [])]
         return cls(**data, jobs={j.num: j for j in jobs})
+
+
+@dataclass
+class _OnDisk:
+    snapshot_bytes: int
+    journal_bytes: int
 
 
 def _job_dict(j: JobEntry) -> dict[str, Any]:
@@ -94,10 +108,31 @@ def driver_argv() -> list[str]:
     return [sys.executable, script, *sys.argv[1:]]
 
 
+def read_manifest_data(sweep_dir: Path) -> tuple[dict[str, Any], int, Journal]:
+    """sweep.json's object with the journal folded into its `jobs` (a list in job order), the snapshot's size
+    and the journal read. OSError, ValueError as reading them raises."""
+    text = manifest_path(sweep_dir).read_bytes()
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"the manifest must be a JSON object, but is {type(data).__name__}")
+    generation = data.get("generation", 0)
+    journal = read_journal(sweep_dir, generation) if isinstance(generation, int) else Journal()
+    if journal.records:
+        jobs = data.get("jobs")
+        by_num = {j["num"]: j for j in jobs if isinstance(j, dict)} if isinstance(jobs, list) else {}
+        for record in journal.records:
+            by_num[record["num"]] = record
+        data["jobs"] = [by_num[n] for n in sorted(by_num)]
+        data["updated_at"] = journal.updated_at or data.get("updated_at", "")
+    return data, len(text), journal
+
+
 def read_manifest(sweep_dir: Path) -> Manifest:
     path = manifest_path(sweep_dir)
+    sweep_dir = Path(sweep_dir).absolute()
     try:
-        return _rerooted(Manifest.from_json(path.read_text()), Path(sweep_dir).absolute())
+        data, snapshot_bytes, journal = read_manifest_data(sweep_dir)
+        m = Manifest.from_data(data)
     except FileNotFoundError:
         raise ManifestError(
             f"a sweep directory must hold {MANIFEST_FILE} to be resumed, but {path} does not exist; "
@@ -105,6 +140,9 @@ def read_manifest(sweep_dir: Path) -> Manifest:
         ) from None
     except (ValueError, TypeError) as e:
         raise ManifestError(f"{path} must be a sweepit manifest, but it cannot be read: {e}") from e
+    if journal.appendable and Path(m.sweep_dir) == sweep_dir:
+        m._disk = _OnDisk(snapshot_bytes, journal.n_bytes)
+    return _rerooted(m, sweep_dir)  # (a moved sweep's next write is whole: the paths on disk are the old ones)
 
 
 def _rerooted(m: Manifest, sweep_dir: Path) -> Manifest:
@@ -135,13 +173,32 @@ def open_manifest(sweep_dir: Path, launcher: str, argv: list[str] | None = None)
     except ManifestError:
         return Manifest(sweep_dir=str(sweep_dir), argv=argv, cwd=os.getcwd(), launcher=launcher)
     m.sweep_dir, m.argv, m.cwd, m.launcher = str(sweep_dir), argv, os.getcwd(), launcher
+    m._disk = None  # the new command goes into the snapshot: the first write is whole
     return m
 
 
-def write_manifest(m: Manifest) -> Path:
-    """Atomic but not fsynced: it is rewritten often, and the jobs' results stay the truth."""
+def write_manifest(m: Manifest, changed: Iterable[int] | None = None) -> Path:
+    """Record the manifest: the jobs `changed` since it was last written or read, as lines appended to the
+    journal; the whole manifest (a new snapshot and an empty journal) when `changed` is None, when the journal
+    has grown as large as the snapshot, or when this copy is not what is on disk. Not fsynced (the jobs'
+    results stay the truth); every write leaves the manifest readable, whatever stops the driver."""
     m.updated_at = now_iso()
-    return atomic_write(manifest_path(Path(m.sweep_dir)), m.to_json(), fsync=False)
+    sweep_dir = Path(m.sweep_dir)
+    disk = m._disk
+    if changed is not None and disk is not None and not compact_now(disk.journal_bytes, disk.snapshot_bytes):
+        records = [_job_dict(m.jobs[n]) for n in sorted(set(changed)) if n in m.jobs]
+        if not records:
+            return manifest_path(sweep_dir)
+        n_bytes = append_records(sweep_dir, records, m.updated_at)
+        if n_bytes is not None:
+            disk.journal_bytes += n_bytes
+            return manifest_path(sweep_dir)
+    m.generation, m.version = m.generation + 1, MANIFEST_VERSION
+    text = m.to_json()
+    m._disk = None  # until both files are written
+    path = atomic_write(manifest_path(sweep_dir), text, fsync=False)
+    m._disk = _OnDisk(len(text), start_journal(sweep_dir, m.generation))
+    return path
 
 
 def result_status(job_dir: Path) -> str | None:

@@ -68,10 +68,12 @@ def job_num(job_dir: Path) -> int | None:
     return int(head) if head.isdigit() else None
 
 
-def read_job(job_dir: Path) -> JobRow:
+def read_job(job_dir: Path, overrides: dict[str, str] | None = None) -> JobRow:
+    """The job's row from its result.json; its overrides from `.hydra/overrides.yaml` unless given (from sweep.json,
+    which saves a YAML parse a job)."""
     num = job_num(job_dir)
-    row = JobRow(num=-1 if num is None else num, job_dir=job_dir, overrides=read_overrides(job_dir),
-                 status="pending")
+    row = JobRow(num=-1 if num is None else num, job_dir=job_dir,
+                 overrides=read_overrides(job_dir) if overrides is None else overrides, status="pending")
     read = read_outcome(job_dir)
     if read.status is None:
         return row

@@ -19,13 +19,14 @@ from typing import Any
 from sweepit._signals import SLURM_STOP
 from sweepit.results._job_files import ResultGrace, read_metrics, read_result, write_result, write_result_if_absent
 from sweepit.results._live import LiveReader, sweep_eta_s
-from sweepit.results._manifest import FAILED_STATUSES, JobEntry, Manifest, now_iso, result_status
+from sweepit.results._manifest import FAILED_STATUSES, FINISHED_STATUSES, JobEntry, Manifest, now_iso, result_status
 from sweepit.results._progress import format_duration
 from sweepit.results._summary import JobRow, format_table, override_values, read_job
 from sweepit.slurm import _cluster as slurm_queue
 from sweepit.slurm._cluster import ACTIVE_STATES, FINAL_STATES, QueueRow, SlurmError
 
 LOST = "LOST"                        # neither squeue nor sacct knows the job any more
+MAX_ROWS = 50                        # jobs `sweepit status` lists by default (the others are counted)
 RECORDED_BY = "sweepit slurm launcher"
 # Manifest states of jobs still in Slurm's hands.
 LIVE_STATES = ("queued", "running")
@@ -245,17 +246,34 @@ def apply(entry: JobEntry, seen: Seen) -> bool:
     return before != now()
 
 
-def status_table(m: Manifest, live: LiveReader | None = None) -> str:
-    """The results table of every job in the manifest, with its Slurm job id and state in the note, and for a
-    running job how far it is (`3/15 val_acc=0.91 ETA 0:42`, from its files)."""
+def shown_jobs(m: Manifest, max_rows: int = MAX_ROWS) -> list[int]:
+    """The jobs `sweepit status` lists: every job when there are at most `max_rows` (0: no limit); else the first
+    `max_rows` of those that did not finish (running, queued, failed, ...), the finished ones counted only."""
+    nums = sorted(m.jobs)
+    if max_rows <= 0 or len(nums) <= max_rows:
+        return nums
+    return [n for n in nums if m.jobs[n].state not in FINISHED_STATUSES][:max_rows]
+
+
+def to_refresh(m: Manifest, shown: list[int]) -> list[int]:
+    """The jobs whose state is asked again (their results, Slurm): those listed, and every job the manifest does
+    not record as finished. A completed or diverged job's result is replaced only by a resume, whose driver
+    records it, so a large sweep's finished jobs cost nothing to look at."""
+    return sorted(set(shown) | {n for n, e in m.jobs.items() if e.state not in FINISHED_STATUSES})
+
+
+def status_table(m: Manifest, live: LiveReader | None = None, shown: list[int] | None = None) -> str:
+    """The results table of the jobs `shown` (default: every job in the manifest), with its Slurm job id and
+    state in the note, and for a running job how far it is (`3/15 val_acc=0.91 ETA 0:42`, from its files); the
+    counts by state cover every job."""
     live = live or LiveReader()
     rows: list[JobRow] = []
-    for num in sorted(m.jobs):
+    for num in sorted(m.jobs) if shown is None else shown:
         e = m.jobs[num]
         has_dir = bool(e.job_dir) and Path(e.job_dir).is_dir()
-        row = read_job(Path(e.job_dir)) if has_dir else JobRow(num, Path(e.job_dir), {}, "")
+        overrides = override_values(e.overrides)
+        row = read_job(Path(e.job_dir), overrides) if has_dir else JobRow(num, Path(e.job_dir), overrides, "")
         row.num = num
-        row.overrides = override_values(e.overrides)
         row.status = e.state
         progress = live.look(Path(e.job_dir)) if has_dir and e.state == "running" else None
         reason = f"({e.extra['slurm_reason']})" if e.extra.get("slurm_reason") else ""
@@ -264,20 +282,26 @@ def status_table(m: Manifest, live: LiveReader | None = None) -> str:
                                          row.note) if x)
         rows.append(row)
     counts: dict[str, int] = {}
-    for row in rows:
-        counts[row.status] = counts.get(row.status, 0) + 1
+    for e in m.jobs.values():
+        counts[e.state] = counts.get(e.state, 0) + 1
     tally = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    return f"{format_table(rows)}\n\n{len(rows)} jobs: {tally}"
+    hidden = len(m.jobs) - len(rows)
+    more = (f" ({hidden} finished jobs not listed: `sweepit summary {m.sweep_dir}` lists every job, `--rows 0` "
+            "here)") if hidden else ""
+    return f"{format_table(rows)}\n\n{len(m.jobs)} jobs: {tally}{more}"
 
 
-def refresh(m: Manifest, stderr_tail_lines: int = 50, record: bool = True) -> tuple[list[int], str]:
-    """Bring every job's state up to date (from Slurm for a Slurm sweep, else from the results); a job Slurm
-    ended without a result gets one. Returns the numbers of the jobs that changed, and a note when Slurm
-    could not be asked (then the results alone are used). `record=False` writes nothing (a live driver does)."""
+def refresh(m: Manifest, stderr_tail_lines: int = 50, record: bool = True,
+            nums: list[int] | None = None) -> tuple[list[int], str]:
+    """Bring the state of the jobs `nums` (default: every job) up to date (from Slurm for a Slurm sweep, else from
+    the results); a job Slurm ended without a result gets one. Returns the numbers of the jobs that changed, and a
+    note when Slurm could not be asked (then the results alone are used). `record=False` writes nothing (a live
+    driver does)."""
     changed: list[int] = []
+    nums = sorted(m.jobs) if nums is None else nums
     if m.launcher == "slurm":
         try:
-            seen = look(m.jobs.values(), ask_all=True)
+            seen = look((m.jobs[n] for n in nums), ask_all=True)
             dead = [num for num, s in seen.items() if s.dead] if record else []
             if dead:  # the follower's grace: their own results may be a moment late on a shared file system
                 grace = ResultGrace()
@@ -287,7 +311,7 @@ def refresh(m: Manifest, stderr_tail_lines: int = 50, record: bool = True) -> tu
                 seen.update(look((m.jobs[num] for num in dead), ask_all=True))
         except SlurmError as e:
             note = f"Slurm could not be asked ({e}); the states below come from the jobs' results alone."
-            return _from_results(m), note
+            return _from_results(m, nums), note
         for num, s in seen.items():
             entry = m.jobs[num]
             if s.dead and record:
@@ -295,12 +319,13 @@ def refresh(m: Manifest, stderr_tail_lines: int = 50, record: bool = True) -> tu
             if apply(entry, s):
                 changed.append(num)
         return changed, ""
-    return _from_results(m), ""
+    return _from_results(m, nums), ""
 
 
-def _from_results(m: Manifest) -> list[int]:
+def _from_results(m: Manifest, nums: list[int]) -> list[int]:
     changed = []
-    for num, entry in m.jobs.items():
+    for num in nums:
+        entry = m.jobs[num]
         status = result_status(Path(entry.job_dir)) if entry.job_dir else None
         if status is not None and status != entry.state:
             entry.state = status
@@ -320,28 +345,28 @@ def stderr_tail(entry: JobEntry, n_lines: int, max_bytes: int = 1 << 16) -> str:
     return "\n".join(data.decode(errors="replace").splitlines()[-n_lines:]) if n_lines > 0 else ""
 
 
-def status_report(sweep_dir: Path, live: LiveReader | None = None) -> str:
+def status_report(sweep_dir: Path, live: LiveReader | None = None, max_rows: int = MAX_ROWS) -> str:
     """What `sweepit status DIR` prints: the refreshed table, the counts and what to run next."""
-    return sweep_status(sweep_dir, live)[0]
+    return sweep_status(sweep_dir, live, max_rows)[0]
 
 
-def sweep_status(sweep_dir: Path, live: LiveReader | None = None) -> tuple[str, bool]:
+def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int = MAX_ROWS) -> tuple[str, bool]:
     """`status_report`'s text, and whether the sweep is still going (a job queued or running, or a driver
     holding it): `sweepit status --watch` looks again until it is not. `live` keeps what was read of the
-    running jobs' metrics between looks."""
+    running jobs' metrics between looks. At most `max_rows` jobs are listed (`shown_jobs`)."""
     from sweepit.results._lock import SweepLock
     from sweepit.results._manifest import read_manifest, settle_orphans, write_manifest
 
     live = live or LiveReader()
     m = read_manifest(sweep_dir)
     driver = SweepLock(Path(m.sweep_dir)).holder()
-    changed, note = refresh(m, record=driver is None)
+    changed, note = refresh(m, record=driver is None, nums=to_refresh(m, shown_jobs(m, max_rows)))
     if driver is None:
         changed += settle_orphans(m)
     if changed and driver is None:
-        write_manifest(m)  # with a live driver, it alone writes the sweep's records
-    lines = [status_table(m, live), f"sweep directory: {m.sweep_dir} (launcher: {m.launcher})"] + (
-        [note] if note else [])
+        write_manifest(m, changed)  # with a live driver, it alone writes the sweep's records
+    lines = [status_table(m, live, shown_jobs(m, max_rows)),
+             f"sweep directory: {m.sweep_dir} (launcher: {m.launcher})"] + ([note] if note else [])
     running = [e for e in m.jobs.values() if e.state == "running" and e.job_dir]
     if running:
         queued = sum(e.state == "queued" for e in m.jobs.values())

@@ -162,7 +162,7 @@ def submit_jobs(jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, max
                 "metric": _select_str(job.config, "metric"), "direction": _select_str(job.config, "direction"),
             }
         ids.extend(chunk_ids)
-        write_manifest(manifest)
+        write_manifest(manifest, [job.num for job in chunk])
     return ids
 
 

@@ -112,6 +112,7 @@ class SlurmSweep:
         following = sorted([j.num for j in adopted] + [j.num for j in to_submit])
         log.info(_submitted(len(jobs), submitted, len(skipped), len(adopted), self.sweep_dir))
         if not o.wait:
+            write_manifest(manifest)  # whole, journal folded in: what a reader of sweep.json alone expects
             print(_detached(manifest, following, self.sweep_dir), flush=True)
             return {j.num: Outcome(None) for j in jobs}
         progress = Progress(len(jobs))
@@ -123,8 +124,9 @@ class SlurmSweep:
             follower.run()
         finally:
             progress.close()
+            write_manifest(manifest)  # whole, journal folded in
         if follower.stop_signal is not None:
-            raise SweepFailedError(_stopped(manifest, follower.pending, follower.stop_signal, self.sweep_dir))
+            raise SweepFailedError(_stopped(manifest, list(follower.pending), follower.stop_signal, self.sweep_dir))
         if o.print_summary:
             print(summarize(self.sweep_dir), flush=True)
         report = failure_report(manifest, jobs, dict(follower.statuses), {j.num for j in skipped}, None,
@@ -216,7 +218,7 @@ class SlurmSweep:
             scancel(ids)
             for n in left:  # read back once squeue and sacct have forgotten the job (no accounting, or purged)
                 manifest.jobs[n].extra[CANCELLED_BY_DRIVER] = now_iso()
-            write_manifest(manifest)
+            write_manifest(manifest, left)
             log.warning(f"{why}: cancelled {len(ids)} Slurm job(s) still in flight: {', '.join(ids)} (jobs "
                         f"{', '.join(map(str, left))})")
 

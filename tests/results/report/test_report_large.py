@@ -93,3 +93,29 @@ def test_many_curves_are_coloured_by_a_swept_parameter_with_few_values(tmp_path:
     write_synthetic_sweep(tmp_path / "seeds", n_jobs=30, n_epochs=3, grid=seeds)
     only_seeds = load_sweep(tmp_path / "seeds")
     assert colour_key(only_seeds, only_seeds.jobs) is None
+
+
+def test_a_sweep_beyond_the_metrics_threshold_reads_only_the_metrics_it_needs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above READ_ALL_METRICS_UP_TO jobs: metrics.jsonl of the drawn (best) jobs and of jobs whose result lacks
+    final metrics or the mean epoch time, no other; the pages list the best MAX_PAGE_ROWS rows, the CSV all."""
+    import sweepit.results.report._sweep as sweep_module
+    import sweepit.results.report.table as table_module
+
+    monkeypatch.setattr(sweep_module, "READ_ALL_METRICS_UP_TO", 10)
+    monkeypatch.setattr(sweep_module, "METRICS_DRAWN", 3)
+    monkeypatch.setattr(table_module, "MAX_PAGE_ROWS", 5)
+    write_synthetic_sweep(tmp_path / "sweep", n_jobs=24, n_epochs=4, seed=3)
+    sweep = load_sweep(tmp_path / "sweep")
+    with_epochs = {j.num for j in sweep.jobs if j.epochs}
+    best = sorted((j for j in sweep.jobs if j.objective is not None), key=lambda j: -(j.objective or 0.0))[:3]
+    unsettled = {j.num for j in sweep.jobs if not j.final}
+    assert with_epochs == {j.num for j in best} | unsettled
+    assert all(j.epoch_time_s is not None for j in sweep.jobs if j.final)  # from result.json's epoch_time_s_mean
+    out = build_report(tmp_path / "sweep")
+    with open(out / "results.csv") as f:
+        assert sum(1 for _ in csv.DictReader(f)) == 24
+    page = (out / "index.html").read_text()
+    assert page.count("<tr") == 6 and "The best 5 of 24 jobs by objective (maximize)" in page
+    assert "The best 5 of 24 jobs" in (out / "summary.md").read_text()
+    assert_plot(out / "learning_curves.png")

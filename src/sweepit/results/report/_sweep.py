@@ -5,7 +5,6 @@ Nothing here raises on a broken job: a missing or corrupt file becomes a note in
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -17,12 +16,17 @@ from typing import Any
 import yaml
 
 from sweepit.results._job_files import METRICS_FILE, read_metrics
+from sweepit.results._manifest import read_manifest_data
 from sweepit.results._status import sweep_direction
 from sweepit.results._summary import JobRow, best_row, fixed_overrides, job_num, override_values, read_job, swept_keys
 
-MANIFEST_FILE = "sweep.json"  # written by sweepit's launchers; optional here
 # libyaml when present: ten times faster on the many small files of a large sweep.
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# Up to this many jobs every metrics.jsonl is read (a bad line is a note in its job's row). Beyond, only those of
+# jobs whose result.json lacks what the report takes from them (final metrics, mean epoch time) and of the jobs a
+# learning-curve plot draws: a 100,000-job sweep's two million metrics lines are not read to draw 200 curves.
+READ_ALL_METRICS_UP_TO = 2000
+METRICS_DRAWN = 200  # the learning curves' cap (plots.MAX_CURVES)
 
 
 def load_yaml(path: Path) -> Any:
@@ -62,7 +66,11 @@ class JobReport(JobRow):
 
     @property
     def epoch_time_s(self) -> float | None:
-        """Mean epoch time, the first (warm-up) epoch left out when there are more."""
+        """Mean epoch time, the first (warm-up) epoch left out when there are more: result.json's
+        `epoch_time_s_mean` (the same mean, as the job computed it), else from its epochs."""
+        recorded = finite(self.result.get("epoch_time_s_mean"))
+        if recorded is not None:
+            return recorded
         times = [t for t in (finite(r.get("epoch_time_s")) for r in self.epochs) if t is not None]
         if len(times) > 1:
             times = times[1:]
@@ -137,12 +145,11 @@ class Sweep:
 
 
 def _manifest_jobs(sweep_dir: Path) -> tuple[dict[int, dict[str, Any]], dict[str, Any]]:
-    """sweep.json's jobs by number and its top level; empty when absent or unreadable (it is optional)."""
+    """sweep.json's jobs by number (its journal folded in) and its top level; empty when absent or unreadable
+    (it is optional)."""
     try:
-        data = json.loads((sweep_dir / MANIFEST_FILE).read_text())
+        data, _, _ = read_manifest_data(sweep_dir)
     except (OSError, ValueError):
-        return {}, {}
-    if not isinstance(data, dict):
         return {}, {}
     jobs = data.get("jobs")
     entries = jobs.values() if isinstance(jobs, dict) else jobs if isinstance(jobs, list) else []
@@ -151,24 +158,41 @@ def _manifest_jobs(sweep_dir: Path) -> tuple[dict[int, dict[str, Any]], dict[str
 
 
 def _read_job(job_dir: Path, entry: dict[str, Any] | None, with_metrics: bool) -> JobReport:
-    job = JobReport(**vars(read_job(job_dir)))
+    # sweep.json's overrides when it lists the job: a YAML parse a job saved (the same values: the launcher's).
+    listed = entry.get("overrides") if entry else None
+    overrides = override_values(str(item) for item in listed) if isinstance(listed, list) and listed else None
+    job = JobReport(**vars(read_job(job_dir, overrides)))
     if not job.overrides and not (job_dir / ".hydra" / "overrides.yaml").is_file():
         job.add_note("no .hydra/overrides.yaml")
     if with_metrics:
-        try:
-            job.epochs, notes = read_metrics(job_dir)
-        except (OSError, ValueError) as e:
-            notes = [f"{METRICS_FILE} unreadable: {e}"]
-        for note in notes[:3]:
-            job.add_note(note)
-        if len(notes) > 3:
-            job.add_note(f"{len(notes) - 3} more bad lines in {METRICS_FILE}")
+        _read_epochs(job)
     if job.status == "pending":  # no result.json: the launcher's manifest knows whether it runs or waits
         state = str(entry.get("state", "")) if entry else ""
         job.status = state or "running"
         if state not in ("", "queued", "running", "not started", "skipped"):
             job.add_note("no result.json")
     return job
+
+
+def _read_epochs(job: JobReport) -> None:
+    try:
+        job.epochs, notes = read_metrics(job.job_dir)
+    except (OSError, ValueError) as e:
+        notes = [f"{METRICS_FILE} unreadable: {e}"]
+    for note in notes[:3]:
+        job.add_note(note)
+    if len(notes) > 3:
+        job.add_note(f"{len(notes) - 3} more bad lines in {METRICS_FILE}")
+
+
+def _read_needed_epochs(jobs: list[JobReport], direction: str) -> None:
+    """A large sweep's metrics.jsonl files that the report needs (see READ_ALL_METRICS_UP_TO)."""
+    sign = -1.0 if direction == "maximize" else 1.0
+    best = sorted((j for j in jobs if finite(j.objective) is not None), key=lambda j: sign * (j.objective or 0.0))
+    needed = {id(j) for j in best[:METRICS_DRAWN]}
+    for job in jobs:
+        if id(job) in needed or not job.final or finite(job.result.get("epoch_time_s_mean")) is None:
+            _read_epochs(job)
 
 
 def _queued_job(entry: dict[str, Any]) -> JobReport:
@@ -220,8 +244,9 @@ def load_sweep(sweep_dir: Path, with_metrics: bool = True) -> Sweep:
     """Every job of the sweep (job directories, plus jobs sweep.json lists that have none yet), in job order."""
     sweep_dir = Path(sweep_dir)
     entries, manifest = _manifest_jobs(sweep_dir)
-    jobs = [_read_job(p, entries.get(n), with_metrics)
-            for p in sweep_dir.iterdir() if p.is_dir() and (n := job_num(p)) is not None]
+    dirs = [(p, n) for p in sweep_dir.iterdir() if p.is_dir() and (n := job_num(p)) is not None]
+    read_all = with_metrics and len(dirs) <= READ_ALL_METRICS_UP_TO
+    jobs = [_read_job(p, entries.get(n), read_all) for p, n in dirs]
     seen = {j.num for j in jobs}
     jobs += [_queued_job(e) for n, e in entries.items() if n not in seen]
     jobs.sort(key=lambda j: j.num)
@@ -239,6 +264,8 @@ def load_sweep(sweep_dir: Path, with_metrics: bool = True) -> Sweep:
     metric = next((str(j.result["metric"]) for j in jobs if "metric" in j.result), None)
     # The Optuna sweeper's direction when it ran the sweep, else the jobs' configs': the study's "best" is ours.
     direction = sweep_direction(sweep_dir, [*(j.result.get("direction") for j in jobs), job_config.get("direction")])
+    if with_metrics and not read_all:
+        _read_needed_epochs(jobs, direction)
     config_name, config_dir = _hydra_facts(sweep_dir, jobs)
     rows: list[JobRow] = list(jobs)
     return Sweep(

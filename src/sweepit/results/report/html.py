@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sweepit.results.report._sweep import Sweep
 from sweepit.results.report.sections import Figure, Section
-from sweepit.results.report.table import Table, fmt
+from sweepit.results.report.table import Table, fmt, kept_rows
 
 _STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1400px;
@@ -34,11 +34,13 @@ figcaption { color: #555; font-size: 13px; }
 """
 
 
-def _table(table: Table) -> str:
+def _table(table: Table, direction: str = "minimize") -> str:
     head = "".join(f"<th>{escape(c)}</th>" for c in table.columns)
     status_col = table.columns.index("status") if "status" in table.columns else -1
+    kept, said = kept_rows(table, direction)
     rows = []
-    for i, row in enumerate(table.rows):
+    for i in kept:
+        row = table.rows[i]
         cells = []
         for k, value in enumerate(row):
             text = escape(fmt(value, empty=""))
@@ -54,7 +56,8 @@ def _table(table: Table) -> str:
                 cells.append(f"<td>{text}</td>")
         attrs = ' class="best"' if i == table.best else ""
         rows.append(f"<tr{attrs}>{''.join(cells)}</tr>")
-    return (f'<div class="table-wrap"><table class="results"><thead><tr>{head}</tr></thead>'
+    return ((f"<p>{escape(said)}</p>" if said else "")
+            + f'<div class="table-wrap"><table class="results"><thead><tr>{head}</tr></thead>'
             f"<tbody>\n{chr(10).join(rows)}\n</tbody></table></div>")
 
 
@@ -65,14 +68,14 @@ def _figure(figure: Figure) -> str:
             f"<figcaption>{caption}</figcaption></figure>")
 
 
-def _section(section: Section) -> str:
+def _section(section: Section, direction: str) -> str:
     anchor = escape(section.title.lower().replace(" ", "-"))
     parts = [f'<section id="{anchor}"><h2>{escape(section.title)}</h2>']
     parts += [f"<p>{escape(p)}</p>" for p in section.text]
     if section.command:
         parts.append(f"<p>The best configuration, as one run:</p><pre><code>{escape(section.command)}</code></pre>")
     if section.table is not None:
-        parts.append(_table(section.table))
+        parts.append(_table(section.table, direction))
     parts += [_figure(f) for f in section.figures]
     if section.notes:
         parts.append('<ul class="notes">' + "".join(f"<li>{escape(n)}</li>" for n in section.notes) + "</ul>")
@@ -84,7 +87,7 @@ def render_html(sweep: Sweep, sections: list[Section]) -> str:
     title = f"Sweep {sweep.study}"
     meta = (f"{sweep.sweep_dir} · started {sweep.created_at.astimezone():%Y-%m-%d %H:%M}"
             + (f" · launcher {sweep.launcher}" if sweep.launcher else "") + f" · {sweep.counts_line()}")
-    body = "\n".join(_section(s) for s in sections)
+    body = "\n".join(_section(s, sweep.direction) for s in sections)
     return f"""<!doctype html>
 <html lang="en">
 <head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">

@@ -18,7 +18,7 @@ def render_markdown(sweep: Sweep, sections: list[Section]) -> str:
         if section.command:
             lines += ["The best configuration, as one run:", "", "```bash", section.command, "```", ""]
         if section.table is not None:
-            lines += [to_markdown(section.table), ""]
+            lines += [to_markdown(section.table, sweep.direction), ""]
         for figure in section.figures:
             lines += [f"![{figure.caption}]({figure.path.name})", ""]
             if figure.caption:

@@ -14,14 +14,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sweepit._files import atomic_write
-from sweepit.results.report._sweep import JobReport, Sweep, finite
+from sweepit.results.report._sweep import METRICS_DRAWN, JobReport, Sweep, finite
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 # More lines than this are unreadable and slow to draw: the best ones by objective are drawn, and the caption says so.
-MAX_CURVES = 200
+MAX_CURVES = METRICS_DRAWN
+# Points of one scatter plot: more are drawn as an even sample (every k-th job); means are over every job.
+MAX_POINTS = 5000
 # Cells of a heatmap annotated with their value; larger grids are read from the colour bar.
 MAX_ANNOTATED_CELLS = 150
 # Where a figure without layout engine puts its legend (figure fraction); its axes end before it.
@@ -286,13 +288,19 @@ def objective_by_param(sweep: Sweep, path: Path, max_params: int = 4) -> str:
             pts = [(pos[j.overrides[key]], j.objective if row == 0 else j.epoch_time_s)
                    for j in jobs if key in j.overrides]
             if pts:
-                xs, ys = zip(*pts, strict=True)
-                ax.scatter(xs, ys, s=14, alpha=0.5 if len(pts) > 50 else 0.9, color="tab:blue")
-                means = {x: float(np.mean([y for x2, y in pts if x2 == x])) for x in sorted(set(xs))}
+                by_x: dict[float, list[float]] = {}
+                for x, y in pts:
+                    if y is not None:
+                        by_x.setdefault(x, []).append(y)
+                shown = pts[::math.ceil(len(pts) / MAX_POINTS)]  # every k-th: a sample that keeps the spread
+                xs, ys = zip(*shown, strict=True)
+                ax.scatter(xs, ys, s=14, alpha=0.5 if len(shown) > 50 else 0.9, color="tab:blue")
+                means = {x: float(np.mean(by_x[x])) for x in sorted(by_x)}  # over every job
                 ax.plot(list(means), list(means.values()), color="tab:orange", label="mean")
             ax.set(xlabel=key, ylabel=ylabel)
             ax.grid(alpha=0.3)
-    fig.suptitle(f"{sweep.metric} and epoch time per parameter ({len(done)} completed jobs)")
+    sampled = f"; {MAX_POINTS} of them drawn, the means over all" if len(done) > MAX_POINTS else ""
+    fig.suptitle(f"{sweep.metric} and epoch time per parameter ({len(done)} completed jobs{sampled})")
     save(fig, path)
     left = len(sweep.swept) - len(keys)
     return f"{left} more swept parameters are not drawn" if left > 0 else ""

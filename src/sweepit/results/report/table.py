@@ -17,6 +17,9 @@ _METRIC_ORDER = ("train_loss", "train_acc", "val_loss", "val_acc")
 # Kept out of the final-metric columns: the epoch number, and epoch time, which has its own (mean) column.
 _NOT_METRICS = ("epoch", "epoch_time_s")
 _LAST = ("samples_per_s",)
+# Rows of a table on a page: a 100,000-row table would be a 150 MB index.html that no browser opens. Beyond, the
+# best rows by objective (in job order) are listed, and results.csv has every row.
+MAX_PAGE_ROWS = 1000
 
 
 @dataclass
@@ -109,12 +112,28 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def to_markdown(table: Table) -> str:
+def kept_rows(table: Table, direction: str) -> tuple[list[int], str]:
+    """The rows a page (index.html, summary.md) lists: all up to MAX_PAGE_ROWS, else the best by objective in job
+    order; and a sentence saying which when not all."""
+    n = len(table.rows)
+    if n <= MAX_PAGE_ROWS or "objective" not in table.columns:
+        return list(range(n)), ""
+    objective = table.column("objective")
+    sign = -1.0 if direction == "maximize" else 1.0
+    scored = sorted((i for i, v in enumerate(objective) if finite(v) is not None), key=lambda i: sign * objective[i])
+    kept = sorted(scored[:MAX_PAGE_ROWS])
+    return kept, (f"The best {len(kept):,} of {n:,} jobs by objective ({direction}), in job order; results.csv "
+                  "has every job.")
+
+
+def to_markdown(table: Table, direction: str = "minimize") -> str:
     def cell(value: Any) -> str:
         return fmt(value).replace("|", "\\|").replace("\n", " ")
 
-    lines = ["| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
-    for i, row in enumerate(table.rows):
+    kept, said = kept_rows(table, direction)
+    lines = ([said, ""] if said else []) + ["| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
+    for i in kept:
+        row = table.rows[i]
         cells = [cell(v) for v in row]
         if i == table.best:
             cells = [f"**{c}**" for c in cells]

@@ -51,10 +51,12 @@ def write_synthetic_sweep(sweep_dir: Path, n_jobs: int = 1000, n_epochs: int = 2
             continue  # still running: no result.json yet
         status = "completed" if fate > 0.02 else "failed" if fate < 0.015 else "diverged"
         best = max(rows, key=lambda r: r["val_acc"])
+        times = [r["epoch_time_s"] for r in rows][1:] or [rows[0]["epoch_time_s"]]  # as train.py: warm-up left out
         result = {"status": status, "metric": "val_acc", "direction": "maximize", "world_size": 1,
                   "objective": rows[-1]["val_acc"] if status == "completed" else None,
                   "final": rows[-1], "epochs_completed": len(rows), "best_epoch": best["epoch"],
-                  "best_value": best["val_acc"], "wall_time_s": sum(r["epoch_time_s"] for r in rows) + 2.0}
+                  "best_value": best["val_acc"], "wall_time_s": sum(r["epoch_time_s"] for r in rows) + 2.0,
+                  "epoch_time_s_mean": sum(times) / len(times)}
         if status == "failed":
             result["error"] = "RuntimeError: synthetic failure"
         (job_dir / "result.json").write_text(json.dumps(result, indent=2, sort_keys=True))

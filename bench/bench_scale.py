@@ -1,0 +1,228 @@
+"""The driver side of sweeps of 1,000 to 100,000 jobs (issue 14): planning, sweep.json writes, `sweepit status`,
+`sweepit ls` and `sweepit report`, each timed with its peak memory, at every size given.
+
+Run: python bench/bench_scale.py --jobs 1000,10000,100000 --json bench/results/issue14/scale.json
+
+No job runs and no Hydra composes: the sweep is generated (`sweepit.results.report.testing`: job directories with
+.hydra/overrides.yaml, metrics.jsonl of --epochs epochs and result.json, mostly completed, a few failed, diverged
+and running) with a local launcher's sweep.json that records each job's state.
+- plan: the Slurm launcher's own per-job work for the generated overrides: `SlurmSweep.plan` (Hydra's
+  composition bypassed: every job gets the same small config, so a real app's config memory is not in this
+  figure), then `submit_jobs` with sbatch replaced by a function that returns array ids (job directories, log
+  links, sweep.json entries and their journal lines, one array per MaxArraySize=1001 jobs). The local cluster
+  is asked once for its partition, as a real sweep does.
+- writes: every job started and ended once, as the drivers record them (one `write_manifest` per change);
+  against the whole rewrite at every change that sweepit did before (run in full up to 1,000 jobs, beyond
+  that one rewrite timed and multiplied by the 2N changes: marked `extrapolated`).
+- status, ls, report: the `sweepit` command in a new process, as a user types it (imports included).
+Each step runs in its own process; peak memory is that process's maxrss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from machine import machine_line
+
+STATUS_GOAL_S, REPORT_GOAL_S, DRIVER_GOAL_MB = 2.0, 10.0, 500.0
+FULL_OLD_WRITES_UP_TO = 1000
+
+
+def _grid(n_jobs: int) -> dict[str, list[str]]:
+    """optimizer (10) x lr (10) x seed: as many seeds as `n_jobs` needs."""
+    from sweepit.results.report.testing import DEFAULT_GRID
+
+    return {"optimizer": DEFAULT_GRID["optimizer"], "lr": DEFAULT_GRID["lr"],
+            "seed": [str(s) for s in range(max(1, -(-n_jobs // 100)))]}
+
+
+def generate(sweep: Path, n_jobs: int, n_epochs: int) -> None:
+    """The job directories and a local launcher's sweep.json (whole), each job's state its result's."""
+    from sweepit.results._job_files import read_outcome
+    from sweepit.results._manifest import JobEntry, Manifest, write_manifest
+    from sweepit.results.report.testing import write_synthetic_sweep
+
+    dirs = write_synthetic_sweep(sweep, n_jobs=n_jobs, n_epochs=n_epochs, grid=_grid(n_jobs))
+    jobs = {}
+    for num, job_dir in enumerate(dirs):
+        overrides = (job_dir / ".hydra" / "overrides.yaml").read_text().replace("- ", "").split()
+        status = read_outcome(job_dir).status
+        jobs[num] = JobEntry(num=num, overrides=overrides, job_dir=str(job_dir), state=status or "running",
+                             pid=None if status else 2 ** 22 + 1, started_at="2026-01-01T00:00:00.000+00:00")
+    write_manifest(Manifest(sweep_dir=str(sweep), argv=[sys.executable, "train.py", "-m"], cwd=str(sweep.parent),
+                            launcher="local", jobs=jobs))
+
+
+# -- steps, each in its own process ------------------------------------------------------------------------------
+def step_plan(work: Path, n_jobs: int) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    import sweepit.slurm._submit as submit_module
+    from sweepit.slurm import PlannedJob, SlurmOptions, SlurmSweep
+
+    sweep = work / "planned"
+    shutil.rmtree(sweep, ignore_errors=True)
+    grid = _grid(n_jobs)
+    config = OmegaConf.create({"trainer": {"gpus": 0}, "metric": "val_acc", "direction": "maximize"})
+    n_calls = [0]
+
+    def fake_submit(tasks: list[Any], params: dict[str, Any], folder: Path, *_: Any) -> list[str]:
+        n_calls[0] += 1
+        return [f"{1000 + n_calls[0]}_{i}" for i in range(len(tasks))]
+
+    submit_module.submit = fake_submit  # type: ignore[assignment]
+
+    def compose(job: PlannedJob) -> None:
+        job.config = config
+        job.job_dir = sweep / f"{job.num}_{','.join(job.overrides)}"
+
+    options = SlurmOptions.from_params({"gpus_key": None, "timeout_min": 10})
+    slurm = SlurmSweep(options, sweep, compose=compose, make_task=lambda job: print)
+    t0, c0 = time.perf_counter(), time.process_time()
+    seeds = grid["seed"]
+    overrides = [[f"optimizer={o}", f"lr={lr}", f"seed={s}"] for s in seeds for o in grid["optimizer"]
+                 for lr in grid["lr"]][:n_jobs]
+    jobs = [PlannedJob(num=n, overrides=o) for n, o in enumerate(overrides)]
+    max_array_size = slurm.plan(jobs)
+    t_plan, c_plan = time.perf_counter() - t0, time.process_time() - c0
+    sweep.mkdir(parents=True)
+    from sweepit.results._manifest import JobEntry, open_manifest, write_manifest
+
+    manifest = open_manifest(sweep, launcher="slurm")
+    for job in jobs:
+        manifest.jobs[job.num] = JobEntry(num=job.num, overrides=job.overrides, job_dir=str(job.job_dir),
+                                          state="not started")
+    write_manifest(manifest)
+    submit_module.submit_jobs(jobs, manifest, options, max_array_size, lambda job: print)
+    t_submit, c_submit = time.perf_counter() - t0 - t_plan, time.process_time() - c0 - c_plan
+    return {"plan_s": t_plan, "plan_cpu_s": c_plan, "submit_s": t_submit, "submit_cpu_s": c_submit,
+            "sbatch_calls": n_calls[0], "max_array_size": max_array_size}
+
+
+def step_writes(work: Path, n_jobs: int) -> dict[str, Any]:
+    """2N journal writes; the old whole rewrites for comparison."""
+    from sweepit.results._manifest import read_manifest, write_manifest
+
+    sweep = work / "planned"  # the planned Slurm sweep's manifest: the largest records (Slurm ids, log paths)
+    m = read_manifest(sweep)
+    t0, c0 = time.perf_counter(), time.process_time()
+    for n in sorted(m.jobs):
+        m.jobs[n].state = "running"
+        write_manifest(m, [n])
+        m.jobs[n].state = "completed"
+        write_manifest(m, [n])
+    journal_s, journal_cpu_s = time.perf_counter() - t0, time.process_time() - c0
+    size_mb = (sweep / "sweep.json").stat().st_size / 1e6
+    t0, c0 = time.perf_counter(), time.process_time()
+    if n_jobs <= FULL_OLD_WRITES_UP_TO:
+        for n in sorted(m.jobs):
+            m.jobs[n].state = "running"
+            write_manifest(m)
+            m.jobs[n].state = "completed"
+            write_manifest(m)
+        whole_s, whole_cpu_s, extrapolated = time.perf_counter() - t0, time.process_time() - c0, False
+    else:
+        for _ in range(3):
+            write_manifest(m)
+        whole_s, extrapolated = (time.perf_counter() - t0) / 3 * 2 * n_jobs, True
+        whole_cpu_s = (time.process_time() - c0) / 3 * 2 * n_jobs
+    return {"journal_writes_s": journal_s, "journal_writes_cpu_s": journal_cpu_s, "whole_rewrites_s": whole_s,
+            "whole_rewrites_cpu_s": whole_cpu_s, "whole_extrapolated": extrapolated,
+            "n_writes": 2 * n_jobs, "snapshot_mb": size_mb, "generations": m.generation}
+
+
+def _child_peak(argv: list[str], out: bool = False) -> dict[str, Any]:
+    """Run `argv` to its end: its wall time, its own peak memory (wait4's maxrss of that process) and, with
+    `out`, the JSON object its last line printed."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stdout = proc.stdout.read() if proc.stdout else b""
+    stderr = proc.stderr.read() if proc.stderr else b""
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv} failed ({proc.returncode}): {stderr.decode()[-2000:]}")
+    measured = json.loads(stdout.decode().strip().splitlines()[-1]) if out else {}
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_mb": usage.ru_maxrss / 1024, **measured}
+
+
+def run_size(work: Path, n_jobs: int, n_epochs: int) -> dict[str, Any]:
+    here = [sys.executable, str(Path(__file__).resolve())]
+    sweepit = [sys.executable, "-m", "sweepit.cli"]
+    sweep = work / "outputs" / "synthetic" / f"n{n_jobs}"
+    t0 = time.perf_counter()
+    generate(sweep, n_jobs, n_epochs)
+    row: dict[str, Any] = {"jobs": n_jobs, "epochs": n_epochs, "generate_s": time.perf_counter() - t0}
+    print(f"{n_jobs} jobs generated in {row['generate_s']:.1f} s", flush=True)
+    row["plan"] = _child_peak([*here, "--step", "plan", "--n", str(n_jobs), "--work", str(work)], out=True)
+    row["writes"] = _child_peak([*here, "--step", "writes", "--n", str(n_jobs), "--work", str(work)], out=True)
+    row["status"] = _child_peak([*sweepit, "status", str(sweep)])
+    row["ls"] = _child_peak([*sweepit, "ls", str(work / "outputs")])
+    row["report"] = _child_peak([*sweepit, "report", str(sweep)])
+    report_dir = sweep / "report"
+    row["report"]["html_mb"] = (report_dir / "index.html").stat().st_size / 1e6
+    row["report"]["csv_mb"] = (report_dir / "results.csv").stat().st_size / 1e6
+    print(json.dumps(row), flush=True)
+    shutil.rmtree(sweep)
+    shutil.rmtree(work / "planned", ignore_errors=True)
+    return row
+
+
+def _print_table(rows: list[dict[str, Any]]) -> None:
+    print(f"\n{'jobs':>8} {'plan s':>8} {'submit s':>9} {'drv MB':>7} {'writes s':>9} {'old s':>9} "
+          f"{'status s':>9} {'MB':>5} {'ls s':>6} {'MB':>5} {'report s':>9} {'MB':>5}")
+    for r in rows:
+        w = r["writes"]
+        old = f"{w['whole_rewrites_s']:.1f}{'*' if w['whole_extrapolated'] else ''}"
+        print(f"{r['jobs']:>8} {r['plan']['plan_s']:>8.2f} {r['plan']['submit_s']:>9.2f} {r['plan']['peak_mb']:>7.0f} "
+              f"{w['journal_writes_s']:>9.2f} {old:>9} {r['status']['wall_s']:>9.2f} {r['status']['peak_mb']:>5.0f} "
+              f"{r['ls']['wall_s']:>6.2f} {r['ls']['peak_mb']:>5.0f} {r['report']['wall_s']:>9.2f} "
+              f"{r['report']['peak_mb']:>5.0f}")
+    print("(* extrapolated from one whole rewrite x 2N changes)")
+    big = rows[-1]
+    for name, value, goal, unit in (("driver peak memory (plan + submit)", big["plan"]["peak_mb"], DRIVER_GOAL_MB,
+                                     "MB"),
+                                    ("sweepit status", big["status"]["wall_s"], STATUS_GOAL_S, "s"),
+                                    ("sweepit report", big["report"]["wall_s"], REPORT_GOAL_S, "s")):
+        print(f"{name} at {big['jobs']} jobs: {value:.2f} {unit} (goal <= {goal:g} {unit}): "
+              f"{'met' if value <= goal else 'missed'}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", default="1000,10000,100000", help="comma-separated sweep sizes")
+    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--json", type=Path, help="write every figure to this file")
+    parser.add_argument("--work", type=Path, help="where to generate the sweeps (default: a temporary directory)")
+    parser.add_argument("--step", choices=["plan", "writes"], help=argparse.SUPPRESS)
+    parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.step:
+        fn = step_plan if args.step == "plan" else step_writes
+        print(json.dumps(fn(args.work, args.n)))
+        return 0
+    with tempfile.TemporaryDirectory(dir=args.work) as tmp:
+        rows = [run_size(Path(tmp), int(n), args.epochs) for n in args.jobs.split(",")]
+    _print_table(rows)
+    machine = machine_line()
+    print(machine)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+        args.json.write_text(json.dumps({"command": " ".join(sys.argv), "machine": machine, "uptime": uptime,
+                                         "sizes": rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""sweep.json and its journal: a job's start or end is one appended line, not a rewrite of every job's record;
+every reader (read_manifest, the report, `sweepit status`) folds the journal in; a driver killed mid-write, or
+between a snapshot and its new journal, leaves a manifest that reads back as the last whole writes left it; a
+moved sweep directory reads and writes at its new place."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from sweepit.results import _journal
+from sweepit.results._job_files import write_result
+from sweepit.results._journal import JOURNAL_FILE
+from sweepit.results._manifest import (
+    MANIFEST_FILE,
+    JobEntry,
+    Manifest,
+    read_manifest,
+    unfinished_jobs,
+    write_manifest,
+)
+from sweepit.results.report import load_sweep
+from sweepit.slurm import sweep_status
+
+
+def _sweep(tmp_path: Path, n_jobs: int = 3) -> Manifest:
+    sweep = tmp_path / "sweep"
+    jobs = {}
+    for n in range(n_jobs):
+        job_dir = sweep / f"{n}_x={n}"
+        (job_dir / ".hydra").mkdir(parents=True)
+        (job_dir / ".hydra" / "overrides.yaml").write_text(f"- x={n}\n")
+        jobs[n] = JobEntry(num=n, overrides=[f"x={n}"], job_dir=str(job_dir))
+    m = Manifest(sweep_dir=str(sweep), argv=[sys.executable, "app.py", "-m", "x=0,1,2"], cwd=str(tmp_path),
+                 launcher="local", jobs=jobs)
+    write_manifest(m)
+    return m
+
+
+def test_a_state_change_is_appended_and_every_reader_sees_it(tmp_path: Path) -> None:
+    m = _sweep(tmp_path)
+    snapshot = (Path(m.sweep_dir) / MANIFEST_FILE).read_bytes()
+    m.jobs[1].state, m.jobs[1].pid = "running", 4242
+    write_manifest(m, [1])
+    m.jobs[1].state = "completed"
+    write_result(Path(m.jobs[1].job_dir), {"status": "completed", "objective": 0.5})
+    write_manifest(m, [1])
+    assert (Path(m.sweep_dir) / MANIFEST_FILE).read_bytes() == snapshot  # not rewritten
+    assert len((Path(m.sweep_dir) / JOURNAL_FILE).read_text().splitlines()) == 3  # head + two records
+    back = read_manifest(Path(m.sweep_dir))
+    assert back.jobs == m.jobs and back.updated_at == m.updated_at
+    assert [j.num for j in unfinished_jobs(back)] == [0, 2]
+    assert {j.num: j.status for j in load_sweep(Path(m.sweep_dir)).jobs} == {0: "queued", 1: "completed", 2: "queued"}
+    # A reader's copy appends too, and a whole write folds the journal in and starts it afresh.
+    back.jobs[2].state = "running"
+    write_manifest(back, [2])
+    assert read_manifest(Path(m.sweep_dir)).jobs[2].state == "running"
+    write_manifest(back)
+    assert json.loads((Path(m.sweep_dir) / MANIFEST_FILE).read_text())["jobs"][2]["state"] == "running"
+    assert (Path(m.sweep_dir) / JOURNAL_FILE).read_text() == json.dumps({"generation": back.generation}) + "\n"
+
+
+def test_writes_cost_linear_bytes_over_a_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every job started and ended once: the snapshot is rewritten each time the journal has grown as large as it,
+    a few times over the sweep, never at every change (before: 2 x 400 whole rewrites)."""
+    monkeypatch.setattr(_journal, "MIN_COMPACT_BYTES", 0)
+    m = _sweep(tmp_path, n_jobs=400)
+    first = m.generation
+    for n in range(400):
+        m.jobs[n].state = "running"
+        write_manifest(m, [n])
+        m.jobs[n].state = "completed"
+        write_manifest(m, [n])
+    assert 1 <= m.generation - first <= 4
+    assert [e.state for e in read_manifest(Path(m.sweep_dir)).jobs.values()] == ["completed"] * 400
+
+
+def test_a_line_cut_short_is_skipped_and_the_next_write_is_whole(tmp_path: Path) -> None:
+    m = _sweep(tmp_path)
+    m.jobs[0].state = "running"
+    write_manifest(m, [0])
+    with open(Path(m.sweep_dir) / JOURNAL_FILE, "a") as f:  # the driver killed in the middle of its next write
+        f.write('{"job": {"num": 1, "overrides": ["x=1"], "job_di')
+    back = read_manifest(Path(m.sweep_dir))
+    assert [e.state for e in back.jobs.values()] == ["running", "queued", "queued"]
+    generation = back.generation
+    back.jobs[2].state = "not started"  # `sweepit status` settling a dead driver's queued jobs, say
+    write_manifest(back, [2])
+    assert back.generation == generation + 1  # written whole: nothing is appended after a torn line
+    again = read_manifest(Path(m.sweep_dir))
+    assert [e.state for e in again.jobs.values()] == ["running", "queued", "not started"]
+
+
+def test_a_journal_of_an_older_snapshot_is_not_folded_in(tmp_path: Path) -> None:
+    """Killed between writing a new snapshot and starting its journal: the old journal's records are in the
+    snapshot already, and older than it; folding them in would undo a later state."""
+    m = _sweep(tmp_path)
+    m.jobs[0].state = "running"
+    write_manifest(m, [0])
+    stale = (Path(m.sweep_dir) / JOURNAL_FILE).read_bytes()
+    m.jobs[0].state = "completed"
+    write_manifest(m)
+    (Path(m.sweep_dir) / JOURNAL_FILE).write_bytes(stale)
+    back = read_manifest(Path(m.sweep_dir))
+    assert back.jobs[0].state == "completed"
+    back.jobs[1].state = "running"
+    write_manifest(back, [1])  # not appended to a journal that continues another snapshot
+    assert [e.state for e in read_manifest(Path(m.sweep_dir)).jobs.values()] == ["completed", "running", "queued"]
+
+
+def test_a_moved_sweep_reads_its_journal_and_writes_at_its_new_place(tmp_path: Path) -> None:
+    m = _sweep(tmp_path)
+    m.jobs[0].state = "running"
+    m.jobs[0].pid = 2 ** 22 + 7  # no such process: the driver is gone, and so is the job
+    write_manifest(m, [0])
+    moved = tmp_path / "elsewhere" / "sweep"
+    shutil.move(m.sweep_dir, moved)
+    back = read_manifest(moved)
+    assert back.sweep_dir == str(moved) and back.jobs[0].job_dir == str(moved / "0_x=0")
+    assert back.jobs[0].state == "running"  # from the journal
+    write_result(moved / "1_x=1", {"status": "completed", "objective": 1.0})
+    text, going = sweep_status(moved)
+    assert not going and "1 completed" in text and "1 interrupted" in text
+    on_disk = json.loads((moved / MANIFEST_FILE).read_text())  # written whole at the new place
+    assert on_disk["sweep_dir"] == str(moved)
+    assert [j["state"] for j in on_disk["jobs"]] == ["interrupted", "completed", "not started"]
+    assert [j["job_dir"] for j in on_disk["jobs"]] == [str(moved / f"{n}_x={n}") for n in range(3)]
+
+
+def test_a_manifest_of_an_earlier_version_without_a_journal_reads_and_is_written_whole(tmp_path: Path) -> None:
+    m = _sweep(tmp_path)
+    data = json.loads((Path(m.sweep_dir) / MANIFEST_FILE).read_text())
+    del data["generation"]
+    data["version"] = 1
+    (Path(m.sweep_dir) / MANIFEST_FILE).write_text(json.dumps(data))
+    (Path(m.sweep_dir) / JOURNAL_FILE).unlink()
+    back = read_manifest(Path(m.sweep_dir))
+    assert back.jobs == m.jobs
+    back.jobs[0].state = "running"
+    write_manifest(back, [0])
+    assert json.loads((Path(m.sweep_dir) / MANIFEST_FILE).read_text())["jobs"][0]["state"] == "running"
+
+
+def test_status_of_a_large_sweep_lists_the_jobs_that_did_not_finish_and_counts_every_job(tmp_path: Path) -> None:
+    m = _sweep(tmp_path, n_jobs=60)
+    for n in range(60):
+        if n in (7, 59):
+            continue  # queued when the driver went away
+        status = "failed" if n == 30 else "completed"
+        write_result(Path(m.jobs[n].job_dir), {"status": status, "objective": None if n == 30 else n / 100})
+        m.jobs[n].state = status
+    write_manifest(m)
+
+    def listed(text: str) -> list[str]:
+        table = text.split("\n\n", 1)[0]
+        return [line.split()[0] for line in table.splitlines()[2:]]
+
+    text, going = sweep_status(Path(m.sweep_dir), max_rows=50)
+    assert listed(text) == ["7", "30", "59"] and not going
+    assert "60 jobs: 57 completed, 1 failed, 2 not started (57 finished jobs not listed" in text
+    assert listed(sweep_status(Path(m.sweep_dir), max_rows=0)[0]) == [str(n) for n in range(60)]
