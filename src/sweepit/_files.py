@@ -6,6 +6,7 @@ never half of one, and a job killed while writing keeps the previous version.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import tempfile
@@ -24,6 +25,18 @@ def _current_umask() -> int:
 
 
 _UMASK = _current_umask()
+
+
+def remove_temporaries(folder: Path) -> list[Path]:
+    """Delete the temporary files of `atomic_file` writes in `folder` that never finished (`.<name>.<random>.tmp`),
+    as a process killed mid-write (SIGKILL, out of memory) leaves them. Only for a folder no live process writes
+    to: a driver calls it once the job that owned the folder is gone. Returns what was deleted."""
+    removed = []
+    for tmp in Path(folder).glob(".*.tmp"):
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+            removed.append(tmp)
+    return removed
 
 
 @contextmanager

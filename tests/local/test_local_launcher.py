@@ -207,3 +207,15 @@ def test_real_training_sweep_runs_through_the_local_launcher(tmp_path: Path) -> 
     assert "Epoch 2/2" in (dirs[0] / "stdout.log").read_text()
     assert (sweep / "sweep.json").exists()  # written by sweepit's launcher, the -m default
     assert "2 jobs: 2 completed" in proc.stdout and "best (minimize val_loss): job 1" in proc.stdout
+
+
+def test_a_job_killed_mid_write_leaves_no_temporary_file(tmp_path: Path) -> None:
+    """The out-of-memory killer can stop a job inside an atomic write: the driver, which knows the job is gone,
+    removes its unfinished temporary file; the job's old files (here: none) stay as they were."""
+    sweep = tmp_path / "sweep"
+    proc = run_app(sweep, "x=0,1", "killed_mid_write_on=[1]")
+    assert proc.returncode == 1
+    dirs = job_dirs(sweep)
+    assert (read_result(dirs[1]) or {})["exit_signal"] == "SIGKILL"
+    assert list(sweep.rglob(".*.tmp")) == [] and not (dirs[1] / "checkpoint.pt").exists()
+    assert status(dirs[0]) == "completed"

@@ -12,6 +12,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from sweepit._files import remove_temporaries
 from sweepit.errors import ConfigError
 from sweepit.local._capture import STDERR_LOG, tail_lines
 from sweepit.local._pool import Job
@@ -104,6 +105,7 @@ class SweepRun:
         self.progress.start()
 
     def ended(self, job: Job) -> None:
+        remove_temporaries(job.job_dir)  # of writes the job's death cut short (its processes are gone)
         status = self.record(job)
         self.statuses[job.num] = status
         entry = self.manifest.jobs[job.num]

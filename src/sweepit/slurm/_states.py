@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sweepit._files import remove_temporaries
 from sweepit._signals import SLURM_STOP
 from sweepit.results._job_files import ResultGrace, read_metrics, read_result, write_result, write_result_if_absent
 from sweepit.results._live import LiveReader, sweep_eta_s
@@ -193,6 +194,7 @@ def record_dead(entry: JobEntry, seen: Seen, stderr_tail: str) -> str:
     one that came in the meantime included, is never replaced: then its status is returned."""
     job_id = slurm_id(entry) or "?"
     status = _status_for(seen.slurm_state)
+    remove_temporaries(Path(entry.job_dir))  # of writes its end cut short: Slurm says its processes are gone
     rows, _ = read_metrics(Path(entry.job_dir))
     try:
         own = read_result(Path(entry.job_dir)) or {}

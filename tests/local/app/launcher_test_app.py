@@ -38,6 +38,13 @@ def main(cfg: DictConfig) -> float:
         raise ValueError(f"job x={x} raises on purpose")
     if x in cfg.exit_on:
         os._exit(3)
+    if x in cfg.get("killed_mid_write_on", []):
+        from sweepit._files import atomic_file
+
+        with atomic_file(job_dir / "checkpoint.pt", binary=True) as f:
+            f.write(b"half a checkpoint")
+            f.flush()
+            os.kill(os.getpid(), signal.SIGKILL)  # as the out-of-memory killer would, mid-write
     if x in cfg.ignore_term_on:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
