@@ -59,6 +59,7 @@ class Manifest:
     updated_at: str = ""
     jobs: dict[int, JobEntry] = field(default_factory=dict)
     version: int = MANIFEST_VERSION
+    workers: dict[str, Any] = field(default_factory=dict)  # Optuna worker mode on Slurm: the workers' array
 
     def to_json(self) -> str:
         """Sweep fields, then one job per line: readable, and written fast (no indentation pass) on every
