@@ -168,6 +168,9 @@ class WorkerSweep:
             on_poll()
 
         follower.on_poll = poll
+        for num, entry in sorted(m.jobs.items()):  # an earlier driver's trials that had not ended when it stopped
+            if entry.extra.get(WORKER_TRIAL) is not None and entry.state in ("queued", "running"):
+                follower.add(num)
         try:
             with StopSignals() as stop:
                 while stop.first is None:
