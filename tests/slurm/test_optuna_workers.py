@@ -168,3 +168,28 @@ def test_a_scancelled_worker_leaves_its_trial_to_the_others(tmp_path: Path, slur
     assert_one_job_per_trial(sweep, [t for t in ts if t.user_attrs.get("sweepit_status") != "surplus"])
     assert result(job0)["status"] == "interrupted"
     assert manifest(sweep).jobs[0].state == "interrupted"
+
+
+def test_a_requeued_worker_retries_its_trial_and_asks_on(tmp_path: Path) -> None:
+    """Preemption (`scancel --signal=USR2`, as Slurm sends before the time limit): the worker's trial ends
+    `interrupted` (enqueued), the worker is requeued, comes back and runs on; the study ends with n_trials."""
+    sweep = tmp_path / "sweep"
+    driver = Driver(APP, sweep, "hydra/sweeper=optuna", "hydra.sweeper.workers=1", "x=choice(0,1,2,3)",
+                    "hydra.sweeper.n_trials=3", "hydra.sweeper.sampler.name=random", "slow_jobs=[0]",
+                    "extra_sleep_s=600")
+    try:
+        wait_until(lambda: any(sweep.glob("0_*/.slurm/trial.json")), "job 0 to start", 90)
+        job0 = next(sweep.glob("0_*"))
+        time.sleep(2)
+        scancel("--signal=USR2", manifest(sweep).workers["ids"][0])
+        code = driver.finish(timeout_s=240)
+    finally:
+        driver.kill()
+    assert code == 0, driver.stderr[-3000:]
+    ts = trials(sweep)
+    cut = next(t for t in ts if t.user_attrs.get("job_num") == 0)
+    assert cut.user_attrs["sweepit_status"] == "interrupted" and result(job0)["status"] == "interrupted"
+    retry = next(t for t in ts if t.user_attrs.get("retry_of") == cut.number)
+    assert retry.state == TrialState.COMPLETE and retry.params == cut.params
+    assert [t.state for t in counted(ts)] == [TrialState.COMPLETE] * 3
+    assert len(manifest(sweep).workers["ids"]) == 1 and len(list((sweep / ".submitit").iterdir())) == 1

@@ -97,4 +97,6 @@ class WorkerTask:
         import submitit
 
         self._requeueing = True
-        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+        fresh = copy.copy(self)
+        fresh.search = for_workers(self.search)  # not the open study (its storage holds locks): reopened when back
+        return submitit.helpers.DelayedSubmission(fresh, *args, **kwargs)

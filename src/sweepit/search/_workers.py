@@ -30,9 +30,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from sweepit.search._samplers import build_sampler, grid_size
+from sweepit.errors import SweepFailedError
+from sweepit.search._pruning import PRUNER_CLASSES
+from sweepit.search._results import write_results
+from sweepit.search._samplers import build_sampler, grid_size, short_name
 from sweepit.search._search import Search
-from sweepit.search._study import STATUS_ATTR, interrupt, is_counted, recover_trial
+from sweepit.search._study import STATUS_ATTR, interrupt, is_counted, recover, recover_trial
 
 log = logging.getLogger(__name__)
 WORKERS_DIR = ".workers"   # in the sweep directory: heartbeats, job-number claims, reclaim claims
@@ -218,11 +221,6 @@ class WorkerArray(Protocol):
 def drive(search: Search, array: WorkerArray, n_workers: int, make_task: Callable[[int], Any]) -> None:
     """The driver of worker mode: recover what an earlier run left, submit `n_workers` (fewer when fewer trials are
     left), follow them, and write the study's result files. Raises SweepFailedError as Search.run does."""
-    from sweepit.errors import SweepFailedError
-    from sweepit.search._results import write_results
-    from sweepit.search._samplers import short_name
-    from sweepit.search._study import recover
-
     study, total = search.study, total_trials(search)
     assert study is not None, "open() the search before drive()"
     alive = array.open()
@@ -230,8 +228,6 @@ def drive(search: Search, array: WorkerArray, n_workers: int, make_task: Callabl
                                           search.options.metrics)
     n_counted = sum(is_counted(t) for t in study.get_trials(deepcopy=False))
     n_new = 0 if alive else max(0, min(n_workers, total - n_counted))
-    from sweepit.search._pruning import PRUNER_CLASSES
-
     log.info(f"Optuna study {search.info['study_name']!r} ({search._objectives()}) in {search.info['storage']}: "
              f"{n_counted} of {total} trials done before" + (f", {n_recovered} recovered" if n_recovered else "")
              + f"; sampler {short_name(search.sampler)}, pruner {short_name(search.pruner, PRUNER_CLASSES)}; "
