@@ -7,9 +7,9 @@ Run: flock /tmp/slurm-bench.lock python bench/bench_optuna_workers.py [--trials 
 The study: train.py on the digits task (an MLP, `epochs` per trial, a few seconds each on one core), TPE over
 optimizer x log-uniform lr, seed 0, `--trials` trials with `--parallel` in flight (n_jobs in per-trial mode, workers
 in worker mode), 1 CPU per job, CPU only. Measured: wall time of the driver from its start to its exit, how many
-trials completed, and how many times `sbatch`, `squeue`, `sacct` and `scontrol` ran (a PATH shim counts the calls of
-the driver and of everything it starts, workers included). Target (issue 14): worker mode's wall <= 0.5x per-trial
-mode's in the same run, with one sbatch call.
+trials completed, and how many times `sbatch`, `squeue`, `sacct`, `scontrol` and `sinfo` ran (a PATH shim counts the
+calls of the driver and of everything it starts, workers included). Target (issue 14): worker mode's wall <= 0.5x
+per-trial mode's in the same run, with one sbatch call.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from bench_slurm import COUNTED, count_calls, make_shims  # noqa: E402
+import bench_slurm  # noqa: E402
+
+bench_slurm.COUNTED = COUNTED = (*bench_slurm.COUNTED, "sinfo")  # the partition query counts too
 
 OUT = REPO / "bench" / "out" / "optuna_workers"
 TARGET_RATIO = 0.5
@@ -43,7 +45,7 @@ def run_mode(mode: str, n_trials: int, parallel: int, epochs: int, shim_dir: Pat
     sweep_dir, calls_log = OUT / label, OUT / f"{label}.calls"
     extra = [f"hydra.sweeper.n_jobs={parallel}"] if mode == "per_trial" else [f"hydra.sweeper.workers={parallel}"]
     cmd = [sys.executable, "train.py", "-m", *study_args(n_trials, epochs), *extra, f"hydra.sweep.dir={sweep_dir}"]
-    make_shims(shim_dir, calls_log)
+    bench_slurm.make_shims(shim_dir, calls_log)
     env = {**os.environ, "PATH": f"{shim_dir}:{os.environ['PATH']}"}
     print(f"$ {' '.join(cmd)}", flush=True)
     t0 = time.time()
@@ -56,7 +58,7 @@ def run_mode(mode: str, n_trials: int, parallel: int, epochs: int, shim_dir: Pat
     row = {"mode": mode, "command": " ".join(cmd[1:]), "wall_s": round(wall, 2), "exit_code": code,
            "n_jobs": len(results), "n_completed": statuses.count("completed"), "n_pruned": statuses.count("pruned"),
            "trial_wall_s_mean": round(sum(times) / len(times), 2) if times else None,
-           "calls": count_calls(calls_log), "sweep_dir": str(sweep_dir)}
+           "calls": bench_slurm.count_calls(calls_log), "sweep_dir": str(sweep_dir)}
     print(f"  {mode}: {wall:.1f} s wall, {row['n_completed']}/{n_trials} completed, trial {row['trial_wall_s_mean']}"
           f" s mean, calls {row['calls']}, exit {code}", flush=True)
     return row
