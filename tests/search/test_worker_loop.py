@@ -4,6 +4,8 @@ exactly n_trials between them; a trial whose worker went silent is taken over; a
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -99,3 +101,13 @@ def test_a_stopped_worker_interrupts_its_trial(tmp_path: Path) -> None:
         worker.run()
     trials = load_study_of(tmp_path).trials
     assert trials[0].user_attrs["sweepit_status"] == "interrupted" and trials[1].state == TrialState.WAITING
+
+
+def test_worker_mode_needs_the_slurm_launcher(tmp_path: Path) -> None:
+    app = Path(__file__).parent / "app" / "plain_app.py"
+    proc = subprocess.run([sys.executable, str(app), "-m", f"hydra.sweep.dir={tmp_path}", "hydra/sweeper=optuna",
+                           "hydra/launcher=local", "hydra.sweeper.workers=2", "x=interval(0, 1)"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "hydra.sweeper.workers runs the study in long-lived Slurm jobs, so it needs hydra/launcher=slurm" in \
+        proc.stderr.replace("\n", " "), proc.stderr

@@ -193,3 +193,12 @@ def test_a_requeued_worker_retries_its_trial_and_asks_on(tmp_path: Path) -> None
     assert retry.state == TrialState.COMPLETE and retry.params == cut.params
     assert [t.state for t in counted(ts)] == [TrialState.COMPLETE] * 3
     assert len(manifest(sweep).workers["ids"]) == 1 and len(list((sweep / ".submitit").iterdir())) == 1
+
+
+def test_a_dry_run_shows_the_workers_array_and_submits_nothing(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    proc = run(APP, sweep, *WORKERS, "x=choice(0,1)", "hydra.launcher.dry_run=true", "hydra.sweeper.workers=3")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "# 3 Optuna worker(s)" in proc.stdout and "#SBATCH --array=0-2%3" in proc.stdout, proc.stdout
+    assert not (sweep / ".submitit").exists()
+

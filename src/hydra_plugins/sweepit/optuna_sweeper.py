@@ -122,6 +122,9 @@ class OptunaSweeper(Sweeper):
                 f"set hydra.sweeper.workers=0 (n_jobs={self.options.n_jobs} trials in flight on this launcher).")
         launcher = self.launcher
         array = launcher.worker_sweep(first)
+        if launcher.options.dry_run:
+            print(array.dry_run(self.workers), flush=True)
+            return
         job_base = search._next_free_job()
         try:
             with compact_errors():

@@ -117,6 +117,17 @@ class WorkerSweep:
                 "hydra.sweeper.workers=0 to submit each trial as its own job.")
         self.request = r
 
+    def dry_run(self, n_workers: int) -> str:
+        """The workers' sbatch script (an array of `n_workers`), instead of submitting it."""
+        from sweepit.slurm._request import sbatch_parameters
+        from sweepit.slurm._submit import next_folder, sbatch_script
+
+        params = sbatch_parameters(self.request, self.options, job_name(self.options))
+        params["array_parallelism"] = max(n_workers, 1)
+        script = sbatch_script(params, next_folder(self.sweep_dir), n_workers, self.options.python)
+        return (f"# {n_workers} Optuna worker(s), each {self.request.describe()}: 1 sbatch call\n{script}\n"
+                f"dry run: nothing submitted. Drop hydra.launcher.dry_run=true to submit.")
+
     def open(self) -> bool:
         """Hold the sweep's lock and read its manifest; True when workers of an earlier driver are still alive
         (then they are followed, and none is submitted)."""
