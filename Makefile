@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 SWEEPS := $(basename $(notdir $(wildcard sweeps/*.yaml)))
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-fast lint typecheck check clean-outputs bench bench-throughput bench-mnist-best bench-report bench-scale bench-launcher test-launcher bench-gpu bench-slurm test-slurm sweep-optuna bench-optuna \
+.PHONY: help install test test-fast lint typecheck check clean-outputs bench bench-throughput bench-mnist-best bench-report bench-scale bench-launcher test-launcher bench-gpu bench-slurm test-slurm sweep-optuna bench-optuna bench-optuna-workers \
         slurm-up slurm-down slurm-status \
         $(addprefix sweep-,$(SWEEPS))
 
@@ -82,6 +82,9 @@ bench-launcher: ## Local launcher vs Hydra's basic and submitit_local: wall, CPU
 
 bench-slurm: ## Slurm launcher vs hydra-submitit-launcher on the local cluster: 64 jobs, sbatch calls, scancel-to-report (~10 min)
 	$(PY) bench/bench_slurm.py $(ARGS)
+
+bench-optuna-workers: ## Optuna on Slurm, per-trial jobs vs worker mode, same 64-trial study: wall, sbatch/squeue/sacct/scontrol calls (~5 min; holds /tmp/slurm-bench.lock)
+	flock /tmp/slurm-bench.lock $(PY) bench/bench_optuna_workers.py $(ARGS)
 
 bench-optuna: ## Search efficiency vs the optimizer x lr grid: replayed curves and the sweeper running its study (MNIST_ROOT=dir, or digits; ~15 min)
 	$(PY) bench/bench_optuna.py $(if $(MNIST_ROOT),--root "$(MNIST_ROOT)",--task digits) $(ARGS)

@@ -468,6 +468,10 @@ class OptunaSweeperConf:
     n_trials: int = 20
     # Trials in flight at once; the next trial is asked and started as soon as any trial ends.
     n_jobs: int = 1
+    # 0: the driver asks each trial and submits it as its own job (n_jobs in flight). N > 0 (hydra/launcher=slurm
+    # only): N long-lived workers in one Slurm job array, each looping ask -> train -> tell against the study's
+    # storage until n_trials are done; the driver only submits them (one sbatch) and follows. n_jobs is then unused.
+    workers: int = 0
     # Study name in the storage; null = the job config's `study` (else "sweepit").
     study_name: str | None = None
     # null = an Optuna journal file `optuna.journal` in the sweep directory (no database server; works on

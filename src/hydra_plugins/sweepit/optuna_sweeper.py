@@ -24,7 +24,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from hydra_plugins.sweepit._hydra import SweepitLauncher
+from hydra_plugins.sweepit._hydra import SweepitLauncher, compact_errors
 from hydra_plugins.sweepit._space import from_search_space, parse_space
 from sweepit._targets import locate
 from sweepit.errors import ConfigError, SweepFailedError
@@ -47,7 +47,7 @@ class OptunaSweeper(Sweeper):
                  direction: Any = None, n_trials: int = 20, n_jobs: int = 1, study_name: str | None = None,
                  storage: str | None = None, max_failure_rate: float = 0.5, failure_rate_min_trials: int = 5,
                  diverged_value: float | None = None, search_space: Any = None,
-                 custom_search_space: str | None = None, metrics: Any = None) -> None:
+                 custom_search_space: str | None = None, metrics: Any = None, workers: int = 0) -> None:
         try:
             self.options = SearchOptions(
                 sampler=_plain(sampler), pruner=_plain(pruner), direction=_value(direction), n_trials=n_trials,
@@ -56,6 +56,10 @@ class OptunaSweeper(Sweeper):
                 failure_rate_min_trials=failure_rate_min_trials, diverged_value=diverged_value)
         except ConfigError as e:
             raise OptunaInputError(str(e)) from None
+        if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
+            raise OptunaInputError(f"hydra.sweeper.workers must be an integer >= 0 (0: each trial its own Slurm job), "
+                                   f"but got workers={workers!r}; set for example hydra.sweeper.workers=4.")
+        self.workers = workers
         self.params = dict(params or {})
         self.search_space = _plain(search_space)
         self.custom_search_space = custom_search_space
@@ -91,6 +95,9 @@ class OptunaSweeper(Sweeper):
                 raise
             raise OptunaInputError(str(e)) from None
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        if self.workers:
+            self._run_workers(search, space.overrides(space.first_point()) if space.params else [])
+            return [[]]
         try:
             # Each trial's config is composed before its job starts (and kept for the launcher): a value that does
             # not compose fails that trial alone.
@@ -101,6 +108,31 @@ class OptunaSweeper(Sweeper):
                 raise
             raise SearchStopped(str(e)) from None
         return [returns]
+
+    def _run_workers(self, search: Search, first: list[str]) -> None:
+        """Worker mode (`hydra.sweeper.workers=N`): N Slurm workers run the study against its storage; this process
+        submits them and follows (sweepit.search.drive)."""
+        from hydra_plugins.sweepit.slurm_launcher import SlurmLauncher
+        from sweepit.search._workers import drive
+
+        if not isinstance(self.launcher, SlurmLauncher):
+            raise OptunaInputError(
+                "hydra.sweeper.workers runs the study in long-lived Slurm jobs, so it needs hydra/launcher=slurm (or "
+                f"a cluster profile), but the launcher is {type(self.launcher).__name__}; add hydra/launcher=slurm, or "
+                f"set hydra.sweeper.workers=0 (n_jobs={self.options.n_jobs} trials in flight on this launcher).")
+        launcher = self.launcher
+        array = launcher.worker_sweep(first)
+        if launcher.options.dry_run:
+            print(array.dry_run(self.workers), flush=True)
+            return
+        job_base = search._next_free_job()
+        try:
+            with compact_errors():
+                drive(search, array, self.workers, lambda i: launcher.worker_task(search, i, job_base))
+        except SweepFailedError as e:
+            if isinstance(e, CompactHydraException):
+                raise
+            raise SearchStopped(str(e)) from None
 
     def _extend(self) -> Any:
         """`hydra.sweeper.custom_search_space`: the user's `fn(cfg, trial)`, called with the sweep's config."""

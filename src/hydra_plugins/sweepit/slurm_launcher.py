@@ -18,8 +18,10 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.sweepit._hydra import LaunchError, SlurmTask, SweepitLauncher, compact_errors, job_return
+from hydra_plugins.sweepit._workers import WorkerTask, for_workers
 from sweepit.errors import ConfigError
-from sweepit.slurm import Outcome, PlannedJob, SlurmOptions, SlurmSweep
+from sweepit.slurm import ClusterFacts, Outcome, PlannedJob, SlurmOptions, SlurmSweep
+from sweepit.slurm._workers import WorkerSweep
 
 
 def _plain(value: Any) -> Any:
@@ -38,6 +40,7 @@ class SlurmLauncher(SweepitLauncher):
             self._bad_options = str(e)
             self.options = SlurmOptions(dry_run=True)  # never used: setup() raises first
         self._sweep: SlurmSweep | None = None    # the run of start()/wait_any()
+        self.facts = ClusterFacts()              # Slurm's partition and limits, asked once for the whole sweep
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         if self._bad_options is not None:
@@ -51,7 +54,8 @@ class SlurmLauncher(SweepitLauncher):
         def compose(job: PlannedJob) -> None:
             job.config, job.job_dir = self.compose_job(job.num, job.overrides, sweep_dir)
 
-        return SlurmSweep(self.options, sweep_dir, compose=compose, make_task=self._task, lock=self.lock)
+        return SlurmSweep(self.options, sweep_dir, compose=compose, make_task=self._task, lock=self.lock,
+                          facts=self.facts)
 
     def _task(self, job: PlannedJob) -> SlurmTask:
         """What each Slurm task of the job runs: Hydra's run_job around the task function, in the job's directory."""
@@ -99,6 +103,26 @@ class SlurmLauncher(SweepitLauncher):
             self._sweep.close()
         finally:
             self._sweep = None
+
+    # -- Optuna worker mode: long-lived workers that run the study themselves --------------------------------------
+    def worker_sweep(self, first: Sequence[str]) -> WorkerSweep:
+        """The workers' array, planned from the config of the search's first point (its request, checked)."""
+        sweep = WorkerSweep(self._new_sweep())
+        try:
+            with compact_errors():
+                sweep.plan(PlannedJob(num=0, overrides=list(first)))
+        finally:
+            self.composed.clear()
+        return sweep
+
+    def worker_task(self, search: Any, index: int, job_base: int) -> WorkerTask:
+        """What worker `index` runs: the search's loop, each trial's job composed and run in the worker."""
+        from hydra.core.singleton import Singleton
+
+        assert self.hydra_context is not None and self.task_function is not None and self.config is not None
+        context = HydraContext(config_loader=self.composed.loader, callbacks=self.hydra_context.callbacks)
+        return WorkerTask(context, self.task_function, self.config, Singleton.get_state(), for_workers(search), index,
+                          job_base)
 
     def _job_return(self, job: PlannedJob, outcome: Outcome) -> JobReturn:
         returned = {"returned": outcome.returned, "has_returned": True} if outcome.has_returned else {}

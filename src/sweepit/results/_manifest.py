@@ -62,6 +62,7 @@ class Manifest:
     jobs: dict[int, JobEntry] = field(default_factory=dict)
     generation: int = 0              # how often it was written whole; sweep.journal continues this one
     version: int = MANIFEST_VERSION
+    workers: dict[str, Any] = field(default_factory=dict)  # Optuna worker mode on Slurm: the workers' array
     # Where the file on disk stands, when this copy is what it holds: appending the changes is then enough.
     _disk: _OnDisk | None = field(default=None, init=False, repr=False, compare=False)
 

@@ -9,6 +9,7 @@ Each trial carries user attributes: `job_num`, `job_dir`, `overrides` (the job's
 - failed: FAIL, counted by `max_failure_rate`.
 - interrupted (the driver stopped while the trial ran): FAIL, not counted anywhere, and its parameters
   are enqueued so that the next run of the study tries them again under a new trial number.
+- surplus (worker mode: asked after n_trials were, by a worker that raced another): FAIL, counted nowhere.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from sweepit.search._trials import Outcome, find_job_dir, read_outcome
 log = logging.getLogger(__name__)
 
 STATUS_ATTR = "sweepit_status"
+# FAIL trials that count nowhere: cut short by a stopped driver or worker (retried), or asked by a worker after
+# n_trials were (worker mode: two workers asked at once).
+NOT_COUNTED = ("interrupted", "surplus")
 
 
 def _trial_state() -> Any:
@@ -37,12 +41,12 @@ def is_counted(trial: Any) -> bool:
     ts = _trial_state()
     if trial.state == ts.WAITING:
         return False
-    return not (trial.state == ts.FAIL and trial.user_attrs.get(STATUS_ATTR) == "interrupted")
+    return not (trial.state == ts.FAIL and trial.user_attrs.get(STATUS_ATTR) in NOT_COUNTED)
 
 
 def is_failure(trial: Any) -> bool:
     """FAIL trials that count against `max_failure_rate`: not diverged, not interrupted."""
-    return trial.state == _trial_state().FAIL and trial.user_attrs.get(STATUS_ATTR) not in ("diverged", "interrupted")
+    return trial.state == _trial_state().FAIL and trial.user_attrs.get(STATUS_ATTR) not in ("diverged", *NOT_COUNTED)
 
 
 def failure_rate(study: Any) -> tuple[int, int]:
@@ -111,24 +115,32 @@ def recover(study: Any, sweep_dir: Path, diverged_value: float | None, metrics: 
     n = 0
     for trial in study.get_trials(deepcopy=False, states=(ts.RUNNING,)):
         n += 1
-        job_dir = trial.user_attrs.get("job_dir")
-        if not job_dir and isinstance(trial.user_attrs.get("job_num"), int):
-            job_dir = find_job_dir(sweep_dir, trial.user_attrs["job_num"])
-        try:
-            result = read_result(Path(job_dir)) if job_dir else None
-        except ValueError:
-            result = None
-        status = str(result.get("status")) if result else ""
-        if status in ("completed", "pruned", "diverged", "failed"):
-            objective = result.get("objective") if result else None
-            value = float(objective) if isinstance(objective, int | float) else None
-            outcome = Outcome(status, value, Path(str(job_dir)))
-            if metrics or len(study.directions) > 1:
-                outcome = read_outcome(sweep_dir, int(trial.user_attrs.get("job_num", -1)), None, metrics,
-                                       len(study.directions))
-            tell(study, trial.number, trial._trial_id, outcome, diverged_value)
-            log.info(f"trial {trial.number}: recorded its finished job ({status}) from {job_dir}")
-        else:
-            interrupt(study, trial.number, trial._trial_id)
-            log.info(f"trial {trial.number}: interrupted by the earlier run; its parameters will be tried again")
+        recover_trial(study, trial, sweep_dir, diverged_value, metrics)
     return n
+
+
+def recover_trial(study: Any, trial: Any, sweep_dir: Path, diverged_value: float | None,
+                  metrics: list[str] | None = None) -> str:
+    """One RUNNING trial whose runner is gone: its result when its job wrote one, else interrupted (FAIL, and its
+    parameters enqueued to be tried again). Returns the job's status, or `interrupted`."""
+    job_dir = trial.user_attrs.get("job_dir")
+    if not job_dir and isinstance(trial.user_attrs.get("job_num"), int):
+        job_dir = find_job_dir(sweep_dir, trial.user_attrs["job_num"])
+    try:
+        result = read_result(Path(job_dir)) if job_dir else None
+    except ValueError:
+        result = None
+    status = str(result.get("status")) if result else ""
+    if status in ("completed", "pruned", "diverged", "failed"):
+        objective = result.get("objective") if result else None
+        value = float(objective) if isinstance(objective, int | float) else None
+        outcome = Outcome(status, value, Path(str(job_dir)))
+        if metrics or len(study.directions) > 1:
+            outcome = read_outcome(sweep_dir, int(trial.user_attrs.get("job_num", -1)), None, metrics,
+                                   len(study.directions))
+        tell(study, trial.number, trial._trial_id, outcome, diverged_value)
+        log.info(f"trial {trial.number}: recorded its finished job ({status}) from {job_dir}")
+        return status
+    interrupt(study, trial.number, trial._trial_id)
+    log.info(f"trial {trial.number}: interrupted by the earlier run; its parameters will be tried again")
+    return "interrupted"

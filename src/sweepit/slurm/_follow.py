@@ -235,6 +235,8 @@ class Follower:
 
 
 def _has_returned(entry: JobEntry) -> bool:
+    if entry.extra.get("worker_trial") is not None:  # a worker's trial: its worker returns when all are done
+        return True
     path = result_pickle(entry)
     return path is not None and path.exists()
 

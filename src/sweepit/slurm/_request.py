@@ -229,24 +229,47 @@ def spread(num: int, gpus: int, timeout_min: int, node_gpus: int, max_nodes: int
                    gpus_per_node=gpus // nodes, gpus_per_task=1)
 
 
-def place(jobs: list[Asked], o: SlurmOptions) -> tuple[list[Request], int]:
-    """Each job's request, checked against the partition; and the most jobs one array may hold. A dry run away
-    from the cluster goes by the options alone."""
-    part: cluster.Partition | None = None
-    want_gpus = any(j.gpus for j in jobs) or bool(o.gpus_per_node or o.gpus_per_task or gres_gpus(o.gres))
+@dataclass
+class ClusterFacts:
+    """What `place` learns from Slurm (reachable, the partition, MaxArraySize): asked once per sweep, not once per
+    job, so that a search submitting trial after trial costs one sbatch call each and no more (issue 14)."""
+
+    asked: bool = False
+    partition: cluster.Partition | None = None
+    max_array_size: int = cluster.DEFAULT_MAX_ARRAY_SIZE
+
+
+def cluster_facts(o: SlurmOptions, want_gpus: bool, facts: ClusterFacts | None = None) -> ClusterFacts:
+    """`facts` when they were asked already, else Slurm's answers (`scontrol ping`, `sinfo`, `scontrol show
+    partition`, `scontrol show config`), kept in `facts`."""
+    facts = facts if facts is not None else ClusterFacts()
+    if facts.asked:
+        return facts
     try:
         cluster.check_reachable()
-        part = cluster.partition(o.partition, want_gpus=want_gpus)
+        facts.partition = cluster.partition(o.partition, want_gpus=want_gpus)
     except SlurmError:  # unreachable (a ConfigError, such as a partition it does not have, is not caught)
         if not o.dry_run:
             raise
+    if o.max_array_size is not None:
+        facts.max_array_size = o.max_array_size
+    elif facts.partition is not None:
+        facts.max_array_size = cluster.max_array_size()
+    facts.asked = True
+    return facts
+
+
+def place(jobs: list[Asked], o: SlurmOptions, facts: ClusterFacts | None = None) -> tuple[list[Request], int]:
+    """Each job's request, checked against the partition; and the most jobs one array may hold. A dry run away
+    from the cluster goes by the options alone. `facts` keeps what Slurm said for the next call."""
+    want_gpus = any(j.gpus for j in jobs) or bool(o.gpus_per_node or o.gpus_per_task or gres_gpus(o.gres))
+    facts = cluster_facts(o, want_gpus, facts)
+    part = facts.partition
     _say_what_the_job_configs_override(jobs, o)
     requests = [_own_request(j, o, part) if j.gpus is not None else _launcher_request(j, o, part) for j in jobs]
     if part is not None:
         _check_max_time(jobs, o, part)
-    if o.max_array_size is not None:
-        return requests, o.max_array_size
-    return requests, cluster.max_array_size() if part is not None else cluster.DEFAULT_MAX_ARRAY_SIZE
+    return requests, facts.max_array_size
 
 
 def _check_max_time(jobs: list[Asked], o: SlurmOptions, part: cluster.Partition) -> None:

@@ -358,11 +358,14 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
     running jobs' metrics between looks. At most `max_rows` jobs are listed (`shown_jobs`)."""
     from sweepit.results._lock import SweepLock
     from sweepit.results._manifest import read_manifest, settle_orphans, write_manifest
+    from sweepit.slurm._workers import adopt_trials, workers_alive
 
     live = live or LiveReader()
     m = read_manifest(sweep_dir)
     driver = SweepLock(Path(m.sweep_dir)).holder()
+    adopted = adopt_trials(m)  # Optuna worker mode: the trials workers started since the manifest was written
     changed, note = refresh(m, record=driver is None, nums=to_refresh(m, shown_jobs(m, max_rows)))
+    changed += adopted
     if driver is None:
         changed += settle_orphans(m)
     if changed and driver is None:
@@ -387,4 +390,9 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
     redo = [e for e in m.jobs.values() if e.state not in LIVE_STATES and e.state not in ("completed", "diverged")]
     if redo:
         lines.append(f"{len(redo)} job(s) did not complete: `sweepit resume {m.sweep_dir}` runs only those again.")
-    return "\n".join(lines), bool(live_jobs) or driver is not None
+    workers = bool(m.workers) and m.launcher == "slurm" and workers_alive(m)
+    if workers:
+        ids = list(m.workers.get("ids") or [])
+        lines.append(f"{len(ids)} Optuna worker(s) of Slurm job {ids[0].split('_', 1)[0]} run the study; cancel them "
+                     f"with `scancel {ids[0].split('_', 1)[0]}`.")
+    return "\n".join(lines), bool(live_jobs) or driver is not None or workers

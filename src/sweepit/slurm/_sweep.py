@@ -36,7 +36,7 @@ from sweepit.results._progress import Progress
 from sweepit.results._summary import summarize
 from sweepit.slurm._cluster import scancel
 from sweepit.slurm._follow import Follower
-from sweepit.slurm._request import SlurmOptions, asked, place
+from sweepit.slurm._request import ClusterFacts, SlurmOptions, asked, place
 from sweepit.slurm._states import CANCELLED_BY_DRIVER, look
 from sweepit.slurm._submit import PlannedJob, Task, dry_run_text, returned, submit_jobs
 
@@ -58,8 +58,12 @@ class SlurmSweep:
     is what each of its Slurm tasks runs (pickled by submitit)."""
 
     def __init__(self, options: SlurmOptions, sweep_dir: Path, compose: Callable[[PlannedJob], None],
-                 make_task: Callable[[PlannedJob], Task], lock: SweepLock | None = None) -> None:
+                 make_task: Callable[[PlannedJob], Task], lock: SweepLock | None = None,
+                 facts: ClusterFacts | None = None) -> None:
         self.options = options
+        # What Slurm said of itself (partition, MaxArraySize): asked at the first plan, kept for the sweep; a
+        # launcher passes one for all its batches.
+        self.facts = facts if facts is not None else ClusterFacts()
         self.sweep_dir = sweep_dir
         self.compose = compose
         self.make_task = make_task
@@ -78,7 +82,7 @@ class SlurmSweep:
         for job in jobs:
             self.compose(job)
         asks = [asked(j.num, _select(j.config, o.gpus_key), _select(j.config, o.timeout_key), o) for j in jobs]
-        requests, max_array_size = place(asks, o)
+        requests, max_array_size = place(asks, o, self.facts)
         for job, request in zip(jobs, requests, strict=True):
             job.request = request
         return max_array_size

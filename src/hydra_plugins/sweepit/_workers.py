@@ -1,0 +1,102 @@
+"""What each Optuna worker runs on Slurm (`hydra.sweeper.workers=N`): `sweepit.search.Worker`'s loop, with a trial's
+job composed and run as Hydra would run it, inside the worker's own process.
+
+A trial's config is composed from the sweep's config and the trial's overrides as the driver composes it in
+per-trial mode, in a job directory numbered as there (`<num>_<overrides>`, `.hydra/`, result.json, metrics.jsonl),
+so that the results table, `sweepit status` and `sweepit report` read worker trials unchanged.
+
+Requeue (time limit, preemption): submitit calls `checkpoint()` on USR2 and raises SystemExit in the running trial;
+the worker tells that trial `interrupted` (its parameters enqueued), and the requeued worker asks on.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, open_dict
+
+from hydra_plugins.sweepit._hydra import _record, job_dir, record_task
+from sweepit._signals import interrupt_on_sigterm
+from sweepit.results._job_files import METRICS_FILE, RESULT_FILE
+from sweepit.search import Search
+from sweepit.search._search import no_env
+from sweepit.search._workers import Worker
+from sweepit.slurm._workers import worker_id, write_trial_record
+from sweepit.train import _session
+
+
+def for_workers(search: Search) -> Search:
+    """A copy of the driver's search to pickle into the workers: without its study (each worker opens the storage
+    itself) and its driver-side hooks."""
+    out = copy.copy(search)
+    out.study = None
+    out.env_overrides = no_env
+    return out
+
+
+class WorkerTask:
+    """One worker: a picklable callable that submitit runs as one task of the workers' array."""
+
+    def __init__(self, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig,
+                 singleton_state: dict[Any, Any], search: Search, index: int, job_base: int) -> None:
+        self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
+        self.singleton_state = singleton_state
+        self.search, self.index, self.job_base = search, index, job_base
+        self._requeueing = False
+
+    def __call__(self) -> int:
+        from hydra.core.singleton import Singleton
+        from hydra.core.utils import setup_globals
+
+        self._requeueing = False  # this object comes back from the checkpoint pickle
+        interrupt_on_sigterm(unless=lambda: self._requeueing)  # scancel: the trial is interrupted, then we exit
+        Singleton.set_state({**self.singleton_state, "instances": dict(self.singleton_state["instances"])})
+        setup_globals()
+        worker = Worker(self.search, self.index, worker_id(), self.job_base, prepare=self._prepare, run=self._run)
+        return worker.run()
+
+    def _prepare(self, num: int, overrides: list[str], env: Mapping[str, str]) -> tuple[DictConfig, Path, list[str]]:
+        """The trial's job config (raises when it does not compose: the trial fails, the worker goes on)."""
+        config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+        with open_dict(config):
+            config.hydra.job.id = num
+            config.hydra.job.num = num
+            for key, value in env.items():
+                config.hydra.job.env_set[key] = value
+        return config, job_dir(config, self.search.sweep_dir), list(overrides)
+
+    def _run(self, num: int, prepared: tuple[DictConfig, Path, list[str]], trial_number: int) -> Any:
+        """Hydra's run_job around the task in the job's directory, in a session of sweepit's API; its JobReturn."""
+        from hydra.core.utils import run_job
+
+        config, jdir, overrides = prepared
+        jdir.mkdir(parents=True, exist_ok=True)
+        for name in (RESULT_FILE, METRICS_FILE):  # a job number claimed again after a crash starts clean
+            (jdir / name).unlink(missing_ok=True)
+        write_trial_record(jdir, num, overrides, trial_number)
+        record_task(jdir, 0)
+        session = _session.begin(jdir, config)
+        try:
+            try:
+                ret = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=config,
+                              job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+            except BaseException as e:  # SIGTERM (scancel, time limit) or submitit's requeue: interrupted
+                session.finish("interrupted" if self._requeueing else _session.status_of(e), error=e)
+                raise
+            _record(session, ret)
+        finally:
+            _session.end(session)
+        return ret
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        """Called by submitit on USR2 (time limit, preemption): requeue this worker; it asks on when it is back."""
+        import submitit
+
+        self._requeueing = True
+        fresh = copy.copy(self)
+        fresh.search = for_workers(self.search)  # not the open study (its storage holds locks): reopened when back
+        return submitit.helpers.DelayedSubmission(fresh, *args, **kwargs)

@@ -1,0 +1,255 @@
+"""Worker mode: N long-lived jobs each loop ask -> run -> tell against the study's shared storage, as Optuna's own
+docs scale a study over many nodes. Hydra-free: the caller says how to prepare and run one trial's job.
+
+    worker = Worker(search, index=0, worker_id="1234_0", job_base=0, prepare=compose, run=run_job)
+    worker.run()      # until n_trials count in the study (none left RUNNING) or the failure budget is spent
+
+The rules, shared by every worker through the storage alone (no driver needed):
+- n_trials counts the whole study (`is_counted`). A worker stops asking once that many are counted; a trial it
+  asked past that (two workers asked at once) is told FAIL as `surplus`, which counts nowhere, so the study ends
+  with exactly n_trials. It then waits while other trials run, since one of them may come back (below).
+- Job numbers are claimed in `<sweep dir>/.workers/jobs/<num>` (an exclusive create, atomic on NFS too), from the
+  first number free when the driver submitted the workers: jobs are numbered as the per-trial mode numbers them.
+- A worker stopped by a signal (scancel, time limit, preemption: SIGTERM or submitit's requeue) tells its trial
+  `interrupted` (FAIL, its parameters enqueued) before it exits: another worker, or the requeued one, retries it.
+- A worker that dies without a word (SIGKILL, a lost node) leaves its trial RUNNING; its heartbeat file
+  (`.workers/<worker_id>.alive`, touched every HEARTBEAT_S) goes stale, and after STALE_S another worker records
+  the trial from its result, or interrupts it so it is retried (`recover_trial`, as a resumed driver does). One
+  worker does so per trial: it must first create `.workers/reclaimed-<trial id>`.
+- Failures: the study's failure rate (`max_failure_rate`) is checked before each ask; over it, workers stop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from sweepit.errors import SweepFailedError
+from sweepit.search._pruning import PRUNER_CLASSES
+from sweepit.search._results import write_results
+from sweepit.search._samplers import build_sampler, grid_size, short_name
+from sweepit.search._search import Search
+from sweepit.search._study import STATUS_ATTR, interrupt, is_counted, recover, recover_trial
+
+log = logging.getLogger(__name__)
+WORKERS_DIR = ".workers"   # in the sweep directory: heartbeats, job-number claims, reclaim claims
+WORKER_ATTR = "worker"     # trial user attribute: the Slurm id of the worker that runs it
+HEARTBEAT_S = 5.0
+STALE_S = 45.0             # a worker silent this long is taken as dead (a busy shared file system may lag)
+WAIT_S = 2.0               # how often an idle worker looks at the study again
+SEED_STRIDE = 100_003      # seeded samplers: each worker its own stream, or they would ask the same points
+
+# prepare(job_num, overrides, env) -> anything run() takes (the job's config); raises when it cannot be made.
+Prepare = Callable[[int, list[str], Mapping[str, str]], Any]
+# run(job_num, prepared, trial_number) -> what the launcher would return for the job (read_outcome's `ret`).
+Run = Callable[[int, Any, int], Any]
+
+
+def total_trials(search: Search) -> int:
+    """n_trials, capped at the grid's size for the grid sampler (as Search.run counts)."""
+    total = search.options.n_trials
+    return min(total, grid_size(search.space)) if search.grid else total
+
+
+def attach(search: Search, index: int) -> Any:
+    """The study of a search opened by the driver, loaded again in a worker with the search's sampler (seeded per
+    worker when seeded) and pruner."""
+    import optuna
+
+    from sweepit.search._pruning import build_pruner, open_storage
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = open_storage(str(search.info["storage"]))
+    study = optuna.load_study(study_name=str(search.info["study_name"]), storage=storage,
+                              pruner=build_pruner(search.pruner))
+    seed = search.sampler.get("seed")
+    n_before = len(study.get_trials(deepcopy=False))
+    study.sampler = build_sampler(search.sampler, None if seed is None else int(seed) + n_before
+                                  + SEED_STRIDE * (index + 1), search.space)
+    search.study = study
+    return study
+
+
+def claim(path: Path) -> bool:
+    """Create `path` exclusively; False when another process did first."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        return False
+    return True
+
+
+class Worker:
+    """One worker's loop; see the module's docstring for the rules."""
+
+    def __init__(self, search: Search, index: int, worker_id: str, job_base: int, prepare: Prepare, run: Run,
+                 wait_s: float = WAIT_S, stale_s: float = STALE_S) -> None:
+        self.search, self.index, self.worker_id = search, index, worker_id
+        self.prepare, self.run_job = prepare, run
+        self.dir = search.sweep_dir / WORKERS_DIR
+        self.next_job = job_base
+        self.wait_s, self.stale_s = wait_s, stale_s
+        self.n_run = 0
+        self._beating = threading.Event()
+
+    def run(self) -> int:
+        """Trials until the study has n_trials and none running, or the failure budget is spent; how many ran."""
+        study = attach(self.search, self.index)
+        total = total_trials(self.search)
+        self._start_heartbeat()
+        try:
+            while True:
+                self._reclaim(study)
+                stop = self.search._failure_stop()
+                if stop is not None:
+                    log.warning(f"worker {self.worker_id}: {stop}")
+                    break
+                trials = study.get_trials(deepcopy=False)
+                if sum(is_counted(t) for t in trials) >= total:
+                    if any(t.state.name == "RUNNING" for t in trials):  # one of them may come back: wait for it
+                        time.sleep(self.wait_s)
+                        continue
+                    break
+                trial = study.ask(self.search.space.distributions)
+                if self._surplus(study, trial, total):
+                    continue
+                self._run_trial(trial)
+        finally:
+            self._beating.set()
+        log.info(f"worker {self.worker_id}: done after {self.n_run} trial(s)")
+        return self.n_run
+
+    # -- one trial ---------------------------------------------------------------------------------------------
+    def _run_trial(self, trial: Any) -> None:
+        search = self.search
+        job = self._claim_job()
+        trial.set_user_attr("job_num", job)
+        trial.set_user_attr(WORKER_ATTR, self.worker_id)
+        if search.extend is not None and not search._before_start(search.extend, trial, "custom_search_space"):
+            return
+        overrides = search.space.overrides(trial.params)
+        trial.set_user_attr("overrides", overrides)
+        prepared: list[Any] = []
+        env = search._trial_env(trial.number)
+        if not search._before_start(lambda t: prepared.append(self.prepare(job, overrides, env)), trial, "config"):
+            return
+        log.info(f"worker {self.worker_id}: trial {trial.number} -> job {job}: {' '.join(overrides)}")
+        try:
+            ret = self.run_job(job, prepared[0], trial.number)
+        except BaseException:  # a signal stopped this worker (scancel, time limit, requeue): retried elsewhere
+            with contextlib.suppress(Exception):
+                interrupt(search.study, trial.number, trial._trial_id)
+            raise
+        self.n_run += 1
+        search._tell(trial, job, ret)
+
+    def _claim_job(self) -> int:
+        while not claim(self.dir / "jobs" / str(self.next_job)):
+            self.next_job += 1
+        self.next_job += 1
+        return self.next_job - 1
+
+    def _surplus(self, study: Any, trial: Any, total: int) -> bool:
+        """True (and the trial told FAIL as `surplus`) when n_trials counted trials were asked before it."""
+        before = [t for t in study.get_trials(deepcopy=False) if t.number < trial.number and is_counted(t)]
+        if len(before) < total:
+            return False
+        from optuna.trial import TrialState
+
+        trial.set_user_attr(STATUS_ATTR, "surplus")
+        study.tell(trial.number, state=TrialState.FAIL)
+        return True
+
+    # -- workers that died without a word ---------------------------------------------------------------------------
+    def _start_heartbeat(self) -> None:
+        beat = self.dir / f"{self.worker_id}.alive"
+        beat.parent.mkdir(parents=True, exist_ok=True)
+
+        def loop() -> None:
+            while True:
+                with contextlib.suppress(OSError):
+                    beat.touch()
+                if self._beating.wait(HEARTBEAT_S):
+                    return
+
+        self._beating.clear()
+        threading.Thread(target=loop, name="sweepit-heartbeat", daemon=True).start()
+
+    def _reclaim(self, study: Any) -> None:
+        """RUNNING trials of workers whose heartbeat went stale: recorded from their result, or retried."""
+        now = time.time()
+        for trial in study.get_trials(deepcopy=False):
+            if trial.state.name != "RUNNING" or trial.datetime_start is None:
+                continue
+            owner = trial.user_attrs.get(WORKER_ATTR)
+            if owner == self.worker_id or now - trial.datetime_start.timestamp() < self.stale_s:
+                continue
+            try:
+                silent_s = now - (self.dir / f"{owner}.alive").stat().st_mtime
+            except OSError:
+                silent_s = float("inf")
+            if silent_s < self.stale_s or not claim(self.dir / f"reclaimed-{trial._trial_id}"):
+                continue
+            status = recover_trial(study, trial, self.search.sweep_dir, self.search.options.diverged_value,
+                                   self.search.options.metrics)
+            log.warning(f"worker {self.worker_id}: trial {trial.number} of worker {owner} (silent for "
+                        f"{silent_s:.0f} s) recorded as {status}")
+
+
+# -- the driver's side -------------------------------------------------------------------------------------------
+class WorkerArray(Protocol):
+    """What `drive` needs of the backend (sweepit.slurm's WorkerSweep): open the sweep (True: workers of an earlier
+    driver still alive), submit the workers, follow them to their end (a stop message when told to stop early)."""
+
+    @property
+    def waits(self) -> bool: ...  # False: submit and leave (hydra.launcher.wait=false)
+
+    def open(self) -> bool: ...
+
+    def submit(self, tasks: list[Any]) -> list[str]: ...
+
+    def follow(self) -> str | None: ...
+
+
+def drive(search: Search, array: WorkerArray, n_workers: int, make_task: Callable[[int], Any]) -> None:
+    """The driver of worker mode: recover what an earlier run left, submit `n_workers` (fewer when fewer trials are
+    left), follow them, and write the study's result files. Raises SweepFailedError as Search.run does."""
+    study, total = search.study, total_trials(search)
+    assert study is not None, "open() the search before drive()"
+    alive = array.open()
+    n_recovered = 0 if alive else recover(study, search.sweep_dir, search.options.diverged_value,
+                                          search.options.metrics)
+    n_counted = sum(is_counted(t) for t in study.get_trials(deepcopy=False))
+    n_new = 0 if alive else max(0, min(n_workers, total - n_counted))
+    log.info(f"Optuna study {search.info['study_name']!r} ({search._objectives()}) in {search.info['storage']}: "
+             f"{n_counted} of {total} trials done before" + (f", {n_recovered} recovered" if n_recovered else "")
+             + f"; sampler {short_name(search.sampler)}, pruner {short_name(search.pruner, PRUNER_CLASSES)}; "
+             + ("following the workers still running from before" if alive else
+                f"{n_new} worker(s), each asking trials from the study's storage until {total} are done")
+             + f"; space {search.space.describe()}")
+    if n_new:
+        array.submit([make_task(i) for i in range(n_new)])
+    stopped = array.follow()
+    if not array.waits:
+        return
+    if stopped is None:  # every worker has ended: a trial still RUNNING lost its worker (killed without a word)
+        recover(study, search.sweep_dir, search.options.diverged_value, search.options.metrics)
+    write_results(search.sweep_dir, study, search.info)
+    if stopped is not None:
+        raise SweepFailedError(stopped)
+    search._print_end()
+    stop = search._failure_stop()
+    n_counted = sum(is_counted(t) for t in study.get_trials(deepcopy=False))
+    if stop is None and n_counted < total:
+        stop = (f"the Optuna workers ended with {n_counted} of {total} trials done (trials whose worker was stopped "
+                f"are retried): run the same command again on hydra.sweep.dir={search.sweep_dir} (or `sweepit resume "
+                f"{search.sweep_dir}`) to finish the study.")
+    if stop is not None:
+        raise SweepFailedError(stop)

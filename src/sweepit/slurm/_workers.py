@@ -1,0 +1,217 @@
+"""Worker mode on Slurm: N long-lived workers in one job array, each running trial after trial in its own task
+(the loop itself is the caller's: `sweepit.search._workers`); the driver only submits them and follows.
+
+A worker writes `<job dir>/.slurm/trial.json` as it starts a trial's job (`write_trial_record`); the driver, and
+`sweepit status` when no driver runs, adopt each such directory as a job of `sweep.json` whose Slurm id is its
+worker's (`adopt_trials`). So the follower, `sweepit status`, `sweepit report` and the results table see worker
+trials as they see per-trial jobs: a job's own result.json settles it, and a trial whose worker Slurm ended
+before it wrote one gets one written with Slurm's word (scancel, time limit, node failure).
+
+`sweep.json` keeps the workers' array under `workers` (ids, job name, logs): a driver started again on the
+directory follows the workers still alive instead of submitting new ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sweepit._files import atomic_write
+from sweepit._signals import StopSignals
+from sweepit.errors import ConfigError
+from sweepit.results._manifest import JobEntry, Manifest, now_iso, open_manifest, write_manifest
+from sweepit.results._progress import Progress
+from sweepit.results._summary import job_num
+from sweepit.slurm import _cluster as cluster
+from sweepit.slurm._follow import Follower
+from sweepit.slurm._submit import TASK_DIR, PlannedJob, Task, fresh_folder, job_name, link_logs, log_paths, submit
+
+log = logging.getLogger(__name__)
+TRIAL_FILE = "trial.json"      # <job dir>/.slurm/trial.json: the worker that runs the job, and when it started
+WORKER_TRIAL = "worker_trial"  # manifest extra of a worker's job: its trial number (no return value to wait for)
+
+
+def worker_id() -> str:
+    """This Slurm task's job id as submitit and squeue print it: `123_4` in an array, else `123`."""
+    array, index = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    return f"{array}_{index}" if array and index else os.environ.get("SLURM_JOB_ID", f"local-{os.getpid()}")
+
+
+def write_trial_record(job_dir: Path, num: int, overrides: list[str], trial_number: int) -> None:
+    """Called by a worker as it starts a trial's job, before the job writes anything."""
+    record = {"num": num, "overrides": overrides, "trial": trial_number, "worker": worker_id(),
+              "started_at": now_iso()}
+    atomic_write(job_dir / TASK_DIR / TRIAL_FILE, json.dumps(record) + "\n", fsync=False)
+
+
+def adopt_trials(m: Manifest) -> list[int]:
+    """Job directories that workers started and the manifest does not list yet, added as running jobs of their
+    worker (logs linked); their numbers."""
+    workers = m.workers
+    if not workers:
+        return []
+    new: list[int] = []
+    with contextlib.suppress(OSError):
+        for path in Path(m.sweep_dir).iterdir():
+            num = job_num(path) if path.is_dir() else None
+            if num is None or num in m.jobs:
+                continue
+            try:
+                record = json.loads((path / TASK_DIR / TRIAL_FILE).read_text())
+            except (OSError, ValueError):
+                continue
+            wid = str(record.get("worker"))
+            stdout, stderr = workers.get("stdout", {}).get(wid), workers.get("stderr", {}).get(wid)
+            m.jobs[num] = JobEntry(num=num, overrides=list(record.get("overrides") or []), job_dir=str(path),
+                                   state="running", started_at=record.get("started_at"), extra={
+                                       "slurm_job_id": wid, "slurm_array_job_id": wid.split("_", 1)[0],
+                                       "slurm_job_name": workers.get("job_name"), "stdout": stdout,
+                                       "stderr": stderr, WORKER_TRIAL: record.get("trial")})
+            if stdout and stderr:
+                with contextlib.suppress(OSError):
+                    link_logs(path, Path(stdout), Path(stderr))
+            new.append(num)
+    return sorted(new)
+
+
+def workers_alive(m: Manifest) -> bool:
+    """Whether any worker of the manifest's array is queued or running (True when Slurm cannot be asked)."""
+    ids = list(m.workers.get("ids") or [])
+    if not ids:
+        return False
+    rows = cluster.squeue(ids)
+    if rows is None:
+        return True
+    name = m.workers.get("job_name")
+    return any((row := rows.get(i)) is not None and (not name or row.name == name)
+               and (row.state in cluster.ACTIVE_STATES or row.state == "COMPLETING") for i in ids)
+
+
+class WorkerSweep:
+    """The driver's side: submit the array (or adopt the one still alive), then follow the trials it runs."""
+
+    def __init__(self, sweep: Any) -> None:  # a SlurmSweep: its options, lock and cluster facts
+        self.sweep = sweep
+        self.options = sweep.options
+        self.sweep_dir: Path = sweep.sweep_dir
+        self.manifest: Manifest | None = None
+
+    def plan(self, job: PlannedJob) -> None:
+        """The workers' request: the launcher's, or the first point's job config's (`gpus_key`, `timeout_key`),
+        checked against the partition; one task each (a worker runs its trials one after the other)."""
+        self.max_array_size = self.sweep.plan([job])
+        assert job.request is not None
+        r = job.request
+        if r.nodes * r.tasks_per_node != 1:
+            raise ConfigError(
+                "hydra.sweeper.workers runs each worker as one Slurm task that trains its trials one after the "
+                f"other, but the job's request is {r.nodes} node(s) x {r.tasks_per_node} task(s) ({r.describe()}). "
+                "Use one task per job (trainer.gpus=1, hydra.launcher.tasks_per_node=1, nodes=1), or "
+                "hydra.sweeper.workers=0 to submit each trial as its own job.")
+        self.request = r
+
+    def dry_run(self, n_workers: int) -> str:
+        """The workers' sbatch script (an array of `n_workers`), instead of submitting it."""
+        from sweepit.slurm._request import sbatch_parameters
+        from sweepit.slurm._submit import next_folder, sbatch_script
+
+        params = sbatch_parameters(self.request, self.options, job_name(self.options))
+        params["array_parallelism"] = max(n_workers, 1)
+        script = sbatch_script(params, next_folder(self.sweep_dir), n_workers, self.options.python)
+        return (f"# {n_workers} Optuna worker(s), each {self.request.describe()}: 1 sbatch call\n{script}\n"
+                f"dry run: nothing submitted. Drop hydra.launcher.dry_run=true to submit.")
+
+    def open(self) -> bool:
+        """Hold the sweep's lock and read its manifest; True when workers of an earlier driver are still alive
+        (then they are followed, and none is submitted)."""
+        self.sweep_dir.mkdir(parents=True, exist_ok=True)
+        self.sweep.lock.acquire()
+        self.manifest = open_manifest(self.sweep_dir, launcher="slurm")
+        return workers_alive(self.manifest)
+
+    def submit(self, tasks: list[Task]) -> list[str]:
+        """One sbatch call: an array of the workers (a plain job for one)."""
+        from sweepit.slurm._request import sbatch_parameters
+
+        assert self.manifest is not None
+        if len(tasks) > self.max_array_size:
+            raise ConfigError(f"hydra.sweeper.workers must be at most the cluster's MaxArraySize "
+                              f"({self.max_array_size}), but got workers={len(tasks)}; lower it.")
+        o, name = self.options, job_name(self.options)
+        folder = fresh_folder(self.sweep_dir)
+        params = sbatch_parameters(self.request, o, name)
+        params["array_parallelism"] = max(len(tasks), 1)  # every worker at once: they are the parallelism
+        ids = submit(tasks, params, folder, o.max_num_timeout, o.python)
+        logs = {i: log_paths(folder, i) for i in ids}
+        self.manifest.workers = {
+            "ids": ids, "job_name": name, "submitit_folder": str(folder), "submitted_at": now_iso(),
+            "stdout": {i: str(p[0]) for i, p in logs.items()}, "stderr": {i: str(p[1]) for i, p in logs.items()},
+            "request": self.request.describe()}
+        write_manifest(self.manifest)
+        log.info(f"Submitted {len(ids)} Optuna worker(s) to Slurm in 1 sbatch call (job {ids[0].split('_')[0]}); "
+                 f"sweep dir {self.sweep_dir}")
+        return ids
+
+    @property
+    def waits(self) -> bool:
+        return bool(self.options.wait)
+
+    def follow(self, on_poll: Callable[[], None] = lambda: None) -> str | None:
+        """Follow the trials the workers start until every worker has ended and every trial is recorded; what to
+        say when a stop signal (SIGINT, SIGTERM) ended the following early, else None. The workers never depend
+        on it."""
+        assert self.manifest is not None
+        m, o = self.manifest, self.options
+        if not o.wait:
+            print(self.detached(), flush=True)
+            return None
+        progress = Progress(0)
+        follower = Follower(m, [], progress, o.poll_interval_s, o.result_grace_s, o.stderr_tail_lines)
+        def poll() -> None:
+            self.sweep.lock.touch()
+            on_poll()
+
+        follower.on_poll = poll
+        for num, entry in sorted(m.jobs.items()):  # an earlier driver's trials that had not ended when it stopped
+            if entry.extra.get(WORKER_TRIAL) is not None and entry.state in ("queued", "running"):
+                follower.add(num)
+        try:
+            with StopSignals() as stop:
+                while stop.first is None:
+                    for num in adopt_trials(m):
+                        follower.add(num)
+                    if not follower.pending and not workers_alive(m):
+                        new = adopt_trials(m)  # a last look: a trial may have started since
+                        if not new:
+                            break
+                        for num in new:
+                            follower.add(num)
+                    next_look = time.monotonic() + o.poll_interval_s
+                    follower.poll()
+                    while follower.pending and stop.first is None and time.monotonic() < next_look:
+                        time.sleep(0.1)
+                        follower.settle()
+                    while not follower.pending and stop.first is None and time.monotonic() < next_look:
+                        time.sleep(0.1)
+        finally:
+            progress.close()
+            write_manifest(m)
+        return None if stop.first is None else self.stopped(signal.Signals(stop.first).name)
+
+    def detached(self) -> str:
+        ids = list(self.manifest.workers.get("ids") or []) if self.manifest else []
+        array = ids[0].split("_", 1)[0] if ids else "?"
+        return (f"Not waiting (hydra.launcher.wait=false): the Optuna workers (Slurm job {array}) run the study on "
+                f"their own.\n  follow:  sweepit status {self.sweep_dir}\n  resume:  sweepit resume {self.sweep_dir}"
+                f"\n  cancel:  scancel {array}")
+
+    def stopped(self, why: str) -> str:
+        return f"stopped following the workers ({why}); they go on running the study.\n" + "\n".join(
+            self.detached().splitlines()[1:])

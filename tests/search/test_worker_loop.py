@@ -1,0 +1,113 @@
+"""sweepit.search.Worker without Slurm or Hydra: several workers (threads here) share one journal file and run
+exactly n_trials between them; a trial whose worker went silent is taken over; a stopped worker's trial is retried."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from sweepit.results._job_files import write_result
+from sweepit.search import JobDefaults, Param, Search, SearchOptions, SearchSpace, load_study_of
+from sweepit.search._workers import Worker
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _search(sweep_dir: Path, **options: Any) -> Search:
+    space = SearchSpace([Param.interval("x", "", "interval(-1, 1)", -1.0, 1.0)], fixed=[])
+    search = Search(SearchOptions(sampler={"name": "random", "seed": 0}, **options), space, sweep_dir, JobDefaults())
+    search.open()
+    return search
+
+
+def _prepare(sweep_dir: Path) -> Any:
+    def prepare(num: int, overrides: list[str], env: Mapping[str, str]) -> Path:
+        return sweep_dir / f"{num}_{overrides[0]}"
+
+    return prepare
+
+
+def _run(num: int, job_dir: Path, trial_number: int, sleep_s: float = 0.01) -> None:
+    job_dir.mkdir()
+    time.sleep(sleep_s)
+    x = float(job_dir.name.split("=", 1)[1])
+    write_result(job_dir, {"status": "completed", "objective": (x - 0.3) ** 2})
+
+
+def _worker(search: Search, index: int, **kwargs: Any) -> Worker:
+    mine = copy.copy(search)
+    return Worker(mine, index, f"w{index}", job_base=0, prepare=_prepare(search.sweep_dir), run=_run, wait_s=0.05,
+                  **kwargs)
+
+
+def test_workers_run_exactly_n_trials_between_them(tmp_path: Path) -> None:
+    search = _search(tmp_path, n_trials=12)
+    workers = [_worker(search, i) for i in range(3)]
+    threads = [threading.Thread(target=w.run) for w in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    trials = load_study_of(tmp_path).trials
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert len(done) == 12 and sum(w.n_run for w in workers) == 12
+    assert all(t.user_attrs.get("sweepit_status") == "surplus" for t in trials if t.state != TrialState.COMPLETE)
+    nums = sorted(t.user_attrs["job_num"] for t in done)
+    assert nums == sorted({int(p.name.split("_")[0]) for p in tmp_path.iterdir() if p.name[0].isdigit()})
+    assert len(set(nums)) == 12
+    assert len({t.params["x"] for t in done}) == 12  # each worker its own seed: no point drawn twice
+
+
+def test_a_silent_workers_trial_is_recovered_by_another(tmp_path: Path) -> None:
+    """A trial left RUNNING by a worker whose heartbeat is stale: interrupted and retried (no result), or recorded
+    from its result (a worker that died after the job wrote it)."""
+    search = _search(tmp_path, n_trials=3)
+    study = load_study_of(tmp_path)
+    lost = study.ask({"x": optuna.distributions.FloatDistribution(-1, 1)})
+    lost.set_user_attr("job_num", 100)
+    lost.set_user_attr("worker", "gone")
+    finished = study.ask({"x": optuna.distributions.FloatDistribution(-1, 1)})
+    finished.set_user_attr("job_num", 101)
+    finished.set_user_attr("worker", "gone")
+    write_result(tmp_path / "101_x=0.5", {"status": "completed", "objective": 0.04})
+    worker = _worker(search, 0, stale_s=0.0)
+    worker.run()
+    trials = {t.number: t for t in load_study_of(tmp_path).trials}
+    assert trials[lost.number].user_attrs["sweepit_status"] == "interrupted"
+    assert trials[finished.number].state == TrialState.COMPLETE and trials[finished.number].value == 0.04
+    retry = next(t for t in trials.values() if t.user_attrs.get("retry_of") == lost.number)
+    assert retry.state == TrialState.COMPLETE and retry.params == trials[lost.number].params
+    assert sum(t.state == TrialState.COMPLETE for t in trials.values()) == 3
+
+
+def test_a_stopped_worker_interrupts_its_trial(tmp_path: Path) -> None:
+    search = _search(tmp_path, n_trials=4)
+
+    def stopped(num: int, job_dir: Path, trial_number: int) -> None:
+        raise KeyboardInterrupt("scancel")
+
+    worker = Worker(search, 0, "w0", 0, prepare=_prepare(tmp_path), run=stopped)
+    with pytest.raises(KeyboardInterrupt):
+        worker.run()
+    trials = load_study_of(tmp_path).trials
+    assert trials[0].user_attrs["sweepit_status"] == "interrupted" and trials[1].state == TrialState.WAITING
+
+
+def test_worker_mode_needs_the_slurm_launcher(tmp_path: Path) -> None:
+    app = Path(__file__).parent / "app" / "plain_app.py"
+    proc = subprocess.run([sys.executable, str(app), "-m", f"hydra.sweep.dir={tmp_path}", "hydra/sweeper=optuna",
+                           "hydra/launcher=local", "hydra.sweeper.workers=2", "x=interval(0, 1)"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "hydra.sweeper.workers runs the study in long-lived Slurm jobs, so it needs hydra/launcher=slurm" in \
+        proc.stderr.replace("\n", " "), proc.stderr
