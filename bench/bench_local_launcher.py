@@ -182,27 +182,37 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.repeat):  # interleaved, so that load from elsewhere hits both launchers alike
             for name in quick:
                 main_runs[name].append(sweep(name, args.jobs, [f"epochs={args.epochs}"], "sweep", args.baseline))
+                save_json(args, main_runs, trivial, None)  # each run as it ends: a run stopped early keeps them
             for name in quick:
                 for n in (1, args.trivial_jobs) if args.trivial_jobs > 1 else ():
                     trivial[name].setdefault(n, []).append(
                         sweep(name, n, ["epochs=1", "data.n_synthetic=100"], "trivial", args.baseline))
+                    save_json(args, main_runs, trivial, None)
         if "submitit_local" in launchers:  # last and once: minutes and ~10 GB, and its load lingers
             main_runs["submitit_local"].append(sweep("submitit_local", args.jobs, [f"epochs={args.epochs}"], "sweep"))
     finally:
         if installed_submitit and not args.keep_submitit:
             pip("uninstall", "-y", "hydra-submitit-launcher")
     summary = report(main_runs, trivial, args)
+    save_json(args, main_runs, trivial, summary)
     if args.json is not None:
-        from machine import cpu_model
-
-        raw = {"command": [Path(sys.executable).name, *sys.argv], "nproc": os.cpu_count(), "cpu": cpu_model(),
-               "args": {k: str(v) for k, v in vars(args).items()}, "summary": summary,
-               "runs": [dataclasses.asdict(r) for rs in main_runs.values() for r in rs]
-               + [dataclasses.asdict(r) for by_n in trivial.values() for rs in by_n.values() for r in rs]}
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(raw, indent=1) + "\n")
         print(f"raw runs and summary: {args.json}")
     return 0
+
+
+def save_json(args: Any, main_runs: dict[str, list[Run]], trivial: dict[str, dict[int, list[Run]]],
+              summary: dict[str, Any] | None) -> None:
+    """`--json`: every run so far, and the summary once there is one (None: the runs are not all done)."""
+    if args.json is None:
+        return
+    from machine import cpu_model
+
+    raw = {"command": [Path(sys.executable).name, *sys.argv], "nproc": os.cpu_count(), "cpu": cpu_model(),
+           "args": {k: str(v) for k, v in vars(args).items()}, "summary": summary,
+           "runs": [dataclasses.asdict(r) for rs in main_runs.values() for r in rs]
+           + [dataclasses.asdict(r) for by_n in trivial.values() for rs in by_n.values() for r in rs]}
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(raw, indent=1) + "\n")
 
 
 def report(main_runs: dict[str, list[Run]], trivial: dict[str, dict[int, list[Run]]], args: Any) -> dict[str, Any]:
