@@ -1,0 +1,100 @@
+"""Two per-job costs of the local driver, measured alone: composing a job's config and forking the driver.
+
+Run: python bench/bench_job_overhead.py [--jobs 64] [--forks 16] [--json F]
+
+- Composing: the CPU time per job of Hydra's own `load_sweep_config` and of sweepit's `ComposedConfigs`
+  (one compose per choice of config groups, value overrides applied to a copy), for the jobs of
+  `train.py -m task=linreg epochs=1 data.n_synthetic=100 seed=range(N)` on the built-in configs.
+- Forking: the CPU time (user + system) that `os.fork()` takes in the forking process, once it has imported
+  what the driver has before it forks its first job (Hydra; then torch; then torch._dynamo, which the
+  local launcher preloads), median of `--forks`; measured first, in a process that has imported nothing
+  else. Forking copies the page tables of the process's private memory, so it grows with the driver's
+  resident memory; in a virtual machine each copied page-table entry costs more than on bare metal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def compose_ms(n_jobs: int) -> dict[str, float]:
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+
+    from hydra_plugins.sweepit._compose import ComposedConfigs
+
+    fixed = ["task=linreg", "epochs=1", "data.n_synthetic=100"]
+    jobs = [[*fixed, f"seed={i}"] for i in range(n_jobs)]
+    out = {}
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        master = loader.load_configuration("config", fixed, run_mode=RunMode.MULTIRUN)
+        for label, composer in (("hydra_ms", copy.deepcopy(loader)),
+                                ("sweepit_ms", ComposedConfigs(copy.deepcopy(loader)))):
+            composer.load_sweep_config(master, jobs[0])  # the first one reads the files
+            t0 = time.process_time()
+            for job in jobs[1:]:
+                composer.load_sweep_config(master, job)
+            out[label] = (time.process_time() - t0) / (n_jobs - 1) * 1000
+    return out
+
+
+def fork_ms(n_forks: int) -> dict[str, float]:
+    out = {}
+    for label, module in (("hydra", "hydra"), ("torch", "torch"), ("torch._dynamo", "torch._dynamo")):
+        __import__(module)
+        gc.collect(1)
+        gc.freeze()  # as the driver does before forking
+        times = []
+        for _ in range(n_forks):
+            t0 = time.process_time()
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            times.append(time.process_time() - t0)
+            os.waitpid(pid, 0)
+        with open("/proc/self/status") as f:
+            rss_mb = next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
+        out[f"fork_ms_with_{label}"] = statistics.median(times) * 1000
+        out[f"rss_mb_with_{label}"] = rss_mb
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=64, help="jobs composed by each composer")
+    parser.add_argument("--forks", type=int, default=16, help="forks per measurement (the median is shown)")
+    parser.add_argument("--json", type=Path, help="write the figures to this JSON file")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(REPO / "bench"))
+    from machine import machine_line
+
+    figures: dict[str, Any] = {"loadavg_before": os.getloadavg()[0], **fork_ms(args.forks)}
+    print(machine_line(), flush=True)  # after the forks: it imports torch
+    for label in ("hydra", "torch", "torch._dynamo"):
+        print(f"fork with {label:14s} imported: {figures[f'fork_ms_with_{label}']:5.1f} ms CPU "
+              f"(RSS {figures[f'rss_mb_with_{label}']:.0f} MB)", flush=True)
+    figures.update(compose_ms(args.jobs))
+    print(f"compose one job: Hydra {figures['hydra_ms']:.1f} ms CPU, sweepit {figures['sweepit_ms']:.1f} ms CPU "
+          f"({figures['hydra_ms'] / figures['sweepit_ms']:.1f}x less)")
+    figures["loadavg_after"] = os.getloadavg()[0]
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"command": sys.argv, "figures": figures}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
