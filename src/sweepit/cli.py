@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -44,6 +45,7 @@ def _report(args: argparse.Namespace) -> int:
     if not sweep_dir.is_dir():
         raise SweepitError(f"a sweep directory must exist, but {sweep_dir} does not; list sweeps with `sweepit ls`.")
     sweep = load_sweep(sweep_dir)
+    gc.freeze()  # the jobs read live until the end: the collector need not walk them again while plotting
     if not sweep.jobs:
         raise SweepitError(f"a sweep directory must hold job directories (<num>_<overrides>/), but {sweep_dir} "
                            "holds none; list sweeps with `sweepit ls`.")

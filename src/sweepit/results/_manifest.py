@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
-from sweepit._files import atomic_write
+from sweepit._files import atomic_write, collector_paused
 from sweepit.errors import ManifestError
 from sweepit.results._job_files import STDERR_LOG, read_outcome, read_result
 from sweepit.results._journal import Journal, append_records, compact_now, read_journal, start_journal
@@ -132,8 +132,9 @@ def read_manifest(sweep_dir: Path) -> Manifest:
     path = manifest_path(sweep_dir)
     sweep_dir = Path(sweep_dir).absolute()
     try:
-        data, snapshot_bytes, journal = read_manifest_data(sweep_dir)
-        m = Manifest.from_data(data)
+        with collector_paused():  # 100,000 job records
+            data, snapshot_bytes, journal = read_manifest_data(sweep_dir)
+            m = Manifest.from_data(data)
     except FileNotFoundError:
         raise ManifestError(
             f"a sweep directory must hold {MANIFEST_FILE} to be resumed, but {path} does not exist; "

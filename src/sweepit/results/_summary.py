@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -38,6 +39,9 @@ class JobRow:
         return final if isinstance(final, dict) else {}
 
 
+Row = TypeVar("Row", bound=JobRow)
+
+
 def read_overrides(job_dir: Path) -> dict[str, str]:
     """The job's command-line overrides (`key=value`) from Hydra's `.hydra/overrides.yaml`."""
     path = job_dir / ".hydra" / "overrides.yaml"
@@ -57,24 +61,42 @@ def own_overrides(overrides: Iterable[str]) -> list[str]:
 def override_values(overrides: Iterable[str]) -> dict[str, str]:
     """`key=value` overrides as {key: value}, `+`, `++` and `~` dropped; the job's own only (`own_overrides`)."""
     out: dict[str, str] = {}
-    for item in own_overrides(overrides):
+    for item in overrides:  # one pass (a report reads 100,000 jobs' overrides): own_overrides' rule inline
         key, _, value = item.partition("=")
-        out[key.lstrip("+~")] = value
+        key = key.lstrip("+~")
+        if not key.startswith("hydra."):
+            out[key] = value
     return out
 
 
 def job_num(job_dir: Path) -> int | None:
-    head = job_dir.name.split("_", 1)[0]
+    return _num(job_dir.name)
+
+
+def _num(name: str) -> int | None:
+    head = name.split("_", 1)[0]
     return int(head) if head.isdigit() else None
+
+
+def job_dirs(sweep_dir: Path) -> list[tuple[Path, int]]:
+    """The job directories (`<num>_<overrides>`) directly under `sweep_dir` with their numbers, unordered
+    (one directory read: no stat a job where the file system says which entries are directories)."""
+    base = Path(sweep_dir)
+    with os.scandir(base) as entries:
+        return [(base / e.name, n) for e in entries if (n := _num(e.name)) is not None and e.is_dir()]
 
 
 def read_job(job_dir: Path, overrides: dict[str, str] | None = None) -> JobRow:
     """The job's row from its result.json; its overrides from `.hydra/overrides.yaml` unless given (from sweep.json,
     which saves a YAML parse a job)."""
     num = job_num(job_dir)
-    row = JobRow(num=-1 if num is None else num, job_dir=job_dir,
-                 overrides=read_overrides(job_dir) if overrides is None else overrides, status="pending")
-    read = read_outcome(job_dir)
+    return with_result(JobRow(num=-1 if num is None else num, job_dir=job_dir,
+                              overrides=read_overrides(job_dir) if overrides is None else overrides, status="pending"))
+
+
+def with_result(row: Row) -> Row:
+    """`row` (status "pending") filled in from its job's result.json, when it has one."""
+    read = read_outcome(row.job_dir)
     if read.status is None:
         return row
     row.status, row.result, row.note = read.status, read.result, read.problem
@@ -88,7 +110,7 @@ def read_job(job_dir: Path, overrides: dict[str, str] | None = None) -> JobRow:
 
 def collect(sweep_dir: Path) -> list[JobRow]:
     """Every job directory (`<num>_<overrides>`) directly under `sweep_dir`, in job-number order."""
-    rows = [read_job(p) for p in Path(sweep_dir).iterdir() if p.is_dir() and job_num(p) is not None]
+    rows = [read_job(p) for p, _ in job_dirs(sweep_dir)]
     return sorted(rows, key=lambda r: r.num)
 
 
@@ -105,14 +127,20 @@ def best_row(rows: list[JobRow], direction: str) -> JobRow | None:
 
 def swept_keys(rows: list[JobRow]) -> list[str]:
     """Override keys whose value differs between jobs (constant overrides are printed once, not per row)."""
-    keys: list[str] = []
-    for r in rows:
-        keys += [k for k in r.overrides if k not in keys]
-    return [k for k in keys if len({r.overrides.get(k) for r in rows}) > 1 or len(rows) == 1]
+    keys = list(dict.fromkeys(k for r in rows for k in r.overrides))
+    if len(rows) == 1:
+        return keys
+    return [k for k in keys if _varies(rows, k)]
 
 
-def fixed_overrides(rows: list[JobRow]) -> dict[str, str]:
-    varying = set(swept_keys(rows)) if len(rows) > 1 else set()
+def _varies(rows: list[JobRow], key: str) -> bool:
+    first = rows[0].overrides.get(key)
+    return any(r.overrides.get(key) != first for r in rows)  # stops at the first job that differs
+
+
+def fixed_overrides(rows: list[JobRow], swept: list[str] | None = None) -> dict[str, str]:
+    """The overrides every job shares (`swept`: swept_keys(rows), when known)."""
+    varying = set(swept_keys(rows) if swept is None else swept) if len(rows) > 1 else set()
     return {k: v for k, v in (rows[0].overrides.items() if rows else []) if k not in varying}
 
 

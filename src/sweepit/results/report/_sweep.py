@@ -15,10 +15,21 @@ from typing import Any
 
 import yaml
 
+from sweepit._files import collector_paused
 from sweepit.results._job_files import METRICS_FILE, read_metrics
 from sweepit.results._manifest import read_manifest_data
 from sweepit.results._status import sweep_direction
-from sweepit.results._summary import JobRow, best_row, fixed_overrides, job_num, override_values, read_job, swept_keys
+from sweepit.results._summary import (
+    JobRow,
+    best_row,
+    fixed_overrides,
+    job_dirs,
+    job_num,
+    override_values,
+    read_overrides,
+    swept_keys,
+    with_result,
+)
 
 # libyaml when present: ten times faster on the many small files of a large sweep.
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -50,6 +61,7 @@ class JobReport(JobRow):
     """summary's JobRow with what a report adds: the per-epoch rows of `metrics.jsonl`."""
 
     epochs: list[dict[str, Any]] = field(default_factory=list)
+    _n_gpus: int | None = field(default=None, init=False, repr=False, compare=False)
 
     def add_note(self, note: str) -> None:
         self.note = f"{self.note}; {note}" if self.note else note
@@ -82,14 +94,21 @@ class JobReport(JobRow):
     def wall_time_s(self) -> float | None:
         return finite(self.result.get("wall_time_s"))
 
-    @cached_property
+    @property
     def n_gpus(self) -> int:
-        """`world_size` from result.json; else `trainer.gpus` from the job's config (a launcher's result lacks it)."""
+        """`world_size` from result.json; else `trainer.gpus` from the job's config (a launcher's result lacks it,
+        read once)."""
         gpus = self.result.get("world_size")
-        if not isinstance(gpus, int):
-            config = load_yaml(self.job_dir / ".hydra" / "config.yaml")
-            trainer = config.get("trainer") if isinstance(config, dict) else None
-            gpus = trainer.get("gpus") if isinstance(trainer, dict) else None
+        if isinstance(gpus, int):
+            return gpus if gpus > 0 else 1
+        if self._n_gpus is None:
+            self._n_gpus = self._configured_gpus()
+        return self._n_gpus
+
+    def _configured_gpus(self) -> int:
+        config = load_yaml(self.job_dir / ".hydra" / "config.yaml")
+        trainer = config.get("trainer") if isinstance(config, dict) else None
+        gpus = trainer.get("gpus") if isinstance(trainer, dict) else None
         return gpus if isinstance(gpus, int) and gpus > 0 else 1
 
     @property
@@ -123,8 +142,9 @@ class Sweep:
     script: str = "train.py"          # the app the sweep ran (sweep.json's command), relative to where it ran
     job_config: dict[str, Any] = field(default_factory=dict)  # the first job's .hydra/config.yaml
 
-    @property
+    @cached_property
     def best(self) -> JobReport | None:
+        """The best job (computed once: a report asks for it in every section)."""
         best = best_row(list(self.jobs), self.direction)
         return best if isinstance(best, JobReport) else None
 
@@ -161,7 +181,11 @@ def _read_job(job_dir: Path, entry: dict[str, Any] | None, with_metrics: bool) -
     # sweep.json's overrides when it lists the job: a YAML parse a job saved (the same values: the launcher's).
     listed = entry.get("overrides") if entry else None
     overrides = override_values(str(item) for item in listed) if isinstance(listed, list) and listed else None
-    job = JobReport(**vars(read_job(job_dir, overrides)))
+    num = job_num(job_dir)
+    if overrides is None:
+        overrides = read_overrides(job_dir)
+    job = with_result(JobReport(num=-1 if num is None else num, job_dir=job_dir, overrides=overrides,
+                                status="pending"))
     if not job.overrides and not (job_dir / ".hydra" / "overrides.yaml").is_file():
         job.add_note("no .hydra/overrides.yaml")
     if with_metrics:
@@ -242,9 +266,13 @@ def _hydra_facts(sweep_dir: Path, jobs: list[JobReport]) -> tuple[str, str | Non
 
 def load_sweep(sweep_dir: Path, with_metrics: bool = True) -> Sweep:
     """Every job of the sweep (job directories, plus jobs sweep.json lists that have none yet), in job order."""
-    sweep_dir = Path(sweep_dir)
+    with collector_paused():
+        return _load_sweep(Path(sweep_dir), with_metrics)
+
+
+def _load_sweep(sweep_dir: Path, with_metrics: bool) -> Sweep:
     entries, manifest = _manifest_jobs(sweep_dir)
-    dirs = [(p, n) for p in sweep_dir.iterdir() if p.is_dir() and (n := job_num(p)) is not None]
+    dirs = job_dirs(sweep_dir)
     read_all = with_metrics and len(dirs) <= READ_ALL_METRICS_UP_TO
     jobs = [_read_job(p, entries.get(n), read_all) for p, n in dirs]
     seen = {j.num for j in jobs}
@@ -268,14 +296,15 @@ def load_sweep(sweep_dir: Path, with_metrics: bool = True) -> Sweep:
         _read_needed_epochs(jobs, direction)
     config_name, config_dir = _hydra_facts(sweep_dir, jobs)
     rows: list[JobRow] = list(jobs)
+    swept = swept_keys(rows) if len(jobs) > 1 else []
     return Sweep(
         sweep_dir=sweep_dir, jobs=jobs,
         study=study if isinstance(study, str) else sweep_dir.parent.name,
         metric=metric or str(job_config.get("metric", "objective")),
         direction=direction,
         created_at=_created_at(sweep_dir, manifest),
-        swept=swept_keys(rows) if len(jobs) > 1 else [],
-        fixed=fixed_overrides(rows) if len(jobs) > 1 else dict(jobs[0].overrides) if jobs else {},
+        swept=swept,
+        fixed=fixed_overrides(rows, swept) if len(jobs) > 1 else dict(jobs[0].overrides) if jobs else {},
         config_name=config_name, config_dir=config_dir,
         launcher=str(manifest.get("launcher", "")), job_config=job_config, script=_script(manifest),
     )

@@ -279,13 +279,14 @@ def objective_by_param(sweep: Sweep, path: Path, max_params: int = 4) -> str:
         raise ValueError("no swept parameter")
     fig = figure(max(6.0, 4.5 * len(keys)), 7.0)
     done = [j for j in sweep.jobs if j.status == "completed" and finite(j.objective) is not None]
-    timed = [j for j in sweep.jobs if j.epoch_time_s is not None]
+    times = {id(j): t for j in sweep.jobs if (t := j.epoch_time_s) is not None}  # computed once: many jobs
+    timed = [j for j in sweep.jobs if id(j) in times]
     for col, key in enumerate(keys):
         values, numeric = _values(sweep.jobs, key)
         for row, (jobs, ylabel) in enumerate(((done, sweep.metric), (timed, "epoch time (s)"))):
             ax = fig.add_subplot(2, len(keys), row * len(keys) + col + 1)
             pos = _axis(ax, values, numeric)
-            pts = [(pos[j.overrides[key]], j.objective if row == 0 else j.epoch_time_s)
+            pts = [(pos[j.overrides[key]], j.objective if row == 0 else times[id(j)])
                    for j in jobs if key in j.overrides]
             if pts:
                 by_x: dict[float, list[float]] = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,22 +56,20 @@ def results_table(sweep: Sweep) -> Table:
     names = [f"final_{m}" if m in sweep.swept else m for m in metrics]
     columns = ["job", *sweep.swept, "status", "objective", *names, "best_epoch", "epochs",
                "epoch_time_s", "wall_time_s", "gpu_hours", "job_dir", "note"]
-    rows = [
-        [job.num, *(job.overrides.get(k) for k in sweep.swept), job.status, job.objective,
-         *(job.last.get(m) for m in metrics), job.best_epoch, job.n_epochs or None,
-         job.epoch_time_s, job.wall_time_s, job.gpu_hours, _job_dir(sweep, job), job.note]
-        for job in sweep.jobs
-    ]
+    inside = f"{sweep.sweep_dir}{os.sep}"
+    rows = [_row(sweep, job, metrics, inside) for job in sweep.jobs]
     best = sweep.best
     return Table(columns, rows, best=None if best is None else sweep.jobs.index(best),
                  statuses=[job.status for job in sweep.jobs])
 
 
-def _job_dir(sweep: Sweep, job: JobReport) -> str:
-    try:
-        return str(job.job_dir.relative_to(sweep.sweep_dir))
-    except ValueError:
-        return str(job.job_dir)
+def _row(sweep: Sweep, job: JobReport, metrics: list[str], inside: str) -> list[Any]:
+    last = job.last
+    job_dir = str(job.job_dir)  # relative to the sweep directory when inside it (a string test: 100,000 rows)
+    return [job.num, *(job.overrides.get(k) for k in sweep.swept), job.status, job.objective,
+            *(last.get(m) for m in metrics), job.best_epoch, job.n_epochs or None,
+            job.epoch_time_s, job.wall_time_s, job.gpu_hours,
+            job_dir[len(inside):] if job_dir.startswith(inside) else job_dir, job.note]
 
 
 def fmt(value: Any, empty: str = "-") -> str:
