@@ -33,6 +33,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from sweepit.results._manifest import read_manifest
+
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "out" / "slurm"
 SUBMITIT_SPEC = "hydra-submitit-launcher==1.2.0"
@@ -165,8 +167,9 @@ def _wait_for_job_dir(sweep_dir: Path, num: int, timeout_s: float) -> Path:
 def _slurm_id(launcher: str, sweep_dir: Path, job_dir: Path) -> str:
     """Job 1's Slurm id: sweepit's manifest has it; submitit_slurm's jobs are tasks 0.. of one array."""
     if launcher == "slurm":
-        jobs = json.loads((sweep_dir / "sweep.json").read_text())["jobs"]
-        return str(next(j for j in jobs if j["num"] == 1)["extra"]["slurm_job_id"])
+        # read_manifest, not sweep.json alone: that is a snapshot which sweep.journal continues, and while the sweep
+        # runs the jobs' Slurm ids are only in the journal.
+        return str(read_manifest(sweep_dir).jobs[1].extra["slurm_job_id"])
     pickles = sorted((sweep_dir / ".submitit").glob("*/*_submitted.pkl"))
     array_id = pickles[0].name.split("_")[0]
     return f"{array_id}_1"
@@ -175,8 +178,8 @@ def _slurm_id(launcher: str, sweep_dir: Path, job_dir: Path) -> str:
 def _cancel_sweep(launcher: str, sweep_dir: Path) -> None:
     ids: set[str] = set()
     if launcher == "slurm" and (sweep_dir / "sweep.json").exists():
-        jobs = json.loads((sweep_dir / "sweep.json").read_text())["jobs"]
-        ids = {str(j["extra"].get("slurm_array_job_id")) for j in jobs if j["extra"].get("slurm_array_job_id")}
+        jobs = read_manifest(sweep_dir).jobs.values()
+        ids = {str(j.extra["slurm_array_job_id"]) for j in jobs if j.extra.get("slurm_array_job_id")}
     elif launcher == "submitit_slurm":
         ids = {p.name.split("_")[0] for p in (sweep_dir / ".submitit").glob("*/*_submitted.pkl")}
     if ids:
@@ -186,10 +189,13 @@ def _cancel_sweep(launcher: str, sweep_dir: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=64, help="jobs in the sweep of part 1 (default 64)")
-    parser.add_argument("--cancel-jobs", type=int, default=6, help="jobs in the sweep of part 2 (default 6)")
+    parser.add_argument("--cancel-jobs", type=int, default=6,
+                        help="jobs in the sweep of part 2, at least 2: job 1 is the one cancelled (default 6)")
     parser.add_argument("--cancel-cap-s", type=float, default=120.0, help="give up waiting for a report after this")
     parser.add_argument("--keep-submitit", action="store_true", help="do not uninstall hydra-submitit-launcher")
     args = parser.parse_args(argv)
+    if args.cancel_jobs < 2:  # job numbers start at 0: with one job, part 2 waited 2 minutes for a job 1
+        parser.error(f"--cancel-jobs must be at least 2 (job 1 is the one cancelled), but got {args.cancel_jobs}")
     OUT.mkdir(parents=True, exist_ok=True)
     status = subprocess.run([str(REPO / "scripts" / "slurm-cluster.sh"), "status"], capture_output=True, text=True)
     if status.returncode != 0:
