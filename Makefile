@@ -80,8 +80,8 @@ bench-scale: ## Driver side at 1k, 10k, 100k generated jobs: planning, sweep.jso
 bench-launcher: ## Local launcher vs Hydra's basic and submitit_local: wall, CPU, tree memory, per-job overhead (~7 min)
 	$(PY) bench/bench_local_launcher.py $(ARGS)
 
-bench-slurm: ## Slurm launcher vs hydra-submitit-launcher on the local cluster: 64 jobs, sbatch calls, scancel-to-report (~10 min)
-	$(PY) bench/bench_slurm.py $(ARGS)
+bench-slurm: ## Slurm launcher vs hydra-submitit-launcher on the local cluster: 64 jobs, sbatch calls, scancel-to-report (~10 min; holds /tmp/slurm-bench.lock)
+	flock /tmp/slurm-bench.lock $(PY) bench/bench_slurm.py $(ARGS)
 
 bench-optuna-workers: ## Optuna on Slurm, per-trial jobs vs worker mode, same 64-trial study: wall, sbatch/squeue/sacct/scontrol calls (~5 min; holds /tmp/slurm-bench.lock)
 	flock /tmp/slurm-bench.lock $(PY) bench/bench_optuna_workers.py $(ARGS)

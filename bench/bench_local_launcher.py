@@ -25,7 +25,8 @@ ratios and their median; submitit_local runs once, last, because the load it lea
 and src/, e.g. `git archive <commit> src conf train.py | tar -x -C DIR`), run with this interpreter and
 PYTHONPATH=DIR/src, in the same alternation: a before/after comparison under the same load.
 Targets (issue 14): local / basic wall <= 0.5x on the main sweep, marginal per-job cost <= 50 ms.
-`--json F` writes every run and the summary to F (the raw output that bench/RESULTS.md links to).
+`--json F` writes every run and the summary to F (the raw output that bench/RESULTS.md links to); the sweeps and
+their logs go under `--work DIR` (default bench/out/launcher/).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-OUT = REPO / "bench" / "out" / "launcher"
+OUT = REPO / "bench" / "out" / "launcher"  # --work replaces it
 LAUNCHERS = ("local", "basic", "submitit_local")
 BASELINE = "local@baseline"
 SUBMITIT_SPEC = "hydra-submitit-launcher==1.2.0"
@@ -85,13 +86,12 @@ class Run:
     loadavg_1min: float = 0.0
 
 
-def measure(cmd: list[str], label: str, cwd: Path = REPO,
+def measure(cmd: list[str], log: Path, cwd: Path = REPO,
             env: dict[str, str] | None = None) -> tuple[float, float, float, float, int, int]:
     """Run `cmd`, sampling its process tree: wall s, CPU s (user + system, every process of the tree),
     peak RSS GB, peak PSS GB, most processes at once, exit status."""
     import psutil
 
-    log = OUT / f"{label}.log"
     with open(log, "w") as out:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -120,19 +120,20 @@ def measure(cmd: list[str], label: str, cwd: Path = REPO,
         wall = time.perf_counter() - t0
     proc.returncode = returncode = os.waitstatus_to_exitcode(status)
     if returncode != 0:
-        print(f"  {label}: exit status {returncode}; see {log}", flush=True)
+        print(f"  {log.stem}: exit status {returncode}; see {log}", flush=True)
     return wall, usage.ru_utime + usage.ru_stime, peak_rss / GB, peak_pss / GB, most, returncode
 
 
-def sweep(launcher: str, n_jobs: int, overrides: list[str], tag: str, baseline: Path | None = None) -> Run:
+def sweep(launcher: str, n_jobs: int, overrides: list[str], tag: str, work: Path,
+          baseline: Path | None = None) -> Run:
     label = f"{tag}-{launcher}-{n_jobs}-{time.strftime('%H%M%S')}".replace("@", "-")
     cwd, env = REPO, None
     if launcher == BASELINE:
         assert baseline is not None
         cwd, env = baseline, {**os.environ, "PYTHONPATH": str(baseline / "src")}
     cmd = [sys.executable, "train.py", "-m", "task=linreg", f"seed=range({n_jobs})", *overrides,
-           f"hydra/launcher={launcher.split('@')[0]}", f"hydra.sweep.dir={OUT / label}"]
-    wall, cpu, rss, pss, most, rc = measure(cmd, label, cwd, env)
+           f"hydra/launcher={launcher.split('@')[0]}", f"hydra.sweep.dir={work / label}"]
+    wall, cpu, rss, pss, most, rc = measure(cmd, work / f"{label}.log", cwd, env)
     run = Run(launcher, n_jobs, wall, cpu, rss, pss, most, rc, label, os.getloadavg()[0])
     print(f"  {tag:8s} {launcher:15s} {n_jobs:3d} jobs: {wall:6.1f} s wall, {cpu:6.1f} s CPU, peak RSS {rss:5.2f} GB, "
           f"peak PSS {pss:5.2f} GB, {most} processes, loadavg {os.getloadavg()[0]:.1f}", flush=True)
@@ -155,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated subset of " + ",".join(LAUNCHERS))
     parser.add_argument("--keep-submitit", action="store_true", help="do not uninstall hydra-submitit-launcher")
     parser.add_argument("--json", type=Path, help="write every run and the summary to this JSON file")
+    parser.add_argument("--work", type=Path, default=OUT, help=f"the sweeps and their logs (default {OUT})")
     parser.add_argument("--baseline", type=Path,
                         help="a checkout (train.py, conf/, src/) whose local launcher runs as local@baseline")
     args = parser.parse_args(argv)
@@ -169,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     ensure_installed("psutil", "psutil")
     installed_submitit = "submitit_local" in launchers and ensure_installed(
         "hydra_plugins.hydra_submitit_launcher", SUBMITIT_SPEC)
-    OUT.mkdir(parents=True, exist_ok=True)
+    work = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(REPO / "bench"))
     from machine import machine_line
 
@@ -181,15 +184,16 @@ def main(argv: list[str] | None = None) -> int:
         quick = [name for name in launchers if name != "submitit_local"]
         for _ in range(args.repeat):  # interleaved, so that load from elsewhere hits both launchers alike
             for name in quick:
-                main_runs[name].append(sweep(name, args.jobs, [f"epochs={args.epochs}"], "sweep", args.baseline))
+                main_runs[name].append(sweep(name, args.jobs, [f"epochs={args.epochs}"], "sweep", work, args.baseline))
                 save_json(args, main_runs, trivial, None)  # each run as it ends: a run stopped early keeps them
             for name in quick:
                 for n in (1, args.trivial_jobs) if args.trivial_jobs > 1 else ():
                     trivial[name].setdefault(n, []).append(
-                        sweep(name, n, ["epochs=1", "data.n_synthetic=100"], "trivial", args.baseline))
+                        sweep(name, n, ["epochs=1", "data.n_synthetic=100"], "trivial", work, args.baseline))
                     save_json(args, main_runs, trivial, None)
         if "submitit_local" in launchers:  # last and once: minutes and ~10 GB, and its load lingers
-            main_runs["submitit_local"].append(sweep("submitit_local", args.jobs, [f"epochs={args.epochs}"], "sweep"))
+            main_runs["submitit_local"].append(
+                sweep("submitit_local", args.jobs, [f"epochs={args.epochs}"], "sweep", work))
     finally:
         if installed_submitit and not args.keep_submitit:
             pip("uninstall", "-y", "hydra-submitit-launcher")

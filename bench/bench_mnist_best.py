@@ -5,8 +5,8 @@ Extra arguments go to train.py as overrides (a smoke test: `... --root DIR epoch
 job's result, its per-epoch rows, the command and the machine.
 
 Runs the real entry point, `train.py -m --config-dir sweeps --config-name mnist_best data.root=DIR`, in a
-subprocess with its sweep directory under outputs/bench/mnist_best/, then reads the job's result.json and
-metrics.jsonl. val_acc is on MNIST's official 10,000-image test split (the study sets val_fraction=0).
+subprocess with its sweep directory under outputs/bench/mnist_best/ (or `--work DIR`), then reads the job's
+result.json and metrics.jsonl. val_acc is on MNIST's official 10,000-image test split (the study sets val_fraction=0).
 """
 
 from __future__ import annotations
@@ -79,6 +79,9 @@ def main() -> int:
                         help="torch threads for the one job (default: every core; the local launcher would "
                              "give a job 1 thread)")
     parser.add_argument("--json", type=Path, default=None, help="write the raw figures, command and machine here")
+    parser.add_argument("--work", type=Path, default=REPO / "outputs" / "bench" / "mnist_best",
+                        help="the study's sweep goes in here, in a folder named by the time "
+                             "(default outputs/bench/mnist_best)")
     args, overrides = parser.parse_known_args()
     started = machine_info()
     if not any(o.startswith("trainer.threads=") for o in overrides):
@@ -89,7 +92,7 @@ def main() -> int:
         parser.error("--root must name the folder with MNIST's IDX files, but none was given. "
                      "Fix: --root DIR, or set MNIST_ROOT (`sweepit data download mnist --root DIR` fetches them).")
     root = Path(args.root).resolve()
-    sweep_dir = REPO / "outputs" / "bench" / "mnist_best" / datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    sweep_dir = args.work.resolve() / datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     print(f"machine: {machine_line()}", flush=True)
     rc, wall_s = run_study(root, sweep_dir, overrides)
     results = sorted(sweep_dir.glob("*/result.json"))

@@ -31,7 +31,8 @@ values in [1e-4, 1] (an ordered integer step for the samplers, so TPE sees which
 3. `--verify N` trains N of the points again for real and checks that their curves are the grid's, bit for bit.
 4. (`--mode sweeper|both`) `--sweeper-seeds` runs of the study per method of `--sweeper-methods`, one after another.
 
-The grid's curves are kept in bench/out/optuna/ (keyed by every setting) and reused by the next run.
+The grid's curves are kept in bench/out/optuna/ (keyed by every setting) and reused by the next run; `--work DIR`
+keeps them, and the sweeper's sweeps, in DIR instead.
 """
 
 from __future__ import annotations
@@ -158,9 +159,10 @@ def _search(method: str, seed: int, points: list[tuple[str, float]], curves: dic
         return {"method": method, "seed": seed, "epochs": budget, "trials": n_trials, "best": best, "reached": False}
 
 
-def _grid(points: list[tuple[str, float]], epochs: int, extra: list[str], processes: int) -> dict[int, list[float]]:
+def _grid(points: list[tuple[str, float]], epochs: int, extra: list[str], processes: int,
+          cache_dir: Path) -> dict[int, list[float]]:
     key = hashlib.sha256(json.dumps([points, epochs, extra]).encode()).hexdigest()[:12]
-    cache = OUT / f"grid-{key}.json"
+    cache = cache_dir / f"grid-{key}.json"
     if cache.is_file():
         print(f"grid: the curves trained before, from {cache}", flush=True)
         return {int(k): v for k, v in json.loads(cache.read_text()).items()}
@@ -168,7 +170,7 @@ def _grid(points: list[tuple[str, float]], epochs: int, extra: list[str], proces
     with multiprocessing.get_context("spawn").Pool(processes) as pool:
         curves = dict(enumerate(pool.map(_curve, [(p, epochs, extra) for p in points])))
     print(f"grid: trained {len(points)} points x {epochs} epochs in {time.perf_counter() - t0:.0f} s", flush=True)
-    OUT.mkdir(parents=True, exist_ok=True)
+    cache_dir.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps(curves))
     return curves
 
@@ -292,7 +294,11 @@ def main() -> None:
     parser.add_argument("--sweeper-methods", default="tpe+hyperband,random",
                         help=f"sweeper: comma-separated, among {', '.join(SWEEPER_METHODS)}")
     parser.add_argument("--json", type=Path, default=None, help="write the raw figures, command and machine here")
+    parser.add_argument("--work", type=Path, default=None,
+                        help=f"the grid's cache and the sweeper's sweeps (default: {OUT} and outputs/bench/optuna/)")
     args = parser.parse_args()
+    if args.work is not None:
+        args.work = args.work.resolve()  # the sweeps run with the repository as their working directory
     if args.task == "mnist" and not args.root:
         parser.error("--task mnist needs --root DIR with MNIST's IDX files (or use --task digits)")
     sweeper_methods = [m.strip() for m in args.sweeper_methods.split(",") if m.strip()]
@@ -305,7 +311,7 @@ def main() -> None:
     extra = _overrides(args.task, args.root)
     lrs = [LR_LOW * (LR_HIGH / LR_LOW) ** (i / (args.grid_lrs - 1)) for i in range(args.grid_lrs)]
     points = [(o, lr) for o in OPTIMIZERS for lr in lrs]
-    curves = _grid(points, args.epochs, extra, args.processes)
+    curves = _grid(points, args.epochs, extra, args.processes, args.work or OUT)
     finals = {i: c[-1] for i, c in curves.items() if len(c) == args.epochs and not math.isnan(c[-1])}
     best_i = max(finals, key=lambda i: finals[i])
     best_acc = finals[best_i]
@@ -342,7 +348,8 @@ def main() -> None:
         print(f"(a replayed search that did not reach the target counts at its budget, {args.budget:g} x the grid)")
 
     if args.mode in ("sweeper", "both"):
-        out_dir = REPO / "outputs" / "bench" / "optuna" / datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+        out_dir = args.work or REPO / "outputs" / "bench" / "optuna"
+        out_dir /= datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
         print(f"\nsweeper: the study (sweeps/optuna_lr.yaml) on the grid's task, {args.epochs} epochs; sweeps and "
               f"logs in {out_dir}", flush=True)
         sweeps = [_sweep(m, s, extra, args.epochs, target, grid_epochs, out_dir)

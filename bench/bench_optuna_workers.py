@@ -29,7 +29,7 @@ import bench_slurm  # noqa: E402
 
 bench_slurm.COUNTED = COUNTED = (*bench_slurm.COUNTED, "sinfo")  # the partition query counts too
 
-OUT = REPO / "bench" / "out" / "optuna_workers"
+OUT = REPO / "bench" / "out" / "optuna_workers"  # --work replaces it
 TARGET_RATIO = 0.5
 
 
@@ -40,16 +40,16 @@ def study_args(n_trials: int, epochs: int) -> list[str]:
             "hydra.launcher.gpus_key=null", "timeout_min=10", "hydra.callbacks.summary.report=false"]
 
 
-def run_mode(mode: str, n_trials: int, parallel: int, epochs: int, shim_dir: Path) -> dict[str, Any]:
+def run_mode(mode: str, n_trials: int, parallel: int, epochs: int, work: Path) -> dict[str, Any]:
     label = f"{mode}-{n_trials}-{time.strftime('%H%M%S')}"
-    sweep_dir, calls_log = OUT / label, OUT / f"{label}.calls"
+    sweep_dir, calls_log, shim_dir = work / label, work / f"{label}.calls", work / "shims"
     extra = [f"hydra.sweeper.n_jobs={parallel}"] if mode == "per_trial" else [f"hydra.sweeper.workers={parallel}"]
     cmd = [sys.executable, "train.py", "-m", *study_args(n_trials, epochs), *extra, f"hydra.sweep.dir={sweep_dir}"]
     bench_slurm.make_shims(shim_dir, calls_log)
     env = {**os.environ, "PATH": f"{shim_dir}:{os.environ['PATH']}"}
     print(f"$ {' '.join(cmd)}", flush=True)
     t0 = time.time()
-    with open(OUT / f"{label}.log", "w") as log:
+    with open(work / f"{label}.log", "w") as log:
         code = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
     wall = time.time() - t0
     results = [json.loads(p.read_text()) for p in sweep_dir.glob("*/result.json")]
@@ -70,8 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parallel", type=int, default=4, help="n_jobs in per-trial mode, workers in worker mode")
     parser.add_argument("--epochs", type=int, default=15, help="digits MLP epochs per trial (default 15)")
     parser.add_argument("--json", type=Path, help="write the raw figures here")
+    parser.add_argument("--work", type=Path, default=OUT, help=f"sweeps, logs and call counts (default {OUT})")
     args = parser.parse_args(argv)
-    OUT.mkdir(parents=True, exist_ok=True)
+    work = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
     status = subprocess.run([str(REPO / "scripts" / "slurm-cluster.sh"), "status"], capture_output=True, text=True)
     if status.returncode != 0:
         raise SystemExit("the local Slurm cluster is not usable: run `make slurm-up` (as root) first")
@@ -80,8 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     machine = machine_line()
     print(machine, flush=True)
     started = time.strftime("%Y-%m-%d %H:%M:%S")
-    shim_dir = OUT / "shims"
-    rows = [run_mode(mode, args.trials, args.parallel, args.epochs, shim_dir) for mode in ("per_trial", "workers")]
+    rows = [run_mode(mode, args.trials, args.parallel, args.epochs, work) for mode in ("per_trial", "workers")]
     per_trial, workers = rows
     ratio = workers["wall_s"] / per_trial["wall_s"]
     met = (ratio <= TARGET_RATIO and workers["calls"]["sbatch"] == 1

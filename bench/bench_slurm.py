@@ -1,7 +1,7 @@
 """sweepit's Slurm launcher against hydra-submitit-launcher's `submitit_slurm`, on the local cluster.
 
-Run: python bench/bench_slurm.py [--jobs 64] [--cancel-jobs 6]
-     (needs `make slurm-up`; about 8 minutes on a 2-core machine)
+Run: flock /tmp/slurm-bench.lock python bench/bench_slurm.py [--jobs 64] [--cancel-jobs 6] [--json PATH]
+     (or: make bench-slurm, which holds the lock; needs `make slurm-up`; about 8 minutes on a 2-core machine)
 
 1. A sweep of `--jobs` short trainings (`train.py -m task=linreg epochs=2 seed=range(N)`, one GPU each, so
    four run at once on the cluster's four fake GPUs), under each launcher in turn: wall time until the
@@ -16,12 +16,14 @@ hydra-submitit-launcher is not a dependency of sweepit: when missing, this scrip
 `python -m pip install hydra-submitit-launcher==1.2.0 --no-deps` (for this benchmark only) and uninstalls it
 at the end, because its plugin would otherwise be scanned by every Hydra start. Both launchers get the same
 request: 1 task, 1 GPU, 1 CPU, 5 minutes. The report is off in both (`hydra.callbacks.summary.report=false`).
-Figures go into bench/RESULTS.md by hand.
+`--launchers slurm` measures sweepit's alone (nothing installed). Sweeps, logs and the call counts go under `--work`
+(default bench/out/slurm/); `--json PATH` writes the figures with the command and the machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import os
@@ -33,8 +35,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from sweepit.results._manifest import read_manifest
+
 REPO = Path(__file__).resolve().parents[1]
-OUT = REPO / "bench" / "out" / "slurm"
+OUT = REPO / "bench" / "out" / "slurm"  # --work replaces it
+LAUNCHERS = ("slurm", "submitit_slurm")
 SUBMITIT_SPEC = "hydra-submitit-launcher==1.2.0"
 COUNTED = ("sbatch", "squeue", "sacct", "scontrol")
 TARGET_CANCEL_S = 10.0
@@ -87,16 +92,16 @@ class SweepRun:
     returncode: int
 
 
-def sweep(launcher: str, n_jobs: int, shim_dir: Path) -> SweepRun:
+def sweep(launcher: str, n_jobs: int, work: Path) -> SweepRun:
     label = f"sweep-{launcher}-{n_jobs}-{time.strftime('%H%M%S')}"
-    sweep_dir, calls_log = OUT / label, OUT / f"{label}.calls"
+    sweep_dir, calls_log, shim_dir = work / label, work / f"{label}.calls", work / "shims"
     cmd = [sys.executable, "train.py", "-m", "task=linreg", "epochs=2", f"seed=range({n_jobs})", *COMMON,
            *REQUEST[launcher], f"hydra.sweep.dir={sweep_dir}"]
     env = {**os.environ, "PATH": f"{shim_dir}:{os.environ['PATH']}"}
     make_shims(shim_dir, calls_log)
     print(f"$ {' '.join(cmd)}", flush=True)
     t0 = time.time()
-    with open(OUT / f"{label}.log", "w") as log:
+    with open(work / f"{label}.log", "w") as log:
         code = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
     wall = time.time() - t0
     done, last = results(sweep_dir)
@@ -105,15 +110,15 @@ def sweep(launcher: str, n_jobs: int, shim_dir: Path) -> SweepRun:
     return run
 
 
-def cancel_latency(launcher: str, n_jobs: int, cap_s: float) -> float | None:
+def cancel_latency(launcher: str, n_jobs: int, cap_s: float, work: Path) -> float | None:
     """Seconds from `scancel` of job 1 until the driver reports it; None when it did not within cap_s."""
     label = f"cancel-{launcher}-{time.strftime('%H%M%S')}"
-    sweep_dir = OUT / label
+    sweep_dir = work / label
     cmd = [sys.executable, "train.py", "-m", "task=linreg", "epochs=60", "data.n_synthetic=40000",
            f"seed=range({n_jobs})", *COMMON, *REQUEST[launcher], f"hydra.sweep.dir={sweep_dir}"]
     print(f"$ {' '.join(cmd)}", flush=True)
     lines: list[tuple[float, str]] = []
-    with open(OUT / f"{label}.log", "w") as log:
+    with open(work / f"{label}.log", "w") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.PIPE, text=True)
 
         def read() -> None:
@@ -165,8 +170,9 @@ def _wait_for_job_dir(sweep_dir: Path, num: int, timeout_s: float) -> Path:
 def _slurm_id(launcher: str, sweep_dir: Path, job_dir: Path) -> str:
     """Job 1's Slurm id: sweepit's manifest has it; submitit_slurm's jobs are tasks 0.. of one array."""
     if launcher == "slurm":
-        jobs = json.loads((sweep_dir / "sweep.json").read_text())["jobs"]
-        return str(next(j for j in jobs if j["num"] == 1)["extra"]["slurm_job_id"])
+        # read_manifest, not sweep.json alone: that is a snapshot which sweep.journal continues, and while the sweep
+        # runs the jobs' Slurm ids are only in the journal.
+        return str(read_manifest(sweep_dir).jobs[1].extra["slurm_job_id"])
     pickles = sorted((sweep_dir / ".submitit").glob("*/*_submitted.pkl"))
     array_id = pickles[0].name.split("_")[0]
     return f"{array_id}_1"
@@ -175,8 +181,8 @@ def _slurm_id(launcher: str, sweep_dir: Path, job_dir: Path) -> str:
 def _cancel_sweep(launcher: str, sweep_dir: Path) -> None:
     ids: set[str] = set()
     if launcher == "slurm" and (sweep_dir / "sweep.json").exists():
-        jobs = json.loads((sweep_dir / "sweep.json").read_text())["jobs"]
-        ids = {str(j["extra"].get("slurm_array_job_id")) for j in jobs if j["extra"].get("slurm_array_job_id")}
+        jobs = read_manifest(sweep_dir).jobs.values()
+        ids = {str(j.extra["slurm_array_job_id"]) for j in jobs if j.extra.get("slurm_array_job_id")}
     elif launcher == "submitit_slurm":
         ids = {p.name.split("_")[0] for p in (sweep_dir / ".submitit").glob("*/*_submitted.pkl")}
     if ids:
@@ -186,27 +192,39 @@ def _cancel_sweep(launcher: str, sweep_dir: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=64, help="jobs in the sweep of part 1 (default 64)")
-    parser.add_argument("--cancel-jobs", type=int, default=6, help="jobs in the sweep of part 2 (default 6)")
+    parser.add_argument("--cancel-jobs", type=int, default=6,
+                        help="jobs in the sweep of part 2, at least 2: job 1 is the one cancelled (default 6)")
     parser.add_argument("--cancel-cap-s", type=float, default=120.0, help="give up waiting for a report after this")
     parser.add_argument("--keep-submitit", action="store_true", help="do not uninstall hydra-submitit-launcher")
+    parser.add_argument("--launchers", default=",".join(LAUNCHERS),
+                        help=f"comma-separated subset of {','.join(LAUNCHERS)} (default both)")
+    parser.add_argument("--work", type=Path, default=OUT, help=f"sweeps, logs and call counts (default {OUT})")
+    parser.add_argument("--json", type=Path, default=None, help="write the figures, command and machine here")
     args = parser.parse_args(argv)
-    OUT.mkdir(parents=True, exist_ok=True)
+    launchers = [name for name in args.launchers.split(",") if name]
+    unknown = sorted(set(launchers) - set(LAUNCHERS))
+    if unknown or "slurm" not in launchers:
+        parser.error(f"--launchers must name slurm and may add submitit_slurm, but got {args.launchers!r}")
+    if args.cancel_jobs < 2:  # job numbers start at 0: with one job, part 2 waited 2 minutes for a job 1
+        parser.error(f"--cancel-jobs must be at least 2 (job 1 is the one cancelled), but got {args.cancel_jobs}")
+    work = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
     status = subprocess.run([str(REPO / "scripts" / "slurm-cluster.sh"), "status"], capture_output=True, text=True)
     if status.returncode != 0:
         raise SystemExit("the local Slurm cluster is not usable: run `make slurm-up` (as root) first")
     installed = False
-    if importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None:
+    if "submitit_slurm" in launchers and importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None:
         pip("install", SUBMITIT_SPEC, "--no-deps")
         installed = True
     sys.path.insert(0, str(REPO / "bench"))
-    from machine import machine_line
+    from machine import machine_info, machine_line, write_json
 
+    started = machine_info()
     print(machine_line(), flush=True)
     try:
-        shim_dir = OUT / "shims"
-        runs = [sweep(launcher, args.jobs, shim_dir) for launcher in ("slurm", "submitit_slurm")]
-        latency = {launcher: cancel_latency(launcher, args.cancel_jobs, args.cancel_cap_s)
-                   for launcher in ("slurm", "submitit_slurm")}
+        runs = [sweep(launcher, args.jobs, work) for launcher in launchers]
+        latency = {launcher: cancel_latency(launcher, args.cancel_jobs, args.cancel_cap_s, work)
+                   for launcher in launchers}
     finally:
         if installed and not args.keep_submitit:
             pip("uninstall", "-y", "hydra-submitit-launcher")
@@ -223,6 +241,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {launcher:<16}{shown}")
     ok = all(r.returncode == 0 and r.n_completed == args.jobs for r in runs[:1])
     ok = ok and latency["slurm"] is not None and latency["slurm"] <= TARGET_CANCEL_S
+    if args.json is not None:
+        write_json(args.json, {
+            "benchmark": "slurm", "settings": {**vars(args), "work": str(work), "json": str(args.json)},
+            "runs": [dataclasses.asdict(r) for r in runs], "cancel_latency_s": latency,
+            "target_cancel_s": TARGET_CANCEL_S, "met": ok}, started)
     return 0 if ok else 1
 
 

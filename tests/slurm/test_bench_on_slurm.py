@@ -1,0 +1,56 @@
+"""`make bench-slurm` and `make bench-optuna-workers` on the local cluster, tiny (two jobs, two trials), their figures
+read back from the `--json` file each wrote. Each target holds /tmp/slurm-bench.lock itself, so a benchmark already
+running on the cluster is waited for, not disturbed. A missed target (a figure) exits 1; a crash writes no JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sweepit_testing import REPO
+
+pytestmark = pytest.mark.slow
+
+
+def make(target: str, args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """Run the target; return it and the JSON it wrote to the `--json` path in `args` (its last word)."""
+    proc = subprocess.run(["make", "-C", str(REPO), target, f"ARGS={args}", f"PY={sys.executable}"],
+                          capture_output=True, text=True, timeout=540)
+    out = Path(args.split()[-1])
+    assert out.is_file(), f"{target} wrote no {out}:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+    return proc, json.loads(out.read_text())
+
+
+def test_bench_slurm(tmp_path: Path) -> None:
+    """sweepit's launcher alone (comparing with submitit_slurm would install hydra-submitit-launcher)."""
+    work = tmp_path / "work"
+    proc, record = make("bench-slurm", f"--launchers slurm --jobs 2 --cancel-jobs 2 --cancel-cap-s 60 "
+                                       f"--work {work} --json {tmp_path / 'slurm.json'}")
+    (run,) = record["runs"]
+    assert run["launcher"] == "slurm" and run["returncode"] == 0 and run["n_completed"] == 2
+    assert run["calls"]["sbatch"] == 1 and run["wall_s"] > 0  # both jobs in one array
+    latency = record["cancel_latency_s"]["slurm"]
+    assert latency is not None and latency > 0, "the driver did not report the scancelled job within 60 s"
+    assert proc.returncode == 0 or (record["met"] is False and latency > record["target_cancel_s"]), proc.stderr
+    assert "scancel of one running job until the driver reports it" in proc.stdout
+    assert list(work.glob("sweep-slurm-2-*/*/result.json")), "the sweeps go under --work"
+
+
+def test_bench_optuna_workers(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    proc, record = make("bench-optuna-workers", f"--trials 2 --parallel 2 --epochs 1 --work {work} "
+                                                f"--json {tmp_path / 'workers.json'}")
+    runs = {r["mode"]: r for r in record["runs"]}
+    assert sorted(runs) == ["per_trial", "workers"]
+    for r in runs.values():
+        assert r["exit_code"] == 0 and r["n_completed"] + r["n_pruned"] == 2 and r["wall_s"] > 0, r
+        assert Path(r["sweep_dir"]).parent == work
+    assert runs["per_trial"]["calls"]["sbatch"] == 2 and runs["workers"]["calls"]["sbatch"] == 1
+    assert record["ratio_workers_to_per_trial"] > 0 and record["verdict"] in ("met", "missed")
+    assert proc.returncode == 0 or record["verdict"] == "missed", proc.stderr
+    assert "worker / per-trial wall: " in proc.stdout
