@@ -21,8 +21,10 @@ Each step runs in its own process; peak memory is that process's maxrss.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -94,6 +96,7 @@ def step_plan(work: Path, n_jobs: int) -> dict[str, Any]:
     jobs = [PlannedJob(num=n, overrides=o) for n, o in enumerate(overrides)]
     max_array_size = slurm.plan(jobs)
     t_plan, c_plan = time.perf_counter() - t0, time.process_time() - c0
+    u0, k0 = _user_sys()
     sweep.mkdir(parents=True)
     from sweepit.results._manifest import JobEntry, open_manifest, write_manifest
 
@@ -104,8 +107,34 @@ def step_plan(work: Path, n_jobs: int) -> dict[str, Any]:
     write_manifest(manifest)
     submit_module.submit_jobs(jobs, manifest, options, max_array_size, lambda job: print)
     t_submit, c_submit = time.perf_counter() - t0 - t_plan, time.process_time() - c0 - c_plan
+    u1, k1 = _user_sys()
     return {"plan_s": t_plan, "plan_cpu_s": c_plan, "submit_s": t_submit, "submit_cpu_s": c_submit,
+            "submit_user_s": u1 - u0, "submit_sys_s": k1 - k0,
             "sbatch_calls": n_calls[0], "max_array_size": max_array_size}
+
+
+def _user_sys() -> tuple[float, float]:
+    """This process's CPU seconds so far: in its own code (user) and in the kernel for it (system)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime, usage.ru_stime
+
+
+def step_fs(work: Path, n_jobs: int) -> dict[str, Any]:
+    """The file system's own part of submitting: what the submit step asks of the kernel for each job (its
+    directory in the sweep directory, two log links in it), done by a bare loop. The kernel's time for these grows
+    with the directory's size on this machine whatever the program; it is the baseline for the submit step."""
+    base = work / "fs"
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    t0, (u0, k0) = time.perf_counter(), _user_sys()
+    for i in range(n_jobs):
+        job_dir = f"{base}/{i}_optimizer=adam,lr=0.001,seed={i}"
+        os.mkdir(job_dir)
+        os.symlink(f"{work}/logs/{i}_0_log.out", f"{job_dir}/stdout.log")
+        os.symlink(f"{work}/logs/{i}_0_log.err", f"{job_dir}/stderr.log")
+    wall, (u1, k1) = time.perf_counter() - t0, _user_sys()
+    shutil.rmtree(base)
+    return {"fs_s": wall, "fs_user_s": u1 - u0, "fs_sys_s": k1 - k0}
 
 
 def step_writes(work: Path, n_jobs: int) -> dict[str, Any]:
@@ -166,6 +195,7 @@ def run_size(work: Path, n_jobs: int, n_epochs: int) -> dict[str, Any]:
     print(f"{n_jobs} jobs generated in {row['generate_s']:.1f} s", flush=True)
     row["plan"] = _child_peak([*here, "--step", "plan", "--n", str(n_jobs), "--work", str(work)], out=True)
     row["writes"] = _child_peak([*here, "--step", "writes", "--n", str(n_jobs), "--work", str(work)], out=True)
+    row["fs"] = _child_peak([*here, "--step", "fs", "--n", str(n_jobs), "--work", str(work)], out=True)
     row["status"] = _child_peak([*sweepit, "status", str(sweep)])
     row["ls"] = _child_peak([*sweepit, "ls", str(work / "outputs")])
     row["report"] = _child_peak([*sweepit, "report", str(sweep)])
@@ -178,18 +208,40 @@ def run_size(work: Path, n_jobs: int, n_epochs: int) -> dict[str, Any]:
     return row
 
 
+# Per step, the CPU seconds whose growth with the sweep's size is judged (wall time on a shared 2-core machine
+# is noise): (label, part of a row, key).
+GROWTH = (("plan (CPU)", "plan", "plan_cpu_s"), ("submit, sweepit's code (user CPU)", "plan", "submit_user_s"),
+          ("submit, kernel (system CPU)", "plan", "submit_sys_s"), ("bare mkdir+symlinks, kernel", "fs", "fs_sys_s"),
+          ("sweep.json journal writes (CPU)", "writes", "journal_writes_cpu_s"), ("status (CPU)", "status", "cpu_s"),
+          ("ls (CPU)", "ls", "cpu_s"), ("report (CPU)", "report", "cpu_s"))
+LINEAR_SLACK = 1.5  # a step grows "faster than linearly" when its time grows more than 1.5x the jobs' factor
+
+
 def _print_table(rows: list[dict[str, Any]]) -> None:
-    print(f"\n{'jobs':>8} {'plan s':>8} {'submit s':>9} {'drv MB':>7} {'writes s':>9} {'old s':>9} "
-          f"{'status s':>9} {'MB':>5} {'ls s':>6} {'MB':>5} {'report s':>9} {'MB':>5}")
+    print(f"\n{'jobs':>8} {'plan s':>8} {'submit s':>9} {'usr':>6} {'sys':>6} {'fs sys':>7} {'drv MB':>7} "
+          f"{'writes s':>9} {'old s':>9} {'status s':>9} {'MB':>5} {'ls s':>6} {'MB':>5} {'report s':>9} {'MB':>5}")
     for r in rows:
-        w = r["writes"]
+        w, pl = r["writes"], r["plan"]
         old = f"{w['whole_rewrites_s']:.1f}{'*' if w['whole_extrapolated'] else ''}"
-        print(f"{r['jobs']:>8} {r['plan']['plan_s']:>8.2f} {r['plan']['submit_s']:>9.2f} {r['plan']['peak_mb']:>7.0f} "
+        print(f"{r['jobs']:>8} {pl['plan_s']:>8.2f} {pl['submit_s']:>9.2f} {pl['submit_user_s']:>6.2f} "
+              f"{pl['submit_sys_s']:>6.2f} {r['fs']['fs_sys_s']:>7.2f} {pl['peak_mb']:>7.0f} "
               f"{w['journal_writes_s']:>9.2f} {old:>9} {r['status']['wall_s']:>9.2f} {r['status']['peak_mb']:>5.0f} "
               f"{r['ls']['wall_s']:>6.2f} {r['ls']['peak_mb']:>5.0f} {r['report']['wall_s']:>9.2f} "
               f"{r['report']['peak_mb']:>5.0f}")
-    print("(* extrapolated from one whole rewrite x 2N changes)")
+    print("(* extrapolated from one whole rewrite x 2N changes; usr/sys: the submit step's CPU in sweepit's code and "
+          "in the kernel; fs sys: the kernel's CPU for a bare loop making the same directories and links)")
+    for a, b in itertools.pairwise(rows):
+        factor = b["jobs"] / a["jobs"]
+        print(f"growth from {a['jobs']} to {b['jobs']} jobs (x{factor:g}):")
+        for label, part, key in GROWTH:
+            before, after = a[part][key], b[part][key]
+            grew = after / before if before > 0 else float("inf")
+            verdict = "linear or better" if grew <= LINEAR_SLACK * factor else "faster than linear"
+            print(f"  {label:<36} {before:8.2f} -> {after:8.2f} s: x{grew:.1f} ({verdict})")
     big = rows[-1]
+    if big["jobs"] < 100_000:
+        print(f"(the goals are for 100,000 jobs; the largest size here is {big['jobs']}: no verdict)")
+        return
     for name, value, goal, unit in (("driver peak memory (plan + submit)", big["plan"]["peak_mb"], DRIVER_GOAL_MB,
                                      "MB"),
                                     ("sweepit status", big["status"]["wall_s"], STATUS_GOAL_S, "s"),
@@ -204,11 +256,11 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--json", type=Path, help="write every figure to this file")
     parser.add_argument("--work", type=Path, help="where to generate the sweeps (default: a temporary directory)")
-    parser.add_argument("--step", choices=["plan", "writes"], help=argparse.SUPPRESS)
+    parser.add_argument("--step", choices=["plan", "writes", "fs"], help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.step:
-        fn = step_plan if args.step == "plan" else step_writes
+        fn = {"plan": step_plan, "writes": step_writes, "fs": step_fs}[args.step]
         print(json.dumps(fn(args.work, args.n)))
         return 0
     with tempfile.TemporaryDirectory(dir=args.work) as tmp:

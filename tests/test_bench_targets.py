@@ -1,7 +1,7 @@
 """The `make bench-*` targets run for real (tiny ARGS: each script's own size flags), and their figures are read back
 from the `--json` file each wrote and the lines it printed, so a benchmark that rots fails `make test`, not the day its
 numbers are needed. `make bench` is these two of them (checked with `make -n`); bench-gpu is run by test_bench_gpu.py,
-bench-slurm and bench-optuna-workers by tests/slurm/test_bench_on_slurm.py; bench-scale by none yet. Sweeps and raw
+bench-slurm, bench-optuna-workers and bench-scale by tests/slurm/test_bench_on_slurm.py. Sweeps and raw
 figures go under tmp_path, never into bench/results/."""
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ pytestmark = pytest.mark.slow
 
 SHARED_MNIST = REPO.parent / "shared" / "data" / "mnist"  # real MNIST beside the checkout, where there is one
 RUN_HERE = {"bench-throughput", "bench-report", "bench-launcher", "bench-optuna", "bench-mnist-best"}
-RUN_ELSEWHERE = {"bench-gpu", "bench-slurm", "bench-optuna-workers"}  # the modules named above
-NOT_YET = {"bench-scale"}  # being reworked; its test comes with it
+RUN_ELSEWHERE = {"bench-gpu", "bench-slurm", "bench-optuna-workers", "bench-scale"}  # the modules named above
 
 
 def make(target: str, args: str, *variables: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
@@ -67,7 +66,7 @@ def mnist_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_every_bench_target_is_run_by_a_test() -> None:
     shown = subprocess.run(["make", "-C", str(REPO), "help"], capture_output=True, text=True, timeout=60).stdout
     targets = set(re.findall(r"^\s+(bench-[\w-]+)\s", shown, re.MULTILINE))
-    assert targets == RUN_HERE | RUN_ELSEWHERE | NOT_YET, "a new bench target needs its tiny run in a test"
+    assert targets == RUN_HERE | RUN_ELSEWHERE, "a new bench target needs its tiny run in a test"
 
 
 def test_make_bench_is_throughput_then_report() -> None:

@@ -1,6 +1,7 @@
-"""`make bench-slurm` and `make bench-optuna-workers` on the local cluster, tiny (two jobs, two trials), their figures
-read back from the `--json` file each wrote. Each target holds /tmp/slurm-bench.lock itself, so a benchmark already
-running on the cluster is waited for, not disturbed. A missed target (a figure) exits 1; a crash writes no JSON."""
+"""`make bench-slurm`, `make bench-optuna-workers` and `make bench-scale` on the local cluster, tiny (two jobs, two
+trials, 50 and 200 generated jobs), their figures read back from the `--json` file each wrote. The first two hold
+/tmp/slurm-bench.lock themselves, so a benchmark already running on the cluster is waited for, not disturbed (the
+third only asks the cluster for its partition). A missed target (a figure) exits 1; a crash writes no JSON."""
 
 from __future__ import annotations
 
@@ -54,3 +55,25 @@ def test_bench_optuna_workers(tmp_path: Path) -> None:
     assert record["ratio_workers_to_per_trial"] > 0 and record["verdict"] in ("met", "missed")
     assert proc.returncode == 0 or record["verdict"] == "missed", proc.stderr
     assert "worker / per-trial wall: " in proc.stdout
+
+
+def test_bench_scale(tmp_path: Path) -> None:
+    """Two tiny sizes: every step runs, in its own process, and the growth between them is judged (the Slurm
+    launcher's planning asks the local cluster for its partition once, as a real sweep does)."""
+    proc, record = make("bench-scale", f"--jobs 50,200 --epochs 2 --work {tmp_path} --json {tmp_path / 'scale.json'}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    small, large = record["sizes"]
+    assert (small["jobs"], large["jobs"]) == (50, 200)
+    for size in (small, large):
+        plan = size["plan"]
+        assert plan["sbatch_calls"] == 1 and plan["max_array_size"] == 1001  # the cluster's MaxArraySize
+        assert plan["submit_user_s"] > 0 and plan["peak_mb"] > 0
+        assert size["writes"]["n_writes"] == 2 * size["jobs"] and size["writes"]["journal_writes_s"] > 0
+        assert size["fs"]["fs_s"] > 0
+        for step in ("status", "ls", "report"):
+            assert size[step]["cpu_s"] > 0, step
+        assert size["report"]["html_mb"] > 0 and size["report"]["csv_mb"] > 0
+    assert "growth from 50 to 200 jobs (x4):" in proc.stdout
+    assert proc.stdout.count("(linear or better)") + proc.stdout.count("(faster than linear)") == 8
+    assert "no verdict" in proc.stdout  # the goals are for 100,000 jobs
+    assert not list(tmp_path.glob("tmp*/")), "the generated sweeps are removed"
