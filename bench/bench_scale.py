@@ -21,6 +21,8 @@ Each step runs in its own process; peak memory is that process's maxrss.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import itertools
 import json
 import os
@@ -137,6 +139,27 @@ def step_fs(work: Path, n_jobs: int) -> dict[str, Any]:
     return {"fs_s": wall, "fs_user_s": u1 - u0, "fs_sys_s": k1 - k0}
 
 
+def step_real(work: Path, n_jobs: int) -> dict[str, Any]:
+    """A real Hydra sweep of `n_jobs` jobs on the local launcher (examples/any_hydra_app: jobs that take
+    milliseconds), driven in this process: the driver's peak memory with Hydra's sweeper, the composed configs,
+    the JobReturns and sweepit's records of every job. The jobs run in forked workers (not counted)."""
+    import runpy
+
+    sweep = work / "real"
+    shutil.rmtree(sweep, ignore_errors=True)
+    app = Path(__file__).resolve().parent.parent / "examples" / "any_hydra_app" / "app.py"
+    sys.argv = [str(app), "-m", f"x=range(0,{n_jobs})", f"hydra.sweep.dir={sweep}",
+                "hydra/job_logging=none", "hydra/hydra_logging=none"]
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()):
+        runpy.run_path(str(app), run_name="__main__")
+    wall = time.perf_counter() - t0
+    done = len(list(sweep.glob("*/result.json")))
+    shutil.rmtree(sweep)
+    return {"real_jobs": n_jobs, "real_completed": done, "real_wall_s": wall,
+            "real_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
 def step_writes(work: Path, n_jobs: int) -> dict[str, Any]:
     """2N journal writes; the old whole rewrites for comparison."""
     from sweepit.results._manifest import read_manifest, write_manifest
@@ -217,6 +240,29 @@ GROWTH = (("plan (CPU)", "plan", "plan_cpu_s"), ("submit, sweepit's code (user C
 LINEAR_SLACK = 1.5  # a step grows "faster than linearly" when its time grows more than 1.5x the jobs' factor
 
 
+def run_real(work: Path, n_jobs: int) -> dict[str, Any]:
+    here = [sys.executable, str(Path(__file__).resolve())]
+    with tempfile.TemporaryDirectory(dir=work) as tmp:
+        row = _child_peak([*here, "--step", "real", "--n", str(n_jobs), "--work", tmp], out=True)
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def _print_real(real: list[dict[str, Any]]) -> None:
+    print("\nA real Hydra sweep on the local launcher (examples/any_hydra_app), the driver's own peak memory:")
+    for r in real:
+        print(f"  {r['real_jobs']:>7} jobs ({r['real_completed']} completed) in {r['real_wall_s']:.0f} s: "
+              f"{r['real_peak_mb']:.0f} MB")
+    if len(real) < 2:
+        return
+    a, b = real[-2], real[-1]
+    per_job_kb = (b["real_peak_mb"] - a["real_peak_mb"]) * 1024 / (b["real_jobs"] - a["real_jobs"])
+    at_100k = b["real_peak_mb"] + per_job_kb * (100_000 - b["real_jobs"]) / 1024
+    print(f"  growth {per_job_kb:.1f} KB a job from {a['real_jobs']} to {b['real_jobs']} jobs; extrapolated to "
+          f"100,000 jobs: {at_100k:.0f} MB (goal <= {DRIVER_GOAL_MB:g} MB): "
+          f"{'met' if at_100k <= DRIVER_GOAL_MB else 'missed'} (extrapolated, not run)")
+
+
 def _print_table(rows: list[dict[str, Any]]) -> None:
     print(f"\n{'jobs':>8} {'plan s':>8} {'submit s':>9} {'usr':>6} {'sys':>6} {'fs sys':>7} {'drv MB':>7} "
           f"{'writes s':>9} {'old s':>9} {'status s':>9} {'MB':>5} {'ls s':>6} {'MB':>5} {'report s':>9} {'MB':>5}")
@@ -256,23 +302,29 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--json", type=Path, help="write every figure to this file")
     parser.add_argument("--work", type=Path, help="where to generate the sweeps (default: a temporary directory)")
-    parser.add_argument("--step", choices=["plan", "writes", "fs"], help=argparse.SUPPRESS)
+    parser.add_argument("--real", default="", help="comma-separated sizes of real Hydra sweeps (local launcher, "
+                        "examples/any_hydra_app) whose driver peak memory is measured and extrapolated to 100,000 "
+                        "jobs (e.g. 1000,4000: about 40 ms a job here)")
+    parser.add_argument("--step", choices=["plan", "writes", "fs", "real"], help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.step:
-        fn = {"plan": step_plan, "writes": step_writes, "fs": step_fs}[args.step]
+        fn = {"plan": step_plan, "writes": step_writes, "fs": step_fs, "real": step_real}[args.step]
         print(json.dumps(fn(args.work, args.n)))
         return 0
     with tempfile.TemporaryDirectory(dir=args.work) as tmp:
         rows = [run_size(Path(tmp), int(n), args.epochs) for n in args.jobs.split(",")]
     _print_table(rows)
+    real = [run_real(Path(args.work or tempfile.gettempdir()), int(n)) for n in args.real.split(",") if n]
+    if real:
+        _print_real(real)
     machine = machine_line()
     print(machine)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
         args.json.write_text(json.dumps({"command": " ".join(sys.argv), "machine": machine, "uptime": uptime,
-                                         "sizes": rows}, indent=1) + "\n")
+                                         "sizes": rows, "real": real}, indent=1) + "\n")
     return 0
 
 

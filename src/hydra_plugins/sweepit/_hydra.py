@@ -25,6 +25,7 @@ import gc
 import json
 import os
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -209,15 +210,87 @@ def _record(session: _session.Session, ret: JobReturn) -> tuple[str, BaseExcepti
     return status, error
 
 
-def job_return(overrides: list[str], config: DictConfig, job_dir_: Path, status: str | None,
+class SavedConfig:
+    """What the driver keeps of a job's config once the job ended and saved it (Hydra's run_job writes
+    `<job dir>/<hydra.output_subdir>/config.yaml` and `hydra.yaml` as the job starts): a sweep of 100,000 jobs
+    cannot hold 100,000 composed configs (about 0.1 MB each). A sweeper that asks its JobReturn for `cfg` or
+    `hydra_cfg` gets them read back from those files."""
+
+    __slots__ = ("_saved_dir", "chdir", "task_name")
+
+    def __init__(self, saved_dir: Path, task_name: str, chdir: bool) -> None:
+        self._saved_dir, self.task_name, self.chdir = str(saved_dir), sys.intern(task_name), chdir
+
+    @property
+    def saved_dir(self) -> Path:
+        return Path(self._saved_dir)
+
+
+def release_config(config: Any, job_dir_: Path) -> Any:
+    """A SavedConfig in place of `config` when the job saved it (else `config` itself, kept)."""
+    if not isinstance(config, DictConfig) or "hydra" not in config:
+        return config
+    subdir = config.hydra.output_subdir
+    if subdir is None:
+        return config
+    saved_dir = job_dir_ / str(subdir)
+    if not ((saved_dir / "config.yaml").is_file() and (saved_dir / "hydra.yaml").is_file()):
+        return config  # it did not get as far as run_job (killed, or refused before it ran)
+    return SavedConfig(saved_dir, str(config.hydra.job.name), _chdir(config))
+
+
+class SavedJobReturn(JobReturn):
+    """A JobReturn whose `cfg` and `hydra_cfg` are read from the job's saved files when first asked for."""
+
+    def __init__(self, saved: SavedConfig, **fields: Any) -> None:
+        self._saved: SavedConfig | None = saved
+        self._cfg: DictConfig | None = None
+        self._hydra_cfg: DictConfig | None = None
+        super().__init__(**fields)
+
+    def _load(self) -> None:
+        saved = self._saved
+        if saved is None:
+            return
+        try:
+            cfg, hydra_cfg = (OmegaConf.load(saved.saved_dir / name) for name in ("config.yaml", "hydra.yaml"))
+        except FileNotFoundError as e:
+            raise FileNotFoundError(
+                f"{e.filename} must exist: it is the saved config of the job, read back for its JobReturn (sweepit's "
+                "launchers let go of each ended job's config), but it was removed since the job ran.") from None
+        self._cfg, self._hydra_cfg, self._saved = cfg, hydra_cfg, None  # type: ignore[assignment]
+
+    @property
+    def cfg(self) -> DictConfig | None:
+        self._load()
+        return self._cfg
+
+    @cfg.setter
+    def cfg(self, value: DictConfig | None) -> None:
+        if value is not None:
+            self._saved, self._cfg = None, value
+
+    @property
+    def hydra_cfg(self) -> DictConfig | None:
+        self._load()
+        return self._hydra_cfg
+
+    @hydra_cfg.setter
+    def hydra_cfg(self, value: DictConfig | None) -> None:
+        if value is not None:
+            self._saved, self._hydra_cfg = None, value
+
+
+def job_return(overrides: list[str], config: DictConfig | SavedConfig, job_dir_: Path, status: str | None,
                returned: Any = None, has_returned: bool = False, working_dir: str | None = None,
                task_name: str | None = None) -> JobReturn:
     """What Hydra's sweeper gets for a job, as Hydra's own launchers return it: `cfg` the task's config
     without the `hydra` node, `hydra_cfg` that node (with the job's output_dir), the overrides as given,
     and the task's own return value (`sweeper_value`). `config` is taken apart, not copied: it is the
-    driver's copy of the job's config, and the driver is done with it. Failed jobs come back as COMPLETED
-    with None (reached only with fail_on_error=false), because Hydra's BasicSweeper re-raises the error of
-    any FAILED job and would end the sweep."""
+    driver's copy of the job's config, and the driver is done with it; a config released once the job saved it
+    (`release_config`) comes back from the job's files, read when the sweeper asks for it. Failed jobs come back
+    as COMPLETED with None (reached only with fail_on_error=false), because Hydra's BasicSweeper re-raises the
+    error of any FAILED job and would end the sweep."""
     try:
         result = read_result(job_dir_) or {}
     except ValueError:
@@ -225,6 +298,12 @@ def job_return(overrides: list[str], config: DictConfig, job_dir_: Path, status:
     status = status or str(result.get("status"))
     extra = {"returned": returned} if has_returned else {}
     value = sweeper_value(status, result.get("objective"), result.get("direction"), **extra)
+    if isinstance(config, SavedConfig):
+        saved = SavedJobReturn(config, overrides=list(overrides), working_dir=working_dir or str(
+            job_dir_ if config.chdir else Path.cwd()), task_name=task_name or config.task_name,
+            status=JobStatus.COMPLETED)
+        saved.return_value = value
+        return saved
     task_cfg, hydra_cfg = split_hydra(config, job_dir_)
     ret = JobReturn(overrides=list(overrides), cfg=task_cfg, hydra_cfg=hydra_cfg,
                     working_dir=working_dir or str(job_dir_ if _chdir(hydra_cfg) else Path.cwd()),

@@ -14,7 +14,7 @@ from typing import Any
 
 from hydra.core.utils import JobReturn
 
-from hydra_plugins.sweepit._hydra import SweepitLauncher, compact_errors, job_return, run_hydra_job
+from hydra_plugins.sweepit._hydra import SweepitLauncher, compact_errors, job_return, release_config, run_hydra_job
 from hydra_plugins.sweepit.config import DEFAULT_PRELOAD
 from sweepit.local import Job, LocalOptions, LocalSweep, Reply
 
@@ -40,7 +40,10 @@ class LocalLauncher(SweepitLauncher):
             job.config, job.job_dir = self.compose_job(job.num, job.overrides, sweep_dir)
             log.debug(f"job {job.num} config ready in {time.perf_counter() - t0:.3f} s")
 
-        return LocalSweep(self.options, sweep_dir, compose=compose, body=self._body, lock=self.lock)
+        def release(job: Job) -> None:
+            job.config = release_config(job.config, job.job_dir)  # read back only if a sweeper asks for it
+
+        return LocalSweep(self.options, sweep_dir, compose=compose, body=self._body, lock=self.lock, release=release)
 
     def _body(self, job: Job) -> Reply:
         assert self.hydra_context is not None and self.task_function is not None

@@ -54,10 +54,12 @@ class SweepRun:
 
     def __init__(self, manifest: Manifest, progress: Progress, compose: Callable[[Job], None], resume: bool,
                  check: Callable[[Job], None], stderr_tail_lines: int,
-                 heartbeat: Callable[[], None] = lambda: None) -> None:
+                 heartbeat: Callable[[], None] = lambda: None,
+                 release: Callable[[Job], None] = lambda job: None) -> None:
         self.manifest = manifest
         self.progress = progress
         self.compose = compose            # fills in the job's config, job_dir and n_gpus
+        self.release = release            # drops what the driver no longer needs of an ended job
         self.resume = resume
         self.check = check                # raises ConfigError for a job that cannot run here
         self.stderr_tail_lines = stderr_tail_lines
@@ -107,6 +109,7 @@ class SweepRun:
     def ended(self, job: Job) -> None:
         remove_temporaries(job.job_dir)  # of writes the job's death cut short (its processes are gone)
         status = self.record(job)
+        self.release(job)
         self.statuses[job.num] = status
         entry = self.manifest.jobs[job.num]
         entry.state, entry.ended_at = status, now_iso()

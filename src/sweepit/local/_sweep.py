@@ -95,11 +95,13 @@ class LocalSweep:
     runs in the forked process and returns its Reply."""
 
     def __init__(self, options: LocalOptions, sweep_dir: Path, compose: Callable[[Job], None],
-                 body: Callable[[Job], Reply], lock: SweepLock | None = None) -> None:
+                 body: Callable[[Job], Reply], lock: SweepLock | None = None,
+                 release: Callable[[Job], None] = lambda job: None) -> None:
         self.options = options
         self.sweep_dir = sweep_dir
         self.compose = compose
         self.body = body
+        self.release = release  # lets go of what the driver no longer needs of an ended job (its config)
         self._open: tuple[Pool, SweepRun, Manifest, Progress] | None = None  # the run of start()/wait_any()
         # One driver per sweep directory: a lock of the caller's (held for the whole sweep), or one per run.
         self.own_lock = lock is None
@@ -224,7 +226,7 @@ class LocalSweep:
 
         manifest = open_manifest(self.sweep_dir, launcher="local")
         progress = Progress(0)
-        run = SweepRun(manifest, progress, compose=self.compose, resume=o.resume, check=check,
+        run = SweepRun(manifest, progress, compose=self.compose, release=self.release, resume=o.resume, check=check,
                        stderr_tail_lines=o.stderr_tail_lines, heartbeat=self.lock.touch)
         pool = Pool(n_workers, gpu_pool, use_gpus=bool(gpus), threads=threads, echo=n_workers == 1,
                     term_grace_s=o.term_grace_s, child=child, hooks=run, clock_ticks=progress.live)

@@ -24,7 +24,7 @@ from sweepit._signals import interrupt_on_stop_signals, release_stop_signals
 _PR_SET_PDEATHSIG = 1
 
 
-@dataclass
+@dataclass(slots=True)
 class Reply:
     """What a job sends back before it exits. A job that dies first sends nothing: the driver looks at how."""
 
