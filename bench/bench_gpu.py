@@ -165,6 +165,7 @@ PARTS = {"mnist": mnist_part, "throughput": throughput_part, "scaling": scaling_
 
 
 def main() -> int:
+    global OUT
     import torch
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -173,7 +174,9 @@ def main() -> int:
     p.add_argument("--parts", default="mnist,throughput,scaling", help="which parts, comma-separated")
     p.add_argument("--smoke", action="store_true", help="every part tiny on the CPU: checks the plumbing only")
     p.add_argument("--json", type=Path, default=None, help="write the raw figures, command and machine here")
+    p.add_argument("--work", type=Path, default=OUT, help=f"where the runs' outputs go (default {OUT})")
     args = p.parse_args()
+    OUT = args.work
     parts = [x for x in args.parts.split(",") if x]
     unknown = [x for x in parts if x not in PARTS]
     if unknown:

@@ -23,11 +23,12 @@ def test_without_a_gpu_bench_gpu_says_where_to_run_it() -> None:
 @pytest.mark.slow
 def test_smoke_runs_every_part_and_writes_the_json(tmp_path: Path) -> None:
     out = tmp_path / "gpu.json"
-    proc = subprocess.run(["make", "-s", "bench-gpu", f"ARGS=--smoke --json {out}"], cwd=REPO, capture_output=True,
-                          text=True, timeout=900)
+    proc = subprocess.run(["make", "-s", "bench-gpu", f"ARGS=--smoke --json {out} --work {tmp_path}"], cwd=REPO,
+                          capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     record = json.loads(out.read_text())
     assert record["smoke"] is True and record["mnist"]["epochs"] == 1
     assert record["throughput"]["precision"] == "fp32" and record["throughput"]["ratio_sweepit_over_plain"] > 0
     assert [p["gpus"] for p in record["scaling"]["points"]] == [1, 2]
     assert "CIFAR-10 ResNet-50 (fp32, channels_last): sweepit / plain DataLoader loop" in proc.stdout
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["mnist_best", "scaling", "throughput_sweepit"]

@@ -29,12 +29,12 @@ SWEEPIT = str(Path(sys.executable).parent / "sweepit")
 SLURM_ID, SLURM_NAME = "4242", "sweepit-status-test"
 
 
-def _sweep(tmp_path: Path, launcher: str, state: str) -> tuple[Path, Path]:
+def _sweep(tmp_path: Path, launcher: str, state: str, **recorded: float) -> tuple[Path, Path]:
     sweep = tmp_path / "sweep"
     job_dir = sweep / "0_x=1"
     (job_dir / ".hydra").mkdir(parents=True)
     (job_dir / ".hydra" / "overrides.yaml").write_text("- x=1\n")
-    extra = {"slurm_job_id": SLURM_ID, "slurm_job_name": SLURM_NAME} if launcher == "slurm" else {}
+    extra = {"slurm_job_id": SLURM_ID, "slurm_job_name": SLURM_NAME, **recorded} if launcher == "slurm" else {}
     write_manifest(Manifest(sweep_dir=str(sweep), argv=[sys.executable, "app.py", "-m", "x=1"], cwd=str(tmp_path),
                             launcher=launcher,
                             jobs={0: JobEntry(num=0, overrides=["x=1"], job_dir=str(job_dir), state=state,
@@ -95,6 +95,14 @@ def test_a_job_dead_past_the_grace_is_recorded_once(tmp_path: Path) -> None:
     assert recorded["error"] == f"ended (Slurm COMPLETED, job {SLURM_ID}) without writing result.json"
     assert _row(out)[0] == "failed" and read_manifest(sweep).jobs[0].state == "failed"
     assert sorted(p.name for p in job_dir.iterdir()) == [".hydra", RESULT_FILE]  # no temporary file left
+
+
+def test_status_waits_the_sweeps_own_grace(tmp_path: Path) -> None:
+    """hydra.launcher.result_grace_s, recorded with each job at submission: status waits it, not the default."""
+    sweep, job_dir = _sweep(tmp_path, "slurm", "running", result_grace_s=RESULT_GRACE_S + 2)
+    out, took_s = _status(sweep, _slurm_says_completed(tmp_path, late_result=None))
+    assert took_s >= RESULT_GRACE_S + 2
+    assert _row(out)[0] == "failed" and (read_result(job_dir) or {})["status"] == "failed"
 
 
 def test_a_record_of_death_never_replaces_a_result_that_is_there(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ ask -> train -> tell against the study's journal file; the driver submits them w
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -112,6 +113,18 @@ def test_a_failing_trial_is_counted_and_too_many_stop_the_workers(tmp_path: Path
     assert not Path(sweep / "sweep.lock").exists()
 
 
+def assert_cut_trial_retried(sweep: Path, job0: Path, n_trials: int) -> list[Any]:
+    """Job 0's trial, cut by Slurm, is `interrupted` (study and result.json), its parameters ran again as a
+    completed retry, and the study counts n_trials complete ones. Returns the study's trials."""
+    ts = trials(sweep)
+    cut = next(t for t in ts if t.user_attrs.get("job_num") == 0)
+    assert cut.user_attrs["sweepit_status"] == "interrupted" and result(job0)["status"] == "interrupted"
+    retry = next(t for t in ts if t.user_attrs.get("retry_of") == cut.number)
+    assert retry.state == TrialState.COMPLETE and retry.params == cut.params
+    assert [t.state for t in counted(ts)] == [TrialState.COMPLETE] * n_trials
+    return ts
+
+
 def _wait_for_running_trials(sweep: Path, n: int, timeout_s: float = 90) -> None:
     wait_until(lambda: sweep.exists() and sum((d / ".slurm" / "trial.json").exists()
                                               for d in sweep.iterdir() if d.is_dir()) >= n,
@@ -152,21 +165,15 @@ def test_a_scancelled_worker_leaves_its_trial_to_the_others(tmp_path: Path, slur
                    "job 0 to start", 90)
         job0 = next(sweep.glob("0_*"))
         wait_until(lambda: (job0 / ".slurm" / "trial.json").exists(), "job 0's trial record", 30)
-        worker = __import__("json").loads((job0 / ".slurm" / "trial.json").read_text())["worker"]
+        worker = json.loads((job0 / ".slurm" / "trial.json").read_text())["worker"]
         time.sleep(1)
         scancel(worker)
         code = driver.finish(timeout_s=180)
     finally:
         driver.kill()
     assert code == 0, driver.stderr[-3000:]
-    ts = trials(sweep)
-    cut = next(t for t in ts if t.user_attrs.get("job_num") == 0)
-    assert cut.user_attrs["sweepit_status"] == "interrupted"
-    retry = next(t for t in ts if t.user_attrs.get("retry_of") == cut.number)
-    assert retry.state == TrialState.COMPLETE and retry.params == cut.params
-    assert [t.state for t in counted(ts)] == [TrialState.COMPLETE] * 5
+    ts = assert_cut_trial_retried(sweep, job0, n_trials=5)
     assert_one_job_per_trial(sweep, [t for t in ts if t.user_attrs.get("sweepit_status") != "surplus"])
-    assert result(job0)["status"] == "interrupted"
     assert manifest(sweep).jobs[0].state == "interrupted"
 
 
@@ -186,12 +193,7 @@ def test_a_requeued_worker_retries_its_trial_and_asks_on(tmp_path: Path) -> None
     finally:
         driver.kill()
     assert code == 0, driver.stderr[-3000:]
-    ts = trials(sweep)
-    cut = next(t for t in ts if t.user_attrs.get("job_num") == 0)
-    assert cut.user_attrs["sweepit_status"] == "interrupted" and result(job0)["status"] == "interrupted"
-    retry = next(t for t in ts if t.user_attrs.get("retry_of") == cut.number)
-    assert retry.state == TrialState.COMPLETE and retry.params == cut.params
-    assert [t.state for t in counted(ts)] == [TrialState.COMPLETE] * 3
+    assert_cut_trial_retried(sweep, job0, n_trials=3)
     assert len(manifest(sweep).workers["ids"]) == 1 and len(list((sweep / ".submitit").iterdir())) == 1
 
 

@@ -18,7 +18,14 @@ from typing import Any
 
 from sweepit._files import remove_temporaries
 from sweepit._signals import SLURM_STOP
-from sweepit.results._job_files import ResultGrace, read_metrics, read_result, write_result, write_result_if_absent
+from sweepit.results._job_files import (
+    RESULT_GRACE_S,
+    ResultGrace,
+    read_metrics,
+    read_result,
+    write_result,
+    write_result_if_absent,
+)
 from sweepit.results._live import LiveReader, sweep_eta_s
 from sweepit.results._manifest import FAILED_STATUSES, FINISHED_STATUSES, JobEntry, Manifest, now_iso, result_status
 from sweepit.results._progress import format_duration
@@ -306,7 +313,7 @@ def refresh(m: Manifest, stderr_tail_lines: int = 50, record: bool = True,
             seen = look((m.jobs[n] for n in nums), ask_all=True)
             dead = [num for num, s in seen.items() if s.dead] if record else []
             if dead:  # the follower's grace: their own results may be a moment late on a shared file system
-                grace = ResultGrace()
+                grace = ResultGrace(max(_grace_s(m.jobs[num]) for num in dead))
                 for num in dead:
                     grace.over(num)
                 time.sleep(grace.wait_s())
@@ -322,6 +329,12 @@ def refresh(m: Manifest, stderr_tail_lines: int = 50, record: bool = True,
                 changed.append(num)
         return changed, ""
     return _from_results(m, nums), ""
+
+
+def _grace_s(entry: JobEntry) -> float:
+    """The sweep's `hydra.launcher.result_grace_s`, recorded with each job at submission (else the default)."""
+    grace = entry.extra.get("result_grace_s")
+    return float(grace) if isinstance(grace, int | float) and grace >= 0 else RESULT_GRACE_S
 
 
 def _from_results(m: Manifest, nums: list[int]) -> list[int]:

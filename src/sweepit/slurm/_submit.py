@@ -160,6 +160,7 @@ def submit_jobs(jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, max
                 "nodes": job.request.nodes if job.request else None,
                 "timeout_min": job.request.timeout_min if job.request else None,
                 "metric": _select_str(job.config, "metric"), "direction": _select_str(job.config, "direction"),
+                "result_grace_s": o.result_grace_s,  # for `sweepit status`, which has no options
             }
         ids.extend(chunk_ids)
         write_manifest(manifest, [job.num for job in chunk])
