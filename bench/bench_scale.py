@@ -196,10 +196,12 @@ def _child_peak(argv: list[str], out: bool = False) -> dict[str, Any]:
     """Run `argv` to its end: its wall time, its own peak memory (wait4's maxrss of that process) and, with
     `out`, the JSON object its last line printed."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    stdout = proc.stdout.read() if proc.stdout else b""
-    stderr = proc.stderr.read() if proc.stderr else b""
-    _, status, usage = os.wait4(proc.pid, 0)
+    with tempfile.TemporaryFile() as err:  # a file, not a pipe: a pipe left unread while stdout is read fills up
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err)
+        stdout = proc.stdout.read() if proc.stdout else b""
+        _, status, usage = os.wait4(proc.pid, 0)
+        err.seek(0)
+        stderr = err.read()
     proc.returncode = os.waitstatus_to_exitcode(status)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:

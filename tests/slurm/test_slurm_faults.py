@@ -151,7 +151,8 @@ def test_preempting_a_two_rank_job_requeues_it_and_it_ends_with_an_uninterrupted
     try:
         job = _only_job_dir_when(sweep, 1)
         wait_until(lambda: (job / "metrics.jsonl").exists() and len(_epochs(job)) >= 2, "two epochs of job 1", 180)
-        # What Slurm sends signal_delay_s before the time limit, and on preemption (as the requeue test does).
+        # What Slurm sends signal_delay_s before the time limit, and on preemption; plain scancel --signal reaches the
+        # job's srun steps, where submitit's handler runs.
         subprocess.run(["scancel", "--signal=USR2", slurm_ids(sweep)[1]], check=True, timeout=30)
         code = driver.finish(timeout_s=300)
     finally:
@@ -163,7 +164,18 @@ def test_preempting_a_two_rank_job_requeues_it_and_it_ends_with_an_uninterrupted
     assert _rows(job) == _rows(reference)  # every epoch's losses and weights, bit for bit
     assert "sweepit: resumed from" in (job / "stdout.log").read_text()
     assert [t["slurm_restart_count"] for t in tasks(job)] == ["1", "1"]  # both ranks ran again
+    assert "submitit WARNING" in (job / "stderr.log").read_text()  # "Caught signal SIGUSR2"
+    assert manifest(sweep).jobs[1].state == "completed"
     assert "2 jobs: 2 completed" in driver.stdout
+    job_id = slurm_ids(sweep)[1]
+
+    def states() -> list[str]:
+        return subprocess.run(["sacct", "-n", "-X", "-P", "-D", "-j", job_id, "-o", "State"], capture_output=True,
+                              text=True, check=True, timeout=30).stdout.split()
+
+    # The same Slurm job, requeued, then completed (slurmdbd records the end a moment after the job's result).
+    wait_until(lambda: states()[-1:] == ["COMPLETED"], "sacct to record the job's end", 30)
+    assert states()[0] == "REQUEUED", states()
 
 
 def _only_job_dir_when(sweep: Path, num: int, timeout_s: float = 120) -> Path:

@@ -88,8 +88,7 @@ def to_csv(table: Table) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(table.columns)
-    for row in table.rows:
-        writer.writerow(["" if v is None else repr(v) if isinstance(v, float) else v for v in row])
+    writer.writerows(table.rows)  # the csv module writes None as an empty cell and a float as its repr
     return out.getvalue()
 
 
