@@ -48,10 +48,13 @@ def test_released_configs_come_back_as_hydras_launcher_returns_them(hydra_sweep_
                 expected.num, str(expected.id), expected.name, expected.override_dirname)
             assert Path(mine.hydra_cfg.hydra.runtime.output_dir).parent == tmp_path / "local"
         assert all(r.cfg is r.cfg for r in ours)  # read once, then the same object each time
-        gone = ours[0]
-    gone._saved = SavedConfig(tmp_path / "local" / "0" / ".hydra", "a_module", True)  # as before the first read
+        mine = SavedJobReturn(SavedConfig(tmp_path / "local" / "0" / ".hydra", "a_module", True), overrides=[])
+        mine.cfg = OmegaConf.create({"set": True})
+        assert mine.cfg == {"set": True} and mine.hydra_cfg is not None  # a field set leaves the other to be read
+        assert mine.hydra_cfg.hydra.job.num == 0
+        gone = SavedJobReturn(SavedConfig(tmp_path / "local" / "0" / ".hydra", "a_module", True), overrides=[])
     with pytest.raises(FileNotFoundError, match="saved config of the job, read back for its JobReturn"):
-        _ = gone.cfg
+        _ = gone.cfg  # the sweep directory was removed at the end of the with
 
 
 def _composed(output_subdir: str | None) -> DictConfig:

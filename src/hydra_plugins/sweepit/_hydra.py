@@ -239,46 +239,43 @@ def release_config(config: Any, job_dir_: Path) -> Any:
     return SavedConfig(saved_dir, str(config.hydra.job.name), _chdir(config))
 
 
+class _SavedFile:
+    """A JobReturn field read from the job's saved `filename` the first time it is asked for, unless set; each
+    field on its own (setting `cfg` leaves `hydra_cfg` to be read)."""
+
+    def __init__(self, filename: str) -> None:
+        self.filename = filename
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.key = f"_{name}"
+
+    def __get__(self, ret: SavedJobReturn | None, owner: type | None = None) -> Any:
+        if ret is None:
+            return self
+        value = ret.__dict__.get(self.key)
+        if value is None and ret._saved is not None:
+            path = ret._saved.saved_dir / self.filename
+            try:
+                value = ret.__dict__[self.key] = OmegaConf.load(path)
+            except FileNotFoundError:
+                raise FileNotFoundError(
+                    f"{path} must exist: it is the saved config of the job, read back for its JobReturn (sweepit's "
+                    "launchers let go of each ended job's config), but it was removed since the job ran.") from None
+        return value
+
+    def __set__(self, ret: SavedJobReturn, value: DictConfig | None) -> None:
+        ret.__dict__[self.key] = value
+
+
 class SavedJobReturn(JobReturn):
     """A JobReturn whose `cfg` and `hydra_cfg` are read from the job's saved files when first asked for."""
 
+    cfg = _SavedFile("config.yaml")
+    hydra_cfg = _SavedFile("hydra.yaml")
+
     def __init__(self, saved: SavedConfig, **fields: Any) -> None:
-        self._saved: SavedConfig | None = saved
-        self._cfg: DictConfig | None = None
-        self._hydra_cfg: DictConfig | None = None
+        self._saved = saved
         super().__init__(**fields)
-
-    def _load(self) -> None:
-        saved = self._saved
-        if saved is None:
-            return
-        try:
-            cfg, hydra_cfg = (OmegaConf.load(saved.saved_dir / name) for name in ("config.yaml", "hydra.yaml"))
-        except FileNotFoundError as e:
-            raise FileNotFoundError(
-                f"{e.filename} must exist: it is the saved config of the job, read back for its JobReturn (sweepit's "
-                "launchers let go of each ended job's config), but it was removed since the job ran.") from None
-        self._cfg, self._hydra_cfg, self._saved = cfg, hydra_cfg, None  # type: ignore[assignment]
-
-    @property
-    def cfg(self) -> DictConfig | None:
-        self._load()
-        return self._cfg
-
-    @cfg.setter
-    def cfg(self, value: DictConfig | None) -> None:
-        if value is not None:
-            self._saved, self._cfg = None, value
-
-    @property
-    def hydra_cfg(self) -> DictConfig | None:
-        self._load()
-        return self._hydra_cfg
-
-    @hydra_cfg.setter
-    def hydra_cfg(self, value: DictConfig | None) -> None:
-        if value is not None:
-            self._saved, self._hydra_cfg = None, value
 
 
 def job_return(overrides: list[str], config: DictConfig | SavedConfig, job_dir_: Path, status: str | None,
