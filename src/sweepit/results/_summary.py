@@ -52,21 +52,22 @@ def read_overrides(job_dir: Path) -> dict[str, str]:
     return override_values(str(item) for item in items)
 
 
+def _own_key(item: str) -> str | None:
+    """The override's key, `+`, `++` and `~` dropped; None for a `hydra.*` override (such as the Optuna sweeper's
+    `hydra.job.env_set`, which a launcher's records, sweep.json, also carry): not the job's own."""
+    key = item.partition("=")[0].lstrip("+~")
+    return None if key.startswith("hydra.") else key
+
+
 def own_overrides(overrides: Iterable[str]) -> list[str]:
-    """A job's own overrides, as `.hydra/overrides.yaml` holds them: not `hydra.*` ones (such as the Optuna
-    sweeper's `hydra.job.env_set`), which a launcher's records (sweep.json) also carry."""
-    return [o for o in overrides if not o.partition("=")[0].lstrip("+~").startswith("hydra.")]
+    """A job's own overrides, as `.hydra/overrides.yaml` holds them."""
+    return [o for o in overrides if _own_key(o) is not None]
 
 
 def override_values(overrides: Iterable[str]) -> dict[str, str]:
-    """`key=value` overrides as {key: value}, `+`, `++` and `~` dropped; the job's own only (`own_overrides`)."""
-    out: dict[str, str] = {}
-    for item in overrides:  # one pass (a report reads 100,000 jobs' overrides): own_overrides' rule inline
-        key, _, value = item.partition("=")
-        key = key.lstrip("+~")
-        if not key.startswith("hydra."):
-            out[key] = value
-    return out
+    """A job's own `key=value` overrides as {key: value}, `+`, `++` and `~` dropped (one pass: a report reads
+    100,000 jobs' overrides)."""
+    return {key: item.partition("=")[2] for item in overrides if (key := _own_key(item)) is not None}
 
 
 def job_num(job_dir: Path) -> int | None:
