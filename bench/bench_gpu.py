@@ -55,11 +55,11 @@ def job_dirs(sweep_dir: Path) -> list[Path]:
                   key=lambda p: int(p.name.split("_")[0]))
 
 
-def mnist_part(root: str | None, device: str, smoke: bool) -> dict[str, Any]:
+def mnist_part(root: str | None, device: str, smoke: bool, work: Path) -> dict[str, Any]:
     data = [f"data.root={root}"] if root else ["data.synthetic=true"]
     tiny = ["epochs=1", "data.n_synthetic=512", "trainer.threads=1"] if smoke else []
     sweep = train(["--config-dir", str(REPO / "sweeps"), "--config-name", "mnist_best", f"device={device}",
-                   "hydra.callbacks.summary.report=false", *data, *tiny], OUT / "mnist_best")
+                   "hydra.callbacks.summary.report=false", *data, *tiny], work / "mnist_best")
     (job,) = job_dirs(sweep)
     rows = rows_of(job)
     elapsed, reached = 0.0, None
@@ -117,7 +117,7 @@ def plain_loop(device: str, precision: str, batch_size: int, steps: int, epochs:
     return rates
 
 
-def throughput_part(root: str | None, device: str, smoke: bool) -> dict[str, Any]:
+def throughput_part(root: str | None, device: str, smoke: bool, work: Path) -> dict[str, Any]:
     precision = precision_for(device)
     batch, steps, epochs, size = (8, 2, 2, 32) if smoke else (128, 50, 4, 32)
     # The synthetic set's training split (80%) is the plain loop's `batch * steps` images.
@@ -127,7 +127,7 @@ def throughput_part(root: str | None, device: str, smoke: bool) -> dict[str, Any
                  f"epochs={epochs}", f"device={device}", f"trainer.precision={precision}",
                  "trainer.channels_last=true", "trainer.checkpoint=false", "trainer.save_model=none",
                  "optimizer=momentum", "lr=0.1", *data, *(["trainer.threads=1"] if smoke else [])],
-                OUT / "throughput_sweepit", multirun=False)
+                work / "throughput_sweepit", multirun=False)
     sweepit_rates = [float(r["samples_per_s"]) for r in rows_of(run)]
     plain = plain_loop(device, precision, batch, steps, epochs, size, 0 if smoke else 4)
 
@@ -141,7 +141,7 @@ def throughput_part(root: str | None, device: str, smoke: bool) -> dict[str, Any
             "ratio_sweepit_over_plain": s / p, "note": "plain loop on synthetic tensors of the same shape"}
 
 
-def scaling_part(root: str | None, device: str, smoke: bool) -> dict[str, Any]:
+def scaling_part(root: str | None, device: str, smoke: bool, work: Path) -> dict[str, Any]:
     import torch
 
     from sweepit.results.report import load_sweep
@@ -154,7 +154,7 @@ def scaling_part(root: str | None, device: str, smoke: bool) -> dict[str, Any]:
              "trainer.threads=1", "repeat=0"] if smoke else [])
     sweep = train(["--config-dir", str(REPO / "sweeps"), "--config-name", "scaling", f"trainer.gpus={gpus}",
                    f"device={device}", "hydra.launcher.n_workers=1", "hydra.callbacks.summary.report=false",
-                   *data, *tiny], OUT / "scaling")
+                   *data, *tiny], work / "scaling")
     points = scaling_points(load_sweep(sweep))
     return {"gpus": gpus, "data": root or "synthetic",
             "points": [{"gpus": p.n_gpus, "epoch_time_s": p.epoch_time_s, "samples_per_s": p.samples_per_s,
@@ -165,7 +165,6 @@ PARTS = {"mnist": mnist_part, "throughput": throughput_part, "scaling": scaling_
 
 
 def main() -> int:
-    global OUT
     import torch
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -176,7 +175,6 @@ def main() -> int:
     p.add_argument("--json", type=Path, default=None, help="write the raw figures, command and machine here")
     p.add_argument("--work", type=Path, default=OUT, help=f"where the runs' outputs go (default {OUT})")
     args = p.parse_args()
-    OUT = args.work
     parts = [x for x in args.parts.split(",") if x]
     unknown = [x for x in parts if x not in PARTS]
     if unknown:
@@ -192,7 +190,7 @@ def main() -> int:
     out: dict[str, Any] = {"smoke": args.smoke}
     roots = {"mnist": args.mnist_root, "throughput": args.cifar_root, "scaling": args.cifar_root}
     for name in parts:
-        out[name] = PARTS[name](roots[name], device, args.smoke)
+        out[name] = PARTS[name](roots[name], device, args.smoke, args.work)
         print(f"bench-gpu {name}: {json.dumps(out[name], default=str)[:600]}", flush=True)
     if "mnist" in out:
         m = out["mnist"]
