@@ -27,12 +27,13 @@ def run_train(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.Co
                           capture_output=True, text=True, timeout=timeout)
 
 
-def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float, interval_s: float = 0.2) -> None:
-    """Poll `predicate` until it holds; fail the test, naming `what`, after `timeout_s`."""
+def wait_until(predicate: Callable[[], bool], what: str | Callable[[], str], timeout_s: float,
+               interval_s: float = 0.2) -> None:
+    """Poll `predicate` until it holds; fail the test, naming `what` (or what it returns then), after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError(f"waited {timeout_s} s for {what}")
+            raise AssertionError(f"waited {timeout_s} s for {what() if callable(what) else what}")
         time.sleep(interval_s)
 
 

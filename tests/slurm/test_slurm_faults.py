@@ -169,12 +169,16 @@ def test_preempting_a_two_rank_job_requeues_it_and_it_ends_with_an_uninterrupted
     assert "2 jobs: 2 completed" in driver.stdout
     job_id = slurm_ids(sweep)[1]
 
+    seen: list[str] = []
+
     def states() -> list[str]:
-        return subprocess.run(["sacct", "-n", "-X", "-P", "-D", "-j", job_id, "-o", "State"], capture_output=True,
-                              text=True, check=True, timeout=30).stdout.split()
+        seen[:] = subprocess.run(["sacct", "-n", "-X", "-P", "-D", "-j", job_id, "-o", "State"],
+                                 capture_output=True, text=True, check=True, timeout=30).stdout.split()
+        return seen
 
     # The same Slurm job, requeued, then completed (slurmdbd records the end a moment after the job's result).
-    wait_until(lambda: states()[-1:] == ["COMPLETED"], "sacct to record the job's end", 30)
+    # A rank aborting at exit (a gloo thread outliving the interpreter) would leave FAILED here instead.
+    wait_until(lambda: states()[-1:] == ["COMPLETED"], lambda: f"sacct to record the job's end (states {seen})", 30)
     assert states()[0] == "REQUEUED", states()
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -132,3 +134,26 @@ def test_more_cpu_ranks_than_cores_runs_and_warns_that_its_times_mean_nothing(
     assert result is not None and result["status"] == "completed" and result["world_size"] == cores + 1
     run_job(compose_cfg(*SETUP[:-4], "epochs=1", "trainer.gpus=2", "device=cpu"), tmp_path / "fits")
     assert "warning" not in capsys.readouterr().out or cores < 2
+
+
+RANK_SCRIPT = """
+import atexit, sys, torch, torch.distributed as dist
+from sweepit.train._distributed import Rank, init_process_group
+# Registered before the group exists, so it runs after sweepit's own exit hook (atexit runs last-in first-out).
+atexit.register(lambda: print("initialized at exit:", dist.is_initialized(), flush=True))
+rank = int(sys.argv[1])
+init_process_group(Rank(rank, rank, 2, "127.0.0.1", int(sys.argv[2])), torch.device("cpu"))
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 1))
+model(torch.randn(4, 2)).sum().backward()
+"""
+
+
+def test_a_group_the_users_code_leaves_open_is_destroyed_at_exit(tmp_path: Path) -> None:
+    # A user's own loop (examples/own_loop) asks for the group through sweepit and never destroys it.
+    port = distributed._free_port()
+    procs = [subprocess.Popen([sys.executable, "-c", RANK_SCRIPT, str(rank), str(port)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for proc, (out, err) in zip(procs, outs, strict=True):
+        assert proc.returncode == 0, err
+        assert "initialized at exit: False" in out, out + err
