@@ -142,6 +142,10 @@ def test_every_job_equals_hydras_composition(conf_dir: Path) -> None:
         for job in SWEEP:
             assert_same(composed.load_sweep_config(master, job), loader.load_sweep_config(master, job))
         assert composed.n_full == 0 and composed.n_from_base == len(SWEEP)
+        # hydra.runtime values, which Hydra fills in again after them (a base has them already): Hydra composes.
+        runtime_job = ["hydra.runtime.version_base=x", "++hydra.runtime.choices.opt=y"]
+        assert_same(composed.load_sweep_config(master, runtime_job), loader.load_sweep_config(master, runtime_job))
+        assert composed.n_full == 1
         # One compose per choice of groups (the master's hydra/launcher among them), not one per job.
         assert len(composed._bases) == 8
         for job in SWEEP:  # kept for the launcher, and the same config again

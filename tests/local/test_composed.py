@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import copy
 import pickle
+from pathlib import Path
 
+import pytest
 from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.types import RunMode
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 from hydra_plugins.sweepit._compose import ComposedConfigs, LoadedConfigs
+from hydra_plugins.sweepit._hydra import job_dir
 from sweepit_testing import CONF
 
 SWEEP_JOBS = [
@@ -44,3 +47,18 @@ def test_loaded_once_composes_the_same_configs_as_hydra() -> None:
         # The loader still travels to other processes (the Slurm launcher pickles it with each job).
         again = pickle.loads(pickle.dumps(wrapped.loader))
         assert _yaml(again.load_sweep_config(master, SWEEP_JOBS[1])) == expected[1]
+
+
+@pytest.mark.parametrize(("subdir", "expected"), [
+    ("${hydra.job.num}_${hydra.job.override_dirname}", "7_lr=0.3,optimizer=sgd"),  # interpolations within the config
+    ("${hydra:job.num}_${hydra:runtime.choices.optimizer}", "7_sgd"),  # Hydra's resolver: reads HydraConfig
+])
+def test_a_jobs_directory_resolves_as_hydras_run_job_resolves_it(subdir: str, expected: str, tmp_path: Path) -> None:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        master = loader.load_configuration("config", ["task=linreg", f"hydra.sweep.subdir={subdir}"],
+                                           run_mode=RunMode.MULTIRUN)
+        config = ComposedConfigs(copy.deepcopy(loader)).take(master, ["optimizer=sgd", "lr=0.3"])
+        with open_dict(config):
+            config.hydra.job.num = 7
+        assert job_dir(config, tmp_path) == tmp_path / expected

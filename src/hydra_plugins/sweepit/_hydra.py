@@ -159,8 +159,8 @@ def job_dir(config: DictConfig, sweep_dir: Path) -> Path:
     `sweep_dir` is the sweep's, resolved once (its `${now:}` is cached, so every job's is the same)."""
     from hydra.core.hydra_config import HydraConfig
 
-    raw = OmegaConf.to_container(config.hydra.sweep, resolve=False)
-    if "${hydra:" not in str(raw):
+    sweep = config.hydra.sweep
+    if not any("${hydra:" in str(sweep._get_node(key)._value()) for key in sweep):
         return sweep_dir / str(OmegaConf.select(config, "hydra.sweep.subdir"))  # no HydraConfig (a 20 ms copy)
     hydra_config = HydraConfig.instance()
     saved = hydra_config.cfg
