@@ -52,6 +52,7 @@ def test_loaded_once_composes_the_same_configs_as_hydra() -> None:
 @pytest.mark.parametrize(("subdir", "expected"), [
     ("${hydra.job.num}_${hydra.job.override_dirname}", "7_lr=0.3,optimizer=sgd"),  # interpolations within the config
     ("${hydra:job.num}_${hydra:runtime.choices.optimizer}", "7_sgd"),  # Hydra's resolver: reads HydraConfig
+    ("${study}_${seed}", "multirun_0"),  # the task's keys (which could call the resolver themselves)
 ])
 def test_a_jobs_directory_resolves_as_hydras_run_job_resolves_it(subdir: str, expected: str, tmp_path: Path) -> None:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

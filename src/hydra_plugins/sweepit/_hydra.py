@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import copy
 import gc
 import json
 import os
+import pickle
 import socket
 import sys
 from collections.abc import Iterator
@@ -159,8 +161,7 @@ def job_dir(config: DictConfig, sweep_dir: Path) -> Path:
     `sweep_dir` is the sweep's, resolved once (its `${now:}` is cached, so every job's is the same)."""
     from hydra.core.hydra_config import HydraConfig
 
-    sweep = config.hydra.sweep
-    if not any("${hydra:" in str(sweep._get_node(key)._value()) for key in sweep):
+    if not _uses_hydra_resolver(config.hydra.sweep):
         return sweep_dir / str(OmegaConf.select(config, "hydra.sweep.subdir"))  # no HydraConfig (a 20 ms copy)
     hydra_config = HydraConfig.instance()
     saved = hydra_config.cfg
@@ -175,12 +176,9 @@ def run_hydra_job(hydra_context: HydraContext, task_function: TaskFunction, conf
                   job_dir_: Path) -> Reply:
     """The body of a forked local job: Hydra's run_job (output dir, .hydra/, logging, callbacks) around the task,
     in a session of sweepit's API (what the task reports; its result.json when it writes none)."""
-    from hydra.core.utils import run_job
-
     session = _session.begin(job_dir_, config)
     try:
-        ret = run_job(hydra_context=hydra_context, task_function=task_function, config=config,
-                      job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+        ret = run_forked_job(hydra_context, task_function, config)
         status, error = _record(session, ret)
         if error is None:
             reply = Reply(status="completed", value=picklable(ret.return_value))
@@ -195,6 +193,98 @@ def run_hydra_job(hydra_context: HydraContext, task_function: TaskFunction, conf
         raise
     finally:
         _session.end(session)
+
+
+def run_forked_job(hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> JobReturn:
+    """Hydra 1.3's `run_job` (`hydra.core.utils`) for a job in a forked process of its own, which owns `config`
+    and sends no JobReturn back: the same steps in the same order (output directory, HydraConfig, working
+    directory, logging, the three files of `.hydra/`, env_set, callbacks, the task), with fewer config copies.
+
+    Hydra's sets HydraConfig twice (each a masked copy of the hydra node), deep-copies the whole config for the
+    task and the hydra node again for the JobReturn: about 12 ms a job of the built-in configs. Here HydraConfig
+    is set once when the output directory resolves without it (no `${hydra:...}` in `hydra.sweep`), the task's
+    config is copied by pickling (2x faster than a deep copy), and the JobReturn's `hydra_cfg` is HydraConfig's
+    copy itself, which nothing else uses in this process: about 5 ms."""
+    from hydra import version
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.utils import JobRuntime, _flush_loggers, env_override
+
+    callbacks = hydra_context.callbacks
+    old_cwd = os.getcwd()
+    hydra_config = HydraConfig.instance()
+    saved = hydra_config.cfg
+    if _uses_hydra_resolver(config.hydra.sweep):
+        hydra_config.set_config(config)  # the directory's `${hydra:...}` reads it
+    output_dir = str(OmegaConf.select(config, "hydra.sweep.dir"))
+    output_dir = os.path.join(output_dir, str(OmegaConf.select(config, "hydra.sweep.subdir")))
+    with read_write(config.hydra.runtime), open_dict(config.hydra.runtime):
+        config.hydra.runtime.output_dir = os.path.abspath(output_dir)
+    hydra_config.set_config(config)
+    chdir = False
+    try:
+        ret = JobReturn()
+        task_cfg = _copy(config)
+        with read_write(task_cfg), open_dict(task_cfg):
+            del task_cfg["hydra"]
+        ret.cfg = task_cfg
+        hydra_cfg = hydra_config.cfg
+        assert isinstance(hydra_cfg, DictConfig)
+        ret.hydra_cfg = hydra_cfg
+        overrides = OmegaConf.to_container(config.hydra.overrides.task)
+        assert isinstance(overrides, list)
+        ret.overrides = overrides
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        chdir = bool(_chdir(hydra_cfg))
+        if hydra_cfg.hydra.job.chdir is None and not version.base_at_least("1.2"):
+            from hydra.core.utils import deprecation_warning
+
+            deprecation_warning("Future Hydra versions will no longer change working directory at job runtime by "
+                                "default.\nSee https://hydra.cc/docs/1.2/upgrades/1.1_to_1.2/changes_to_job_working_dir/"
+                                " for more information.", stacklevel=2)
+        if chdir:
+            os.chdir(output_dir)
+        ret.working_dir = output_dir if chdir else os.getcwd()
+        configure_log(config.hydra.job_logging, config.hydra.verbose)
+        if config.hydra.output_subdir is not None:
+            saved_dir = Path(config.hydra.runtime.output_dir) / str(config.hydra.output_subdir)
+            for name, node in (("config.yaml", task_cfg), ("hydra.yaml", hydra_cfg),
+                               ("overrides.yaml", config.hydra.overrides.task)):
+                saved_dir.mkdir(parents=True, exist_ok=True)
+                (saved_dir / name).write_text(OmegaConf.to_yaml(node), encoding="utf-8")
+        with env_override(hydra_cfg.hydra.job.env_set):
+            callbacks.on_job_start(config=config, task_function=task_function)
+            try:
+                ret.return_value = task_function(task_cfg)
+                ret.status = JobStatus.COMPLETED
+            except Exception as e:
+                ret.return_value = e
+                ret.status = JobStatus.FAILED
+        ret.task_name = JobRuntime.instance().get("name")
+        _flush_loggers()
+        callbacks.on_job_end(config=config, job_return=ret)
+        return ret
+    finally:
+        hydra_config.cfg = saved
+        if chdir:
+            os.chdir(old_cwd)
+
+
+def _uses_hydra_resolver(sweep: DictConfig) -> bool:
+    """Whether `hydra.sweep.dir` or `.subdir` may call Hydra's `${hydra:...}` resolver, which reads HydraConfig:
+    any interpolation but `${now:...}` and `${hydra.<key>}` (another key may call it)."""
+    for key in sweep:
+        raw = str(sweep._get_node(key)._value())  # type: ignore[union-attr]
+        if "${hydra:" in raw or raw.count("${") > raw.count("${now:") + raw.count("${hydra."):
+            return True
+    return False
+
+
+def _copy(config: DictConfig) -> DictConfig:
+    """A copy of a job's config: unpickled (2x faster than a deep copy), else deep-copied."""
+    try:
+        return pickle.loads(pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL))
+    except Exception:  # a value that does not pickle
+        return copy.deepcopy(config)
 
 
 def _record(session: _session.Session, ret: JobReturn) -> tuple[str, BaseException | None]:
