@@ -1,4 +1,5 @@
-"""Two per-job costs of the local driver, measured alone: composing a job's config and forking the driver.
+"""Three per-job costs of the local launcher, measured alone: composing a job's config and forking the driver
+(in the driver), and running Hydra's job steps around the task (in the forked job).
 
 Run: python bench/bench_job_overhead.py [--jobs 64] [--forks 16] [--json F]
 
@@ -10,6 +11,9 @@ Run: python bench/bench_job_overhead.py [--jobs 64] [--forks 16] [--json F]
   local launcher preloads), median of `--forks`; measured first, in a process that has imported nothing
   else. Forking copies the page tables of the process's private memory, so it grows with the driver's
   resident memory; in a virtual machine each copied page-table entry costs more than on bare metal.
+- A job's Hydra steps: the CPU time per job of Hydra's own `run_job` and of sweepit's `run_forked_job` (the
+  same steps with fewer config copies) around a task that does nothing, each on a fresh copy of the same
+  composed jobs, writing their `.hydra/` files under a temporary directory.
 """
 
 from __future__ import annotations
@@ -47,6 +51,51 @@ def compose_ms(n_jobs: int) -> dict[str, float]:
             t0 = time.process_time()
             for job in jobs[1:]:
                 composer.load_sweep_config(master, job)
+            out[label] = (time.process_time() - t0) / (n_jobs - 1) * 1000
+    return out
+
+
+def run_job_ms(n_jobs: int) -> dict[str, float]:
+    import tempfile
+
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.utils import run_job, setup_globals
+    from hydra.types import HydraContext, RunMode
+    from omegaconf import open_dict
+
+    from hydra_plugins.sweepit._compose import ComposedConfigs
+    from hydra_plugins.sweepit._hydra import run_forked_job
+
+    class NoCallbacks:
+        def on_job_start(self, **_: Any) -> None: ...
+        def on_job_end(self, **_: Any) -> None: ...
+
+    setup_globals()
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp, initialize_config_dir(config_dir=str(REPO / "conf"),
+                                                                     version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        master = loader.load_configuration("config", ["task=linreg", f"hydra.sweep.dir={tmp}"],
+                                           run_mode=RunMode.MULTIRUN)
+        composer = ComposedConfigs(copy.deepcopy(loader))
+        configs = []
+        for i in range(n_jobs):
+            config = composer.take(master, [f"seed={i}"])
+            with open_dict(config):
+                config.hydra.job.num = config.hydra.job.id = i
+            configs.append(config)
+        context = HydraContext(config_loader=loader, callbacks=NoCallbacks())  # type: ignore[arg-type]
+        runs = {"hydra_run_job_ms": lambda c: run_job(task_function=lambda cfg: None, config=c,
+                                                      job_dir_key="hydra.sweep.dir",
+                                                      job_subdir_key="hydra.sweep.subdir", hydra_context=context),
+                "sweepit_run_job_ms": lambda c: run_forked_job(context, lambda cfg: None, c)}
+        for label, run in runs.items():
+            fresh = [copy.deepcopy(c) for c in configs]  # each run edits its config
+            run(fresh[0])  # the first one sets up logging's modules
+            t0 = time.process_time()
+            for config in fresh[1:]:
+                run(config)
             out[label] = (time.process_time() - t0) / (n_jobs - 1) * 1000
     return out
 
@@ -89,6 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     figures.update(compose_ms(args.jobs))
     print(f"compose one job: Hydra {figures['hydra_ms']:.1f} ms CPU, sweepit {figures['sweepit_ms']:.1f} ms CPU "
           f"({figures['hydra_ms'] / figures['sweepit_ms']:.1f}x less)")
+    figures.update(run_job_ms(args.jobs))
+    print(f"a job's Hydra steps around a task that does nothing: Hydra's run_job {figures['hydra_run_job_ms']:.1f} ms "
+          f"CPU, sweepit's run_forked_job {figures['sweepit_run_job_ms']:.1f} ms CPU "
+          f"({figures['hydra_run_job_ms'] / figures['sweepit_run_job_ms']:.2f}x less)")
     figures["loadavg_after"] = os.getloadavg()[0]
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)

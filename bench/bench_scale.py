@@ -314,6 +314,8 @@ def main() -> int:
         fn = {"plan": step_plan, "writes": step_writes, "fs": step_fs, "real": step_real}[args.step]
         print(json.dumps(fn(args.work, args.n)))
         return 0
+    if args.work is not None:
+        args.work.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.work) as tmp:
         rows = [run_size(Path(tmp), int(n), args.epochs) for n in args.jobs.split(",")]
     _print_table(rows)

@@ -157,3 +157,15 @@ def test_bench_mnist_best(tmp_path: Path, mnist_root: Path) -> None:
     assert 0 < epoch["val_acc"] <= 1 and epoch["samples_per_s"] > 0
     assert re.search(r"^final test accuracy: 0\.\d{4}$", proc.stdout, re.MULTILINE), proc.stdout
     assert re.search(r"^target: final test accuracy >= 99\.4%: (MET|MISSED)$", proc.stdout, re.MULTILINE)
+
+
+def test_bench_job_overhead(tmp_path: Path) -> None:
+    # Not a make target: the per-job costs alone, which bench/RESULTS.md quotes.
+    out = tmp_path / "overhead.json"
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "bench_job_overhead.py"), "--jobs", "3", "--forks", "2",
+                           "--json", str(out)], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(out.read_text())["figures"]
+    for key in ("hydra_ms", "sweepit_ms", "hydra_run_job_ms", "sweepit_run_job_ms", "fork_ms_with_torch._dynamo"):
+        assert figures[key] > 0, key
+    assert re.search(r"sweepit's run_forked_job [\d.]+ ms CPU \([\d.]+x less\)", proc.stdout), proc.stdout
