@@ -77,9 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     status = subprocess.run([str(REPO / "scripts" / "slurm-cluster.sh"), "status"], capture_output=True, text=True)
     if status.returncode != 0:
         raise SystemExit("the local Slurm cluster is not usable: run `make slurm-up` (as root) first")
-    from machine import machine_line
+    from machine import machine_info, machine_line
 
-    machine = machine_line()
+    machine, info = machine_line(), machine_info()  # info: taken at the start (the commit it runs)
     print(machine, flush=True)
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     rows = [run_mode(mode, args.trials, args.parallel, args.epochs, work) for mode in ("per_trial", "workers")]
@@ -98,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
             "benchmark": "bench/bench_optuna_workers.py", "argv": sys.argv[1:], "started": started,
-            "machine": machine, "trials": args.trials, "parallel": args.parallel, "epochs": args.epochs,
+            "machine": machine, "machine_info": info, "trials": args.trials, "parallel": args.parallel,
+            "epochs": args.epochs,
             "runs": rows, "ratio_workers_to_per_trial": round(ratio, 3), "target_ratio": TARGET_RATIO,
             "verdict": "met" if met else "missed"}, indent=1) + "\n")
     return 0 if met else 1

@@ -53,6 +53,7 @@ def test_bench_optuna_workers(tmp_path: Path) -> None:
         assert Path(r["sweep_dir"]).parent == work
     assert runs["per_trial"]["calls"]["sbatch"] == 2 and runs["workers"]["calls"]["sbatch"] == 1
     assert record["ratio_workers_to_per_trial"] > 0 and record["verdict"] in ("met", "missed")
+    assert record["argv"] and record["machine_info"]["code_version"]  # the command and the commit it ran
     assert proc.returncode == 0 or record["verdict"] == "missed", proc.stderr
     assert "worker / per-trial wall: " in proc.stdout
 
