@@ -70,16 +70,14 @@ class LoadedConfigs:
 class _Base:
     """A config composed from a defaults tree, before any value override (Hydra's state right after
     `_compose_config_from_defaults_list` and the struct flag, with the job-independent `hydra.runtime` fields
-    filled in), with what the job-level steps need of it."""
+    filled in)."""
 
     config: DictConfig
-    known_choices: dict[str, Any]
-    sources: list[Any]  # ConfigSourceInfo of the compose's search path
-    pickled: bytes | None = None  # `config` pickled, when it pickles: unpickling is 4x faster than a deep copy
+    pickled: bytes | None  # `config` pickled once (`pickled`), for its jobs' copies
 
     def copy(self) -> DictConfig:
         """A copy of the config for one job to edit."""
-        return pickle.loads(self.pickled) if self.pickled is not None else copy.deepcopy(self.config)
+        return copy_config(self.config, self.pickled)
 
 
 class ComposedConfigs:
@@ -233,11 +231,7 @@ class ComposedConfigs:
         sources = [ConfigSourceInfo(path=x.path, schema=x.scheme(), provider=x.provider) for x in repo.get_sources()]
         with open_dict(cfg.hydra):
             _runtime(cfg, dict(defaults_list.overrides.known_choices), sources)
-        try:
-            pickled = pickle.dumps(cfg, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception:  # a value that does not pickle (a lambda in a structured config): deep copies then
-            pickled = None
-        base = _Base(cfg, dict(defaults_list.overrides.known_choices), sources, pickled)
+        base = _Base(cfg, pickled(cfg))
         if len(self._bases) >= self.max_bases:
             del self._bases[next(iter(self._bases))]  # the oldest choice
         self._bases[key] = base
@@ -245,6 +239,19 @@ class ComposedConfigs:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.loader, name)
+
+
+def pickled(config: DictConfig) -> bytes | None:
+    """`config` pickled; None when a value in it does not pickle (a lambda in a structured config)."""
+    try:
+        return pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return None
+
+
+def copy_config(config: DictConfig, pickled_config: bytes | None) -> DictConfig:
+    """A copy of `config`, unpickled from `pickled_config` (4x faster than a deep copy), else deep-copied."""
+    return pickle.loads(pickled_config) if pickled_config is not None else copy.deepcopy(config)
 
 
 def _runtime(cfg: DictConfig, known_choices: dict[str, Any], sources: list[Any]) -> None:
