@@ -96,6 +96,7 @@ def init_process_group(rank: Rank, device: torch.device, backend: str | None = N
         rank=rank.rank, world_size=rank.world_size,
         timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S),
     )
+    atexit.unregister(destroy_process_group)  # once, in a process that makes a group per job (worker mode)
     atexit.register(destroy_process_group)
 
 
