@@ -12,15 +12,21 @@ second of work each), run by
   `python -m pip install hydra-submitit-launcher==1.2.0 --no-deps` (submitit itself is already one) and
   uninstalls it at the end, because its plugin would otherwise be scanned by every Hydra start.
   psutil, which samples memory, is installed the same way when missing (and kept).
-Each run's process tree (the driver and every descendant) is sampled every 50 ms: the peak of the summed
-RSS (pages shared after fork count once per process, so this overstates forked workers) and of the summed
-PSS (shared pages split between their users: the memory the tree really holds); CPU time is the user +
-system time of the driver and every descendant. Then per-job overhead: N trivial jobs
-(`epochs=1 data.n_synthetic=100`) and 1 such job, giving wall/N and the marginal (wall(N) - wall(1)) / (N - 1).
+Timed runs give wall time and CPU time (the user + system time of the driver and every descendant, from
+wait4) and nothing else: nothing runs beside them. Memory comes from one more run of the main sweep per launcher
+(`memory` in the output and the JSON), whose process tree (the driver and every descendant) is sampled every
+50 ms: the peak of the summed RSS (pages shared after fork count once per process, so this overstates forked
+workers) and of the summed PSS (shared pages split between their users: the memory the tree really holds).
+The sampler is kept out of the timed runs because it is not free: reading one process's PSS takes ~2.6 ms of CPU
+on this machine, every 50 ms for every process of the tree, and on 2 cores it takes CPU from the local launcher's
+workers, which use both cores, but not from the basic launcher, which leaves one idle; the memory run's wall
+ratio is printed too, to show how much. Then per-job overhead: N trivial jobs (`epochs=1
+data.n_synthetic=100`) and 1 such job, giving wall/N and the marginal (wall(N) - wall(1)) / (N - 1).
 
 The local and basic runs alternate `--repeat` times, so that load from other processes on a shared machine
 hits both alike, and the fastest run of each is reported (the least disturbed), with the run-by-run
-ratios and their median; submitit_local runs once, last, because the load it leaves behind lasts a while.
+ratios and their median; submitit_local runs once, last, because the load it leaves behind lasts a while, and
+sampled (its only run also gives its memory): local / submitit_local compares the two memory runs.
 `--baseline DIR` adds `local@baseline`: the local launcher of another checkout (DIR holds its train.py, conf/
 and src/, e.g. `git archive <commit> src conf train.py | tar -x -C DIR`), run with this interpreter and
 PYTHONPATH=DIR/src, in the same alternation: a before/after comparison under the same load.
@@ -78,18 +84,19 @@ class Run:
     n_jobs: int
     wall_s: float
     cpu_s: float
-    peak_rss_gb: float
-    peak_pss_gb: float
-    max_processes: int
+    peak_rss_gb: float | None        # None: a timed run, not sampled
+    peak_pss_gb: float | None
+    max_processes: int | None
     returncode: int
     label: str = ""
     loadavg_1min: float = 0.0
+    sampled: bool = False
 
 
-def measure(cmd: list[str], log: Path, cwd: Path = REPO,
-            env: dict[str, str] | None = None) -> tuple[float, float, float, float, int, int]:
-    """Run `cmd`, sampling its process tree: wall s, CPU s (user + system, every process of the tree),
-    peak RSS GB, peak PSS GB, most processes at once, exit status."""
+def measure(cmd: list[str], log: Path, cwd: Path = REPO, env: dict[str, str] | None = None,
+            sample: bool = False) -> tuple[float, float, float | None, float | None, int | None, int]:
+    """Run `cmd`: wall s, CPU s (user + system, every process of the tree), and with `sample` (else None) its
+    tree's peak RSS GB, peak PSS GB and most processes at once; then the exit status."""
     import psutil
 
     with open(log, "w") as out:
@@ -98,6 +105,12 @@ def measure(cmd: list[str], log: Path, cwd: Path = REPO,
         root = psutil.Process(proc.pid)
         peak_rss = peak_pss = 0
         most = 0
+        while not sample:
+            # wait4 rather than wait(): its resource usage covers the driver and every descendant it reaped.
+            _, status, usage = os.wait4(proc.pid, 0)
+            wall = time.perf_counter() - t0
+            returncode = os.waitstatus_to_exitcode(status)
+            return wall, usage.ru_utime + usage.ru_stime, None, None, None, _exit_status(proc, returncode, log)
         while True:
             # wait4 rather than poll(): its resource usage covers the driver and every descendant it reaped.
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -118,14 +131,19 @@ def measure(cmd: list[str], log: Path, cwd: Path = REPO,
             peak_rss, peak_pss, most = max(peak_rss, rss), max(peak_pss, pss), max(most, len(tree))
             time.sleep(SAMPLE_S)
         wall = time.perf_counter() - t0
-    proc.returncode = returncode = os.waitstatus_to_exitcode(status)
-    if returncode != 0:
-        print(f"  {log.stem}: exit status {returncode}; see {log}", flush=True)
+    returncode = _exit_status(proc, os.waitstatus_to_exitcode(status), log)
     return wall, usage.ru_utime + usage.ru_stime, peak_rss / GB, peak_pss / GB, most, returncode
 
 
+def _exit_status(proc: subprocess.Popen[bytes], returncode: int, log: Path) -> int:
+    proc.returncode = returncode  # reaped by wait4: Popen must not wait for it again
+    if returncode != 0:
+        print(f"  {log.stem}: exit status {returncode}; see {log}", flush=True)
+    return returncode
+
+
 def sweep(launcher: str, n_jobs: int, overrides: list[str], tag: str, work: Path,
-          baseline: Path | None = None) -> Run:
+          baseline: Path | None = None, sample: bool = False) -> Run:
     label = f"{tag}-{launcher}-{n_jobs}-{time.strftime('%H%M%S')}".replace("@", "-")
     cwd, env = REPO, None
     if launcher == BASELINE:
@@ -133,10 +151,11 @@ def sweep(launcher: str, n_jobs: int, overrides: list[str], tag: str, work: Path
         cwd, env = baseline, {**os.environ, "PYTHONPATH": str(baseline / "src")}
     cmd = [sys.executable, "train.py", "-m", "task=linreg", f"seed=range({n_jobs})", *overrides,
            f"hydra/launcher={launcher.split('@')[0]}", f"hydra.sweep.dir={work / label}"]
-    wall, cpu, rss, pss, most, rc = measure(cmd, work / f"{label}.log", cwd, env)
-    run = Run(launcher, n_jobs, wall, cpu, rss, pss, most, rc, label, os.getloadavg()[0])
-    print(f"  {tag:8s} {launcher:15s} {n_jobs:3d} jobs: {wall:6.1f} s wall, {cpu:6.1f} s CPU, peak RSS {rss:5.2f} GB, "
-          f"peak PSS {pss:5.2f} GB, {most} processes, loadavg {os.getloadavg()[0]:.1f}", flush=True)
+    wall, cpu, rss, pss, most, rc = measure(cmd, work / f"{label}.log", cwd, env, sample)
+    run = Run(launcher, n_jobs, wall, cpu, rss, pss, most, rc, label, os.getloadavg()[0], sample)
+    memory = f", peak RSS {rss:5.2f} GB, peak PSS {pss:5.2f} GB, {most} processes" if sample else ""
+    print(f"  {tag:8s} {launcher:15s} {n_jobs:3d} jobs: {wall:6.1f} s wall, {cpu:6.1f} s CPU{memory}, "
+          f"loadavg {os.getloadavg()[0]:.1f}", flush=True)
     return run
 
 
@@ -180,32 +199,36 @@ def main(argv: list[str] | None = None) -> int:
         print(machine_line(), flush=True)
         subprocess.run([sys.executable, "-c", "import torch, torch._dynamo"], cwd=REPO, check=True)  # warm caches
         main_runs: dict[str, list[Run]] = {name: [] for name in launchers}
+        memory_runs: dict[str, Run] = {}
         trivial: dict[str, dict[int, list[Run]]] = {name: {} for name in launchers if name != "submitit_local"}
         quick = [name for name in launchers if name != "submitit_local"]
         for _ in range(args.repeat):  # interleaved, so that load from elsewhere hits both launchers alike
             for name in quick:
                 main_runs[name].append(sweep(name, args.jobs, [f"epochs={args.epochs}"], "sweep", work, args.baseline))
-                save_json(args, main_runs, trivial, None)  # each run as it ends: a run stopped early keeps them
+                save_json(args, main_runs, trivial, None, memory_runs)  # each run as it ends: a stop keeps them
             for name in quick:
                 for n in (1, args.trivial_jobs) if args.trivial_jobs > 1 else ():
                     trivial[name].setdefault(n, []).append(
                         sweep(name, n, ["epochs=1", "data.n_synthetic=100"], "trivial", work, args.baseline))
-                    save_json(args, main_runs, trivial, None)
-        if "submitit_local" in launchers:  # last and once: minutes and ~10 GB, and its load lingers
-            main_runs["submitit_local"].append(
-                sweep("submitit_local", args.jobs, [f"epochs={args.epochs}"], "sweep", work))
+                    save_json(args, main_runs, trivial, None, memory_runs)
+        # memory: one sampled run each; submitit_local last (its load lingers), and only this one
+        for name in sorted(launchers, key=lambda name: name == "submitit_local"):
+            memory_runs[name] = sweep(name, args.jobs, [f"epochs={args.epochs}"], "memory", work, args.baseline,
+                                      sample=True)
+            save_json(args, main_runs, trivial, None, memory_runs)
     finally:
         if installed_submitit and not args.keep_submitit:
             pip("uninstall", "-y", "hydra-submitit-launcher")
-    summary = report(main_runs, trivial, args)
-    save_json(args, main_runs, trivial, summary)
+    main_runs = {name: runs for name, runs in main_runs.items() if runs}
+    summary = report(main_runs, trivial, memory_runs, args)
+    save_json(args, main_runs, trivial, summary, memory_runs)
     if args.json is not None:
         print(f"raw runs and summary: {args.json}")
     return 0
 
 
 def save_json(args: Any, main_runs: dict[str, list[Run]], trivial: dict[str, dict[int, list[Run]]],
-              summary: dict[str, Any] | None) -> None:
+              summary: dict[str, Any] | None, memory_runs: dict[str, Run]) -> None:
     """`--json`: every run so far, and the summary once there is one (None: the runs are not all done)."""
     if args.json is None:
         return
@@ -214,49 +237,61 @@ def save_json(args: Any, main_runs: dict[str, list[Run]], trivial: dict[str, dic
     raw = {"command": [Path(sys.executable).name, *sys.argv], "nproc": os.cpu_count(), "cpu": cpu_model(),
            "args": {k: str(v) for k, v in vars(args).items()}, "summary": summary,
            "runs": [dataclasses.asdict(r) for rs in main_runs.values() for r in rs]
-           + [dataclasses.asdict(r) for by_n in trivial.values() for rs in by_n.values() for r in rs]}
+           + [dataclasses.asdict(r) for by_n in trivial.values() for rs in by_n.values() for r in rs]
+           + [dataclasses.asdict(r) for r in memory_runs.values()]}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(raw, indent=1) + "\n")
 
 
-def report(main_runs: dict[str, list[Run]], trivial: dict[str, dict[int, list[Run]]], args: Any) -> dict[str, Any]:
+def report(main_runs: dict[str, list[Run]], trivial: dict[str, dict[int, list[Run]]], memory_runs: dict[str, Run],
+           args: Any) -> dict[str, Any]:
     """Print the tables; return the same figures for the JSON file."""
     summary: dict[str, Any] = {}
     runs = {name: best_run(rs) for name, rs in main_runs.items()}
-    print(f"\n{args.jobs}-job sweep `train.py -m task=linreg epochs={args.epochs} seed=range({args.jobs})`, "
-          f"fastest of {args.repeat} run(s) (submitit_local: 1):")
+    print(f"\n{args.jobs}-job sweep `train.py -m task=linreg epochs={args.epochs} seed=range({args.jobs})`: wall "
+          f"and CPU the fastest of {args.repeat} timed run(s); memory from the sampled run (submitit_local: that run "
+          "only):")
     print(f"{'launcher':16s} {'wall s':>7s} {'CPU s':>7s} {'peak RSS GB':>12s} {'peak PSS GB':>12s} "
           f"{'processes':>10s} {'exit':>5s}")
-    for name, r in runs.items():
-        print(f"{name:16s} {r.wall_s:7.1f} {r.cpu_s:7.1f} {r.peak_rss_gb:12.2f} {r.peak_pss_gb:12.2f} "
-              f"{r.max_processes:10d} {r.returncode:5d}")
+    for name, m in memory_runs.items():
+        r = runs.get(name, m)
+        print(f"{name:16s} {r.wall_s:7.1f} {r.cpu_s:7.1f} {m.peak_rss_gb or 0:12.2f} {m.peak_pss_gb or 0:12.2f} "
+              f"{m.max_processes or 0:10d} {max(r.returncode, m.returncode, key=abs):5d}")
     local = runs.get("local")
     if local is not None:
         for other, target in (("basic", TARGET_VS_BASIC), ("submitit_local", TARGET_VS_SUBMITIT), (BASELINE, None)):
-            if other not in runs:
+            timed = other in runs
+            if not timed and not (other in memory_runs and "local" in memory_runs):
                 continue
-            ratio = local.wall_s / runs[other].wall_s
+            # submitit_local has no timed run: its ratio compares the two sampled runs, like with like
+            mine, theirs = (local, runs[other]) if timed else (memory_runs["local"], memory_runs[other])
+            ratio = mine.wall_s / theirs.wall_s
             verdict = "no target"
             if target is not None:
                 verdict = f"target <= {target}x: {'met' if ratio <= target else 'MISSED'}"
-            line = (f"sweepit local / {other}: wall {ratio:.2f}x ({verdict}), "
-                    f"CPU {local.cpu_s / runs[other].cpu_s:.2f}x, "
-                    f"peak PSS {local.peak_pss_gb / runs[other].peak_pss_gb:.2f}x, "
-                    f"peak RSS {local.peak_rss_gb / runs[other].peak_rss_gb:.2f}x")
-            pairs = [a.wall_s / b.wall_s for a, b in zip(main_runs["local"], main_runs[other], strict=False)]
+            line = (f"sweepit local / {other}: wall {ratio:.2f}x ({verdict}), CPU {mine.cpu_s / theirs.cpu_s:.2f}x"
+                    + ("" if timed else " (the sampled runs)"))
+            pairs = [a.wall_s / b.wall_s for a, b in zip(main_runs["local"], main_runs[other], strict=False)] \
+                if timed else []
             pairs = pairs or [ratio]
             if len(pairs) > 1:  # runs made one after the other saw about the same load
                 line += (f"; run by run: {', '.join(f'{r:.2f}x' for r in pairs)}, median "
                          f"{statistics.median(pairs):.2f}x")
+            entry = {"fastest_ratio": ratio, "pair_ratios": pairs, "median_pair_ratio": statistics.median(pairs),
+                     "target": target, "met_fastest": None if target is None else ratio <= target,
+                     "met_median": None if target is None else statistics.median(pairs) <= target}
+            if timed and other in memory_runs and "local" in memory_runs:
+                a, b = memory_runs["local"], memory_runs[other]
+                entry["sampled_run_ratio"] = sampled = a.wall_s / b.wall_s
+                pss, rss = (a.peak_pss_gb or 0) / (b.peak_pss_gb or 1), (a.peak_rss_gb or 0) / (b.peak_rss_gb or 1)
+                line += f"; the memory runs (sampled): wall {sampled:.2f}x, peak PSS {pss:.2f}x, peak RSS {rss:.2f}x"
             print(line)
-            summary[f"local_vs_{other}"] = {"fastest_ratio": ratio, "pair_ratios": pairs,
-                                            "median_pair_ratio": statistics.median(pairs), "target": target,
-                                            "met_fastest": None if target is None else ratio <= target,
-                                            "met_median": None if target is None
-                                            else statistics.median(pairs) <= target}
-        print(f"sweepit local tree peak: PSS {local.peak_pss_gb:.2f} GB, RSS {local.peak_rss_gb:.2f} GB "
-              f"(target <= {TARGET_PEAK_GB} GB: {'met' if local.peak_pss_gb <= TARGET_PEAK_GB else 'MISSED'} "
-              f"by PSS, {'met' if local.peak_rss_gb <= TARGET_PEAK_GB else 'missed'} even by RSS)")
+            summary[f"local_vs_{other}"] = entry
+    m = memory_runs.get("local")
+    if m is not None and m.peak_pss_gb is not None and m.peak_rss_gb is not None:
+        print(f"sweepit local tree peak: PSS {m.peak_pss_gb:.2f} GB, RSS {m.peak_rss_gb:.2f} GB "
+              f"(target <= {TARGET_PEAK_GB} GB: {'met' if m.peak_pss_gb <= TARGET_PEAK_GB else 'MISSED'} "
+              f"by PSS, {'met' if m.peak_rss_gb <= TARGET_PEAK_GB else 'missed'} even by RSS)")
     if any(trivial.values()):
         n = args.trivial_jobs
         print(f"\nPer-job overhead, trivial jobs (`epochs=1 data.n_synthetic=100`), N={n}, fastest runs:")
@@ -283,8 +318,8 @@ def report(main_runs: dict[str, list[Run]], trivial: dict[str, dict[int, list[Ru
                                              "cpu_per_job_s": many.cpu_s / n}
             if name == "local":
                 summary["marginal_s_local"].update(target=TARGET_MARGINAL_S, met=marginal <= TARGET_MARGINAL_S)
-        if "submitit_local" in runs:
-            s = runs["submitit_local"]
+        if "submitit_local" in memory_runs:
+            s = memory_runs["submitit_local"]
             print(f"{'submitit_local':16s} (from the main sweep) wall/N {s.wall_s / s.n_jobs:.3f} s")
     return summary
 

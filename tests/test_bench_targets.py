@@ -114,15 +114,22 @@ def test_bench_launcher(tmp_path: Path) -> None:
     proc = make("bench-launcher", f"--jobs 2 --epochs 1 --trivial-jobs 0 --repeat 1 --launchers local,basic "
                                   f"--work {work} --json {out}")
     record = read_json(out)
-    runs = {r["launcher"]: r for r in record["runs"]}
-    assert sorted(runs) == ["basic", "local"]
-    for run in runs.values():
-        assert run["returncode"] == 0 and run["wall_s"] > 0 and run["cpu_s"] > 0 and run["peak_pss_gb"] > 0
+    # each launcher: one timed run (nothing sampled beside it) and one run sampled for memory
+    timed = {r["launcher"]: r for r in record["runs"] if not r["sampled"]}
+    sampled = {r["launcher"]: r for r in record["runs"] if r["sampled"]}
+    assert sorted(timed) == sorted(sampled) == ["basic", "local"] and len(record["runs"]) == 4
+    for run in [*timed.values(), *sampled.values()]:
+        assert run["returncode"] == 0 and run["wall_s"] > 0 and run["cpu_s"] > 0
         results = [json.loads(p.read_text()) for p in (work / run["label"]).glob("*/result.json")]
         assert [r["status"] for r in results] == ["completed"] * 2, results
-    assert runs["local"]["max_processes"] >= 2  # the driver and its workers (basic runs the jobs in its own process)
-    assert record["summary"]["local_vs_basic"]["fastest_ratio"] > 0
-    assert re.search(r"sweepit local / basic: wall [\d.]+x \(target <= 0.5x: (met|MISSED)\)", proc.stdout)
+    assert all(r["peak_pss_gb"] is None and r["max_processes"] is None for r in timed.values())
+    assert all(r["peak_pss_gb"] > 0 for r in sampled.values())
+    assert sampled["local"]["max_processes"] >= 2  # the driver and its workers (basic runs the jobs in its own process)
+    summary = record["summary"]["local_vs_basic"]
+    assert summary["fastest_ratio"] == pytest.approx(timed["local"]["wall_s"] / timed["basic"]["wall_s"])
+    assert summary["sampled_run_ratio"] == pytest.approx(sampled["local"]["wall_s"] / sampled["basic"]["wall_s"])
+    assert re.search(r"sweepit local / basic: wall [\d.]+x \(target <= 0.5x: (met|MISSED)\)"
+                     r".*the memory runs \(sampled\): wall [\d.]+x, peak PSS [\d.]+x", proc.stdout), proc.stdout
 
 
 def test_bench_optuna(tmp_path: Path) -> None:
