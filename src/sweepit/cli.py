@@ -18,7 +18,7 @@ def _summary(args: argparse.Namespace) -> int:
     sweep_dir = Path(args.sweep_dir)
     if not sweep_dir.is_dir():
         raise SweepitError(f"sweep directory must exist, but {sweep_dir} does not. List sweeps with `ls outputs/*/`.")
-    print(summarize(sweep_dir))
+    print(summarize(sweep_dir, max_rows=args.rows))
     return 0
 
 
@@ -177,6 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("summary", help="print the results table of a sweep directory")
     p.add_argument("sweep_dir", help="e.g. outputs/multirun/2026-11-21_10-00-00")
+    p.add_argument("--rows", type=int, default=50, help="jobs listed at most (0: all; default 50): beyond, the best "
+                                                        "ones by objective, best first")
     p.set_defaults(func=_summary)
 
     p = sub.add_parser("ls", help="list the sweeps under a directory, newest first, with counts and best job")

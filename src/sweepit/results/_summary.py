@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 import os
 from collections.abc import Iterable
@@ -21,6 +22,8 @@ KEY_METRICS = ("train_loss", "val_loss", "val_acc")
 # One meaning everywhere (terminal, results.csv, HTML): the mean epoch time with the first (warm-up) epoch left
 # out, as the courses time it; result.json's `epoch_time_s_mean`.
 EPOCH_TIME = "epoch_time_s"
+# Rows of the table a sweep prints at its end (and `sweepit summary` by default): beyond, the best ones by objective.
+MAX_ROWS = 50
 
 
 @dataclass
@@ -157,9 +160,10 @@ def _seconds(value: Any) -> str:
     return f"{value:.1f}" if isinstance(value, int | float) else "-"
 
 
-def format_table(rows: list[JobRow]) -> str:
-    """A plain aligned table: job, overrides, status, objective, key final metrics, wall time, note."""
-    keys = swept_keys(rows)
+def format_table(rows: list[JobRow], keys: list[str] | None = None) -> str:
+    """A plain aligned table: job, overrides, status, objective, key final metrics, wall time, note. `keys`: the
+    override columns (default: the keys whose value differs between `rows`)."""
+    keys = swept_keys(rows) if keys is None else keys
     metrics = [m for m in KEY_METRICS if any(m in r.final for r in rows)]
     timed = any("epoch_time_s_mean" in r.result for r in rows)
     header = ["job", *keys, "status", "objective", *metrics, *([EPOCH_TIME] if timed else []), "time_s", "note"]
@@ -175,37 +179,122 @@ def format_table(rows: list[JobRow]) -> str:
     return "\n".join(lines)
 
 
-def summarize(sweep_dir: Path) -> str:
-    """The text printed at the end of a sweep: table, counts by status, best job and the sweep directory."""
-    rows = collect(sweep_dir)
-    if not rows:
+def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
+    """The text printed at the end of a sweep: table, counts by status, best job and the sweep directory.
+
+    A sweep of more than `max_rows` jobs (0: no limit) shows the best `max_rows` of them by objective, best first,
+    and says how many it left out; the counts, the best job and the overrides every job shares still cover every
+    job. The jobs are read one at a time and only the rows shown are kept, so that the summary of 100,000 jobs,
+    which a driver prints at the end, holds a few hundred rows and not 100,000."""
+    dirs = sorted(job_dirs(sweep_dir), key=lambda d: d[1])
+    if not dirs:
         return f"No jobs found in {sweep_dir}."
-    direction = sweep_direction(sweep_dir, (r.result.get("direction") for r in rows))
-    metric = next((str(r.result["metric"]) for r in rows if "metric" in r.result), "objective")
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[r.status] = counts.get(r.status, 0) + 1
-    parts = [format_table(rows), "",
-             f"{len(rows)} jobs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))]
-    fixed = fixed_overrides(rows)
-    if fixed and len(rows) > 1:
-        parts.append("same in every job: " + " ".join(f"{k}={v}" for k, v in fixed.items()))
     study = read_study_file(sweep_dir) or {}
     directions = study.get("directions")
-    if isinstance(directions, list) and len(directions) > 1:
-        parts += pareto_lines(rows, directions, study.get("metrics") or None)
+    multi = isinstance(directions, list) and len(directions) > 1
+    tally = _Tally(max_rows if 0 < max_rows < len(dirs) else 0, multi)
+    for path, _ in dirs:
+        tally.add(read_job(path))
+    direction = sweep_direction(sweep_dir, [tally.direction])
+    metric = tally.metric or "objective"
+    shown = tally.shown(direction)
+    keys = tally.swept_keys()
+    parts = []
+    if len(shown) < tally.n:
+        parts.append(f"the best {len(shown)} of {tally.n} jobs by {metric} ({direction}); "
+                     f"`sweepit summary {sweep_dir} --rows 0` lists every job:")
+    parts += [format_table(shown, keys), "",
+              f"{tally.n} jobs: " + ", ".join(f"{n} {s}" for s, n in sorted(tally.counts.items()))]
+    fixed = {k: v for k, v in tally.first_overrides.items() if k not in set(keys)}
+    if fixed and tally.n > 1:
+        parts.append("same in every job: " + " ".join(f"{k}={v}" for k, v in fixed.items()))
+    if multi:
+        assert isinstance(directions, list)
+        parts += pareto_lines(tally.completed, directions, study.get("metrics") or None)
     else:
-        best = best_row(rows, direction)
+        best = tally.best.get(direction)
         if best is not None:
             args = " ".join(f"{k}={v}" for k, v in best.overrides.items())
             parts.append(f"best ({direction} {metric}): job {best.num} = {_fmt(best.objective)}  [{args}]")
-    weights = [sum(n for n in r.result["weights"].values() if isinstance(n, int)) for r in rows
-               if isinstance(r.result.get("weights"), dict) and r.result["weights"]]
-    if weights:
-        parts.append(f"weights: {size_text(sum(weights))} in {len(weights)} jobs (model_*.pt); "
+    if tally.weights:
+        parts.append(f"weights: {size_text(sum(tally.weights))} in {len(tally.weights)} jobs (model_*.pt); "
                      f"`sweepit clean {sweep_dir}` keeps only the best job's")
     parts.append(f"sweep directory: {sweep_dir}")
     return "\n".join(parts)
+
+
+class _Tally:
+    """What `summarize` needs of every job, gathered one job at a time (in job order): counts, the swept keys, the
+    best job either way, and the rows to show: all of them when `limit` is 0, else the `limit` best either way
+    (the direction is known only at the end) and the first `limit` without an objective."""
+
+    def __init__(self, limit: int, multi: bool) -> None:
+        self.limit, self.multi = limit, multi
+        self.n = 0
+        self.counts: dict[str, int] = {}
+        self.metric: str | None = None
+        self.direction: str | None = None
+        self.first_overrides: dict[str, str] = {}
+        self.keys: dict[str, None] = {}
+        self.varying: set[str] = set()
+        self.weights: list[int] = []
+        self.best: dict[str, JobRow] = {}
+        self.rows: list[JobRow] = []            # every row (no limit), or the first `limit` without an objective
+        self.top: dict[str, list[tuple[float, int, int, JobRow]]] = {"maximize": [], "minimize": []}  # heaps
+        self.completed: list[JobRow] = []       # multi-objective: every completed job (its Pareto front needs all)
+
+    def add(self, row: JobRow) -> None:
+        self.n += 1
+        self.counts[row.status] = self.counts.get(row.status, 0) + 1
+        result = row.result
+        if self.metric is None and "metric" in result:
+            self.metric = str(result["metric"])
+        if self.direction is None and result.get("direction") not in (None, ""):
+            self.direction = result["direction"]
+        self._overrides(row.overrides)
+        weights = result.get("weights")
+        if isinstance(weights, dict) and weights:
+            self.weights.append(sum(n for n in weights.values() if isinstance(n, int)))
+        if self.multi and row.status == "completed":
+            self.completed.append(row)
+        scored = row.status == "completed" and row.objective is not None and math.isfinite(row.objective)
+        if scored:
+            assert row.objective is not None
+            for direction, sign in (("maximize", 1.0), ("minimize", -1.0)):
+                best = self.best.get(direction)
+                if best is None or sign * row.objective > sign * (best.objective or 0.0):  # the first on ties
+                    self.best[direction] = row
+                if self.limit:
+                    # the heap's smallest is the worst kept: lower value, then the later job
+                    entry = (sign * row.objective, -row.num, -self.n, row)
+                    heap = self.top[direction]
+                    if len(heap) < self.limit:
+                        heapq.heappush(heap, entry)
+                    elif entry[:3] > heap[0][:3]:
+                        heapq.heapreplace(heap, entry)
+        if not self.limit or (not scored and len(self.rows) < self.limit):
+            self.rows.append(row)
+
+    def _overrides(self, overrides: dict[str, str]) -> None:
+        if self.n == 1:
+            self.first_overrides = dict(overrides)
+            self.keys.update(dict.fromkeys(overrides))
+            return
+        for key, value in overrides.items():
+            self.keys.setdefault(key)
+            if value != self.first_overrides.get(key):
+                self.varying.add(key)
+        self.varying.update(k for k in self.first_overrides if k not in overrides)
+
+    def swept_keys(self) -> list[str]:
+        """As `swept_keys` of every row: the keys whose value differs between jobs (all of them for one job)."""
+        return list(self.keys) if self.n == 1 else [k for k in self.keys if k in self.varying]
+
+    def shown(self, direction: str) -> list[JobRow]:
+        if not self.limit:
+            return self.rows
+        ranked = [row for *_, row in sorted(self.top[direction], key=lambda e: e[:3], reverse=True)]
+        return ranked + self.rows[:self.limit - len(ranked)]
 
 
 def size_text(n_bytes: int) -> str:
