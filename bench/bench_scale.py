@@ -142,22 +142,63 @@ def step_fs(work: Path, n_jobs: int) -> dict[str, Any]:
 def step_real(work: Path, n_jobs: int) -> dict[str, Any]:
     """A real Hydra sweep of `n_jobs` jobs on the local launcher (examples/any_hydra_app: jobs that take
     milliseconds), driven in this process: the driver's peak memory with Hydra's sweeper, the composed configs,
-    the JobReturns and sweepit's records of every job. The jobs run in forked workers (not counted)."""
+    the JobReturns and sweepit's records of every job. The jobs run in forked workers (not counted).
+
+    Besides the peak, a thread samples the driver's RSS and the jobs started (entries of the sweep directory)
+    every second while the jobs run: the least-squares slope of RSS against jobs, over the samples after the
+    first 10% of the jobs, is the driver's growth a job, which a difference of two peaks (a few MB of noise)
+    cannot measure at 1-5 KB a job. The end of the sweep (the summary it prints) is the peak's excess over the
+    last sample."""
     import runpy
+    import threading
 
     sweep = work / "real"
     shutil.rmtree(sweep, ignore_errors=True)
     app = Path(__file__).resolve().parent.parent / "examples" / "any_hydra_app" / "app.py"
     sys.argv = [str(app), "-m", f"x=range(0,{n_jobs})", f"hydra.sweep.dir={sweep}",
                 "hydra/job_logging=none", "hydra/hydra_logging=none"]
+    samples: list[tuple[int, float]] = []
+    stop = threading.Event()
+    sampler = threading.Thread(target=_sample_rss, args=(sweep, samples, stop), daemon=True)
     t0 = time.perf_counter()
+    sampler.start()
     with contextlib.redirect_stdout(io.StringIO()):
         runpy.run_path(str(app), run_name="__main__")
     wall = time.perf_counter() - t0
+    stop.set()
+    sampler.join()
     done = len(list(sweep.glob("*/result.json")))
     shutil.rmtree(sweep)
-    return {"real_jobs": n_jobs, "real_completed": done, "real_wall_s": wall,
-            "real_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    running = [(n, mb) for n, mb in samples if n_jobs // 10 <= n < n_jobs]
+    slope_kb = _slope(running) * 1024 if len(running) >= 3 else None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    step = max(1, len(samples) // 200)
+    return {"real_jobs": n_jobs, "real_completed": done, "real_wall_s": wall, "real_peak_mb": peak,
+            "real_growth_kb_per_job": slope_kb, "real_samples_used": len(running),
+            "real_last_running_mb": running[-1][1] if running else None,
+            "real_end_excess_mb": peak - running[-1][1] if running else None,
+            "real_samples": samples[::step]}
+
+
+def _sample_rss(sweep: Path, samples: list[tuple[int, float]], stop: Any) -> None:
+    page_mb = os.sysconf("SC_PAGE_SIZE") / 2**20
+    while not stop.wait(1.0):
+        with open("/proc/self/statm") as f:
+            rss_mb = int(f.read().split()[1]) * page_mb
+        try:
+            with os.scandir(sweep) as entries:
+                started = sum(1 for e in entries if e.name[:1].isdigit())  # the job directories
+        except FileNotFoundError:
+            started = 0
+        samples.append((started, rss_mb))
+
+
+def _slope(points: list[tuple[int, float]]) -> float:
+    """Least-squares slope of y over x."""
+    n = len(points)
+    mx, my = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    return sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else 0.0
 
 
 def step_writes(work: Path, n_jobs: int) -> dict[str, Any]:
@@ -255,6 +296,15 @@ def _print_real(real: list[dict[str, Any]]) -> None:
     for r in real:
         print(f"  {r['real_jobs']:>7} jobs ({r['real_completed']} completed) in {r['real_wall_s']:.0f} s: "
               f"{r['real_peak_mb']:.0f} MB")
+        if r.get("real_growth_kb_per_job") is None:
+            continue
+        # the last RSS while jobs ran, the growth a job up to 100,000, and the end's excess (its summary) on top
+        at_100k = (r["real_last_running_mb"] + r["real_growth_kb_per_job"] * (100_000 - r["real_jobs"]) / 1024
+                   + r["real_end_excess_mb"])
+        print(f"    while the jobs ran: {r['real_growth_kb_per_job']:.2f} KB a job (least squares over "
+              f"{r['real_samples_used']} samples, last {r['real_last_running_mb']:.0f} MB); the end adds "
+              f"{r['real_end_excess_mb']:.0f} MB; extrapolated to 100,000 jobs: {at_100k:.0f} MB "
+              f"(goal <= {DRIVER_GOAL_MB:g} MB: {'met' if at_100k <= DRIVER_GOAL_MB else 'missed'}; not run)")
     if len(real) < 2:
         return
     a, b = real[-2], real[-1]
