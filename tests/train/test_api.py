@@ -125,6 +125,18 @@ def test_a_checkpoint_of_another_configuration_is_not_resumed(tmp_path: Path, ca
     assert "checkpoint of another configuration" in caplog.text
 
 
+
+def test_a_task_that_changes_its_config_while_it_runs_still_resumes(tmp_path: Path) -> None:
+    """The checkpoint's fingerprint is the config as the job started (computed once a job): what the job computes
+    again when it is restarted with the same config, whatever the task did to its copy in between."""
+    session = _job(tmp_path, lr=0.1)
+    assert sweepit.load_checkpoint() is None  # a fresh start
+    session.config.lr = 0.5  # the task's own business, after the start
+    sweepit.save_checkpoint({"epoch": 1})
+    _session.end()
+    _job(tmp_path, lr=0.1)  # the requeued job: the same config as the first start
+    assert sweepit.load_checkpoint() == {"epoch": 1}
+
 def test_context_gives_the_rank_and_device_sweepit_assigned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _job(tmp_path, device="cpu")
     job = sweepit.context()

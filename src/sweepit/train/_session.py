@@ -44,6 +44,7 @@ class Session:
     _stop: bool = False                              # the pruner's verdict after the latest report
     told_to_stop: bool = False                       # should_stop() said True: a task that returns was pruned
     _trackers: list[Any] | None = None               # the config's experiment trackers, once opened (rank 0)
+    _hash: str | None = None                         # the config's fingerprint, once computed
 
     # -- what the session knows from the job's config --------------------------------------------------
     def value(self, key: str, default: Any = None) -> Any:
@@ -184,6 +185,13 @@ class Session:
         return None if self.job_dir is None else self.job_dir / CHECKPOINT_FILE
 
     def _config_hash(self) -> str:
+        """The fingerprint a checkpoint is saved and loaded with, computed once a job (it was once an epoch): the
+        config as the job started, which is also what a restarted job computes, even if the task changed it since."""
+        if self._hash is None:
+            self._hash = self._fingerprint()
+        return self._hash
+
+    def _fingerprint(self) -> str:
         from omegaconf import OmegaConf
 
         from sweepit.train._checkpoint import fingerprint
