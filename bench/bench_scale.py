@@ -145,8 +145,9 @@ def step_real(work: Path, n_jobs: int) -> dict[str, Any]:
     the JobReturns and sweepit's records of every job. The jobs run in forked workers (not counted).
 
     Besides the peak, a thread samples the driver's RSS and the jobs started (entries of the sweep directory)
-    every second while the jobs run: the least-squares slope of RSS against jobs, over the samples after the
-    first 10% of the jobs, is the driver's growth a job, which a difference of two peaks (a few MB of noise)
+    every second while the jobs run: the least-squares slope of RSS against jobs, over the samples of the second
+    half of the jobs (the first few hundred jobs grow the driver faster: caches and allocator pools filling up),
+    is the driver's growth a job, which a difference of two peaks (a few MB of noise)
     cannot measure at 1-5 KB a job. The end of the sweep (the summary it prints) is the peak's excess over the
     last sample."""
     import runpy
@@ -169,7 +170,7 @@ def step_real(work: Path, n_jobs: int) -> dict[str, Any]:
     sampler.join()
     done = len(list(sweep.glob("*/result.json")))
     shutil.rmtree(sweep)
-    running = [(n, mb) for n, mb in samples if n_jobs // 10 <= n < n_jobs]
+    running = [(n, mb) for n, mb in samples if n_jobs // 2 <= n < n_jobs]  # after the warm-up (~500 jobs here)
     slope_kb = _slope(running) * 1024 if len(running) >= 3 else None
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     step = max(1, len(samples) // 200)
