@@ -76,6 +76,6 @@ def test_the_summary_command_takes_a_row_limit(tmp_path: Path) -> None:
     out = subprocess.run([SWEEPIT, "summary", str(sweep), "--rows", "2"],
                          capture_output=True, text=True, check=True).stdout
     assert _table_jobs(out) == [1, 4] and out.startswith("the best 2 of 7 jobs by val_acc")
-    out = subprocess.run([SWEEPIT, "summary", str(sweep)],
-                         capture_output=True, text=True, check=True).stdout
-    assert _table_jobs(out) == list(range(7))  # 7 jobs: under the default limit of 50
+    for rows in ([], ["--rows", "0"]):  # 7 jobs: under the default limit of 50; 0: no limit
+        out = subprocess.run([SWEEPIT, "summary", str(sweep), *rows], capture_output=True, text=True, check=True).stdout
+        assert _table_jobs(out) == list(range(7)) and not out.startswith("the best")
