@@ -79,6 +79,21 @@ def test_writes_cost_linear_bytes_over_a_sweep(tmp_path: Path, monkeypatch: pyte
     assert [e.state for e in read_manifest(Path(m.sweep_dir)).jobs.values()] == ["completed"] * 400
 
 
+def test_a_whole_write_streams_the_same_json_and_knows_its_size(tmp_path: Path) -> None:
+    """The snapshot is written a job at a time (never the whole text in memory); it is the text `to_json` gives,
+    and the size the driver keeps (to know when the journal has grown as large) is the file's."""
+    m = _sweep(tmp_path, n_jobs=5)
+    m.jobs[3].overrides = ["lr=0.1", "+note=caf\u00e9"]  # not ASCII: written escaped, one byte a character
+    write_manifest(m)
+    path = Path(m.sweep_dir) / MANIFEST_FILE
+    assert path.read_text() == m.to_json()
+    assert m._disk is not None and m._disk.snapshot_bytes == path.stat().st_size
+    assert read_manifest(Path(m.sweep_dir)).jobs == m.jobs
+    empty = Manifest(sweep_dir=str(tmp_path / "empty"), argv=["python"], cwd=str(tmp_path), launcher="local")
+    write_manifest(empty)
+    assert read_manifest(tmp_path / "empty").jobs == {}
+
+
 def test_a_line_cut_short_is_skipped_and_the_next_write_is_whole(tmp_path: Path) -> None:
     m = _sweep(tmp_path)
     m.jobs[0].state = "running"

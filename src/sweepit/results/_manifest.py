@@ -7,6 +7,7 @@ the jobs that changed are appended to `sweep.journal` (see `_journal`), which ev
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -17,9 +18,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TextIO
 
-from sweepit._files import atomic_write, collector_paused
+from sweepit._files import atomic_file, collector_paused
 from sweepit.errors import ManifestError
 from sweepit.results._job_files import STDERR_LOG, read_outcome, read_result
 from sweepit.results._journal import Journal, append_records, compact_now, read_journal, start_journal
@@ -68,10 +69,20 @@ class Manifest:
 
     def to_json(self) -> str:
         """Sweep fields, then one job per line: readable, and written fast (no indentation pass)."""
+        out = io.StringIO()
+        self.write_json(out)
+        return out.getvalue()
+
+    def write_json(self, out: TextIO) -> int:
+        """`to_json` into `out`, one job at a time (a 100,000-job sweep's text, ~30 MB, is never in memory at once,
+        nor its 100,000 lines); returns the characters written (all ASCII: the bytes)."""
         head = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("jobs", "_disk")}
-        jobs = [json.dumps(_job_dict(self.jobs[n])) for n in sorted(self.jobs)]
-        text = json.dumps(head, indent=1)[:-2]
-        return text + ',\n "jobs": [\n  ' + ",\n  ".join(jobs) + "\n ]\n}\n"
+        n = out.write(json.dumps(head, indent=1)[:-2] + ',\n "jobs": [')
+        separator = "\n  "
+        for num in sorted(self.jobs):
+            n += out.write(separator + json.dumps(_job_dict(self.jobs[num])))
+            separator = ",\n  "
+        return n + out.write("\n ]\n}\n")
 
     @classmethod
     def from_json(cls, text: str) -> Manifest:
@@ -196,10 +207,11 @@ def write_manifest(m: Manifest, changed: Iterable[int] | None = None) -> Path:
             disk.journal_bytes += n_bytes
             return manifest_path(sweep_dir)
     m.generation, m.version = m.generation + 1, MANIFEST_VERSION
-    text = m.to_json()
     m._disk = None  # until both files are written
-    path = atomic_write(manifest_path(sweep_dir), text, fsync=False)
-    m._disk = _OnDisk(len(text), start_journal(sweep_dir, m.generation))
+    path = manifest_path(sweep_dir)
+    with atomic_file(path, fsync=False) as out:
+        size = m.write_json(out)
+    m._disk = _OnDisk(size, start_journal(sweep_dir, m.generation))
     return path
 
 
