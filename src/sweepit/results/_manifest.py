@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import IO, Any, Protocol
 
 from sweepit._files import atomic_file, collector_paused
 from sweepit.errors import ManifestError
@@ -73,7 +73,7 @@ class Manifest:
         self.write_json(out)
         return out.getvalue()
 
-    def write_json(self, out: TextIO) -> int:
+    def write_json(self, out: IO[str]) -> int:
         """`to_json` into `out`, one job at a time (a 100,000-job sweep's text, ~30 MB, is never in memory at once,
         nor its 100,000 lines); returns the characters written (all ASCII: the bytes)."""
         head = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("jobs", "_disk")}
