@@ -212,7 +212,7 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
         assert isinstance(directions, list)
         parts += pareto_lines(tally.completed, directions, study.get("metrics") or None)
     else:
-        best = tally.best.get(direction)
+        best = tally.best(direction)
         if best is not None:
             args = " ".join(f"{k}={v}" for k, v in best.overrides.items())
             parts.append(f"best ({direction} {metric}): job {best.num} = {_fmt(best.objective)}  [{args}]")
@@ -224,9 +224,9 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
 
 
 class _Tally:
-    """What `summarize` needs of every job, gathered one job at a time (in job order): counts, the swept keys, the
-    best job either way, and the rows to show: all of them when `limit` is 0, else the `limit` best either way
-    (the direction is known only at the end) and the first `limit` without an objective."""
+    """What `summarize` needs of every job, gathered one job at a time (in job order): counts, the swept keys and
+    the rows to show: all of them when `limit` is 0, else the `limit` best either way (the direction is known only
+    at the end) and the first `limit` without an objective. The best job is the first of the ranked rows."""
 
     def __init__(self, limit: int, multi: bool) -> None:
         self.limit, self.multi = limit, multi
@@ -238,7 +238,6 @@ class _Tally:
         self.keys: dict[str, None] = {}
         self.varying: set[str] = set()
         self.weights: list[int] = []
-        self.best: dict[str, JobRow] = {}
         self.rows: list[JobRow] = []            # every row (no limit), or the first `limit` without an objective
         self.top: dict[str, list[tuple[float, int, int, JobRow]]] = {"maximize": [], "minimize": []}  # heaps
         self.completed: list[JobRow] = []       # multi-objective: every completed job (its Pareto front needs all)
@@ -258,20 +257,16 @@ class _Tally:
         if self.multi and row.status == "completed":
             self.completed.append(row)
         scored = row.status == "completed" and row.objective is not None and math.isfinite(row.objective)
-        if scored:
+        if scored and self.limit:
             assert row.objective is not None
             for direction, sign in (("maximize", 1.0), ("minimize", -1.0)):
-                best = self.best.get(direction)
-                if best is None or sign * row.objective > sign * (best.objective or 0.0):  # the first on ties
-                    self.best[direction] = row
-                if self.limit:
-                    # the heap's smallest is the worst kept: lower value, then the later job
-                    entry = (sign * row.objective, -row.num, -self.n, row)
-                    heap = self.top[direction]
-                    if len(heap) < self.limit:
-                        heapq.heappush(heap, entry)
-                    elif entry[:3] > heap[0][:3]:
-                        heapq.heapreplace(heap, entry)
+                # the heap's smallest is the worst kept: lower value, then the later job
+                entry = (sign * row.objective, -row.num, -self.n, row)
+                heap = self.top[direction]
+                if len(heap) < self.limit:
+                    heapq.heappush(heap, entry)
+                elif entry[:3] > heap[0][:3]:
+                    heapq.heapreplace(heap, entry)
         if not self.limit or (not scored and len(self.rows) < self.limit):
             self.rows.append(row)
 
@@ -290,11 +285,21 @@ class _Tally:
         """As `swept_keys` of every row: the keys whose value differs between jobs (all of them for one job)."""
         return list(self.keys) if self.n == 1 else [k for k in self.keys if k in self.varying]
 
+    def ranked(self, direction: str) -> list[JobRow]:
+        """The kept scored rows, best first (the earlier job first on a tie, as `best_row` picks)."""
+        return [row for *_, row in sorted(self.top[direction], key=lambda e: e[:3], reverse=True)]
+
     def shown(self, direction: str) -> list[JobRow]:
         if not self.limit:
             return self.rows
-        ranked = [row for *_, row in sorted(self.top[direction], key=lambda e: e[:3], reverse=True)]
+        ranked = self.ranked(direction)
         return ranked + self.rows[:self.limit - len(ranked)]
+
+    def best(self, direction: str) -> JobRow | None:
+        if not self.limit:
+            return best_row(self.rows, direction)
+        ranked = self.ranked(direction)
+        return ranked[0] if ranked else None
 
 
 def size_text(n_bytes: int) -> str:
