@@ -168,6 +168,17 @@ def _download(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rows(text: str) -> int:
+    """`--rows`: a count of rows, 0 for all."""
+    try:
+        rows = int(text)
+    except ValueError:
+        rows = -1
+    if rows < 0:
+        raise argparse.ArgumentTypeError(f"must be a count of rows (0: all), but is {text!r}; for example --rows 20")
+    return rows
+
+
 def build_parser() -> argparse.ArgumentParser:
     import sweepit
 
@@ -177,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("summary", help="print the results table of a sweep directory")
     p.add_argument("sweep_dir", help="e.g. outputs/multirun/2026-11-21_10-00-00")
-    p.add_argument("--rows", type=int, default=50, help="jobs listed at most (0: all; default 50): beyond, the best "
+    p.add_argument("--rows", type=_rows, default=50, help="jobs listed at most (0: all; default 50): beyond, the best "
                                                         "ones by objective, best first")
     p.set_defaults(func=_summary)
 
@@ -187,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="write DIR/report/: results.csv, summary.md, PNG plots and index.html")
     p.add_argument("sweep_dir", help="e.g. outputs/optimizer_lr/2026-11-21_10-00-00")
-    p.add_argument("--rows", type=int, default=50, help="table rows printed in the terminal (0: all; default 50)")
+    p.add_argument("--rows", type=_rows, default=50, help="table rows printed in the terminal (0: all; default 50)")
     p.set_defaults(func=_report)
 
     p = sub.add_parser("status", help="refresh a sweep's job states (from Slurm and the results) and print the table, "
@@ -195,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("sweep_dir", help="a sweep directory holding sweep.json")
     p.add_argument("--watch", nargs="?", type=float, const=5.0, default=None, metavar="SECONDS",
                    help="look again every SECONDS (default 5) until the sweep ends; redrawn in place on a terminal")
-    p.add_argument("--rows", type=int, default=50, help="jobs listed at most (0: all; default 50): beyond, those "
+    p.add_argument("--rows", type=_rows, default=50, help="jobs listed at most (0: all; default 50): beyond, those "
                                                         "that did not finish, the finished ones counted")
     p.set_defaults(func=_status)
 

@@ -79,3 +79,7 @@ def test_the_summary_command_takes_a_row_limit(tmp_path: Path) -> None:
     for rows in ([], ["--rows", "0"]):  # 7 jobs: under the default limit of 50; 0: no limit
         out = subprocess.run([SWEEPIT, "summary", str(sweep), *rows], capture_output=True, text=True, check=True).stdout
         assert _table_jobs(out) == list(range(7)) and not out.startswith("the best")
+    # a negative count is refused with what to type instead, for every command that takes --rows
+    for command in ("summary", "report", "status"):
+        bad = subprocess.run([SWEEPIT, command, str(sweep), "--rows", "-2"], capture_output=True, text=True)
+        assert bad.returncode == 2 and "--rows: must be a count of rows (0: all), but is '-2'" in bad.stderr, bad.stderr
