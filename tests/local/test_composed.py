@@ -13,7 +13,7 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf, open_dict
 
 from hydra_plugins.sweepit._compose import ComposedConfigs, LoadedConfigs
-from hydra_plugins.sweepit._hydra import job_dir
+from hydra_plugins.sweepit._hydra import _uses_hydra_resolver, job_dir, job_return
 from sweepit_testing import CONF
 
 SWEEP_JOBS = [
@@ -63,3 +63,21 @@ def test_a_jobs_directory_resolves_as_hydras_run_job_resolves_it(subdir: str, ex
         with open_dict(config):
             config.hydra.job.num = 7
         assert job_dir(config, tmp_path) == tmp_path / expected
+
+
+def test_a_job_whose_directory_read_hydras_config_still_gives_its_job_return(tmp_path: Path) -> None:
+    """The project's default `hydra.sweep.dir` (`outputs/${study}/...`) makes job_dir() set HydraConfig, which marks
+    the config's hydra node read-only in place; the JobReturn built from it later sets hydra.runtime.output_dir (the
+    README's Slurm command, without hydra.sweep.dir, ended in ReadonlyConfigError)."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        master = loader.load_configuration("config", ["task=linreg"], run_mode=RunMode.MULTIRUN)
+        config = ComposedConfigs(copy.deepcopy(loader)).take(master, ["lr=0.3"])
+        with open_dict(config):
+            config.hydra.job.num = 0
+        assert _uses_hydra_resolver(config.hydra.sweep)  # the default goes through HydraConfig
+        flag = config.hydra._get_node_flag("readonly")
+        directory = job_dir(config, tmp_path)
+        assert config.hydra._get_node_flag("readonly") == flag
+        ret = job_return(["lr=0.3"], config, directory, "completed")
+    assert ret.hydra_cfg.hydra.runtime.output_dir == str(directory) and ret.cfg.lr == 0.3

@@ -162,12 +162,13 @@ def job_dir(config: DictConfig, sweep_dir: Path) -> Path:
     if not _uses_hydra_resolver(config.hydra.sweep):
         return sweep_dir / str(OmegaConf.select(config, "hydra.sweep.subdir"))  # no HydraConfig (a 20 ms copy)
     hydra_config = HydraConfig.instance()
-    saved = hydra_config.cfg
-    hydra_config.set_config(config)
+    saved, flag = hydra_config.cfg, config.hydra._get_node_flag("readonly")
+    hydra_config.set_config(config)  # which also marks `config.hydra` read-only, in place
     try:
         return sweep_dir / str(OmegaConf.select(config, "hydra.sweep.subdir"))
     finally:
         hydra_config.cfg = saved
+        OmegaConf.set_readonly(config.hydra, flag)  # the driver's copy stays as it was: its JobReturn sets a key
 
 
 def run_hydra_job(hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig,
@@ -407,7 +408,7 @@ def split_hydra(config: DictConfig, job_dir_: Path) -> tuple[DictConfig, DictCon
         node = config._get_node("hydra")
         del config["hydra"]
     hydra_cfg = OmegaConf.create({"hydra": node})
-    with read_write(hydra_cfg), open_dict(hydra_cfg):
+    with read_write(hydra_cfg.hydra.runtime), open_dict(hydra_cfg.hydra.runtime):  # whatever flag a parent has
         hydra_cfg.hydra.runtime.output_dir = str(job_dir_)
     OmegaConf.set_readonly(hydra_cfg, True)
     return config, hydra_cfg
