@@ -138,3 +138,33 @@ def test_any_hydra_app_runs_on_the_local_launcher_and_optuna(tmp_path: Path) -> 
     assert search.returncode == 0, search.stderr[-3000:]
     values = [r["objective"] for r in results(tmp_path / "search").values()]
     assert len(values) == 8 and f"= {min(values):.4g}" in search.stdout.split("best (minimize objective)")[1]
+
+
+def test_own_loop_on_hydras_basic_launcher_gives_every_job_its_own_state_and_result(tmp_path: Path) -> None:
+    """Hydra's basic launcher runs every job in one process: job 1 once loaded job 0's checkpoint (a size mismatch
+    with another width), trained 0 epochs and left no result.json, and the table said `pending`."""
+    proc = run(EXAMPLES / "own_loop" / "train.py", ["-m", "lr=0.003,0.03", "width=8,16", "epochs=2", "n_train=300",
+                                                    "hydra/launcher=basic"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    sweep = only_sweep(tmp_path / "outputs" / "own_loop")
+    done = results(sweep)
+    assert sorted(done) == [0, 1, 2, 3]
+    for result in done.values():
+        assert result["status"] == "completed" and result["epochs_completed"] == 2, result
+        assert result["objective"] == result["final"]["val_acc"]
+    assert "4 jobs: 4 completed" in proc.stdout and "best (maximize val_acc)" in proc.stdout
+    listing = subprocess.run([sys.executable, "-m", "sweepit.cli", "ls"], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=60).stdout
+    assert "4 jobs: 4 completed" in listing, listing  # not `running`
+
+
+def test_own_loop_under_optuna_on_hydras_basic_launcher(tmp_path: Path) -> None:
+    """Trials of two widths in one process: each builds its own model (5 of 6 failed on another trial's checkpoint)."""
+    proc = run(EXAMPLES / "own_loop" / "train.py",
+               ["-m", "hydra/sweeper=optuna", "hydra/launcher=basic", "width=choice(8,16)", "lr=interval(0.001,0.1)",
+                "hydra.sweeper.n_trials=4", "hydra.sweeper.sampler.seed=1", "epochs=2", "n_train=300",
+                f"hydra.sweep.dir={tmp_path / 'study'}"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    done = results(tmp_path / "study")
+    assert len(done) == 4 and {r["status"] for r in done.values()} == {"completed"}, done
+    assert {r["epochs_completed"] for r in done.values()} == {2}

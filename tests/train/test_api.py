@@ -206,3 +206,22 @@ def test_a_loop_on_the_api_resumes_exactly(tmp_path: Path) -> None:
     torch.manual_seed(123)  # whatever happened in between
     resumed = loop(tmp_path / "resumed")
     assert resumed == straight and len(straight) == 5
+
+
+def test_a_process_that_runs_one_job_after_another_gives_each_its_own_session(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hydra's basic launcher runs every job of a sweep in one process, moving the output directory on: the calls
+    of the second job must not see the first one's checkpoint or metrics (it loaded job 0's checkpoint and trained
+    0 epochs)."""
+    first, second = tmp_path / "0_lr=0.1", tmp_path / "1_lr=0.2"
+    monkeypatch.setenv(_session.ENV_JOB_DIR, str(first))
+    sweepit.report({"loss": 1.0}, epoch=1)
+    sweepit.save_checkpoint({"epoch": 1, "weights": [1.0]})
+    monkeypatch.setenv(_session.ENV_JOB_DIR, str(second))
+    assert sweepit.load_checkpoint() is None  # a fresh start: job 0's checkpoint is not this job's
+    assert sweepit.context().job_dir == second
+    sweepit.report({"loss": 2.0})
+    assert read_metrics(second)[0] == [{"epoch": 1, "loss": 2.0}]  # counted from 1 again, in its own file
+    assert read_metrics(first)[0] == [{"epoch": 1, "loss": 1.0}]
+    monkeypatch.setenv(_session.ENV_JOB_DIR, str(first))
+    assert sweepit.load_checkpoint()["weights"] == [1.0]  # the same directory again: its own checkpoint

@@ -178,7 +178,7 @@ def run_hydra_job(hydra_context: HydraContext, task_function: TaskFunction, conf
     session = _session.begin(job_dir_, config)
     try:
         ret = run_forked_job(hydra_context, task_function, config)
-        status, error = _record(session, ret)
+        status, error = record(session, ret)
         if error is None:
             reply = Reply(status="completed", value=picklable(ret.return_value))
         elif status == "pruned":
@@ -278,7 +278,7 @@ def _uses_hydra_resolver(sweep: DictConfig) -> bool:
     return False
 
 
-def _record(session: _session.Session, ret: JobReturn) -> tuple[str, BaseException | None]:
+def record(session: _session.Session, ret: JobReturn) -> tuple[str, BaseException | None]:
     """The job's status and error from Hydra's JobReturn, recorded in result.json when the task wrote none
     (optuna.TrialPruned raised by the task is `pruned`)."""
     if ret.status == JobStatus.COMPLETED:
@@ -463,7 +463,7 @@ class SlurmTask:
                     session.finish(_session.status_of(e), error=e)
                 raise
             self._finished = True
-            status, error = _record(session, ret)
+            status, error = record(session, ret)
         finally:
             _session.end(session)  # after result.json: the session's trackers close with the job's status
         if error is None:

@@ -19,7 +19,7 @@ from typing import Any
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
-from hydra_plugins.sweepit._hydra import _record, job_dir, record_task
+from hydra_plugins.sweepit._hydra import job_dir, record, record_task
 from sweepit._signals import interrupt_on_sigterm
 from sweepit.results._job_files import METRICS_FILE, RESULT_FILE
 from sweepit.search import Search
@@ -87,7 +87,7 @@ class WorkerTask:
             except BaseException as e:  # SIGTERM (scancel, time limit) or submitit's requeue: interrupted
                 session.finish("interrupted" if self._requeueing else _session.status_of(e), error=e)
                 raise
-            _record(session, ret)
+            record(session, ret)
         finally:
             _session.end(session)
         return ret

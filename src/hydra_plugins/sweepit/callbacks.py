@@ -1,20 +1,48 @@
-"""Hydra callbacks of sweepit: the end-of-sweep summary table and report."""
+"""Hydra callbacks of sweepit: each job's record under any launcher, the end-of-sweep summary table and report."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from hydra.core.utils import JobReturn
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 
 class SweepSummary(Callback):
-    """When a multirun ends: the results table (sweepit's own launchers and sweeper print it themselves) and
+    """What sweepit adds to a sweep whatever launcher runs it.
+
+    Each job: under a launcher that is not sweepit's (Hydra's `basic` runs every job in one process), a session
+    of sweepit's API for that job alone, and its `result.json` from what the task returned when the task wrote
+    none; sweepit's own launchers do this themselves, and the callback leaves their jobs alone.
+    The end of a multirun: the results table (sweepit's own launchers and sweeper print it themselves) and
     `<sweep dir>/report/` (turn off with `hydra.callbacks.summary.report=false`)."""
 
     def __init__(self, report: bool = True) -> None:
         self.report = report
+        self._session: Any = None  # the job's session when this callback began it
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from sweepit.train import _session
+
+        job_dir = Path(str(config.hydra.runtime.output_dir))
+        running = _session.current()
+        if running is not None and not running.implicit and running.job_dir == job_dir:
+            return  # a sweepit launcher began this job's session
+        self._session = _session.begin(job_dir, config)
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        session, self._session = self._session, None
+        if session is None:
+            return
+        from hydra_plugins.sweepit._hydra import record
+        from sweepit.train import _session
+
+        try:
+            record(session, job_return)
+        finally:
+            _session.end(session)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         launcher = config.hydra.launcher

@@ -45,6 +45,7 @@ class Session:
     told_to_stop: bool = False                       # should_stop() said True: a task that returns was pruned
     _trackers: list[Any] | None = None               # the config's experiment trackers, once opened (rank 0)
     _hash: str | None = None                         # the config's fingerprint, once computed
+    implicit: bool = False                           # begun by a first call, not by a launcher: see active()
 
     # -- what the session knows from the job's config --------------------------------------------------
     def value(self, key: str, default: Any = None) -> Any:
@@ -290,6 +291,7 @@ class _MetricConfig:
 
 _active: Session | None = None
 _tracked: set[Path] = set()  # job directories whose trackers a session of this process has opened
+_exit_hook = False           # whether the implicit sessions' exit hook is registered (once a process)
 
 
 def begin(job_dir: Path | str | None, config: Any = None, rank: Rank | None = None) -> Session:
@@ -310,15 +312,36 @@ def end(session: Session | None = None, status: str | None = None) -> None:
         _active = None
 
 
+def current() -> Session | None:
+    """The session a launcher (or a callback) began in this process and has not ended; None if there is none."""
+    return _active
+
+
 def active() -> Session:
     """The session of the job running in this process; the first call outside sweepit's launchers begins one
-    in `$SWEEPIT_JOB_DIR`, else Hydra's output directory, else none (metrics kept in memory only)."""
-    global _active
-    if _active is None:
-        _active = Session(job_dir=job_dir_from_environment())
-        # No launcher ends this session (a single run of a user's own loop): its trackers end at exit.
-        atexit.register(_active.close_trackers, "ended")
+    in `$SWEEPIT_JOB_DIR`, else Hydra's output directory, else none (metrics kept in memory only).
+
+    Such an implicit session belongs to one job directory: a launcher that runs every job in one process
+    (Hydra's `basic`) moves Hydra's output directory on to the next job, and the next call then ends the old
+    session and begins the new job's, so that no job sees another's metrics, checkpoint or trial."""
+    global _active, _exit_hook
+    if _active is not None and not _active.implicit:
+        return _active
+    here = job_dir_from_environment()
+    if _active is not None and _active.job_dir == here:
+        return _active
+    if _active is not None:
+        end(_active, "ended")  # the last job of this process has ended: its trackers with it
+    _active = Session(job_dir=here, implicit=True)
+    if not _exit_hook:  # no launcher ends the last one (a single run of a user's own loop): it ends at exit
+        atexit.register(_end_implicit)
+        _exit_hook = True
     return _active
+
+
+def _end_implicit() -> None:
+    if _active is not None and _active.implicit:
+        end(_active, "ended")
 
 
 def job_dir_from_environment() -> Path | None:
