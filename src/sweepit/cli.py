@@ -112,26 +112,28 @@ def _watch(sweep_dir: Path, every_s: float, max_rows: int) -> int:
 
 
 def _resume(args: argparse.Namespace) -> int:
-    import subprocess
-
     from sweepit.results._manifest import command_line, read_manifest, rerun_argv
 
     m = read_manifest(Path(args.sweep_dir))  # the directory given, wherever the sweep ran first
     argv, cwd = _runnable(m.argv, m.cwd)
     argv = rerun_argv(argv, Path(m.sweep_dir))
-    if args.wait is not None:
-        if m.launcher != "slurm":
-            raise SweepitError(f"--wait/--no-wait applies to Slurm sweeps only, but {m.sweep_dir} ran with the "
-                               f"{m.launcher} launcher; drop the option.")
+    if args.wait is not None and m.launcher != "slurm":
+        raise SweepitError(f"--wait/--no-wait applies to Slurm sweeps only, but {m.sweep_dir} ran with the "
+                           f"{m.launcher} launcher; drop the option.")
+    if m.launcher == "slurm":  # a resume follows its jobs, also of a sweep first submitted with wait=false
         argv = [a for a in argv if not a.startswith("hydra.launcher.wait=")]
-        argv.append(f"hydra.launcher.wait={'true' if args.wait else 'false'}")
-    print(f"sweepit: running {command_line(argv, cwd)}", file=sys.stderr, flush=True)
-    proc = subprocess.Popen(argv, cwd=cwd)
-    while True:
-        try:
-            return proc.wait()
-        except KeyboardInterrupt:
-            continue  # the sweep got the Ctrl-C too, and ends in its own way
+        argv.append(f"hydra.launcher.wait={'false' if args.wait is False else 'true'}")
+    line = command_line(argv, cwd)
+    print(f"sweepit: running {line}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    # The driver takes this process's place (same pid): a signal sent to `sweepit resume` (kill, `timeout`, a batch
+    # script, the end of a login session) is the driver's, which stops its jobs and records them, as a first run does.
+    try:
+        os.chdir(cwd)
+        os.execv(argv[0], argv)
+    except OSError as e:
+        raise SweepitError(f"the sweep's command must be runnable to resume it, but {argv[0]} in {cwd} is not "
+                           f"({e.strerror}). Run it by hand: {line}") from None
 
 
 def _runnable(argv: list[str], cwd: str) -> tuple[list[str], str]:
@@ -213,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("resume", help="run again only the jobs of a sweep that did not complete, in the same directory")
     p.add_argument("sweep_dir", help="a sweep directory holding sweep.json")
     p.add_argument("--wait", action=argparse.BooleanOptionalAction, default=None,
-                   help="Slurm: follow the jobs (--wait) or submit and exit (--no-wait); default: as the sweep ran")
+                   help="Slurm: follow the jobs until they end (--wait, the default) or submit and exit (--no-wait)")
     p.set_defaults(func=_resume)
 
     p = sub.add_parser("clean", help="delete trained weights (model_*.pt) of every job but the best, and checkpoints "

@@ -174,6 +174,36 @@ def test_a_job_killed_mid_training_fails_alone_and_a_resume_reruns_only_it(tmp_p
     assert "sweepit: resumed from" in (dirs[0] / "stdout.log").read_text()
 
 
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["kill-INT", "kill-TERM"])
+def test_a_signal_to_sweepit_resume_reaches_the_driver(tmp_path: Path, stop: signal.Signals) -> None:
+    """`sweepit resume` is the driver (it ran the driver as a child: SIGINT to its pid was ignored and the sweep ran
+    on; SIGTERM, as `timeout`, a batch script or a session's end sends it, orphaned the driver and its jobs)."""
+    sweep = tmp_path / "sweep"
+    driver = _driver(sweep)
+    try:
+        wait_until(lambda: _mid_training(sweep), "a job mid-training", 60, interval_s=0.05)
+        driver.send_signal(signal.SIGINT)
+        driver.communicate(timeout=60)
+    finally:
+        driver.kill()
+    wait_until(lambda: _gone(sweep), "every job of the first run to end", 15)
+    resumed = subprocess.Popen([SWEEPIT, "resume", str(sweep)], cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: any(e.state == "running" for e in read_manifest(sweep).jobs.values()),
+                   "a job of the resumed sweep running", 60, interval_s=0.05)
+        resumed.send_signal(stop)
+        _, err = resumed.communicate(timeout=60)
+    finally:
+        resumed.kill()
+    assert resumed.returncode == 1, err
+    assert f"sweep stopped by {stop.name}" in err and f"sweepit resume {sweep}" in err
+    wait_until(lambda: _gone(sweep), "every process of the resumed sweep to end", 15)
+    dirs = _intact(sweep)
+    assert any((read_result(d) or {}).get("status") != "completed" for d in dirs.values())  # it did stop
+    assert not (sweep / LOCK_FILE).exists()
+
+
 @pytest.fixture
 def sweep_tmpfs(tmp_path: Path) -> Iterator[Path]:
     """A 512 KiB file system: room for the sweep's first epochs, not for a filler file too."""

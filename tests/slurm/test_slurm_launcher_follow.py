@@ -110,7 +110,8 @@ def test_detach_then_status_then_resume_runs_only_what_did_not_complete(tmp_path
     assert [manifest(sweep).jobs[n].state for n in range(3)] == ["completed", "completed", "failed"]
     first_starts = {n: read_json(job_dirs(sweep)[n] / "times.json")["start"] for n in (0, 1)}
 
-    resumed = sweepit("resume", str(sweep), "--wait", timeout_s=120)  # without SLURM_APP_FAIL_ON: job 2 succeeds
+    # No --wait: a resume follows its jobs to the end, though the sweep was first detached (it detached again).
+    resumed = sweepit("resume", str(sweep), timeout_s=120)  # without SLURM_APP_FAIL_ON: job 2 succeeds
     assert resumed.returncode == 0, resumed.stderr
     assert "4 jobs: 4 completed" in resumed.stdout
     assert "Submitted 1 of 4 job(s)" in resumed.stderr + resumed.stdout
