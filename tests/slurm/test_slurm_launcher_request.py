@@ -129,11 +129,12 @@ def test_train_py_takes_the_launchers_time_limit_unless_the_job_sets_its_own(tmp
     `timeout_min` is null (it was 60, which won over the launcher's key for every job); `timeout_min=7` on the command
     line (or in a study's file) is the job's own and wins, with the warning."""
     train = Path(__file__).parents[2] / "train.py"
-    proc = run(train, tmp_path / "sweep", "hydra/launcher=slurm", "lr=0.1,0.01", "hydra.launcher.timeout_min=5", "hydra.launcher.dry_run=true")
+    proc = run(train, tmp_path / "sweep", "hydra/launcher=slurm", "lr=0.1,0.01", "hydra.launcher.timeout_min=5",
+               "hydra.launcher.dry_run=true")
     assert proc.returncode == 0, proc.stderr
     assert "--time=5" in _sbatch_lines(proc.stdout) and "only to jobs without it" not in proc.stdout
-    own = run(train, tmp_path / "own", "hydra/launcher=slurm", "lr=0.1", "timeout_min=7", "hydra.launcher.timeout_min=5",
-              "hydra.launcher.dry_run=true")
+    own = run(train, tmp_path / "own", "hydra/launcher=slurm", "lr=0.1", "timeout_min=7",
+              "hydra.launcher.timeout_min=5", "hydra.launcher.dry_run=true")
     assert own.returncode == 0, own.stderr
     assert "--time=7" in _sbatch_lines(own.stdout)
     assert "hydra.launcher.timeout_min=5 applies only to jobs without it" in " ".join(own.stdout.split())
