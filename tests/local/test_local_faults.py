@@ -116,7 +116,7 @@ def test_a_stopped_driver_keeps_every_epoch_and_a_resume_finishes_the_rest(tmp_p
     try:
         wait_until(lambda: _mid_training(sweep), "a job mid-training", 60, interval_s=0.05)
         driver.send_signal(fault)
-        _, err = driver.communicate(timeout=60)
+        out, err = driver.communicate(timeout=60)
     finally:
         driver.kill()
     wait_until(lambda: _gone(sweep), "every job of the sweep to end", 15)
@@ -125,6 +125,9 @@ def test_a_stopped_driver_keeps_every_epoch_and_a_resume_finishes_the_rest(tmp_p
     assert stopped and all(r["status"] == "interrupted" for r in stopped.values()), stopped  # each job said so itself
     if fault == signal.SIGINT:
         assert driver.returncode == 1 and "sweep stopped by SIGINT" in err and f"sweepit resume {sweep}" in err
+        # The table counts what the stop message counts: jobs that never started (no directory) too.
+        tally = err.split("sweep stopped by SIGINT: ")[1].split(" (of ")[0]
+        assert f"\n{N_JOBS} jobs: {tally}\n" in out, (out, err)
         assert not (sweep / LOCK_FILE).exists()
     else:
         assert driver.returncode == -signal.SIGKILL and (sweep / LOCK_FILE).exists()  # the dead driver's lock

@@ -14,7 +14,7 @@ import re
 import shlex
 import signal
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,6 +24,7 @@ from sweepit._files import atomic_file, collector_paused
 from sweepit.errors import ManifestError
 from sweepit.results._job_files import STDERR_LOG, read_outcome, read_result
 from sweepit.results._journal import Journal, append_records, compact_now, read_journal, start_journal
+from sweepit.results._overrides import override_key
 from sweepit.results._status import FAILED_STATUSES, FINISHED_STATUSES
 
 MANIFEST_FILE = "sweep.json"
@@ -139,6 +140,63 @@ def read_manifest_data(sweep_dir: Path) -> tuple[dict[str, Any], int, Journal]:
     return data, len(text), journal
 
 
+_JOBS_LINE = b' "jobs": ['  # where `Manifest.write_json`'s sweep fields end and its one-job-a-line list begins
+
+
+def iter_manifest(sweep_dir: Path) -> tuple[dict[str, Any], Iterator[dict[str, Any]]]:
+    """sweep.json's sweep fields, and its job records one at a time with the journal folded in (snapshot order,
+    then jobs only the journal has), without holding every job's objects at once as `read_manifest_data` does:
+    the end-of-sweep table of 100,000 jobs reads it. ({}, nothing) when there is no sweep.json; OSError and
+    ValueError as reading it raises. A file not in `write_json`'s layout is read whole."""
+    try:
+        # Left open for the jobs' generator: they are read from the file the head came from, though a driver may
+        # replace sweep.json in the meantime.
+        f = open(manifest_path(sweep_dir), "rb")  # noqa: SIM115
+    except FileNotFoundError:
+        return {}, iter(())
+    head_lines: list[bytes] = []
+    for line in f:
+        if line.rstrip(b"\n") == _JOBS_LINE:
+            break
+        head_lines.append(line)
+    else:
+        f.close()
+        data, _, _ = read_manifest_data(sweep_dir)
+        jobs = data.pop("jobs", None)
+        return data, iter(j for j in jobs if isinstance(j, dict)) if isinstance(jobs, list) else iter(())
+    try:
+        head = json.loads(b"".join(head_lines).rstrip().rstrip(b",") + b"}")
+    except ValueError:
+        f.close()
+        raise
+    generation = head.get("generation", 0) if isinstance(head, dict) else 0
+    journal = read_journal(sweep_dir, generation) if isinstance(generation, int) else Journal()
+    if journal.updated_at:
+        head["updated_at"] = journal.updated_at
+    return head, _jobs_of(f, {job["num"]: job for job in journal.records})
+
+
+def _jobs_of(f: IO[bytes], journal: dict[int, dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """The snapshot's jobs (in job order, as `write_json` writes them) with the journal's records in their place,
+    and the jobs only the journal has among them, in job order."""
+    only_journal = iter(sorted(journal))
+    later = next(only_journal, None)
+    with f:
+        for line in f:
+            line = line.strip().rstrip(b",")
+            if not line.startswith(b"{"):
+                continue
+            job = json.loads(line)
+            if not (isinstance(job, dict) and isinstance(job.get("num"), int)):
+                continue
+            while later is not None and later < job["num"]:  # passed in the snapshot: the journal's alone
+                if later in journal:
+                    yield journal.pop(later)
+                later = next(only_journal, None)
+            yield journal.pop(job["num"], job)
+    yield from (journal[n] for n in sorted(journal))
+
+
 def read_manifest(sweep_dir: Path) -> Manifest:
     path = manifest_path(sweep_dir)
     sweep_dir = Path(sweep_dir).absolute()
@@ -252,10 +310,6 @@ def unfinished_jobs(m: Manifest) -> list[JobEntry]:
     return [m.jobs[n] for n in sorted(m.jobs) if not is_finished(Path(m.jobs[n].job_dir))]
 
 
-def _override_key(arg: str) -> str:
-    return arg.split("=", 1)[0].lstrip("+~") if "=" in arg else ""
-
-
 def hydra_quote(value: str) -> str:
     """A value for a Hydra override: quoted when it holds characters the override grammar gives meaning to."""
     if _PLAIN_VALUE.fullmatch(value):
@@ -265,7 +319,7 @@ def hydra_quote(value: str) -> str:
 
 def rerun_argv(argv: list[str], sweep_dir: Path) -> list[str]:
     """`argv` as a multirun into `sweep_dir` with `hydra.launcher.resume=true`, earlier such values dropped."""
-    head, args = argv[:2], [a for a in argv[2:] if _override_key(a) not in _RESUME_KEYS]
+    head, args = argv[:2], [a for a in argv[2:] if override_key(a) not in _RESUME_KEYS]
     if not any(a in ("-m", "--multirun") for a in args):
         args.insert(0, "-m")
     return [*head, *args, f"hydra.sweep.dir={hydra_quote(str(Path(sweep_dir).absolute()))}",

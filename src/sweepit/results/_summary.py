@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -13,6 +13,8 @@ from typing import Any, TypeVar
 import yaml
 
 from sweepit.results._job_files import read_outcome
+from sweepit.results._manifest import iter_manifest
+from sweepit.results._overrides import app_script, config_source, own_key, rerun_command, typed_overrides
 from sweepit.results._status import objective_values, pareto_front, sweep_direction
 from sweepit.results._study_file import read_study_file
 
@@ -55,22 +57,15 @@ def read_overrides(job_dir: Path) -> dict[str, str]:
     return override_values(str(item) for item in items)
 
 
-def _own_key(item: str) -> str | None:
-    """The override's key, `+`, `++` and `~` dropped; None for a `hydra.*` override (such as the Optuna sweeper's
-    `hydra.job.env_set`, which a launcher's records, sweep.json, also carry): not the job's own."""
-    key = item.partition("=")[0].lstrip("+~")
-    return None if key.startswith("hydra.") else key
-
-
 def own_overrides(overrides: Iterable[str]) -> list[str]:
     """A job's own overrides, as `.hydra/overrides.yaml` holds them."""
-    return [o for o in overrides if _own_key(o) is not None]
+    return [o for o in overrides if own_key(o) is not None]
 
 
 def override_values(overrides: Iterable[str]) -> dict[str, str]:
     """A job's own `key=value` overrides as {key: value}, `+`, `++` and `~` dropped (one pass: a report reads
     100,000 jobs' overrides)."""
-    return {key: item.partition("=")[2] for item in overrides if (key := _own_key(item)) is not None}
+    return {key: item.partition("=")[2] for item in overrides if (key := own_key(item)) is not None}
 
 
 def job_num(job_dir: Path) -> int | None:
@@ -180,21 +175,29 @@ def format_table(rows: list[JobRow], keys: list[str] | None = None) -> str:
 
 
 def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
-    """The text printed at the end of a sweep: table, counts by status, best job and the sweep directory.
+    """The text printed at the end of a sweep: table, counts by status, best job and the command that trains it
+    again, and the sweep directory. Every job counts: those with a directory, and those sweep.json lists that have
+    none yet (`not started` after a stop, `queued` on Slurm).
 
     A sweep of more than `max_rows` jobs (0: no limit) shows the best `max_rows` of them by objective, best first,
     and says how many it left out; the counts, the best job and the overrides every job shares still cover every
     job. The jobs are read one at a time and only the rows shown are kept, so that the summary of 100,000 jobs,
     which a driver prints at the end, holds a few hundred rows and not 100,000."""
     dirs = sorted(job_dirs(sweep_dir), key=lambda d: d[1])
-    if not dirs:
-        return f"No jobs found in {sweep_dir}."
     study = read_study_file(sweep_dir) or {}
     directions = study.get("directions")
     multi = isinstance(directions, list) and len(directions) > 1
-    tally = _Tally(max_rows if 0 < max_rows < len(dirs) else 0, multi)
-    for path, _ in dirs:
-        tally.add(read_job(path))
+    try:
+        manifest, listed = iter_manifest(sweep_dir)
+        tally = _Tally(max_rows, multi)
+        for row in _every_job(dirs, listed):
+            tally.add(row)
+    except (OSError, ValueError):  # sweep.json is optional; a damaged one is `sweepit status`'s to explain
+        manifest, tally = {}, _Tally(max_rows, multi)
+        for path, _ in dirs:
+            tally.add(read_job(path))
+    if not tally.n:
+        return f"No jobs found in {sweep_dir}."
     direction = sweep_direction(sweep_dir, [tally.direction])
     metric = tally.metric or "objective"
     shown = tally.shown(direction)
@@ -214,8 +217,10 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
     else:
         best = tally.best(direction)
         if best is not None:
-            args = " ".join(f"{k}={v}" for k, v in best.overrides.items())
-            parts.append(f"best ({direction} {metric}): job {best.num} = {_fmt(best.objective)}  [{args}]")
+            typed = typed_overrides(best.job_dir) or [f"{k}={v}" for k, v in best.overrides.items()]
+            parts.append(f"best ({direction} {metric}): job {best.num} = {_fmt(best.objective)}  [{' '.join(typed)}]")
+            name, config_dir = config_source(sweep_dir, [best.job_dir])
+            parts.append(f"reproduce: {rerun_command(app_script(manifest), name, config_dir, typed, keys)}")
     if tally.weights:
         parts.append(f"weights: {size_text(sum(tally.weights))} in {len(tally.weights)} jobs (model_*.pt); "
                      f"`sweepit clean {sweep_dir}` keeps only the best job's")
@@ -223,10 +228,44 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
     return "\n".join(parts)
 
 
+# A job without result.json whose sweep.json record says more than `pending`.
+_LAUNCH_STATES = ("queued", "running", "not started")
+
+
+def _every_job(dirs: list[tuple[Path, int]], listed: Iterator[dict[str, Any]]) -> Iterator[JobRow]:
+    """Each job once, in job order: from its directory (with sweep.json's overrides when it lists the job, which
+    saves a YAML parse, and its state while there is no result.json), or from its sweep.json record alone."""
+    entry = next(listed, None)
+    for path, num in dirs:
+        while entry is not None and entry["num"] < num:
+            yield _listed_job(entry)
+            entry = next(listed, None)
+        mine = entry if entry is not None and entry["num"] == num else None
+        given = mine.get("overrides") if mine else None
+        row = read_job(path, override_values(str(o) for o in given) if isinstance(given, list) and given else None)
+        if mine is not None:
+            if row.status == "pending" and mine.get("state") in _LAUNCH_STATES:
+                row.status = str(mine["state"])
+            entry = next(listed, None)
+        yield row
+    while entry is not None:
+        yield _listed_job(entry)
+        entry = next(listed, None)
+
+
+def _listed_job(entry: dict[str, Any]) -> JobRow:
+    """A job sweep.json lists that has no directory (not started, or queued on Slurm)."""
+    given = entry.get("overrides")
+    return JobRow(num=int(entry["num"]), job_dir=Path(str(entry.get("job_dir") or "")),
+                  overrides=override_values(str(o) for o in given) if isinstance(given, list) else {},
+                  status=str(entry.get("state") or "queued"))
+
+
 class _Tally:
     """What `summarize` needs of every job, gathered one job at a time (in job order): counts, the swept keys and
-    the rows to show: all of them when `limit` is 0, else the `limit` best either way (the direction is known only
-    at the end) and the first `limit` without an objective. The best job is the first of the ranked rows."""
+    the rows to show: every row when `limit` is 0 or the sweep has no more jobs than that, else the `limit` best
+    either way (the direction is known only at the end) and the first `limit` without an objective. The best job
+    is the first of the ranked rows."""
 
     def __init__(self, limit: int, multi: bool) -> None:
         self.limit, self.multi = limit, multi
@@ -238,7 +277,8 @@ class _Tally:
         self.keys: dict[str, None] = {}
         self.varying: set[str] = set()
         self.weights: list[int] = []
-        self.rows: list[JobRow] = []            # every row (no limit), or the first `limit` without an objective
+        self.first: list[JobRow] = []           # every row (no limit), or the first `limit` of them
+        self.unscored: list[JobRow] = []        # the first `limit` rows without an objective (with a limit)
         self.top: dict[str, list[tuple[float, int, int, JobRow]]] = {"maximize": [], "minimize": []}  # heaps
         self.completed: list[JobRow] = []       # multi-objective: every completed job (its Pareto front needs all)
 
@@ -256,8 +296,12 @@ class _Tally:
             self.weights.append(sum(n for n in weights.values() if isinstance(n, int)))
         if self.multi and row.status == "completed":
             self.completed.append(row)
+        if not self.limit or len(self.first) < self.limit:
+            self.first.append(row)
+        if not self.limit:
+            return
         scored = row.status == "completed" and row.objective is not None and math.isfinite(row.objective)
-        if scored and self.limit:
+        if scored:
             assert row.objective is not None
             for direction, sign in (("maximize", 1.0), ("minimize", -1.0)):
                 # the heap's smallest is the worst kept: lower value, then the later job
@@ -267,8 +311,12 @@ class _Tally:
                     heapq.heappush(heap, entry)
                 elif entry[:3] > heap[0][:3]:
                     heapq.heapreplace(heap, entry)
-        if not self.limit or (not scored and len(self.rows) < self.limit):
-            self.rows.append(row)
+        elif len(self.unscored) < self.limit:
+            self.unscored.append(row)
+
+    @property
+    def all_kept(self) -> bool:
+        return not self.limit or self.n <= self.limit
 
     def _overrides(self, overrides: dict[str, str]) -> None:
         if self.n == 1:
@@ -290,14 +338,14 @@ class _Tally:
         return [row for *_, row in sorted(self.top[direction], key=lambda e: e[:3], reverse=True)]
 
     def shown(self, direction: str) -> list[JobRow]:
-        if not self.limit:
-            return self.rows
+        if self.all_kept:
+            return self.first
         ranked = self.ranked(direction)
-        return ranked + self.rows[:self.limit - len(ranked)]
+        return ranked + self.unscored[:self.limit - len(ranked)]
 
     def best(self, direction: str) -> JobRow | None:
-        if not self.limit:
-            return best_row(self.rows, direction)
+        if self.all_kept:
+            return best_row(self.first, direction)
         ranked = self.ranked(direction)
         return ranked[0] if ranked else None
 
@@ -322,7 +370,7 @@ def pareto_lines(rows: list[JobRow], directions: list[str], metrics: list[str] |
         return [head + "no completed job yet"]
     lines = [head + f"{len(front)} job(s)"]
     for row, values in front:
-        args = " ".join(f"{k}={v}" for k, v in row.overrides.items())
+        args = " ".join(typed_overrides(row.job_dir) or [f"{k}={v}" for k, v in row.overrides.items()])
         shown = ", ".join(f"{n}={_fmt(v)}" for n, v in zip(names, values, strict=False))
         lines.append(f"  job {row.num}: {shown}  [{args}]")
     return lines

@@ -6,7 +6,6 @@ Nothing here raises on a broken job: a missing or corrupt file becomes a note in
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import cached_property
@@ -18,6 +17,7 @@ import yaml
 from sweepit._files import collector_paused
 from sweepit.results._job_files import METRICS_FILE, read_metrics
 from sweepit.results._manifest import read_manifest_data
+from sweepit.results._overrides import app_script, config_source
 from sweepit.results._status import sweep_direction
 from sweepit.results._summary import (
     JobRow,
@@ -158,10 +158,22 @@ class Sweep:
     def counts_line(self) -> str:
         return f"{len(self.jobs)} jobs: " + ", ".join(f"{n} {s}" for s, n in self.counts.items())
 
-    def job_label(self, job: JobReport, width: int = 60) -> str:
-        """The job's swept overrides, `key=value` joined, shortened to `width` characters."""
-        text = " ".join(f"{k}={job.overrides.get(k, '')}" for k in self.swept) or job.label
+    def job_label(self, job: JobReport, width: int = 60, short: bool = False) -> str:
+        """The job's swept overrides, `key=value` joined, shortened to `width` characters; `short`: numbers to 4
+        significant digits (a legend's labels: Optuna samples 17-digit floats)."""
+        text = " ".join(f"{k}={_short(job.overrides.get(k, '')) if short else job.overrides.get(k, '')}"
+                        for k in self.swept) or job.label
         return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _short(value: str) -> str:
+    """`0.0148442769549417` -> `0.01484`; other values as they are."""
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    short = f"{number:.4g}"
+    return short if len(short) < len(value) else value
 
 
 def _manifest_jobs(sweep_dir: Path) -> tuple[dict[int, dict[str, Any]], dict[str, Any]]:
@@ -242,28 +254,6 @@ def _created_at(sweep_dir: Path, manifest: dict[str, Any]) -> datetime:
     return datetime.fromtimestamp(0, tz=timezone.utc)
 
 
-def _hydra_facts(sweep_dir: Path, jobs: list[JobReport]) -> tuple[str, str | None]:
-    """`--config-name` and `--config-dir` of the sweep, from multirun.yaml or a job's .hydra/hydra.yaml."""
-    data = load_yaml(sweep_dir / "multirun.yaml")
-    hydra = data.get("hydra") if isinstance(data, dict) else None
-    for job in jobs[:3]:
-        if isinstance(hydra, dict):
-            break
-        data = load_yaml(job.job_dir / ".hydra" / "hydra.yaml")
-        hydra = data.get("hydra") if isinstance(data, dict) else None
-    if not isinstance(hydra, dict):
-        return "config", None
-    name = str((hydra.get("job") or {}).get("config_name") or "config")
-    runtime = hydra.get("runtime") or {}
-    config_dir = next((str(s.get("path")) for s in runtime.get("config_sources") or []
-                       if isinstance(s, dict) and s.get("provider") == "command-line"), None)
-    cwd = runtime.get("cwd")
-    if config_dir and isinstance(cwd, str):
-        rel = os.path.relpath(config_dir, cwd)
-        config_dir = config_dir if rel.startswith("..") else rel
-    return name, config_dir
-
-
 def load_sweep(sweep_dir: Path, with_metrics: bool = True) -> Sweep:
     """Every job of the sweep (job directories, plus jobs sweep.json lists that have none yet), in job order."""
     with collector_paused():
@@ -294,7 +284,7 @@ def _load_sweep(sweep_dir: Path, with_metrics: bool) -> Sweep:
     direction = sweep_direction(sweep_dir, [*(j.result.get("direction") for j in jobs), job_config.get("direction")])
     if with_metrics and not read_all:
         _read_needed_epochs(jobs, direction)
-    config_name, config_dir = _hydra_facts(sweep_dir, jobs)
+    config_name, config_dir = config_source(sweep_dir, (j.job_dir for j in jobs))
     rows: list[JobRow] = list(jobs)
     swept = swept_keys(rows) if len(jobs) > 1 else []
     return Sweep(
@@ -306,17 +296,6 @@ def _load_sweep(sweep_dir: Path, with_metrics: bool) -> Sweep:
         swept=swept,
         fixed=fixed_overrides(rows, swept) if len(jobs) > 1 else dict(jobs[0].overrides) if jobs else {},
         config_name=config_name, config_dir=config_dir,
-        launcher=str(manifest.get("launcher", "")), job_config=job_config, script=_script(manifest),
+        launcher=str(manifest.get("launcher", "")), job_config=job_config, script=app_script(manifest),
     )
 
-
-def _script(manifest: dict[str, Any]) -> str:
-    """The app's script from the driver's command line in sweep.json, relative to where it ran when inside it."""
-    argv, cwd = manifest.get("argv"), manifest.get("cwd")
-    if not (isinstance(argv, list) and len(argv) > 1 and str(argv[1]).endswith(".py")):
-        return "train.py"
-    script = str(argv[1])
-    if isinstance(cwd, str) and os.path.isabs(script):
-        rel = os.path.relpath(script, cwd)
-        script = script if rel.startswith("..") else rel
-    return script

@@ -6,12 +6,11 @@ import csv
 import io
 import math
 import os
-import shlex
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from sweepit.results.report._sweep import JobReport, Sweep, finite, load_yaml
+from sweepit.results._overrides import rerun_command, typed_overrides
+from sweepit.results.report._sweep import JobReport, Sweep, finite
 
 # Final metrics shown first, in this order; other scalars follow in the order the training loop logs them.
 _METRIC_ORDER = ("train_loss", "train_acc", "val_loss", "val_acc")
@@ -140,27 +139,10 @@ def to_markdown(table: Table, direction: str = "minimize") -> str:
 
 
 def reproduce_command(sweep: Sweep, job: JobReport) -> str:
-    """`python <the sweep's script> [--config-dir D --config-name S] <fixed overrides> <job's swept overrides>`:
-    one run (the script as sweep.json records it, train.py when there is no sweep.json)."""
-    raw = _raw_overrides(job) or [f"{k}={v}" for k, v in job.overrides.items()]
-    swept = set(sweep.swept)
-    ordered = [o for o in raw if _key(o) not in swept] + [o for o in raw if _key(o) in swept]
-    args = ["python", sweep.script]
-    if sweep.config_dir:
-        args += ["--config-dir", sweep.config_dir]
-    if sweep.config_name != "config" or sweep.config_dir:
-        args += ["--config-name", sweep.config_name]
-    return shlex.join([*args, *ordered])
-
-
-def _key(override: str) -> str:
-    return override.partition("=")[0].lstrip("+~")
-
-
-def _raw_overrides(job: JobReport) -> list[str]:
-    """The overrides as typed (with `+` and `~` prefixes), which summary's dict drops."""
-    items = load_yaml(Path(job.job_dir) / ".hydra" / "overrides.yaml")
-    return [str(i) for i in items] if isinstance(items, list) else []
+    """The command that trains `job` again as a single run (the script as sweep.json records it, train.py when
+    there is no sweep.json)."""
+    typed = typed_overrides(job.job_dir) or [f"{k}={v}" for k, v in job.overrides.items()]
+    return rerun_command(sweep.script, sweep.config_name, sweep.config_dir, typed, sweep.swept)
 
 
 def best_lines(sweep: Sweep) -> list[str]:

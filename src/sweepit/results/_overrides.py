@@ -1,0 +1,94 @@
+"""A job's overrides: their keys, the job's own ones as they were typed (`+model.hidden=64`, `~trainer`), which
+the tables' {key: value} columns drop, and the command that runs one job of a sweep again, alone (the sweep's
+script, its `--config-dir` and `--config-name`, those overrides). The end-of-sweep summary, `sweepit report` and
+its summary.md print that command."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def override_key(item: str) -> str:
+    """The key an override sets: `+`, `++` and `~` dropped (`+model.hidden=64` -> `model.hidden`)."""
+    return item.partition("=")[0].lstrip("+~")
+
+
+def own_key(item: str) -> str | None:
+    """The override's key; None for a `hydra.*` override (such as the Optuna sweeper's `hydra.job.env_set`, which
+    a launcher's records, sweep.json, also carry): not the job's own."""
+    key = override_key(item)
+    return None if key.startswith("hydra.") else key
+
+
+def _load_yaml(path: Path) -> Any:
+    try:
+        with open(path) as f:
+            return yaml.load(f, Loader=_LOADER)
+    except (OSError, yaml.YAMLError):
+        return None
+
+
+def typed_overrides(job_dir: Path) -> list[str]:
+    """The job's own overrides as typed (`+`, `++` and `~` kept; Hydra's own `hydra.*` left out), from Hydra's
+    `.hydra/overrides.yaml`; [] when the job has none or never started."""
+    items = _load_yaml(Path(job_dir) / ".hydra" / "overrides.yaml")
+    return [str(i) for i in items if own_key(str(i)) is not None] if isinstance(items, list) else []
+
+
+def app_script(manifest: dict[str, Any]) -> str:
+    """The app's script from the driver's command line in sweep.json, relative to where it ran when inside it
+    (train.py when there is no sweep.json)."""
+    argv, cwd = manifest.get("argv"), manifest.get("cwd")
+    if not (isinstance(argv, list) and len(argv) > 1 and str(argv[1]).endswith(".py")):
+        return "train.py"
+    script = str(argv[1])
+    if isinstance(cwd, str) and os.path.isabs(script):
+        rel = os.path.relpath(script, cwd)
+        script = script if rel.startswith("..") else rel
+    return script
+
+
+def config_source(sweep_dir: Path, job_dirs: Iterable[Path]) -> tuple[str, str | None]:
+    """`--config-name` and `--config-dir` of the sweep, from multirun.yaml or a job's .hydra/hydra.yaml (the first
+    of three that has one)."""
+    data = _load_yaml(Path(sweep_dir) / "multirun.yaml")
+    hydra = data.get("hydra") if isinstance(data, dict) else None
+    for i, job_dir in enumerate(job_dirs):
+        if isinstance(hydra, dict) or i == 3:
+            break
+        data = _load_yaml(Path(job_dir) / ".hydra" / "hydra.yaml")
+        hydra = data.get("hydra") if isinstance(data, dict) else None
+    if not isinstance(hydra, dict):
+        return "config", None
+    name = str((hydra.get("job") or {}).get("config_name") or "config")
+    runtime = hydra.get("runtime") or {}
+    config_dir = next((str(s.get("path")) for s in runtime.get("config_sources") or []
+                       if isinstance(s, dict) and s.get("provider") == "command-line"), None)
+    cwd = runtime.get("cwd")
+    if config_dir and isinstance(cwd, str):
+        rel = os.path.relpath(config_dir, cwd)
+        config_dir = config_dir if rel.startswith("..") else rel
+    return name, config_dir
+
+
+def rerun_command(script: str, config_name: str, config_dir: str | None, overrides: list[str],
+                  swept: Iterable[str]) -> str:
+    """`python <script> [--config-dir D --config-name S] <overrides>`, the overrides of keys not in `swept` (those
+    every job shares) first: one run, pasteable into a shell."""
+    varying = set(swept)
+    ordered = ([o for o in overrides if own_key(o) not in varying]
+               + [o for o in overrides if own_key(o) in varying])
+    args = ["python", script]
+    if config_dir:
+        args += ["--config-dir", config_dir]
+    if config_name != "config" or config_dir:
+        args += ["--config-name", config_name]
+    return shlex.join([*args, *ordered])

@@ -1,0 +1,85 @@
+"""What the end of a sweep prints (`summarize`, also `sweepit summary`): every job sweep.json lists, those without a
+directory too, and the best job as it was typed, with the command that trains it again. Real files."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import yaml
+
+from sweepit.results._job_files import write_result
+from sweepit.results._manifest import JobEntry, Manifest, iter_manifest, read_manifest_data, write_manifest
+from sweepit.results._summary import summarize
+
+
+def _job(sweep: Path, num: int, overrides: list[str], result: dict[str, object] | None) -> str:
+    job = sweep / f"{num}_{','.join(sorted(o.lstrip('+~') for o in overrides))}"
+    (job / ".hydra").mkdir(parents=True)
+    (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    if result is not None:
+        write_result(job, {"metric": "val_acc", "direction": "maximize", **result})
+    return str(job)
+
+
+def test_the_best_line_keeps_the_overrides_as_typed_and_the_command_reproduces_the_job(tmp_path: Path) -> None:
+    """`+model.hidden=64` lost its `+` (it could not be pasted); the command was only in report/summary.md."""
+    sweep = tmp_path / "sweep"
+    typed = [["+model.hidden=32", "lr=0.1", "epochs=2"], ["+model.hidden=64", "lr=0.1", "epochs=2"]]
+    for num, (overrides, acc) in enumerate(zip(typed, (0.8, 0.9), strict=True)):
+        _job(sweep, num, overrides, {"status": "completed", "objective": acc})
+    (sweep / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"job": {"config_name": "stripes"}, "runtime": {
+        "cwd": str(tmp_path), "config_sources": [{"path": str(tmp_path / "conf"), "provider": "command-line"}]}}}))
+    write_manifest(Manifest(sweep_dir=str(sweep), argv=[sys.executable, str(tmp_path / "app.py"), "-m"],
+                            cwd=str(tmp_path), launcher="local"))
+    text = summarize(sweep)
+    assert "best (maximize val_acc): job 1 = 0.9  [+model.hidden=64 lr=0.1 epochs=2]" in text
+    reproduce = next(line for line in text.splitlines() if line.startswith("reproduce: "))
+    assert shlex.split(reproduce.removeprefix("reproduce: ")) == [
+        "python", "app.py", "--config-dir", "conf", "--config-name", "stripes", "lr=0.1", "epochs=2",
+        "+model.hidden=64"]  # what every job shares first, then the swept value
+
+
+def test_jobs_that_never_started_are_rows_and_counted_as_the_stop_message_counts_them(tmp_path: Path) -> None:
+    """After Ctrl-C the table said `4 jobs: 2 completed, 2 interrupted` and the line under it `2 not started (of 6
+    jobs launched)`: jobs without a directory were missing from the table."""
+    sweep = tmp_path / "sweep"
+    states = ["completed", "completed", "interrupted", "interrupted", "not started", "not started"]
+    jobs = {}
+    for num, state in enumerate(states):
+        overrides = [f"lr=0.0{num + 1}"]
+        job_dir = str(sweep / f"{num}_lr=0.0{num + 1}")
+        if state != "not started":
+            job_dir = _job(sweep, num, overrides, {"status": state, "objective": 0.5 + num / 10 if state ==
+                                                   "completed" else None})
+        jobs[num] = JobEntry(num=num, overrides=overrides, job_dir=job_dir, state=state)
+    write_manifest(Manifest(sweep_dir=str(sweep), argv=[sys.executable, "train.py"], cwd=str(tmp_path),
+                            launcher="local", jobs=jobs))
+    text = summarize(sweep)
+    assert "6 jobs: 2 completed, 2 interrupted, 2 not started" in text
+    rows = [line.split() for line in text.splitlines()[2:8]]
+    assert [row[0] for row in rows] == ["0", "1", "2", "3", "4", "5"]
+    assert [row[2:4] for row in rows[4:]] == [["not", "started"], ["not", "started"]]
+    capped = summarize(sweep, max_rows=3)  # beyond the limit: the best first, then those without an objective
+    assert "the best 3 of 6 jobs" in capped and "6 jobs: 2 completed, 2 interrupted, 2 not started" in capped
+
+
+def test_sweep_json_read_one_job_at_a_time_equals_it_read_whole(tmp_path: Path) -> None:
+    """iter_manifest: the journal's records in their jobs' places, jobs only the journal has in job order."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    m = Manifest(sweep_dir=str(sweep), argv=["python", "app.py"], cwd=str(tmp_path), launcher="local",
+                 jobs={n: JobEntry(num=n, overrides=[f"x={n}"], job_dir="") for n in (0, 2, 5)})
+    write_manifest(m)
+    for n, state in ((2, "running"), (1, "queued"), (7, "queued"), (3, "running"), (0, "completed")):
+        m.jobs[n] = JobEntry(num=n, overrides=[f"x={n}"], job_dir="", state=state)
+        write_manifest(m, [n])  # appended to sweep.journal
+    whole, _, journal = read_manifest_data(sweep)
+    assert journal.records, "the test must go through the journal"
+    head, jobs = iter_manifest(sweep)
+    streamed = list(jobs)
+    assert [j["num"] for j in streamed] == [0, 1, 2, 3, 5, 7]
+    assert [j["state"] for j in streamed] == ["completed", "queued", "running", "running", "queued", "queued"]
+    assert streamed == whole.pop("jobs") and head == whole
+    assert iter_manifest(tmp_path / "none")[0] == {}
