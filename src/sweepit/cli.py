@@ -73,8 +73,22 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _watch(sweep_dir: Path, every_s: float, max_rows: int) -> int:
-    """Look again every `every_s` until the sweep ends (or Ctrl-C). On a terminal the table is redrawn in place
-    (rich); elsewhere (a log file, CI) each look that changed anything is printed, with its time."""
+    """Look again every `every_s` until the sweep ends (or Ctrl-C), then write its report as a driver does at the
+    end of the sweep it follows. On a terminal the table is redrawn in place (rich); elsewhere (a log file, CI)
+    each look that changed anything is printed, with its time."""
+    code = _watch_until_ended(sweep_dir, every_s, max_rows)
+    if code is not None:
+        return code
+    from sweepit.results.report import try_build_report
+    from sweepit.slurm import report_is_current
+
+    if not report_is_current(sweep_dir):
+        try_build_report(sweep_dir)
+    return 0
+
+
+def _watch_until_ended(sweep_dir: Path, every_s: float, max_rows: int) -> int | None:
+    """None once the sweep has ended; 0 when watching was stopped (Ctrl-C) before."""
     import time
     from datetime import datetime
 
@@ -96,7 +110,7 @@ def _watch(sweep_dir: Path, every_s: float, max_rows: int) -> int:
                     hint = f"every {every_s:g} s; Ctrl-C stops watching (the sweep goes on)" if going else "ended"
                     live.update(Text(f"{text}\n[{stamp}] {hint}", no_wrap=True, overflow="ellipsis"), refresh=True)
                     if not going:
-                        return 0
+                        return None
                     time.sleep(every_s)
         last = ""
         while True:
@@ -105,7 +119,7 @@ def _watch(sweep_dir: Path, every_s: float, max_rows: int) -> int:
                 print(f"[{datetime.now().strftime('%H:%M:%S')}]\n{text}\n", flush=True)
                 last = text
             if not going:
-                return 0
+                return None
             time.sleep(every_s)
     except KeyboardInterrupt:
         return 0

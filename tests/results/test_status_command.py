@@ -131,3 +131,20 @@ def test_status_summary_and_report_read_a_bad_result_alike(tmp_path: Path, conte
     assert all("result.json unreadable" in note for _, note in seen.values()), seen
     assert read_manifest(sweep).jobs[0].state == CORRUPT
     assert [e.num for e in unfinished_jobs(read_manifest(sweep))] == [0]  # a resume runs it again
+
+
+def test_an_ended_sweep_without_its_report_says_how_to_write_it_and_watch_writes_it(tmp_path: Path) -> None:
+    """A detached (wait=false) sweep never got its report, and `sweepit status` did not say to run `sweepit report`;
+    `sweepit status --watch`, which follows such a sweep to its end as a driver would, now writes it."""
+    sweep, job_dir = _sweep(tmp_path, "local", "completed")
+    write_result(job_dir, {"status": "completed", "objective": 0.5})
+    out, _ = _status(sweep, dict(os.environ))
+    assert f"the sweep has ended, without a report since (it ran detached, or was stopped): `sweepit report {sweep}`" \
+        in " ".join(out.split())
+    watched = subprocess.run([SWEEPIT, "status", str(sweep), "--watch", "0.1"], capture_output=True, text=True,
+                             timeout=60)
+    assert watched.returncode == 0, watched.stderr
+    assert f"sweepit: report in {sweep / 'report' / 'index.html'}" in watched.stdout
+    assert (sweep / "report" / "index.html").is_file()
+    again, _ = _status(sweep, dict(os.environ))
+    assert "sweepit report" not in again  # the report is there, and newer than the sweep's records

@@ -48,7 +48,8 @@ def test_dry_run_prints_each_groups_sbatch_script_as_stored(tmp_path: Path) -> N
         sweep = tmp_path / f"sweep{i}"
         proc = run(APP, sweep, *overrides, "hydra.launcher.dry_run=true")
         assert proc.returncode == 0, proc.stderr
-        assert not (sweep / ".submitit").exists() and not (sweep / "sweep.json").exists(), "a dry run submits nothing"
+        # a dry run submits nothing, and leaves no sweep behind (it left Hydra's multirun.yaml: `0 jobs` in `ls`)
+        assert not sweep.exists(), sorted(p.name for p in sweep.iterdir())
         got += f"## dry run: {' '.join(overrides)}\n{_normalised(proc.stdout, sweep)}"
     # 6 jobs of 5 min: 3 x 1 GPU + 3 x 2 GPUs = 9 GPUs x 5/60 h; then 2 CPU-only jobs.
     assert "dry run: 6 job(s) in 4 sbatch call(s), at most 0.75 GPU-hours" in got

@@ -129,11 +129,25 @@ class SweepitLauncher(Launcher):
         self.composed = setup_driver(hydra_context)
         # One driver per sweep directory, from now to this process's exit: between a sweeper's batches too.
         self.lock: SweepLock | None = None
+        # Hydra makes the sweep directory after this (with multirun.yaml): a dry run takes it away again if it is new.
+        self.new_sweep_dir = not Path(str(config.hydra.sweep.dir)).exists()
         if not getattr(self.options, "dry_run", False):
             self.lock = SweepLock(Path(str(config.hydra.sweep.dir)).absolute())
             with compact_errors():
                 self.lock.acquire()
             atexit.register(self.lock.release)
+
+    def end_dry_run(self) -> None:
+        """Remove the sweep directory Hydra made for a dry run, when it holds nothing but Hydra's multirun.yaml: a
+        dry run leaves no sweep behind (`sweepit ls` listed it as a sweep of 0 jobs)."""
+        assert self.config is not None
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        if not self.new_sweep_dir or not sweep_dir.is_dir():
+            return
+        if {p.name for p in sweep_dir.iterdir()} <= {"multirun.yaml"}:
+            (sweep_dir / "multirun.yaml").unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                sweep_dir.rmdir()
 
     def sweep_dir(self) -> Path:
         """Hydra's logging in the driver; the sweep's directory (its `${now:}` resolved once)."""

@@ -124,6 +124,7 @@ class OptunaSweeper(Sweeper):
         array = launcher.worker_sweep(first)
         if launcher.options.dry_run:
             print(array.dry_run(self.workers), flush=True)
+            launcher.end_dry_run()
             return
         job_base = search._next_free_job()
         try:

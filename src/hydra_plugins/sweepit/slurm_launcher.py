@@ -72,6 +72,7 @@ class SlurmLauncher(SweepitLauncher):
             with compact_errors():
                 if self.options.dry_run:
                     print(sweep.dry_run(jobs), flush=True)
+                    self.end_dry_run()
                     return []
                 outcomes = sweep.run(jobs)
         finally:

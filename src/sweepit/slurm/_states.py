@@ -408,4 +408,22 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
         ids = list(m.workers.get("ids") or [])
         lines.append(f"{len(ids)} Optuna worker(s) of Slurm job {ids[0].split('_', 1)[0]} run the study; cancel them "
                      f"with `scancel {ids[0].split('_', 1)[0]}`.")
-    return "\n".join(lines), bool(live_jobs) or driver is not None or workers
+    going = bool(live_jobs) or driver is not None or workers
+    if not going and not report_is_current(Path(m.sweep_dir)):
+        lines.append(f"the sweep has ended, without a report since (it ran detached, or was stopped): `sweepit "
+                     f"report {m.sweep_dir}` writes its tables and plots into {Path(m.sweep_dir) / 'report'}/.")
+    return "\n".join(lines), going
+
+
+def report_is_current(sweep_dir: Path) -> bool:
+    """Whether `<sweep>/report/index.html` was written after the sweep's records last changed (sweep.json and its
+    journal)."""
+    from sweepit.results._journal import journal_path
+    from sweepit.results._manifest import manifest_path
+
+    try:
+        written = (sweep_dir / "report" / "index.html").stat().st_mtime
+    except OSError:
+        return False
+    changed = [p.stat().st_mtime for p in (manifest_path(sweep_dir), journal_path(sweep_dir)) if p.exists()]
+    return not changed or written >= max(changed)

@@ -280,7 +280,7 @@ def _submitted(n_jobs: int, ids: list[str], n_skipped: int, n_adopted: int, swee
 def _detached(manifest: Manifest, nums: list[int], sweep_dir: Path) -> str:
     ids = [str(manifest.jobs[n].extra.get("slurm_job_id")) for n in nums]
     lines = [f"Not waiting (hydra.launcher.wait=false): {len(ids)} job(s) in Slurm: {' '.join(ids)}",
-             f"  follow:  sweepit status {sweep_dir}",
+             f"  follow:  sweepit status {sweep_dir} --watch   (to the end, then writes the report)",
              f"  resume:  sweepit resume {sweep_dir}   (submits again only the jobs that did not complete)"]
     if ids:
         lines.append(f"  cancel:  scancel {' '.join(_arrays(ids))}")
