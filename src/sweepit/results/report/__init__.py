@@ -9,6 +9,7 @@ note in its row. matplotlib is imported only when plots are drawn.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,6 +37,10 @@ def write_report(sweep: Sweep, builders: Sequence[SectionBuilder] | None = None)
     from sweepit.results.report.markdown import render_markdown
     from sweepit.results.report.table import to_csv
 
+    # matplotlib's INFO lines (its font cache built on a fresh machine, "Using categorical units ..." for Optuna's
+    # plots of numeric-looking choices) would print through Hydra's log handler at the end of a sweep; a report
+    # needs none of them (its warnings still show).
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     out_dir = sweep.sweep_dir / REPORT_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("*.png"):  # a plot that no longer applies must not linger

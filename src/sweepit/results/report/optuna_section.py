@@ -59,12 +59,30 @@ def _optuna_figure(draw: Any, path: Path, width_in: float | None = None, height_
         first = axes.flat[0] if isinstance(axes, np.ndarray) else axes
         fig = first.figure
         try:
+            for ax in fig.axes:
+                _log_axis_labels(ax)
             if width_in and height_in:
                 fig.set_size_inches(width_in, height_in)
             fig.savefig(path, format="png", dpi=100, bbox_inches="tight")  # legends inside the saved image
         finally:
             plt.close(fig)
     return axes
+
+
+def _log_axis_labels(ax: Any) -> None:
+    """A log axis spanning less than a few decades gets its minor ticks labelled (`2x10^-3`, `3x10^-3`, ...), which
+    overlap in a narrow panel (the slice plot's lr): when two labelled decades are in view those labels go, else
+    they are tilted."""
+    from matplotlib.ticker import NullFormatter
+
+    for axis, limits in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+        if axis.get_scale() != "log":
+            continue
+        lo, hi = min(limits), max(limits)
+        if sum(lo <= t <= hi for t in axis.get_majorticklocs()) >= 2:
+            axis.set_minor_formatter(NullFormatter())
+        elif axis is ax.xaxis:
+            ax.tick_params(axis="x", which="both", labelrotation=40, labelsize="small")
 
 
 def history_plot(study: Any, metric: str, path: Path) -> None:

@@ -26,8 +26,6 @@ MAX_CURVES = METRICS_DRAWN
 MAX_POINTS = 5000
 # Cells of a heatmap annotated with their value; larger grids are read from the colour bar.
 MAX_ANNOTATED_CELLS = 150
-# Where a figure without layout engine puts its legend (figure fraction); its axes end before it.
-LEGEND_X = 0.79
 # Colours of the first jobs when few enough to tell apart in a legend; more are coloured by objective.
 _FEW = 10
 
@@ -35,9 +33,12 @@ _FEW = 10
 def figure(width_in: float, height_in: float, constrained: bool = True) -> Figure:
     """A figure on the Agg canvas. Constrained layout fits labels of any length but costs about one extra
     draw; figures whose labels are known (epochs, metric values) lay themselves out for speed."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    return Figure(figsize=(width_in, height_in), dpi=100, layout="constrained" if constrained else None)
+    fig = Figure(figsize=(width_in, height_in), dpi=100, layout="constrained" if constrained else None)
+    FigureCanvasAgg(fig)  # a renderer to measure text with (a legend's width), before the figure is saved
+    return fig
 
 
 def save(fig: Figure, path: Path) -> Path:
@@ -110,7 +111,7 @@ class Palette:
         if self.few or self.by is not None:
             if self.few:
                 title = "job"
-                handles = [Line2D([], [], color=self.color(j), label=f"{j.num}: {sweep.job_label(j, 40)}")
+                handles = [Line2D([], [], color=self.color(j), label=f"{j.num}: {sweep.job_label(j, 60, short=True)}")
                            for j in jobs]
             else:
                 assert self.by is not None
@@ -118,9 +119,13 @@ class Palette:
                 handles = [Line2D([], [], color=self._tab(i), label=v[:30]) for i, v in enumerate(values)]
                 if self.best is not None:
                     handles.append(Line2D([], [], color="black", linewidth=2.5, label=f"best: job {self.best.num}"))
-            if fig.get_layout_engine() is None:  # the caller left the right margin free
-                fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(LEGEND_X, 0.93), fontsize="small",
-                           title=title)
+            if fig.get_layout_engine() is None:
+                # At the figure's right edge, and the axes end where it begins, however long its labels are (at a
+                # fixed place, labels of three swept keys or Optuna's 17-digit floats ran off the figure).
+                legend = fig.legend(handles=handles, loc="upper right", bbox_to_anchor=(0.995, 0.93),
+                                    fontsize="small", title=title)
+                width = legend.get_window_extent(fig.canvas.get_renderer()).width / fig.bbox.width  # type: ignore[attr-defined]
+                fig.subplots_adjust(right=max(0.45, 0.99 - width - 0.02))
             else:
                 fig.legend(handles=handles, loc="outside right upper", fontsize="small", title=title)
         else:
@@ -147,6 +152,11 @@ def draw_lines(ax: Axes, jobs: list[JobReport], key: str, palette: Palette, best
             widths.append(2.5 if is_best else 1.2)
     if not segs:
         return False
+    # A job with one epoch (pruned after its first) is a line of one point, which draws nothing: a dot instead.
+    dots = [i for i, xy in enumerate(segs) if len(xy) == 1]
+    if dots:
+        ax.scatter([segs[i][0, 0] for i in dots], [segs[i][0, 1] for i in dots], s=[9 * widths[i] ** 2 for i in dots],
+                   c=[colors[i] for i in dots], zorder=3)
     # Drawn worst first, so the best lines (and the thick best job) end up on top.
     order = sorted(reversed(range(len(segs))), key=lambda i: widths[i])
     ax.add_collection(LineCollection([segs[i] for i in order], colors=[colors[i] for i in order],
@@ -180,9 +190,8 @@ def learning_curves(sweep: Sweep, path: Path) -> str:
     height_in = 3.6 * nrows + 0.6
     fig = figure(12, height_in, constrained=False)
     palette = Palette(sweep, drawn)
-    legend = palette.few or palette.by is not None
-    fig.subplots_adjust(left=0.07, right=LEGEND_X - 0.02 if legend else 0.97, bottom=0.55 / height_in,
-                        top=1 - 0.6 / height_in, wspace=0.22, hspace=0.45)
+    fig.subplots_adjust(left=0.07, right=0.97, bottom=0.55 / height_in, top=1 - 0.6 / height_in, wspace=0.22,
+                        hspace=0.45)  # the legend, when there is one, takes its room from the right (finish)
     axes = [fig.add_subplot(nrows, ncols, i + 1) for i in range(len(keys))]
     for ax, key in zip(axes, keys, strict=True):
         draw_lines(ax, drawn, key, palette, sweep.best)
