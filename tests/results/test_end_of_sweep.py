@@ -12,6 +12,8 @@ import yaml
 from sweepit.results._job_files import write_result
 from sweepit.results._manifest import JobEntry, Manifest, iter_manifest, read_manifest_data, write_manifest
 from sweepit.results._summary import summarize
+from sweepit.results.report import format_listing, load_sweep
+from sweepit.results.report.table import best_lines
 
 
 def _job(sweep: Path, num: int, overrides: list[str], result: dict[str, object] | None) -> str:
@@ -39,6 +41,9 @@ def test_the_best_line_keeps_the_overrides_as_typed_and_the_command_reproduces_t
     assert shlex.split(reproduce.removeprefix("reproduce: ")) == [
         "python", "app.py", "--config-dir", "conf", "--config-name", "stripes", "lr=0.1", "epochs=2",
         "+model.hidden=64"]  # what every job shares first, then the swept value
+    report = load_sweep(sweep)  # `sweepit report` and `sweepit ls` say the same
+    assert best_lines(report) == ["best (maximize val_acc): job 1 = 0.9  [+model.hidden=64]", reproduce]
+    assert format_listing([report]).splitlines()[1].endswith("val_acc=0.9  +model.hidden=64")
 
 
 def test_jobs_that_never_started_are_rows_and_counted_as_the_stop_message_counts_them(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ import yaml
 from sweepit._files import collector_paused
 from sweepit.results._job_files import METRICS_FILE, read_metrics
 from sweepit.results._manifest import read_manifest_data
-from sweepit.results._overrides import app_script, config_source
+from sweepit.results._overrides import app_script, config_source, own_key, typed_overrides
 from sweepit.results._status import sweep_direction
 from sweepit.results._summary import (
     JobRow,
@@ -164,6 +164,12 @@ class Sweep:
         text = " ".join(f"{k}={_short(job.overrides.get(k, '')) if short else job.overrides.get(k, '')}"
                         for k in self.swept) or job.label
         return text if len(text) <= width else text[: width - 1] + "…"
+
+
+    def typed_swept(self, job: JobReport) -> str:
+        """The job's swept overrides as they were typed (`+model.hidden=64`: pasteable), else its label."""
+        swept = set(self.swept)
+        return " ".join(o for o in typed_overrides(job.job_dir) if own_key(o) in swept) or self.job_label(job, 200)
 
 
 def _short(value: str) -> str:

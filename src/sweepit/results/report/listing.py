@@ -49,7 +49,7 @@ def find_sweeps(root: Path) -> list[Path]:
 def _row(sweep: Sweep) -> list[str]:
     best = sweep.best
     best_text = "-" if best is None else f"{sweep.metric}={best.objective:.4g}"
-    overrides = "" if best is None else " ".join(f"{k}={best.overrides.get(k, '')}" for k in sweep.swept)
+    overrides = "" if best is None or not sweep.swept else sweep.typed_swept(best)
     rel = os.path.relpath(sweep.sweep_dir)
     return [str(sweep.sweep_dir) if rel.startswith("..") else rel, sweep.study,
             f"{sweep.created_at.astimezone():%Y-%m-%d %H:%M}", sweep.counts_line(), best_text, overrides]

@@ -151,5 +151,5 @@ def best_lines(sweep: Sweep) -> list[str]:
     if best is None:
         return [f"no completed job with a finite {sweep.metric} yet"]
     return [f"best ({sweep.direction} {sweep.metric}): job {best.num} = {fmt(finite(best.objective))}"
-            + (f"  [{sweep.job_label(best, 200)}]" if sweep.swept else ""),
+            + (f"  [{sweep.typed_swept(best)}]" if sweep.swept else ""),
             f"reproduce: {reproduce_command(sweep, best)}"]
