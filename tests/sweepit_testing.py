@@ -14,6 +14,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
+SHARED_MNIST = REPO.parent / "shared" / "data" / "mnist"  # real MNIST beside the checkout, where there is one
+CLUSTER_SCRIPT = REPO / "scripts" / "slurm-cluster.sh"
 PACKAGE_CONF = REPO / "src" / "hydra_plugins" / "sweepit" / "conf"  # the cluster profiles, for any Hydra app
 
 # Shrinks a job to a few steps: one epoch, CPU, one thread.
@@ -51,3 +53,43 @@ def tmpfs(mount: Path, size: str) -> Iterator[Path]:
         yield mount
     finally:
         subprocess.run(["umount", str(mount)], check=False)
+
+
+def write_mnist_subset(root: Path, n_train: int, n_test: int) -> Path:
+    """The first `n_train` training and `n_test` test images of the real MNIST as its four IDX files in `root`
+    (random pixels of the same shape where ../shared/data is not beside the checkout): read as MNIST is read."""
+    import numpy as np
+
+    from sweepit.train.data import mnist as mnist_files
+
+    root.mkdir(parents=True, exist_ok=True)
+    sizes = {"train_images": n_train, "train_labels": n_train, "test_images": n_test, "test_labels": n_test}
+    rng = np.random.default_rng(0)
+    for key, name in mnist_files.FILES.items():
+        path = mnist_files.find_file(SHARED_MNIST, name)
+        if path is not None:
+            arr = mnist_files.read_idx(path)[:sizes[key]]
+        elif key.endswith("images"):
+            arr = rng.integers(0, 256, (sizes[key], 28, 28), dtype=np.uint8)
+        else:
+            arr = (np.arange(sizes[key]) % 10).astype(np.uint8)
+        arr = np.ascontiguousarray(arr, dtype=np.uint8)
+        header = bytes([0, 0, 0x08, arr.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in arr.shape)
+        (root / name).write_bytes(header + arr.tobytes())
+    return root
+
+
+def require_slurm() -> None:
+    """Skip the calling test unless the local Slurm cluster takes jobs (`make slurm-up`); under
+    SWEEPIT_REQUIRE_SLURM=1 (CI) fail instead, so a broken cluster can never pass as skipped tests."""
+    try:
+        status = subprocess.run([str(CLUSTER_SCRIPT), "status"], capture_output=True, text=True, timeout=60)
+        usable, report = status.returncode == 0, status.stdout + status.stderr
+    except (OSError, subprocess.TimeoutExpired) as err:
+        usable, report = False, str(err)
+    if not usable:
+        message = "the local Slurm cluster is not usable: run `make slurm-up` (as root)"
+        if os.environ.get("SWEEPIT_REQUIRE_SLURM") == "1":
+            pytest.fail(f"SWEEPIT_REQUIRE_SLURM=1 but {message}; {CLUSTER_SCRIPT.name} status says:\n{report}",
+                        pytrace=False)
+        pytest.skip(message)

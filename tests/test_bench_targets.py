@@ -13,15 +13,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
-from sweepit.train.data import mnist as mnist_files
-from sweepit_testing import REPO
+from sweepit_testing import REPO, write_mnist_subset
 
 pytestmark = pytest.mark.slow
 
-SHARED_MNIST = REPO.parent / "shared" / "data" / "mnist"  # real MNIST beside the checkout, where there is one
 RUN_HERE = {"bench-throughput", "bench-report", "bench-launcher", "bench-optuna", "bench-mnist-best"}
 RUN_ELSEWHERE = {"bench-gpu", "bench-slurm", "bench-optuna-workers", "bench-scale"}  # the modules named above
 
@@ -39,28 +36,10 @@ def read_json(path: Path) -> dict[str, Any]:
     return record
 
 
-def idx(arr: np.ndarray) -> bytes:
-    """uint8 `arr` in the IDX format: 0x0000, type 0x08, rank, big-endian sizes, the bytes."""
-    return bytes([0, 0, 0x08, arr.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in arr.shape) + arr.tobytes()
-
-
 @pytest.fixture(scope="module")
 def mnist_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The first 2,000 training and 500 test images of the real MNIST, as its four IDX files (random pixels of the
-    same shape where ../shared/data is not beside the checkout): the benchmarks read them as they read MNIST."""
-    root = tmp_path_factory.mktemp("mnist")
-    sizes = {"train_images": 2000, "train_labels": 2000, "test_images": 500, "test_labels": 500}
-    rng = np.random.default_rng(0)
-    for key, name in mnist_files.FILES.items():
-        path = mnist_files.find_file(SHARED_MNIST, name)
-        if path is not None:
-            arr = mnist_files.read_idx(path)[:sizes[key]]
-        elif key.endswith("images"):
-            arr = rng.integers(0, 256, (sizes[key], 28, 28), dtype=np.uint8)
-        else:
-            arr = (np.arange(sizes[key]) % 10).astype(np.uint8)
-        (root / name).write_bytes(idx(np.ascontiguousarray(arr, dtype=np.uint8)))
-    return root
+    """The first 2,000 training and 500 test images of the real MNIST (random where it is not at hand)."""
+    return write_mnist_subset(tmp_path_factory.mktemp("mnist"), 2000, 500)
 
 
 def test_every_bench_target_is_run_by_a_test() -> None:

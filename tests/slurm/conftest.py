@@ -17,10 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from sweepit_testing import wait_until
+from sweepit_testing import CLUSTER_SCRIPT, require_slurm, wait_until
 
 HERE = Path(__file__).resolve().parent
-CLUSTER_SCRIPT = HERE.parents[1] / "scripts" / "slurm-cluster.sh"
 
 # sacct states after which a job never runs again (REQUEUED and PENDING are not among them).
 FINAL_STATES = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
@@ -85,17 +84,7 @@ def _describe() -> SlurmCluster:
 @pytest.fixture(scope="session")
 def slurm_cluster() -> SlurmCluster:
     """The running local cluster; skips (or fails, under SWEEPIT_REQUIRE_SLURM=1) when it is not usable."""
-    try:
-        status = subprocess.run([str(CLUSTER_SCRIPT), "status"], capture_output=True, text=True, timeout=60)
-        usable, report = status.returncode == 0, status.stdout + status.stderr
-    except (OSError, subprocess.TimeoutExpired) as err:
-        usable, report = False, str(err)
-    if not usable:
-        message = "the local Slurm cluster is not usable: run `make slurm-up` (as root)"
-        if os.environ.get("SWEEPIT_REQUIRE_SLURM") == "1":
-            pytest.fail(f"SWEEPIT_REQUIRE_SLURM=1 but {message}; {CLUSTER_SCRIPT.name} status says:\n{report}",
-                        pytrace=False)
-        pytest.skip(message)
+    require_slurm()
     return _describe()
 
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from slurm_launcher_testing import ROOT, Driver, driver_env, job_dirs, result, run, slurm_ids, tasks, wait_until
+from slurm_launcher_testing import ROOT, Driver, driver_env, job_dirs, result, slurm_ids, tasks, wait_until
 
 EXAMPLES = ROOT / "examples"
 OWN_LOOP = EXAMPLES / "own_loop" / "train.py"
@@ -54,14 +54,3 @@ def test_config_only_on_slurm(tmp_path: Path) -> None:
     done = [result(d) for _, d in sorted(job_dirs(tmp_path / "sweep").items())]
     assert [r["status"] for r in done] == ["completed", "completed"]
     assert {r["model"] for r in done} == {"mypkg.nets.StripeNet"} and done[0]["n_params"] < done[1]["n_params"]
-
-
-def test_any_hydra_app_on_slurm_cpu_only(tmp_path: Path) -> None:
-    """No trainer.gpus, no timeout_min in the app's config: the launcher's defaults make CPU-only requests."""
-    proc = run(EXAMPLES / "any_hydra_app" / "app.py", tmp_path / "sweep", "hydra/launcher=slurm", "x=0,1", "y=1")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    done = {n: result(d) for n, d in job_dirs(tmp_path / "sweep").items()}
-    assert done[0]["objective"] == 0.25 and abs(done[1]["objective"] - (0.25 + 0.1 * -0.9589242746631385)) < 1e-9
-    assert "best (minimize objective): job 1" in proc.stdout
-    script = next((tmp_path / "sweep" / ".submitit").rglob("*.sh")).read_text()
-    assert "--gpus" not in script and "gres" not in script

@@ -29,7 +29,7 @@ def test_the_legend_of_long_overrides_is_inside_the_figure_and_the_axes_make_roo
     palette.finish(fig, [ax], sweep, sweep.jobs)
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
     box = fig.legends[0].get_window_extent(renderer)
-    assert 0 <= box.x0 and box.x1 <= fig.bbox.width, (box, fig.bbox)  # it ran off the right edge
+    assert box.x0 >= 0 and box.x1 <= fig.bbox.width, (box, fig.bbox)  # it ran off the right edge
     assert ax.get_window_extent(renderer).x1 < box.x0  # the axes end before it begins
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "0: optimizer=adam lr=0.01498 model.hidden=128" in labels  # numbers shortened, jobs told apart

@@ -1,0 +1,531 @@
+"""Every command README.md shows, run as written: the same words, from a scratch copy of the checkout as the working
+directory, with the default output folders (`outputs/...`), the Slurm ones on the local cluster.
+
+- The first command (`make install && .venv/bin/python train.py -m ...`) runs in a copy of its own and builds the
+  `.venv` every other command uses, as after `source .venv/bin/activate`; each other command gets a fresh copy.
+- Only the README's own placeholders are filled in (`PLACEHOLDERS`: a data path, a sweep's time stamp).
+- Work is shrunk only where the README says it can be: a `make sweep-*` study takes extra overrides from `ARGS`
+  (here from the environment, so the command's words stay the README's), and the data path is a small MNIST.
+- `test_every_readme_command_is_run_here` fails on a command of the README that no test here runs, so a command
+  added to the README cannot go untested; `make test` itself is the command CI runs (`.ci/run`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import optuna
+import pytest
+import yaml
+from readme_commands import readme_commands, sample_output
+
+from sweepit.results._summary import collect
+from sweepit_testing import REPO, require_slurm, wait_until, write_mnist_subset
+
+# The README's placeholders, and what fills each in here (the only words of a command a test may change).
+PLACEHOLDERS = {
+    "/data/mnist": "a folder of MNIST's four IDX files (here its first 600 training and 100 test images)",
+    "/scratch/stripes": "where the example's on-disk data goes (a temporary folder)",
+    "<time>": "the time stamp of the sweep the commands before made",
+    "<timestamp>": "the time stamp of the sweep the commands before made",
+}
+SHOWN: dict[str, str] = {}  # README command -> the test that runs it
+Test = TypeVar("Test", bound=Callable[..., Any])
+
+
+def shows(*commands: str, slurm: bool = False) -> Callable[[Test], Test]:
+    """Registers the README commands a test runs (word for word); the test is a slow one, and with `slurm` one that
+    needs the local cluster (marked so, and skipped or failed as tests/slurm/ are without one)."""
+
+    def register(test: Test) -> Test:
+        for command in commands:
+            assert command not in SHOWN, f"{command!r} is run by {SHOWN[command]} already"
+            SHOWN[command] = test.__name__
+        marked = pytest.mark.slow(test)
+        return pytest.mark.usefixtures("slurm")(pytest.mark.slurm(marked)) if slurm else marked
+
+    return register
+
+
+def _copy_checkout(dest: Path) -> Path:
+    """The checkout's files as a clone has them (tracked, and new files git does not ignore)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                            capture_output=True, check=True, timeout=60).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        source = REPO / name
+        if source.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    return dest
+
+
+def _user_env(venv: Path | None) -> dict[str, str]:
+    """The environment of a user's shell: none of the test run's own (its venv, PYTHONPATH, Hydra's settings);
+    with `venv`, as after `source .venv/bin/activate`."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("VIRTUAL_ENV", "PYTHONPATH", "HYDRA_FULL_ERROR", "ARGS", "PYTHONHOME")}
+    path = [p for p in env.get("PATH", "").split(os.pathsep) if p and not (Path(p) / "activate").is_file()]
+    if venv is not None:
+        env["VIRTUAL_ENV"] = str(venv)
+        path.insert(0, str(venv / "bin"))
+    env["PATH"] = os.pathsep.join(path)
+    return env
+
+
+@dataclass
+class Shell:
+    """A scratch copy of the checkout and a shell in it."""
+
+    root: Path
+    env: dict[str, str]
+
+    def command(self, shown: str, **fill: str) -> str:
+        """`shown` with its placeholders filled in (each must be one of PLACEHOLDERS, and be in the command)."""
+        assert shown in SHOWN, f"{shown!r} is not a command of the README registered with @shows"
+        for placeholder, value in fill.items():
+            assert placeholder in PLACEHOLDERS and placeholder in shown, (placeholder, shown)
+            shown = shown.replace(placeholder, value)
+        return shown
+
+    def run(self, shown: str, timeout_s: float = 600, env: dict[str, str] | None = None,
+            **fill: str) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(["bash", "-c", self.command(shown, **fill)], cwd=self.root,
+                              env={**self.env, **(env or {})}, capture_output=True, text=True, timeout=timeout_s)
+        print(f"$ {proc.args[2]}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")  # shown when the test fails
+        return proc
+
+    def start(self, shown: str, **fill: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(["bash", "-c", f"exec {self.command(shown, **fill)}"], cwd=self.root, env=self.env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+    def sweep(self, study: str = "multirun") -> Path:
+        """The one sweep directory under outputs/<study>/."""
+        sweeps = sorted((self.root / "outputs" / study).iterdir())
+        assert len(sweeps) == 1, sweeps
+        return sweeps[0]
+
+
+def epochs_of(job_dir: Path) -> int:
+    """The job's `epochs`, as Hydra composed its config (a task's file sets its own)."""
+    return int(yaml.safe_load((job_dir / ".hydra" / "config.yaml").read_text())["epochs"])
+
+
+def ok(proc: subprocess.CompletedProcess[str]) -> str:
+    """stdout and stderr of a command that must have succeeded, without a traceback."""
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "Traceback" not in out, out[-4000:]
+    return out
+
+
+def statuses(sweep: Path) -> dict[int, str]:
+    return {row.num: row.status for row in collect(sweep)}
+
+
+def results(sweep: Path) -> dict[int, dict[str, Any]]:
+    return {row.num: row.result for row in collect(sweep)}
+
+
+# -- the environment the commands run in ------------------------------------------------------------------------
+INSTALL = "make install && .venv/bin/python train.py -m optimizer=adam,sgd lr=0.01,0.1"
+
+
+@dataclass
+class Installed:
+    root: Path
+    proc: subprocess.CompletedProcess[str]
+
+    @property
+    def venv(self) -> Path:
+        return self.root / ".venv"
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    """The README's set-up command, in a fresh copy of the checkout with no venv: it installs, then sweeps."""
+    shell = Shell(_copy_checkout(tmp_path_factory.mktemp("install")), _user_env(None))
+    return Installed(shell.root, shell.run(INSTALL, timeout_s=900))
+
+
+@pytest.fixture
+def shell(installed: Installed, tmp_path: Path) -> Shell:
+    """A fresh copy of the checkout whose `.venv` is the one the set-up command made, activated."""
+    if installed.proc.returncode != 0:
+        pytest.fail("the README's set-up command failed, so no other command can run:\n"
+                    f"{installed.proc.stderr[-3000:]}")
+    root = _copy_checkout(tmp_path / "checkout")
+    (root / ".venv").symlink_to(installed.venv)
+    return Shell(root, _user_env(installed.venv))
+
+
+@pytest.fixture(scope="module")
+def mnist(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(write_mnist_subset(tmp_path_factory.mktemp("mnist"), 600, 100))
+
+
+@pytest.fixture
+def slurm() -> None:
+    require_slurm()
+
+
+# -- the registry itself ----------------------------------------------------------------------------------------
+def test_every_readme_command_is_run_here() -> None:
+    shown = readme_commands()
+    missing = [c for c in shown if c not in SHOWN and c != "make test"]
+    assert not missing, (f"README.md shows commands no test runs; add each, word for word, to a test of "
+                         f"{Path(__file__).name} with @shows: {missing}")
+    stale = sorted(set(SHOWN) - set(shown))
+    assert not stale, f"these commands are no longer in README.md; drop them from the tests: {stale}"
+
+
+def test_make_test_is_what_ci_runs() -> None:
+    """The README's test command is run by CI itself (a test running the whole suite would run itself)."""
+    assert "make test" in readme_commands()
+    assert re.search(r"^make test$", (REPO / ".ci" / "run").read_text(), re.MULTILINE)
+
+
+@shows(INSTALL)
+def test_the_set_up_command_installs_sweeps_and_prints_what_the_readme_shows(installed: Installed) -> None:
+    out = ok(installed.proc)
+    assert re.search(r"^sweepit \S+ with torch \S+, hydra 1\.3\.\d+$", out, re.MULTILINE), out[-3000:]
+    # The README's sample output, line by line, with its numbers, times and paths left open.
+    lines = iter(out.splitlines())
+    for sample in filter(str.strip, sample_output()):
+        pattern = re.escape(sample)
+        pattern = re.sub(r"/path/to/sweepit", ".+", pattern)
+        pattern = re.sub(r"\d{4}\\-\d\d\\-\d\d_\d\d\\-\d\d\\-\d\d", r"[\\d_-]+", pattern)
+        pattern = re.sub(r"(?<![a-z_])\d+(\\\.\d+)?(e\\-\d+)?(?![a-z_])", r"[-+\\d.e]+", pattern)
+        pattern = re.sub(r"(\\ )+", r"\\s+", pattern)
+        assert any(re.fullmatch(pattern, line.rstrip()) for line in lines), (
+            f"the README's sample line {sample!r} is not in the output, in order:\n{out[-3000:]}")
+    sweep = Shell(installed.root, {}).sweep()
+    assert statuses(sweep) == dict.fromkeys(range(4), "completed")
+    assert (sweep / "report" / "index.html").is_file()
+
+
+# -- Running ------------------------------------------------------------------------------------------------------
+@shows("python train.py")
+def test_one_job(shell: Shell) -> None:
+    out = ok(shell.run("python train.py"))
+    (run,) = (shell.root / "outputs" / "runs").iterdir()
+    epochs = epochs_of(run)
+    assert f"Epoch {epochs}/{epochs}" in out and "task=digits" in out
+    result = json.loads((run / "result.json").read_text())
+    assert result["status"] == "completed" and result["epochs_completed"] == epochs
+
+
+@shows("python train.py task=linreg optimizer=sgd lr=0.1")
+def test_one_job_with_keys_changed(shell: Shell) -> None:
+    ok(shell.run("python train.py task=linreg optimizer=sgd lr=0.1"))
+    (run,) = (shell.root / "outputs" / "runs").iterdir()
+    config = yaml.safe_load((run / ".hydra" / "config.yaml").read_text())
+    assert (config["task"]["name"], config["optimizer"]["name"], config["lr"]) == ("linreg", "sgd", 0.1)
+    assert json.loads((run / "result.json").read_text())["status"] == "completed"
+
+
+@shows("python train.py -m optimizer=adam,sgd lr=0.01,0.1")
+def test_a_sweep_leaves_four_complete_job_dirs(shell: Shell) -> None:
+    out = ok(shell.run("python train.py -m optimizer=adam,sgd lr=0.01,0.1"))
+    sweep = shell.sweep()
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and p.name[0].isdigit())
+    assert [p.name.split("_", 1)[0] for p in jobs] == ["0", "1", "2", "3"]
+    seen = set()
+    for job in jobs:
+        assert "optimizer=" in job.name and "lr=" in job.name  # the listing says which job is which
+        assert (job / ".hydra" / "config.yaml").is_file()
+        result = json.loads((job / "result.json").read_text())
+        lines = (job / "metrics.jsonl").read_text().splitlines()
+        assert result["status"] == "completed" and len(lines) == epochs_of(job)
+        assert result["objective"] == json.loads(lines[-1])["val_acc"]
+        seen.add((job.name.split("lr=")[1].split(",")[0], job.name.split("optimizer=")[1].split(",")[0]))
+    assert seen == {("0.01", "adam"), ("0.01", "sgd"), ("0.1", "adam"), ("0.1", "sgd")}
+    assert "4 jobs: 4 completed" in out and "best (maximize val_acc)" in out
+    assert re.search(r"^reproduce: python train\.py optimizer=\w+ lr=[\d.]+$", out, re.MULTILINE), out
+    assert (sweep / "report" / "index.html").is_file()
+
+
+@shows("python train.py -m task=mnist data.root=/data/mnist 'batch_size=range(32,257,32)'")
+def test_a_batch_size_range_on_mnist(shell: Shell, mnist: str) -> None:
+    out = ok(shell.run("python train.py -m task=mnist data.root=/data/mnist 'batch_size=range(32,257,32)'",
+                       **{"/data/mnist": mnist}))
+    sweep = shell.sweep()
+    assert "8 jobs: 8 completed" in out
+    rows = collect(sweep)
+    assert sorted(int(r.overrides["batch_size"]) for r in rows) == list(range(32, 257, 32))
+    assert {r.result["n_train"] for r in rows} == {600}, "the MNIST in data.root, not another data set"
+
+
+# -- Sweep your own code ------------------------------------------------------------------------------------------
+CONFIG_ONLY = ("PYTHONPATH=examples/config_only python train.py -m --config-dir examples/config_only/conf "
+               "--config-name stripes")
+
+
+@shows(f"{CONFIG_ONLY} model.width=4,16")
+def test_config_only_sweeps_a_users_model_width(shell: Shell) -> None:
+    out = ok(shell.run(f"{CONFIG_ONLY} model.width=4,16"))
+    done = results(shell.sweep("stripes"))
+    assert [done[n]["status"] for n in (0, 1)] == ["completed", "completed"]
+    assert {done[n]["model"] for n in (0, 1)} == {"mypkg.nets.StripeNet"}
+    assert done[0]["n_params"] < done[1]["n_params"]  # width 4 vs 16: the swept argument reached the model
+    assert done[0]["data"] == "mypkg.data.make()" and done[0]["n_train"] == 1600
+    assert "best (maximize val_acc)" in out and "model.width" in out
+
+
+@shows(f"{CONFIG_ONLY} data._target_=mypkg.data.on_disk +data.root=/scratch/stripes")
+def test_config_only_streams_datasets_from_disk(shell: Shell, tmp_path: Path) -> None:
+    data = tmp_path / "stripes"
+    out = ok(shell.run(f"{CONFIG_ONLY} data._target_=mypkg.data.on_disk +data.root=/scratch/stripes",
+                       **{"/scratch/stripes": str(data)}))
+    (result,) = results(shell.sweep("stripes")).values()
+    assert result["status"] == "completed" and result["data"] == "mypkg.data.on_disk()"
+    assert any(data.rglob("*.npy")), "the data function wrote its files under data.root"
+    assert "reproduce: python train.py --config-dir examples/config_only/conf --config-name stripes" in out
+
+
+@shows("PYTHONPATH=examples/config_only python train.py model._target_=mypkg.nets.StripeNet")
+def test_a_users_model_on_a_built_in_task(shell: Shell) -> None:
+    out = ok(shell.run("PYTHONPATH=examples/config_only python train.py model._target_=mypkg.nets.StripeNet"))
+    (run,) = (shell.root / "outputs" / "runs").iterdir()
+    epochs = epochs_of(run)
+    assert "model=mypkg.nets.StripeNet" in out and "UCI digits" in out and f"Epoch {epochs}/{epochs}" in out
+
+
+@shows("python examples/own_loop/train.py -m lr=0.003,0.03 width=8,16")
+def test_own_loop_local_sweep_leaves_curves_results_and_the_summary(shell: Shell) -> None:
+    out = ok(shell.run("python examples/own_loop/train.py -m lr=0.003,0.03 width=8,16"))
+    sweep = shell.sweep("own_loop")
+    done = results(sweep)
+    assert sorted(done) == [0, 1, 2, 3]
+    for num, result in done.items():
+        assert result["status"] == "completed" and result["recorded_by"] == "sweepit", result
+        assert result["metric"] == "val_acc" and result["epochs_completed"] == 6
+        assert result["objective"] == result["final"]["val_acc"]  # what the function returned
+        rows = [json.loads(line) for line in next(sweep.glob(f"{num}_*/metrics.jsonl")).read_text().splitlines()]
+        assert [r["epoch"] for r in rows] == list(range(1, 7)) and {"train_loss", "val_loss", "val_acc"} <= set(rows[0])
+        assert next(sweep.glob(f"{num}_*/checkpoint.pt")).is_file()  # the user's loop owns its checkpoint: kept
+    assert "best (maximize val_acc)" in out and "reproduce: python examples/own_loop/train.py " in out
+    assert (sweep / "report" / "learning_curves.png").is_file()
+    assert "python examples/own_loop/train.py " in (sweep / "report" / "summary.md").read_text()
+
+
+OWN_LOOP_OPTUNA = ("python examples/own_loop/train.py -m hydra/sweeper=optuna 'lr=tag(log, interval(1e-4, 1e-1))' "
+                   "hydra.sweeper.n_trials=12 hydra.sweeper.n_jobs=2 hydra/sweeper/pruner=median")
+
+
+@shows(OWN_LOOP_OPTUNA)
+def test_own_loop_optuna_search_with_median_pruning(shell: Shell) -> None:
+    out = ok(shell.run(OWN_LOOP_OPTUNA))
+    sweep = shell.sweep("own_loop")
+    study = optuna.load_study(study_name="sweepit", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(sweep / "optuna.journal"))))
+    assert len(study.trials) == 12 and {t.state.name for t in study.trials} <= {"COMPLETE", "PRUNED"}
+    assert set(statuses(sweep).values()) <= {"completed", "pruned"} and len(statuses(sweep)) == 12
+    assert (sweep / "best_params.yaml").is_file() and "Optuna: best trial" in out
+
+
+@shows("python examples/own_loop/train.py -m hydra/launcher=slurm lr=0.003,0.03", slurm=True)
+def test_own_loop_on_slurm(shell: Shell) -> None:
+    out = ok(shell.run("python examples/own_loop/train.py -m hydra/launcher=slurm lr=0.003,0.03"))
+    sweep = shell.sweep("own_loop")
+    assert statuses(sweep) == {0: "completed", 1: "completed"} and "2 jobs: 2 completed" in out
+    assert all(p.name.endswith("_log.out") for p in (sweep / ".submitit").rglob("*_log.out"))
+    assert any((sweep / ".submitit").rglob("*_log.out")), "the jobs ran as Slurm jobs"
+
+
+@shows("python examples/any_hydra_app/app.py -m x=-1,0,1 y=0,2")
+def test_any_hydra_app_on_local_workers(shell: Shell) -> None:
+    out = ok(shell.run("python examples/any_hydra_app/app.py -m x=-1,0,1 y=0,2"))
+    assert "6 jobs: 6 completed" in out and "best (minimize objective): job 4 = 1.154" in out
+
+
+@shows("python examples/any_hydra_app/app.py -m x=-1,0,1 y=0,2 hydra/launcher=slurm", slurm=True)
+def test_any_hydra_app_on_slurm_cpu_only(shell: Shell) -> None:
+    """No trainer.gpus, no timeout_min in the app's config: the launcher's defaults make CPU-only requests."""
+    out = ok(shell.run("python examples/any_hydra_app/app.py -m x=-1,0,1 y=0,2 hydra/launcher=slurm"))
+    assert "6 jobs: 6 completed" in out and "best (minimize objective): job 4 = 1.154" in out
+    script = next((shell.sweep("any_hydra_app") / ".submitit").rglob("*.sh")).read_text()
+    assert "--gpus" not in script and "gres" not in script
+
+
+ANY_APP_OPTUNA = ("python examples/any_hydra_app/app.py -m hydra/sweeper=optuna 'x=interval(-2, 2)' 'y=range(0, 4)' "
+                  "hydra.sweeper.n_trials=12 hydra.sweeper.direction=minimize")
+
+
+@shows(ANY_APP_OPTUNA)
+def test_any_hydra_app_under_optuna(shell: Shell) -> None:
+    out = ok(shell.run(ANY_APP_OPTUNA))
+    values = [r["objective"] for r in results(shell.sweep("any_hydra_app")).values()]
+    assert len(values) == 12 and f"= {min(values):.4g}" in out.split("best (minimize objective)")[1]
+
+
+# -- Slurm --------------------------------------------------------------------------------------------------------
+@shows("python train.py -m optimizer=adam,sgd lr=0.01,0.1 hydra/launcher=slurm", slurm=True)
+def test_the_sweep_on_slurm(shell: Shell) -> None:
+    """It crashed at its end without hydra.sweep.dir (ReadonlyConfigError), after the table."""
+    out = ok(shell.run("python train.py -m optimizer=adam,sgd lr=0.01,0.1 hydra/launcher=slurm"))
+    sweep = shell.sweep()
+    assert statuses(sweep) == dict.fromkeys(range(4), "completed") and "4 jobs: 4 completed" in out
+    assert (sweep / "report" / "index.html").is_file() and "reproduce: python train.py" in out
+    ids = [e.get("extra", {}).get("slurm_job_id") for e in json.loads((sweep / "sweep.json").read_text())["jobs"]]
+    assert all(ids), ids
+
+
+MN5 = ("python train.py -m trainer.gpus=1,2,4 hydra/launcher=marenostrum5 hydra.launcher.account=bsc12345 "
+       "hydra.launcher.qos=acc_debug hydra.launcher.dry_run=true")
+
+
+@shows(MN5, slurm=True)
+def test_a_gpu_count_study_on_marenostrum5_as_a_dry_run(shell: Shell) -> None:
+    out = ok(shell.run(MN5))
+    assert "dry run: 3 job(s) in 3 sbatch call(s), at most 7.00 GPU-hours" in out
+    sbatch = {line.removeprefix("#SBATCH ") for line in out.splitlines() if line.startswith("#SBATCH ")}
+    assert {"--account=bsc12345", "--qos=acc_debug", "--gpus-per-task=1", "--ntasks-per-node=4"} <= sbatch, sbatch
+    assert "module load cuda" in out
+    assert not any((shell.root / "outputs").rglob("multirun.yaml")), "a dry run leaves no sweep behind"
+
+
+DETACHED = "python train.py -m optimizer=adam,sgd lr=0.01,0.1 hydra/launcher=slurm hydra.launcher.wait=false"
+
+
+@shows(DETACHED, "sweepit status outputs/multirun/<time>", "sweepit status outputs/multirun/<time> --watch",
+       "sweepit resume outputs/multirun/<time>", slurm=True)
+def test_a_detached_sweep_followed_reported_and_resumed(shell: Shell) -> None:
+    out = ok(shell.run(DETACHED))
+    sweep = shell.sweep()
+    assert "Not waiting (hydra.launcher.wait=false): 4 job(s) in Slurm" in out
+    assert f"sweepit status {sweep} --watch" in out and not (sweep / "report").exists()
+    stamp = {"<time>": sweep.name}
+    looked = ok(shell.run("sweepit status outputs/multirun/<time>", **stamp))
+    assert "4 jobs:" in looked and "sweep directory:" in looked
+    watched = ok(shell.run("sweepit status outputs/multirun/<time> --watch", timeout_s=300, **stamp))
+    assert "4 jobs: 4 completed" in watched and (sweep / "report" / "index.html").is_file()
+    assert "sweepit: report in" in watched
+    resumed = ok(shell.run("sweepit resume outputs/multirun/<time>", timeout_s=300, **stamp))
+    assert "4 jobs: 4 completed" in resumed and "hydra.launcher.wait=true" in resumed
+
+
+# -- Experiment trackers ------------------------------------------------------------------------------------------
+@shows("pip install -e '.[tensorboard]'")
+def test_installing_a_trackers_extra(installed: Installed) -> None:
+    """In the checkout the venv was made from (an editable install points at the folder it is run in)."""
+    shell = Shell(installed.root, _user_env(installed.venv))
+    ok(shell.run("pip install -e '.[tensorboard]'"))
+    assert subprocess.run([str(installed.venv / "bin" / "python"), "-c", "import tensorboard, sweepit"],
+                          timeout=120).returncode == 0
+
+
+@shows("python train.py -m optimizer=adam,sgd lr=0.01,0.1 logger=tensorboard",
+       "tensorboard --logdir outputs/multirun/<timestamp>")
+def test_tensorboard_runs_and_its_server_shows_them(shell: Shell) -> None:
+    ok(shell.run("python train.py -m optimizer=adam,sgd lr=0.01,0.1 logger=tensorboard"))
+    sweep = shell.sweep()
+    assert all(any((job / "tensorboard").glob("events.out.tfevents.*")) for job in sweep.glob("[0-3]_*"))
+    server = shell.start("tensorboard --logdir outputs/multirun/<timestamp>", **{"<timestamp>": sweep.name})
+    seen: list[str] = []
+    try:
+        def serving() -> bool:
+            assert server.stdout is not None and server.poll() is None, "tensorboard exited"
+            seen.append(server.stdout.readline())
+            return "http://localhost:6006/" in seen[-1]
+
+        wait_until(serving, lambda: f"tensorboard serving (it said: {''.join(seen)[-2000:]})", 90, interval_s=0)
+        runs: list[str] = []
+
+        def listed() -> bool:
+            nonlocal runs
+            with urllib.request.urlopen("http://localhost:6006/data/runs", timeout=10) as page:
+                runs = json.loads(page.read())
+            return len(runs) == 4
+
+        wait_until(listed, lambda: f"four runs in tensorboard, got {runs}", 60, interval_s=1)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+
+
+@shows("python train.py -m lr=0.01,0.1 'logger=[tensorboard,mlflow]'")
+def test_two_trackers_at_once(shell: Shell) -> None:
+    ok(shell.run("python train.py -m lr=0.01,0.1 'logger=[tensorboard,mlflow]'"))
+    sweep = shell.sweep()
+    assert (sweep / "mlruns").is_dir() and len(list(sweep.glob("[01]_*/tensorboard"))) == 2
+
+
+# -- Optuna -------------------------------------------------------------------------------------------------------
+OPTUNA = ("python train.py -m hydra/sweeper=optuna 'optimizer=choice(adam,sgd,rmsprop)' "
+          "'lr=tag(log, interval(1e-4, 1))' hydra.sweeper.n_trials=40 hydra.sweeper.n_jobs=4")
+
+
+@shows(OPTUNA)
+def test_the_optuna_search(shell: Shell) -> None:
+    out = ok(shell.run(OPTUNA))
+    sweep = shell.sweep()
+    assert len(statuses(sweep)) == 40 and set(statuses(sweep).values()) <= {"completed", "pruned", "diverged"}
+    assert (sweep / "best_params.yaml").is_file() and (sweep / "trials.csv").read_text().count("\n") == 41
+    assert "Optuna: best trial" in out and "categorical units" not in out
+
+
+# -- The studies ----------------------------------------------------------------------------------------------------
+# Long studies shrunk through make's ARGS (the README: "extra overrides in ARGS"), from the environment.
+SHRUNK = {"scaling": "data.n_synthetic=600 epochs=2 repeat=0", "optimizers": "epochs=3"}
+STUDY_JOBS = {"optimizers": 40, "optuna_lr": 40, "scaling": 2, "optimizer_lr": 20, "mnist_best": 1, "batch_size": 9}
+
+
+def _study(shell: Shell, study: str, command: str, **fill: str) -> str:
+    out = ok(shell.run(command, env={"ARGS": SHRUNK[study]} if study in SHRUNK else None, **fill))
+    sweep = shell.sweep(study)
+    assert len(statuses(sweep)) == STUDY_JOBS[study], statuses(sweep)
+    assert set(statuses(sweep).values()) <= {"completed", "pruned", "diverged"}, statuses(sweep)
+    assert f"study: {study}" in (sweep / "multirun.yaml").read_text()  # the study's own file composed
+    assert (sweep / "report" / "index.html").is_file()
+    return out
+
+
+@shows("make sweep-optimizers")
+def test_make_sweep_optimizers(shell: Shell) -> None:
+    _study(shell, "optimizers", "make sweep-optimizers")
+
+
+@shows("make sweep-optuna")
+def test_make_sweep_optuna(shell: Shell) -> None:
+    out = _study(shell, "optuna_lr", "make sweep-optuna")
+    assert "--config-name optuna_lr" in out
+
+
+@shows("make sweep-scaling")
+def test_make_sweep_scaling(shell: Shell) -> None:
+    out = _study(shell, "scaling", "make sweep-scaling")
+    assert "no GPU on this machine: running the CPU variant" in out
+    assert "speedup" in (shell.sweep("scaling") / "report" / "summary.md").read_text()
+
+
+@shows("make sweep-optimizer_lr")
+def test_make_sweep_optimizer_lr(shell: Shell) -> None:
+    _study(shell, "optimizer_lr", "make sweep-optimizer_lr")
+
+
+@shows("make sweep-mnist_best ARGS='data.root=/data/mnist'")
+def test_make_sweep_mnist_best(shell: Shell, mnist: str) -> None:
+    _study(shell, "mnist_best", "make sweep-mnist_best ARGS='data.root=/data/mnist'", **{"/data/mnist": mnist})
+
+
+@shows("make sweep-batch_size ARGS='data.root=/data/mnist'")
+def test_make_sweep_batch_size(shell: Shell, mnist: str) -> None:
+    _study(shell, "batch_size", "make sweep-batch_size ARGS='data.root=/data/mnist'", **{"/data/mnist": mnist})
+
+
+def test_the_readme_lists_every_study_with_its_make_target() -> None:
+    studies = sorted(p.stem for p in (REPO / "sweeps").glob("*.yaml"))
+    shown = " ".join(readme_commands())
+    assert [s for s in studies if f"make sweep-{s if s != 'optuna_lr' else 'optuna'}" not in shown] == []
+    assert sorted(STUDY_JOBS) == studies, "a new study in sweeps/ needs its job count here"
+
