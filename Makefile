@@ -4,8 +4,10 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # torch==2.13.0 is taken from local disk on the project's machines as a CPU build; elsewhere pip picks
-# the platform's default wheel. Override for another build: make install TORCH_SPEC='torch==2.5.1'
+# the platform's default wheel. Override for another build: make install TORCH_SPEC='torch==2.5.1'; TORCH_SPEC=none
+# installs none, for a torch the site provides (ppc64le, where PyPI has none), seen with VENV_FLAGS=--system-site-packages
 TORCH_SPEC ?= torch==2.13.0
+VENV_FLAGS ?=
 PYTEST_ARGS ?=
 SWEEPS := $(basename $(notdir $(wildcard sweeps/*.yaml)))
 
@@ -20,9 +22,9 @@ help: ## List every target with what it does
 	@for s in $(SWEEPS); do printf "  %-22s %s\n" "sweep-$$s" "$$(sed -n 1p sweeps/$$s.yaml | sed 's/^# //')"; done
 
 install: ## Create .venv and install sweepit (editable) with its dev tools
-	$(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(if $(filter none,$(TORCH_SPEC)),@echo "TORCH_SPEC=none: torch is not installed (the environment's is used)",$(PY) -m pip install --quiet "$(TORCH_SPEC)")
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@$(PY) -c "import torch, hydra, sweepit; print(f'sweepit {sweepit.__version__} with torch {torch.__version__}, hydra {hydra.__version__}')"
 

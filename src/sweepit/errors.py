@@ -34,3 +34,8 @@ class OutputWriteError(SweepitError, OSError):
 
 class SweepFailedError(SweepitError):
     """A sweep ended with failed or interrupted jobs; the message says where the logs are and how to resume."""
+
+
+class RankFailedError(SweepitError):
+    """A rank of a multi-rank job (a local rank, a Slurm task) ended with an error; the message names the rank, its
+    error and its log."""

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from slurm_launcher_testing import APP, TRAIN, Driver, manifest, result, slurm_ids, sweepit, tasks, wait_until
+from slurm_launcher_testing import APP, TRAIN, Driver, manifest, result, run, slurm_ids, sweepit, tasks, wait_until
 
 from conftest import cluster_up
 from sweepit.slurm import _cluster as slurm_queue
@@ -220,3 +220,25 @@ def test_a_job_past_its_time_limit_is_recorded_as_such_and_the_sweep_goes_on(tmp
     assert "time limit" in timed_out["error"].lower(), timed_out
     assert result(_only_job_dir(sweep, 1))["status"] == "completed"
     assert "2 jobs: 1 completed, 1 failed" in driver.stdout
+
+
+def test_a_failing_rank_ends_its_job_at_once_and_its_record_names_the_rank_and_its_error(tmp_path: Path) -> None:
+    """Rank 1 of a 2-task job raises while rank 0 waits for it (as in a collective). Before: no --kill-on-bad-exit, so
+    rank 0 waited (on NCCL, for the watchdog: 300 s), and the record was rank 0's, the cause only in task 1's log,
+    which no job directory linked."""
+    sweep = tmp_path / "sweep"
+    started = time.monotonic()
+    proc = run(APP, sweep, "x=0", "trainer.gpus=2", "fail_on_rank=1", timeout_s=240)
+    took_s = time.monotonic() - started
+    assert proc.returncode == 1, proc.stderr
+    assert took_s < 90, f"the job took {took_s:.0f} s to end: the failing rank did not end it"
+    job_dir = _only_job_dir(sweep, 0)
+    record = result(job_dir)
+    assert record["status"] == "failed", record
+    assert record["error"].startswith("RankFailedError: rank 1 of 2 failed: ValueError: rank 1 fails on purpose "
+                                      "(fail_on_rank) (its log: .slurm/task-1.stderr.log)"), record["error"]
+    own_log = (job_dir / ".slurm" / "task-1.stderr.log").read_text()  # every task's logs, linked from the job
+    assert "ValueError: rank 1 fails on purpose" in own_log
+    assert (job_dir / ".slurm" / "task-0.stdout.log").resolve() == (job_dir / "stdout.log").resolve()
+    script = next((sweep / ".submitit").rglob("*_submission.sh")).read_text()
+    assert "--kill-on-bad-exit=1" in script

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
@@ -17,6 +18,7 @@ import sweepit
 from sweepit.results._job_files import read_metrics, read_result
 from sweepit.search._pruning import ENV_STORAGE, ENV_STUDY, ENV_TRIAL, PRUNER_ATTR, open_storage
 from sweepit.train import _session
+from sweepit.train._distributed import Rank, spawn_local
 
 
 @pytest.fixture(autouse=True)
@@ -225,3 +227,38 @@ def test_a_process_that_runs_one_job_after_another_gives_each_its_own_session(tm
     assert read_metrics(first)[0] == [{"epoch": 1, "loss": 1.0}]
     monkeypatch.setenv(_session.ENV_JOB_DIR, str(first))
     assert sweepit.load_checkpoint()["weights"] == [1.0]  # the same directory again: its own checkpoint
+
+
+def _user_loop(job_dir: Path, drawn: Path, stop_after: int | None) -> Callable[[Rank], int]:
+    """A user's loop on each rank: its own random stream, one draw an epoch, a checkpoint at each epoch's end."""
+
+    def rank_main(rank: Rank) -> int:
+        _session.begin(job_dir, OmegaConf.create({"metric": "x", "seed": 0, "device": "cpu"}), rank)
+        sweepit.context().init_process_group()  # gloo: the ranks keep in step, as a DDP model's do
+        torch.manual_seed(100 + rank.rank)
+        state = sweepit.load_checkpoint()
+        for epoch in range(1 if state is None else state["epoch"] + 1, 5):
+            (drawn / f"rank{rank.rank}-epoch{epoch}").write_text(repr(torch.rand(1).item()))
+            sweepit.report({"x": 1.0}, epoch=epoch)
+            sweepit.save_checkpoint({"epoch": epoch})
+            torch.distributed.barrier()
+            if epoch == stop_after:
+                raise KeyboardInterrupt  # a preemption between epochs
+        return 0
+
+    return rank_main
+
+
+def test_every_rank_resumes_with_its_own_random_states(tmp_path: Path) -> None:
+    """Rank 0's states were saved and restored on every rank: rank 1 drew rank 0's numbers after a resume (and, on
+    GPUs, get_rng_state_all() failed where fewer GPUs were visible at resume)."""
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    for folder in (straight, resumed):
+        (folder / "drawn").mkdir(parents=True)
+    spawn_local(2, _user_loop(straight, straight / "drawn", None))
+    with pytest.raises(KeyboardInterrupt):
+        spawn_local(2, _user_loop(resumed, resumed / "drawn", 2))
+    assert sorted(p.name for p in resumed.glob("checkpoint*")) == ["checkpoint.pt", "checkpoint.rank1.pt"]
+    spawn_local(2, _user_loop(resumed, resumed / "drawn", None))
+    for name in sorted(p.name for p in (straight / "drawn").iterdir()):
+        assert (resumed / "drawn" / name).read_text() == (straight / "drawn" / name).read_text(), name

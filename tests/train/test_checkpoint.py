@@ -23,8 +23,12 @@ def _untimed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: v for k, v in r.items() if k not in ("epoch_time_s", "samples_per_s", "step_time_s")} for r in rows]
 
 
-def test_resumed_run_ends_with_the_same_metrics(compose_cfg: Callable[..., DictConfig], tmp_path: Path) -> None:
-    cfg = compose_cfg(*SETUP)
+@pytest.mark.parametrize("gpus", [1, 2], ids=["one-rank", "two-gloo-ranks"])
+def test_resumed_run_ends_with_the_same_metrics(compose_cfg: Callable[..., DictConfig], tmp_path: Path,
+                                                gpus: int) -> None:
+    """Bit for bit, with two ranks too: each rank's dropout and augmentation draws are its own (rank 1 resumed with
+    rank 0's augmentation generator and random states, and ended elsewhere)."""
+    cfg = compose_cfg(*SETUP, f"trainer.gpus={gpus}")
     run_job(cfg, tmp_path / "straight")
 
     def stop_after_two(epoch: int, row: dict[str, Any]) -> bool:

@@ -22,9 +22,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import gc
-import json
 import os
-import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,15 +35,13 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from hydra_plugins.sweepit._compose import ComposedConfigs, copy_config, pickled
-from sweepit._files import atomic_write
 from sweepit._signals import interrupt_on_sigterm
-from sweepit.errors import SweepFailedError, SweepitError
+from sweepit.errors import RankFailedError, SweepFailedError, SweepitError
 from sweepit.local._worker import Reply, failure, picklable
 from sweepit.results._job_files import RESULT_FILE, read_result
 from sweepit.results._lock import SweepLock
-from sweepit.results._manifest import now_iso
 from sweepit.results._status import sweeper_value
-from sweepit.slurm import TASK_DIR
+from sweepit.slurm._task_files import failed_task, rank_failure, record_task, record_task_error
 from sweepit.train import _session
 
 _registered = False
@@ -428,11 +424,6 @@ def split_hydra(config: DictConfig, job_dir_: Path) -> tuple[DictConfig, DictCon
     return config, hydra_cfg
 
 
-_TASK_ENV = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_PROCID", "SLURM_LOCALID",
-             "SLURM_NODEID", "SLURM_NTASKS", "SLURM_STEP_ID", "SLURM_RESTART_COUNT", "CUDA_VISIBLE_DEVICES",
-             "SLURM_STEP_GPUS", "SLURM_JOB_NODELIST", "SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS")
-
-
 class SlurmTask:
     def __init__(self, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig,
                  singleton_state: dict[Any, Any], job_dir: str) -> None:
@@ -473,11 +464,25 @@ class SlurmTask:
                     # The result says `failed` with the SystemExit that submitit raises to stop this run; the job
                     # is requeued and carries on, so that result is not the job's.
                     (job_dir / RESULT_FILE).unlink(missing_ok=True)
+                elif rank != 0:
+                    if not isinstance(e, KeyboardInterrupt):  # its own failure, not a stop: the others' cause
+                        record_task_error(job_dir, rank, e)
                 else:
-                    session.finish(_session.status_of(e), error=e)
+                    failed = failed_task(job_dir, but=0)  # stopped because another task failed: its error
+                    cause: BaseException = RankFailedError(rank_failure(failed)) if failed else e
+                    session.finish(_session.status_of(cause), error=cause)
                 raise
             self._finished = True
-            status, error = record(session, ret)
+            failed = failed_task(job_dir, but=0) if rank == 0 and ret.status == JobStatus.FAILED else None
+            error: BaseException | None
+            if failed is not None:  # its error came from a peer that failed first (a collective's lost connection)
+                error = RankFailedError(rank_failure(failed))
+                session.finish("failed", error=error)
+                status = "failed"
+            else:
+                status, error = record(session, ret)
+            if rank != 0 and status == "failed" and error is not None:
+                record_task_error(job_dir, rank, error)  # before this task exits: the cause, for the others
         finally:
             _session.end(session)  # after result.json: the session's trackers close with the job's status
         if error is None:
@@ -495,10 +500,3 @@ class SlurmTask:
         self._requeueing = True
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
 
-
-def record_task(job_dir: Path, rank: int) -> None:
-    """`.slurm/task-<rank>.json`: this task's Slurm environment (overwritten by a requeued run)."""
-    info: dict[str, Any] = {k.lower(): os.environ.get(k) for k in _TASK_ENV}
-    info.update(hostname=socket.gethostname(), pid=os.getpid(), started_at=now_iso())
-    with contextlib.suppress(OSError):
-        atomic_write(job_dir / TASK_DIR / f"task-{rank}.json", json.dumps(info, indent=1) + "\n")

@@ -19,6 +19,7 @@ from sweepit.results._summary import best_row, collect
 from sweepit.results._summary import size_text as _mb
 
 CHECKPOINT = "checkpoint.pt"  # sweepit.train's checkpoint file (results/ never imports torch)
+RANK_STATES = "checkpoint.rank*.pt"  # beside it, the random states of the ranks > 0 of a multi-rank job
 _FINISHED = ("completed", "pruned", "diverged")
 
 
@@ -53,8 +54,8 @@ def clean(sweep_dir: Path, keep_best: bool = True, dry_run: bool = False) -> Cle
     out = Cleaned(best_job=None if best is None else best.num)
     for row in rows:
         names = [n for n in WEIGHT_FILES if (row.job_dir / n).is_file()]
-        if row.status in _FINISHED and (row.job_dir / CHECKPOINT).is_file():
-            names.append(CHECKPOINT)
+        if row.status in _FINISHED:  # the checkpoint, and each rank's random states beside it
+            names += [p.name for p in (row.job_dir / CHECKPOINT, *row.job_dir.glob(RANK_STATES)) if p.is_file()]
         for name in names:
             path = row.job_dir / name
             entry = (path, path.stat().st_size)

@@ -373,8 +373,12 @@ def sbatch_parameters(r: Request, o: SlurmOptions, job_name: str) -> dict[str, A
                 "gres": r.gres, "partition": o.partition, "account": o.account, "qos": o.qos,
                 "constraint": o.constraint, "mem": f"{o.mem_gb}GB" if o.mem_gb else None}
     params.update({k: v for k, v in optional.items() if v is not None})
-    if o.srun_args:
-        params["srun_args"] = list(o.srun_args)
+    # A job of several tasks ends as soon as one fails (its error is its rank's own), instead of its peers waiting in
+    # a collective for NCCL's watchdog (minutes) while the cause sits only in that task's log.
+    srun_args = ["--kill-on-bad-exit=1"] if r.nodes * r.tasks_per_node > 1 else []
+    srun_args += [a for a in o.srun_args or [] if a not in srun_args]
+    if srun_args:
+        params["srun_args"] = srun_args
     if o.additional_parameters:
         params["additional_parameters"] = dict(o.additional_parameters)
     return params

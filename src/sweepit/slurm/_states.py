@@ -32,6 +32,7 @@ from sweepit.results._progress import format_duration
 from sweepit.results._summary import JobRow, format_table, override_values, read_job
 from sweepit.slurm import _cluster as slurm_queue
 from sweepit.slurm._cluster import ACTIVE_STATES, FINAL_STATES, QueueRow, SlurmError
+from sweepit.slurm._task_files import failed_task, rank_failure
 
 LOST = "LOST"                        # neither squeue nor sacct knows the job any more
 MAX_ROWS = 50                        # jobs `sweepit status` lists by default (the others are counted)
@@ -200,7 +201,8 @@ def record_dead(entry: JobEntry, seen: Seen, stderr_tail: str) -> str:
     says it was: the rest of the job's own record is kept); return its status. Any other result of the job's,
     one that came in the meantime included, is never replaced: then its status is returned."""
     job_id = slurm_id(entry) or "?"
-    status = _status_for(seen.slurm_state)
+    failed = failed_task(Path(entry.job_dir))  # a task of a multi-task job that failed first: the cause
+    status = "failed" if failed else _status_for(seen.slurm_state)
     remove_temporaries(Path(entry.job_dir))  # of writes its end cut short: Slurm says its processes are gone
     rows, _ = read_metrics(Path(entry.job_dir))
     try:
@@ -209,9 +211,10 @@ def record_dead(entry: JobEntry, seen: Seen, stderr_tail: str) -> str:
         own = {}
     if own.get("error"):
         own["job_error"] = own["error"]  # the job's own words, e.g. that SIGTERM stopped it
+    said = explain(seen.slurm_state, job_id, seen.exit_code, entry.extra.get("timeout_min"))
     result: dict[str, Any] = {
         **own, "status": status, "objective": None,
-        "error": explain(seen.slurm_state, job_id, seen.exit_code, entry.extra.get("timeout_min")),
+        "error": f"{rank_failure(failed)}; the job {said}" if failed else said,
         "slurm_state": seen.slurm_state, "slurm_job_id": job_id, "node": seen.node or None,
         "epochs_completed": len(rows), "started_at": entry.started_at, "ended_at": now_iso(),
         "recorded_by": RECORDED_BY, "recorded_on": socket.gethostname(), "stderr_tail": stderr_tail,

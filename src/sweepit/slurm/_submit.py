@@ -22,10 +22,10 @@ from sweepit.results._job_files import METRICS_FILE, RESULT_FILE
 from sweepit.results._manifest import JobEntry, Manifest, now_iso, write_manifest
 from sweepit.slurm._cluster import SlurmError
 from sweepit.slurm._request import Request, SlurmOptions, gpu_hours, sbatch_parameters
+from sweepit.slurm._task_files import TASK_DIR, link_task_logs
 
 log = logging.getLogger(__name__)
 SUBMITIT_DIR = ".submitit"
-TASK_DIR = ".slurm"  # inside the job directory: each task's record (see hydra_plugins.sweepit._hydra.SlurmTask)
 Task = Callable[[], Any]
 
 
@@ -149,6 +149,8 @@ def submit_jobs(jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, max
         for job, job_id in zip(chunk, chunk_ids, strict=True):
             stdout, stderr = log_paths(folder, job_id)
             link_logs(job.job_dir, stdout, stderr)
+            n_tasks = job.request.nodes * job.request.tasks_per_node if job.request else 1
+            link_task_logs(job.job_dir, [log_paths(folder, job_id, task) for task in range(n_tasks)])
             array_id, _, index = job_id.partition("_")
             entry = manifest.jobs[job.num]
             entry.state, entry.pid, entry.started_at, entry.ended_at = "queued", None, None, None
@@ -174,11 +176,11 @@ def _select_str(config: Any, key: str) -> str | None:
     return None if value is None else str(value)
 
 
-def log_paths(folder: Path, job_id: str) -> tuple[Path, Path]:
-    """stdout and stderr of the job's first task (rank 0), as submitit names them."""
+def log_paths(folder: Path, job_id: str, task: int = 0) -> tuple[Path, Path]:
+    """stdout and stderr of the job's task `task` (rank 0 by default), as submitit names them."""
     from submitit.core.utils import JobPaths
 
-    paths = JobPaths(folder, job_id=job_id, task_id=0)
+    paths = JobPaths(folder, job_id=job_id, task_id=task)
     return paths.stdout, paths.stderr
 
 

@@ -80,13 +80,14 @@ def should_stop() -> bool:
 
 def save_checkpoint(state: Any) -> None:
     """Save `state` (what torch.save takes: state dicts, the epoch, ...) as the job's `checkpoint.pt`, with the
-    metrics reported so far and every RNG state, atomically. Rank 0 writes; other ranks return at once."""
+    metrics reported so far and every RNG state, atomically. Rank 0 writes the checkpoint; with several ranks, every
+    rank calls it (no collective: each other rank keeps only its own RNG states, in `checkpoint.rank<r>.pt`)."""
     active().save_checkpoint(state)
 
 
 def load_checkpoint() -> Any:
-    """What the last `save_checkpoint` of this job got (on every rank, on the CPU), with the RNG states and
-    reported metrics as they were then; None for a fresh start, or when the checkpoint is of another
+    """What the last `save_checkpoint` of this job got (on every rank, on the CPU), with each rank's own RNG states
+    and the reported metrics as they were then; None for a fresh start, or when the checkpoint is of another
     configuration (a warning says so). A job requeued by Slurm, or run again by `sweepit resume`, thus goes
     on from its last checkpoint and ends with the same metrics as an uninterrupted run."""
     return active().load_checkpoint()
@@ -96,7 +97,7 @@ def context() -> JobContext:
     """This process's rank, local rank and world size (from Slurm, torchrun or sweepit's local ranks), the
     device it should train on (its own GPU by local rank, else the CPU; the config's `device` wins), and the
     job's directory."""
-    from sweepit.train._distributed import device_for
+    from sweepit.train._devices import device_for
 
     session = active()
     rank = session.the_rank

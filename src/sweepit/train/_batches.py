@@ -7,6 +7,7 @@ shift, zoom, training only), resizing to `task.image_size`, and the channels-las
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,6 +25,12 @@ from sweepit.train.data.custom import Streamed
 EVAL_BATCH = 1024  # validation batch: no gradients, so larger than training batches
 
 
+def epoch_seed(seed: int, stream: str, epoch: int) -> int:
+    """A seed for one random stream (`order`, `augment/<rank>`, ...) of one epoch, from the job's seed alone."""
+    digest = hashlib.blake2b(f"{seed}/{stream}/{epoch}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1  # torch takes seeds below 2**63
+
+
 class Batches:
     def __init__(self, cfg: Any, data: Splits | Streamed, rank: Rank, device: torch.device,
                  channels_last: bool) -> None:
@@ -39,8 +46,10 @@ class Batches:
                          float(aug.get("zoom_frac", 0.0)))
         image_size = int(cfg.task.get("image_size", 0) or 0) if "task" in cfg else 0
         self.resize = image_size if image_size > 0 and data.input_shape[-1] != image_size else 0
-        self.batch_g = torch.Generator().manual_seed(self.seed + 1)  # same global order on every rank
-        self.aug_g = torch.Generator().manual_seed(self.seed + 2 + 7919 * rank.rank)
+        # Seeded again at each epoch from (seed, epoch) alone: a run resumed at any epoch draws what an uninterrupted
+        # run draws there, on every rank, with no generator state to checkpoint.
+        self.batch_g = torch.Generator()  # the global order: the same on every rank
+        self.aug_g = torch.Generator()    # each rank's augmentation: its own
         if (self.augment or self.resize or channels_last) and len(data.input_shape) != 3:
             raise ConfigError(f"data.augment, task.image_size and trainer.channels_last apply to images (C, H, W), but "
                               f"the inputs have shape {data.input_shape}; turn them off for this data.")
@@ -71,13 +80,6 @@ class Batches:
     def steps_per_epoch(self) -> int:
         return max(1, self.n_train // (self.batch_size * self.world))
 
-    def state(self) -> dict[str, torch.Tensor]:
-        return {"batch": self.batch_g.get_state(), "augment": self.aug_g.get_state()}
-
-    def set_state(self, state: dict[str, torch.Tensor]) -> None:
-        self.batch_g.set_state(state["batch"])
-        self.aug_g.set_state(state["augment"])
-
     def prepare(self, xb: torch.Tensor, training: bool) -> torch.Tensor:
         if training and self.augment:
             from sweepit.train.data.augment import augment_images
@@ -97,6 +99,8 @@ class Batches:
 
     def train(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """This rank's (inputs, labels) of each training batch of the epoch."""
+        self.batch_g.manual_seed(epoch_seed(self.seed, "order", epoch))
+        self.aug_g.manual_seed(epoch_seed(self.seed, f"augment/{self.rank.rank}", epoch))
         d = self.data
         if isinstance(d, Splits):
             labels = d.y_train if self.stratified else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
 import sys
 from collections.abc import Mapping
@@ -17,8 +18,10 @@ from typing import Any
 
 from sweepit._files import atomic_file
 
+log = logging.getLogger(__name__)
+
 CHECKPOINT_FILE = "checkpoint.pt"
-FORMAT = 2
+FORMAT = 3  # 3: each rank's random states (rank 0's in the checkpoint, others' beside it), a save count
 # Keys that may change between the interrupted run and its resumption without changing the training
 # trajectory: the time limit and the loop's bookkeeping. Anything else (epochs too: a cosine schedule
 # depends on it) makes a checkpoint one of another configuration, which a run never resumes from.
@@ -40,11 +43,12 @@ def fingerprint(config: Mapping[str, Any] | None) -> str:
 
 
 def rng_states() -> dict[str, Any]:
-    """Python's, NumPy's (when imported) and torch's CPU and CUDA random states."""
+    """This process's random states: Python's, NumPy's (when imported), torch's CPU one, and that of its current CUDA
+    device when CUDA is in use (one device: a resumed rank may see fewer GPUs than the one that saved)."""
     import torch
 
     states: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state(),
-                              "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+                              "cuda": torch.cuda.get_rng_state() if torch.cuda.is_initialized() else None}
     if "numpy" in sys.modules:
         states["numpy"] = sys.modules["numpy"].random.get_state()
     return states
@@ -53,29 +57,44 @@ def rng_states() -> dict[str, Any]:
 def set_rng_states(states: Mapping[str, Any]) -> None:
     import torch
 
+    from sweepit.train._devices import cuda_available
+
     random.setstate(states["python"])
     torch.set_rng_state(states["torch"])
-    if states.get("cuda") and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
+    if states.get("cuda") is not None and cuda_available():
+        torch.cuda.set_rng_state(states["cuda"])  # of this rank's current device
     if "numpy" in states:
         import numpy as np
 
         np.random.set_state(states["numpy"])
 
 
-def save(path: Path, state: Any, rows: list[dict[str, Any]], config_hash: str) -> None:
-    """`state` (anything torch.save takes) with the metrics rows so far and the RNG states."""
+def rank_path(path: Path, rank: int) -> Path:
+    """Where rank `rank` (> 0) keeps its random states beside the job's checkpoint: `checkpoint.rank<r>.pt`."""
+    return path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
+
+
+def save(path: Path, state: Any, rows: list[dict[str, Any]], config_hash: str, count: int) -> None:
+    """Rank 0: `state` (anything torch.save takes) with the metrics rows so far and its random states; `count`
+    numbers the saves of the job, so that each rank's states are matched with the checkpoint they belong to."""
     import torch
 
-    record = {"sweepit": {"format": FORMAT, "config_hash": config_hash, "rows": rows, "rng": rng_states()},
-              "state": state}
+    record = {"sweepit": {"format": FORMAT, "config_hash": config_hash, "rows": rows, "rng": rng_states(),
+                          "count": count}, "state": state}
     with atomic_file(path, binary=True) as f:
         torch.save(record, f)
 
 
-def load(path: Path, config_hash: str) -> tuple[Any, list[dict[str, Any]]] | None:
-    """(state, metrics rows at save time) with the RNG states restored; None when there is nothing to resume
-    from: no file, a checkpoint of another configuration, or one written by an older sweepit."""
+def save_rank(path: Path, rank: int, config_hash: str, count: int) -> None:
+    """Rank `rank` > 0: its own random states, beside the checkpoint rank 0 saves at the same call."""
+    import torch
+
+    record = {"sweepit": {"format": FORMAT, "config_hash": config_hash, "rng": rng_states(), "count": count}}
+    with atomic_file(rank_path(path, rank), binary=True) as f:
+        torch.save(record, f)
+
+
+def _read(path: Path) -> dict[str, Any] | None:
     import torch
 
     if not path.is_file():
@@ -84,7 +103,33 @@ def load(path: Path, config_hash: str) -> tuple[Any, list[dict[str, Any]]] | Non
     # training function's state may hold more than tensors (NumPy arrays, its own objects).
     record = torch.load(path, map_location="cpu", weights_only=False)
     meta = record.get("sweepit") if isinstance(record, dict) else None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("config_hash") != config_hash:
+    return record if isinstance(meta, dict) and meta.get("format") == FORMAT else None
+
+
+def load(path: Path, config_hash: str, rank: int = 0) -> tuple[Any, list[dict[str, Any]], int] | None:
+    """(state, metrics rows at save time, the save's count), with this rank's random states restored (rank 0's from
+    the checkpoint, another rank's from its own file of the same save); None when there is nothing to resume from:
+    no file, a checkpoint of another configuration, or one written by an older sweepit."""
+    record = _read(path)
+    if record is None or record["sweepit"].get("config_hash") != config_hash:
         return None
-    set_rng_states(meta["rng"])
-    return record["state"], list(meta["rows"])
+    meta = record["sweepit"]
+    count = int(meta.get("count", 0))
+    if rank == 0:
+        set_rng_states(meta["rng"])
+    else:
+        own = _read(rank_path(path, rank))
+        mine = own["sweepit"] if own is not None else {}
+        if mine.get("config_hash") == config_hash and mine.get("count") == count:
+            set_rng_states(mine["rng"])
+        else:
+            log.warning(f"sweepit: rank {rank} has no random states saved with {path} (it did not call "
+                        "save_checkpoint then): it goes on with fresh ones, so its random draws differ from an "
+                        "uninterrupted run's")
+    return record["state"], list(meta["rows"]), count
+
+
+def remove(path: Path) -> None:
+    """The checkpoint and every rank's random states beside it."""
+    for file in [path, *path.parent.glob(f"{path.stem}.rank*{path.suffix}")]:
+        file.unlink(missing_ok=True)

@@ -7,6 +7,7 @@ from typing import Any
 
 from sweepit.errors import ConfigError
 from sweepit.trackers._base import check_trackers
+from sweepit.train._devices import cuda_available
 
 TASKS = ("linreg", "digits", "mnist", "cifar10", "custom")
 PRECISIONS = ("fp32", "bf16")
@@ -99,10 +100,10 @@ def check_config(cfg: Any) -> None:
     if precision not in PRECISIONS:
         raise ConfigError(f"trainer.precision must be one of {', '.join(PRECISIONS)}, but got "
                           f"trainer.precision={precision!r}; bf16 needs a CPU with AVX512-BF16/AMX or an A100/H100.")
-    channels_last = cfg.trainer.get("channels_last", False)
-    if not isinstance(channels_last, bool):
-        raise ConfigError("trainer.channels_last must be true or false, but got "
-                          f"trainer.channels_last={channels_last!r}.")
+    for flag in ("channels_last", "deterministic"):
+        value = cfg.trainer.get(flag, False)
+        if not isinstance(value, bool):
+            raise ConfigError(f"trainer.{flag} must be true or false, but got trainer.{flag}={value!r}.")
     scaling = cfg.trainer.get("lr_scaling", "linear")
     if scaling not in ("linear", "sqrt", "none"):
         raise ConfigError(f"trainer.lr_scaling must be linear, sqrt or none, but got trainer.lr_scaling={scaling!r}.")
@@ -110,7 +111,7 @@ def check_config(cfg: Any) -> None:
     if not 0.0 <= frac < 1.0:
         raise ConfigError(f"data.val_fraction must be in [0, 1), but got data.val_fraction={frac}.")
     _check_counts(cfg)
-    if (device == "cuda" or device.startswith("cuda:")) and not _cuda_available():
+    if (device == "cuda" or device.startswith("cuda:")) and not cuda_available():
         raise ConfigError(f"device={device} needs a CUDA GPU, but torch sees none here (torch.cuda.is_available() is "
                           "False: no GPU, no driver, or a CPU build of torch). Set device=auto (a GPU when there is "
                           "one, else the CPU) or device=cpu.")
@@ -139,9 +140,3 @@ def _check_counts(cfg: Any) -> None:
             continue
         if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value < high:
             raise ConfigError(f"{key} must be a number in [{low:g}, {high:g}), but got {key}={value!r}.")
-
-
-def _cuda_available() -> bool:
-    import torch
-
-    return bool(torch.cuda.is_available())

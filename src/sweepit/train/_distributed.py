@@ -24,17 +24,15 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from sweepit.errors import SweepitError
+from sweepit.errors import RankFailedError, SweepitError
+from sweepit.train._devices import use_device
 
 T = TypeVar("T")
 # A collective that waits longer than this fails instead of hanging a job whose peer died (under Slurm or
 # torchrun; with local ranks the supervising process stops the others as soon as one fails).
 COLLECTIVE_TIMEOUT_S = 300
 GLOO_SETTLE_S = 0.1  # see destroy_process_group
-
-
-class RankFailedError(SweepitError):
-    """Another rank of the same job ended with an error."""
+PORT_BASE, PORT_SPAN = 15000, 15000  # Slurm jobs' rendezvous ports: 15000-29999 (see master_port)
 
 
 @dataclass(frozen=True)
@@ -71,30 +69,32 @@ def from_environment(env: dict[str, str] | None = None) -> Rank | None:
     if "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1 and "SLURM_STEP_ID" in env:
         job_id = int(env.get("SLURM_ARRAY_JOB_ID", env.get("SLURM_JOB_ID", "0")) or 0)
         task_id = int(env.get("SLURM_ARRAY_TASK_ID", "0") or 0)
-        return Rank(int(env["SLURM_PROCID"]), int(env.get("SLURM_LOCALID", "0")), int(env["SLURM_NTASKS"]),
-                    _first_host(env.get("SLURM_JOB_NODELIST", "127.0.0.1")),
-                    20000 + (job_id * 31 + task_id) % 20000)  # same port in every task of the job
+        # A MASTER_ADDR the job's script exported wins (JSC's nodes talk over InfiniBand as `<host>i`).
+        addr = env.get("MASTER_ADDR") or _first_host(env.get("SLURM_JOB_NODELIST", "127.0.0.1"))
+        port = int(env["MASTER_PORT"]) if env.get("MASTER_PORT") else master_port(job_id, task_id)
+        return Rank(int(env["SLURM_PROCID"]), int(env.get("SLURM_LOCALID", "0")), int(env["SLURM_NTASKS"]), addr, port)
     return None
 
 
-def device_for(rank: Rank, requested: str) -> torch.device:
-    """Each rank on its own GPU (the job's visible GPUs, by local rank); CPU ranks share the CPU."""
-    if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):
-        return torch.device("cpu")
-    if requested in ("auto", "cuda"):
-        return torch.device("cuda", rank.local_rank % max(1, torch.cuda.device_count()))
-    return torch.device(requested)
+def master_port(job_id: int, task_id: int) -> int:
+    """The rendezvous port of a Slurm job (array task): the same in every task of the job, spread over jobs, and
+    below Linux's ephemeral ports (32768-60999 by default), which the kernel hands to outgoing connections, so
+    that no other process on the node holds it by chance."""
+    return PORT_BASE + (job_id * 31 + task_id) % PORT_SPAN
 
 
 def init_process_group(rank: Rank, device: torch.device, backend: str | None = None) -> None:
-    """The job's process group, once. It is destroyed at exit if the code that asked for it does not do so."""
+    """The job's process group, once, on this rank's device (made the current one first, and bound to the group:
+    NCCL then never reaches for GPU 0). It is destroyed at exit if the code that asked for it does not do so."""
     if rank.world_size == 1 or dist.is_initialized():
         return
+    use_device(device)
     dist.init_process_group(
         backend=backend or ("nccl" if device.type == "cuda" else "gloo"),
         init_method=f"tcp://{rank.master_addr}:{rank.master_port}",
         rank=rank.rank, world_size=rank.world_size,
         timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S),
+        device_id=device if device.type == "cuda" else None,
     )
     atexit.unregister(destroy_process_group)  # once, in a process that makes a group per job (worker mode)
     atexit.register(destroy_process_group)
@@ -116,6 +116,12 @@ def destroy_process_group() -> None:
         dist.destroy_process_group()
 
 
+def abandon_process_group() -> None:
+    """Leave this process's group as it is when the job failed: no destroy now nor at exit (it could block on a peer
+    that is gone), the process ends and its sockets with it."""
+    atexit.unregister(destroy_process_group)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -125,70 +131,86 @@ def _free_port() -> int:
 def spawn_local(world_size: int, target: Callable[[Rank], T]) -> T:
     """Run `target(rank)` in `world_size` forked processes on this machine and return rank 0's value.
 
-    This process only supervises: it waits on every rank's exit and on rank 0's result, so when any rank
-    fails the others are killed at once, instead of waiting in a collective for a peer that never comes.
-    An exception raised by rank 0 (such as DivergedError) is raised again here. The ranks share this
-    process's torch CPU threads (a job's own trainer.threads still wins), so N ranks do not run N times
-    the threads the job was given.
+    This process only supervises: it waits on every rank's exit and message, so when any rank fails the others are
+    killed at once, instead of waiting in a collective for a peer that never comes. The first rank to fail is the
+    cause (its peers fail after it, at the connection it left): rank 0's own exception (such as DivergedError) is
+    raised again here, another rank's as a RankFailedError that names it. The ranks share this process's torch CPU
+    threads (a job's own trainer.threads still wins), so N ranks do not run N times the threads the job was given.
     """
     threads = max(1, torch.get_num_threads() // world_size)
     port = _free_port()
     ctx = mp.get_context("fork")
-    reader, writer = ctx.Pipe(duplex=False)
+    pipes = [ctx.Pipe(duplex=False) for _ in range(world_size)]
     procs: list[mp.process.BaseProcess] = [
-        ctx.Process(target=_rank_main, args=(target, Rank(r, r, world_size, "127.0.0.1", port),
-                                             writer if r == 0 else None, threads), name=f"sweepit-rank-{r}")
+        ctx.Process(target=_rank_main, args=(target, Rank(r, r, world_size, "127.0.0.1", port), pipes[r][1], threads),
+                    name=f"sweepit-rank-{r}")
         for r in range(world_size)
     ]
     for p in procs:
         p.start()
-    writer.close()
+    for _, writer in pipes:
+        writer.close()
     try:
-        return _supervise(procs, reader)
+        return _supervise(procs, [reader for reader, _ in pipes])
     finally:
         for p in procs:
             if p.is_alive():
                 p.kill()
             p.join()
-        reader.close()
+        for reader, _ in pipes:
+            reader.close()
 
 
-def _supervise(procs: list[mp.process.BaseProcess], reader: multiprocessing.connection.Connection) -> Any:
-    pending: dict[Any, mp.process.BaseProcess] = {p.sentinel: p for p in procs}
-    message: tuple[str, Any] | None = None
-    while pending:
-        waiting: list[Any] = list(pending) + ([reader] if message is None else [])
-        for ready in multiprocessing.connection.wait(waiting):
-            if ready is reader:
-                try:
-                    message = reader.recv()
-                except EOFError:
-                    message = ("none", None)
-                if message[0] == "error":
-                    raise _exception(message[1])
-                continue
-            p = pending.pop(ready)
+def _supervise(procs: list[mp.process.BaseProcess], readers: list[multiprocessing.connection.Connection]) -> Any:
+    """Rank 0's value, or the exception of the rank that failed first."""
+    world = len(procs)
+    exits: dict[Any, int] = {p.sentinel: r for r, p in enumerate(procs)}
+    listening: dict[Any, int] = {reader: r for r, reader in enumerate(readers)}
+    value: list[Any] = []
+    while exits:
+        ready = multiprocessing.connection.wait([*exits, *listening])
+        _read_messages(readers, listening, value, world)
+        for sentinel in [s for s in ready if s in exits]:
+            rank = exits.pop(sentinel)
+            p = procs[rank]
             p.join()  # the sentinel closes at exit, a moment before the exit code can be read
-            if p.exitcode != 0:
-                if p.name.endswith("-0") and message is None and reader.poll(1.0):
-                    kind, value = reader.recv()
-                    if kind == "error":
-                        raise _exception(value)
-                raise RankFailedError(
-                    f"{p.name.removeprefix('sweepit-')} of {len(procs)} exited with code {p.exitcode}; "
-                    "its traceback is in the job's stderr.log"
-                )
-    if message is None or message[0] != "ok":
+            if p.exitcode != 0 and not (readers[rank] in listening and readers[rank].poll(1.0)):
+                raise RankFailedError(f"rank {rank} of {world} exited with code {p.exitcode} (killed, or it called "
+                                      "os._exit) without a Python error; its output is in the job's stderr.log")
+    _read_messages(readers, listening, value, world)  # what the last ranks sent as they exited
+    if not value:
         raise RankFailedError("rank 0 ended without a result")
-    return message[1]
+    return value[0]
 
 
-def _exception(value: object) -> BaseException:
-    return value if isinstance(value, BaseException) else RankFailedError(f"rank 0 failed: {value!r}")
+def _read_messages(readers: list[multiprocessing.connection.Connection], listening: dict[Any, int],
+                   value: list[Any], world: int) -> None:
+    """Every message the ranks have sent: rank 0's value goes into `value`; a failure raises, the earliest sent."""
+    failures = []
+    for conn in [c for c in readers if c in listening and c.poll(0)]:
+        rank = listening.pop(conn)
+        try:
+            kind, sent_at, payload = conn.recv()
+        except EOFError:
+            continue
+        if kind == "error":
+            failures.append((sent_at, rank, payload))
+        elif rank == 0:
+            value.append(payload)
+    if failures:
+        _, rank, error = min(failures, key=lambda f: (f[0], f[1]))
+        raise _failure(rank, world, error)
 
 
-def _rank_main(target: Callable[[Rank], object], rank: Rank,
-               writer: multiprocessing.connection.Connection | None, threads: int = 1) -> None:
+def _failure(rank: int, world: int, error: object) -> BaseException:
+    if isinstance(error, BaseException) and (rank == 0 or isinstance(error, KeyboardInterrupt)):
+        return error  # rank 0's own, or a stop (Ctrl-C, preemption), which is no rank's failure
+    what = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
+    return RankFailedError(f"rank {rank} of {world} failed: {what} (its traceback is in the job's stderr.log)")
+
+
+def _rank_main(target: Callable[[Rank], object], rank: Rank, writer: multiprocessing.connection.Connection,
+               threads: int = 1) -> None:
     torch.set_num_threads(threads)
     try:
         value = target(rank)
@@ -197,12 +219,10 @@ def _rank_main(target: Callable[[Rank], object], rank: Rank,
             import traceback
 
             traceback.print_exc()
-        if writer is not None:
-            try:
-                writer.send(("error", e))
-            except Exception:  # an exception that does not pickle: its traceback below still tells
-                writer.send(("error", RankFailedError(f"rank 0 raised {type(e).__name__}: {e}")))
+        try:
+            writer.send(("error", time.time(), e))
+        except Exception:  # an exception that does not pickle: its traceback above still tells
+            writer.send(("error", time.time(), f"{type(e).__name__}: {e}"))
         os._exit(1)
-    if writer is not None:
-        writer.send(("ok", value))
+    writer.send(("ok", time.time(), value if rank.is_main else None))
     os._exit(0)

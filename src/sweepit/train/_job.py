@@ -20,8 +20,9 @@ import sweepit
 from sweepit.errors import DivergedError
 from sweepit.results._job_files import read_metrics, write_result
 from sweepit.results._status import worst
-from sweepit.train import _session, _weights
+from sweepit.train import _checkpoint, _session, _weights
 from sweepit.train._checks import check_config
+from sweepit.train._devices import cuda_available
 from sweepit.train._distributed import SINGLE, Rank, from_environment, spawn_local
 from sweepit.train._loop import EpochCallback, Outcome, train
 from sweepit.train._session import now as _now
@@ -81,7 +82,7 @@ def run_job(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None = None) -> f
             outcome = train(cfg, on_epoch, rank=rank or SINGLE, session=session)
         checkpoint = session.checkpoint_path
         if checkpoint is not None and not cfg.trainer.get("keep_checkpoint", False):
-            checkpoint.unlink(missing_ok=True)
+            _checkpoint.remove(checkpoint)
         result.update(outcome.info)
         result.update(timing_summary(outcome.rows))
         rows = outcome.rows
@@ -120,10 +121,8 @@ def run_job(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None = None) -> f
 def _warn_oversubscribed(cfg: Any, gpus: int) -> None:
     """More local CPU ranks than cores is allowed (it checks data-parallel code on a laptop) but its times mean
     nothing: say so once, rather than refuse."""
-    import torch
-
-    if str(cfg.device).startswith("cuda") or (str(cfg.device) == "auto" and torch.cuda.is_available()):
-        return
+    if str(cfg.device).startswith("cuda") or (str(cfg.device) == "auto" and cuda_available()):
+        return  # asked through NVML: the ranks are forked next
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if gpus > cores:
         print(f"sweepit: warning: trainer.gpus={gpus} runs {gpus} CPU ranks on {cores} core(s): the ranks share "

@@ -22,10 +22,11 @@ from torch import nn
 
 from sweepit.errors import ConfigError, DivergedError
 from sweepit.train import _session, _weights
-from sweepit.train._batches import Batches, evaluate
+from sweepit.train._batches import Batches, epoch_seed, evaluate
 from sweepit.train._build import build_loss, build_model, check_output, load_data
 from sweepit.train._checks import check_metric
-from sweepit.train._distributed import SINGLE, Rank, destroy_process_group, device_for, init_process_group
+from sweepit.train._devices import check_precision, device_for, make_deterministic
+from sweepit.train._distributed import SINGLE, Rank, abandon_process_group, destroy_process_group, init_process_group
 from sweepit.train._optim import build_optimizer
 
 # Called after each epoch with (epoch, metrics row) on rank 0; returning True stops training (benchmarks).
@@ -65,11 +66,17 @@ def train(cfg: Any, on_epoch: EpochCallback | None = None, log: Callable[[str], 
     device = device_for(rank, str(cfg.device))
     init_process_group(rank, device)
     try:
-        return _train(cfg, on_epoch if rank.is_main else None, log, session, rank, device)
+        outcome = _train(cfg, on_epoch if rank.is_main else None, log, session, rank, device)
+    except BaseException:
+        # No destroy_process_group: with a peer gone or stuck, NCCL's may block until its watchdog (minutes). The
+        # process ends now; its peers are stopped by the local supervisor or srun's --kill-on-bad-exit.
+        abandon_process_group()
+        raise
     finally:
-        destroy_process_group()
         if own:
             _session.end(session)
+    destroy_process_group()
+    return outcome
 
 
 def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None], session: _session.Session,
@@ -77,6 +84,8 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
     world = rank.world_size
     if int(cfg.trainer.threads) > 0:
         torch.set_num_threads(int(cfg.trainer.threads))
+    if bool(cfg.trainer.get("deterministic", False)):
+        make_deterministic()
     torch.manual_seed(int(cfg.seed))  # same initial weights on every rank
     data = load_data(cfg, device)
     regression = data.n_classes == 0
@@ -84,6 +93,7 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
     n_outputs = 1 if regression else data.n_classes
     model: nn.Module = build_model(cfg, data.input_shape, n_outputs).to(device)
     precision = str(cfg.trainer.get("precision", "fp32"))
+    check_precision(precision, device)
     channels_last = bool(cfg.trainer.get("channels_last", False)) and len(data.input_shape) == 3
     if channels_last:
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
@@ -129,7 +139,6 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
         if state is not None:
             _unwrap(model).load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
-            batches.set_state(state["batches"])
             first_epoch = int(state["epoch"]) + 1
             initial_loss = state.get("initial_loss")
             out.rows = list(session.rows)
@@ -147,6 +156,7 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
         t0 = time.perf_counter()
         # loss x samples, correct, samples, and in the first epoch the first batch's loss (the untrained model's)
         sums = torch.zeros(4, device=device, dtype=torch.float64)
+        torch.manual_seed(epoch_seed(int(cfg.seed), f"torch/{rank.rank}", epoch))  # dropout: this rank's, this epoch's
         if epoch > warmup_epochs:
             _set_lr(optimizer, effective_lr * schedule_factor(schedule, epoch, epochs, warmup_epochs))
         for step, (xb, yb) in enumerate(batches.train(epoch)):
@@ -203,8 +213,7 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
             log(epoch_line(row, epochs))
         if checkpointing and (epoch % every == 0 or epoch == epochs):
             session.save_checkpoint({"epoch": epoch, "model": _unwrap(model).state_dict(),
-                                     "optimizer": optimizer.state_dict(), "batches": batches.state(),
-                                     "initial_loss": initial_loss})
+                                     "optimizer": optimizer.state_dict(), "initial_loss": initial_loss})
         stop = float(session.pruner_says_stop() or (on_epoch is not None and on_epoch(epoch, row)))
         if float(_all_reduce(torch.tensor([stop], device=device), world,
                              dist.ReduceOp.MAX if world > 1 else None)) > 0:

@@ -46,6 +46,7 @@ class Session:
     _trackers: list[Any] | None = None               # the config's experiment trackers, once opened (rank 0)
     _hash: str | None = None                         # the config's fingerprint, once computed
     implicit: bool = False                           # begun by a first call, not by a launcher: see active()
+    _saves: int = 0                                  # save_checkpoint calls of the job so far (resumed ones too)
 
     # -- what the session knows from the job's config --------------------------------------------------
     def value(self, key: str, default: Any = None) -> Any:
@@ -205,12 +206,18 @@ class Session:
         return fingerprint(config if isinstance(config, Mapping) else None)
 
     def save_checkpoint(self, state: Any) -> None:
+        """Rank 0 writes the checkpoint; every other rank only its own random states beside it (a rank's dropout
+        and data draws are its own: restored from rank 0's, they would differ from an uninterrupted run's)."""
         path = self.checkpoint_path
-        if path is None or not self.is_main:
+        if path is None:
             return
         from sweepit.train import _checkpoint
 
-        _checkpoint.save(path, state, self.rows, self._config_hash())
+        self._saves += 1
+        if self.is_main:
+            _checkpoint.save(path, state, self.rows, self._config_hash(), self._saves)
+        else:
+            _checkpoint.save_rank(path, self.the_rank.rank, self._config_hash(), self._saves)
 
     def load_checkpoint(self) -> Any:
         path = self.checkpoint_path
@@ -218,13 +225,13 @@ class Session:
             return None
         from sweepit.train import _checkpoint
 
-        restored = _checkpoint.load(path, self._config_hash())
+        restored = _checkpoint.load(path, self._config_hash(), self.the_rank.rank)
         if restored is None:
             if path.is_file() and self.is_main:
                 log.warning(f"sweepit: {path} holds a checkpoint of another configuration (or of an older sweepit); "
                             "this job starts from the beginning and will replace it")
             return None
-        state, self.rows = restored
+        state, self.rows, self._saves = restored
         if self.is_main and self.job_dir is not None:
             self._log = self._log or MetricsLog(self.job_dir)
             self._log.resume_from(self.rows)  # the metrics as they were when the checkpoint was saved

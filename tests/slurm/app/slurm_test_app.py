@@ -31,6 +31,10 @@ def main(cfg: DictConfig) -> float:
     time.sleep(float(cfg.sleep_s) + (float(cfg.extra_sleep_s) if slow else 0.0))
     if x in cfg.hang_on:
         time.sleep(600)
+    if cfg.fail_on_rank is not None and rank == int(cfg.fail_on_rank):
+        raise ValueError(f"rank {rank} fails on purpose (fail_on_rank)")
+    if cfg.fail_on_rank is not None:
+        time.sleep(600)  # the other ranks wait for it, as in a collective whose peer never comes
     if x in fail_on:
         raise ValueError(f"job x={x} fails on purpose (SLURM_APP_FAIL_ON={os.environ['SLURM_APP_FAIL_ON']})")
     if rank == 0:

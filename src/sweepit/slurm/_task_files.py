@@ -1,0 +1,93 @@
+"""Each Slurm task's files in its job's directory, under `.slurm/`: `task-<rank>.json` (where it ran, which GPUs it
+saw, and the error it failed with) and, for a job of several tasks, links to every task's own logs.
+
+A job of N tasks (one per GPU) that fails in task k ends at once (srun's `--kill-on-bad-exit`): the other tasks
+are stopped, rank 0 among them, whose record must name k's error rather than its own stop. Task k writes that error
+here before it exits, and whoever records the job (rank 0 at its stop, or the driver when no task could) reads it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import traceback
+from pathlib import Path
+from typing import Any
+
+from sweepit._files import atomic_write
+from sweepit.results._manifest import now_iso
+
+TASK_DIR = ".slurm"  # inside the job directory
+_TASK_ENV = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_PROCID", "SLURM_LOCALID",
+             "SLURM_NODEID", "SLURM_NTASKS", "SLURM_STEP_ID", "SLURM_RESTART_COUNT", "CUDA_VISIBLE_DEVICES",
+             "SLURM_STEP_GPUS", "SLURM_JOB_NODELIST", "SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS")
+
+
+def task_file(job_dir: Path, rank: int) -> Path:
+    return Path(job_dir) / TASK_DIR / f"task-{rank}.json"
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def record_task(job_dir: Path, rank: int) -> None:
+    """`task-<rank>.json`: this task's Slurm environment (replaced by a requeued run's)."""
+    info: dict[str, Any] = {k.lower(): os.environ.get(k) for k in _TASK_ENV}
+    info.update(hostname=socket.gethostname(), pid=os.getpid(), started_at=now_iso())
+    with contextlib.suppress(OSError):
+        atomic_write(task_file(job_dir, rank), json.dumps(info, indent=1) + "\n")
+
+
+def record_task_error(job_dir: Path, rank: int, error: BaseException) -> None:
+    """Add the error this task fails with to its record (before it exits, so that it is there for the others)."""
+    info = _read(task_file(job_dir, rank))
+    info.update(error=f"{type(error).__name__}: {error}", failed_at=now_iso(),
+                traceback="".join(traceback.format_exception(type(error), error, error.__traceback__))[-4000:])
+    with contextlib.suppress(OSError):
+        atomic_write(task_file(job_dir, rank), json.dumps(info, indent=1) + "\n")
+
+
+def failed_task(job_dir: Path, but: int | None = None) -> tuple[int, str, int] | None:
+    """(rank, its error, the job's task count) of the task that failed first (task `but` left out), or None."""
+    failed = []
+    for path in (Path(job_dir) / TASK_DIR).glob("task-*.json"):
+        name = path.stem.removeprefix("task-")
+        if not name.isdigit() or int(name) == but:
+            continue
+        info = _read(path)
+        if info.get("error"):
+            failed.append((str(info.get("failed_at", "")), int(name), str(info["error"]),
+                           int(info.get("slurm_ntasks") or 0)))
+    if not failed:
+        return None
+    _, rank, error, n_tasks = min(failed)
+    return rank, error, n_tasks
+
+
+def rank_failure(failed: tuple[int, str, int]) -> str:
+    """`rank 1 of 2 failed: RuntimeError: ... (its log: .slurm/task-1.stderr.log)`."""
+    rank, error, n_tasks = failed
+    return (f"rank {rank}{f' of {n_tasks}' if n_tasks else ''} failed: {error.splitlines()[0][:300]} (its log: "
+            f"{TASK_DIR}/task-{rank}.stderr.log)")
+
+
+def link_task_logs(job_dir: Path, logs: list[tuple[Path, Path]]) -> None:
+    """`task-<k>.stdout.log` and `task-<k>.stderr.log` for every task k of a job of several (relative links, as the
+    job directory's `stdout.log` and `stderr.log` to rank 0's)."""
+    if len(logs) < 2:
+        return
+    task_dir = Path(job_dir) / TASK_DIR
+    task_dir.mkdir(parents=True, exist_ok=True)
+    for rank, (stdout, stderr) in enumerate(logs):
+        for kind, target in (("stdout", stdout), ("stderr", stderr)):
+            link = task_dir / f"task-{rank}.{kind}.log"
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(os.path.relpath(target, task_dir))

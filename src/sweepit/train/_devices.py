@@ -1,0 +1,109 @@
+"""The device a rank trains on, and what sweepit asks of CUDA to choose it, without breaking fork.
+
+- Asking torch whether CUDA is there (`torch.cuda.is_available()`) initialises the CUDA driver unless
+  `PYTORCH_NVML_BASED_CUDA_CHECK=1` is set, and a process forked after that dies at its first CUDA call ("Cannot
+  re-initialize CUDA in forked subprocess"; PyTorch's notes, "Poison fork in multiprocessing"). A job with
+  `trainer.gpus=N` forks its local ranks, so everything the job process asks goes through `cuda_available()`,
+  which asks NVML; `torch.cuda.device_count()` does too when NVML answers.
+- Each rank makes its GPU the current device (`use_device`) before the process group exists: NCCL, the
+  collectives on `torch.cuda.current_device()` and a DataLoader's pin-memory thread otherwise all use GPU 0 of
+  every rank that sees several GPUs.
+- bf16 on a GPU needs compute capability 8.0 (A100, H100): below it (V100) cuDNN has no bf16 convolutions and
+  runs them emulated, far slower than fp32.
+- `trainer.deterministic=true`: the same seed gives the same numbers on the same GPU (`make_deterministic`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from sweepit.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
+
+    from sweepit.train._distributed import Rank
+
+NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
+BF16_CAPABILITY = (8, 0)
+# cuBLAS's reproducible workspace (CUDA's documentation, "Results reproducibility"); read when cuBLAS starts.
+CUBLAS_WORKSPACE = ":4096:8"
+
+
+def cuda_available() -> bool:
+    """Whether a CUDA GPU is there, asked through NVML: this process may still fork ranks afterwards."""
+    import torch
+
+    os.environ.setdefault(NVML_CHECK, "1")  # read by torch at each call; children inherit it
+    return bool(torch.cuda.is_available())
+
+
+def device_for(rank: Rank, requested: str) -> torch.device:
+    """Each rank on its own GPU (the job's visible GPUs, by local rank); CPU ranks share the CPU. `cuda:N` names
+    GPU N of those this job sees, for a job of one rank."""
+    import torch
+
+    if requested == "cpu" or (requested == "auto" and not cuda_available()):
+        return torch.device("cpu")
+    n_visible = torch.cuda.device_count()
+    if requested in ("auto", "cuda"):
+        return torch.device("cuda", rank.local_rank % max(1, n_visible))
+    device = torch.device(requested)
+    check_device_index(requested, device.index, n_visible, rank.world_size)
+    return device
+
+
+def check_device_index(requested: str, index: int | None, n_visible: int, world_size: int) -> None:
+    """`device=cuda:N` must name a GPU this job sees, and only for a job of one rank."""
+    if index is None:
+        return
+    if world_size > 1:
+        raise ConfigError(f"device={requested} puts every rank of this {world_size}-rank job on one GPU, but each "
+                          "rank needs its own. Set device=cuda (or auto): rank r trains on the job's GPU r.")
+    if index >= n_visible:
+        raise ConfigError(
+            f"device={requested} must name one of the {n_visible} GPU(s) this job sees (cuda:0"
+            + (f" .. cuda:{n_visible - 1}" if n_visible > 1 else "") + f"), but got index {index}. sweepit's "
+            "launchers give each job its own GPUs through CUDA_VISIBLE_DEVICES, numbered from 0: set device=cuda.")
+
+
+def use_device(device: torch.device) -> None:
+    """Make `device` this process's current CUDA device (nothing on the CPU)."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+
+
+def check_bf16(name: str, capability: tuple[int, int], device: str) -> None:
+    """bf16 on a GPU of `capability` (major, minor) below 8.0 is refused: cuDNN emulates its convolutions."""
+    if tuple(capability) < BF16_CAPABILITY:
+        major, minor = capability
+        raise ConfigError(
+            f"trainer.precision=bf16 needs a GPU of compute capability {BF16_CAPABILITY[0]}.{BF16_CAPABILITY[1]} or "
+            f"newer (A100, H100), but {device} is a {name} ({major}.{minor}): there cuDNN has no bf16 convolutions and "
+            "emulates them, far slower than fp32, which would skew every time this job measures. Set "
+            "trainer.precision=fp32 on this GPU.")
+
+
+def check_precision(precision: str, device: torch.device) -> None:
+    """The precision the job asked for, against the device it got."""
+    import torch
+
+    if precision == "bf16" and device.type == "cuda":
+        check_bf16(torch.cuda.get_device_name(device), torch.cuda.get_device_capability(device), str(device))
+
+
+def make_deterministic() -> None:
+    """The same numbers from the same seed on the same GPU: deterministic algorithms (an operation that has none
+    raises instead of varying), cuBLAS's fixed workspace, cuDNN without benchmarking or atomics, and fp32 matmuls
+    and convolutions in fp32 (TF32, cuDNN's default for convolutions on A100/H100, rounds differently)."""
+    import torch
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False

@@ -1,0 +1,165 @@
+"""What only a GPU would show, tested as the rules the code relies on (PyTorch's documentation), on this CPU:
+nothing asks CUDA in a way that poisons fork before a job forks its ranks, each rank makes its GPU current before
+NCCL starts, bf16 is refused below compute capability 8.0, `trainer.deterministic` sets what PyTorch's
+reproducibility notes list, `device=cuda:N` names a GPU the job sees, and Slurm ranks meet on a port no other
+process on the node was handed."""
+
+from __future__ import annotations
+
+import os
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from omegaconf import DictConfig
+
+from sweepit.errors import ConfigError
+from sweepit.results._job_files import read_result
+from sweepit.train import _devices, _distributed
+from sweepit.train._devices import NVML_CHECK, check_bf16, check_device_index, make_deterministic
+from sweepit.train._distributed import PORT_BASE, PORT_SPAN, Rank, from_environment, master_port
+from sweepit.train._job import run_job
+
+# What initialises the CUDA driver in a process (and so breaks a later fork), per PyTorch's notes on CUDA and
+# multiprocessing: is_available() without the NVML check, and every call that needs a CUDA context.
+CONTEXT_CALLS = ("init", "current_device", "set_device", "synchronize", "get_rng_state", "get_rng_state_all",
+                 "get_device_capability", "get_device_name", "manual_seed_all")
+
+
+@pytest.fixture
+def cuda_asked(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every question to CUDA from this process (not its forked ranks) that would poison a fork, with where it came
+    from. torch here is a CPU build, which answers without CUDA: the calls are recorded as they would run on a GPU."""
+    monkeypatch.delenv(NVML_CHECK, raising=False)
+    parent, asked = os.getpid(), []
+
+    def spy(name: str, real: Callable[..., Any], poisons: Callable[[], bool]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if os.getpid() == parent and poisons():
+                asked.append(f"torch.cuda.{name}() from\n{''.join(traceback.format_stack(limit=8)[:-1])}")
+            return real(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(torch.cuda, "is_available",
+                        spy("is_available", torch.cuda.is_available, lambda: os.environ.get(NVML_CHECK) != "1"))
+    for name in CONTEXT_CALLS:
+        monkeypatch.setattr(torch.cuda, name, spy(name, getattr(torch.cuda, name), lambda: True))
+    yield asked
+
+
+@pytest.mark.parametrize("device", ["auto", "cuda"])
+def test_nothing_asks_cuda_in_a_way_that_poisons_fork_before_the_ranks_are_forked(
+        cuda_asked: list[str], compose_cfg: Callable[..., DictConfig], tmp_path: Path, device: str) -> None:
+    """`python train.py trainer.gpus=2` on a GPU machine: the job process checked for CUDA with is_available(), then
+    forked its ranks, which died at their first CUDA call ("Cannot re-initialize CUDA in forked subprocess")."""
+    cfg = compose_cfg("task=linreg", "data.n_synthetic=200", "epochs=1", "trainer.threads=1", "trainer.gpus=2",
+                      f"device={device}")
+    try:
+        run_job(cfg, tmp_path)
+    except ConfigError:
+        assert device == "cuda"  # no GPU here: refused before the ranks, as on a GPU it would not be
+    assert cuda_asked == [], "\n".join(cuda_asked)
+    if device == "auto":
+        assert (read_result(tmp_path) or {})["status"] == "completed"
+
+
+def test_each_rank_makes_its_gpu_current_and_binds_its_group_to_it_before_nccl_starts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without it every rank's current device stayed cuda:0: NCCL saw a duplicate GPU or hung, and the collectives
+    on torch.cuda.current_device() ran on GPU 0 of every rank."""
+    calls: list[tuple[str, Any]] = []
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.append(("set_device", device)))
+    monkeypatch.setattr(_distributed.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(_distributed.dist, "init_process_group",
+                        lambda **kwargs: calls.append(("init_process_group", kwargs)))
+    _distributed.init_process_group(Rank(1, 1, 2, "node1", 15001), torch.device("cuda", 1))
+    assert calls[0] == ("set_device", torch.device("cuda", 1))
+    name, kwargs = calls[1]
+    assert name == "init_process_group" and kwargs["backend"] == "nccl"
+    assert kwargs["device_id"] == torch.device("cuda", 1)
+    calls.clear()
+    _distributed.init_process_group(Rank(1, 1, 2, "node1", 15001), torch.device("cpu"))
+    assert [c[0] for c in calls] == ["init_process_group"] and calls[0][1]["device_id"] is None  # gloo: no GPU
+
+
+@pytest.mark.parametrize(("name", "capability", "refused"), [
+    ("Tesla V100-SXM2-16GB", (7, 0), True), ("Tesla T4", (7, 5), True),
+    ("NVIDIA A100-SXM4-40GB", (8, 0), False), ("NVIDIA H100", (9, 0), False)])
+def test_bf16_needs_compute_capability_8(name: str, capability: tuple[int, int], refused: bool) -> None:
+    """On a V100 torch.cuda.is_bf16_supported() is True, but cuDNN emulates bf16 convolutions (CTE-Power)."""
+    if refused:
+        with pytest.raises(ConfigError, match=rf"compute capability 8\.0 or newer .* but cuda:0 is a {name} "
+                                              rf"\({capability[0]}\.{capability[1]}\).* Set trainer\.precision=fp32"):
+            check_bf16(name, capability, "cuda:0")
+    else:
+        check_bf16(name, capability, "cuda:0")
+
+
+@pytest.fixture
+def global_torch_settings() -> Iterator[None]:
+    """make_deterministic changes process-wide settings: they are put back for the tests that follow."""
+    saved = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark,
+             torch.backends.cudnn.deterministic, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+             os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+    yield
+    torch.use_deterministic_algorithms(saved[0])
+    (torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic, torch.backends.cuda.matmul.allow_tf32,
+     torch.backends.cudnn.allow_tf32) = saved[1:5]
+    if saved[5] is None:
+        os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+
+
+@pytest.mark.usefixtures("global_torch_settings")
+def test_deterministic_mode_sets_what_pytorchs_reproducibility_notes_list() -> None:
+    os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+    torch.backends.cudnn.allow_tf32 = True  # cuDNN's default: TF32 convolutions on A100/H100
+    make_deterministic()
+    assert torch.are_deterministic_algorithms_enabled()
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    assert not torch.backends.cudnn.benchmark and torch.backends.cudnn.deterministic
+    assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+
+
+@pytest.mark.usefixtures("global_torch_settings")
+def test_a_job_with_trainer_deterministic_trains_in_deterministic_mode(
+        compose_cfg: Callable[..., DictConfig], tmp_path: Path) -> None:
+    torch.use_deterministic_algorithms(False)
+    run_job(compose_cfg("task=linreg", "data.n_synthetic=200", "epochs=1", "device=cpu", "trainer.threads=1",
+                        "trainer.deterministic=true"), tmp_path)
+    assert torch.are_deterministic_algorithms_enabled() and (read_result(tmp_path) or {})["status"] == "completed"
+    with pytest.raises(ConfigError, match=r"trainer.deterministic must be true or false, but got "
+                                          r"trainer.deterministic='yes'"):
+        run_job(compose_cfg("task=linreg", "trainer.deterministic=yes"), tmp_path / "bad")
+
+
+@pytest.mark.parametrize(("requested", "index", "visible", "world", "words"), [
+    ("cuda:1", 1, 1, 1, r"device=cuda:1 must name one of the 1 GPU\(s\) this job sees \(cuda:0\), but got index 1"),
+    ("cuda:3", 3, 2, 1, r"one of the 2 GPU\(s\) this job sees \(cuda:0 \.\. cuda:1\)"),
+    ("cuda:0", 0, 4, 2, r"device=cuda:0 puts every rank of this 2-rank job on one GPU"),
+])
+def test_device_cuda_n_must_name_a_gpu_the_job_sees(requested: str, index: int, visible: int, world: int,
+                                                    words: str) -> None:
+    """Each job sees only its own GPUs (CUDA_VISIBLE_DEVICES), numbered from 0: cuda:1 in a 1-GPU job was accepted
+    and failed at the first tensor."""
+    with pytest.raises(ConfigError, match=words):
+        check_device_index(requested, index, visible, world)
+    check_device_index("cuda:1", 1, 2, 1)  # a single run on a machine with two GPUs may pick the second
+
+
+def test_slurm_ranks_meet_below_the_ephemeral_ports_and_take_the_address_the_job_exported() -> None:
+    """20000-39999 overlapped Linux's ephemeral range (32768-60999), which the kernel hands to any connection."""
+    ports = {master_port(job, task) for job in range(0, 200_000, 7) for task in (0, 3)}
+    assert min(ports) >= PORT_BASE and max(ports) < PORT_BASE + PORT_SPAN <= 32768
+    slurm = {"SLURM_PROCID": "1", "SLURM_LOCALID": "1", "SLURM_NTASKS": "8", "SLURM_STEP_ID": "0",
+             "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "jwb[0001-0002]"}
+    assert (rank := from_environment(slurm)) is not None and rank.master_addr == "jwb0001"
+    assert from_environment({**slurm, "MASTER_ADDR": "jwb0001i"}).master_addr == "jwb0001i"  # type: ignore[union-attr]
+
+
+def test_the_job_process_asks_cuda_only_through_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(NVML_CHECK, raising=False)
+    _devices.cuda_available()
+    assert os.environ[NVML_CHECK] == "1"  # set for torch's check, and for the ranks forked next
