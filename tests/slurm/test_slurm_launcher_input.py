@@ -170,3 +170,17 @@ def test_a_controller_that_is_down_stops_the_sweep_with_scontrol_s_words(tmp_pat
     said = "the Slurm controller must be up to submit jobs, but `scontrol ping` says: Slurmctld(primary) at"
     assert said in proc.stderr
     assert "is DOWN. Start it (`make slurm-up` for the local cluster)" in proc.stderr
+
+
+@pytest.mark.no_cluster
+def test_profiles_set_only_the_network_settings_their_sites_document() -> None:
+    """MareNostrum5's hard-coded NCCL_SOCKET_IFNAME=ib0 was a guess (NCCL finds the InfiniBand adapters itself); JSC's
+    nodes reach each other as `<host>i`, which the JUWELS profile gives the rendezvous (sweepit.train reads
+    MASTER_ADDR under Slurm when the job's script exported it)."""
+    from omegaconf import OmegaConf
+
+    profiles = Path(__file__).parents[2] / "src" / "hydra_plugins" / "sweepit" / "conf" / "hydra" / "launcher"
+    mn5 = OmegaConf.load(profiles / "marenostrum5.yaml")
+    assert not [line for line in mn5.setup if "NCCL" in line], list(mn5.setup)
+    juwels = list(OmegaConf.load(profiles / "juwels_booster.yaml").setup)
+    assert 'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)i"' in juwels
