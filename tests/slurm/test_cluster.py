@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from conftest import SlurmCluster
+    from slurm_cluster_testing import SlurmCluster
 
 # One line per task: rank, local rank and what the task may use.
 TASK_ENV = """srun bash -c 'echo "$SLURM_PROCID $SLURM_LOCALID $CUDA_VISIBLE_DEVICES"'"""

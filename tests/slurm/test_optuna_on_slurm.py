@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 from slurm_launcher_testing import APP, LINREG, TRAIN, Driver, manifest, result, run, slurm_ids, sweepit, wait_until
 
 if TYPE_CHECKING:
-    from conftest import SlurmCluster
+    from slurm_cluster_testing import SlurmCluster
 
 
 def test_optuna_search_through_slurm(tmp_path: Path) -> None:

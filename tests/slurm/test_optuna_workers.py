@@ -29,7 +29,7 @@ from slurm_launcher_testing import (
 from sweepit.search import load_study_of
 
 if TYPE_CHECKING:
-    from conftest import SlurmCluster
+    from slurm_cluster_testing import SlurmCluster
 
 WORKERS = ["hydra/sweeper=optuna", "hydra.sweeper.workers=2", "hydra.sweeper.sampler.name=random",
            "hydra.sweeper.sampler.seed=0"]

@@ -11,13 +11,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from slurm_cluster_testing import cluster_up
 from slurm_launcher_testing import APP, TRAIN, Driver, manifest, result, run, slurm_ids, sweepit, tasks, wait_until
 
-from conftest import cluster_up
 from sweepit.slurm import _cluster as slurm_queue
 
 if TYPE_CHECKING:
-    from conftest import SlurmCluster
+    from slurm_cluster_testing import SlurmCluster
 
 TIMING = ("epoch_time_s", "samples_per_s", "step_time_s")
 # About 0.5 s an epoch on one core: long enough to be caught mid-training.

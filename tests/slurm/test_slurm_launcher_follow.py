@@ -26,7 +26,7 @@ from slurm_launcher_testing import (
 from sweepit.slurm import _cluster as slurm_queue
 
 if TYPE_CHECKING:
-    from conftest import SlurmCluster
+    from slurm_cluster_testing import SlurmCluster
 
 
 def test_a_cancelled_job_is_reported_within_10_s_and_the_others_complete(tmp_path: Path) -> None:

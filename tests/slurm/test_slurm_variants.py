@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from slurm_cluster_testing import SlurmCluster, cluster_variant
 from slurm_launcher_testing import (
     APP,
     Driver,
@@ -24,7 +25,6 @@ from slurm_launcher_testing import (
     wait_until,
 )
 
-from conftest import SlurmCluster, cluster_variant
 from sweepit.slurm import _cluster as slurm_queue
 
 
