@@ -9,6 +9,11 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 VENV_FLAGS ?=
 PYTEST_ARGS ?=
+# The tests run in TEST_PROCESSES parallel processes (pytest-xdist; most of the suite waits on subprocesses and the
+# Slurm cluster, so more processes than cores pay off); tests sharing a costly set-up stay in one process
+# (tests/conftest.py). TEST_PROCESSES=0 runs them in this one process, in order.
+TEST_PROCESSES ?= 4
+PYTEST := $(PY) -m pytest -n $(TEST_PROCESSES) --dist loadgroup
 SWEEPS := $(basename $(notdir $(wildcard sweeps/*.yaml)))
 
 .DEFAULT_GOAL := help
@@ -29,16 +34,16 @@ install: ## Create .venv and install sweepit (editable) with its dev tools
 	@$(PY) -c "import torch, hydra, sweepit; print(f'sweepit {sweepit.__version__} with torch {torch.__version__}, hydra {hydra.__version__}')"
 
 test: ## Run the whole test suite (slow multiruns included)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
 
 test-fast: ## Run the tests that take seconds (skips real multiruns)
-	$(PY) -m pytest -m "not slow and not slurm" $(PYTEST_ARGS)
+	$(PYTEST) -m "not slow and not slurm" $(PYTEST_ARGS)
 
 test-launcher: ## The local launcher's tests (tests/local): real multiruns and Hydra's launcher suites (about a minute)
-	$(PY) -m pytest tests/local $(PYTEST_ARGS)
+	$(PYTEST) tests/local $(PYTEST_ARGS)
 
 test-slurm: ## The Slurm tests against the local cluster: launcher, Optuna, examples, Hydra's suites (make slurm-up first; about 5 min)
-	$(PY) -m pytest tests/slurm $(PYTEST_ARGS)
+	$(PYTEST) tests/slurm $(PYTEST_ARGS)
 
 lint: ## Ruff lint
 	$(VENV)/bin/ruff check src tests bench examples train.py

@@ -1,4 +1,5 @@
-"""Shared fixtures: compose the real configs from conf/, shrunk to run in seconds on a CPU."""
+"""Shared fixtures: compose the real configs from conf/, shrunk to run in seconds on a CPU; and how the tests share
+the local Slurm cluster and their expensive set-ups when `make test` runs them in parallel processes."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from hydra.version import _UNSPECIFIED_, VersionBase
 from omegaconf import DictConfig
 
-from sweepit_testing import CONF, tmpfs
+from sweepit_testing import CONF, cluster_access, tmpfs
 
 
 @pytest.fixture
@@ -23,6 +24,38 @@ def compose_cfg() -> Iterator[Callable[..., DictConfig]]:
 
         yield _compose
 
+
+# Tests whose module- or session-scoped set-up is costly (a fresh `make install`, a real sweep) run in one process,
+# so that the set-up is made once (pytest-xdist's --dist loadgroup); every other test goes wherever a process is free.
+SHARED_SET_UP = {
+    "readme/test_readme.py": "readme",
+    "results/test_weights_and_clean.py": "weights-sweep",
+    "results/report/test_report_html.py": "linreg-sweep",
+    "results/report/test_report_sweep.py": "linreg-sweep",
+    "results/report/test_report_broken.py": "linreg-sweep",
+    "slurm/test_slurm_variants.py": "cluster-variants",  # a class reconfigures the cluster once for its tests
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).resolve().parent
+    for item in items:
+        group = SHARED_SET_UP.get(item.path.relative_to(here).as_posix())
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.fixture(autouse=True)
+def _cluster_access(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test marked `slurm` holds the local cluster shared, one marked `exclusive_cluster` holds it alone (see
+    sweepit_testing.cluster_access); the others take no lock."""
+    exclusive = request.node.get_closest_marker("exclusive_cluster") is not None
+    if not exclusive and request.node.get_closest_marker("slurm") is None:
+        yield
+        return
+    with cluster_access(exclusive):
+        yield
 
 
 @pytest.fixture
@@ -42,3 +75,4 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
     """A real 64 KiB file system (tmpfs) to fill up; skipped where mounting is not permitted."""
     with tmpfs(tmp_path / "small", "64k") as mount:
         yield mount
+

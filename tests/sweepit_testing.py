@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
+import tempfile
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -93,3 +95,41 @@ def require_slurm() -> None:
             pytest.fail(f"SWEEPIT_REQUIRE_SLURM=1 but {message}; {CLUSTER_SCRIPT.name} status says:\n{report}",
                         pytrace=False)
         pytest.skip(message)
+
+
+# -- one local cluster, many test processes ----------------------------------------------------------------------
+# `make test` runs tests in parallel processes (pytest-xdist). Tests that use the cluster share it; tests that
+# reconfigure it, stop its controller or take its node down (marker `exclusive_cluster`) need it alone. A
+# readers-writer lock on two files does that across processes: every cluster test holds the room shared, a test
+# that needs it alone holds it exclusively, and holds the gate while it waits, so that no new test comes in
+# meanwhile (flock alone would let shared holders starve it). Tests that need no cluster take no lock and run on.
+_LOCKS = Path(tempfile.gettempdir()) / "sweepit-tests-slurm-cluster"
+_hold = {"exclusive": False, "depth": 0}  # this process's hold
+
+
+@contextmanager
+def cluster_access(exclusive: bool) -> Iterator[None]:
+    """Hold the local cluster shared (`exclusive=False`) or alone; re-entrant within one process (an exclusive
+    hold covers a shared request; a shared hold cannot be raised to exclusive)."""
+    if _hold["depth"]:
+        if exclusive and not _hold["exclusive"]:
+            raise RuntimeError("a test holding the cluster shared asked for it alone: mark it exclusive_cluster")
+        _hold["depth"] += 1
+        try:
+            yield
+        finally:
+            _hold["depth"] -= 1
+        return
+    _LOCKS.mkdir(exist_ok=True)
+    with open(_LOCKS / "gate", "a+") as gate, open(_LOCKS / "room", "a+") as room:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(room, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        _hold.update(exclusive=exclusive, depth=1)
+        try:
+            yield
+        finally:
+            _hold.update(exclusive=False, depth=0)
+            fcntl.flock(room, fcntl.LOCK_UN)

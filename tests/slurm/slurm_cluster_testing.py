@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sweepit_testing import CLUSTER_SCRIPT, wait_until
+from sweepit_testing import CLUSTER_SCRIPT, cluster_access, wait_until
 
 # sacct states after which a job never runs again (REQUEUED and PENDING are not among them).
 FINAL_STATES = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
@@ -84,11 +84,13 @@ def cluster_up(*flags: str) -> None:
 @contextmanager
 def cluster_variant(*flags: str) -> Iterator[SlurmCluster]:
     """The local cluster reconfigured (`slurm-cluster.sh up FLAGS`, a few seconds) for the tests inside, and
-    back to the default one after them, whatever happened. Needs root, as the script does."""
+    back to the default one after them, whatever happened, holding the cluster alone meanwhile (no other test process
+    uses it). Needs root, as the script does."""
     if os.geteuid() != 0:
         pytest.skip(f"reconfiguring the local cluster ({' '.join(flags)}) needs root")
-    try:
-        cluster_up(*flags)
-        yield describe()
-    finally:
-        cluster_up()
+    with cluster_access(exclusive=True):
+        try:
+            cluster_up(*flags)
+            yield describe()
+        finally:
+            cluster_up()

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
+
 from slurm_cluster_testing import cluster_up
 from slurm_launcher_testing import APP, TRAIN, Driver, manifest, result, run, slurm_ids, sweepit, tasks, wait_until
 
@@ -76,6 +78,7 @@ def test_scancel_stops_a_training_job_at_once_and_its_record_stands(tmp_path: Pa
     assert "resumed from" not in (job / "stdout.log").read_text()
 
 
+@pytest.mark.exclusive_cluster
 def test_the_node_going_down_requeues_the_job_and_it_resumes_without_losing_or_doubling_an_epoch(
         slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
@@ -107,6 +110,7 @@ def test_the_node_going_down_requeues_the_job_and_it_resumes_without_losing_or_d
     assert "1 jobs: 1 completed" in driver.stdout
 
 
+@pytest.mark.exclusive_cluster
 def test_results_are_reported_while_the_controller_is_down_and_the_user_is_told_once(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     # Jobs 0 and 1 end while the controller is away; job 2 outlasts the outage and is cancelled after it.

@@ -27,6 +27,8 @@ from slurm_launcher_testing import (
 
 from sweepit.slurm import _cluster as slurm_queue
 
+pytestmark = pytest.mark.exclusive_cluster
+
 
 @pytest.fixture(scope="class")
 def gpu_partition() -> Iterator[SlurmCluster]:
