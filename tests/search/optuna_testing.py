@@ -19,8 +19,8 @@ def run_search(args: list[str], cwd: Path, timeout: float = 240, options: tuple[
                python: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     """`python <python> train.py <options> -m <FAST> <args>`, outputs under `cwd`."""
     env = {**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, *python, str(REPO / "train.py"), *options, "-m", *FAST, *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, *python, str(REPO / "train.py"), *options, "-m", *FAST, *args], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def load(sweep_dir: Path, study_name: str) -> Any:

@@ -232,7 +232,8 @@ hydra:
 
 @pytest.mark.parametrize(("params", "warned"), [
     ("", "`hydra.sweeper.search_space` is deprecated and will be removed in the next major release."),
-    ("    params:\n      optimizer: adam,sgd\n", "Both hydra.sweeper.params and hydra.sweeper.search_space are configured."),
+    ("    params:\n      optimizer: adam,sgd\n",
+     "Both hydra.sweeper.params and hydra.sweeper.search_space are configured."),
 ])
 def test_the_deprecated_search_space_is_a_python_warning_as_in_the_released_plugin(
         tmp_path: Path, params: str, warned: str) -> None:

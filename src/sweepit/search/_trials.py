@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from sweepit.results._job_files import job_num as dir_job_num
 from sweepit.results._job_files import read_result
 from sweepit.results._status import objective_values
-from sweepit.results._summary import job_num as dir_job_num
 
 log = logging.getLogger(__name__)
 
