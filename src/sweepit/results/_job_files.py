@@ -67,6 +67,26 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _number(value: Any) -> float | None:
+    return None if isinstance(value, bool) or not isinstance(value, int | float) else float(value)
+
+
+def returned_fields(returned: Any) -> dict[str, Any]:
+    """What a task's return value puts in its `result.json`, the one reading of a return value: a number is the
+    `objective`; a list or tuple of numbers the `objectives` of a multi-objective study; a dict of numbers is kept as
+    `returned` (each a metric `hydra.sweeper.metrics` may name); anything else is `returned` as text (the job
+    completed, with no objective)."""
+    if returned is None:
+        return {}
+    if (value := _number(returned)) is not None:
+        return {"objective": value}
+    if isinstance(returned, list | tuple) and returned and all(_number(v) is not None for v in returned):
+        return {"objectives": [float(v) for v in returned]}
+    if isinstance(returned, dict) and returned and all(_number(v) is not None for v in returned.values()):
+        return {"returned": {str(k): float(v) for k, v in returned.items()}}
+    return {"returned": repr(returned)[:200]}
+
+
 def write_result(job_dir: Path, result: dict[str, Any]) -> Path:
     path = Path(job_dir) / RESULT_FILE
     atomic_write(path, json.dumps(_jsonable(result), indent=2, sort_keys=True) + "\n")
