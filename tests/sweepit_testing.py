@@ -57,6 +57,23 @@ def tmpfs(mount: Path, size: str) -> Iterator[Path]:
         subprocess.run(["umount", str(mount)], check=False)
 
 
+def remount(mount: Path, mode: str) -> None:
+    """A `tmpfs` mount made read-only (`mode="ro"`) or writable again ("rw"), as a real file system is."""
+    subprocess.run(["mount", "-o", f"remount,{mode}", str(mount)], check=True, capture_output=True, timeout=30)
+
+
+def fill(mount: Path) -> Path:
+    """Every free block of the file system at `mount` taken by one file (returned, to delete for space again)."""
+    filler = mount / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"x" * 4096)
+        except OSError:
+            pass
+    return filler
+
+
 def write_mnist_subset(root: Path, n_train: int, n_test: int) -> Path:
     """The first `n_train` training and `n_test` test images of the real MNIST as its four IDX files in `root`
     (random pixels of the same shape where ../shared/data is not beside the checkout): read as MNIST is read."""

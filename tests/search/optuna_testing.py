@@ -15,12 +15,12 @@ FAST = ["device=cpu", "trainer.threads=1", "trainer.checkpoint=false", "trainer.
         "hydra/sweeper=optuna", "hydra.callbacks.summary.report=false"]
 
 
-def run_search(args: list[str], cwd: Path, timeout: float = 240, options: tuple[str, ...] = ()
-               ) -> subprocess.CompletedProcess[str]:
-    """`python train.py <options> -m <FAST> <args>`, outputs under `cwd`."""
+def run_search(args: list[str], cwd: Path, timeout: float = 240, options: tuple[str, ...] = (),
+               python: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """`python <python> train.py <options> -m <FAST> <args>`, outputs under `cwd`."""
     env = {**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, str(REPO / "train.py"), *options, "-m", *FAST, *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, *python, str(REPO / "train.py"), *options, "-m", *FAST, *args], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def load(sweep_dir: Path, study_name: str) -> Any:

@@ -216,3 +216,43 @@ def test_a_choice_that_does_not_compose_fails_its_trial_and_the_search_goes_on(t
                         "hydra.sweeper.n_trials=2", f"hydra.sweep.dir={sweep}", "study=bad_choice"], tmp_path)
     assert again.returncode == 0, _out(again)  # resumed: nothing left to do, nothing crashes
     assert len(load(sweep, "bad_choice").trials) == 2
+
+
+# The released plugin's deprecated space, in its own words, alone and beside `params` (a config file: a command line
+# cannot add `params` where the schema has null).
+DEPRECATED = """defaults:
+  - config
+  - _self_
+hydra:
+  sweeper:
+    search_space:
+      lr: {type: float, low: 0.001, high: 0.3, log: true}
+"""
+
+
+@pytest.mark.parametrize(("params", "warned"), [
+    ("", "`hydra.sweeper.search_space` is deprecated and will be removed in the next major release."),
+    ("    params:\n      optimizer: adam,sgd\n",
+     "Both hydra.sweeper.params and hydra.sweeper.search_space are configured."),
+])
+def test_the_deprecated_search_space_is_a_python_warning_as_in_the_released_plugin(
+        tmp_path: Path, params: str, warned: str) -> None:
+    (tmp_path / "deprecated.yaml").write_text(DEPRECATED + params)
+    config = ("--config-dir", str(tmp_path), "--config-name", "deprecated")
+    base = ["epochs=1", "hydra.sweeper.n_trials=1"]
+    caught = run_search([*base, f"hydra.sweep.dir={tmp_path / 'caught'}"], tmp_path, timeout=120, options=config,
+                        python=("-W", "error::UserWarning"))
+    assert caught.returncode != 0, _out(caught)  # a user's `-W error` (or pytest.warns) sees it
+    assert warned in caught.stderr, _out(caught)
+    assert not (tmp_path / "caught").exists() or not job_dirs(tmp_path / "caught")
+
+    sweep = tmp_path / "warned"
+    proc = run_search([*base, f"hydra.sweep.dir={sweep}", "study=warned"], tmp_path, timeout=120, options=config)
+    assert proc.returncode == 0, _out(proc)
+    assert f"UserWarning: {warned}" in proc.stderr, _out(proc)  # Python's own warning line, once
+    assert proc.stderr.count(warned) == 1, _out(proc)
+    (trial,) = load(sweep, "warned").trials
+    if params:  # params win outright, as in the released plugin: the deprecated lr is left out
+        assert set(trial.params) == {"optimizer"}
+    else:
+        assert set(trial.params) == {"lr"} and "lr: tag(log, interval(0.001, 0.3))" in proc.stderr

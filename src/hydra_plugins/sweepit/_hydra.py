@@ -35,6 +35,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from hydra_plugins.sweepit._compose import ComposedConfigs, copy_config, pickled
+from sweepit._files import atomic_write
 from sweepit._signals import interrupt_on_sigterm
 from sweepit.errors import RankFailedError, SweepFailedError, SweepitError
 from sweepit.local._worker import Reply, failure, picklable
@@ -256,10 +257,9 @@ def run_forked_job(hydra_context: HydraContext, task_function: TaskFunction, con
         configure_log(config.hydra.job_logging, config.hydra.verbose)
         if config.hydra.output_subdir is not None:
             saved_dir = Path(config.hydra.runtime.output_dir) / str(config.hydra.output_subdir)
-            saved_dir.mkdir(parents=True, exist_ok=True)
             for name, node in (("config.yaml", task_cfg), ("hydra.yaml", hydra_cfg),
                                ("overrides.yaml", config.hydra.overrides.task)):
-                (saved_dir / name).write_text(OmegaConf.to_yaml(node), encoding="utf-8")
+                atomic_write(saved_dir / name, OmegaConf.to_yaml(node), fsync=False)
         with env_override(hydra_cfg.hydra.job.env_set):
             callbacks.on_job_start(config=config, task_function=task_function)
             try:

@@ -14,14 +14,15 @@ is read here; the space itself and its checks are Hydra-free (`sweepit.search.Pa
 
 from __future__ import annotations
 
-import logging
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from hydra._internal.deprecation_warning import deprecation_warning
 
 from sweepit.errors import ConfigError
 from sweepit.search import Param, SearchSpace
 
-log = logging.getLogger(__name__)
 _TAGS = {"log", "int"}
 _PRIMITIVE = (str, int, float, bool, type(None))
 
@@ -93,9 +94,32 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+# The URL and the first lines of the released plugin's own warnings, which users' filters may match.
+UPGRADE_URL = "https://hydra.cc/docs/upgrades/1.1_to_1.2/changes_to_sweeper_config/"
+
+
+def space_params(params: Mapping[str, str] | None, search_space: Mapping[str, Any] | None) -> dict[str, str]:
+    """The search space's `hydra.sweeper.params`, as the released plugin reads them: the deprecated
+    `hydra.sweeper.search_space` when it is the only one given (a UserWarning, through Hydra's deprecation_warning,
+    that also shows the `params` to write instead), `params` alone when both are (a UserWarning too)."""
+    if not search_space:
+        return dict(params or {})
+    if params is not None:
+        warnings.warn("Both hydra.sweeper.params and hydra.sweeper.search_space are configured.\nHydra will use "
+                      f"hydra.sweeper.params for defining search space.\n{UPGRADE_URL}", UserWarning, stacklevel=2)
+        return dict(params)
+    read = from_search_space(search_space)
+    lines = "\n".join(f"    {k}: {v}" for k, v in read.items())
+    deprecation_warning("`hydra.sweeper.search_space` is deprecated and will be removed in the next major release.\n"
+                        f"Please configure with `hydra.sweeper.params`.\n{UPGRADE_URL}\n"
+                        f"sweepit reads it as these hydra.sweeper.params; write them so instead:\n  params:\n{lines}",
+                        stacklevel=2)
+    return read
+
+
 def from_search_space(search_space: Mapping[str, Any]) -> dict[str, str]:
     """The released plugin's deprecated `hydra.sweeper.search_space` (`key: {type: int|float|categorical, low, high,
-    log, step, choices}`) as `hydra.sweeper.params` entries, with a warning that shows them."""
+    log, step, choices}`) as `hydra.sweeper.params` entries."""
     params: dict[str, str] = {}
     for key, spec in search_space.items():
         where = f"hydra.sweeper.search_space.{key}"
@@ -126,10 +150,6 @@ def from_search_space(search_space: Mapping[str, Any]) -> dict[str, str]:
             params[str(key)] = f"tag(log, int(interval({ends})))" if spec.get("log") else f"int(interval({ends}))"
         else:
             params[str(key)] = f"tag(log, interval({ends}))" if spec.get("log") else f"interval({ends})"
-    if params:
-        lines = "\n".join(f"    {k}: {v}" for k, v in params.items())
-        log.warning("hydra.sweeper.search_space is deprecated (as in Hydra's Optuna plugin since 1.2) and is read as "
-                    f"these hydra.sweeper.params; write them so instead:\n  params:\n{lines}")
     return params
 
 

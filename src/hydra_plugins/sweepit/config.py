@@ -447,7 +447,8 @@ class OptunaSweeperConf:
     # Command-line sweeps (`lr=tag(log, interval(1e-4, 1))`) are added, and win for the same key.
     params: dict[str, str] | None = None
     # Deprecated (Hydra's Optuna plugin before 1.2): `key: {type: int|float|categorical, low, high, log, step,
-    # choices}`. Read as `params` (which win for the same key); the log shows the `params` to write instead.
+    # choices}`. Read as `params` with a UserWarning that shows the `params` to write instead; beside `params`
+    # it is left out (a UserWarning too), as in the released plugin.
     search_space: dict[str, Any] = field(default_factory=dict)
     # `module.function` called as fn(cfg, trial) for each trial, after the space's parameters are drawn (cfg: the
     # sweep's config). It may draw conditional ones through trial.suggest_*(name, ...); each becomes the job's

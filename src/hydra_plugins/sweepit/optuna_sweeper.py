@@ -25,7 +25,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.sweepit._hydra import SweepitLauncher, compact_errors
-from hydra_plugins.sweepit._space import from_search_space, parse_space
+from hydra_plugins.sweepit._space import parse_space, space_params
 from sweepit._targets import locate
 from sweepit.errors import ConfigError, SweepFailedError
 from sweepit.results._manifest import hydra_quote
@@ -60,7 +60,7 @@ class OptunaSweeper(Sweeper):
             raise OptunaInputError(f"hydra.sweeper.workers must be an integer >= 0 (0: each trial its own Slurm job), "
                                    f"but got workers={workers!r}; set for example hydra.sweeper.workers=4.")
         self.workers = workers
-        self.params = dict(params or {})
+        self.params = None if params is None else dict(params)
         self.search_space = _plain(search_space)
         self.custom_search_space = custom_search_space
         self.hydra_context: HydraContext | None = None
@@ -83,7 +83,7 @@ class OptunaSweeper(Sweeper):
         assert self.config is not None and self.hydra_context is not None and self.launcher is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
         try:
-            params = {**from_search_space(self.search_space), **self.params}  # params win for the same key
+            params = space_params(self.params, self.search_space)
             space = parse_space(params, list(arguments), self.hydra_context.config_loader)
             if space.params:
                 self.validate_batch_is_legal([space.overrides(space.first_point())])  # unknown keys, bad values

@@ -1,14 +1,17 @@
-"""What a job leaves in its directory: `metrics.jsonl` (one object per epoch) and `result.json`.
+"""A job's directory, `<num>_<overrides>` under its sweep's, and what a job leaves there: `metrics.jsonl` (one
+object per epoch) and `result.json`.
 
 Both are written atomically (temporary file, then rename), so a killed job never leaves half a file.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +29,32 @@ BEST_WEIGHTS = "model_best.pt"   # trained weights (trainer.save_model): the bes
 LAST_WEIGHTS = "model_last.pt"
 WEIGHT_FILES = (BEST_WEIGHTS, LAST_WEIGHTS)
 
+# A job directory's name, in bytes: NAME_MAX (255 on Linux's file systems, Lustre's and GPFS's) less room for a
+# suffix a tool may add (`.tmp`, `.orig`, a copy's ` (1)`).
+MAX_JOB_DIR_NAME = 200
+_HASH_LEN = 10
+
+
+def job_dir_name(num: int, overrides: str) -> str:
+    """The directory name of job `num` whose overrides read `overrides` (Hydra's `override_dirname`, `a=1,b=x`): one
+    level under the sweep whatever the values hold (`/` is written `%2F`, `%` itself `%25`, control characters
+    likewise), at most MAX_JOB_DIR_NAME bytes (a longer name is cut and ends in `~` and a hash of the whole, so two
+    long names never meet). The same job always gets the same name: a resumed sweep finds its jobs again."""
+    safe = "".join(urllib.parse.quote(c, safe="") if c in "/%" or not c.isprintable() else c for c in overrides)
+    name = f"{num}_{safe}"
+    encoded = name.encode()
+    if len(encoded) <= MAX_JOB_DIR_NAME:
+        return name
+    digest = hashlib.sha256(encoded).hexdigest()[:_HASH_LEN]
+    head = encoded[:MAX_JOB_DIR_NAME - _HASH_LEN - 1].decode(errors="ignore")  # never half a character
+    return f"{head}~{digest}"
+
+
+def job_num(job_dir: Path) -> int | None:
+    """The number of a job's directory (`<num>_...`), or None for any other entry of a sweep directory."""
+    head = job_dir.name.split("_", 1)[0]
+    return int(head) if head.isdigit() else None
+
 
 def _jsonable(value: Any) -> Any:
     """Non-finite floats become null: JSON has no NaN or Infinity, and browsers refuse them."""
@@ -36,6 +65,26 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_jsonable(v) for v in value]
     return value
+
+
+def _number(value: Any) -> float | None:
+    return None if isinstance(value, bool) or not isinstance(value, int | float) else float(value)
+
+
+def returned_fields(returned: Any) -> dict[str, Any]:
+    """What a task's return value puts in its `result.json`, the one reading of a return value: a number is the
+    `objective`; a list or tuple of numbers the `objectives` of a multi-objective study; a dict of numbers is kept as
+    `returned` (each a metric `hydra.sweeper.metrics` may name); anything else is `returned` as text (the job
+    completed, with no objective)."""
+    if returned is None:
+        return {}
+    if (value := _number(returned)) is not None:
+        return {"objective": value}
+    if isinstance(returned, list | tuple) and returned and all(_number(v) is not None for v in returned):
+        return {"objectives": [float(v) for v in returned]}
+    if isinstance(returned, dict) and returned and all(_number(v) is not None for v in returned.values()):
+        return {"returned": {str(k): float(v) for k, v in returned.items()}}
+    return {"returned": repr(returned)[:200]}
 
 
 def write_result(job_dir: Path, result: dict[str, Any]) -> Path:

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from sweepit._files import atomic_write
-from sweepit.errors import SweepitError
-from sweepit.results._manifest import now_iso
+from sweepit.errors import OutputWriteError, SweepitError
+from sweepit.results._manifest import MANIFEST_FILE, now_iso
 
 LOCK_FILE = "sweep.lock"
 HEARTBEAT_S = 30.0      # how often a driver refreshes its lock
@@ -77,8 +77,8 @@ class SweepLock:
         if holder is not None:
             raise SweepLockedError(describe_holder(holder, self.path.parent))
         stale = self.path.exists()
-        record = {"host": socket.gethostname(), "pid": os.getpid(), "since": now_iso(), "argv": list(sys.argv)}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        record = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "since": now_iso(),
+                             "argv": list(sys.argv)}) + "\n"
         if stale:
             try:
                 old = json.loads(self.path.read_text())
@@ -86,17 +86,25 @@ class SweepLock:
                             f"{old.get('host')}, since {old.get('since')}) is gone")
             except (OSError, ValueError):
                 pass
-            atomic_write(self.path, json.dumps(record) + "\n", fsync=False)
-        else:
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:  # another driver took it a moment ago
-                holder = self.holder()
-                raise SweepLockedError(describe_holder(holder or {}, self.path.parent)) from None
-            with os.fdopen(fd, "w") as f:
-                f.write(json.dumps(record) + "\n")
+        try:
+            # Created in one step where there is none (another driver's, taken a moment ago, stays), replaced over
+            # a stale one; either way through the one atomic write, which names the file on a full disk.
+            atomic_write(self.path, record, fsync=False, replace=stale)
+        except FileExistsError:
+            holder = self.holder()
+            raise SweepLockedError(describe_holder(holder or {}, self.path.parent)) from None
+        except OutputWriteError as e:
+            raise OutputWriteError(e.errno, f"{e.strerror}. {self._what_to_do()}") from None
         self.held = True
         self._touched = time.monotonic()
+
+    def _what_to_do(self) -> str:
+        sweep_dir = self.path.parent
+        if (sweep_dir / MANIFEST_FILE).exists():
+            return (f"Nothing of the sweep in {sweep_dir} was changed; once it can be written, `sweepit resume "
+                    f"{sweep_dir}` goes on with it.")
+        return (f"No job was started; once {sweep_dir} can be written, run the same command again, or pick another "
+                "hydra.sweep.dir.")
 
     def _mine(self) -> bool:
         try:

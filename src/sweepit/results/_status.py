@@ -77,15 +77,20 @@ def sweeper_value(status: str | None, objective: Any = None, direction: str | No
 def objective_values(result: dict[str, Any], metrics: list[str] | None, n: int) -> list[float] | None:
     """A job's `n` objective values for a multi-objective study, from its `result.json`: each of `metrics` (the
     config's `metric` is `objective`, the best epoch's; another name a top-level number such as `epoch_time_s_mean`,
-    else the last epoch's value in `final`), or without `metrics` the list the task returned (`objectives`).
+    a number of the dict the task returned, else the last epoch's value in `final`), or without `metrics` the list
+    the task returned (`objectives`), or its dict of `n` numbers.
     None when a value is missing or not a finite number."""
     values: list[Any] = []
+    final: dict[str, Any] = result["final"] if isinstance(result.get("final"), dict) else {}
+    returned: dict[str, Any] = result["returned"] if isinstance(result.get("returned"), dict) else {}
     if metrics:
-        final: dict[str, Any] = result["final"] if isinstance(result.get("final"), dict) else {}
         values = [result.get("objective") if name == result.get("metric") else
-                  result.get(name) if _finite(result.get(name)) else final.get(name) for name in metrics]
+                  result.get(name) if _finite(result.get(name)) else
+                  returned[name] if name in returned else final.get(name) for name in metrics]
     elif isinstance(result.get("objectives"), list):
         values = list(result["objectives"])
+    elif len(returned) == n:
+        values = list(returned.values())  # a dict of n numbers the task returned, in its order
     if len(values) != n or not all(_finite(v) for v in values):
         return None
     return [float(v) for v in values]

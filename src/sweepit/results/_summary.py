@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from sweepit.results._job_files import read_outcome
+from sweepit.results._job_files import job_num, read_outcome
 from sweepit.results._manifest import iter_manifest
 from sweepit.results._overrides import app_script, config_source, own_key, rerun_command, typed_overrides
 from sweepit.results._status import objective_values, pareto_front, sweep_direction
@@ -68,21 +68,12 @@ def override_values(overrides: Iterable[str]) -> dict[str, str]:
     return {key: item.partition("=")[2] for item in overrides if (key := own_key(item)) is not None}
 
 
-def job_num(job_dir: Path) -> int | None:
-    return _num(job_dir.name)
-
-
-def _num(name: str) -> int | None:
-    head = name.split("_", 1)[0]
-    return int(head) if head.isdigit() else None
-
-
 def job_dirs(sweep_dir: Path) -> list[tuple[Path, int]]:
     """The job directories (`<num>_<overrides>`) directly under `sweep_dir` with their numbers, unordered
     (one directory read: no stat a job where the file system says which entries are directories)."""
     base = Path(sweep_dir)
     with os.scandir(base) as entries:
-        return [(base / e.name, n) for e in entries if (n := _num(e.name)) is not None and e.is_dir()]
+        return [(base / e.name, n) for e in entries if (n := job_num(Path(e.name))) is not None and e.is_dir()]
 
 
 def read_job(job_dir: Path, overrides: dict[str, str] | None = None) -> JobRow:

@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from sweepit.errors import ConfigError, SweepFailedError
+from sweepit.results._job_files import job_num
 from sweepit.results._status import DIRECTIONS, objective_direction
 from sweepit.results._study_file import write_study_file
-from sweepit.results._summary import job_num, summarize
+from sweepit.results._summary import summarize
 from sweepit.search._pruning import (
     ENV_STORAGE,
     ENV_STUDY,

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from sweepit.results._job_files import read_result
+from sweepit.results._job_files import job_num as dir_job_num
+from sweepit.results._job_files import read_result, returned_fields, write_result_if_absent
 from sweepit.results._status import objective_values
-from sweepit.results._summary import job_num as dir_job_num
 
 log = logging.getLogger(__name__)
 
@@ -127,33 +127,50 @@ def find_job_dir(sweep_dir: Path, num: int, ret: Any = None) -> Path | None:
 
 def read_outcome(sweep_dir: Path, num: int, ret: Any, metrics: list[str] | None = None, n_values: int = 1
                  ) -> Outcome:
-    """The job's `result.json` is the truth; a JobReturn fills in for an app that writes none. With `metrics` or
-    `n_values` > 1, the objective values are read as `objective_values` says (a list the task returned, else)."""
+    """The job's `result.json` is the truth. A job that wrote none (an app without sweepit's callback on a launcher
+    that is not sweepit's) gets one here, recorded from its JobReturn as a sweepit launcher would, so that the
+    table, `sweepit summary`, the report and the study name the same best job. With `metrics` or `n_values` > 1,
+    the objective values are read as `objective_values` says."""
     job_dir = find_job_dir(sweep_dir, num, ret)
     try:
         result = read_result(job_dir) if job_dir is not None else None
     except ValueError:
         result = None
-    if result is not None and result.get("status"):
-        objective = result.get("objective")
-        value = float(objective) if isinstance(objective, int | float) and not isinstance(objective, bool) else None
-        outcome = Outcome(str(result["status"]), value, job_dir, str(result.get("error") or ""))
-        if metrics or n_values > 1:
-            outcome.values = objective_values(result, metrics, n_values) or _returned(ret, n_values)
-            if n_values == 1:
-                outcome.value = outcome.values[0] if outcome.values else None
-            if outcome.values is None and outcome.status == "completed":
-                outcome.error = _missing(result, metrics, n_values)
-        return outcome
-    if ret is None:
+    if result is None or not result.get("status"):
+        result = _recorded(job_dir, ret)
+    if result is None:
         return Outcome("failed", None, job_dir, "the launcher returned no result for the job")
+    objective = result.get("objective")
+    value = float(objective) if isinstance(objective, int | float) and not isinstance(objective, bool) else None
+    outcome = Outcome(str(result["status"]), value, job_dir, str(result.get("error") or ""))
+    if metrics or n_values > 1:
+        outcome.values = objective_values(result, metrics, n_values) or _returned(ret, n_values)
+        if n_values == 1:
+            outcome.value = outcome.values[0] if outcome.values else None
+        if outcome.values is None and outcome.status == "completed":
+            outcome.error = _missing(result, metrics, n_values)
+    elif value is None and outcome.status == "completed" and not outcome.error:
+        outcome.error = f"the job returned {result.get('returned', 'nothing')}, not a number"  # the trial FAILs
+    return outcome
+
+
+def _recorded(job_dir: Path | None, ret: Any) -> dict[str, Any] | None:
+    """The `result.json` of a job that wrote none, from its JobReturn (written to its directory when it has one);
+    None without a JobReturn."""
+    if ret is None:
+        return None
     try:
         value = ret.return_value  # raises the job's exception when it failed
+        result: dict[str, Any] = {"status": "completed", "objective": None, **returned_fields(value)}
     except BaseException as e:
-        return Outcome("failed", None, job_dir, f"{type(e).__name__}: {e}")
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return Outcome("completed", float(value), job_dir)
-    return Outcome("failed", None, job_dir, f"the job returned {value!r}, not a number")
+        result = {"status": "failed", "objective": None, "error": f"{type(e).__name__}: {e}"}
+    result["recorded_by"] = "sweepit's Optuna sweeper, from the job's return value"
+    if job_dir is not None and job_dir.is_dir():
+        try:
+            write_result_if_absent(job_dir, result)
+        except OSError as e:  # the study has the value; the table will say the job is pending
+            log.warning(f"could not record job {job_dir.name}'s result: {e}")
+    return result
 
 
 def _returned(ret: Any, n: int) -> list[float] | None:

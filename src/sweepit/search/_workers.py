@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from sweepit._files import atomic_write
 from sweepit.errors import SweepFailedError
 from sweepit.search._pruning import PRUNER_CLASSES
 from sweepit.search._results import write_results
@@ -77,10 +77,9 @@ def attach(search: Search, index: int) -> Any:
 
 
 def claim(path: Path) -> bool:
-    """Create `path` exclusively; False when another process did first."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Create `path` exclusively (in one step, through the one atomic write); False when another process did first."""
     try:
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        atomic_write(path, "", fsync=False, replace=False)
     except FileExistsError:
         return False
     return True

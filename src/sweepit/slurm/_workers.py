@@ -26,9 +26,9 @@ from typing import Any
 from sweepit._files import atomic_write
 from sweepit._signals import StopSignals
 from sweepit.errors import ConfigError
+from sweepit.results._job_files import job_num
 from sweepit.results._manifest import JobEntry, Manifest, now_iso, open_manifest, write_manifest
 from sweepit.results._progress import Progress
-from sweepit.results._summary import job_num
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._follow import Follower
 from sweepit.slurm._submit import TASK_DIR, PlannedJob, Task, fresh_folder, job_name, link_logs, log_paths, submit

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweepit.errors import ConfigError, DivergedError
-from sweepit.results._job_files import MetricsLog, read_metrics, read_result, write_result
+from sweepit.results._job_files import MetricsLog, read_metrics, read_result, returned_fields, write_result
 from sweepit.results._status import objective_direction
 
 if TYPE_CHECKING:
@@ -260,14 +260,9 @@ class Session:
             best = pick(scored, key=lambda r: float(r[key]))
             result.update(best_epoch=best.get("epoch"), best_value=best[key])
         if status in ("completed", "pruned"):
-            value = _number(returned) if returned is not _NOTHING else None
-            if value is None and scored:
-                value = float(scored[-1][key])
-            result["objective"] = value
-            if isinstance(returned, list | tuple) and returned and all(_number(v) is not None for v in returned):
-                result["objectives"] = [float(v) for v in returned]  # several objectives (a multi-objective study)
-            elif returned is not _NOTHING and returned is not None and _number(returned) is None:
-                result["returned"] = repr(returned)[:200]  # a dict or a string: the sweeper has it, this says what
+            result.update(returned_fields(None if returned is _NOTHING else returned))
+            if result["objective"] is None and scored:
+                result["objective"] = float(scored[-1][key])
         elif status == "diverged":
             result["objective"] = None
             result["error"] = str(error) if error is not None else "the loss stopped being finite"

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from sweepit._files import collector_paused
-from sweepit.results._job_files import METRICS_FILE, read_metrics
+from sweepit.results._job_files import METRICS_FILE, job_num, read_metrics
 from sweepit.results._manifest import read_manifest_data
 from sweepit.results._overrides import app_script, config_source, own_key, typed_overrides
 from sweepit.results._status import sweep_direction
@@ -24,7 +24,6 @@ from sweepit.results._summary import (
     best_row,
     fixed_overrides,
     job_dirs,
-    job_num,
     override_values,
     read_overrides,
     swept_keys,

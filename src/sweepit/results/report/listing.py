@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from sweepit.results._job_files import job_num
 from sweepit.results._manifest import MANIFEST_FILE
-from sweepit.results._summary import job_num
 from sweepit.results.report._sweep import Sweep, load_sweep
 
 # outputs/<study>/<timestamp>/ is two levels down; a little more for hand-made layouts.
