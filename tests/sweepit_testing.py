@@ -5,8 +5,8 @@ from __future__ import annotations
 import fcntl
 import os
 import subprocess
-import tempfile
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-
 from slurm_cluster_testing import cluster_up
 from slurm_launcher_testing import APP, TRAIN, Driver, manifest, result, run, slurm_ids, sweepit, tasks, wait_until
 
