@@ -4,7 +4,6 @@ runner, sweepit's local launcher forking each job): the search's own bookkeeping
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 from pathlib import Path
@@ -113,10 +112,9 @@ def _with_momentum(cfg: DictConfig) -> float:
     return float(cfg.x) + (momentum or 0.0) + cfg.y - 1
 
 
-def test_custom_search_space_and_the_deprecated_search_space(hydra_sweep_runner: TSweepRunner, tmp_path: Path,
-                                                             caplog: pytest.LogCaptureFixture) -> None:
+def test_custom_search_space_and_the_deprecated_search_space(hydra_sweep_runner: TSweepRunner, tmp_path: Path) -> None:
     """`custom_search_space` adds a conditional parameter through the trial; `search_space` (the released plugin's
-    dict form) is read as params, with a warning that shows them."""
+    dict form) is read as params, with the released plugin's UserWarning, which shows them."""
     from optuna_testing import load
 
     sweep_dir = tmp_path / "sweep"
@@ -129,10 +127,10 @@ def test_custom_search_space_and_the_deprecated_search_space(hydra_sweep_runner:
                                           "hydra.sweeper.custom_search_space=optuna_testing.conditional_space",
                                           "hydra.sweeper.n_trials=6", "hydra.sweeper.n_jobs=2",
                                           "hydra/sweeper/sampler=random", "hydra.sweeper.sampler.seed=1"])
-    with caplog.at_level(logging.WARNING), sweep:
+    with pytest.warns(UserWarning, match="`hydra.sweeper.search_space` is deprecated") as warned, sweep:
         trials = load(sweep_dir, "sweepit").trials
-    assert "hydra.sweeper.search_space is deprecated" in caplog.text
-    assert "    x: interval(0.0, 1.0)" in caplog.text and "    y: range(1, 10, 4)" in caplog.text
+    said = "\n".join(str(w.message) for w in warned)
+    assert "    x: interval(0.0, 1.0)" in said and "    y: range(1, 10, 4)" in said
     assert [t.state.name for t in trials] == ["COMPLETE"] * 6, [t.user_attrs.get("error") for t in trials]
     assert {t.params["opt"] for t in trials} == {"adam", "sgd"}
     assert all(("+momentum" in t.params) == (t.params["opt"] == "sgd") for t in trials)
