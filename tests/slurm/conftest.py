@@ -12,16 +12,19 @@ from pathlib import Path
 import pytest
 from slurm_cluster_testing import SlurmCluster, describe
 
-from sweepit_testing import require_slurm
+from sweepit_testing import cluster_access, require_slurm
 
 HERE = Path(__file__).resolve().parent
 
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> SlurmCluster:
-    """The running local cluster; skips (or fails, under SWEEPIT_REQUIRE_SLURM=1) when it is not usable."""
-    require_slurm()
-    return describe()
+    """The running local cluster; skips (or fails, under SWEEPIT_REQUIRE_SLURM=1) when it is not usable. Described
+    holding the cluster shared: a session fixture is set up before the test's own hold, and another test process may
+    have the cluster in a variant meanwhile (which this would describe)."""
+    with cluster_access(exclusive=False):
+        require_slurm()
+        return describe()
 
 
 @pytest.fixture(autouse=True)
