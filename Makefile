@@ -45,8 +45,9 @@ test-launcher: ## The local launcher's tests (tests/local): real multiruns and H
 test-slurm: ## The Slurm tests against the local cluster: launcher, Optuna, examples, Hydra's suites (make slurm-up first; about 5 min)
 	$(PYTEST) tests/slurm $(PYTEST_ARGS)
 
-lint: ## Ruff lint
+lint: ## Ruff lint, and the package's layers (import-linter's contracts in pyproject.toml)
 	$(VENV)/bin/ruff check src tests bench examples train.py
+	$(VENV)/bin/lint-imports
 
 typecheck: ## Mypy on the package and the entry point
 	$(VENV)/bin/mypy

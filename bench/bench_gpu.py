@@ -144,8 +144,8 @@ def throughput_part(root: str | None, device: str, smoke: bool, work: Path) -> d
 def scaling_part(root: str | None, device: str, smoke: bool, work: Path) -> dict[str, Any]:
     import torch
 
-    from sweepit.results.report import load_sweep
-    from sweepit.results.report.scaling import scaling_points
+    from sweepit.reporting import load_sweep
+    from sweepit.reporting.scaling import scaling_points
 
     n = torch.cuda.device_count() if device == "cuda" else 2
     gpus = ",".join(str(g) for g in range(1, n + 1))

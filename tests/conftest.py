@@ -30,9 +30,9 @@ def compose_cfg() -> Iterator[Callable[..., DictConfig]]:
 SHARED_SET_UP = {
     "readme/test_readme.py": "readme",
     "results/test_weights_and_clean.py": "weights-sweep",
-    "results/report/test_report_html.py": "linreg-sweep",
-    "results/report/test_report_sweep.py": "linreg-sweep",
-    "results/report/test_report_broken.py": "linreg-sweep",
+    "reporting/test_report_html.py": "linreg-sweep",
+    "reporting/test_report_sweep.py": "linreg-sweep",
+    "reporting/test_report_broken.py": "linreg-sweep",
     "slurm/test_slurm_variants.py": "cluster-variants",  # a class reconfigures the cluster once for its tests
 }
 

@@ -23,7 +23,7 @@ def _summary(args: argparse.Namespace) -> int:
 
 
 def _ls(args: argparse.Namespace) -> int:
-    from sweepit.results.report.listing import format_listing, list_sweeps
+    from sweepit.reporting.listing import format_listing, list_sweeps
 
     root = Path(args.root)
     if not root.is_dir():
@@ -38,8 +38,8 @@ def _ls(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from sweepit.results.report import REPORT_DIR, load_sweep, write_report
-    from sweepit.results.report.table import best_lines, to_text
+    from sweepit.reporting import REPORT_DIR, load_sweep, write_report
+    from sweepit.reporting.table import best_lines, to_text
 
     sweep_dir = Path(args.sweep_dir)
     if not sweep_dir.is_dir():
@@ -79,7 +79,7 @@ def _watch(sweep_dir: Path, every_s: float, max_rows: int) -> int:
     code = _watch_until_ended(sweep_dir, every_s, max_rows)
     if code is not None:
         return code
-    from sweepit.results.report import try_build_report
+    from sweepit.reporting import try_build_report
     from sweepit.slurm import report_is_current
 
     if not report_is_current(sweep_dir):

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import yaml
 
+from sweepit.reporting import format_listing, load_sweep
+from sweepit.reporting.table import best_lines
 from sweepit.results._job_files import write_result
 from sweepit.results._manifest import JobEntry, Manifest, iter_manifest, read_manifest_data, write_manifest
 from sweepit.results._summary import summarize
-from sweepit.results.report import format_listing, load_sweep
-from sweepit.results.report.table import best_lines
 
 
 def _job(sweep: Path, num: int, overrides: list[str], result: dict[str, object] | None) -> str:

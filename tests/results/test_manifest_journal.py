@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from sweepit.reporting import load_sweep
 from sweepit.results import _journal
 from sweepit.results._job_files import write_result
 from sweepit.results._journal import JOURNAL_FILE
@@ -23,7 +24,6 @@ from sweepit.results._manifest import (
     unfinished_jobs,
     write_manifest,
 )
-from sweepit.results.report import load_sweep
 from sweepit.slurm import sweep_status
 
 

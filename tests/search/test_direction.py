@@ -15,9 +15,9 @@ import pytest
 from optuna_testing import load
 
 from sweepit.cli import main as sweepit_main
-from sweepit.results.report import load_sweep
-from sweepit.results.report.listing import list_sweeps
-from sweepit.results.report.table import best_lines
+from sweepit.reporting import load_sweep
+from sweepit.reporting.listing import list_sweeps
+from sweepit.reporting.table import best_lines
 
 pytestmark = pytest.mark.slow
 

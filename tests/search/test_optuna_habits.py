@@ -63,8 +63,8 @@ def test_several_objectives_give_a_pareto_front_everywhere(hydra_sweep_runner: T
     from optuna_testing import load
 
     from sweepit.cli import main as sweepit_main
-    from sweepit.results.report import load_sweep
-    from sweepit.results.report.optuna_section import OptunaSection
+    from sweepit.reporting import load_sweep
+    from sweepit.reporting.optuna_section import OptunaSection
 
     sweep_dir = tmp_path / "sweep"
     sweep = hydra_sweep_runner(calling_file=None, calling_module="hydra.test_utils.a_module", config_path="configs",

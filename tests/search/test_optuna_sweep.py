@@ -39,7 +39,7 @@ def test_n_trials_results_and_resume_without_overwriting(tmp_path: Path) -> None
     # The job's overrides and directory name hold the searched values only, not the trial bookkeeping.
     assert all("optuna" not in p.name.lower() for p in job_dirs(sweep))
     # The report draws sampled values with Optuna's plots (a numeric, log lr axis), not as a grid's categories.
-    from sweepit.results.report import build_report
+    from sweepit.reporting import build_report
 
     report = build_report(sweep)
     assert (report / "optuna_slice.png").is_file() and (report / "optuna_history.png").is_file()

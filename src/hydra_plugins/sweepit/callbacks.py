@@ -57,6 +57,6 @@ class SweepSummary(Callback):
 
             print(summarize(sweep_dir), flush=True)
         if self.report:
-            from sweepit.results.report import try_build_report
+            from sweepit.reporting import try_build_report
 
             try_build_report(sweep_dir)

@@ -16,6 +16,7 @@ from hydra.core.utils import JobReturn
 
 from hydra_plugins.sweepit._hydra import SweepitLauncher, compact_errors, job_return, release_config, run_hydra_job
 from hydra_plugins.sweepit.config import DEFAULT_PRELOAD
+from sweepit.errors import SweepFailedError
 from sweepit.local import Job, LocalOptions, LocalSweep, Reply
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,14 @@ class LocalLauncher(SweepitLauncher):
         jobs = [Job(num=initial_job_idx + i, overrides=list(o)) for i, o in enumerate(job_overrides)]
         try:
             with compact_errors():
-                statuses = sweep.run(jobs)
+                try:
+                    statuses = sweep.run(jobs)
+                except SweepFailedError:
+                    # Hydra skips on_multirun_end when the launcher raises: the report is written here instead.
+                    from sweepit.reporting import try_build_report
+
+                    try_build_report(sweep.sweep_dir)
+                    raise
         finally:
             self.composed.clear()
         return [self._job_return(j, statuses.get(j.num)) for j in jobs]

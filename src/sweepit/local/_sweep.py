@@ -142,11 +142,7 @@ class LocalSweep:
             print(summarize(self.sweep_dir), flush=True)
         report = run.failure_report(jobs, pool.stop_signal, o.fail_on_error)
         if report is not None:
-            # Hydra skips on_multirun_end when the launcher raises: the report is written here instead.
-            from sweepit.results.report import try_build_report
-
-            try_build_report(self.sweep_dir)
-            raise SweepFailedError(report)
+            raise SweepFailedError(report)  # the launcher writes the sweep's report first (Hydra's callback will not)
         return dict(run.statuses)
 
     # -- jobs one by one, as a sweeper asks (the Optuna sweeper's AsyncLauncher protocol) ---------------------

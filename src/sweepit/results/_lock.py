@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from sweepit._files import atomic_write
+from sweepit._host import now_iso, process_alive
 from sweepit.errors import OutputWriteError, SweepitError
-from sweepit.results._manifest import MANIFEST_FILE, now_iso
+from sweepit.results._manifest import MANIFEST_FILE
 
 LOCK_FILE = "sweep.lock"
 HEARTBEAT_S = 30.0      # how often a driver refreshes its lock
@@ -32,17 +33,6 @@ log = logging.getLogger(__name__)
 
 class SweepLockedError(SweepitError):
     """Another driver is running the sweep in this directory."""
-
-
-def process_alive(pid: int) -> bool:
-    """Whether a process of this host has the id `pid`."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process: it exists
-    return True
 
 
 class SweepLock:

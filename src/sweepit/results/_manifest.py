@@ -16,11 +16,11 @@ import signal
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any, Protocol
 
 from sweepit._files import atomic_file, collector_paused
+from sweepit._host import now_iso, process_alive
 from sweepit.errors import ManifestError
 from sweepit.results._job_files import STDERR_LOG, read_outcome, read_result
 from sweepit.results._journal import Journal, append_records, compact_now, read_journal, start_journal
@@ -35,10 +35,6 @@ __all__ = ["FAILED_STATUSES", "FINISHED_STATUSES"]  # re-exported for the launch
 _RESUME_KEYS = ("hydra.sweep.dir", "hydra.launcher.resume")
 _PLAIN_VALUE = re.compile(r"[\w./:@+-]+")
 _MAX_LISTED = 10  # failed jobs named one by one in the error that ends a sweep
-
-
-def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 @dataclass(slots=True)  # slots: 100,000 of them in a large sweep's driver
@@ -289,8 +285,6 @@ def settle_orphans(m: Manifest) -> list[int]:
     queued will not start (`not started`, as after a Ctrl-C), and a job it ran whose process is gone without a
     result is `interrupted` (the driver's death stopped it), instead of `queued` and `running` for ever. A resume
     runs both again. Returns the numbers of the jobs that changed."""
-    from sweepit.results._lock import process_alive
-
     if m.launcher != "local":
         return []  # a Slurm job stays in Slurm's hands and runs without its driver
     changed = []

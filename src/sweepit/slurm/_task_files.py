@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sweepit._files import atomic_write
-from sweepit.results._manifest import now_iso
+from sweepit._host import now_iso
 
 TASK_DIR = ".slurm"  # inside the job directory
 _TASK_ENV = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_PROCID", "SLURM_LOCALID",

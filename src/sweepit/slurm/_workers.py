@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from sweepit._files import atomic_write
+from sweepit._host import now_iso
 from sweepit._signals import StopSignals
 from sweepit.errors import ConfigError
 from sweepit.results._job_files import job_num
-from sweepit.results._manifest import JobEntry, Manifest, now_iso, open_manifest, write_manifest
+from sweepit.results._manifest import JobEntry, Manifest, open_manifest, write_manifest
 from sweepit.results._progress import Progress
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._follow import Follower

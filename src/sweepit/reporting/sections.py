@@ -1,7 +1,7 @@
 """A report is a list of sections; each builder decides whether its section applies to a sweep.
 
 To add one (the scaling table, Optuna's plots), subclass `SectionBuilder` and append an instance to
-`DEFAULT_SECTIONS`: the Markdown summary and the HTML page render every section the same way.
+`sweepit.reporting.DEFAULT_SECTIONS`: the Markdown summary and the HTML page render every section the same way.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sweepit.reporting import linreg, plots
+from sweepit.reporting._sweep import Sweep, load_yaml
+from sweepit.reporting.table import Table, best_lines, reproduce_command, results_table
 from sweepit.results._study_file import read_study_file
-from sweepit.results.report import linreg, plots
-from sweepit.results.report._sweep import Sweep, load_yaml
-from sweepit.results.report.table import Table, best_lines, reproduce_command, results_table
 
 
 @dataclass
@@ -113,18 +113,3 @@ class LinregSection(SectionBuilder):
             notes.append(f"the true line and data are those of job {best.num}; the sweep varies them")
         return Section(self.title, figures=[Figure(path, "fitted lines against the data; loss per epoch")],
                        notes=notes)
-
-
-DEFAULT_SECTIONS: list[SectionBuilder] = [ResultsSection(), CurvesSection(), ParamsSection(), LinregSection()]
-
-
-def _add_late_sections() -> None:
-    # Imported here: these modules build on the classes above.
-    from sweepit.results.report.optuna_section import OptunaSection
-    from sweepit.results.report.scaling import ScalingSection
-
-    DEFAULT_SECTIONS.append(ScalingSection())
-    DEFAULT_SECTIONS.append(OptunaSection())
-
-
-_add_late_sections()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from report_helpers import png_size
 
-from sweepit.results.report import build_report
+from sweepit.reporting import build_report
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 """PNG figures of a sweep, drawn with matplotlib's object API (the Agg canvas, no pyplot state).
 
-matplotlib is imported inside the functions, so `import sweepit.results.report` and `sweepit ls` stay quick.
+matplotlib is imported inside the functions, so `import sweepit.reporting` and `sweepit ls` stay quick.
 Each function returns a caption note (what was left out), or raises when the sweep has nothing to draw.
 """
 
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sweepit._files import atomic_write
-from sweepit.results.report._sweep import METRICS_DRAWN, JobReport, Sweep, finite
+from sweepit.reporting._sweep import METRICS_DRAWN, JobReport, Sweep, finite
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -13,7 +13,7 @@ import pytest
 from report_helpers import assert_plot
 
 from sweepit.cli import main
-from sweepit.results.report import build_report
+from sweepit.reporting import build_report
 from sweepit_testing import run_train
 
 pytestmark = pytest.mark.slow

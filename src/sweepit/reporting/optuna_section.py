@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from sweepit.reporting._sweep import Sweep
+from sweepit.reporting.sections import Figure, Section, SectionBuilder
+from sweepit.reporting.table import Table
 from sweepit.results._study_file import read_study_file
-from sweepit.results.report._sweep import Sweep
-from sweepit.results.report.sections import Figure, Section, SectionBuilder
-from sweepit.results.report.table import Table
 from sweepit.search._results import (
     BEST_FILE,
     TRIALS_FILE,

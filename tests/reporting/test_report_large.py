@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from report_helpers import assert_plot
 
-from sweepit.results.report import Section, SectionBuilder, Sweep, build_report, load_sweep, try_build_report
-from sweepit.results.report.plots import MAX_CURVES, _axis, figure
-from sweepit.results.report.table import reproduce_command
-from sweepit.results.report.testing import write_synthetic_sweep
+from sweepit.reporting import Section, SectionBuilder, Sweep, build_report, load_sweep, try_build_report
+from sweepit.reporting.plots import MAX_CURVES, _axis, figure
+from sweepit.reporting.table import reproduce_command
+from sweepit.reporting.testing import write_synthetic_sweep
 
 
 def test_thousand_jobs_are_reported(tmp_path: Path) -> None:
@@ -81,7 +81,7 @@ def test_try_build_report_never_raises(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_many_curves_are_coloured_by_a_swept_parameter_with_few_values(tmp_path: Path) -> None:
-    from sweepit.results.report.plots import colour_key
+    from sweepit.reporting.plots import colour_key
 
     grid = {"optimizer": ["sgd", "adam", "rmsprop"], "lr": [str(10 ** -k) for k in range(1, 5)], "seed": ["0", "1"]}
     write_synthetic_sweep(tmp_path / "sweep", n_jobs=24, n_epochs=3, grid=grid)
@@ -99,8 +99,8 @@ def test_a_sweep_beyond_the_metrics_threshold_reads_only_the_metrics_it_needs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Above READ_ALL_METRICS_UP_TO jobs: metrics.jsonl of the drawn (best) jobs and of jobs whose result lacks
     final metrics or the mean epoch time, no other; the pages list the best MAX_PAGE_ROWS rows, the CSV all."""
-    import sweepit.results.report._sweep as sweep_module
-    import sweepit.results.report.table as table_module
+    import sweepit.reporting._sweep as sweep_module
+    import sweepit.reporting.table as table_module
 
     monkeypatch.setattr(sweep_module, "READ_ALL_METRICS_UP_TO", 10)
     monkeypatch.setattr(sweep_module, "METRICS_DRAWN", 3)

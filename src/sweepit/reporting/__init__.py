@@ -1,6 +1,6 @@
 """Reports of a sweep directory: `results.csv`, `summary.md`, PNG plots and a self-contained `index.html`.
 
-    from sweepit.results.report import build_report
+    from sweepit.reporting import build_report
     build_report("outputs/optimizer_lr/2026-11-21_10-00-00")   # -> .../report/
 
 Partial and broken sweeps are reported as they are: a running job shows its state, a corrupt file becomes a
@@ -16,9 +16,23 @@ from pathlib import Path
 
 from sweepit._files import atomic_write
 from sweepit.errors import SweepitError
-from sweepit.results.report._sweep import JobReport, Sweep, load_sweep
-from sweepit.results.report.listing import find_sweeps, format_listing
-from sweepit.results.report.sections import DEFAULT_SECTIONS, Figure, Section, SectionBuilder
+from sweepit.reporting._sweep import JobReport, Sweep, load_sweep
+from sweepit.reporting.listing import find_sweeps, format_listing
+from sweepit.reporting.optuna_section import OptunaSection
+from sweepit.reporting.scaling import ScalingSection
+from sweepit.reporting.sections import (
+    CurvesSection,
+    Figure,
+    LinregSection,
+    ParamsSection,
+    ResultsSection,
+    Section,
+    SectionBuilder,
+)
+
+# The report's sections, in order; to add one, subclass SectionBuilder (sections.py) and append an instance.
+DEFAULT_SECTIONS: list[SectionBuilder] = [ResultsSection(), CurvesSection(), ParamsSection(), LinregSection(),
+                                          ScalingSection(), OptunaSection()]
 
 __all__ = [
     "DEFAULT_SECTIONS", "REPORT_DIR", "Figure", "JobReport", "Section", "SectionBuilder", "Sweep", "build_report",
@@ -33,9 +47,9 @@ def write_report(sweep: Sweep, builders: Sequence[SectionBuilder] | None = None)
 
     A section that fails (a plot of odd data) becomes a note on the page and a warning, not an error.
     """
-    from sweepit.results.report.html import render_html
-    from sweepit.results.report.markdown import render_markdown
-    from sweepit.results.report.table import to_csv
+    from sweepit.reporting.html import render_html
+    from sweepit.reporting.markdown import render_markdown
+    from sweepit.reporting.table import to_csv
 
     # matplotlib's INFO lines (its font cache built on a fresh machine, "Using categorical units ..." for Optuna's
     # plots of numeric-looking choices) would print through Hydra's log handler at the end of a sweep; a report

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sweepit.results.report._sweep import Sweep
-from sweepit.results.report.sections import Section
-from sweepit.results.report.table import to_markdown
+from sweepit.reporting._sweep import Sweep
+from sweepit.reporting.sections import Section
+from sweepit.reporting.table import to_markdown
 
 
 def render_markdown(sweep: Sweep, sections: list[Section]) -> str:

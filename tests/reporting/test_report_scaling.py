@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from sweepit.cli import main as cli
-from sweepit.results.report import build_report, load_sweep
-from sweepit.results.report.scaling import scaling_flags, scaling_points
+from sweepit.reporting import build_report, load_sweep
+from sweepit.reporting.scaling import scaling_flags, scaling_points
 
 
 def _scaling_sweep(root: Path, epoch_times: dict[int, list[float]], samples: int = 50_000) -> Path:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from report_helpers import assert_plot
 
-from sweepit.results.report import build_report, load_sweep
+from sweepit.reporting import build_report, load_sweep
 
 pytestmark = pytest.mark.slow
 

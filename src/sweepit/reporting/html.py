@@ -6,9 +6,9 @@ import base64
 from html import escape
 from pathlib import Path
 
-from sweepit.results.report._sweep import Sweep
-from sweepit.results.report.sections import Figure, Section
-from sweepit.results.report.table import Table, fmt, kept_rows
+from sweepit.reporting._sweep import Sweep
+from sweepit.reporting.sections import Figure, Section
+from sweepit.reporting.table import Table, fmt, kept_rows
 
 _STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1400px;

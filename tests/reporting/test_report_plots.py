@@ -10,10 +10,10 @@ from pathlib import Path
 import optuna
 import pytest
 
-from sweepit.results.report import load_sweep, write_report
-from sweepit.results.report.optuna_section import _log_axis_labels, slice_plot
-from sweepit.results.report.plots import Palette, draw_lines, figure
-from sweepit.results.report.testing import write_synthetic_sweep
+from sweepit.reporting import load_sweep, write_report
+from sweepit.reporting.optuna_section import _log_axis_labels, slice_plot
+from sweepit.reporting.plots import Palette, draw_lines, figure
+from sweepit.reporting.testing import write_synthetic_sweep
 
 LONG = {"optimizer": ["adam", "sgd"], "lr": ["0.014979790991763152", "0.0012367478733290436"],
         "model.hidden": ["128", "256"]}  # three swept keys, Optuna's 17-digit floats

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from sweepit.results.report._sweep import JobReport, Sweep, finite
-from sweepit.results.report.plots import Palette, cap, draw_lines, epoch_axis, figure, save
+from sweepit.reporting._sweep import JobReport, Sweep, finite
+from sweepit.reporting.plots import Palette, cap, draw_lines, epoch_axis, figure, save
 
 
 def _linreg_data(config: dict[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:

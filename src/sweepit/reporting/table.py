@@ -9,8 +9,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from sweepit.reporting._sweep import JobReport, Sweep, finite
 from sweepit.results._overrides import rerun_command, typed_overrides
-from sweepit.results.report._sweep import JobReport, Sweep, finite
 
 # Final metrics shown first, in this order; other scalars follow in the order the training loop logs them.
 _METRIC_ORDER = ("train_loss", "train_acc", "val_loss", "val_acc")

@@ -12,9 +12,9 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from sweepit.results.report._sweep import JobReport, Sweep, finite
-from sweepit.results.report.sections import Figure, Section, SectionBuilder
-from sweepit.results.report.table import Table
+from sweepit.reporting._sweep import JobReport, Sweep, finite
+from sweepit.reporting.sections import Figure, Section, SectionBuilder
+from sweepit.reporting.table import Table
 
 # Adding devices that buys less than this fraction of the ideal extra speed is called a plateau.
 PLATEAU_GAIN = 0.25
@@ -91,7 +91,7 @@ def scaling_table(points: list[ScalingPoint]) -> Table:
 
 
 def scaling_plot(points: list[ScalingPoint], path: Path) -> None:
-    from sweepit.results.report import plots
+    from sweepit.reporting import plots
 
     fig = plots.figure(12, 3.6)
     ax_time, ax_rate, ax_speed = fig.subplots(1, 3)

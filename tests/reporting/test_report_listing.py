@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from sweepit.cli import main
-from sweepit.results.report.listing import find_sweeps, list_sweeps
-from sweepit.results.report.testing import write_synthetic_sweep
+from sweepit.reporting.listing import find_sweeps, list_sweeps
+from sweepit.reporting.testing import write_synthetic_sweep
 
 
 def _sweep(root: Path, study: str, stamp: str, grid: dict[str, list[str]], created_at: str | None) -> Path:

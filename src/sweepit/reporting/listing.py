@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from sweepit.reporting._sweep import Sweep, load_sweep
 from sweepit.results._job_files import job_num
 from sweepit.results._manifest import MANIFEST_FILE
-from sweepit.results.report._sweep import Sweep, load_sweep
 
 # outputs/<study>/<timestamp>/ is two levels down; a little more for hand-made layouts.
 _MAX_DEPTH = 4

@@ -1,0 +1,126 @@
+"""`sweepit status DIR`: a sweep's state brought up to date (from Slurm for a Slurm sweep, else from its results)
+and told as a table, with what to run next. Read through sweepit.slurm's `status_report`, `sweep_status`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sweepit.results._live import LiveReader, sweep_eta_s
+from sweepit.results._lock import SweepLock
+from sweepit.results._manifest import FINISHED_STATUSES, Manifest, read_manifest, settle_orphans, write_manifest
+from sweepit.results._progress import format_duration
+from sweepit.results._summary import JobRow, format_table, override_values, read_job
+from sweepit.slurm._states import LIVE_STATES, refresh, slurm_id
+from sweepit.slurm._workers import adopt_trials, workers_alive
+
+MAX_ROWS = 50  # jobs `sweepit status` lists by default (the others are counted)
+
+
+def shown_jobs(m: Manifest, max_rows: int = MAX_ROWS) -> list[int]:
+    """The jobs `sweepit status` lists: every job when there are at most `max_rows` (0: no limit); else the first
+    `max_rows` of those that did not finish (running, queued, failed, ...), the finished ones counted only."""
+    nums = sorted(m.jobs)
+    if max_rows <= 0 or len(nums) <= max_rows:
+        return nums
+    return [n for n in nums if m.jobs[n].state not in FINISHED_STATUSES][:max_rows]
+
+
+def to_refresh(m: Manifest, shown: list[int]) -> list[int]:
+    """The jobs whose state is asked again (their results, Slurm): those listed, and every job the manifest does
+    not record as finished. A completed or diverged job's result is replaced only by a resume, whose driver
+    records it, so a large sweep's finished jobs cost nothing to look at."""
+    return sorted(set(shown) | {n for n, e in m.jobs.items() if e.state not in FINISHED_STATUSES})
+
+
+def status_table(m: Manifest, live: LiveReader | None = None, shown: list[int] | None = None) -> str:
+    """The results table of the jobs `shown` (default: every job in the manifest), with its Slurm job id and
+    state in the note, and for a running job how far it is (`3/15 val_acc=0.91 ETA 0:42`, from its files); the
+    counts by state cover every job."""
+    live = live or LiveReader()
+    rows: list[JobRow] = []
+    for num in sorted(m.jobs) if shown is None else shown:
+        e = m.jobs[num]
+        has_dir = bool(e.job_dir) and Path(e.job_dir).is_dir()
+        overrides = override_values(e.overrides)
+        row = read_job(Path(e.job_dir), overrides) if has_dir else JobRow(num, Path(e.job_dir), overrides, "")
+        row.num = num
+        row.status = e.state
+        progress = live.look(Path(e.job_dir)) if has_dir and e.state == "running" else None
+        reason = f"({e.extra['slurm_reason']})" if e.extra.get("slurm_reason") else ""
+        where = " ".join(x for x in (slurm_id(e), e.extra.get("slurm_state"), reason, e.extra.get("node")) if x)
+        row.note = "; ".join(x for x in (progress.text() if progress else "", f"slurm {where}" if where else "",
+                                         row.note) if x)
+        rows.append(row)
+    counts: dict[str, int] = {}
+    for e in m.jobs.values():
+        counts[e.state] = counts.get(e.state, 0) + 1
+    tally = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    hidden = len(m.jobs) - len(rows)
+    more = (f" ({hidden} finished jobs not listed: `sweepit summary {m.sweep_dir}` lists every job, `--rows 0` "
+            "here)") if hidden else ""
+    return f"{format_table(rows)}\n\n{len(m.jobs)} jobs: {tally}{more}"
+
+
+def status_report(sweep_dir: Path, live: LiveReader | None = None, max_rows: int = MAX_ROWS) -> str:
+    """What `sweepit status DIR` prints: the refreshed table, the counts and what to run next."""
+    return sweep_status(sweep_dir, live, max_rows)[0]
+
+
+def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int = MAX_ROWS) -> tuple[str, bool]:
+    """`status_report`'s text, and whether the sweep is still going (a job queued or running, or a driver
+    holding it): `sweepit status --watch` looks again until it is not. `live` keeps what was read of the
+    running jobs' metrics between looks. At most `max_rows` jobs are listed (`shown_jobs`)."""
+    live = live or LiveReader()
+    m = read_manifest(sweep_dir)
+    driver = SweepLock(Path(m.sweep_dir)).holder()
+    adopted = adopt_trials(m)  # Optuna worker mode: the trials workers started since the manifest was written
+    changed, note = refresh(m, record=driver is None, nums=to_refresh(m, shown_jobs(m, max_rows)))
+    changed += adopted
+    if driver is None:
+        changed += settle_orphans(m)
+    if changed and driver is None:
+        write_manifest(m, changed)  # with a live driver, it alone writes the sweep's records
+    lines = [status_table(m, live, shown_jobs(m, max_rows)),
+             f"sweep directory: {m.sweep_dir} (launcher: {m.launcher})"] + ([note] if note else [])
+    running = [e for e in m.jobs.values() if e.state == "running" and e.job_dir]
+    if running:
+        queued = sum(e.state == "queued" for e in m.jobs.values())
+        eta = sweep_eta_s([live.look(Path(e.job_dir)) for e in running], queued, len(running))
+        if eta is not None:
+            lines.append(f"ETA {format_duration(eta)} at the running jobs' pace ({len(running)} running, {queued} "
+                         "queued)")
+    if driver is not None:
+        lines.append(f"a driver follows this sweep (pid {driver.get('pid')} on {driver.get('host')}, since "
+                     f"{driver.get('since')}): it records what ends; this is a look, nothing was written.")
+    live_jobs = [e for e in m.jobs.values() if e.state in LIVE_STATES]
+    if live_jobs and m.launcher == "slurm":
+        arrays = sorted({str(slurm_id(e)).split("_", 1)[0] for e in live_jobs}, key=int)
+        lines.append(f"{len(live_jobs)} job(s) still queued or running in Slurm: look again with `sweepit status "
+                     f"{m.sweep_dir}`; cancel with `scancel {' '.join(arrays)}`.")
+    redo = [e for e in m.jobs.values() if e.state not in LIVE_STATES and e.state not in ("completed", "diverged")]
+    if redo:
+        lines.append(f"{len(redo)} job(s) did not complete: `sweepit resume {m.sweep_dir}` runs only those again.")
+    workers = bool(m.workers) and m.launcher == "slurm" and workers_alive(m)
+    if workers:
+        ids = list(m.workers.get("ids") or [])
+        lines.append(f"{len(ids)} Optuna worker(s) of Slurm job {ids[0].split('_', 1)[0]} run the study; cancel them "
+                     f"with `scancel {ids[0].split('_', 1)[0]}`.")
+    going = bool(live_jobs) or driver is not None or workers
+    if not going and not report_is_current(Path(m.sweep_dir)):
+        lines.append(f"the sweep has ended, without a report since (it ran detached, or was stopped): `sweepit "
+                     f"report {m.sweep_dir}` writes its tables and plots into {Path(m.sweep_dir) / 'report'}/.")
+    return "\n".join(lines), going
+
+
+def report_is_current(sweep_dir: Path) -> bool:
+    """Whether `<sweep>/report/index.html` was written after the sweep's records last changed (sweep.json and its
+    journal)."""
+    from sweepit.results._journal import journal_path
+    from sweepit.results._manifest import manifest_path
+
+    try:
+        written = (sweep_dir / "report" / "index.html").stat().st_mtime
+    except OSError:
+        return False
+    changed = [p.stat().st_mtime for p in (manifest_path(sweep_dir), journal_path(sweep_dir)) if p.exists()]
+    return not changed or written >= max(changed)
