@@ -18,13 +18,17 @@ HERE = Path(__file__).resolve().parent
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster() -> SlurmCluster:
-    """The running local cluster; skips (or fails, under SWEEPIT_REQUIRE_SLURM=1) when it is not usable. Described
-    holding the cluster shared: a session fixture is set up before the test's own hold, and another test process may
-    have the cluster in a variant meanwhile (which this would describe)."""
+def _slurm_usable() -> None:
+    """Skips (or fails, under SWEEPIT_REQUIRE_SLURM=1) when the local cluster is not usable; asked once a process."""
     with cluster_access(exclusive=False):
         require_slurm()
-        return describe()
+
+
+@pytest.fixture
+def slurm_cluster(_slurm_usable: None) -> SlurmCluster:
+    """The running local cluster as it is now, described for each test: a description kept for the session would be
+    of whichever variant a test of the same process had up when it was first asked for."""
+    return describe()
 
 
 @pytest.fixture(autouse=True)
