@@ -12,12 +12,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from sweepit._files import collector_paused
 from sweepit.results._job_files import METRICS_FILE, job_num, read_metrics
 from sweepit.results._manifest import read_manifest_data
-from sweepit.results._overrides import app_script, config_source, own_key, typed_overrides
+from sweepit.results._overrides import app_script, config_source, load_yaml, own_key, typed_overrides
 from sweepit.results._status import sweep_direction
 from sweepit.results._summary import (
     JobRow,
@@ -30,22 +28,11 @@ from sweepit.results._summary import (
     with_result,
 )
 
-# libyaml when present: ten times faster on the many small files of a large sweep.
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # Up to this many jobs every metrics.jsonl is read (a bad line is a note in its job's row). Beyond, only those of
 # jobs whose result.json lacks what the report takes from them (final metrics, mean epoch time) and of the jobs a
 # learning-curve plot draws: a 100,000-job sweep's two million metrics lines are not read to draw 200 curves.
 READ_ALL_METRICS_UP_TO = 2000
 METRICS_DRAWN = 200  # the learning curves' cap (plots.MAX_CURVES)
-
-
-def load_yaml(path: Path) -> Any:
-    """The parsed file, or None when it is missing or not YAML."""
-    try:
-        with open(path) as f:
-            return yaml.load(f, Loader=_Loader)
-    except (OSError, yaml.YAMLError):
-        return None
 
 
 def finite(value: Any) -> float | None:

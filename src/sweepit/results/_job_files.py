@@ -67,7 +67,8 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _number(value: Any) -> float | None:
+def as_number(value: Any) -> float | None:
+    """`value` as a float when it is an int or a float (not a bool), else None."""
     return None if isinstance(value, bool) or not isinstance(value, int | float) else float(value)
 
 
@@ -78,11 +79,11 @@ def returned_fields(returned: Any) -> dict[str, Any]:
     completed, with no objective)."""
     if returned is None:
         return {}
-    if (value := _number(returned)) is not None:
+    if (value := as_number(returned)) is not None:
         return {"objective": value}
-    if isinstance(returned, list | tuple) and returned and all(_number(v) is not None for v in returned):
+    if isinstance(returned, list | tuple) and returned and all(as_number(v) is not None for v in returned):
         return {"objectives": [float(v) for v in returned]}
-    if isinstance(returned, dict) and returned and all(_number(v) is not None for v in returned.values()):
+    if isinstance(returned, dict) and returned and all(as_number(v) is not None for v in returned.values()):
         return {"returned": {str(k): float(v) for k, v in returned.items()}}
     return {"returned": repr(returned)[:200]}
 

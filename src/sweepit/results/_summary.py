@@ -10,15 +10,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
-
 from sweepit.results._job_files import job_num, read_outcome
 from sweepit.results._manifest import iter_manifest
-from sweepit.results._overrides import app_script, config_source, own_key, rerun_command, typed_overrides
+from sweepit.results._overrides import (
+    app_script,
+    config_source,
+    load_yaml,
+    own_key,
+    rerun_command,
+    typed_overrides,
+)
 from sweepit.results._status import objective_values, pareto_front, sweep_direction
 from sweepit.results._study_file import read_study_file
 
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser when present: about 9x faster
 # Columns shown for the final metrics, when a job has them.
 KEY_METRICS = ("train_loss", "val_loss", "val_acc")
 # One meaning everywhere (terminal, results.csv, HTML): the mean epoch time with the first (warm-up) epoch left
@@ -49,11 +53,7 @@ Row = TypeVar("Row", bound=JobRow)
 
 def read_overrides(job_dir: Path) -> dict[str, str]:
     """The job's command-line overrides (`key=value`) from Hydra's `.hydra/overrides.yaml`."""
-    path = job_dir / ".hydra" / "overrides.yaml"
-    try:
-        items = yaml.load(path.read_text(), Loader=_LOADER) or []
-    except (OSError, yaml.YAMLError):
-        return {}
+    items = load_yaml(job_dir / ".hydra" / "overrides.yaml") or []
     return override_values(str(item) for item in items)
 
 

@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweepit.errors import ConfigError, DivergedError
-from sweepit.results._job_files import MetricsLog, read_metrics, read_result, returned_fields, write_result
+from sweepit.results._job_files import (
+    MetricsLog,
+    as_number,
+    read_metrics,
+    read_result,
+    returned_fields,
+    write_result,
+)
 from sweepit.results._status import objective_direction
 
 if TYPE_CHECKING:
@@ -112,7 +119,7 @@ class Session:
                 _tracked.add(self.job_dir.resolve())
                 self._trackers = open_trackers(self.config, self.job_dir)
         if self._trackers and row is not None:
-            numbers = {k: float(v) for k, v in row.items() if k != "epoch" and _number(v) is not None}
+            numbers = {k: float(v) for k, v in row.items() if k != "epoch" and as_number(v) is not None}
             for tracker in self._trackers:
                 tracker.log(numbers, epoch)
 
@@ -254,7 +261,7 @@ class Session:
             result["final"] = rows[-1]
             result.update(timing_summary(rows))
         key = metric or ""
-        scored = [r for r in rows if _number(r.get(key)) is not None] if metric else []
+        scored = [r for r in rows if as_number(r.get(key)) is not None] if metric else []
         if scored:
             pick = max if direction == "maximize" else min
             best = pick(scored, key=lambda r: float(r[key]))
@@ -375,7 +382,7 @@ def timing_summary(rows: list[dict[str, Any]]) -> dict[str, float | None]:
         return {}
     out: dict[str, float | None] = {}
     for key in ("epoch_time_s", "samples_per_s", "step_time_s"):  # those the rows have (a user's loop: maybe none)
-        values = [v for r in timed if (v := _number(r.get(key))) is not None]
+        values = [v for r in timed if (v := as_number(r.get(key))) is not None]
         if values:
             out[f"{key}_mean"] = sum(values) / len(values)
     if out:
@@ -386,12 +393,6 @@ def timing_summary(rows: list[dict[str, Any]]) -> dict[str, float | None]:
 def now() -> str:
     """The time a job's result.json records (UTC, to the second)."""
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
 
 
 def _plain(value: Any) -> Any:
