@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sweepit.errors import SweepitError
+from sweepit.results._summary import MAX_ROWS
 
 
 def _summary(args: argparse.Namespace) -> int:
@@ -204,8 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("summary", help="print the results table of a sweep directory")
     p.add_argument("sweep_dir", help="e.g. outputs/multirun/2026-11-21_10-00-00")
-    p.add_argument("--rows", type=_rows, default=50, help="jobs listed at most (0: all; default 50): beyond, the best "
-                                                        "ones by objective, best first")
+    p.add_argument("--rows", type=_rows, default=MAX_ROWS,
+                   help=f"jobs listed at most (0: all; default {MAX_ROWS}): beyond, the best ones by objective, best "
+                        "first")
     p.set_defaults(func=_summary)
 
     p = sub.add_parser("ls", help="list the sweeps under a directory, newest first, with counts and best job")
@@ -214,7 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="write DIR/report/: results.csv, summary.md, PNG plots and index.html")
     p.add_argument("sweep_dir", help="e.g. outputs/optimizer_lr/2026-11-21_10-00-00")
-    p.add_argument("--rows", type=_rows, default=50, help="table rows printed in the terminal (0: all; default 50)")
+    p.add_argument("--rows", type=_rows, default=MAX_ROWS,
+                   help=f"table rows printed in the terminal (0: all; default {MAX_ROWS})")
     p.set_defaults(func=_report)
 
     p = sub.add_parser("status", help="refresh a sweep's job states (from Slurm and the results) and print the table, "
@@ -222,8 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("sweep_dir", help="a sweep directory holding sweep.json")
     p.add_argument("--watch", nargs="?", type=float, const=5.0, default=None, metavar="SECONDS",
                    help="look again every SECONDS (default 5) until the sweep ends; redrawn in place on a terminal")
-    p.add_argument("--rows", type=_rows, default=50, help="jobs listed at most (0: all; default 50): beyond, those "
-                                                        "that did not finish, the finished ones counted")
+    p.add_argument("--rows", type=_rows, default=MAX_ROWS,
+                   help=f"jobs listed at most (0: all; default {MAX_ROWS}): beyond, those that did not finish, the "
+                        "finished ones counted")
     p.set_defaults(func=_status)
 
     p = sub.add_parser("resume", help="run again only the jobs of a sweep that did not complete, in the same directory")

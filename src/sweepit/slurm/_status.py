@@ -9,11 +9,9 @@ from sweepit.results._live import LiveReader, sweep_eta_s
 from sweepit.results._lock import SweepLock
 from sweepit.results._manifest import FINISHED_STATUSES, Manifest, read_manifest, settle_orphans, write_manifest
 from sweepit.results._progress import format_duration
-from sweepit.results._summary import JobRow, format_table, override_values, read_job
+from sweepit.results._summary import MAX_ROWS, JobRow, format_table, override_values, read_job
 from sweepit.slurm._states import LIVE_STATES, refresh, slurm_id
 from sweepit.slurm._workers import adopt_trials, workers_alive
-
-MAX_ROWS = 50  # jobs `sweepit status` lists by default (the others are counted)
 
 
 def shown_jobs(m: Manifest, max_rows: int = MAX_ROWS) -> list[int]:
