@@ -4,6 +4,7 @@ Hydra."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -25,3 +26,22 @@ def test_import_sweepit_and_a_job_outside_a_study_load_no_plotting_optuna_report
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "[]", proc.stdout
+
+
+def test_a_job_stopped_by_sigterm_in_a_slurm_task_records_itself_without_importing_torch() -> None:
+    """Between Slurm's SIGTERM and its SIGKILL (KillWait: 30 s by default, 5 s on the test cluster) a job that never
+    imported torch (any Hydra app) writes its `interrupted` record; it asks its rank on the way, and when that import
+    pulled in torch, a loaded node took longer than KillWait and the job was killed before it wrote (CI saw it)."""
+    code = (
+        "import sys, tempfile, pathlib\n"
+        "from sweepit._signals import SLURM_STOP\n"
+        "from sweepit.train import _session\n"
+        "job = pathlib.Path(tempfile.mkdtemp())\n"
+        "s = _session.begin(job, {'metric': 'loss', 'direction': 'minimize'})\n"
+        "s.finish('interrupted', error=KeyboardInterrupt(SLURM_STOP))\n"
+        "print((job / 'result.json').is_file(), 'torch' in sys.modules)\n"
+    )
+    env = {**os.environ, "SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["True", "False"], proc.stdout

@@ -18,7 +18,8 @@ import sweepit
 from sweepit.results._job_files import read_metrics, read_result
 from sweepit.search._pruning import ENV_STORAGE, ENV_STUDY, ENV_TRIAL, PRUNER_ATTR, open_storage
 from sweepit.train import _session
-from sweepit.train._distributed import Rank, spawn_local
+from sweepit.train._distributed import spawn_local
+from sweepit.train._rank import Rank
 
 
 @pytest.fixture(autouse=True)

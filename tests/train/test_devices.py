@@ -20,8 +20,8 @@ from sweepit.errors import ConfigError
 from sweepit.results._job_files import read_result
 from sweepit.train import _devices, _distributed
 from sweepit.train._devices import NVML_CHECK, check_bf16, check_device_index, make_deterministic
-from sweepit.train._distributed import PORT_BASE, PORT_SPAN, Rank, from_environment, master_port
 from sweepit.train._job import run_job
+from sweepit.train._rank import PORT_BASE, PORT_SPAN, Rank, from_environment, master_port
 
 # What initialises the CUDA driver in a process (and so breaks a later fork), per PyTorch's notes on CUDA and
 # multiprocessing: is_available() without the NVML check, and every call that needs a CUDA context.

@@ -16,8 +16,9 @@ from omegaconf import DictConfig
 
 from sweepit.results._job_files import read_metrics, read_result
 from sweepit.train import _distributed as distributed
-from sweepit.train._distributed import Rank, RankFailedError, from_environment, spawn_local
+from sweepit.train._distributed import RankFailedError, spawn_local
 from sweepit.train._job import run_job
+from sweepit.train._rank import Rank, from_environment
 from sweepit_testing import TINY
 
 # 1,600 synthetic digits: 25 global batches of 64, so both runs see exactly the same batches.
@@ -139,7 +140,8 @@ def test_more_cpu_ranks_than_cores_runs_and_warns_that_its_times_mean_nothing(
 
 RANK_SCRIPT = """
 import atexit, sys, torch, torch.distributed as dist
-from sweepit.train._distributed import Rank, init_process_group
+from sweepit.train._distributed import init_process_group
+from sweepit.train._rank import Rank
 # Registered before the group exists, so it runs after sweepit's own exit hook (atexit runs last-in first-out).
 atexit.register(lambda: print("initialized at exit:", dist.is_initialized(), flush=True))
 rank = int(sys.argv[1])

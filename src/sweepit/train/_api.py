@@ -53,7 +53,8 @@ class JobContext:
     def init_process_group(self, backend: str | None = None) -> None:
         """torch.distributed's process group for this job's ranks (NCCL on CUDA, else gloo), once; a job of
         one rank needs none. Ranks come from Slurm, torchrun, or the local ranks sweepit forked."""
-        from sweepit.train._distributed import Rank, init_process_group
+        from sweepit.train._distributed import init_process_group
+        from sweepit.train._rank import Rank
 
         init_process_group(Rank(self.rank, self.local_rank, self.world_size, self.master_addr, self.master_port),
                            self.device, backend)

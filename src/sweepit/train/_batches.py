@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, Subset
 from torch.utils.data.distributed import DistributedSampler
 
 from sweepit.errors import ConfigError
-from sweepit.train._distributed import Rank
+from sweepit.train._rank import Rank
 from sweepit.train.data import Splits, iterate_batches
 from sweepit.train.data.custom import Streamed
 

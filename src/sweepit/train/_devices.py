@@ -23,7 +23,7 @@ from sweepit.errors import ConfigError
 if TYPE_CHECKING:
     import torch
 
-    from sweepit.train._distributed import Rank
+    from sweepit.train._rank import Rank
 
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 BF16_CAPABILITY = (8, 0)

@@ -1,9 +1,8 @@
-"""Data parallelism: who this process is (rank, world), the process group, and local rank spawning.
+"""Data parallelism: the process group and local rank spawning.
 
-A job with `trainer.gpus=N` runs N processes, one per device. Their environment comes from torchrun
-(RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), from Slurm (one task per GPU: SLURM_PROCID,
-SLURM_LOCALID, SLURM_NTASKS, the first node of the job as master), or from `spawn_local`, which forks
-N-1 ranks beside the calling process when neither is there. NCCL on CUDA, gloo on CPU.
+A job with `trainer.gpus=N` runs N processes, one per device. Their ranks come from torchrun or Slurm
+(`_rank.from_environment`), or from `spawn_local`, which forks N-1 ranks beside the calling process when
+neither is there. NCCL on CUDA, gloo on CPU.
 """
 
 from __future__ import annotations
@@ -14,11 +13,9 @@ import gc
 import multiprocessing as mp
 import multiprocessing.connection
 import os
-import re
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
@@ -26,61 +23,13 @@ import torch.distributed as dist
 
 from sweepit.errors import RankFailedError, SweepitError
 from sweepit.train._devices import use_device
+from sweepit.train._rank import Rank
 
 T = TypeVar("T")
 # A collective that waits longer than this fails instead of hanging a job whose peer died (under Slurm or
 # torchrun; with local ranks the supervising process stops the others as soon as one fails).
 COLLECTIVE_TIMEOUT_S = 300
 GLOO_SETTLE_S = 0.1  # see destroy_process_group
-PORT_BASE, PORT_SPAN = 15000, 15000  # Slurm jobs' rendezvous ports: 15000-29999 (see master_port)
-
-
-@dataclass(frozen=True)
-class Rank:
-    rank: int = 0
-    local_rank: int = 0
-    world_size: int = 1
-    master_addr: str = "127.0.0.1"
-    master_port: int = 29500
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-
-SINGLE = Rank()
-
-
-def _first_host(nodelist: str) -> str:
-    """First host of a Slurm node list such as `gpu[003-004,010],cpu1` -> `gpu003`."""
-    m = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist)
-    if m is None:
-        return nodelist
-    prefix, ranges = m.group(1), m.group(2)
-    return prefix + ranges.split(",")[0].split("-")[0] if ranges else prefix
-
-
-def from_environment(env: dict[str, str] | None = None) -> Rank | None:
-    """The rank described by torchrun's or Slurm's variables, or None in a single-process job."""
-    env = dict(os.environ) if env is None else env
-    if "RANK" in env and "WORLD_SIZE" in env and int(env["WORLD_SIZE"]) > 1:
-        return Rank(int(env["RANK"]), int(env.get("LOCAL_RANK", env["RANK"])), int(env["WORLD_SIZE"]),
-                    env.get("MASTER_ADDR", "127.0.0.1"), int(env.get("MASTER_PORT", "29500")))
-    if "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1 and "SLURM_STEP_ID" in env:
-        job_id = int(env.get("SLURM_ARRAY_JOB_ID", env.get("SLURM_JOB_ID", "0")) or 0)
-        task_id = int(env.get("SLURM_ARRAY_TASK_ID", "0") or 0)
-        # A MASTER_ADDR the job's script exported wins (JSC's nodes talk over InfiniBand as `<host>i`).
-        addr = env.get("MASTER_ADDR") or _first_host(env.get("SLURM_JOB_NODELIST", "127.0.0.1"))
-        port = int(env["MASTER_PORT"]) if env.get("MASTER_PORT") else master_port(job_id, task_id)
-        return Rank(int(env["SLURM_PROCID"]), int(env.get("SLURM_LOCALID", "0")), int(env["SLURM_NTASKS"]), addr, port)
-    return None
-
-
-def master_port(job_id: int, task_id: int) -> int:
-    """The rendezvous port of a Slurm job (array task): the same in every task of the job, spread over jobs, and
-    below Linux's ephemeral ports (32768-60999 by default), which the kernel hands to outgoing connections, so
-    that no other process on the node holds it by chance."""
-    return PORT_BASE + (job_id * 31 + task_id) % PORT_SPAN
 
 
 def init_process_group(rank: Rank, device: torch.device, backend: str | None = None) -> None:

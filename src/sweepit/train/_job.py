@@ -23,8 +23,9 @@ from sweepit.results._status import worst
 from sweepit.train import _checkpoint, _session, _weights
 from sweepit.train._checks import check_config
 from sweepit.train._devices import cuda_available
-from sweepit.train._distributed import SINGLE, Rank, from_environment, spawn_local
+from sweepit.train._distributed import spawn_local
 from sweepit.train._loop import EpochCallback, Outcome, train
+from sweepit.train._rank import SINGLE, Rank, from_environment
 from sweepit.train._session import now as _now
 from sweepit.train._session import timing_summary
 

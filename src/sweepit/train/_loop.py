@@ -26,8 +26,9 @@ from sweepit.train._batches import Batches, epoch_seed, evaluate
 from sweepit.train._build import build_loss, build_model, check_output, load_data
 from sweepit.train._checks import check_metric
 from sweepit.train._devices import check_precision, device_for, make_deterministic
-from sweepit.train._distributed import SINGLE, Rank, abandon_process_group, destroy_process_group, init_process_group
+from sweepit.train._distributed import abandon_process_group, destroy_process_group, init_process_group
 from sweepit.train._optim import build_optimizer
+from sweepit.train._rank import SINGLE, Rank
 
 # Called after each epoch with (epoch, metrics row) on rank 0; returning True stops training (benchmarks).
 EpochCallback = Callable[[int, dict[str, Any]], bool]

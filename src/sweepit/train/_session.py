@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sweepit.errors import ConfigError, DivergedError
 from sweepit.results._job_files import (
@@ -28,9 +28,7 @@ from sweepit.results._job_files import (
     write_result,
 )
 from sweepit.results._status import objective_direction
-
-if TYPE_CHECKING:
-    from sweepit.train._distributed import Rank
+from sweepit.train._rank import SINGLE, Rank, from_environment
 
 log = logging.getLogger(__name__)
 ENV_JOB_DIR = "SWEEPIT_JOB_DIR"  # where a job writes, when no launcher or Hydra says (set it to try the API alone)
@@ -81,8 +79,6 @@ class Session:
     @property
     def the_rank(self) -> Rank:
         if self.rank is None:
-            from sweepit.train._distributed import SINGLE, from_environment
-
             self.rank = from_environment() or SINGLE
         return self.rank
 
