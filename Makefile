@@ -17,7 +17,7 @@ PYTEST := $(PY) -m pytest -n $(TEST_PROCESSES) --dist loadgroup
 SWEEPS := $(basename $(notdir $(wildcard sweeps/*.yaml)))
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-fast lint typecheck check clean-outputs bench bench-throughput bench-mnist-best bench-report bench-scale bench-launcher test-launcher bench-gpu bench-slurm test-slurm sweep-optuna bench-optuna bench-optuna-workers \
+.PHONY: help install test test-fast lint typecheck check config-reference clean-outputs bench bench-throughput bench-mnist-best bench-report bench-scale bench-launcher test-launcher bench-gpu bench-slurm test-slurm sweep-optuna bench-optuna bench-optuna-workers \
         slurm-up slurm-down slurm-status \
         $(addprefix sweep-,$(SWEEPS))
 
@@ -46,13 +46,16 @@ test-slurm: ## The Slurm tests against the local cluster: launcher, Optuna, exam
 	$(PYTEST) tests/slurm $(PYTEST_ARGS)
 
 lint: ## Ruff lint, and the package's layers (import-linter's contracts in pyproject.toml)
-	$(VENV)/bin/ruff check src tests bench examples train.py
+	$(VENV)/bin/ruff check src tests bench examples scripts train.py
 	$(VENV)/bin/lint-imports
 
 typecheck: ## Mypy on the package and the entry point
 	$(VENV)/bin/mypy
 
 check: lint typecheck test ## Lint, typecheck and test
+
+config-reference: ## Write docs/configuration.md from the schema dataclasses (a test fails when it is out of date)
+	$(PY) scripts/config_reference.py
 
 # One target per file of sweeps/ (extra overrides: ARGS='epochs=2'); `make help` lists them with their question.
 # A static pattern rule: GNU make skips implicit rules for .PHONY targets, so a plain `sweep-%:` rule did nothing.

@@ -4,7 +4,6 @@ here) comes back to the sweeper."""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import subprocess
 from pathlib import Path
@@ -15,7 +14,6 @@ from hydra.test_utils.test_utils import TSweepRunner
 from omegaconf import DictConfig
 from slurm_launcher_testing import APP, manifest, run, slurm_ids, tasks
 
-from hydra_plugins.sweepit.config import SlurmLauncherConf
 from sweepit.errors import ConfigError
 from sweepit.slurm import SlurmOptions
 
@@ -29,12 +27,6 @@ SUBMITIT_STYLE = ["~trainer", "~timeout_min", "hydra.launcher.timeout_min=30", "
 
 def _sbatch_lines(dry_run_stdout: str) -> set[str]:
     return {line.removeprefix("#SBATCH ") for line in dry_run_stdout.splitlines() if line.startswith("#SBATCH ")}
-
-
-@pytest.mark.no_cluster
-def test_the_schema_and_the_engine_take_the_same_keys() -> None:
-    schema = {f.name for f in dataclasses.fields(SlurmLauncherConf)} - {"_target_"}
-    assert schema == {f.name for f in dataclasses.fields(SlurmOptions) if f.init}  # app_dir: set by the launcher
 
 
 @pytest.mark.no_cluster

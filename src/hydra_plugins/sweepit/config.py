@@ -1,4 +1,4 @@
-"""Config schemas of sweepit's plugins, registered in Hydra's ConfigStore (no heavy imports here):
+"""Config schemas of sweepit's plugins, registered in Hydra's ConfigStore:
 
     hydra/launcher=local            LocalLauncherConf    each job in a forked worker process (the default here)
     hydra/launcher=sweepit_slurm    SlurmLauncherConf    each job a Slurm job; the cluster profiles extend it
@@ -6,7 +6,11 @@
     hydra/sweeper/sampler=tpe ...   TPESamplerConf ...   its sampler (every keyword of the Optuna class)
     hydra/sweeper/pruner=none ...   NopPrunerConf ...    its pruner
 
-Every field is commented with its unit; risky defaults say why they are what they are.
+The launchers' and the sweeper's keys are their engines' option dataclasses (LocalOptions, SlurmOptions,
+SearchOptions: Hydra-free, each in its room), which these schemas extend with `_target_` and the keys only Hydra has:
+a key, its type, its default and its comment exist once. The samplers and pruners are Hydra's alone and live here.
+Every field is commented with its unit; risky defaults say why they are what they are. docs/configuration.md is
+generated from these comments (`make config-reference`).
 """
 
 # No `from __future__ import annotations` here: Hydra's plugin scan executes this module before it is in
@@ -17,164 +21,24 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-# Imported once in the driver before any job is forked, so each job starts warm. `module:function` also
-# calls a function with no arguments; `package.*` imports the package's modules too. Nothing here may run
-# torch compute: OpenMP thread pools do not survive fork. torch._dynamo is what torch's optimizers import
-# on first use (about 2 s here); the private torch modules and sweepit's data modules are imported lazily
-# by a first training step, which each job would otherwise pay for (and compile, where Python writes no
-# bytecode cache). An entry missing from this environment is skipped.
-DEFAULT_PRELOAD = [
-    "torch", "torch.optim", "torch._dynamo", "torch.profiler._cupti_monitor", "torch.utils.serialization.config",
-    "sweepit.train._loop", "sweepit.train.data.*", "sweepit.train._job:code_version",
-]
+from sweepit.local._sweep import LocalOptions
+from sweepit.search._search import SearchOptions
+from sweepit.slurm._request import SlurmOptions
 
 
+# -- local ------------------------------------------------------------------------------------------------
+# The keys, their types, defaults and meanings are the engine's (sweepit/local/_sweep.py: LocalOptions).
 @dataclass
-class LocalLauncherConf:
+class LocalLauncherConf(LocalOptions):
     _target_: str = "hydra_plugins.sweepit.local_launcher.LocalLauncher"
-    # Worker processes at once. 0 = auto: one per GPU when there are GPUs, else CPU cores // threads_per_job
-    # (every core with auto threads), and on CPU at most the launch's job count. A job with gpus_key=N takes
-    # N GPUs (through CUDA_VISIBLE_DEVICES), or on CPU N workers (its N ranks).
-    n_workers: int = 0
-    # torch CPU threads per job (torch.set_num_threads). 0 = auto: CPU cores // workers, so that 32 jobs on
-    # 16 cores get 1 thread each and 2 jobs get 8. A job's own trainer.threads > 0 wins.
-    threads_per_job: int = 0
-    # true: the sweep exits with status 1 when any job failed or was interrupted. false: exit 0; such
-    # jobs reach the sweeper as COMPLETED with return value None (result.json keeps the real status).
-    fail_on_error: bool = True
-    # Skip jobs whose result.json in hydra.sweep.dir says completed (or diverged); rerun the others.
-    # Set hydra.sweep.dir to the sweep to resume; job numbers and directories stay the same.
-    resume: bool = False
-    # Modules imported in the driver before forking (see DEFAULT_PRELOAD).
-    preload: list[str] = field(default_factory=lambda: list(DEFAULT_PRELOAD))
-    # Last lines of a failed job's stderr.log copied into its result.json (a segfault's Python stack
-    # from faulthandler takes about 30).
-    stderr_tail_lines: int = 50
-    # Seconds between SIGTERM and SIGKILL when running jobs are stopped (Ctrl-C, SIGTERM to the driver).
-    term_grace_s: float = 5.0
-    # Config key holding the devices (ranks) of one job: GPUs to give it, or workers it occupies on CPU.
-    gpus_key: str = "trainer.gpus"
-    # Print the results table after the jobs of each launch; sweepers launching many small batches may
-    # turn it off.
-    print_summary: bool = True
-
 
 
 # -- Slurm -------------------------------------------------------------------------------------------------
-# The cluster profiles in conf/hydra/launcher/ inside this package (slurm, marenostrum5, juwels_booster,
-# cte_power; every Hydra app finds them through sweepit's SearchPathPlugin) extend this schema.
-#
-# Keys shared with hydra-submitit-launcher mean what they mean there, so a submitit_slurm config carries over:
-# timeout_min, cpus_per_task, gpus_per_node, gpus_per_task, gres, mem_gb, nodes, tasks_per_node, partition,
-# account, qos, constraint, setup, additional_parameters (and signal_delay_s, max_num_timeout,
-# array_parallelism). They make the request of every job whose config says nothing; a job's own config wins
-# where it has `gpus_key` (trainer.gpus=N: N tasks with one GPU each) or `timeout_key` (timeout_min), and the
-# launcher warns about the keys this leaves unused. A request with no GPU anywhere is a CPU-only job.
-#
-# gpus_per_node: earlier sweepit versions used this name for the GPUs a node *has*; it now means, as in submitit,
-# the GPUs a job *asks for* on each node. What a node has is `node_gpus`. (A profile written for the old
-# meaning now asks for GPUs only in jobs without trainer.gpus, and the launcher says so at launch.)
+# The keys, their types, defaults and meanings are the engine's (sweepit/slurm/_request.py: SlurmOptions).
 @dataclass
-class SlurmLauncherConf:
+class SlurmLauncherConf(SlurmOptions):
     _target_: str = "hydra_plugins.sweepit.slurm_launcher.SlurmLauncher"
-
-    # -- where the jobs run ------------------------------------------------------------------------------
-    # Slurm partition (sbatch --partition); null: the cluster's default partition.
-    partition: str | None = None
-    # Project account charged for the hours (sbatch --account); null: your default account.
-    account: str | None = None
-    # Quality of service (sbatch --qos); null: the partition's default.
-    qos: str | None = None
-    # Keys of this launcher that the cluster refuses jobs without (e.g. [account, qos]): when one is null the
-    # sweep stops before submitting anything and says how to set it. Profiles use this rather than `???`,
-    # which makes Hydra stop with a long traceback before the launcher can explain.
-    required: list[str] = field(default_factory=list)
-
-    # -- what a job asks for, unless its own config says (submitit's names and meanings) --------------------
-    # Time limit in minutes (sbatch --time), for jobs whose config has no `timeout_key`.
-    timeout_min: int = 60
-    # Nodes per job (sbatch --nodes), for jobs without `gpus_key`.
-    nodes: int = 1
-    # Tasks (processes, ranks) per node (sbatch --ntasks-per-node), for jobs without `gpus_key`.
-    tasks_per_node: int = 1
-    # GPUs to ask for on each node (sbatch --gpus-per-node), for jobs without `gpus_key`; null or 0: none.
-    gpus_per_node: int | None = None
-    # GPUs to ask for per task (sbatch --gpus-per-task), for jobs without `gpus_key`; null or 0: none.
-    gpus_per_task: int | None = None
-    # Generic resources per node (sbatch --gres), e.g. "gpu:4" or "gpu:a100:4", for jobs without `gpus_key`.
-    gres: str | None = None
-    # CPU cores per task (sbatch --cpus-per-task); also each task's torch threads (OMP_NUM_THREADS).
-    # null: Slurm's default (one) and no OMP_NUM_THREADS. submitit's default is null; 1 here keeps the threads
-    # of a task to its cores.
-    cpus_per_task: int | None = 1
-    # Memory per node in GB (sbatch --mem); null: the partition's default (often proportional to the cores).
-    mem_gb: int | None = None
-    # Node features (sbatch --constraint), e.g. "a100"; null: any node of the partition.
-    constraint: str | None = None
-    # Shell lines run in the sbatch script before the job starts, e.g. ["module load CUDA/12.1"].
-    setup: list[str] | None = field(default_factory=list)
-    # Further sbatch options, without the dashes: {"mail-type": "FAIL", "exclusive": true}.
-    additional_parameters: dict[str, Any] = field(default_factory=dict)
-
-    # -- how a job's own GPU count becomes a request ------------------------------------------------------------
-    # GPUs one node of the partition has (a fact about the cluster, not a request); null: read from `sinfo`
-    # at launch. A job with gpus_key=N gets min(N, node_gpus) GPUs on each of ceil(N / node_gpus) nodes.
-    node_gpus: int | None = None
-    # Most nodes a job's gpus_key may spread over (a job with more GPUs than max_nodes x node_gpus is refused).
-    max_nodes: int = 1
-    # Config key holding a job's GPUs (its tasks, one GPU each); null: never read (every job takes the request
-    # above, e.g. CPU-only jobs of an app that has trainer.gpus).
-    gpus_key: str | None = "trainer.gpus"
-    # Config key holding a job's time limit in minutes; null: never read (hydra.launcher.timeout_min for all).
-    timeout_key: str | None = "timeout_min"
-
-    # -- how jobs start ------------------------------------------------------------------------------------
-    # Extra arguments of the srun that starts the tasks, e.g. ["--cpu-bind=none"].
-    srun_args: list[str] = field(default_factory=list)
-    # Command that runs Python on the nodes; null: this interpreter (the nodes must see the same path).
-    python: str | None = None
-    # Slurm job name (squeue shows it); a per-submission suffix is added to tell sweeps apart.
-    job_name: str = "${hydra.job.name}"
-
-    # -- how jobs are grouped ------------------------------------------------------------------------------
-    # Array tasks of one job array running at once (sbatch --array=...%N); jobs with the same request form
-    # one array. (submitit's default: 256.)
-    array_parallelism: int = 64
-    # Most tasks in one job array; null: the cluster's MaxArraySize (`scontrol show config`). Larger groups
-    # are split into several arrays.
-    max_array_size: int | None = None
-
-    # -- time limits and preemption ------------------------------------------------------------------------
-    # Seconds before the time limit at which Slurm sends USR2: the job is then requeued and resumes from its
-    # last epoch checkpoint (trainer.checkpoint=true). Slurm may send it up to 60 s early, so each job's
-    # time limit must be at least (signal_delay_s + 60) / 60 min (2.5 min for 90 s). (submitit's default: 120.)
-    signal_delay_s: int = 90
-    # Requeues after reaching the time limit (preemptions do not count); then the job ends as failed.
-    # (submitit's default is 0; sweepit's training resumes from its checkpoint, so it may go on.)
-    max_num_timeout: int = 3
-
-    # -- following ------------------------------------------------------------------------------------------
-    # true: follow the jobs with a progress line and end with the results table. false: submit, write
-    # sweep.json, print the job ids and exit 0; follow later with `sweepit status DIR`.
-    wait: bool = True
-    # Print each request's sbatch script, the job count and the estimated GPU-hours; submit nothing.
-    dry_run: bool = False
-    # Set by `sweepit resume DIR`: skip completed jobs, follow jobs still queued or running in Slurm, and
-    # submit the others again (same job numbers and directories).
-    resume: bool = False
-    # true: exit with status 1 when any job failed or was interrupted (cancelled, timed out, node failure).
-    fail_on_error: bool = True
-    # Seconds between two looks at squeue/sacct and the jobs' result.json files.
-    poll_interval_s: float = 2.0
-    # Seconds a job may stay without result.json after Slurm says it ended (or without its return value
-    # after its result.json), before the driver records it as it is (a shared file system may show a file a
-    # moment late).
-    result_grace_s: float = 2.0
-    # Last lines of a dead job's stderr log copied into the result.json the driver writes for it.
-    stderr_tail_lines: int = 50
-    # Print the results table when the jobs end; sweepers launching many small batches may turn it off.
-    print_summary: bool = True
-
+    job_name: str = "${hydra.job.name}"  # the app's name (squeue's NAME column), with a per-submission suffix
 
 
 # -- Optuna ------------------------------------------------------------------------------------------------
@@ -436,12 +300,18 @@ PRUNER_CONFS: dict[str, type] = {
 
 
 @dataclass
-class OptunaSweeperConf:
+class OptunaSweeperConf(SearchOptions):
+    # The keys the search engine takes, their types, defaults and meanings are the engine's
+    # (sweepit/search/_search.py: SearchOptions); here are those that only Hydra has.
     _target_: str = "hydra_plugins.sweepit.optuna_sweeper.OptunaSweeper"
     # The sampler and pruner nodes reach the sweeper as configs: it builds them (seeded again on resume, the
     # grid from the space), in the driver and, for the pruner, in every job.
     _recursive_: bool = False
     defaults: list[Any] = field(default_factory=lambda: [{"sampler": "tpe"}, {"pruner": "none"}])
+    # Config groups here (hydra/sweeper/sampler=<name>, default tpe; hydra/sweeper/pruner=<name>, default none);
+    # the engine gets them as plain dicts.
+    sampler: SamplerConf = MISSING  # type: ignore[assignment]
+    pruner: PrunerConf = MISSING  # type: ignore[assignment]
     # Search space, `key: expression` in Hydra's override grammar: choice(a,b) or a,b; range(1,10);
     # interval(0,1); tag(log, interval(1e-4, 1)); int(interval(8, 64)); shuffle(a,b); a plain value is fixed.
     # Command-line sweeps (`lr=tag(log, interval(1e-4, 1))`) are added, and win for the same key.
@@ -454,39 +324,6 @@ class OptunaSweeperConf:
     # sweep's config). It may draw conditional ones through trial.suggest_*(name, ...); each becomes the job's
     # override name=value (name a key the config lacks `+key`). When it raises, that trial fails.
     custom_search_space: str | None = None
-    sampler: SamplerConf = MISSING   # hydra/sweeper/sampler=<name> (default tpe)
-    pruner: PrunerConf = MISSING     # hydra/sweeper/pruner=<name> (default none)
-    # maximize | minimize; null = the job config's `direction` (the objective is its `metric`), else minimize.
-    # Recorded in optuna_study.yaml: the printed summary, `sweepit summary` and the report judge "best" by it.
-    # A list ([maximize, minimize]) searches several objectives: the study keeps a Pareto front (no pruning).
-    direction: Any = None
-    # The objectives' names when there are several, one per direction, read from each job's result.json: the
-    # config's `metric` (its best epoch), a top-level number (epoch_time_s_mean, wall_time_s), else the last
-    # epoch's value. null: each job's task returns the list of values (the released plugin's habit).
-    metrics: list[str] | None = None
-    # Trials in the study, counting those of earlier runs of it: re-running a finished study does nothing,
-    # raise n_trials to search on. Trials cut short by a stopped driver are not counted (they are retried).
-    n_trials: int = 20
-    # Trials in flight at once; the next trial is asked and started as soon as any trial ends.
-    n_jobs: int = 1
-    # 0: the driver asks each trial and submits it as its own job (n_jobs in flight). N > 0 (hydra/launcher=slurm
-    # only): N long-lived workers in one Slurm job array, each looping ask -> train -> tell against the study's
-    # storage until n_trials are done; the driver only submits them (one sbatch) and follows. n_jobs is then unused.
-    workers: int = 0
-    # Study name in the storage; null = the job config's `study` (else "sweepit").
-    study_name: str | None = None
-    # null = an Optuna journal file `optuna.journal` in the sweep directory (no database server; works on
-    # shared cluster file systems). Else any Optuna storage URL (sqlite:///study.db, postgresql://...,
-    # redis://...) or a journal file path. Same storage + study name = the study resumes.
-    storage: str | None = None
-    # The search stops with an error once more than this fraction of its finished trials failed
-    # (diverged and pruned trials are results, not failures) ...
-    max_failure_rate: float = 0.5
-    # ... checked only from this many finished trials on, so that one early failure does not stop it.
-    failure_rate_min_trials: int = 5
-    # A diverged trial (non-finite loss) is told to Optuna as FAIL when null (samplers then ignore it);
-    # a number tells it as COMPLETE with that value (e.g. 0.0 for accuracy), so samplers avoid the region.
-    diverged_value: float | None = None
 
 
 _store = ConfigStore.instance()

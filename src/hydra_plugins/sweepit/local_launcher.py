@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from hydra.core.utils import JobReturn
+from omegaconf import OmegaConf
 
 from hydra_plugins.sweepit._hydra import SweepitLauncher, compact_errors, job_return, release_config, run_hydra_job
-from hydra_plugins.sweepit.config import DEFAULT_PRELOAD
 from sweepit.errors import SweepFailedError
 from sweepit.local import Job, LocalOptions, LocalSweep, Reply
 
@@ -23,14 +23,12 @@ log = logging.getLogger(__name__)
 
 
 class LocalLauncher(SweepitLauncher):
-    def __init__(self, n_workers: int = 0, threads_per_job: int = 0, fail_on_error: bool = True,
-                 resume: bool = False, preload: Sequence[str] | None = None, stderr_tail_lines: int = 50,
-                 term_grace_s: float = 5.0, gpus_key: str = "trainer.gpus", print_summary: bool = True) -> None:
+    def __init__(self, **options: Any) -> None:
         super().__init__()
-        self.options = LocalOptions(
-            n_workers=n_workers, threads_per_job=threads_per_job, fail_on_error=fail_on_error, resume=resume,
-            preload=list(DEFAULT_PRELOAD if preload is None else preload), stderr_tail_lines=stderr_tail_lines,
-            term_grace_s=term_grace_s, gpus_key=gpus_key, print_summary=print_summary)
+        # The keys are the schema's (LocalOptions itself), which Hydra has checked; lists come as ListConfig.
+        plain: dict[str, Any] = {k: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v
+                                 for k, v in options.items()}
+        self.options = LocalOptions(**plain)
         self._sweep: LocalSweep | None = None    # the run of start()/wait_any()
 
     def _new_sweep(self) -> LocalSweep:

@@ -43,23 +43,15 @@ class SearchStopped(SweepFailedError, CompactHydraException):
 
 
 class OptunaSweeper(Sweeper):
-    def __init__(self, params: dict[str, str] | None = None, sampler: Any = None, pruner: Any = None,
-                 direction: Any = None, n_trials: int = 20, n_jobs: int = 1, study_name: str | None = None,
-                 storage: str | None = None, max_failure_rate: float = 0.5, failure_rate_min_trials: int = 5,
-                 diverged_value: float | None = None, search_space: Any = None,
-                 custom_search_space: str | None = None, metrics: Any = None, workers: int = 0) -> None:
+    def __init__(self, params: dict[str, str] | None = None, search_space: Any = None,
+                 custom_search_space: str | None = None, **options: Any) -> None:
+        # The other keys are the search engine's (SearchOptions itself), which Hydra's schema has checked.
         try:
-            self.options = SearchOptions(
-                sampler=_plain(sampler), pruner=_plain(pruner), direction=_value(direction), n_trials=n_trials,
-                metrics=_value(metrics),
-                n_jobs=n_jobs, study_name=study_name, storage=storage, max_failure_rate=max_failure_rate,
-                failure_rate_min_trials=failure_rate_min_trials, diverged_value=diverged_value)
+            plain: dict[str, Any] = {k: _plain(v) if k in ("sampler", "pruner") else _value(v)
+                                     for k, v in options.items()}
+            self.options = SearchOptions(**plain)
         except ConfigError as e:
             raise OptunaInputError(str(e)) from None
-        if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
-            raise OptunaInputError(f"hydra.sweeper.workers must be an integer >= 0 (0: each trial its own Slurm job), "
-                                   f"but got workers={workers!r}; set for example hydra.sweeper.workers=4.")
-        self.workers = workers
         self.params = None if params is None else dict(params)
         self.search_space = _plain(search_space)
         self.custom_search_space = custom_search_space
@@ -95,7 +87,7 @@ class OptunaSweeper(Sweeper):
                 raise
             raise OptunaInputError(str(e)) from None
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        if self.workers:
+        if self.options.workers:
             self._run_workers(search, space.overrides(space.first_point()) if space.params else [])
             return [[]]
         try:
@@ -123,13 +115,13 @@ class OptunaSweeper(Sweeper):
         launcher = self.launcher
         array = launcher.worker_sweep(first)
         if launcher.options.dry_run:
-            print(array.dry_run(self.workers), flush=True)
+            print(array.dry_run(self.options.workers), flush=True)
             launcher.end_dry_run()
             return
         job_base = search._next_free_job()
         try:
             with compact_errors():
-                drive(search, array, self.workers, lambda i: launcher.worker_task(search, i, job_base))
+                drive(search, array, self.options.workers, lambda i: launcher.worker_task(search, i, job_base))
         except SweepFailedError as e:
             if isinstance(e, CompactHydraException):
                 raise

@@ -53,18 +53,44 @@ def _require(ok: bool, message: str) -> None:
 
 @dataclass
 class SearchOptions:
-    """The search's knobs (`hydra.sweeper.*`; each is explained in the sweeper's config schema)."""
+    """The Optuna sweeper's options, `hydra.sweeper.*`: the plugin's Hydra schema is this class with the keys only
+    Hydra has (the search space as overrides, the sampler and pruner config groups; hydra_plugins/sweepit/config.py),
+    and the configuration reference (docs/configuration.md) is generated from the comments on its fields."""
 
-    sampler: dict[str, Any] = field(default_factory=dict)  # _target_ and keywords, or name (default tpe): resolve
-    pruner: dict[str, Any] = field(default_factory=dict)   # _target_ and keywords, or name (default none)
-    direction: Any = None             # maximize | minimize, or a list (several objectives); None: the job config's
-    metrics: list[str] | None = None  # several objectives: each one's name in the job's result.json
+    # The sampler: `_target_` and its keywords (hydra/sweeper/sampler=<name>, default tpe), or {name: ...}.
+    sampler: dict[str, Any] = field(default_factory=dict)
+    # The pruner: `_target_` and its keywords (hydra/sweeper/pruner=<name>, default none), or {name: ...}.
+    pruner: dict[str, Any] = field(default_factory=dict)
+    # maximize | minimize; null = the job config's `direction` (the objective is its `metric`), else minimize.
+    # Recorded in optuna_study.yaml: the printed summary, `sweepit summary` and the report judge "best" by it.
+    # A list ([maximize, minimize]) searches several objectives: the study keeps a Pareto front (no pruning).
+    direction: Any = None
+    # The objectives' names when there are several, one per direction, read from each job's result.json: the
+    # config's `metric` (its best epoch), a top-level number (epoch_time_s_mean, wall_time_s), else the last
+    # epoch's value. null: each job's task returns the list of values (the released plugin's habit).
+    metrics: list[str] | None = None
+    # Trials in the study, counting those of earlier runs of it: re-running a finished study does nothing,
+    # raise n_trials to search on. Trials cut short by a stopped driver are not counted (they are retried).
     n_trials: int = 20
+    # Trials in flight at once; the next trial is asked and started as soon as any trial ends.
     n_jobs: int = 1
+    # 0: the driver asks each trial and submits it as its own job (n_jobs in flight). N > 0 (hydra/launcher=slurm
+    # only): N long-lived workers in one Slurm job array, each looping ask -> train -> tell against the study's
+    # storage until n_trials are done; the driver only submits them (one sbatch) and follows. n_jobs is then unused.
+    workers: int = 0
+    # Study name in the storage; null = the job config's `study` (else "sweepit").
     study_name: str | None = None
+    # null = an Optuna journal file `optuna.journal` in the sweep directory (no database server; works on
+    # shared cluster file systems). Else any Optuna storage URL (sqlite:///study.db, postgresql://...,
+    # redis://...) or a journal file path. Same storage + study name = the study resumes.
     storage: str | None = None
+    # The search stops with an error once more than this fraction of its finished trials failed
+    # (diverged and pruned trials are results, not failures) ...
     max_failure_rate: float = 0.5
+    # ... checked only from this many finished trials on, so that one early failure does not stop it.
     failure_rate_min_trials: int = 5
+    # A diverged trial (non-finite loss) is told to Optuna as FAIL when null (samplers then ignore it);
+    # a number tells it as COMPLETE with that value (e.g. 0.0 for accuracy), so samplers avoid the region.
     diverged_value: float | None = None
 
     def __post_init__(self) -> None:
@@ -72,6 +98,9 @@ class SearchOptions:
                                      "set for example hydra.sweeper.n_trials=20.")
         _require(self.n_jobs >= 1, "hydra.sweeper.n_jobs (trials in flight) must be >= 1, but got "
                                    f"n_jobs={self.n_jobs}; set for example hydra.sweeper.n_jobs=4.")
+        _require(isinstance(self.workers, int) and not isinstance(self.workers, bool) and self.workers >= 0,
+                 "hydra.sweeper.workers must be an integer >= 0 (0: each trial its own Slurm job), but got "
+                 f"workers={self.workers!r}; set for example hydra.sweeper.workers=4.")
         _require(0.0 <= self.max_failure_rate <= 1.0, "hydra.sweeper.max_failure_rate must be between 0 and 1, "
                  f"but got max_failure_rate={self.max_failure_rate}; set for example 0.5 (1 never stops).")
 

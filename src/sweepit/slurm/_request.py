@@ -48,46 +48,124 @@ def _count(value: Any, minimum: int) -> bool:
 
 @dataclass
 class SlurmOptions:
-    """The launcher's knobs (`hydra.launcher.*`; each is explained with its unit in the plugin's config schema)."""
+    """The Slurm launcher's options, `hydra.launcher.*`: the plugin's Hydra schema is this class with a `_target_`
+    (hydra_plugins/sweepit/config.py), and the cluster profiles in the plugin's conf/hydra/launcher/ (slurm,
+    marenostrum5, juwels_booster, cte_power) extend it. Every field is commented with its unit; the configuration
+    reference (docs/configuration.md) is generated from these comments.
 
+    Keys shared with hydra-submitit-launcher mean what they mean there, so a submitit_slurm config carries over:
+    timeout_min, cpus_per_task, gpus_per_node, gpus_per_task, gres, mem_gb, nodes, tasks_per_node, partition,
+    account, qos, constraint, setup, additional_parameters (and signal_delay_s, max_num_timeout,
+    array_parallelism). They make the request of every job whose config says nothing; a job's own config wins
+    where it has `gpus_key` (trainer.gpus=N: N tasks with one GPU each) or `timeout_key` (timeout_min), and the
+    launcher warns about the keys this leaves unused. A request with no GPU anywhere is a CPU-only job.
+
+    gpus_per_node: earlier sweepit versions used this name for the GPUs a node *has*; it now means, as in
+    submitit, the GPUs a job *asks for* on each node. What a node has is `node_gpus`. (A profile written for the
+    old meaning now asks for GPUs only in jobs without trainer.gpus, and the launcher says so at launch.)
+    """
+
+    # -- where the jobs run ------------------------------------------------------------------------------
+    # Slurm partition (sbatch --partition); null: the cluster's default partition.
     partition: str | None = None
+    # Project account charged for the hours (sbatch --account); null: your default account.
     account: str | None = None
+    # Quality of service (sbatch --qos); null: the partition's default.
     qos: str | None = None
+    # Keys of this launcher that the cluster refuses jobs without (e.g. [account, qos]): when one is null the
+    # sweep stops before submitting anything and says how to set it. Profiles use this rather than `???`,
+    # which makes Hydra stop with a long traceback before the launcher can explain.
     required: list[str] = field(default_factory=list)
+
+    # -- what a job asks for, unless its own config says (submitit's names and meanings) --------------------
+    # Time limit in minutes (sbatch --time), for jobs whose config has no `timeout_key`.
     timeout_min: int = 60
+    # Nodes per job (sbatch --nodes), for jobs without `gpus_key`.
     nodes: int = 1
+    # Tasks (processes, ranks) per node (sbatch --ntasks-per-node), for jobs without `gpus_key`.
     tasks_per_node: int = 1
+    # GPUs to ask for on each node (sbatch --gpus-per-node), for jobs without `gpus_key`; null or 0: none.
     gpus_per_node: int | None = None
+    # GPUs to ask for per task (sbatch --gpus-per-task), for jobs without `gpus_key`; null or 0: none.
     gpus_per_task: int | None = None
+    # Generic resources per node (sbatch --gres), e.g. "gpu:4" or "gpu:a100:4", for jobs without `gpus_key`.
     gres: str | None = None
+    # CPU cores per task (sbatch --cpus-per-task); also each task's torch threads (OMP_NUM_THREADS).
+    # null: Slurm's default (one) and no OMP_NUM_THREADS. submitit's default is null; 1 here keeps the threads
+    # of a task to its cores.
     cpus_per_task: int | None = 1
+    # Memory per node in GB (sbatch --mem); null: the partition's default (often proportional to the cores).
     mem_gb: int | None = None
+    # Node features (sbatch --constraint), e.g. "a100"; null: any node of the partition.
     constraint: str | None = None
+    # Shell lines run in the sbatch script before the job starts, e.g. ["module load CUDA/12.1"].
     setup: list[str] | None = field(default_factory=list)
+    # Further sbatch options, without the dashes: {"mail-type": "FAIL", "exclusive": true}.
     additional_parameters: dict[str, Any] = field(default_factory=dict)
+
+    # -- how a job's own GPU count becomes a request ------------------------------------------------------------
+    # GPUs one node of the partition has (a fact about the cluster, not a request); null: read from `sinfo`
+    # at launch. A job with gpus_key=N gets min(N, node_gpus) GPUs on each of ceil(N / node_gpus) nodes.
     node_gpus: int | None = None
+    # Most nodes a job's gpus_key may spread over (a job with more GPUs than max_nodes x node_gpus is refused).
     max_nodes: int = 1
-    srun_args: list[str] = field(default_factory=list)
-    python: str | None = None
-    job_name: str = "sweepit"
-    array_parallelism: int = 64
-    max_array_size: int | None = None
-    signal_delay_s: int = 90
-    max_num_timeout: int = 3
-    wait: bool = True
-    dry_run: bool = False
-    resume: bool = False
-    fail_on_error: bool = True
-    poll_interval_s: float = 2.0
-    result_grace_s: float = 2.0
-    stderr_tail_lines: int = 50
+    # Config key holding a job's GPUs (its tasks, one GPU each); null: never read (every job takes the request
+    # above, e.g. CPU-only jobs of an app that has trainer.gpus).
     gpus_key: str | None = "trainer.gpus"
+    # Config key holding a job's time limit in minutes; null: never read (hydra.launcher.timeout_min for all).
     timeout_key: str | None = "timeout_min"
+
+    # -- how jobs start ------------------------------------------------------------------------------------
+    # Extra arguments of the srun that starts the tasks, e.g. ["--cpu-bind=none"].
+    srun_args: list[str] = field(default_factory=list)
+    # Command that runs Python on the nodes; null: this interpreter (the nodes must see the same path).
+    python: str | None = None
+    # Slurm job name (squeue shows it); a per-submission suffix is added to tell sweeps apart. Under Hydra the
+    # default is the app's name, `${hydra.job.name}`.
+    job_name: str = "sweepit"
+
+    # -- how jobs are grouped ------------------------------------------------------------------------------
+    # Array tasks of one job array running at once (sbatch --array=...%N); jobs with the same request form
+    # one array. (submitit's default: 256.)
+    array_parallelism: int = 64
+    # Most tasks in one job array; null: the cluster's MaxArraySize (`scontrol show config`). Larger groups
+    # are split into several arrays.
+    max_array_size: int | None = None
+
+    # -- time limits and preemption ------------------------------------------------------------------------
+    # Seconds before the time limit at which Slurm sends USR2: the job is then requeued and resumes from its
+    # last epoch checkpoint (trainer.checkpoint=true). Slurm may send it up to 60 s early, so each job's
+    # time limit must be at least (signal_delay_s + 60) / 60 min (2.5 min for 90 s). (submitit's default: 120.)
+    signal_delay_s: int = 90
+    # Requeues after reaching the time limit (preemptions do not count); then the job ends as failed.
+    # (submitit's default is 0; sweepit's training resumes from its checkpoint, so it may go on.)
+    max_num_timeout: int = 3
+
+    # -- following ------------------------------------------------------------------------------------------
+    # true: follow the jobs with a progress line and end with the results table. false: submit, write
+    # sweep.json, print the job ids and exit 0; follow later with `sweepit status DIR`.
+    wait: bool = True
+    # Print each request's sbatch script, the job count and the estimated GPU-hours; submit nothing.
+    dry_run: bool = False
+    # Set by `sweepit resume DIR`: skip completed jobs, follow jobs still queued or running in Slurm, and
+    # submit the others again (same job numbers and directories).
+    resume: bool = False
+    # true: exit with status 1 when any job failed or was interrupted (cancelled, timed out, node failure).
+    fail_on_error: bool = True
+    # Seconds between two looks at squeue/sacct and the jobs' result.json files.
+    poll_interval_s: float = 2.0
+    # Seconds a job may stay without result.json after Slurm says it ended (or without its return value
+    # after its result.json), before the driver records it as it is (a shared file system may show a file a
+    # moment late).
+    result_grace_s: float = 2.0
+    # Last lines of a dead job's stderr log copied into the result.json the driver writes for it.
+    stderr_tail_lines: int = 50
+    # Print the results table when the jobs end; sweepers launching many small batches may turn it off.
     print_summary: bool = True
     # Set by the launcher, not a config key: the directory the app's modules are imported from in the driver
     # (the script's folder, Python's sys.path[0]); jobs get it on PYTHONPATH, so that a task function that imports
     # its project's own modules (`from mynet import Net` beside train.py) unpickles and runs on the nodes too.
-    app_dir: str | None = field(default=None, init=False)
+    app_dir: str | None = field(default=None, init=False, metadata={"omegaconf_ignore": True})
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> SlurmOptions:

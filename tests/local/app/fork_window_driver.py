@@ -39,7 +39,7 @@ def main(sweep_dir: Path) -> None:
     # In the child, between the fork and anything the job runs: the window where a stop signal used to land
     # on the driver's handler (inherited, it only notes the signal) and was lost.
     os.register_at_fork(after_in_child=lambda: os.kill(os.getpid(), signal.SIGTERM))
-    sweep = LocalSweep(LocalOptions(n_workers=1, term_grace_s=30.0, print_summary=False), sweep_dir,
+    sweep = LocalSweep(LocalOptions(n_workers=1, term_grace_s=30.0, print_summary=False, preload=[]), sweep_dir,
                        compose=compose, body=body)
     t0 = time.monotonic()
     with contextlib.suppress(SweepFailedError):  # the job was interrupted

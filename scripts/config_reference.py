@@ -1,0 +1,181 @@
+"""Write the configuration reference (docs/configuration.md) from the plugins' schema dataclasses: every key, its
+type, its default and the comment above it in the source. Nothing in that page is kept by hand.
+
+    python scripts/config_reference.py            # writes docs/configuration.md
+    python scripts/config_reference.py --check    # exit 1 when the committed page is not what the code says
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from omegaconf import MISSING
+
+OUT = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+
+
+@dataclasses.dataclass
+class Key:
+    name: str
+    type: str
+    default: str
+    comment: str
+    section: str  # the `# -- section --` line above it in the source, or ""
+
+
+def _comments(cls: type) -> dict[str, tuple[str, str, str]]:
+    """{field: (annotation, comment, section)} for the fields a class body declares, from its source: the comment
+    lines right above each field, joined, or its trailing comment."""
+    lines, _ = inspect.getsourcelines(cls)
+    source = textwrap.dedent("".join(lines))
+    body = ast.parse(source).body[0]
+    assert isinstance(body, ast.ClassDef)
+    text = source.splitlines()
+    found: dict[str, tuple[str, str, str]] = {}
+    section = ""
+    prev_end = body.body[0].lineno - 1 if body.body else 0
+    for node in body.body:
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+            prev_end = node.end_lineno or node.lineno
+            continue
+        above: list[str] = []
+        for raw in text[prev_end:node.lineno - 1]:
+            line = raw.strip()
+            if line.startswith("# --"):
+                section, above = line.strip("#- ").strip(), []
+            elif line.startswith("#"):
+                above.append(line[1:].strip())
+            elif not line:
+                above = []
+        own = text[node.lineno - 1]
+        trailing = own.split("  # ", 1)[1].strip() if "  # " in own else ""
+        if trailing.startswith("type:"):
+            trailing = ""
+        found[node.target.id] = (ast.unparse(node.annotation), " ".join(above) or trailing, section)
+        prev_end = node.end_lineno or node.lineno
+    return found
+
+
+def _yaml(value: Any) -> str:
+    if value is MISSING:
+        return "(config group)"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value if value else "''"
+    return repr(value).replace("'", "")
+
+
+def keys(schema: type) -> list[Key]:
+    """Every key of a schema dataclass (its engine's base class included), in the schema's order."""
+    declared: dict[str, tuple[str, str, str]] = {}
+    for cls in reversed(schema.__mro__):
+        if dataclasses.is_dataclass(cls):
+            for name, (annotation, comment, section) in _comments(cls).items():
+                old = declared.get(name)
+                # An override without a comment of its own keeps its base's words.
+                declared[name] = (annotation, comment or (old[1] if old else ""), section or (old[2] if old else ""))
+    out = []
+    for f in dataclasses.fields(schema):
+        if f.metadata.get("omegaconf_ignore") or f.name.startswith("_") or f.name == "defaults":
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = MISSING
+        annotation, comment, section = declared[f.name]
+        out.append(Key(f.name, annotation, _yaml(default), comment, section))
+    return out
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _table(rows: list[Key], blank: str = "") -> list[str]:
+    lines = ["| key | type | default | what it is |", "|---|---|---|---|"]
+    lines += [f"| `{k.name}` | `{_cell(k.type)}` | `{_cell(k.default)}` | {_cell(k.comment or blank)} |" for k in rows]
+    return lines
+
+
+def _group(title: str, prefix: str, how: str, schema: type) -> list[str]:
+    lines = [f"## {title}", "", how, ""]
+    engine = schema.__mro__[1]  # the engine's option dataclass the schema extends
+    for paragraph in (inspect.getdoc(engine) or "").split("\n\n")[1:]:  # the first says what this page is
+        lines += [paragraph, ""]
+    sections: dict[str, list[Key]] = {}
+    for k in keys(schema):
+        sections.setdefault(k.section, []).append(k)
+    for section, rows in sections.items():
+        if section and len(sections) > 1:
+            lines += [f"### {prefix}: {section}", ""]
+        lines += [*_table(rows), ""]
+    return lines
+
+
+def render() -> str:
+    from hydra_plugins.sweepit.config import (
+        PRUNER_CONFS,
+        SAMPLER_CONFS,
+        LocalLauncherConf,
+        OptunaSweeperConf,
+        SlurmLauncherConf,
+    )
+
+    lines = [
+        "# Configuration reference",
+        "",
+        "<!-- Generated by `make config-reference` (scripts/config_reference.py) from the schema dataclasses and",
+        "     the comments on their fields: edit those, not this page. -->",
+        "",
+        "Every key of sweepit's launchers and sweeper, with its type, its default and what it does. Set one on the",
+        "command line (`hydra.launcher.timeout_min=30`), in your config's `hydra:` node, or in a profile.",
+        "",
+    ]
+    lines += _group("hydra.launcher: local (the default)", "local",
+                    "`hydra/launcher=local`: each job in a forked worker process on this machine.", LocalLauncherConf)
+    lines += _group("hydra.launcher: Slurm", "Slurm",
+                    "`hydra/launcher=slurm` (or a cluster profile: `marenostrum5`, `juwels_booster`, `cte_power`): "
+                    "each job a Slurm job.", SlurmLauncherConf)
+    lines += _group("hydra.sweeper: Optuna", "Optuna", "`hydra/sweeper=optuna`: adaptive search.", OptunaSweeperConf)
+    for title, group, confs in (("samplers", "sampler", SAMPLER_CONFS), ("pruners", "pruner", PRUNER_CONFS)):
+        lines += [f"## hydra.sweeper.{group}: the {title}", "",
+                  f"`hydra/sweeper/{group}=<name>`; each holds every keyword of its Optuna class, with Optuna's own "
+                  "default (null: Optuna's default), and means what Optuna's documentation of the class says.", ""]
+        for name, conf in confs.items():
+            target = next((f.default for f in dataclasses.fields(conf) if f.name == "_target_"), "")
+            lines += [f"### `{group}={name}` ({target})", ""]
+            rows = keys(conf)
+            lines += (_table(rows, blank="the Optuna keyword") if rows else ["No keywords."]) + [""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare with the committed page instead of writing")
+    args = parser.parse_args(argv)
+    text = render()
+    if args.check:
+        if not OUT.is_file() or OUT.read_text() != text:
+            print(f"{OUT} is not what the schemas say: run `make config-reference` and commit it.", file=sys.stderr)
+            return 1
+        return 0
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(text)
+    print(f"wrote {OUT.relative_to(Path.cwd()) if OUT.is_relative_to(Path.cwd()) else OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

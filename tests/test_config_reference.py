@@ -1,0 +1,80 @@
+"""One schema per engine, and the configuration reference generated from it.
+
+Each plugin's Hydra schema is its engine's option dataclass plus the keys only Hydra has, so a key, its type and its
+default exist once; docs/configuration.md is written from those dataclasses and their comments by
+`make config-reference`, and the committed page must be what that command writes now."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from hydra_plugins.sweepit.config import (
+    PRUNER_CONFS,
+    SAMPLER_CONFS,
+    LocalLauncherConf,
+    OptunaSweeperConf,
+    SlurmLauncherConf,
+)
+from sweepit.local._sweep import LocalOptions
+from sweepit.search._search import SearchOptions
+from sweepit.slurm._request import SlurmOptions
+from sweepit_testing import REPO
+
+PAGE = REPO / "docs" / "configuration.md"
+# The keys a schema adds to its engine's options: what only Hydra has.
+HYDRA_ONLY = {
+    LocalLauncherConf: {"_target_"},
+    SlurmLauncherConf: {"_target_"},
+    OptunaSweeperConf: {"_target_", "_recursive_", "defaults", "params", "search_space", "custom_search_space"},
+}
+ENGINE = {LocalLauncherConf: LocalOptions, SlurmLauncherConf: SlurmOptions, OptunaSweeperConf: SearchOptions}
+
+
+@pytest.mark.parametrize("schema", list(ENGINE), ids=lambda s: s.__name__)
+def test_each_schema_is_its_engines_options_plus_the_keys_only_hydra_has(schema: type) -> None:
+    engine = ENGINE[schema]
+    assert issubclass(schema, engine)
+    engine_keys = {f.name for f in dataclasses.fields(engine) if f.init}
+    # What Hydra composes: the engine's keys (not app_dir, which the launcher sets) and the schema's own.
+    composed = set(OmegaConf.structured(schema).keys())
+    assert composed == engine_keys | HYDRA_ONLY[schema]
+
+
+def _page_rows(text: str) -> list[str]:
+    return re.findall(r"^\| `([a-z_0-9]+)` \|", text, flags=re.M)
+
+
+def test_the_page_lists_every_key_of_every_schema_with_what_it_is() -> None:
+    text = PAGE.read_text()
+    rows = _page_rows(text)
+    for schema in ENGINE:
+        keys = [k for k in OmegaConf.structured(schema) if not str(k).startswith("_") and k != "defaults"]
+        missing = [k for k in keys if k not in rows]
+        assert not missing, f"{schema.__name__}: {missing} not in {PAGE.name}"
+    for group, confs in (("sampler", SAMPLER_CONFS), ("pruner", PRUNER_CONFS)):
+        for name, conf in confs.items():
+            section = text.split(f"### `{group}={name}`", 1)[1].split("\n### ", 1)[0]
+            keywords = [f.name for f in dataclasses.fields(conf) if not f.name.startswith("_")]
+            assert keywords == _page_rows(section), f"{group}={name}"
+    # sweepit's own keys each say what they are (the samplers' and pruners' keywords are Optuna's, documented there).
+    launcher_and_sweeper = text[:text.index("## hydra.sweeper.sampler")]
+    blank = re.findall(r"^\| `([a-z_0-9]+)` \|[^|]*\|[^|]*\|\s*\|$", launcher_and_sweeper, flags=re.M)
+    assert not blank, f"keys without a comment in their dataclass: {blank}"
+
+
+def test_make_config_reference_writes_the_committed_page(tmp_path: Path) -> None:
+    """The README's and `make help`'s command, run as written in a scratch copy: it rewrites the page exactly as
+    committed (a key added to a dataclass without running it fails here)."""
+    for name in ("Makefile", "scripts", "src"):
+        (shutil.copytree if (REPO / name).is_dir() else shutil.copy2)(REPO / name, tmp_path / name)
+    (tmp_path / ".venv").symlink_to(REPO / ".venv")
+    proc = subprocess.run(["make", "config-reference"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "docs" / "configuration.md").read_text() == PAGE.read_text()
