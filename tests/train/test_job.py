@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 
 from sweepit.errors import ConfigError, DataMissingError
 from sweepit.results._job_files import read_metrics, read_result
+from sweepit.train import _session
 from sweepit.train._job import run_job
 from sweepit_testing import TINY
 
@@ -151,3 +152,24 @@ def test_a_loss_that_explodes_but_stays_finite_is_diverged(compose_cfg: Callable
     off = compose_cfg("lr=1e6", "epochs=1", "trainer.diverge_ratio=0", *TINY[1:])
     run_job(off, tmp_path / "off")  # only NaN and inf count: this one "completes"
     assert read_result(tmp_path / "off")["status"] == "completed"  # type: ignore[index]
+
+
+def test_a_job_under_a_launcher_trains_in_the_launchers_session(compose_cfg: Callable[..., DictConfig],
+                                                                 tmp_path: Path) -> None:
+    """sweepit's launchers begin a session for each job before its task runs; sweepit's own job joins it instead
+    of beginning a second one, and leaves its end to the launcher (which closes it after its own record)."""
+    cfg = compose_cfg(*LINREG)
+    launchers = _session.begin(tmp_path, cfg)
+    try:
+        run_job(cfg, tmp_path)
+        assert _session.current() is launchers  # not replaced, not ended
+        assert [r["epoch"] for r in launchers.rows] == [1, 2, 3]  # the job reported into it
+    finally:
+        _session.end(launchers)
+    # Alone (no launcher's session, or another job's), the job begins its own and ends it.
+    other = _session.begin(tmp_path / "elsewhere", cfg)
+    try:
+        run_job(cfg, tmp_path / "alone")
+        assert _session.current() is None and other.rows == []
+    finally:
+        _session.end(other)

@@ -53,15 +53,16 @@ def run_job(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None = None) -> f
     job_dir = Path(job_dir)
     rank = from_environment()
     if rank is not None and not rank.is_main:
-        session = _session.begin(job_dir, cfg, rank)
+        session, began = _session.join(job_dir, cfg, rank)
         try:
             check_config(cfg)
             rows = train(cfg, rank=rank, session=session).rows
         finally:
-            _session.end(session)
+            if began:
+                _session.end(session)
         return float(rows[-1][cfg.metric]) if rows else float("nan")
     job_dir.mkdir(parents=True, exist_ok=True)
-    session = _session.begin(job_dir, cfg, rank or SINGLE)
+    session, began = _session.join(job_dir, cfg, rank or SINGLE)  # the launcher's, under sweepit's launchers
     t0 = time.perf_counter()
     result: dict[str, Any] = {
         "status": "failed", "objective": None, "metric": str(cfg.metric), "direction": str(cfg.direction),
@@ -116,7 +117,8 @@ def run_job(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None = None) -> f
         if weights:
             result["weights"] = weights  # file -> bytes: what `sweepit clean` can free
         write_result(job_dir, result)
-        _session.end(session)
+        if began:
+            _session.end(session)  # else the launcher ends it, after its own record of the job
 
 
 def _warn_oversubscribed(cfg: Any, gpus: int) -> None:

@@ -306,6 +306,18 @@ def begin(job_dir: Path | str | None, config: Any = None, rank: Rank | None = No
     return _active
 
 
+def join(job_dir: Path, config: Any = None, rank: Rank | None = None) -> tuple[Session, bool]:
+    """The session of the job in `job_dir`: the one a launcher began for it in this process (sweepit's launchers,
+    its callback), else a new one; and whether the caller began it (and so ends it). One job, one session: what
+    the job reports, its trial and its trackers are in one place whichever part of sweepit asked first."""
+    running = current()
+    if running is not None and running.job_dir is not None and running.job_dir.resolve() == Path(job_dir).resolve():
+        if running.rank is None and rank is not None:
+            running.rank = rank
+        return running, False
+    return begin(job_dir, config, rank), True
+
+
 def end(session: Session | None = None, status: str | None = None) -> None:
     """Close `session` (or whichever is active): its trackers end their runs with the job's status (its
     result.json's, else `status`), and later calls begin a new session."""
