@@ -52,14 +52,14 @@ def _grid(n_jobs: int) -> dict[str, list[str]]:
 def generate(sweep: Path, n_jobs: int, n_epochs: int) -> None:
     """The job directories and a local launcher's sweep.json (whole), each job's state its result's."""
     from sweepit.reporting.testing import write_synthetic_sweep
-    from sweepit.results._job_files import read_outcome
+    from sweepit.results._job_files import read_record
     from sweepit.results._manifest import JobEntry, Manifest, write_manifest
 
     dirs = write_synthetic_sweep(sweep, n_jobs=n_jobs, n_epochs=n_epochs, grid=_grid(n_jobs))
     jobs = {}
     for num, job_dir in enumerate(dirs):
         overrides = (job_dir / ".hydra" / "overrides.yaml").read_text().replace("- ", "").split()
-        status = read_outcome(job_dir).status
+        status = read_record(job_dir).status
         jobs[num] = JobEntry(num=num, overrides=overrides, job_dir=str(job_dir), state=status or "running",
                              pid=None if status else 2 ** 22 + 1, started_at="2026-01-01T00:00:00.000+00:00")
     write_manifest(Manifest(sweep_dir=str(sweep), argv=[sys.executable, "train.py", "-m"], cwd=str(sweep.parent),

@@ -39,7 +39,7 @@ from sweepit._files import atomic_write
 from sweepit._signals import interrupt_on_sigterm
 from sweepit.errors import RankFailedError, SweepFailedError, SweepitError
 from sweepit.local._worker import Reply, failure, picklable
-from sweepit.results._job_files import RESULT_FILE, read_result
+from sweepit.results._job_files import RESULT_FILE, read_record
 from sweepit.results._lock import SweepLock
 from sweepit.results._status import sweeper_value
 from sweepit.slurm._task_files import failed_task, rank_failure, record_task, record_task_error
@@ -379,13 +379,10 @@ def job_return(overrides: list[str], config: DictConfig | SavedConfig, job_dir_:
     (`release_config`) comes back from the job's files, read when the sweeper asks for it. Failed jobs come back
     as COMPLETED with None (reached only with fail_on_error=false), because Hydra's BasicSweeper re-raises the
     error of any FAILED job and would end the sweep."""
-    try:
-        result = read_result(job_dir_) or {}
-    except ValueError:
-        result = {}
-    status = status or str(result.get("status"))
+    record = read_record(job_dir_)
+    status = status or str(record.status)
     extra = {"returned": returned} if has_returned else {}
-    value = sweeper_value(status, result.get("objective"), result.get("direction"), **extra)
+    value = sweeper_value(status, record.get("objective"), record.get("direction"), **extra)
     if isinstance(config, SavedConfig):
         saved = SavedJobReturn(config, overrides=list(overrides), working_dir=working_dir or str(
             job_dir_ if config.chdir else Path.cwd()), task_name=task_name or config.task_name,

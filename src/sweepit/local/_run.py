@@ -16,7 +16,7 @@ from sweepit._files import remove_temporaries
 from sweepit.errors import ConfigError
 from sweepit.local._capture import STDERR_LOG, tail_lines
 from sweepit.local._pool import Job
-from sweepit.results._job_files import METRICS_FILE, RESULT_FILE, read_result, write_result, write_result_if_absent
+from sweepit.results._job_files import METRICS_FILE, RESULT_FILE, read_record, write_result, write_result_if_absent
 from sweepit.results._live import LiveReader, sweep_eta_s
 from sweepit.results._manifest import (
     FAILED_STATUSES,
@@ -131,10 +131,7 @@ class SweepRun:
 
     def record(self, job: Job) -> str:
         """The job's status; writes `result.json` when the job left none (its own one is kept as it is)."""
-        try:
-            own = read_result(job.job_dir)
-        except (ValueError, OSError):
-            own = None  # unreadable: the driver's record of how the job ended replaces it
+        own = read_record(job.job_dir).result or None  # unreadable: the driver's record of the job's end replaces it
         if own is not None and "status" in own:
             if own["status"] in FAILED_STATUSES and own.get("recorded_by") == "sweepit" and "stderr_tail" not in own:
                 # Recorded by the job's own session (error and traceback): the driver adds what it alone knows.

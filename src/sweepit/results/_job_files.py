@@ -143,24 +143,40 @@ CORRUPT = "corrupt"  # what every reader shows for a result.json that cannot be 
 
 
 @dataclass
-class ReadResult:
-    """A job's `result.json` as every reader sees it (`sweepit status`, `report`, `summary`, `ls`, a resume)."""
+class JobRecord:
+    """What a job left in its `result.json`, as every reader sees it: the training session and both launchers that
+    write it, the Slurm follower, the Optuna sweeper, `sweepit status`, `summary`, `report` and a resume.
+    `read_record` is the one reading rule; `write_result` and `write_result_if_absent` the one way to write."""
 
     status: str | None               # its status; None: no result.json yet; CORRUPT: it cannot be read
-    result: dict[str, Any] = field(default_factory=dict)
+    result: dict[str, Any] = field(default_factory=dict)  # the file's keys (status, objective, error, times, ...)
     problem: str = ""                # why it cannot be read
 
+    @property
+    def objective(self) -> float | None:
+        """The job's objective when it has a number for one (a bool is not a number)."""
+        return as_number(self.result.get("objective"))
 
-def read_outcome(job_dir: Path) -> ReadResult:
+    @property
+    def error(self) -> str:
+        return str(self.result.get("error") or "")
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.result.get(key, default)
+
+
+def read_record(job_dir: Path | str | None) -> JobRecord:
     """The one reading rule: a result.json that is truncated, not a JSON object or unreadable for the system is
-    CORRUPT, with the reason; one without a status is `unknown`."""
+    CORRUPT, with the reason; one without a status is `unknown`; no directory or no file is status None."""
+    if job_dir is None:
+        return JobRecord(None)
     try:
-        result = read_result(job_dir)
+        result = read_result(Path(job_dir))
     except (ValueError, OSError) as e:
-        return ReadResult(CORRUPT, problem=f"{RESULT_FILE} unreadable: {e}")
+        return JobRecord(CORRUPT, problem=f"{RESULT_FILE} unreadable: {e}")
     if result is None:
-        return ReadResult(None)
-    return ReadResult(str(result.get("status", "unknown")), result)
+        return JobRecord(None)
+    return JobRecord(str(result.get("status", "unknown")), result)
 
 
 class MetricsLog:

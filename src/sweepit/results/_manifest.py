@@ -22,7 +22,7 @@ from typing import IO, Any, Protocol
 from sweepit._files import atomic_file, collector_paused
 from sweepit._host import now_iso, process_alive
 from sweepit.errors import ManifestError
-from sweepit.results._job_files import STDERR_LOG, read_outcome, read_result
+from sweepit.results._job_files import STDERR_LOG, read_record
 from sweepit.results._journal import Journal, append_records, compact_now, read_journal, start_journal
 from sweepit.results._overrides import override_key
 from sweepit.results._status import FAILED_STATUSES, FINISHED_STATUSES
@@ -271,8 +271,8 @@ def write_manifest(m: Manifest, changed: Iterable[int] | None = None) -> Path:
 
 def result_status(job_dir: Path) -> str | None:
     """The status in the job's `result.json`: None when it has none yet, `corrupt` when it cannot be read (the
-    report's rule, `read_outcome`)."""
-    return read_outcome(Path(job_dir)).status
+    report's rule, `read_record`)."""
+    return read_record(job_dir).status
 
 
 def is_finished(job_dir: Path) -> bool:
@@ -357,11 +357,7 @@ def failure_report(manifest: Manifest, jobs: Sequence[LaunchedJob], statuses: di
     else:
         lines = [f"{len(bad)} of {len(jobs)} jobs failed or were interrupted ({tally}):"]
     for j in bad[:_MAX_LISTED]:
-        try:
-            result = read_result(j.job_dir) or {}
-        except ValueError:
-            result = {}
-        error = str(result.get("error") or "").splitlines()
+        error = read_record(j.job_dir).error.splitlines()
         what = error[0][:200] if error else "no error recorded"
         lines.append(f"  job {j.num} [{' '.join(j.overrides)}]: {statuses[j.num]}: {what}")
         lines.append(f"    logs: {j.job_dir / STDERR_LOG}")

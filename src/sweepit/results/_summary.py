@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sweepit.results._job_files import job_num, read_outcome
+from sweepit.results._job_files import job_num, read_record
 from sweepit.results._manifest import iter_manifest
 from sweepit.results._overrides import (
     app_script,
@@ -86,7 +86,7 @@ def read_job(job_dir: Path, overrides: dict[str, str] | None = None) -> JobRow:
 
 def with_result(row: Row) -> Row:
     """`row` (status "pending") filled in from its job's result.json, when it has one."""
-    read = read_outcome(row.job_dir)
+    read = read_record(row.job_dir)
     if read.status is None:
         return row
     row.status, row.result, row.note = read.status, read.result, read.problem

@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from sweepit.results._job_files import read_result
+from sweepit.results._job_files import read_record
 from sweepit.search._trials import Outcome, find_job_dir, read_outcome
 
 log = logging.getLogger(__name__)
@@ -126,15 +126,10 @@ def recover_trial(study: Any, trial: Any, sweep_dir: Path, diverged_value: float
     job_dir = trial.user_attrs.get("job_dir")
     if not job_dir and isinstance(trial.user_attrs.get("job_num"), int):
         job_dir = find_job_dir(sweep_dir, trial.user_attrs["job_num"])
-    try:
-        result = read_result(Path(job_dir)) if job_dir else None
-    except ValueError:
-        result = None
-    status = str(result.get("status")) if result else ""
+    record = read_record(job_dir or None)
+    status = record.status or ""
     if status in ("completed", "pruned", "diverged", "failed"):
-        objective = result.get("objective") if result else None
-        value = float(objective) if isinstance(objective, int | float) else None
-        outcome = Outcome(status, value, Path(str(job_dir)))
+        outcome = Outcome(status, record.objective, Path(str(job_dir)))
         if metrics or len(study.directions) > 1:
             outcome = read_outcome(sweep_dir, int(trial.user_attrs.get("job_num", -1)), None, metrics,
                                    len(study.directions))

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from sweepit.results._job_files import CORRUPT, JobRecord, read_record, returned_fields, write_result_if_absent
 from sweepit.results._job_files import job_num as dir_job_num
-from sweepit.results._job_files import read_result, returned_fields, write_result_if_absent
 from sweepit.results._status import objective_values
 
 log = logging.getLogger(__name__)
@@ -132,17 +132,15 @@ def read_outcome(sweep_dir: Path, num: int, ret: Any, metrics: list[str] | None 
     table, `sweepit summary`, the report and the study name the same best job. With `metrics` or `n_values` > 1,
     the objective values are read as `objective_values` says."""
     job_dir = find_job_dir(sweep_dir, num, ret)
-    try:
-        result = read_result(job_dir) if job_dir is not None else None
-    except ValueError:
-        result = None
-    if result is None or not result.get("status"):
-        result = _recorded(job_dir, ret)
-    if result is None:
-        return Outcome("failed", None, job_dir, "the launcher returned no result for the job")
-    objective = result.get("objective")
-    value = float(objective) if isinstance(objective, int | float) and not isinstance(objective, bool) else None
-    outcome = Outcome(str(result["status"]), value, job_dir, str(result.get("error") or ""))
+    record = read_record(job_dir)
+    if record.status in (None, "", CORRUPT, "unknown"):
+        recorded = _recorded(job_dir, ret)
+        if recorded is None:
+            return Outcome("failed", None, job_dir, "the launcher returned no result for the job")
+        record = JobRecord(str(recorded["status"]), recorded)
+    result = record.result
+    value = record.objective
+    outcome = Outcome(str(record.status), value, job_dir, record.error)
     if metrics or n_values > 1:
         outcome.values = objective_values(result, metrics, n_values) or _returned(ret, n_values)
         if n_values == 1:

@@ -11,7 +11,6 @@ forever for a cancelled job's result where there is no accounting.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import threading
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sweepit._signals import StopSignals
-from sweepit.results._job_files import ResultGrace, read_result
+from sweepit.results._job_files import ResultGrace, read_record
 from sweepit.results._live import LiveReader, sweep_eta_s
 from sweepit.results._manifest import FAILED_STATUSES, JobEntry, Manifest, write_manifest
 from sweepit.results._progress import Progress
@@ -242,6 +241,4 @@ def _has_returned(entry: JobEntry) -> bool:
 
 
 def _read(job_dir: Path) -> dict[str, Any]:
-    with contextlib.suppress(ValueError):
-        return read_result(job_dir) or {}
-    return {}
+    return read_record(job_dir).result

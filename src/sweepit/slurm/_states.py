@@ -23,7 +23,7 @@ from sweepit.results._job_files import (
     RESULT_GRACE_S,
     ResultGrace,
     read_metrics,
-    read_result,
+    read_record,
     write_result,
     write_result_if_absent,
 )
@@ -142,11 +142,8 @@ def _said_before_it_went(entry: JobEntry) -> str:
 
 
 def _stopped_by_sigterm(entry: JobEntry) -> bool:
-    try:
-        result = read_result(Path(entry.job_dir)) or {}
-    except ValueError:
-        return False
-    return SLURM_STOP in str(result.get("error", "")) and "slurm_state" not in result
+    record = read_record(entry.job_dir)
+    return SLURM_STOP in record.error and "slurm_state" not in record.result
 
 
 def _ended(queued: QueueRow | None, accounted: QueueRow | None) -> QueueRow | None:
@@ -202,10 +199,7 @@ def record_dead(entry: JobEntry, seen: Seen, stderr_tail: str) -> str:
     status = "failed" if failed else _status_for(seen.slurm_state)
     remove_temporaries(Path(entry.job_dir))  # of writes its end cut short: Slurm says its processes are gone
     rows, _ = read_metrics(Path(entry.job_dir))
-    try:
-        own = read_result(Path(entry.job_dir)) or {}
-    except ValueError:
-        own = {}
+    own = dict(read_record(entry.job_dir).result)
     if own.get("error"):
         own["job_error"] = own["error"]  # the job's own words, e.g. that SIGTERM stopped it
     said = explain(seen.slurm_state, job_id, seen.exit_code, entry.extra.get("timeout_min"))

@@ -20,10 +20,11 @@ from typing import Any
 
 from sweepit.errors import ConfigError, DivergedError
 from sweepit.results._job_files import (
+    CORRUPT,
     MetricsLog,
     as_number,
     read_metrics,
-    read_result,
+    read_record,
     returned_fields,
     write_result,
 )
@@ -132,12 +133,8 @@ class Session:
         trackers, self._trackers = self._trackers or [], []
         if not trackers:
             return
-        result = None
-        if self.job_dir is not None:
-            try:
-                result = read_result(self.job_dir)
-            except ValueError:
-                result = None
+        record = read_record(self.job_dir)
+        result = record.result or None
         final = str(result.get("status")) if result and result.get("status") else status or "interrupted"
         for tracker in trackers:
             try:
@@ -280,11 +277,8 @@ class Session:
             return
         if status == "completed" and self.told_to_stop:
             status = "pruned"  # the task returned because should_stop() said so
-        try:
-            if read_result(self.job_dir) is not None:
-                return
-        except ValueError:
-            pass  # a half-written one of the task's: replaced by the launcher's record
+        if read_record(self.job_dir).status not in (None, CORRUPT):
+            return  # the task's own (a corrupt one, half-written by the task, is replaced by this record)
         write_result(self.job_dir, self.outcome(status, returned, error))
 
 
