@@ -92,6 +92,7 @@ class SweepitLauncher(Launcher):
     are its business, and it prints one table at the end)."""
 
     options: Any
+    _sweep: Any = None  # the engine's run of start()/wait_any() (LocalSweep, SlurmSweep), between them and close()
 
     def __init__(self) -> None:
         self.config: DictConfig | None = None
@@ -101,6 +102,17 @@ class SweepitLauncher(Launcher):
         # hydra.job.env_set when it is composed: never an override, so they stay out of the job's overrides,
         # its JobReturn, sweep.json and the printed tables.
         self.job_env: dict[int, dict[str, str]] = {}
+
+    def close(self) -> None:
+        """End the run of start()/wait_any() (`self._sweep`, each launcher's engine): jobs still in flight are
+        stopped (the local launcher kills them, the Slurm launcher cancels them) and the manifest is written."""
+        if self._sweep is None:
+            return
+        try:
+            self._sweep.close()
+        finally:
+            self._sweep = None
+            self.composed.clear()
 
     @property
     def fail_on_error(self) -> bool:

@@ -78,16 +78,6 @@ class LocalLauncher(SweepitLauncher):
         assert self._sweep is not None, "start() a job before wait_any()"
         return [(job.num, self._job_return(job, status)) for job, status in self._sweep.wait_any(timeout_s)]
 
-    def close(self) -> None:
-        """End the run of start()/wait_any(): jobs still running are killed, the manifest is written."""
-        if self._sweep is None:
-            return
-        try:
-            self._sweep.close()
-        finally:
-            self._sweep = None
-            self.composed.clear()
-
     def _job_return(self, job: Job, status: str | None) -> JobReturn:
         reply = job.reply
         returned: dict[str, Any] = {}

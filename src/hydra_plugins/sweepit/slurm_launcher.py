@@ -96,15 +96,6 @@ class SlurmLauncher(SweepitLauncher):
         assert self._sweep is not None, "start() a job before wait_any()"
         return [(job.num, self._job_return(job, outcome)) for job, outcome in self._sweep.wait_any(timeout_s)]
 
-    def close(self) -> None:
-        """End the run of start()/wait_any(): jobs still in flight are cancelled, the manifest is written."""
-        if self._sweep is None:
-            return
-        try:
-            self._sweep.close()
-        finally:
-            self._sweep = None
-
     # -- Optuna worker mode: long-lived workers that run the study themselves --------------------------------------
     def worker_sweep(self, first: Sequence[str]) -> WorkerSweep:
         """The workers' array, planned from the config of the search's first point (its request, checked)."""
