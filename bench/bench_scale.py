@@ -1,7 +1,7 @@
 """The driver side of sweeps of 1,000 to 100,000 jobs (issue 14): planning, sweep.json writes, `sweepit status`,
 `sweepit ls` and `sweepit report`, each timed with its peak memory, at every size given.
 
-Run: python bench/bench_scale.py --jobs 1000,10000,100000 --json bench/results/issue14/scale.json
+Run: python bench/bench_scale.py --jobs 1000,10000,100000 --json bench/results/scale/scale.json
 
 No job runs and no Hydra composes: the sweep is generated (`sweepit.reporting.testing`: job directories with
 .hydra/overrides.yaml, metrics.jsonl of --epochs epochs and result.json, mostly completed, a few failed, diverged
