@@ -32,6 +32,14 @@ class OutputWriteError(SweepitError, OSError):
     the message names the file and says its old content is intact. `errno` is the system's."""
 
 
+class SweepLockedError(SweepitError):
+    """Another driver is running the sweep in this directory."""
+
+
+class SlurmError(SweepitError):
+    """Slurm cannot be reached, or one of its commands refused a request."""
+
+
 class SweepFailedError(SweepitError):
     """A sweep ended with failed or interrupted jobs; the message says where the logs are and how to resume."""
 

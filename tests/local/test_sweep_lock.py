@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sweepit.results._lock import LOCK_FILE, STALE_S, SweepLock, SweepLockedError
+from sweepit.errors import SweepLockedError
+from sweepit.results._lock import LOCK_FILE, STALE_S, SweepLock
 from sweepit_testing import wait_until
 
 ROOT = Path(__file__).parents[2]

@@ -21,7 +21,7 @@ from typing import Any
 
 from sweepit._files import atomic_write
 from sweepit._host import now_iso, process_alive
-from sweepit.errors import OutputWriteError, SweepitError
+from sweepit.errors import OutputWriteError, SweepLockedError
 from sweepit.results._manifest import MANIFEST_FILE
 
 LOCK_FILE = "sweep.lock"
@@ -29,10 +29,6 @@ HEARTBEAT_S = 30.0      # how often a driver refreshes its lock
 STALE_S = 180.0         # a lock from another host unrefreshed this long belongs to a driver that died
 
 log = logging.getLogger(__name__)
-
-
-class SweepLockedError(SweepitError):
-    """Another driver is running the sweep in this directory."""
 
 
 class SweepLock:

@@ -9,7 +9,7 @@ hydra/launcher=slurm).
 
 from __future__ import annotations
 
-from sweepit.slurm._cluster import SlurmError
+from sweepit.errors import SlurmError
 from sweepit.slurm._request import ClusterFacts, Request, SlurmOptions
 from sweepit.slurm._status import report_is_current, status_report, sweep_status
 from sweepit.slurm._submit import TASK_DIR, PlannedJob

@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sweepit.errors import ConfigError, SweepitError
+from sweepit.errors import ConfigError, SlurmError
 
 # squeue states of a job that is still to run, running, or coming back (requeue, suspension).
 ACTIVE_STATES = frozenset({
@@ -31,10 +31,6 @@ FINAL_STATES = frozenset({
 DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's own default
 _TIMEOUT_S = 30
 _GPUS = re.compile(r"gpu(?::[^:,(]+)?:(\d+)")
-
-
-class SlurmError(SweepitError):
-    """Slurm cannot be reached, or one of its commands refused a request."""
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from sweepit.errors import ConfigError
+from sweepit.errors import ConfigError, SlurmError
 from sweepit.slurm import _cluster as cluster
-from sweepit.slurm._cluster import SlurmError
 
 log = logging.getLogger(__name__)
 SIGNAL_EARLY_S = 60  # sbatch --signal: "may be sent up to 60 seconds earlier than specified"

@@ -19,6 +19,7 @@ from typing import Any
 from sweepit._files import remove_temporaries
 from sweepit._host import now_iso
 from sweepit._signals import SLURM_STOP
+from sweepit.errors import SlurmError
 from sweepit.results._job_files import (
     RESULT_GRACE_S,
     ResultGrace,
@@ -29,7 +30,7 @@ from sweepit.results._job_files import (
 )
 from sweepit.results._manifest import FAILED_STATUSES, JobEntry, Manifest, result_status
 from sweepit.slurm import _cluster as slurm_queue
-from sweepit.slurm._cluster import ACTIVE_STATES, FINAL_STATES, QueueRow, SlurmError
+from sweepit.slurm._cluster import ACTIVE_STATES, FINAL_STATES, QueueRow
 from sweepit.slurm._task_files import failed_task, rank_failure
 
 LOST = "LOST"                        # neither squeue nor sacct knows the job any more

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from sweepit._host import now_iso
+from sweepit.errors import SlurmError
 from sweepit.local._capture import STDERR_LOG, STDOUT_LOG
 from sweepit.results._job_files import METRICS_FILE, RESULT_FILE
 from sweepit.results._manifest import JobEntry, Manifest, write_manifest
-from sweepit.slurm._cluster import SlurmError
 from sweepit.slurm._request import Request, SlurmOptions, gpu_hours, sbatch_parameters
 from sweepit.slurm._task_files import TASK_DIR, link_task_logs
 
