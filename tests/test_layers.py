@@ -45,3 +45,23 @@ def test_a_job_stopped_by_sigterm_in_a_slurm_task_records_itself_without_importi
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["True", "False"], proc.stdout
+
+
+def test_every_sweepit_exception_is_defined_in_errors_py() -> None:
+    """One place to read what can go wrong (as Optuna keeps its exceptions in optuna/exceptions.py); only the plugin's
+    own, which are also Hydra's CompactHydraException, live in hydra_plugins (the one package importing Hydra)."""
+    import importlib
+    import pkgutil
+
+    import sweepit
+    from sweepit.errors import SweepitError
+
+    for info in pkgutil.walk_packages(sweepit.__path__, "sweepit."):
+        importlib.import_module(info.name)
+
+    def subclasses(cls: type) -> list[type]:
+        return [c for sub in cls.__subclasses__() for c in (sub, *subclasses(sub))]
+
+    elsewhere = sorted(f"{c.__module__}.{c.__qualname__}" for c in subclasses(SweepitError)
+                       if c.__module__ != "sweepit.errors" and not c.__module__.startswith(("hydra_plugins.", "test")))
+    assert elsewhere == []
