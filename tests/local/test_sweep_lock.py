@@ -37,7 +37,8 @@ def _dead_pid() -> int:
 @pytest.mark.slow
 def test_a_second_driver_and_a_resume_are_refused_while_the_first_runs(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
-    first = _driver(sweep, "x=0,1", "sleep_s=4", "hydra.launcher.n_workers=2")
+    release = tmp_path / "release"  # the first driver's jobs run until the test has tried everything below
+    first = _driver(sweep, "x=0,1", f"release_file={release}", "hydra.launcher.n_workers=2")
     try:
         wait_until(lambda: (sweep / LOCK_FILE).exists() and (sweep / "sweep.json").exists(), "the first driver", 30)
         holder = json.loads((sweep / LOCK_FILE).read_text())
@@ -58,6 +59,7 @@ def test_a_second_driver_and_a_resume_are_refused_while_the_first_runs(tmp_path:
         assert looked.returncode == 0 and f"a driver follows this sweep (pid {first.pid}" in looked.stdout
         assert (sweep / "sweep.json").read_bytes() == manifest_before  # status only looked
 
+        release.touch()
         _, err = first.communicate(timeout=60)
     finally:
         first.kill()

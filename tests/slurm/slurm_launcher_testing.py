@@ -42,37 +42,41 @@ def sweepit(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[s
 
 
 class Driver:
-    """A sweep driver in the background; its stderr lines are kept with the time each arrived."""
+    """A sweep driver in the background; its stderr and stdout lines are kept with the time each arrived."""
 
     def __init__(self, script: Path, sweep_dir: Path, *overrides: str, env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen([sys.executable, str(script), "-m", f"hydra.sweep.dir={sweep_dir}", *overrides],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                                      env=env or driver_env())
-        self.lines: list[tuple[float, str]] = []
+        self.lines: list[tuple[float, str]] = []      # stderr
+        self.out_lines: list[tuple[float, str]] = []  # stdout
         self.stdout = ""
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+        self._readers = [threading.Thread(target=self._read, args=(stream, kept), daemon=True)
+                         for stream, kept in ((self.proc.stderr, self.lines), (self.proc.stdout, self.out_lines))]
+        for reader in self._readers:
+            reader.start()
 
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append((time.monotonic(), line))
+    @staticmethod
+    def _read(stream: Any, kept: list[tuple[float, str]]) -> None:
+        for line in stream:
+            kept.append((time.monotonic(), line))
 
-    def wait_for_line(self, predicate: Callable[[str], bool], timeout_s: float) -> float:
-        """When (time.monotonic()) the first stderr line matching `predicate` arrived."""
+    def wait_for_line(self, predicate: Callable[[str], bool], timeout_s: float, stdout: bool = False) -> float:
+        """When (time.monotonic()) the first stderr (or stdout) line matching `predicate` arrived."""
+        lines = self.out_lines if stdout else self.lines
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            for at, line in list(self.lines):
+            for at, line in list(lines):
                 if predicate(line):
                     return at
             time.sleep(0.05)
         raise AssertionError(f"no such line in {timeout_s} s; stderr so far:\n{self.stderr}")
 
     def finish(self, timeout_s: float = 240) -> int:
-        assert self.proc.stdout is not None
-        self.stdout = self.proc.stdout.read()
         code = self.proc.wait(timeout=timeout_s)
-        self._reader.join(timeout=10)
+        for reader in self._readers:
+            reader.join(timeout=10)
+        self.stdout = "".join(line for _, line in self.out_lines)
         return code
 
     @property

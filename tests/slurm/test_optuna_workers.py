@@ -135,18 +135,25 @@ def test_resume_after_the_driver_is_killed_follows_the_same_workers(tmp_path: Pa
     """The driver killed (SIGKILL): the workers run on; the same command follows them (no new sbatch) and ends
     with exactly n_trials."""
     sweep = tmp_path / "sweep"
-    args = [*WORKERS, "x=choice(0,1,2,3)", "hydra.sweeper.n_trials=6", "sleep_s=3"]
+    release = tmp_path / "release"  # the trials run until the resumed driver has found the workers
+    args = [*WORKERS, "x=choice(0,1,2,3)", "hydra.sweeper.n_trials=6", f"release_file={release}"]
     driver = Driver(APP, sweep, *args)
     try:
-        _wait_for_running_trials(sweep, 3)  # the driver has adopted (and recorded) the first trials
+        _wait_for_running_trials(sweep, 2)  # the driver has adopted (and recorded) the first trials
         os.kill(driver.proc.pid, signal.SIGKILL)
         driver.finish(timeout_s=30)
     finally:
         driver.kill()
     ids = manifest(sweep).workers["ids"]
-    proc = run(APP, sweep, *args)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "following the workers still running from before" in proc.stdout
+    resumed = Driver(APP, sweep, *args)
+    try:
+        resumed.wait_for_line(lambda line: "following the workers still running from before" in line, timeout_s=90,
+                              stdout=True)
+        release.touch()
+        code = resumed.finish()
+    finally:
+        resumed.kill()
+    assert code == 0, resumed.stderr[-3000:]
     assert manifest(sweep).workers["ids"] == ids and len(list((sweep / ".submitit").iterdir())) == 1
     ts = trials(sweep)
     assert [t.state for t in counted(ts)] == [TrialState.COMPLETE] * 6

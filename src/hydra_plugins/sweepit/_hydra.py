@@ -39,7 +39,7 @@ from sweepit._files import atomic_write
 from sweepit._signals import interrupt_on_sigterm
 from sweepit.errors import RankFailedError, SweepFailedError, SweepitError
 from sweepit.local._worker import Reply, failure, picklable
-from sweepit.results._job_files import RESULT_FILE, read_record
+from sweepit.results._job_files import read_record, remove_result
 from sweepit.results._lock import SweepLock
 from sweepit.results._status import sweeper_value
 from sweepit.slurm._task_files import failed_task, rank_failure, record_task, record_task_error
@@ -472,7 +472,7 @@ class SlurmTask:
                 if self._requeueing and rank == 0:
                     # The result says `failed` with the SystemExit that submitit raises to stop this run; the job
                     # is requeued and carries on, so that result is not the job's.
-                    (job_dir / RESULT_FILE).unlink(missing_ok=True)
+                    remove_result(job_dir)
                 elif rank != 0:
                     if not isinstance(e, KeyboardInterrupt):  # its own failure, not a stop: the others' cause
                         record_task_error(job_dir, rank, e)

@@ -21,7 +21,7 @@ from omegaconf import DictConfig, open_dict
 
 from hydra_plugins.sweepit._hydra import job_dir, record, record_task
 from sweepit._signals import interrupt_on_sigterm
-from sweepit.results._job_files import METRICS_FILE, RESULT_FILE
+from sweepit.results._job_files import start_clean
 from sweepit.search import Search
 from sweepit.search._search import no_env
 from sweepit.search._workers import Worker
@@ -75,8 +75,7 @@ class WorkerTask:
 
         config, jdir, overrides = prepared
         jdir.mkdir(parents=True, exist_ok=True)
-        for name in (RESULT_FILE, METRICS_FILE):  # a job number claimed again after a crash starts clean
-            (jdir / name).unlink(missing_ok=True)
+        start_clean(jdir)  # a job number claimed again after a crash
         write_trial_record(jdir, num, overrides, trial_number)
         record_task(jdir, 0)
         session = _session.begin(jdir, config)

@@ -16,7 +16,7 @@ from sweepit._files import remove_temporaries
 from sweepit.errors import ConfigError
 from sweepit.local._capture import STDERR_LOG, tail_lines
 from sweepit.local._pool import Job
-from sweepit.results._job_files import METRICS_FILE, RESULT_FILE, read_record, write_result, write_result_if_absent
+from sweepit.results._job_files import has_result, read_record, start_clean, write_result, write_result_if_absent
 from sweepit.results._live import LiveReader, sweep_eta_s
 from sweepit.results._manifest import (
     FAILED_STATUSES,
@@ -94,8 +94,7 @@ class SweepRun:
 
     def before_fork(self, job: Job) -> None:
         # A rerun (resume) starts clean: a stale failed result must not stand for this attempt.
-        for name in (RESULT_FILE, METRICS_FILE):
-            (job.job_dir / name).unlink(missing_ok=True)
+        start_clean(job.job_dir)
 
     def started(self, job: Job) -> None:
         entry = self.manifest.jobs[job.num]
@@ -167,7 +166,7 @@ class SweepRun:
     def _write(self, job: Job, result: dict[str, Any]) -> str:
         """Record how a job that left no readable result ended; return its status. A result of the job's own
         that appears meanwhile (from a process of the job that outlived it) is kept, and its status returned."""
-        if (job.job_dir / RESULT_FILE).exists():
+        if has_result(job.job_dir):
             write_result(job.job_dir, result)  # unreadable: what the driver knows replaces it
         elif not write_result_if_absent(job.job_dir, result):
             return result_status(job.job_dir) or str(result["status"])

@@ -94,6 +94,23 @@ def write_result(job_dir: Path, result: dict[str, Any]) -> Path:
     return path
 
 
+def has_result(job_dir: Path) -> bool:
+    """Whether the job has a `result.json` at all, readable or not."""
+    return (Path(job_dir) / RESULT_FILE).exists()
+
+
+def remove_result(job_dir: Path) -> None:
+    """Forget the job's record (a run of it that is being requeued: its record is not the job's)."""
+    (Path(job_dir) / RESULT_FILE).unlink(missing_ok=True)
+
+
+def start_clean(job_dir: Path) -> None:
+    """A job run again starts without the record and metrics of its last run (a stale failed result must not stand
+    for the new attempt); its checkpoint stays, to resume from."""
+    remove_result(job_dir)
+    (Path(job_dir) / METRICS_FILE).unlink(missing_ok=True)
+
+
 def write_result_if_absent(job_dir: Path, result: dict[str, Any]) -> bool:
     """Write `result.json` only where there is none, in one step: the record of a job that died without one
     never replaces the job's own, however late that came. True when written, False when one was there."""

@@ -20,7 +20,7 @@ from typing import Any
 from sweepit._host import now_iso
 from sweepit.errors import SlurmError
 from sweepit.local._capture import STDERR_LOG, STDOUT_LOG
-from sweepit.results._job_files import METRICS_FILE, RESULT_FILE
+from sweepit.results._job_files import start_clean
 from sweepit.results._manifest import JobEntry, Manifest, write_manifest
 from sweepit.slurm._request import Request, SlurmOptions, gpu_hours, sbatch_parameters
 from sweepit.slurm._task_files import TASK_DIR, link_task_logs
@@ -133,8 +133,7 @@ def submit_jobs(jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, max
     for chunk in arrays(jobs, max_array_size):
         tasks = []
         for job in chunk:
-            for file in (RESULT_FILE, METRICS_FILE):  # a rerun starts clean; checkpoint.pt is kept to resume
-                (job.job_dir / file).unlink(missing_ok=True)
+            start_clean(job.job_dir)  # checkpoint.pt is kept to resume
             shutil.rmtree(job.job_dir / TASK_DIR, ignore_errors=True)
             tasks.append(make_task(job))
         folder = fresh_folder(sweep_dir)

@@ -31,6 +31,8 @@ def main(cfg: DictConfig) -> float:
         times["grandchild_pid"] = subprocess.Popen(["sleep", "600"]).pid
     (job_dir / TIMES_FILE).write_text(json.dumps(times))
     time.sleep(float(cfg.sleep_s))
+    while cfg.release_file and not Path(str(cfg.release_file)).exists():  # held until the test says (an event)
+        time.sleep(0.05)
     if x in cfg.segfault_on:
         print(f"job x={x} about to segfault", file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGSEGV)

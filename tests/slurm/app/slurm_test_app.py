@@ -29,6 +29,8 @@ def main(cfg: DictConfig) -> float:
     fail_on = [int(v) for v in os.environ.get("SLURM_APP_FAIL_ON", "").split(",") if v]
     slow = x in cfg.slow_on or HydraConfig.get().job.num in cfg.slow_jobs
     time.sleep(float(cfg.sleep_s) + (float(cfg.extra_sleep_s) if slow else 0.0))
+    while cfg.release_file and not Path(str(cfg.release_file)).exists():  # held until the test says (an event)
+        time.sleep(0.05)
     if x in cfg.hang_on:
         time.sleep(600)
     if cfg.fail_on_rank is not None and rank == int(cfg.fail_on_rank):
