@@ -24,7 +24,7 @@ import contextlib
 import gc
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,13 @@ class SweepFailed(SweepFailedError, CompactHydraException):
 class LaunchError(SweepitError, CompactHydraException):
     """Bad input, an unreachable Slurm, another driver on the sweep directory: found before a job runs; Hydra
     prints the message alone."""
+
+
+def plain_options(params: Mapping[str, Any]) -> dict[str, Any]:
+    """A plugin's keys as its engine's option dataclass takes them: Hydra hands lists and dicts over as config
+    nodes, which become plain (resolved) containers; everything else is passed as it is."""
+    return {str(k): OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+            for k, v in params.items()}
 
 
 @contextlib.contextmanager

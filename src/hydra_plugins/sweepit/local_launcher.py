@@ -13,9 +13,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from hydra.core.utils import JobReturn
-from omegaconf import OmegaConf
 
-from hydra_plugins.sweepit._hydra import SweepitLauncher, compact_errors, job_return, release_config, run_hydra_job
+from hydra_plugins.sweepit._hydra import (
+    SweepitLauncher,
+    compact_errors,
+    job_return,
+    plain_options,
+    release_config,
+    run_hydra_job,
+)
 from sweepit.errors import SweepFailedError
 from sweepit.local import Job, LocalOptions, LocalSweep, Reply
 
@@ -25,10 +31,7 @@ log = logging.getLogger(__name__)
 class LocalLauncher(SweepitLauncher):
     def __init__(self, **options: Any) -> None:
         super().__init__()
-        # The keys are the schema's (LocalOptions itself), which Hydra has checked; lists come as ListConfig.
-        plain: dict[str, Any] = {k: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v
-                                 for k, v in options.items()}
-        self.options = LocalOptions(**plain)
+        self.options = LocalOptions(**plain_options(options))  # the schema's keys (LocalOptions'), Hydra-checked
         self._sweep: LocalSweep | None = None    # the run of start()/wait_any()
 
     def _new_sweep(self) -> LocalSweep:

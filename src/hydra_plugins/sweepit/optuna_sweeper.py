@@ -24,7 +24,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from hydra_plugins.sweepit._hydra import SweepitLauncher, compact_errors
+from hydra_plugins.sweepit._hydra import SweepitLauncher, compact_errors, plain_options
 from hydra_plugins.sweepit._space import parse_space, space_params
 from sweepit._targets import locate
 from sweepit.errors import ConfigError, SweepFailedError
@@ -47,8 +47,8 @@ class OptunaSweeper(Sweeper):
                  custom_search_space: str | None = None, **options: Any) -> None:
         # The other keys are the search engine's (SearchOptions itself), which Hydra's schema has checked.
         try:
-            plain: dict[str, Any] = {k: _plain(v) if k in ("sampler", "pruner") else _value(v)
-                                     for k, v in options.items()}
+            plain = plain_options(options)
+            plain.update({k: _plain(plain[k]) for k in ("sampler", "pruner") if k in plain})
             self.options = SearchOptions(**plain)
         except ConfigError as e:
             raise OptunaInputError(str(e)) from None
@@ -167,11 +167,6 @@ def _job_defaults(config: DictConfig) -> JobDefaults:
                        direction=OmegaConf.select(config, "direction", default=None),
                        epochs=OmegaConf.select(config, "epochs", default=None),
                        study=OmegaConf.select(config, "study", default=None))
-
-
-def _value(node: Any) -> Any:
-    """A list node (direction, metrics) as a plain list; anything else as it is."""
-    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
 
 def _plain(node: Any) -> dict[str, Any]:

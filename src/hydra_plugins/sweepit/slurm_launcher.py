@@ -15,17 +15,20 @@ from typing import Any
 
 from hydra.core.utils import JobReturn
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from hydra_plugins.sweepit._hydra import LaunchError, SlurmTask, SweepitLauncher, compact_errors, job_return
+from hydra_plugins.sweepit._hydra import (
+    LaunchError,
+    SlurmTask,
+    SweepitLauncher,
+    compact_errors,
+    job_return,
+    plain_options,
+)
 from hydra_plugins.sweepit._workers import WorkerTask, for_workers
 from sweepit.errors import ConfigError
 from sweepit.slurm import ClusterFacts, Outcome, PlannedJob, SlurmOptions, SlurmSweep
 from sweepit.slurm._workers import WorkerSweep
-
-
-def _plain(value: Any) -> Any:
-    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
 
 
 class SlurmLauncher(SweepitLauncher):
@@ -35,7 +38,7 @@ class SlurmLauncher(SweepitLauncher):
         # "Error in call to target ... full_key: hydra.launcher", and the user is to see sweepit's message alone.
         self._bad_options: str | None = None
         try:
-            self.options = SlurmOptions.from_params({k: _plain(v) for k, v in params.items()})
+            self.options = SlurmOptions.from_params(plain_options(params))
         except ConfigError as e:
             self._bad_options = str(e)
             self.options = SlurmOptions(dry_run=True)  # never used: setup() raises first
