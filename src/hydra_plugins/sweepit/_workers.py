@@ -1,5 +1,7 @@
-"""What each Optuna worker runs on Slurm (`hydra.sweeper.workers=N`): `sweepit.search.Worker`'s loop, with a trial's
-job composed and run as Hydra would run it, inside the worker's own process.
+"""What long-lived workers run on Slurm: each Optuna worker (`hydra.sweeper.workers=N`, `WorkerTask`) runs
+`sweepit.search.Worker`'s loop, with a trial's job composed and run as Hydra would run it inside the worker's own
+process; each worker of a packed grid (`hydra.launcher.workers=N`, `PackedTask`) runs `sweepit.slurm`'s
+`run_worker`, each job composed in the worker and run in a process forked from it, as the local launcher runs jobs.
 
 A trial's config is composed from the sweep's config and the trial's overrides as the driver composes it in
 per-trial mode, in a job directory numbered as there (`<num>_<overrides>`, `.hydra/`, result.json, metrics.jsonl),
@@ -12,6 +14,7 @@ the worker tells that trial `interrupted` (its parameters enqueued), and the req
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,12 +22,14 @@ from typing import Any
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
-from hydra_plugins.sweepit._hydra import job_dir, record, record_task
+from hydra_plugins.sweepit._hydra import job_dir, record, record_task, run_hydra_job
 from sweepit._signals import interrupt_on_sigterm
+from sweepit.local import Job, Reply
 from sweepit.results._job_files import start_clean
 from sweepit.search import Search
 from sweepit.search._search import no_env
 from sweepit.search._workers import Worker
+from sweepit.slurm._pack_worker import PackSpec, PlannedEntry, run_worker
 from sweepit.slurm._workers import worker_id, write_trial_record
 from sweepit.train import _session
 
@@ -99,3 +104,41 @@ class WorkerTask:
         fresh = copy.copy(self)
         fresh.search = for_workers(self.search)  # not the open study (its storage holds locks): reopened when back
         return submitit.helpers.DelayedSubmission(fresh, *args, **kwargs)
+
+
+class PackedTask:
+    """One worker of a packed grid: a picklable callable that submitit runs as one task of the workers' array."""
+
+    def __init__(self, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig,
+                 singleton_state: dict[Any, Any], spec: PackSpec) -> None:
+        self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
+        self.singleton_state = singleton_state
+        self.spec = spec
+
+    def __call__(self) -> int:
+        from hydra.core.singleton import Singleton
+        from hydra.core.utils import setup_globals
+
+        from sweepit.local._sweep import DEFAULT_PRELOAD, preload
+
+        logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
+        Singleton.set_state({**self.singleton_state, "instances": dict(self.singleton_state["instances"])})
+        setup_globals()
+        preload(DEFAULT_PRELOAD)  # once per worker, so that each job starts warm (see LocalOptions.preload)
+        return run_worker(self.spec, worker_id(), compose=self._compose, body=self._body)
+
+    def _compose(self, job: Job, entry: PlannedEntry) -> None:
+        """The job's config as the driver composed it (same overrides, number and environment), and its directory."""
+        config = self.hydra_context.config_loader.load_sweep_config(self.config, list(entry.overrides))
+        with open_dict(config):
+            config.hydra.job.id = entry.num
+            config.hydra.job.num = entry.num
+            for key, value in entry.env.items():
+                config.hydra.job.env_set[key] = value
+        job.config, job.job_dir = config, job_dir(config, Path(self.spec.sweep_dir))
+        if str(job.job_dir) != entry.job_dir:
+            raise RuntimeError(f"job {entry.num} composes to directory {job.job_dir} in this worker, but the driver "
+                               f"planned {entry.job_dir}: is the app's config the same on this node?")
+
+    def _body(self, job: Job) -> Reply:
+        return run_hydra_job(self.hydra_context, self.task_function, job.config, job.job_dir)

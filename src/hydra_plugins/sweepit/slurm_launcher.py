@@ -25,9 +25,10 @@ from hydra_plugins.sweepit._hydra import (
     job_return,
     plain_options,
 )
-from hydra_plugins.sweepit._workers import WorkerTask, for_workers
+from hydra_plugins.sweepit._workers import PackedTask, WorkerTask, for_workers
 from sweepit.errors import ConfigError
 from sweepit.slurm import ClusterFacts, Outcome, PlannedJob, SlurmOptions, SlurmSweep
+from sweepit.slurm._pack_worker import PackSpec
 from sweepit.slurm._workers import WorkerSweep
 
 
@@ -58,7 +59,7 @@ class SlurmLauncher(SweepitLauncher):
             job.config, job.job_dir = self.compose_job(job.num, job.overrides, sweep_dir)
 
         return SlurmSweep(self.options, sweep_dir, compose=compose, make_task=self._task, lock=self.lock,
-                          facts=self.facts)
+                          facts=self.facts, make_worker=self._packed_task)
 
     def _task(self, job: PlannedJob) -> SlurmTask:
         """What each Slurm task of the job runs: Hydra's run_job around the task function, in the job's directory."""
@@ -67,6 +68,14 @@ class SlurmLauncher(SweepitLauncher):
         assert self.hydra_context is not None and self.task_function is not None
         context = HydraContext(config_loader=self.composed.loader, callbacks=self.hydra_context.callbacks)
         return SlurmTask(context, self.task_function, job.config, Singleton.get_state(), str(job.job_dir))
+
+    def _packed_task(self, spec: PackSpec) -> PackedTask:
+        """What each worker of a packed sweep runs: jobs composed in the worker, each forked from it."""
+        from hydra.core.singleton import Singleton
+
+        assert self.hydra_context is not None and self.task_function is not None and self.config is not None
+        context = HydraContext(config_loader=self.composed.loader, callbacks=self.hydra_context.callbacks)
+        return PackedTask(context, self.task_function, self.config, Singleton.get_state(), spec)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         sweep = self._new_sweep()

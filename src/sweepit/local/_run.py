@@ -130,48 +130,56 @@ class SweepRun:
 
     def record(self, job: Job) -> str:
         """The job's status; writes `result.json` when the job left none (its own one is kept as it is)."""
-        own = read_record(job.job_dir).result or None  # unreadable: the driver's record of the job's end replaces it
-        if own is not None and "status" in own:
-            if own["status"] in FAILED_STATUSES and own.get("recorded_by") == "sweepit" and "stderr_tail" not in own:
-                # Recorded by the job's own session (error and traceback): the driver adds what it alone knows.
-                own["stderr_tail"] = tail_lines(job.job_dir / STDERR_LOG, self.stderr_tail_lines)
-                write_result(job.job_dir, own)
-            return str(own["status"])
-        reply = job.reply
-        result: dict[str, Any] = {
-            "objective": None, "hostname": socket.gethostname(), "pid": job.pid, "wall_time_s": job.wall_time_s,
-            "started_at": self._started_at.get(job.num), "ended_at": now_iso(), "recorded_by": "sweepit local launcher",
-        }
-        for key in ("metric", "direction"):
-            value = OmegaConf.select(job.config, key, default=None)
-            if value is not None:
-                result[key] = str(value)
-        if reply is not None and reply.status == "completed":
-            # An app that does not write result.json itself (not sweepit's train.py): record its return value.
-            result.update(status="completed", objective=_number(reply.value))
-            return self._write(job, result)
-        if job.stopped or (reply is not None and reply.status == "interrupted"):
-            result.update(status="interrupted", error=reply.error if reply else "stopped by the sweep driver")
-        elif reply is not None:
-            result.update(status="failed", error=reply.error, traceback=reply.traceback)
-        else:
-            result.update(status="failed", error=describe_exit(job.exit_code, job.stopped))
-        if reply is None and job.exit_code is not None and job.exit_code < 0:
-            result["exit_signal"] = signal.Signals(-job.exit_code).name
-        elif reply is None:
-            result["exit_code"] = job.exit_code
-        result["stderr_tail"] = tail_lines(job.job_dir / STDERR_LOG, self.stderr_tail_lines)
-        return self._write(job, result)
-
-    def _write(self, job: Job, result: dict[str, Any]) -> str:
-        """Record how a job that left no readable result ended; return its status. A result of the job's own
-        that appears meanwhile (from a process of the job that outlived it) is kept, and its status returned."""
-        if has_result(job.job_dir):
-            write_result(job.job_dir, result)  # unreadable: what the driver knows replaces it
-        elif not write_result_if_absent(job.job_dir, result):
-            return result_status(job.job_dir) or str(result["status"])
-        return str(result["status"])
+        return record_end(job, self._started_at.get(job.num), self.stderr_tail_lines, "sweepit local launcher")
 
     def failure_report(self, jobs: list[Job], stop_signal: int | None, fail_on_error: bool) -> str | None:
         """The message of the error that ends a sweep with failures, or None when it ends cleanly."""
         return failure_report(self.manifest, jobs, self.statuses, self.skipped, stop_signal, fail_on_error)
+
+
+def record_end(job: Job, started_at: str | None, stderr_tail_lines: int, recorded_by: str) -> str:
+    """How a forked job ended, as its status; writes `result.json` when the job left none (its own one is kept as
+    it is, with the tail of its stderr added to a failure its session recorded). The local launcher's driver and a
+    packed Slurm worker (sweepit.slurm._pack_worker) both record their jobs with it."""
+    own = read_record(job.job_dir).result or None  # unreadable: the driver's record of the job's end replaces it
+    if own is not None and "status" in own:
+        if own["status"] in FAILED_STATUSES and own.get("recorded_by") == "sweepit" and "stderr_tail" not in own:
+            # Recorded by the job's own session (error and traceback): the driver adds what it alone knows.
+            own["stderr_tail"] = tail_lines(job.job_dir / STDERR_LOG, stderr_tail_lines)
+            write_result(job.job_dir, own)
+        return str(own["status"])
+    reply = job.reply
+    result: dict[str, Any] = {
+        "objective": None, "hostname": socket.gethostname(), "pid": job.pid, "wall_time_s": job.wall_time_s,
+        "started_at": started_at, "ended_at": now_iso(), "recorded_by": recorded_by,
+    }
+    for key in ("metric", "direction"):
+        value = OmegaConf.select(job.config, key, default=None)
+        if value is not None:
+            result[key] = str(value)
+    if reply is not None and reply.status == "completed":
+        # An app that does not write result.json itself (not sweepit's train.py): record its return value.
+        result.update(status="completed", objective=_number(reply.value))
+        return _write(job, result)
+    if job.stopped or (reply is not None and reply.status == "interrupted"):
+        result.update(status="interrupted", error=reply.error if reply else "stopped by the sweep driver")
+    elif reply is not None:
+        result.update(status="failed", error=reply.error, traceback=reply.traceback)
+    else:
+        result.update(status="failed", error=describe_exit(job.exit_code, job.stopped))
+    if reply is None and job.exit_code is not None and job.exit_code < 0:
+        result["exit_signal"] = signal.Signals(-job.exit_code).name
+    elif reply is None:
+        result["exit_code"] = job.exit_code
+    result["stderr_tail"] = tail_lines(job.job_dir / STDERR_LOG, stderr_tail_lines)
+    return _write(job, result)
+
+
+def _write(job: Job, result: dict[str, Any]) -> str:
+    """Record how a job that left no readable result ended; return its status. A result of the job's own
+    that appears meanwhile (from a process of the job that outlived it) is kept, and its status returned."""
+    if has_result(job.job_dir):
+        write_result(job.job_dir, result)  # unreadable: what the driver knows replaces it
+    elif not write_result_if_absent(job.job_dir, result):
+        return result_status(job.job_dir) or str(result["status"])
+    return str(result["status"])

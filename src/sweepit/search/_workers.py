@@ -23,14 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, Protocol
 
-from sweepit._files import atomic_write
 from sweepit.errors import SweepFailedError
+from sweepit.results._claims import STALE_S, Heartbeat, claim, silent_s, workers_dir
 from sweepit.search._pruning import PRUNER_CLASSES
 from sweepit.search._results import write_results
 from sweepit.search._samplers import build_sampler, grid_size, short_name
@@ -38,10 +36,7 @@ from sweepit.search._search import Search
 from sweepit.search._study import STATUS_ATTR, interrupt, is_counted, recover, recover_trial
 
 log = logging.getLogger(__name__)
-WORKERS_DIR = ".workers"   # in the sweep directory: heartbeats, job-number claims, reclaim claims
 WORKER_ATTR = "worker"     # trial user attribute: the Slurm id of the worker that runs it
-HEARTBEAT_S = 5.0
-STALE_S = 45.0             # a worker silent this long is taken as dead (a busy shared file system may lag)
 WAIT_S = 2.0               # how often an idle worker looks at the study again
 SEED_STRIDE = 100_003      # seeded samplers: each worker its own stream, or they would ask the same points
 
@@ -76,15 +71,6 @@ def attach(search: Search, index: int) -> Any:
     return study
 
 
-def claim(path: Path) -> bool:
-    """Create `path` exclusively (in one step, through the one atomic write); False when another process did first."""
-    try:
-        atomic_write(path, "", fsync=False, replace=False)
-    except FileExistsError:
-        return False
-    return True
-
-
 class Worker:
     """One worker's loop; see the module's docstring for the rules."""
 
@@ -92,18 +78,16 @@ class Worker:
                  wait_s: float = WAIT_S, stale_s: float = STALE_S) -> None:
         self.search, self.index, self.worker_id = search, index, worker_id
         self.prepare, self.run_job = prepare, run
-        self.dir = search.sweep_dir / WORKERS_DIR
+        self.dir = workers_dir(search.sweep_dir)
         self.next_job = job_base
         self.wait_s, self.stale_s = wait_s, stale_s
         self.n_run = 0
-        self._beating = threading.Event()
 
     def run(self) -> int:
         """Trials until the study has n_trials and none running, or the failure budget is spent; how many ran."""
         study = attach(self.search, self.index)
         total = total_trials(self.search)
-        self._start_heartbeat()
-        try:
+        with Heartbeat(self.search.sweep_dir, self.worker_id):
             while True:
                 self._reclaim(study)
                 stop = self.search._failure_stop()
@@ -120,8 +104,6 @@ class Worker:
                 if self._surplus(study, trial, total):
                     continue
                 self._run_trial(trial)
-        finally:
-            self._beating.set()
         log.info(f"worker {self.worker_id}: done after {self.n_run} trial(s)")
         return self.n_run
 
@@ -167,20 +149,6 @@ class Worker:
         return True
 
     # -- workers that died without a word ---------------------------------------------------------------------------
-    def _start_heartbeat(self) -> None:
-        beat = self.dir / f"{self.worker_id}.alive"
-        beat.parent.mkdir(parents=True, exist_ok=True)
-
-        def loop() -> None:
-            while True:
-                with contextlib.suppress(OSError):
-                    beat.touch()
-                if self._beating.wait(HEARTBEAT_S):
-                    return
-
-        self._beating.clear()
-        threading.Thread(target=loop, name="sweepit-heartbeat", daemon=True).start()
-
     def _reclaim(self, study: Any) -> None:
         """RUNNING trials of workers whose heartbeat went stale: recorded from their result, or retried."""
         now = time.time()
@@ -190,16 +158,13 @@ class Worker:
             owner = trial.user_attrs.get(WORKER_ATTR)
             if owner == self.worker_id or now - trial.datetime_start.timestamp() < self.stale_s:
                 continue
-            try:
-                silent_s = now - (self.dir / f"{owner}.alive").stat().st_mtime
-            except OSError:
-                silent_s = float("inf")
-            if silent_s < self.stale_s or not claim(self.dir / f"reclaimed-{trial._trial_id}"):
+            silent = silent_s(self.search.sweep_dir, str(owner))
+            if silent < self.stale_s or not claim(self.dir / f"reclaimed-{trial._trial_id}"):
                 continue
             status = recover_trial(study, trial, self.search.sweep_dir, self.search.options.diverged_value,
                                    self.search.options.metrics)
             log.warning(f"worker {self.worker_id}: trial {trial.number} of worker {owner} (silent for "
-                        f"{silent_s:.0f} s) recorded as {status}")
+                        f"{silent:.0f} s) recorded as {status}")
 
 
 # -- the driver's side -------------------------------------------------------------------------------------------

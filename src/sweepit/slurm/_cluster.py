@@ -216,3 +216,21 @@ def sacct(job_ids: Iterable[str]) -> dict[str, QueueRow] | None:
         if len(parts) == 5 and "[" not in parts[0]:  # `123_[4-9]`: tasks not started yet, not a final word
             rows[parts[0]] = QueueRow(parts[0], parts[1].split()[0] if parts[1] else "", parts[2], parts[3], parts[4])
     return rows
+
+
+def end_time(job_id: str) -> float | None:
+    """When the job (array task) `123` or `123_4` reaches its time limit, in epoch seconds, as squeue says (%e, the
+    controller's local time); None when squeue does not answer or the job has no limit."""
+    import time
+
+    try:
+        out = _run(["squeue", "-h", "-j", job_id, "-o", "%e"], timeout_s=10)
+    except SlurmError:
+        return None
+    said = out.stdout.strip().splitlines()
+    if out.returncode != 0 or not said:
+        return None
+    try:
+        return time.mktime(time.strptime(said[0].strip(), "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:  # NONE, Unknown, INFINITE
+        return None

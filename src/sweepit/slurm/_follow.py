@@ -28,6 +28,7 @@ from sweepit.results._summary import own_overrides
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._cluster import ACTIVE_STATES
 from sweepit.slurm._states import (
+    PACKED,
     Seen,
     apply,
     look,
@@ -66,11 +67,13 @@ class Follower:
         self.on_poll: Callable[[], None] = lambda: None  # called at every look: the sweep lock's heartbeat
         self._live = LiveReader()  # the running jobs' metrics, read incrementally
 
-    def add(self, num: int) -> None:
-        """Follow one more job (submitted after the follower was made: the Optuna sweeper's trials)."""
+    def add(self, num: int, counted: bool = False) -> None:
+        """Follow one more job (submitted after the follower was made: the Optuna sweeper's trials; a packed job once
+        a worker claims it, `counted` among the queued jobs of the progress line already)."""
         self.pending[num] = None
         self._phase[num] = "queued"
-        self.progress.queued += 1
+        if not counted:
+            self.progress.queued += 1
 
     def run(self) -> None:
         """Follow until every job has ended, or a SIGINT/SIGTERM says to stop following (the jobs go on)."""
@@ -235,8 +238,8 @@ class Follower:
 
 
 def _has_returned(entry: JobEntry) -> bool:
-    if entry.extra.get("worker_trial") is not None:  # a worker's trial: its worker returns when all are done
-        return True
+    if entry.extra.get("worker_trial") is not None or entry.extra.get(PACKED) is not None:
+        return True  # a job run by a worker: its worker returns when all are done
     path = result_pickle(entry)
     return path is not None and path.exists()
 

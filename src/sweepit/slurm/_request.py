@@ -131,6 +131,22 @@ class SlurmOptions:
     # are split into several arrays.
     max_array_size: int | None = None
 
+    # -- packing: many short jobs in a few allocations -------------------------------------------------------
+    # Long-lived workers per resource request (0: one Slurm job per job). N > 0 submits, for each distinct request
+    # (a GPU-count study has one per count), one array of at most N workers; each worker runs the sweep's jobs of
+    # its request one after another, forked from its warm interpreter, until none is left, then ends. Each job
+    # keeps its own directory, logs and result.json. Pays off for jobs shorter than the queue wait; a job may take
+    # at most one node.
+    workers: int = 0
+    # Jobs each worker runs at once (packed sweeps only), sharing the worker's GPUs or cores: the worker asks for
+    # slots x cpus_per_task cores (per rank of a job) and runs that many jobs side by side; for small models.
+    slots: int = 1
+    # Time limit of each worker in minutes (packed sweeps only); null: its share of the jobs at their own time
+    # limits (the jobs' timeout x ceil(jobs / (workers x slots))), at most the partition's MaxTime. A worker starts
+    # a job only when the job's expected time (the mean of the jobs it ran, else the job's time limit) fits in
+    # what is left; the jobs left over go to fresh workers.
+    worker_timeout_min: int | None = None
+
     # -- time limits and preemption ------------------------------------------------------------------------
     # Seconds before the time limit at which Slurm sends USR2: the job is then requeued and resumes from its
     # last epoch checkpoint (trainer.checkpoint=true). Slurm may send it up to 60 s early, so each job's
@@ -189,7 +205,8 @@ class SlurmOptions:
                 ("max_nodes", 1, False), ("array_parallelism", 1, False), ("gpus_per_node", 0, True),
                 ("gpus_per_task", 0, True), ("cpus_per_task", 1, True), ("mem_gb", 1, True), ("node_gpus", 1, True),
                 ("max_array_size", 1, True), ("signal_delay_s", 0, False), ("max_num_timeout", 0, False),
-                ("stderr_tail_lines", 0, False)):
+                ("stderr_tail_lines", 0, False), ("workers", 0, False), ("slots", 1, False),
+                ("worker_timeout_min", 1, True)):
             value = getattr(self, key)
             example = "null" if nullable else max(1, minimum)
             _require((nullable and value is None) or _count(value, minimum),

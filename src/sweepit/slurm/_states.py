@@ -38,6 +38,9 @@ RECORDED_BY = "sweepit slurm launcher"
 # Manifest states of jobs still in Slurm's hands.
 LIVE_STATES = ("queued", "running")
 CANCELLED_BY_DRIVER = "cancelled_by_driver"  # manifest extra: when the driver itself scancel'ed the job
+# Manifest extra of a job of a packed sweep (hydra.launcher.workers=N): the index of its request in the plan. Such a
+# job has the Slurm id of the worker that claimed it, none before; a worker runs it once, so its result is final.
+PACKED = "packed"
 # slurmstepd's last word in the job's stderr log: why Slurm ended it, readable after squeue and sacct forgot it.
 _SLURMSTEPD = re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+"
                          r"(?: DUE TO (TIME LIMIT|PREEMPTION|NODE FAILURE))?")
@@ -91,7 +94,7 @@ def settled_by_results(entries: Iterable[JobEntry]) -> dict[int, Seen]:
     seen = {}
     for e in entries:
         status = result_status(Path(e.job_dir)) if e.job_dir else None
-        if status is not None and status not in FAILED_STATUSES:
+        if status is not None and (status not in FAILED_STATUSES or e.extra.get(PACKED) is not None):
             seen[e.num] = Seen(state=status, final=True)
     return seen
 
@@ -108,8 +111,10 @@ def pending_reasons(seen: dict[int, Seen]) -> str:
 
 def _decide(entry: JobEntry, status: str | None, queued: QueueRow | None, accounted: QueueRow | None,
             squeue_failed: bool) -> Seen:
-    if status is not None and status not in FAILED_STATUSES:
+    if status is not None and (status not in FAILED_STATUSES or entry.extra.get(PACKED) is not None):
         return Seen(state=status, slurm_state=(queued or accounted or QueueRow("", "", "")).state, final=True)
+    if slurm_id(entry) is None and entry.extra.get(PACKED) is not None and entry.state in LIVE_STATES:
+        return Seen(state="queued")  # no worker has claimed it yet
     if slurm_id(entry) is None:
         return Seen(state=status or "not started", final=True)  # never submitted
     if queued is not None and queued.state in ACTIVE_STATES:

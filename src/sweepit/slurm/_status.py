@@ -10,7 +10,7 @@ from sweepit.results._lock import SweepLock
 from sweepit.results._manifest import FINISHED_STATUSES, Manifest, read_manifest, settle_orphans, write_manifest
 from sweepit.results._progress import format_duration
 from sweepit.results._summary import MAX_ROWS, JobRow, format_table, override_values, read_job
-from sweepit.slurm._states import LIVE_STATES, refresh, slurm_id
+from sweepit.slurm._states import LIVE_STATES, PACKED, refresh, slurm_id
 from sweepit.slurm._workers import adopt_trials, workers_alive
 
 
@@ -75,7 +75,7 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
     changed, note = refresh(m, record=driver is None, nums=to_refresh(m, shown_jobs(m, max_rows)))
     changed += adopted
     if driver is None:
-        changed += settle_orphans(m)
+        changed += settle_orphans(m) + _settle_unclaimed(m)
     if changed and driver is None:
         write_manifest(m, changed)  # with a live driver, it alone writes the sweep's records
     lines = [status_table(m, live, shown_jobs(m, max_rows)),
@@ -92,7 +92,8 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
                      f"{driver.get('since')}): it records what ends; this is a look, nothing was written.")
     live_jobs = [e for e in m.jobs.values() if e.state in LIVE_STATES]
     if live_jobs and m.launcher == "slurm":
-        arrays = sorted({str(slurm_id(e)).split("_", 1)[0] for e in live_jobs}, key=int)
+        arrays = sorted({str(slurm_id(e)).split("_", 1)[0] for e in live_jobs if slurm_id(e)}
+                        | set(m.workers.get("arrays") or {}), key=int)
         lines.append(f"{len(live_jobs)} job(s) still queued or running in Slurm: look again with `sweepit status "
                      f"{m.sweep_dir}`; cancel with `scancel {' '.join(arrays)}`.")
     redo = [e for e in m.jobs.values() if e.state not in LIVE_STATES and e.state not in ("completed", "diverged")]
@@ -101,13 +102,29 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
     workers = bool(m.workers) and m.launcher == "slurm" and workers_alive(m)
     if workers:
         ids = list(m.workers.get("ids") or [])
-        lines.append(f"{len(ids)} Optuna worker(s) of Slurm job {ids[0].split('_', 1)[0]} run the study; cancel them "
-                     f"with `scancel {ids[0].split('_', 1)[0]}`.")
+        arrays = sorted({i.split("_", 1)[0] for i in ids}, key=int)
+        what = "the sweep's jobs" if m.workers.get(PACKED) else "the study"
+        lines.append(f"{len(ids)} {'packed' if m.workers.get(PACKED) else 'Optuna'} worker(s) of Slurm job(s) "
+                     f"{' '.join(arrays)} run {what}; cancel them with `scancel {' '.join(arrays)}`.")
     going = bool(live_jobs) or driver is not None or workers
     if not going and not report_is_current(Path(m.sweep_dir)):
         lines.append(f"the sweep has ended, without a report since (it ran detached, or was stopped): `sweepit "
                      f"report {m.sweep_dir}` writes its tables and plots into {Path(m.sweep_dir) / 'report'}/.")
     return "\n".join(lines), going
+
+
+def _settle_unclaimed(m: Manifest) -> list[int]:
+    """A packed sweep's jobs that no worker claimed, once no worker of it is left and no driver follows it: `not
+    started` (`sweepit resume` submits workers for them)."""
+    if not m.workers.get(PACKED):
+        return []
+    waiting = [n for n, e in m.jobs.items() if e.extra.get(PACKED) is not None and not slurm_id(e)
+               and e.state in LIVE_STATES]
+    if not waiting or workers_alive(m):
+        return []
+    for n in waiting:
+        m.jobs[n].state = "not started"
+    return waiting
 
 
 def report_is_current(sweep_dir: Path) -> bool:

@@ -161,7 +161,7 @@ def submit_jobs(jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, max
                 "submitted_at": submitted_at, "gpus": job.request.n_gpus if job.request else None,
                 "nodes": job.request.nodes if job.request else None,
                 "timeout_min": job.request.timeout_min if job.request else None,
-                "metric": _select_str(job.config, "metric"), "direction": _select_str(job.config, "direction"),
+                "metric": select_str(job.config, "metric"), "direction": select_str(job.config, "direction"),
                 "result_grace_s": o.result_grace_s,  # for `sweepit status`, which has no options
             }
         ids.extend(chunk_ids)
@@ -169,7 +169,7 @@ def submit_jobs(jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, max
     return ids
 
 
-def _select_str(config: Any, key: str) -> str | None:
+def select_str(config: Any, key: str) -> str | None:
     from omegaconf import OmegaConf
 
     value = OmegaConf.select(config, key, default=None) if config is not None else None

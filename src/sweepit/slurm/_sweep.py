@@ -29,6 +29,7 @@ from sweepit.results._manifest import (
     is_finished,
     now_iso,
     open_manifest,
+    read_manifest,
     result_status,
     write_manifest,
 )
@@ -36,6 +37,8 @@ from sweepit.results._progress import Progress
 from sweepit.results._summary import summarize
 from sweepit.slurm._cluster import scancel
 from sweepit.slurm._follow import Follower
+from sweepit.slurm._pack import PackedSweep
+from sweepit.slurm._pack_worker import PackSpec
 from sweepit.slurm._request import ClusterFacts, SlurmOptions, asked, place
 from sweepit.slurm._states import CANCELLED_BY_DRIVER, look
 from sweepit.slurm._submit import PlannedJob, Task, dry_run_text, returned, submit_jobs
@@ -59,7 +62,7 @@ class SlurmSweep:
 
     def __init__(self, options: SlurmOptions, sweep_dir: Path, compose: Callable[[PlannedJob], None],
                  make_task: Callable[[PlannedJob], Task], lock: SweepLock | None = None,
-                 facts: ClusterFacts | None = None) -> None:
+                 facts: ClusterFacts | None = None, make_worker: Callable[[PackSpec], Task] | None = None) -> None:
         self.options = options
         # What Slurm said of itself (partition, MaxArraySize): asked at the first plan, kept for the sweep; a
         # launcher passes one for all its batches.
@@ -67,6 +70,7 @@ class SlurmSweep:
         self.sweep_dir = sweep_dir
         self.compose = compose
         self.make_task = make_task
+        self.make_worker = make_worker  # what each worker of a packed sweep runs (hydra.launcher.workers=N)
         self._open: tuple[Manifest, Follower, Progress] | None = None  # the run of start()/wait_any()
         self._started: dict[int, PlannedJob] = {}
         # One driver per sweep directory: a lock of the caller's (held for the whole sweep), or one per run.
@@ -89,12 +93,24 @@ class SlurmSweep:
 
     def dry_run(self, jobs: list[PlannedJob]) -> str:
         """What `run` would submit: each request's sbatch script, the job count and the GPU-hours."""
+        if self.options.workers:
+            return self._packed().dry_run(jobs)
         return dry_run_text(jobs, self.sweep_dir, self.plan(jobs), self.options)
+
+    def _packed(self) -> PackedSweep:
+        assert self.make_worker is not None, "a packed sweep (hydra.launcher.workers=N) needs make_worker"
+        return PackedSweep(self, self.make_worker)
 
     # -- a fixed list of jobs --------------------------------------------------------------------------------
     def run(self, jobs: list[PlannedJob]) -> dict[int, Outcome]:
         """Submit `jobs` and follow them to their end (or detach, `wait=false`); each one's Outcome. Raises
         SweepFailedError, after the results table, when jobs failed (and `fail_on_error`) or on Ctrl-C."""
+        if self.options.workers:
+            statuses = self._packed().run(jobs)
+            if statuses is None:
+                return {j.num: Outcome(None) for j in jobs}
+            manifest = read_manifest(self.sweep_dir)
+            return {j.num: _outcome(manifest.jobs[j.num], statuses.get(j.num)) for j in jobs}
         max_array_size = self.plan(jobs)
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
         self.lock.acquire()
@@ -164,6 +180,11 @@ class SlurmSweep:
     def start(self, job: PlannedJob) -> None:
         """Submit `job` now (one sbatch call); `wait_any` follows it with the others in flight."""
         o = self.options
+        if o.workers:
+            raise ConfigError("hydra.launcher.workers packs a fixed list of jobs (a grid) into long-lived workers, so "
+                              "an adaptive search, whose next trial depends on the last ones, cannot use it; but got "
+                              f"workers={o.workers}. For Optuna on Slurm use hydra.sweeper.workers=N (workers that ask "
+                              "the study for trials), or drop hydra.launcher.workers.")
         if o.dry_run:
             raise ConfigError("hydra.launcher.dry_run shows the submission of a fixed list of jobs, so an adaptive "
                               "search (whose next trial depends on the last ones) cannot use it, but got "

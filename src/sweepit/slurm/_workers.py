@@ -82,17 +82,23 @@ def adopt_trials(m: Manifest) -> list[int]:
     return sorted(new)
 
 
-def workers_alive(m: Manifest) -> bool:
-    """Whether any worker of the manifest's array is queued or running (True when Slurm cannot be asked)."""
-    ids = list(m.workers.get("ids") or [])
+def alive_workers(m: Manifest) -> set[str]:
+    """The ids of the manifest's workers (Optuna's or a packed sweep's) that are queued or running; all of them when
+    Slurm cannot be asked."""
+    ids = [str(i) for i in m.workers.get("ids") or []]
     if not ids:
-        return False
+        return set()
     rows = cluster.squeue(ids)
     if rows is None:
-        return True
+        return set(ids)
     name = m.workers.get("job_name")
-    return any((row := rows.get(i)) is not None and (not name or row.name == name)
-               and (row.state in cluster.ACTIVE_STATES or row.state == "COMPLETING") for i in ids)
+    return {i for i in ids if (row := rows.get(i)) is not None and (not name or row.name == name)
+            and (row.state in cluster.ACTIVE_STATES or row.state == "COMPLETING")}
+
+
+def workers_alive(m: Manifest) -> bool:
+    """Whether any worker of the manifest is queued or running (True when Slurm cannot be asked)."""
+    return bool(alive_workers(m))
 
 
 class WorkerSweep:

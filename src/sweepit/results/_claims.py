@@ -1,0 +1,74 @@
+"""What long-lived workers of one sweep share, through files alone (no driver, no server): who runs which job,
+and who is still alive. Used by both kinds of worker on Slurm: Optuna's (`sweepit.search._workers`, trials
+asked from the study) and packed grids' (`sweepit.slurm._pack_worker`, jobs of a fixed list).
+
+- A job is a worker's once it has created `<sweep dir>/.workers/<space>/<num>` exclusively (`claim`): one
+  atomic create, also on NFS, so two workers never run the same job.
+- Each worker touches `<sweep dir>/.workers/<worker id>.alive` every HEARTBEAT_S (`Heartbeat`); a worker
+  silent for STALE_S (`silent_s`) is taken as dead (SIGKILL, a lost node), and what it held may be taken over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+
+from sweepit._files import atomic_write
+
+WORKERS_DIR = ".workers"   # in the sweep directory
+HEARTBEAT_S = 5.0
+STALE_S = 45.0             # a worker silent this long is taken as dead (a busy shared file system may lag)
+
+
+def workers_dir(sweep_dir: Path) -> Path:
+    return Path(sweep_dir) / WORKERS_DIR
+
+
+def claim(path: Path, content: str = "") -> bool:
+    """Create `path` exclusively (in one step, through the one atomic write); False when another process did first."""
+    try:
+        atomic_write(path, content, fsync=False, replace=False)
+    except FileExistsError:
+        return False
+    return True
+
+
+def heartbeat_file(sweep_dir: Path, worker_id: str) -> Path:
+    return workers_dir(sweep_dir) / f"{worker_id}.alive"
+
+
+def silent_s(sweep_dir: Path, worker_id: str) -> float:
+    """Seconds since the worker's last heartbeat (infinite when it never beat)."""
+    try:
+        return time.time() - heartbeat_file(sweep_dir, worker_id).stat().st_mtime
+    except OSError:
+        return float("inf")
+
+
+class Heartbeat:
+    """`with Heartbeat(sweep_dir, worker_id):` touches the worker's heartbeat file every HEARTBEAT_S, in a thread."""
+
+    def __init__(self, sweep_dir: Path, worker_id: str, every_s: float = HEARTBEAT_S) -> None:
+        self.path = heartbeat_file(sweep_dir, worker_id)
+        self.every_s = every_s
+        self._stop = threading.Event()
+
+    def __enter__(self) -> Heartbeat:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+        def loop() -> None:
+            while True:
+                with contextlib.suppress(OSError):
+                    self.path.touch()
+                if self._stop.wait(self.every_s):
+                    return
+
+        self._stop.clear()
+        threading.Thread(target=loop, name="sweepit-heartbeat", daemon=True).start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
+        self._stop.set()

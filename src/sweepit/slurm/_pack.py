@@ -1,0 +1,378 @@
+"""Packed sweeps (`hydra.launcher.workers=N`), the driver's side: the jobs of each resource request go to one array
+of at most N long-lived workers (`sweepit.slurm._pack_worker`), which claim and run them one after another.
+
+The driver plans as for one Slurm job per job (each job's config and request, checked), writes the plan for the
+workers, submits one array per request, then follows: a job claimed by a worker becomes, in `sweep.json`, a job
+of that worker's Slurm id (`stdout.log`/`stderr.log` are the job's own files), so the follower, `sweepit status`,
+`report` and `resume` read it as any other Slurm job; one that no worker has claimed yet is `queued`. When every
+worker of a request has ended and some of its jobs are unclaimed (a worker ended because the next job would not fit
+in its time), fresh workers are submitted for them; an array that ended without starting any job is not replaced:
+its jobs are recorded as failed with the workers' log to read.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sweepit._host import now_iso
+from sweepit._signals import StopSignals
+from sweepit.errors import ConfigError, SweepFailedError
+from sweepit.results._job_files import start_clean, write_result
+from sweepit.results._manifest import (
+    JobEntry,
+    Manifest,
+    failure_report,
+    is_finished,
+    open_manifest,
+    result_status,
+    write_manifest,
+)
+from sweepit.results._progress import Progress
+from sweepit.results._summary import summarize
+from sweepit.slurm._follow import Follower
+from sweepit.slurm._pack_worker import PackSpec, PlannedEntry, read_claims, write_plan
+from sweepit.slurm._request import Request, gpu_hours, sbatch_parameters
+from sweepit.slurm._states import PACKED
+from sweepit.slurm._submit import (
+    PlannedJob,
+    Task,
+    fresh_folder,
+    job_name,
+    log_paths,
+    next_folder,
+    sbatch_script,
+    select_str,
+    submit,
+)
+from sweepit.slurm._workers import alive_workers
+
+if TYPE_CHECKING:
+    from sweepit.slurm._sweep import SlurmSweep
+
+log = logging.getLogger(__name__)
+RECORDED_BY = "sweepit slurm launcher (packed)"
+
+
+@dataclass
+class Shape:
+    """The jobs of one resource request, and the workers that run them."""
+
+    index: int
+    request: Request               # each job's
+    jobs: list[PlannedJob]
+    worker: Request                # each worker's: one task on one node, the job's GPUs, its own time limit
+    n_workers: int
+    cores: int | None              # cpus_per_task of a worker: slots x the job's tasks x cpus_per_task
+    threads: int                   # torch threads of one job
+    arrays: list[str] = field(default_factory=list)  # the arrays submitted for it, oldest first
+
+    def describe(self, slots: int) -> str:
+        return (f"{len(self.jobs)} job(s) with {self.request.describe()}: {self.n_workers} worker(s) of "
+                f"{self.worker.describe()}, {slots} job(s) at a time each, about "
+                f"{math.ceil(len(self.jobs) / max(1, self.n_workers))} job(s) per worker")
+
+
+def worker_request(r: Request, timeout_min: int) -> Request:
+    """A worker of jobs with request `r`: one task on one node holding all the job's GPUs (a job of N ranks forks
+    them itself, as on a workstation)."""
+    return Request(nodes=1, tasks_per_node=1, timeout_min=timeout_min, gpus_per_node=r.gpus_on_node or None,
+                   gres=r.gres if r.gres and not (r.gpus_per_node or r.gpus_per_task) else None)
+
+
+class PackedSweep:
+    """The driver of a packed sweep: `dry_run(jobs)` or `run(jobs)`, as SlurmSweep's. `make_worker(spec)` is what
+    each worker's Slurm task runs (pickled by submitit)."""
+
+    def __init__(self, sweep: SlurmSweep, make_worker: Callable[[PackSpec], Task]) -> None:
+        self.sweep = sweep
+        self.options = sweep.options
+        self.sweep_dir: Path = sweep.sweep_dir
+        self.make_worker = make_worker
+        self.shapes: list[Shape] = []
+        self.max_array_size = 0
+
+    # -- the plan --------------------------------------------------------------------------------------------
+    def plan(self, jobs: list[PlannedJob]) -> list[Shape]:
+        """Each job's config and request (checked as for one Slurm job per job), grouped by request."""
+        o = self.options
+        self.max_array_size = self.sweep.plan(jobs)
+        groups: dict[Request, list[PlannedJob]] = {}
+        for job in jobs:
+            assert job.request is not None
+            groups.setdefault(job.request, []).append(job)
+        part = self.sweep.facts.partition
+        max_time = part.max_time_min if part is not None else None
+        shapes = []
+        for index, (request, group) in enumerate(groups.items()):
+            if request.nodes > 1:
+                raise ConfigError(
+                    f"hydra.launcher.workers packs jobs of one node, but {len(group)} job(s) (e.g. job {group[0].num}) "
+                    f"ask for {request.nodes} nodes ({request.describe()}). Lower their GPU count to one node's, or "
+                    "set hydra.launcher.workers=0 to submit each job as its own Slurm job.")
+            n_workers = min(o.workers, math.ceil(len(group) / o.slots), self.max_array_size)
+            rounds = math.ceil(len(group) / (n_workers * o.slots))
+            if o.worker_timeout_min is not None:
+                if o.worker_timeout_min < request.timeout_min:
+                    raise ConfigError(
+                        f"hydra.launcher.worker_timeout_min must be at least the jobs' own time limit, "
+                        f"{request.timeout_min} min (job {group[0].num}), or no worker could start one; but got "
+                        f"worker_timeout_min={o.worker_timeout_min}. Raise it, or set it to null (each worker's share "
+                        "of the jobs at their time limits).")
+                timeout = o.worker_timeout_min
+            else:
+                timeout = request.timeout_min * rounds + 1  # a minute for the worker's own start
+                if max_time is not None:
+                    timeout = max(min(timeout, max_time), request.timeout_min)
+            tasks = request.nodes * request.tasks_per_node
+            cores = o.cpus_per_task * tasks * o.slots if o.cpus_per_task else None
+            threads = o.cpus_per_task or 1
+            shapes.append(Shape(index, request, group, worker_request(request, timeout), n_workers, cores, threads))
+        self.shapes = shapes
+        return shapes
+
+    def _params(self, shape: Shape, name: str, n_workers: int) -> dict[str, Any]:
+        o = replace(self.options, cpus_per_task=shape.cores) if shape.cores else self.options
+        params = sbatch_parameters(shape.worker, o, name)
+        params["array_parallelism"] = max(1, n_workers)  # every worker at once: they are the parallelism
+        return params
+
+    def dry_run(self, jobs: list[PlannedJob]) -> str:
+        """What `run` would submit: each array's sbatch script, the workers, slots and jobs per worker, and the
+        GPU-hours if every worker ran to its time limit."""
+        o, name = self.options, job_name(self.options)
+        out = []
+        for i, shape in enumerate(self.plan(jobs)):
+            out.append(f"# {shape.describe(o.slots)}: 1 sbatch call (jobs "
+                       f"{', '.join(str(j.num) for j in shape.jobs[:20])}{', ...' if len(shape.jobs) > 20 else ''})")
+            out.append(sbatch_script(self._params(shape, name, shape.n_workers), next_folder(self.sweep_dir, i),
+                                     shape.n_workers, o.python))
+        hours = gpu_hours([s.worker for s in self.shapes for _ in range(s.n_workers)])
+        n_workers = sum(s.n_workers for s in self.shapes)
+        out.append(f"dry run: {len(jobs)} job(s) packed into {n_workers} worker(s) in {len(self.shapes)} sbatch "
+                   f"call(s), at most {hours:.2f} GPU-hours (every worker to its time limit); nothing submitted. "
+                   "Drop hydra.launcher.dry_run=true to submit.")
+        return "\n".join(out)
+
+    # -- the run ------------------------------------------------------------------------------------------------
+    def run(self, jobs: list[PlannedJob]) -> dict[int, str] | None:
+        """Submit the workers (or follow those still running from an earlier driver) and follow the jobs to their
+        end; each job's status, or None when not waiting (`wait=false`). Raises SweepFailedError, after the results
+        table, when jobs failed (and `fail_on_error`) or on Ctrl-C."""
+        self.plan(jobs)
+        o = self.options
+        self.sweep_dir.mkdir(parents=True, exist_ok=True)
+        self.sweep.lock.acquire()
+        try:
+            m = open_manifest(self.sweep_dir, launcher="slurm")
+            skipped = {j.num for j in jobs if o.resume and is_finished(j.job_dir)}
+            alive = alive_workers(m)
+            if alive:
+                generation = int(m.workers["generation"])
+                log.info(f"Following the packed workers still running from before ({len(alive)} of them); sweep dir "
+                         f"{self.sweep_dir}")
+            else:
+                generation = self._submit_plan(m, jobs, skipped)
+            statuses = self._follow(m, jobs, skipped, generation) if o.wait else None
+        finally:
+            if self.sweep.own_lock:
+                self.sweep.lock.release()
+        if statuses is None:
+            print(self._detached(), flush=True)
+            return None
+        if o.print_summary:
+            print(summarize(self.sweep_dir), flush=True)
+        report = failure_report(m, jobs, statuses, skipped, None, o.fail_on_error)
+        if report is not None:
+            raise SweepFailedError(report)
+        return statuses
+
+    def _submit_plan(self, m: Manifest, jobs: list[PlannedJob], skipped: set[int]) -> int:
+        """A new generation: the plan of the jobs to run, their manifest entries, one array of workers per request."""
+        generation = int(m.workers.get("generation", 0)) + 1 if m.workers.get(PACKED) else 1
+        to_run = [j for j in jobs if j.num not in skipped]
+        for job in jobs:
+            entry = m.jobs.setdefault(job.num, JobEntry(job.num, job.overrides, str(job.job_dir)))
+            entry.job_dir = str(job.job_dir)
+            if job.num in skipped:
+                entry.state = result_status(job.job_dir) or "completed"
+        shape_of = {j.num: s.index for s in self.shapes for j in s.jobs}
+        entries = []
+        for job in to_run:
+            start_clean(job.job_dir)  # checkpoint.pt is kept to resume
+            env = _env_set(job.config)
+            entries.append(PlannedEntry(job.num, list(job.overrides), str(job.job_dir), shape_of[job.num], env))
+            entry = m.jobs[job.num]
+            entry.state, entry.pid, entry.started_at, entry.ended_at = "queued", None, None, None
+            entry.extra = {PACKED: shape_of[job.num], "generation": generation,
+                           "stdout": str(job.job_dir / "stdout.log"), "stderr": str(job.job_dir / "stderr.log"),
+                           "gpus": job.request.n_gpus if job.request else None,
+                           "timeout_min": job.request.timeout_min if job.request else None,
+                           "metric": select_str(job.config, "metric"),
+                           "direction": select_str(job.config, "direction"),
+                           "result_grace_s": self.options.result_grace_s}
+        write_plan(self.sweep_dir, generation, entries, [s.request.describe() for s in self.shapes])
+        m.workers = {PACKED: True, "generation": generation, "ids": [], "job_name": job_name(self.options),
+                     "stdout": {}, "stderr": {}, "arrays": {}, "slots": self.options.slots}
+        write_manifest(m)
+        left = {s.index: sum(1 for j in s.jobs if j.num not in skipped) for s in self.shapes}
+        calls = 0
+        for shape in self.shapes:
+            if left[shape.index]:
+                self._submit_workers(m, shape, generation, min(shape.n_workers, math.ceil(left[shape.index]
+                                                                                          / self.options.slots)))
+                calls += 1
+        n_workers = len(m.workers["ids"])
+        log.info(f"Submitted {len(to_run)} of {len(jobs)} job(s) packed into {n_workers} worker(s) in {calls} sbatch "
+                 f"call(s)" + (f"; {len(skipped)} finished before (skipped)" if skipped else "")
+                 + f"; sweep dir {self.sweep_dir}")
+        return generation
+
+    def _submit_workers(self, m: Manifest, shape: Shape, generation: int, n_workers: int) -> list[str]:
+        o = self.options
+        spec = PackSpec(str(self.sweep_dir), generation, shape.index, o.slots, shape.threads,
+                        shape.worker.timeout_min, shape.request.timeout_min, stderr_tail_lines=o.stderr_tail_lines)
+        folder = fresh_folder(self.sweep_dir)
+        name = str(m.workers["job_name"])
+        ids = submit([self.make_worker(spec) for _ in range(n_workers)], self._params(shape, name, n_workers), folder,
+                     o.max_num_timeout, o.python)
+        for i in ids:
+            stdout, stderr = log_paths(folder, i)
+            m.workers["stdout"][i], m.workers["stderr"][i] = str(stdout), str(stderr)
+        m.workers["ids"].extend(ids)
+        array = ids[0].split("_", 1)[0]
+        m.workers["arrays"][array] = {"shape": shape.index, "ids": ids, "submitted_at": now_iso(),
+                                      "request": shape.worker.describe()}
+        shape.arrays.append(array)
+        write_manifest(m)
+        return ids
+
+    # -- following ------------------------------------------------------------------------------------------------
+    def _follow(self, m: Manifest, jobs: list[PlannedJob], skipped: set[int], generation: int) -> dict[int, str]:
+        """Follow until every job of the plan has ended (or a stop signal: then raise); each job's status."""
+        o = self.options
+        todo = [j.num for j in jobs if j.num not in skipped]
+        progress = Progress(len(jobs))
+        progress.skip(len(skipped))
+        follower = Follower(m, [], progress, o.poll_interval_s, o.result_grace_s, o.stderr_tail_lines)
+        follower.on_poll = self.sweep.lock.touch
+        given_up: dict[int, str] = {}
+        adopted: set[int] = set()
+        for num in todo:  # claimed under an earlier driver of this generation
+            if m.jobs[num].extra.get("slurm_job_id"):
+                adopted.add(num)
+                follower.add(num, counted=True)
+        shape_of = {j.num: s.index for s in self.shapes for j in s.jobs}
+        arrays_of: dict[int, list[str]] = {}
+        for array, info in (m.workers.get("arrays") or {}).items():
+            arrays_of.setdefault(int(info["shape"]), []).append(array)
+
+        def left() -> list[int]:
+            return [n for n in todo if n not in follower.statuses and n not in given_up]
+
+        try:
+            progress.draw()
+            with StopSignals() as stop:
+                while left() and stop.first is None:
+                    self._adopt(m, generation, adopted, follower)
+                    unclaimed = [n for n in left() if n not in adopted]
+                    if unclaimed:
+                        self._top_up(m, unclaimed, shape_of, arrays_of, adopted, given_up, generation, follower)
+                    next_look = time.monotonic() + o.poll_interval_s
+                    follower.poll()
+                    while left() and stop.first is None and time.monotonic() < next_look:
+                        time.sleep(0.1)
+                        follower.settle()
+        finally:
+            progress.close()
+            write_manifest(m)
+        if stop.first is not None:
+            raise SweepFailedError(self._stopped(signal.Signals(stop.first).name))
+        return {**follower.statuses, **given_up}
+
+    def _adopt(self, m: Manifest, generation: int, adopted: set[int], follower: Follower) -> None:
+        """Jobs claimed since the last look become jobs of their worker's Slurm id, followed as such."""
+        claimed = read_claims(self.sweep_dir, generation, adopted)
+        changed = []
+        for num, (worker, at) in sorted(claimed.items()):
+            entry = m.jobs.get(num)
+            if entry is None or entry.extra.get(PACKED) is None:
+                continue
+            entry.extra.update(slurm_job_id=worker, slurm_array_job_id=worker.split("_", 1)[0],
+                               slurm_job_name=m.workers.get("job_name"))
+            entry.state, entry.started_at = "running", at
+            adopted.add(num)
+            follower.add(num, counted=True)
+            changed.append(num)
+        if changed:
+            write_manifest(m, changed)
+
+    def _top_up(self, m: Manifest, unclaimed: list[int], shape_of: dict[int, int], arrays_of: dict[int, list[str]],
+                adopted: set[int], given_up: dict[int, str], generation: int, follower: Follower) -> None:
+        """Fresh workers for a request whose workers have all ended with jobs unclaimed; or, when its last array
+        ended without starting any job, those jobs recorded as failed."""
+        by_shape: dict[int, list[int]] = {}
+        for num in unclaimed:
+            by_shape.setdefault(shape_of[num], []).append(num)
+        alive: set[str] | None = None
+        for index, nums in by_shape.items():
+            arrays = arrays_of.get(index, [])
+            if alive is None:
+                alive = alive_workers(m)
+            if any(i.split("_", 1)[0] in arrays for i in alive):
+                continue
+            self._adopt(m, generation, adopted, follower)  # a job claimed (and ended) since the last look counts
+            nums = [n for n in nums if n not in adopted]
+            if not nums:
+                continue
+            last = arrays[-1] if arrays else None
+            ran = {str(e.extra.get("slurm_array_job_id")) for n, e in m.jobs.items() if n in adopted}
+            if last is not None and last not in ran:
+                logs = m.workers["stdout"].get(m.workers["arrays"][last]["ids"][0], "?")
+                error = (f"no packed worker started this job: the workers of Slurm job {last} ended without "
+                         f"starting any (their log: {logs}); `sweepit resume {self.sweep_dir}` submits new ones")
+                for num in nums:
+                    self._give_up(m, num, error, given_up, follower.progress)
+                continue
+            shape = self.shapes[index]
+            n = min(shape.n_workers, math.ceil(len(nums) / self.options.slots))
+            ids = self._submit_workers(m, shape, generation, n)
+            arrays_of.setdefault(index, []).append(ids[0].split("_", 1)[0])
+            log.info(f"{len(nums)} job(s) of request {shape.request.describe()} left unclaimed by workers that ended: "
+                     f"{n} fresh worker(s) submitted (Slurm job {ids[0].split('_', 1)[0]})")
+
+    def _give_up(self, m: Manifest, num: int, error: str, given_up: dict[int, str], progress: Progress) -> None:
+        entry = m.jobs[num]
+        write_result(Path(entry.job_dir), {"status": "failed", "objective": None, "error": error,
+                                           "recorded_by": RECORDED_BY, "ended_at": now_iso()})
+        entry.state, entry.ended_at = "failed", now_iso()
+        given_up[num] = "failed"
+        progress.start()
+        progress.finish(num, "failed", None)
+        write_manifest(m, [num])
+
+    # -- what the driver says -----------------------------------------------------------------------------------
+    def _detached(self) -> str:
+        arrays = [a for s in self.shapes for a in s.arrays]
+        return (f"Not waiting (hydra.launcher.wait=false): the packed workers (Slurm job(s) {' '.join(arrays)}) run "
+                f"the sweep's jobs on their own.\n  follow:  sweepit status {self.sweep_dir} --watch\n"
+                f"  resume:  sweepit resume {self.sweep_dir}\n  cancel:  scancel {' '.join(arrays)}")
+
+    def _stopped(self, why: str) -> str:
+        return (f"stopped following the packed workers ({why}); they go on running the sweep's jobs.\n"
+                + "\n".join(self._detached().splitlines()[1:]))
+
+
+def _env_set(config: Any) -> dict[str, str]:
+    from omegaconf import OmegaConf
+
+    env = OmegaConf.select(config, "hydra.job.env_set", default=None) if config is not None else None
+    plain = OmegaConf.to_container(env) if env is not None else None
+    return {str(k): str(v) for k, v in plain.items()} if isinstance(plain, dict) else {}
+
