@@ -109,9 +109,13 @@ def release_stop_signals() -> None:
 
 
 def interrupt_on_stop_signals() -> None:
-    """In a job process: SIGINT and SIGTERM raise KeyboardInterrupt, which a job records as `interrupted`."""
+    """In a job process: the first SIGINT or SIGTERM raises KeyboardInterrupt, which a job records as `interrupted`;
+    later ones are ignored, so that they cannot cut that record short (a packed job on Slurm gets SIGTERM both from
+    Slurm and from its worker). Whoever must end the job at once sends SIGKILL."""
 
     def _interrupt(signum: int, frame: FrameType | None) -> None:
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
         raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
 
     for sig in STOP_SIGNALS:

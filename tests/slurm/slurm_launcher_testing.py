@@ -116,3 +116,35 @@ def slurm_ids(sweep_dir: Path) -> dict[int, str]:
 
 def scancel(*args: str) -> None:
     subprocess.run(["scancel", *args], check=True, timeout=30)
+
+
+# What differs between two runs of the same training: the clock.
+TIMING = ("epoch_time_s", "samples_per_s", "step_time_s")
+
+
+def epochs(job_dir: Path) -> list[int]:
+    return [json.loads(line)["epoch"] for line in (job_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def rows(job_dir: Path) -> list[dict[str, float]]:
+    lines = (job_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in lines]
+
+
+def only_job_dir(sweep: Path, num: int) -> Path:
+    return next(p for p in sweep.iterdir() if p.is_dir() and p.name.startswith(f"{num}_"))
+
+
+def assert_whole(job_dir: Path) -> None:
+    """Nothing half-written: no temporary file of an atomic write, and the metrics are epochs 1..n once each,
+    as many as the result says."""
+    assert not list(job_dir.glob(".*.tmp")), list(job_dir.glob(".*.tmp"))
+    seen = epochs(job_dir)
+    assert seen == list(range(1, len(seen) + 1)), seen
+    assert result(job_dir)["epochs_completed"] == len(seen)
+
+
+def only_job_dir_when(sweep: Path, num: int, timeout_s: float = 120) -> Path:
+    wait_until(lambda: sweep.is_dir() and any(p.name.startswith(f"{num}_") for p in sweep.iterdir()),
+               f"job {num}'s directory", timeout_s)
+    return only_job_dir(sweep, num)

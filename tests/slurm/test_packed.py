@@ -105,7 +105,7 @@ def test_a_worker_leaves_a_job_that_would_not_fit_to_a_fresh_worker(tmp_path: Pa
     arrays = workers_of(sweep)
     assert len(arrays) == 2, arrays
     assert len({str(e.extra["slurm_array_job_id"]) for e in m.jobs.values()}) == 2, "each job its own worker's"
-    assert "1 job(s) of request" in proc.stdout and "fresh worker(s) submitted" in proc.stdout
+    assert "1 job(s) of request" in proc.stderr and "fresh worker(s) submitted" in proc.stderr
     first = sorted(arrays, key=int)[0]
     log = Path(m.workers["stderr"][arrays[first]["ids"][0]]).read_text()  # type: ignore[index]
     assert "would not fit in its time left" in log, log

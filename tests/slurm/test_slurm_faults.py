@@ -5,7 +5,6 @@ same as the result. What the user sees in each case is in the README's "What sur
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from pathlib import Path
@@ -13,39 +12,32 @@ from typing import TYPE_CHECKING
 
 import pytest
 from slurm_cluster_testing import cluster_up
-from slurm_launcher_testing import APP, TRAIN, Driver, manifest, result, run, slurm_ids, sweepit, tasks, wait_until
+from slurm_launcher_testing import (
+    APP,
+    TRAIN,
+    Driver,
+    assert_whole,
+    epochs,
+    manifest,
+    only_job_dir,
+    only_job_dir_when,
+    result,
+    rows,
+    run,
+    slurm_ids,
+    sweepit,
+    tasks,
+    wait_until,
+)
 
 from sweepit.slurm import _cluster as slurm_queue
 
 if TYPE_CHECKING:
     from slurm_cluster_testing import SlurmCluster
 
-TIMING = ("epoch_time_s", "samples_per_s", "step_time_s")
 # About 0.5 s an epoch on one core: long enough to be caught mid-training.
 LINREG = ["task=linreg", "data.n_synthetic=40000", "device=cpu", "timeout_min=5", "hydra/launcher=slurm",
           "hydra.launcher.poll_interval_s=1", "hydra.launcher.result_grace_s=1"]
-
-
-def _epochs(job_dir: Path) -> list[int]:
-    return [json.loads(line)["epoch"] for line in (job_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def _rows(job_dir: Path) -> list[dict[str, float]]:
-    lines = (job_dir / "metrics.jsonl").read_text().splitlines()
-    return [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in lines]
-
-
-def _only_job_dir(sweep: Path, num: int) -> Path:
-    return next(p for p in sweep.iterdir() if p.is_dir() and p.name.startswith(f"{num}_"))
-
-
-def _assert_whole(job_dir: Path) -> None:
-    """Nothing half-written: no temporary file of an atomic write, and the metrics are epochs 1..n once each,
-    as many as the result says."""
-    assert not list(job_dir.glob(".*.tmp")), list(job_dir.glob(".*.tmp"))
-    epochs = _epochs(job_dir)
-    assert epochs == list(range(1, len(epochs) + 1)), epochs
-    assert result(job_dir)["epochs_completed"] == len(epochs)
 
 
 def test_scancel_stops_a_training_job_at_once_and_its_record_stands(tmp_path: Path) -> None:
@@ -53,13 +45,13 @@ def test_scancel_stops_a_training_job_at_once_and_its_record_stands(tmp_path: Pa
     driver = Driver(TRAIN, sweep, *LINREG, "epochs=60")
     try:
         job = sweep / "0_data.n_synthetic=40000,device=cpu,epochs=60,task=linreg,timeout_min=5"
-        wait_until(lambda: (job / "metrics.jsonl").exists() and len(_epochs(job)) >= 2, "two epochs", 120)
+        wait_until(lambda: (job / "metrics.jsonl").exists() and len(epochs(job)) >= 2, "two epochs", 120)
         subprocess.run(["scancel", slurm_ids(sweep)[0]], check=True, timeout=30)
         cancelled_at = time.monotonic()
         reported_at = driver.wait_for_line(lambda line: line.startswith("sweepit: job 0 ") or "job 0 interrupted"
                                            in line, timeout_s=60)
         code = driver.finish()
-        epochs_when_reported = len(_epochs(job))
+        epochs_when_reported = len(epochs(job))
         recorded = (job / "result.json").read_text()
         time.sleep(7)  # KillWait (5 s) and more: a job still training would write on
     finally:
@@ -67,11 +59,11 @@ def test_scancel_stops_a_training_job_at_once_and_its_record_stands(tmp_path: Pa
     assert code == 1, driver.stderr
     assert reported_at - cancelled_at < 10, f"reported {reported_at - cancelled_at:.1f} s after scancel"
     assert (job / "result.json").read_text() == recorded, "the job wrote over its record after the driver read it"
-    assert len(_epochs(job)) == epochs_when_reported < 60
+    assert len(epochs(job)) == epochs_when_reported < 60
     cancelled = result(job)
     assert cancelled["status"] == "interrupted" and cancelled["slurm_state"] == "CANCELLED", cancelled
     assert "stopped by SIGTERM from Slurm" in cancelled["job_error"]  # it stopped itself, at once
-    _assert_whole(job)
+    assert_whole(job)
     assert manifest(sweep).jobs[0].state == "interrupted"
     assert "1 jobs: 1 interrupted" in driver.stdout
     assert "resumed from" not in (job / "stdout.log").read_text()
@@ -85,11 +77,11 @@ def test_the_node_going_down_requeues_the_job_and_it_resumes_without_losing_or_d
     node_down = False
     try:
         job = sweep / "0_data.n_synthetic=40000,device=cpu,epochs=10,task=linreg,timeout_min=5"
-        wait_until(lambda: (job / "metrics.jsonl").exists() and len(_epochs(job)) >= 3, "three epochs", 120)
+        wait_until(lambda: (job / "metrics.jsonl").exists() and len(epochs(job)) >= 3, "three epochs", 120)
         subprocess.run(["scontrol", "update", f"nodename={slurm_cluster.node}", "state=down", "reason=fault-test"],
                        check=True, timeout=30)
         node_down = True
-        epochs_before = len(_epochs(job))
+        epochs_before = len(epochs(job))
         time.sleep(3)
         # With ReturnToService=2 the node comes back as soon as slurmd registers again; resume it if not.
         subprocess.run(["scontrol", "update", f"nodename={slurm_cluster.node}", "state=resume"], timeout=30)
@@ -101,7 +93,7 @@ def test_the_node_going_down_requeues_the_job_and_it_resumes_without_losing_or_d
             subprocess.run(["scontrol", "update", f"nodename={slurm_cluster.node}", "state=resume"], timeout=30)
     assert code == 0, driver.stderr
     assert result(job)["status"] == "completed" and result(job)["epochs_completed"] == 10
-    _assert_whole(job)
+    assert_whole(job)
     log = (job / "stdout.log").read_text()
     assert "sweepit: resumed from" in log, log[-2000:]
     assert tasks(job)[0]["slurm_restart_count"] == "1"  # the same Slurm job, requeued by Slurm
@@ -116,7 +108,7 @@ def test_results_are_reported_while_the_controller_is_down_and_the_user_is_told_
     driver = Driver(APP, sweep, "x=range(3)", "~trainer", "slow_on=[0,1]", "extra_sleep_s=4", "hang_on=[2]")
     killed = False
     try:
-        jobs = [_only_job_dir_when(sweep, n) for n in range(3)]
+        jobs = [only_job_dir_when(sweep, n) for n in range(3)]
         wait_until(lambda: all((job / ".slurm" / "task-0.json").exists() for job in jobs), "every job running", 90)
         pid = Path("/run/slurmctld.pid").read_text().strip()
         subprocess.run(["kill", pid], check=True, timeout=10)  # the controller goes away; slurmd runs the jobs on
@@ -152,8 +144,8 @@ def test_preempting_a_two_rank_job_requeues_it_and_it_ends_with_an_uninterrupted
     # Two identical 2-rank trainings (gloo on CPU, one fake GPU per task); job 1 is preempted mid-way.
     driver = Driver(TRAIN, sweep, *LINREG, "epochs=8", "trainer.gpus=2", "+rep=0,1")
     try:
-        job = _only_job_dir_when(sweep, 1)
-        wait_until(lambda: (job / "metrics.jsonl").exists() and len(_epochs(job)) >= 2, "two epochs of job 1", 180)
+        job = only_job_dir_when(sweep, 1)
+        wait_until(lambda: (job / "metrics.jsonl").exists() and len(epochs(job)) >= 2, "two epochs of job 1", 180)
         # What Slurm sends signal_delay_s before the time limit, and on preemption; plain scancel --signal reaches the
         # job's srun steps, where submitit's handler runs.
         subprocess.run(["scancel", "--signal=USR2", slurm_ids(sweep)[1]], check=True, timeout=30)
@@ -161,10 +153,10 @@ def test_preempting_a_two_rank_job_requeues_it_and_it_ends_with_an_uninterrupted
     finally:
         driver.kill()
     assert code == 0, driver.stderr
-    reference = _only_job_dir(sweep, 0)
+    reference = only_job_dir(sweep, 0)
     assert result(job)["status"] == "completed" and result(job)["world_size"] == 2
-    _assert_whole(job)
-    assert _rows(job) == _rows(reference)  # every epoch's losses and weights, bit for bit
+    assert_whole(job)
+    assert rows(job) == rows(reference)  # every epoch's losses and weights, bit for bit
     assert "sweepit: resumed from" in (job / "stdout.log").read_text()
     assert [t["slurm_restart_count"] for t in tasks(job)] == ["1", "1"]  # both ranks ran again
     assert "submitit WARNING" in (job / "stderr.log").read_text()  # "Caught signal SIGUSR2"
@@ -183,12 +175,6 @@ def test_preempting_a_two_rank_job_requeues_it_and_it_ends_with_an_uninterrupted
     # A rank aborting at exit (a gloo thread outliving the interpreter) would leave FAILED here instead.
     wait_until(lambda: states()[-1:] == ["COMPLETED"], lambda: f"sacct to record the job's end (states {seen})", 30)
     assert states()[0] == "REQUEUED", states()
-
-
-def _only_job_dir_when(sweep: Path, num: int, timeout_s: float = 120) -> Path:
-    wait_until(lambda: sweep.is_dir() and any(p.name.startswith(f"{num}_") for p in sweep.iterdir()),
-               f"job {num}'s directory", timeout_s)
-    return _only_job_dir(sweep, num)
 
 
 def test_sweepit_status_after_the_end_shows_no_stale_slurm_state(tmp_path: Path) -> None:
@@ -218,10 +204,10 @@ def test_a_job_past_its_time_limit_is_recorded_as_such_and_the_sweep_goes_on(tmp
         if (sweep / "sweep.json").exists():
             subprocess.run(["scancel", *slurm_ids(sweep).values()], timeout=30)
     assert code == 1, driver.stderr
-    timed_out = result(_only_job_dir(sweep, 0))
+    timed_out = result(only_job_dir(sweep, 0))
     assert timed_out["status"] == "failed", timed_out
     assert "time limit" in timed_out["error"].lower(), timed_out
-    assert result(_only_job_dir(sweep, 1))["status"] == "completed"
+    assert result(only_job_dir(sweep, 1))["status"] == "completed"
     assert "2 jobs: 1 completed, 1 failed" in driver.stdout
 
 
@@ -235,7 +221,7 @@ def test_a_failing_rank_ends_its_job_at_once_and_its_record_names_the_rank_and_i
     took_s = time.monotonic() - started
     assert proc.returncode == 1, proc.stderr
     assert took_s < 90, f"the job took {took_s:.0f} s to end: the failing rank did not end it"
-    job_dir = _only_job_dir(sweep, 0)
+    job_dir = only_job_dir(sweep, 0)
     record = result(job_dir)
     assert record["status"] == "failed", record
     assert record["error"].startswith("RankFailedError: rank 1 of 2 failed: ValueError: rank 1 fails on purpose "

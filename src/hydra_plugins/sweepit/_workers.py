@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import signal
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from sweepit.results._job_files import start_clean
 from sweepit.search import Search
 from sweepit.search._search import no_env
 from sweepit.search._workers import Worker
-from sweepit.slurm._pack_worker import PackSpec, PlannedEntry, run_worker
+from sweepit.slurm._pack_worker import PackedWorker, PackSpec, PlannedEntry
 from sweepit.slurm._workers import worker_id, write_trial_record
 from sweepit.train import _session
 
@@ -114,6 +115,7 @@ class PackedTask:
         self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
         self.singleton_state = singleton_state
         self.spec = spec
+        self._worker: PackedWorker | None = None  # the running loop (not pickled: see checkpoint)
 
     def __call__(self) -> int:
         from hydra.core.singleton import Singleton
@@ -125,7 +127,19 @@ class PackedTask:
         Singleton.set_state({**self.singleton_state, "instances": dict(self.singleton_state["instances"])})
         setup_globals()
         preload(DEFAULT_PRELOAD)  # once per worker, so that each job starts warm (see LocalOptions.preload)
-        return run_worker(self.spec, worker_id(), compose=self._compose, body=self._body)
+        self._worker = PackedWorker(self.spec, worker_id(), compose=self._compose, body=self._body)
+        return self._worker.run()
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        """Called by submitit on USR2 (time limit, preemption): the running jobs stop and are given back (each
+        resumes from its last epoch checkpoint wherever it runs next), and this worker is requeued."""
+        import submitit
+
+        if self._worker is not None:
+            self._worker.stop_for_requeue()
+        fresh = copy.copy(self)
+        fresh._worker = None
+        return submitit.helpers.DelayedSubmission(fresh, *args, **kwargs)
 
     def _compose(self, job: Job, entry: PlannedEntry) -> None:
         """The job's config as the driver composed it (same overrides, number and environment), and its directory."""
@@ -141,4 +155,6 @@ class PackedTask:
                                f"planned {entry.job_dir}: is the app's config the same on this node?")
 
     def _body(self, job: Job) -> Reply:
+        # Slurm's USR2 reaches every process of the allocation: the worker alone answers it (it stops its jobs).
+        signal.signal(signal.SIGUSR2, signal.SIG_IGN)
         return run_hydra_job(self.hydra_context, self.task_function, job.config, job.job_dir)

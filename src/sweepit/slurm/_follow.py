@@ -65,6 +65,9 @@ class Follower:
         self._reasons = ""           # why queued jobs wait, as last said
         self._looking: tuple[threading.Thread, dict[str, Any]] | None = None  # squeue/sacct in flight
         self.on_poll: Callable[[], None] = lambda: None  # called at every look: the sweep lock's heartbeat
+        # Called for a job seen ended (a dead one after its grace): True when the caller takes the job back (a packed
+        # job whose worker died goes to another worker) instead of it ending here.
+        self.retry: Callable[[int, Seen], bool] = lambda num, seen: False
         self._live = LiveReader()  # the running jobs' metrics, read incrementally
 
     def add(self, num: int, counted: bool = False) -> None:
@@ -74,6 +77,17 @@ class Follower:
         self._phase[num] = "queued"
         if not counted:
             self.progress.queued += 1
+
+    def drop(self, num: int) -> None:
+        """Stop following a job that has not ended (a packed job given back to the queue: followed again once a
+        worker claims it)."""
+        if num in self.pending:
+            del self.pending[num]
+            if self._phase.get(num) == "running":
+                self.progress.running -= 1
+                self.progress.queued += 1
+            self._phase[num] = "queued"
+            self._returning.pop(num, None)
 
     def run(self) -> None:
         """Follow until every job has ended, or a SIGINT/SIGTERM says to stop following (the jobs go on)."""
@@ -107,9 +121,11 @@ class Follower:
         for num in [n for n in self.pending if n in seen]:
             s = seen[num]
             entry = self.manifest.jobs[num]
+            if s.dead and not self._dead.over(num, now):
+                continue
+            if s.final and self.retry(num, s):
+                continue
             if s.dead:
-                if not self._dead.over(num, now):
-                    continue
                 s.state = record_dead(entry, s, stderr_tail(entry, self.stderr_tail_lines))
                 self._report_dead(num, s)
             if apply(entry, s):
@@ -152,7 +168,7 @@ class Follower:
             return False
         self._looking = None
         if "error" in box:  # a slow or restarting controller: look again next time
-            self._say(f"sweepit: {box['error']}")
+            self.say(f"sweepit: {box['error']}")
             return False
         seen.update({n: s for n, s in box["seen"].items() if n in self.pending and n not in seen})
         return True
@@ -162,7 +178,7 @@ class Follower:
         up = cluster.controller_up()
         if up == self._unreachable:
             self._unreachable = not up
-            self._say("sweepit: the Slurm controller answers again; following the jobs in Slurm." if up else
+            self.say("sweepit: the Slurm controller answers again; following the jobs in Slurm." if up else
                       "sweepit: the Slurm controller does not answer (`scontrol ping`); results the jobs write are "
                       "still reported, and their Slurm states once it is back. The jobs run on.")
         return up
@@ -171,10 +187,10 @@ class Follower:
         """Why queued jobs wait (squeue's reason): in the live progress line, else a line when it changes."""
         self.progress.note = f"pending: {reasons}" if reasons else ""
         if reasons != self._reasons and reasons and not self.progress.live:
-            self._say(f"sweepit: pending in Slurm: {reasons}")
+            self.say(f"sweepit: pending in Slurm: {reasons}")
         self._reasons = reasons
 
-    def _say(self, line: str) -> None:
+    def say(self, line: str) -> None:
         self.progress.clear()
         print(line, file=sys.stderr, flush=True)
         self.progress.draw()

@@ -36,10 +36,11 @@ from sweepit.results._manifest import (
 )
 from sweepit.results._progress import Progress
 from sweepit.results._summary import summarize
+from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._follow import Follower
-from sweepit.slurm._pack_worker import PackSpec, PlannedEntry, read_claims, write_plan
+from sweepit.slurm._pack_worker import PackSpec, PlannedEntry, release, scan_claims, write_plan
 from sweepit.slurm._request import Request, gpu_hours, sbatch_parameters
-from sweepit.slurm._states import PACKED
+from sweepit.slurm._states import LOST, PACKED, Seen
 from sweepit.slurm._submit import (
     PlannedJob,
     Task,
@@ -257,36 +258,20 @@ class PackedSweep:
     def _follow(self, m: Manifest, jobs: list[PlannedJob], skipped: set[int], generation: int) -> dict[int, str]:
         """Follow until every job of the plan has ended (or a stop signal: then raise); each job's status."""
         o = self.options
-        todo = [j.num for j in jobs if j.num not in skipped]
         progress = Progress(len(jobs))
         progress.skip(len(skipped))
         follower = Follower(m, [], progress, o.poll_interval_s, o.result_grace_s, o.stderr_tail_lines)
         follower.on_poll = self.sweep.lock.touch
-        given_up: dict[int, str] = {}
-        adopted: set[int] = set()
-        for num in todo:  # claimed under an earlier driver of this generation
-            if m.jobs[num].extra.get("slurm_job_id"):
-                adopted.add(num)
-                follower.add(num, counted=True)
-        shape_of = {j.num: s.index for s in self.shapes for j in s.jobs}
-        arrays_of: dict[int, list[str]] = {}
-        for array, info in (m.workers.get("arrays") or {}).items():
-            arrays_of.setdefault(int(info["shape"]), []).append(array)
-
-        def left() -> list[int]:
-            return [n for n in todo if n not in follower.statuses and n not in given_up]
-
+        following = _Following(self, m, generation, [j.num for j in jobs if j.num not in skipped], follower)
         try:
             progress.draw()
             with StopSignals() as stop:
-                while left() and stop.first is None:
-                    self._adopt(m, generation, adopted, follower)
-                    unclaimed = [n for n in left() if n not in adopted]
-                    if unclaimed:
-                        self._top_up(m, unclaimed, shape_of, arrays_of, adopted, given_up, generation, follower)
+                while following.left() and stop.first is None:
+                    following.adopt()
+                    following.top_up()
                     next_look = time.monotonic() + o.poll_interval_s
                     follower.poll()
-                    while left() and stop.first is None and time.monotonic() < next_look:
+                    while following.left() and stop.first is None and time.monotonic() < next_look:
                         time.sleep(0.1)
                         follower.settle()
         finally:
@@ -294,68 +279,7 @@ class PackedSweep:
             write_manifest(m)
         if stop.first is not None:
             raise SweepFailedError(self._stopped(signal.Signals(stop.first).name))
-        return {**follower.statuses, **given_up}
-
-    def _adopt(self, m: Manifest, generation: int, adopted: set[int], follower: Follower) -> None:
-        """Jobs claimed since the last look become jobs of their worker's Slurm id, followed as such."""
-        claimed = read_claims(self.sweep_dir, generation, adopted)
-        changed = []
-        for num, (worker, at) in sorted(claimed.items()):
-            entry = m.jobs.get(num)
-            if entry is None or entry.extra.get(PACKED) is None:
-                continue
-            entry.extra.update(slurm_job_id=worker, slurm_array_job_id=worker.split("_", 1)[0],
-                               slurm_job_name=m.workers.get("job_name"))
-            entry.state, entry.started_at = "running", at
-            adopted.add(num)
-            follower.add(num, counted=True)
-            changed.append(num)
-        if changed:
-            write_manifest(m, changed)
-
-    def _top_up(self, m: Manifest, unclaimed: list[int], shape_of: dict[int, int], arrays_of: dict[int, list[str]],
-                adopted: set[int], given_up: dict[int, str], generation: int, follower: Follower) -> None:
-        """Fresh workers for a request whose workers have all ended with jobs unclaimed; or, when its last array
-        ended without starting any job, those jobs recorded as failed."""
-        by_shape: dict[int, list[int]] = {}
-        for num in unclaimed:
-            by_shape.setdefault(shape_of[num], []).append(num)
-        alive: set[str] | None = None
-        for index, nums in by_shape.items():
-            arrays = arrays_of.get(index, [])
-            if alive is None:
-                alive = alive_workers(m)
-            if any(i.split("_", 1)[0] in arrays for i in alive):
-                continue
-            self._adopt(m, generation, adopted, follower)  # a job claimed (and ended) since the last look counts
-            nums = [n for n in nums if n not in adopted]
-            if not nums:
-                continue
-            last = arrays[-1] if arrays else None
-            ran = {str(e.extra.get("slurm_array_job_id")) for n, e in m.jobs.items() if n in adopted}
-            if last is not None and last not in ran:
-                logs = m.workers["stdout"].get(m.workers["arrays"][last]["ids"][0], "?")
-                error = (f"no packed worker started this job: the workers of Slurm job {last} ended without "
-                         f"starting any (their log: {logs}); `sweepit resume {self.sweep_dir}` submits new ones")
-                for num in nums:
-                    self._give_up(m, num, error, given_up, follower.progress)
-                continue
-            shape = self.shapes[index]
-            n = min(shape.n_workers, math.ceil(len(nums) / self.options.slots))
-            ids = self._submit_workers(m, shape, generation, n)
-            arrays_of.setdefault(index, []).append(ids[0].split("_", 1)[0])
-            log.info(f"{len(nums)} job(s) of request {shape.request.describe()} left unclaimed by workers that ended: "
-                     f"{n} fresh worker(s) submitted (Slurm job {ids[0].split('_', 1)[0]})")
-
-    def _give_up(self, m: Manifest, num: int, error: str, given_up: dict[int, str], progress: Progress) -> None:
-        entry = m.jobs[num]
-        write_result(Path(entry.job_dir), {"status": "failed", "objective": None, "error": error,
-                                           "recorded_by": RECORDED_BY, "ended_at": now_iso()})
-        entry.state, entry.ended_at = "failed", now_iso()
-        given_up[num] = "failed"
-        progress.start()
-        progress.finish(num, "failed", None)
-        write_manifest(m, [num])
+        return {**follower.statuses, **following.given_up}
 
     # -- what the driver says -----------------------------------------------------------------------------------
     def _detached(self) -> str:
@@ -376,3 +300,147 @@ def _env_set(config: Any) -> dict[str, str]:
     plain = OmegaConf.to_container(env) if env is not None else None
     return {str(k): str(v) for k, v in plain.items()} if isinstance(plain, dict) else {}
 
+
+# Slurm states of a worker that ended while running a job, after which the job is given to another worker (at most
+# MAX_RETRIES times): the worker crashed or was killed (SIGKILL: FAILED), lost its node, its memory, or was preempted
+# without a requeue. Not CANCELLED (someone stopped it) nor TIMEOUT (its requeues were spent): those jobs end
+# `interrupted`, and `sweepit resume` runs them again.
+RETRY_STATES = ("FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", LOST)
+MAX_RETRIES = 2
+
+
+class _Following:
+    """The driver's bookkeeping of one packed run: which jobs workers have claimed (adopted into the manifest as
+    jobs of the worker's Slurm id), which were given back, which arrays ran anything, which jobs were given up."""
+
+    def __init__(self, sweep: PackedSweep, m: Manifest, generation: int, todo: list[int], follower: Follower) -> None:
+        self.sweep, self.m, self.generation, self.todo, self.follower = sweep, m, generation, todo, follower
+        self.adopted: dict[int, int] = {}     # job -> the inode of its claim when adopted
+        self.ran: set[str] = set()            # arrays whose workers claimed a job
+        self.given_up: dict[int, str] = {}
+        self.shape_of = {j.num: s.index for s in sweep.shapes for j in s.jobs}
+        self.arrays_of: dict[int, list[str]] = {}
+        for array, info in (m.workers.get("arrays") or {}).items():
+            self.arrays_of.setdefault(int(info["shape"]), []).append(array)
+        follower.retry = self.retry
+        for num in todo:  # claimed under an earlier driver of this generation: followed again
+            if m.jobs[num].extra.get("slurm_job_id"):
+                self.adopted[num] = -1  # its claim is read again at the first look
+                follower.add(num, counted=True)
+
+    def left(self) -> list[int]:
+        return [n for n in self.todo if n not in self.follower.statuses and n not in self.given_up]
+
+    def adopt(self) -> None:
+        """Jobs claimed since the last look become jobs of their worker's Slurm id; jobs given back (a worker stopped
+        for a requeue) are queued again."""
+        m, follower = self.m, self.follower
+        claimed, present = scan_claims(self.sweep.sweep_dir, self.generation, self.adopted)
+        changed = []
+        for num in [n for n in self.adopted if n not in present and n not in follower.statuses]:
+            self._unadopt(num)
+            changed.append(num)
+        for num, (worker, at, inode) in sorted(claimed.items()):
+            entry = m.jobs.get(num)
+            if entry is None or entry.extra.get(PACKED) is None or num in follower.statuses:
+                continue
+            entry.extra.update(slurm_job_id=worker, slurm_array_job_id=worker.split("_", 1)[0],
+                               slurm_job_name=m.workers.get("job_name"))
+            entry.state, entry.started_at, entry.ended_at = "running", at, None
+            self.ran.add(worker.split("_", 1)[0])
+            if num not in follower.pending:
+                follower.add(num, counted=True)
+            self.adopted[num] = inode
+            changed.append(num)
+        if changed:
+            write_manifest(m, changed)
+
+    def _unadopt(self, num: int) -> None:
+        entry = self.m.jobs[num]
+        for key in ("slurm_job_id", "slurm_array_job_id", "slurm_job_name", "slurm_state", "node"):
+            entry.extra.pop(key, None)
+        entry.state, entry.started_at, entry.ended_at = "queued", None, None
+        self.follower.drop(num)
+        self.adopted.pop(num, None)
+
+    def retry(self, num: int, seen: Seen) -> bool:
+        """The follower's hook for a job that has ended: True (and the job given back) when its worker ended under it
+        for a reason another worker need not share (RETRY_STATES), at most MAX_RETRIES times."""
+        entry = self.m.jobs[num]
+        if entry.extra.get(PACKED) is None or not seen.final or not (seen.dead or seen.state == "interrupted"):
+            return False
+        retries = int(entry.extra.get("retries") or 0)
+        if seen.slurm_state not in RETRY_STATES or retries >= MAX_RETRIES:
+            return False
+        worker = entry.extra.get("slurm_job_id")
+        release(self.sweep.sweep_dir, self.generation, num)
+        self._unadopt(num)
+        entry.extra["retries"] = retries + 1
+        write_manifest(self.m, [num])
+        self.follower.say(f"sweepit: job {num}: its worker {worker} ended ({seen.slurm_state}) while running it; "
+                          f"given to another worker (retry {retries + 1} of {MAX_RETRIES})")
+        return True
+
+    def top_up(self) -> None:
+        """Fresh workers for a request whose workers have all ended with jobs unclaimed; or, when its last array
+        ended without starting any job, those jobs recorded as failed."""
+        unclaimed = [n for n in self.left() if n not in self.adopted]
+        if not unclaimed:
+            return
+        by_shape: dict[int, list[int]] = {}
+        for num in unclaimed:
+            by_shape.setdefault(self.shape_of[num], []).append(num)
+        alive = alive_workers(self.m)
+        for index, nums in by_shape.items():
+            arrays = self.arrays_of.get(index, [])
+            if any(i.split("_", 1)[0] in arrays for i in alive):
+                continue
+            self.adopt()  # a job claimed (and ended) since the last look counts
+            nums = [n for n in nums if n not in self.adopted]
+            if not nums:
+                continue
+            last = arrays[-1] if arrays else None
+            cancelled = self._cancelled(last) if last is not None else None
+            if cancelled is not None:
+                self.follower.say(f"sweepit: worker {cancelled} was cancelled: {len(nums)} job(s) of request "
+                                  f"{self.sweep.shapes[index].request.describe()} not started (`sweepit resume "
+                                  f"{self.sweep.sweep_dir}` runs them)")
+                for num in nums:
+                    self.m.jobs[num].state = "not started"
+                    self.given_up[num] = "not started"
+                    self.follower.progress.skip()
+                write_manifest(self.m, nums)
+                continue
+            if last is not None and last not in self.ran:
+                logs = self.m.workers["stderr"].get(self.m.workers["arrays"][last]["ids"][0], "?")
+                error = (f"no packed worker started this job: the workers of Slurm job {last} ended without "
+                         f"starting any (their log: {logs}); `sweepit resume {self.sweep.sweep_dir}` submits new ones")
+                for num in nums:
+                    self._give_up(num, error)
+                continue
+            shape = self.sweep.shapes[index]
+            n = min(shape.n_workers, math.ceil(len(nums) / self.sweep.options.slots))
+            ids = self.sweep._submit_workers(self.m, shape, self.generation, n)
+            self.arrays_of.setdefault(index, []).append(ids[0].split("_", 1)[0])
+            array = ids[0].split("_", 1)[0]
+            self.follower.say(f"sweepit: {len(nums)} job(s) of request {shape.request.describe()} left unclaimed by "
+                              f"workers that ended: {n} fresh worker(s) submitted (Slurm job {array})")
+
+    def _cancelled(self, array: str) -> str | None:
+        """A worker of `array` that ended CANCELLED (someone stopped the workers: no fresh ones then), or None."""
+        ids = [str(i) for i in self.m.workers["arrays"][array]["ids"]]
+        rows = cluster.squeue(ids) or {}
+        missing = [i for i in ids if i not in rows]
+        if missing:
+            rows.update(cluster.sacct(missing) or {})
+        return next((i for i in ids if (row := rows.get(i)) is not None and row.state == "CANCELLED"), None)
+
+    def _give_up(self, num: int, error: str) -> None:
+        entry = self.m.jobs[num]
+        write_result(Path(entry.job_dir), {"status": "failed", "objective": None, "error": error,
+                                           "recorded_by": RECORDED_BY, "ended_at": now_iso()})
+        entry.state, entry.ended_at = "failed", now_iso()
+        self.given_up[num] = "failed"
+        self.follower.progress.start()
+        self.follower.progress.finish(num, "failed", None)
+        write_manifest(self.m, [num])

@@ -15,10 +15,12 @@ in what is left of its allocation; otherwise it ends, and the driver gives the j
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -33,6 +35,7 @@ from sweepit.local._run import record_end
 from sweepit.local._worker import ChildSpec, Reply, child_main
 from sweepit.results._claims import Heartbeat, claim, workers_dir
 from sweepit.results._job_files import start_clean
+from sweepit.results._manifest import result_status
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._task_files import TASK_DIR, record_task
 
@@ -85,23 +88,30 @@ def read_plan(sweep_dir: Path, generation: int) -> list[PlannedEntry]:
     return [PlannedEntry(**e) for e in data["jobs"]]
 
 
-def read_claims(sweep_dir: Path, generation: int, known: set[int]) -> dict[int, tuple[str, str | None]]:
-    """The jobs claimed since `known` was: number -> (worker id, when)."""
-    out: dict[int, tuple[str, str | None]] = {}
+def scan_claims(sweep_dir: Path, generation: int, known: dict[int, int]
+                ) -> tuple[dict[int, tuple[str, str | None, int]], set[int]]:
+    """The claims made since `known` (number -> the inode of its claim file when last read; a job given back and
+    claimed again has a new one): number -> (worker id, when, inode); and the numbers claimed now."""
+    new: dict[int, tuple[str, str | None, int]] = {}
+    present: set[int] = set()
     try:
-        names = os.listdir(claims_dir(sweep_dir, generation))
+        found = list(os.scandir(claims_dir(sweep_dir, generation)))
     except OSError:
-        return out
-    for name in names:
-        if not name.isdigit() or int(name) in known:
+        return new, present
+    for item in found:
+        if not item.name.isdigit():
+            continue
+        num, inode = int(item.name), item.inode()
+        present.add(num)
+        if known.get(num) == inode:
             continue
         try:
-            worker, _, at = (claims_dir(sweep_dir, generation) / name).read_text().strip().partition(" ")
+            worker, _, at = Path(item.path).read_text().strip().partition(" ")
         except OSError:
             continue
         if worker:  # an empty file is one whose content is not visible yet (another node's write): next look
-            out[int(name)] = (worker, at or None)
-    return out
+            new[num] = (worker, at or None, inode)
+    return new, present
 
 
 def allocation_end(job_id: str, fallback_s: float) -> float:
@@ -153,52 +163,113 @@ class _Hooks:
         return sum(self.walls) / len(self.walls) if self.walls else self.spec.job_timeout_min * 60.0
 
 
-def run_worker(spec: PackSpec, worker: str, compose: Callable[[Job, PlannedEntry], None],
-               body: Callable[[Job], Reply], clock: Callable[[], float] = time.time) -> int:
-    """Claim and run this worker's jobs until none is left or the next would not fit in its time; how many ran."""
-    sweep_dir = Path(spec.sweep_dir)
-    started = clock()
-    end = allocation_end(worker, started + spec.timeout_min * 60.0)
-    entries = [e for e in read_plan(sweep_dir, spec.generation) if e.shape == spec.shape]
-    hooks = _Hooks(spec, compose, worker)
-    claims = claims_dir(sweep_dir, spec.generation)
-    claims.mkdir(parents=True, exist_ok=True)
+def own_claims_file(sweep_dir: Path, generation: int, worker: str) -> Path:
+    """The jobs a worker has claimed, one number a line: a worker that Slurm requeued (same id) finds them again."""
+    return claims_dir(sweep_dir, generation) / f"{worker}.claimed"
 
-    def child(job: Job, child_spec: ChildSpec, conn: Connection) -> None:
-        child_main(child_spec, conn, lambda: body(job))
 
-    pool = Pool(spec.slots, GpuPool([]), use_gpus=False, threads=spec.threads, echo=False,
-                term_grace_s=spec.term_grace_s, child=child, hooks=hooks, clock_ticks=False)
-    cursor, out_of_time = 0, False
-    log.info(f"worker {worker}: {len(entries)} job(s) of request {spec.shape} in the plan, {spec.slots} at a time, "
-             f"until {time.strftime('%H:%M:%S', time.localtime(end))}")
-    with Heartbeat(sweep_dir, worker):
-        pool.open()
+def release(sweep_dir: Path, generation: int, num: int) -> None:
+    """Give job `num` back: any worker may claim it again (the driver follows it as queued meanwhile)."""
+    with contextlib.suppress(FileNotFoundError):
+        (claims_dir(sweep_dir, generation) / str(num)).unlink()
+
+
+class PackedWorker:
+    """One worker's loop (`run`), and its stop before Slurm requeues it (`stop_for_requeue`)."""
+
+    def __init__(self, spec: PackSpec, worker: str, compose: Callable[[Job, PlannedEntry], None],
+                 body: Callable[[Job], Reply], clock: Callable[[], float] = time.time) -> None:
+        self.spec, self.worker, self.clock = spec, worker, clock
+        self.sweep_dir = Path(spec.sweep_dir)
+        self.claims = claims_dir(self.sweep_dir, spec.generation)
+        self.hooks = _Hooks(spec, compose, worker)
+
+        def child(job: Job, child_spec: ChildSpec, conn: Connection) -> None:
+            child_main(child_spec, conn, lambda: body(job))
+
+        self.pool = Pool(spec.slots, GpuPool([]), use_gpus=False, threads=spec.threads, echo=False,
+                         term_grace_s=spec.term_grace_s, child=child, hooks=self.hooks, clock_ticks=False)
+
+    def run(self) -> int:
+        """Claim and run this worker's jobs until none is left or the next would not fit in its time; how many ran."""
+        spec, hooks, pool = self.spec, self.hooks, self.pool
+        end = allocation_end(self.worker, self.clock() + spec.timeout_min * 60.0)
+        entries = [e for e in read_plan(self.sweep_dir, spec.generation) if e.shape == spec.shape]
+        self.claims.mkdir(parents=True, exist_ok=True)
+        self._release_own_unfinished({e.num: e for e in entries})
+        cursor, out_of_time, rescanned = 0, False, False
+        log.info(f"worker {self.worker}: {len(entries)} job(s) of request {spec.shape} in the plan, {spec.slots} at a "
+                 f"time, until {time.strftime('%H:%M:%S', time.localtime(end))}")
+        with Heartbeat(self.sweep_dir, self.worker):
+            pool.open()
+            try:
+                while True:
+                    while pool.stop_signal is None and len(pool.running) + len(pool.queue) < spec.slots:
+                        # The first round of jobs always starts (the allocation is at least one job's time limit).
+                        if hooks.n_started >= spec.slots and self.clock() + hooks.expected_s() > end:
+                            out_of_time = True
+                            break
+                        entry = None
+                        while cursor < len(entries) and entry is None:
+                            candidate = entries[cursor]
+                            cursor += 1
+                            if self._claim(candidate.num):
+                                entry = candidate
+                            if cursor == len(entries) and entry is None and not rescanned:
+                                cursor, rescanned = 0, True  # once more from the start: jobs given back since
+                        if entry is None:
+                            break
+                        hooks.entries[entry.num] = entry
+                        pool.submit(Job(num=entry.num, overrides=list(entry.overrides)))
+                    if not pool.busy():
+                        break
+                    pool.step()
+            finally:
+                pool.close()
+        why = (f"the next job (expected {hooks.expected_s():.0f} s) would not fit in its time left" if out_of_time
+               else "no job left")
+        if pool.stop_signal is not None:
+            why = "stopped by a signal"
+        log.info(f"worker {self.worker}: done after {hooks.n_run} job(s): {why}")
+        return hooks.n_run
+
+    def _claim(self, num: int) -> bool:
+        if not claim(self.claims / str(num), f"{self.worker} {now_iso()}"):
+            return False
+        with open(own_claims_file(self.sweep_dir, self.spec.generation, self.worker), "a") as f:
+            f.write(f"{num}\n")
+        return True
+
+    def _release_own_unfinished(self, entries: dict[int, PlannedEntry]) -> None:
+        """Jobs this worker claimed in an earlier life (Slurm requeued it: a node failure, a preemption) that did not
+        end on their own (no result, or `interrupted`): given back, so that they run again."""
         try:
-            while True:
-                while pool.stop_signal is None and len(pool.running) + len(pool.queue) < spec.slots:
-                    # The first round of jobs always starts (the allocation is at least one job's time limit).
-                    if hooks.n_started >= spec.slots and clock() + hooks.expected_s() > end:
-                        out_of_time = True
-                        break
-                    entry = None
-                    while cursor < len(entries) and entry is None:
-                        candidate = entries[cursor]
-                        cursor += 1
-                        if claim(claims / str(candidate.num), f"{worker} {now_iso()}"):
-                            entry = candidate
-                    if entry is None:
-                        break
-                    hooks.entries[entry.num] = entry
-                    pool.submit(Job(num=entry.num, overrides=list(entry.overrides)))
-                if not pool.busy():
-                    break
-                pool.step()
-        finally:
-            pool.close()
-    why = (f"the next job (expected {hooks.expected_s():.0f} s) would not fit in its time left" if out_of_time
-           else "no job left")
-    if pool.stop_signal is not None:
-        why = "stopped by a signal"
-    log.info(f"worker {worker}: done after {hooks.n_run} job(s): {why}")
-    return hooks.n_run
+            nums = {int(line) for line in own_claims_file(self.sweep_dir, self.spec.generation,
+                                                         self.worker).read_text().split() if line.isdigit()}
+        except OSError:
+            return
+        for num in sorted(nums):
+            entry = entries.get(num)
+            if entry is not None and result_status(Path(entry.job_dir)) in (None, "interrupted"):
+                release(self.sweep_dir, self.spec.generation, num)
+                log.info(f"worker {self.worker}: job {num}, which this worker ran before Slurm requeued it, is "
+                         "claimable again")
+
+    def stop_for_requeue(self) -> None:
+        """USR2 (time limit, preemption) or a requeue: stop the running jobs (SIGTERM: they record themselves
+        `interrupted`; their last epoch checkpoint stays) and give them back to be claimed again."""
+        pool = self.pool
+        running = list(pool.running.values())
+        for job in running:
+            job.stopped = True
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(job.pid or 0, signal.SIGTERM)
+        deadline = time.monotonic() + self.spec.term_grace_s
+        for job in running:
+            if job.proc is not None:
+                job.proc.join(max(0.0, deadline - time.monotonic()))
+        pool._kill_all()  # SIGKILL what is left, then record each job (the pool's hooks)
+        for job in running:
+            release(self.sweep_dir, self.spec.generation, job.num)
+        log.info(f"worker {self.worker}: stopped for a requeue; job(s) {', '.join(str(j.num) for j in running) or '-'} "
+                 "given back to be run again")

@@ -94,9 +94,16 @@ def settled_by_results(entries: Iterable[JobEntry]) -> dict[int, Seen]:
     seen = {}
     for e in entries:
         status = result_status(Path(e.job_dir)) if e.job_dir else None
-        if status is not None and (status not in FAILED_STATUSES or e.extra.get(PACKED) is not None):
+        if status is not None and _settles(status, e):
             seen[e.num] = Seen(state=status, final=True)
     return seen
+
+
+def _settles(status: str, entry: JobEntry) -> bool:
+    """Whether a job's own result settles its outcome whatever Slurm says. A failed or interrupted job may be
+    requeued; a packed job's failure is its own (its worker runs it once), but one interrupted may be given back
+    (its worker stopped for a requeue) while its worker is still in Slurm's hands."""
+    return status not in FAILED_STATUSES or (entry.extra.get(PACKED) is not None and status != "interrupted")
 
 
 def pending_reasons(seen: dict[int, Seen]) -> str:
@@ -111,7 +118,7 @@ def pending_reasons(seen: dict[int, Seen]) -> str:
 
 def _decide(entry: JobEntry, status: str | None, queued: QueueRow | None, accounted: QueueRow | None,
             squeue_failed: bool) -> Seen:
-    if status is not None and (status not in FAILED_STATUSES or entry.extra.get(PACKED) is not None):
+    if status is not None and _settles(status, entry):
         return Seen(state=status, slurm_state=(queued or accounted or QueueRow("", "", "")).state, final=True)
     if slurm_id(entry) is None and entry.extra.get(PACKED) is not None and entry.state in LIVE_STATES:
         return Seen(state="queued")  # no worker has claimed it yet
@@ -148,8 +155,15 @@ def _said_before_it_went(entry: JobEntry) -> str:
 
 
 def _stopped_by_sigterm(entry: JobEntry) -> bool:
-    record = read_record(entry.job_dir)
-    return SLURM_STOP in record.error and "slurm_state" not in record.result
+    return _retold(entry, read_record(entry.job_dir).result)
+
+
+def _retold(entry: JobEntry, own: dict[str, Any]) -> bool:
+    """Whether a job's own record is of its stop by a signal whose cause Slurm knows (and the record does not say
+    yet): SIGTERM from Slurm to a job's task, or a packed job stopped with its worker."""
+    if "slurm_state" in own or own.get("status") != "interrupted":
+        return False
+    return SLURM_STOP in str(own.get("error", "")) or entry.extra.get(PACKED) is not None
 
 
 def _ended(queued: QueueRow | None, accounted: QueueRow | None) -> QueueRow | None:
@@ -223,7 +237,7 @@ def record_dead(entry: JobEntry, seen: Seen, stderr_tail: str) -> str:
         result["final"] = rows[-1]
     if seen.exit_code:
         result["slurm_exit_code"] = seen.exit_code
-    if SLURM_STOP in str(own.get("error", "")):
+    if _retold(entry, own):
         write_result(Path(entry.job_dir), result)  # the job's own SIGTERM record, told what Slurm says it was
         return status
     if not write_result_if_absent(Path(entry.job_dir), result):
