@@ -21,7 +21,7 @@ COMPILE := $(PY) -m compileall -q -j 0 src tests examples bench train.py
 SWEEPS := $(basename $(notdir $(wildcard sweeps/*.yaml)))
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-fast lint typecheck check config-reference clean-outputs bench bench-throughput bench-mnist-best bench-report bench-scale bench-launcher test-launcher bench-gpu bench-slurm test-slurm sweep-optuna bench-optuna bench-optuna-workers \
+.PHONY: help install test test-fast lint typecheck check config-reference clean-outputs bench bench-throughput bench-mnist-best bench-report bench-scale bench-launcher test-launcher bench-gpu bench-slurm test-slurm sweep-optuna bench-optuna bench-optuna-workers bench-packing \
         slurm-up slurm-down slurm-status \
         $(addprefix sweep-,$(SWEEPS))
 
@@ -102,6 +102,9 @@ bench-launcher: ## Local launcher vs Hydra's basic and submitit_local: wall, CPU
 
 bench-slurm: ## Slurm launcher vs hydra-submitit-launcher on the local cluster: 64 jobs, sbatch calls, scancel-to-report (~10 min; holds /tmp/slurm-bench.lock)
 	flock /tmp/slurm-bench.lock $(PY) bench/bench_slurm.py $(ARGS)
+
+bench-packing: ## Packed Slurm workers vs one Slurm job per job: 2,000 jobs of 0.1 s, wall vs ideal, sbatch calls, Slurm jobs (~35 min; holds /tmp/slurm-bench.lock)
+	flock /tmp/slurm-bench.lock $(PY) bench/bench_packing.py $(ARGS)
 
 bench-optuna-workers: ## Optuna on Slurm, per-trial jobs vs worker mode, same 64-trial study: wall, sbatch/squeue/sacct/scontrol calls (~5 min; holds /tmp/slurm-bench.lock)
 	flock /tmp/slurm-bench.lock $(PY) bench/bench_optuna_workers.py $(ARGS)

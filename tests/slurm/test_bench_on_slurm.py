@@ -86,3 +86,20 @@ def test_bench_scale(tmp_path: Path) -> None:
     assert real["real_samples_used"] >= 3 and real["real_growth_kb_per_job"] is not None
     assert "KB a job (least squares over" in proc.stdout
     assert not list(tmp_path.glob("tmp*/")), "the generated sweeps are removed"
+
+
+def test_bench_packing(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    proc, record = make("bench-packing", f"--jobs 6 --work-s 0.1 --workers 2 --work {work} "
+                                         f"--json {tmp_path / 'packing.json'}")
+    runs = {r["mode"]: r for r in record["runs"]}
+    assert sorted(runs) == ["packed", "per_job"]
+    for r in runs.values():
+        assert r["exit_code"] == 0 and r["n_completed"] == 6 and r["wall_s"] > 0, r
+        assert Path(r["sweep_dir"]).parent == work
+    assert runs["packed"]["slurm_jobs_created"] == 2 and runs["per_job"]["slurm_jobs_created"] == 6
+    assert runs["packed"]["calls"]["sbatch"] == 1 and runs["per_job"]["calls"]["sbatch"] == 1
+    assert record["ideal_s"] == 0.3 and record["overhead_packed_to_ideal"] > 1  # 6 x 0.1 s on 2 workers
+    assert record["argv"] and record["machine_info"]["code_version"]
+    assert proc.returncode == 0 or record["verdict"] == "missed", proc.stderr
+    assert "packed / ideal: " in proc.stdout and "packed / one Slurm job per job: " in proc.stdout

@@ -23,6 +23,7 @@ from typing import Any
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
+from hydra_plugins.sweepit._compose import ComposedConfigs
 from hydra_plugins.sweepit._hydra import job_dir, record, record_task, run_hydra_job
 from sweepit._signals import interrupt_on_sigterm
 from sweepit.local import Job, Reply
@@ -116,6 +117,7 @@ class PackedTask:
         self.singleton_state = singleton_state
         self.spec = spec
         self._worker: PackedWorker | None = None  # the running loop (not pickled: see checkpoint)
+        self._composer: ComposedConfigs | None = None
 
     def __call__(self) -> int:
         from hydra.core.singleton import Singleton
@@ -127,6 +129,7 @@ class PackedTask:
         Singleton.set_state({**self.singleton_state, "instances": dict(self.singleton_state["instances"])})
         setup_globals()
         preload(DEFAULT_PRELOAD)  # once per worker, so that each job starts warm (see LocalOptions.preload)
+        self._composer = ComposedConfigs(self.hydra_context.config_loader)  # a job's config in ms, not 50
         self._worker = PackedWorker(self.spec, worker_id(), compose=self._compose, body=self._body)
         return self._worker.run()
 
@@ -138,12 +141,13 @@ class PackedTask:
         if self._worker is not None:
             self._worker.stop_for_requeue()
         fresh = copy.copy(self)
-        fresh._worker = None
+        fresh._worker, fresh._composer = None, None
         return submitit.helpers.DelayedSubmission(fresh, *args, **kwargs)
 
     def _compose(self, job: Job, entry: PlannedEntry) -> None:
         """The job's config as the driver composed it (same overrides, number and environment), and its directory."""
-        config = self.hydra_context.config_loader.load_sweep_config(self.config, list(entry.overrides))
+        assert self._composer is not None, "composed in the worker that __call__ set up"
+        config = self._composer.compose(self.config, list(entry.overrides))
         with open_dict(config):
             config.hydra.job.id = entry.num
             config.hydra.job.num = entry.num

@@ -204,9 +204,13 @@ class PackedWorker:
             pool.open()
             try:
                 while True:
-                    while pool.stop_signal is None and len(pool.running) + len(pool.queue) < spec.slots:
-                        # The first round of jobs always starts (the allocation is at least one job's time limit).
-                        if hooks.n_started >= spec.slots and self.clock() + hooks.expected_s() > end:
+                    # One job more than the slots is claimed, so that its config is composed while the others run.
+                    while pool.stop_signal is None and len(pool.running) + len(pool.queue) < spec.slots + 1:
+                        # The first round of jobs always starts (the allocation is at least one job's time limit); a
+                        # job that waits for a slot starts about one expected time from now.
+                        waits = len(pool.running) + len(pool.queue) >= spec.slots
+                        need = hooks.expected_s() * (2 if waits else 1)
+                        if len(hooks.entries) >= spec.slots and self.clock() + need > end:
                             out_of_time = True
                             break
                         entry = None
@@ -225,6 +229,8 @@ class PackedWorker:
                         break
                     pool.step()
             finally:
+                for job in pool.queue:  # claimed, never started (out of time, or stopped): for others to run
+                    release(self.sweep_dir, spec.generation, job.num)
                 pool.close()
         why = (f"the next job (expected {hooks.expected_s():.0f} s) would not fit in its time left" if out_of_time
                else "no job left")

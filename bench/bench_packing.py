@@ -1,0 +1,117 @@
+"""Packed Slurm sweeps (`hydra.launcher.workers=N`) against one Slurm job per job, on the local cluster, in one run.
+
+Run: flock /tmp/slurm-bench.lock python bench/bench_packing.py [--jobs 2000] [--workers 2] [--slots 1] --json PATH
+     (needs `make slurm-up`; the one-job-per-job mode of 2,000 jobs takes about half an hour on a 2-core machine)
+
+The sweep: bench/apps/fixed_work.py, any Hydra app, every job sleeping `--work-s` (0.1 s) and doing nothing else,
+`--jobs` of them as one grid (`+x=range(0,N)`), CPU only, 1 core per job. Measured per mode: the driver's wall time
+from its start to its exit (the results table and report included), jobs completed, and how many times `sbatch`,
+`squeue`, `sacct` and `scontrol` ran (a PATH shim counts the driver's calls and those of everything it starts), and
+how many Slurm jobs the sweep created (array tasks count one each, as Slurm counts them). The overhead of packing is
+the packed wall time divided by the ideal: total work / slots (`--workers` x `--slots`). Target (issue 23): <= 1.10.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+import bench_slurm  # noqa: E402
+
+APP = REPO / "bench" / "apps" / "fixed_work.py"
+OUT = REPO / "bench" / "out" / "packing"  # --work replaces it
+TARGET_OVERHEAD = 1.10
+MODES = ("packed", "per_job")
+
+
+def sweep_args(n_jobs: int, work_s: float) -> list[str]:
+    return ["hydra/launcher=slurm", f"+x=range(0,{n_jobs})", f"+work_s={work_s}", "hydra.launcher.cpus_per_task=1",
+            "hydra.launcher.timeout_min=10", "hydra.launcher.array_parallelism=1000"]
+
+
+def run_mode(mode: str, n_jobs: int, work_s: float, workers: int, slots: int, work: Path) -> dict[str, Any]:
+    label = f"{mode}-{n_jobs}-{time.strftime('%H%M%S')}"
+    sweep_dir, calls_log, shim_dir = work / label, work / f"{label}.calls", work / "shims"
+    extra = [f"hydra.launcher.workers={workers}", f"hydra.launcher.slots={slots}"] if mode == "packed" else []
+    cmd = [sys.executable, str(APP), "-m", *sweep_args(n_jobs, work_s), *extra, f"hydra.sweep.dir={sweep_dir}"]
+    bench_slurm.make_shims(shim_dir, calls_log)
+    env = {**os.environ, "PATH": f"{shim_dir}:{os.environ['PATH']}"}
+    print(f"$ {' '.join(cmd)}", flush=True)
+    t0 = time.time()
+    with open(work / f"{label}.log", "w") as log:
+        code = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+    wall = time.time() - t0
+    statuses = [json.loads(p.read_text()).get("status") for p in sweep_dir.glob("*/result.json")]
+    from sweepit.results._manifest import read_manifest
+
+    m = read_manifest(sweep_dir)
+    slurm_jobs = (len(m.workers.get("ids", [])) if mode == "packed"
+                  else len({str(e.extra.get("slurm_job_id")) for e in m.jobs.values()}))
+    row = {"mode": mode, "command": " ".join(cmd[1:]), "wall_s": round(wall, 2), "exit_code": code,
+           "n_jobs": n_jobs, "n_completed": statuses.count("completed"), "slurm_jobs_created": slurm_jobs,
+           "calls": bench_slurm.count_calls(calls_log), "sweep_dir": str(sweep_dir)}
+    print(f"  {mode}: {wall:.1f} s wall, {row['n_completed']}/{n_jobs} completed, {slurm_jobs} Slurm job(s), "
+          f"calls {row['calls']}, exit {code}", flush=True)
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=2000, help="jobs in the grid (default 2000)")
+    parser.add_argument("--work-s", type=float, default=0.1, help="each job's fixed work in seconds (default 0.1)")
+    parser.add_argument("--workers", type=int, default=2, help="packed workers (default 2: this machine's cores)")
+    parser.add_argument("--slots", type=int, default=1, help="jobs at once per packed worker (default 1)")
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="default: both")
+    parser.add_argument("--json", type=Path, help="write the raw figures here")
+    parser.add_argument("--work", type=Path, default=OUT, help=f"sweeps, logs and call counts (default {OUT})")
+    args = parser.parse_args(argv)
+    work = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    status = subprocess.run([str(REPO / "scripts" / "slurm-cluster.sh"), "status"], capture_output=True, text=True)
+    if status.returncode != 0:
+        raise SystemExit("the local Slurm cluster is not usable: run `make slurm-up` (as root) first")
+    from machine import machine_info, machine_line
+
+    machine, info = machine_line(), machine_info()  # info: taken at the start (the commit it runs)
+    print(machine, flush=True)
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
+    rows = {mode: run_mode(mode, args.jobs, args.work_s, args.workers, args.slots, work) for mode in args.modes}
+    ideal = args.jobs * args.work_s / (args.workers * args.slots)
+    packed, per_job = rows.get("packed"), rows.get("per_job")
+    overhead = packed["wall_s"] / ideal if packed else None
+    ratio = packed["wall_s"] / per_job["wall_s"] if packed and per_job else None
+    met = (overhead is not None and overhead <= TARGET_OVERHEAD
+           and all(r["exit_code"] == 0 and r["n_completed"] == args.jobs for r in rows.values()))
+    print(f"\n{args.jobs} jobs of {args.work_s} s (bench/apps/fixed_work.py), packed: {args.workers} worker(s) x "
+          f"{args.slots} slot(s); ideal {ideal:.1f} s (total work / slots):")
+    print(f"{'mode':<10}{'wall_s':>9}{'completed':>11}{'slurm_jobs':>12}" + "".join(f"{n:>9}" for n in
+                                                                                   bench_slurm.COUNTED))
+    for r in rows.values():
+        print(f"{r['mode']:<10}{r['wall_s']:>9.1f}{r['n_completed']:>11}{r['slurm_jobs_created']:>12}"
+              + "".join(f"{r['calls'][n]:>9}" for n in bench_slurm.COUNTED))
+    if overhead is not None:
+        print(f"packed / ideal: {overhead:.2f}x (target <= {TARGET_OVERHEAD}x): {'met' if met else 'missed'}")
+    if ratio is not None:
+        print(f"packed / one Slurm job per job: {ratio:.3f}x wall")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({
+            "benchmark": "bench/bench_packing.py", "argv": sys.argv[1:], "started": started, "machine": machine,
+            "machine_info": info, "jobs": args.jobs, "work_s": args.work_s, "workers": args.workers,
+            "slots": args.slots, "ideal_s": round(ideal, 2), "runs": list(rows.values()),
+            "overhead_packed_to_ideal": None if overhead is None else round(overhead, 3),
+            "ratio_packed_to_per_job": None if ratio is None else round(ratio, 4), "target_overhead": TARGET_OVERHEAD,
+            "verdict": "met" if met else "missed"}, indent=1) + "\n")
+    return 0 if met else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
