@@ -380,6 +380,21 @@ def test_the_sweep_on_slurm(shell: Shell) -> None:
     assert all(ids), ids
 
 
+PACKED = "python train.py -m optimizer=adam,sgd lr=0.01,0.1 hydra/launcher=slurm hydra.launcher.workers=2"
+
+
+@shows(PACKED, slurm=True)
+def test_the_sweep_packed_into_two_workers(shell: Shell) -> None:
+    out = ok(shell.run(PACKED))
+    sweep = shell.sweep()
+    assert statuses(sweep) == dict.fromkeys(range(4), "completed") and "4 jobs: 4 completed" in out
+    assert "packed into 2 worker(s) in 1 sbatch call(s)" in out
+    manifest = json.loads((sweep / "sweep.json").read_text())
+    workers = {e["extra"]["slurm_job_id"] for e in manifest["jobs"]}
+    assert workers <= set(manifest["workers"]["ids"]) and len(manifest["workers"]["ids"]) == 2, manifest["workers"]
+    assert all("Epoch" in (p / "stdout.log").read_text() for p in sweep.iterdir() if (p / "result.json").exists())
+
+
 MN5 = ("python train.py -m trainer.gpus=1,2,4 hydra/launcher=marenostrum5 hydra.launcher.account=bsc12345 "
        "hydra.launcher.qos=acc_debug hydra.launcher.dry_run=true")
 
