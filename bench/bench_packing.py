@@ -3,12 +3,17 @@
 Run: flock /tmp/slurm-bench.lock python bench/bench_packing.py [--jobs 2000] [--workers 2] [--slots 1] --json PATH
      (needs `make slurm-up`; the one-job-per-job mode of 2,000 jobs takes about half an hour on a 2-core machine)
 
-The sweep: bench/apps/fixed_work.py, any Hydra app, every job sleeping `--work-s` (0.1 s) and doing nothing else,
-`--jobs` of them as one grid (`+x=range(0,N)`), CPU only, 1 core per job. Measured per mode: the driver's wall time
-from its start to its exit (the results table and report included), jobs completed, and how many times `sbatch`,
-`squeue`, `sacct` and `scontrol` ran (a PATH shim counts the driver's calls and those of everything it starts), and
-how many Slurm jobs the sweep created (array tasks count one each, as Slurm counts them). The overhead of packing is
-the packed wall time divided by the ideal: total work / slots (`--workers` x `--slots`). Target (issue 23): <= 1.10.
+Two sweeps (`--app`):
+- `fixed` (default): bench/apps/fixed_work.py, any Hydra app, every job sleeping `--work-s` (0.1 s) and doing
+  nothing else, `--jobs` of them as one grid (`+x=range(0,N)`), CPU only, 1 core per job. The overhead of packing is
+  the packed wall time divided by the ideal: total work / slots (`--workers` x `--slots`). Target (issue 23): <= 1.10.
+- `digits`: real short trainings, train.py's digits MLP, `--epochs` each, a grid of 2 optimizers x 5 learning rates
+  x `--jobs`/10 seeds, one (fake) GPU per job as train.py asks, run on the CPU. Compared: wall, and the GPU-hours
+  Slurm bills (each Slurm job's allocated GPUs x its elapsed time, from sacct).
+Measured per mode: the driver's wall time from its start to its exit (the results table and report included), jobs
+completed, how many times `sbatch`, `squeue`, `sacct` and `scontrol` ran (a PATH shim counts the driver's calls and
+those of everything it starts), and how many Slurm jobs the sweep created (array tasks count one each, as Slurm
+counts them).
 """
 
 from __future__ import annotations
@@ -26,22 +31,45 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 import bench_slurm  # noqa: E402
 
-APP = REPO / "bench" / "apps" / "fixed_work.py"
+APPS = {"fixed": REPO / "bench" / "apps" / "fixed_work.py", "digits": REPO / "train.py"}
 OUT = REPO / "bench" / "out" / "packing"  # --work replaces it
 TARGET_OVERHEAD = 1.10
 MODES = ("packed", "per_job")
 
 
-def sweep_args(n_jobs: int, work_s: float) -> list[str]:
-    return ["hydra/launcher=slurm", f"+x=range(0,{n_jobs})", f"+work_s={work_s}", "hydra.launcher.cpus_per_task=1",
-            "hydra.launcher.timeout_min=10", "hydra.launcher.array_parallelism=1000"]
+def sweep_args(app: str, n_jobs: int, work_s: float, epochs: int) -> list[str]:
+    common = ["hydra/launcher=slurm", "hydra.launcher.cpus_per_task=1", "hydra.launcher.array_parallelism=1000"]
+    if app == "fixed":
+        return [*common, f"+x=range(0,{n_jobs})", f"+work_s={work_s}", "hydra.launcher.timeout_min=10"]
+    if n_jobs % 10:
+        raise SystemExit(f"--app digits takes --jobs in tens (2 optimizers x 5 learning rates x seeds), not {n_jobs}")
+    return [*common, "task=digits", f"epochs={epochs}", "optimizer=adam,sgd", "lr=0.001,0.003,0.01,0.03,0.1",
+            f"seed=range(0,{n_jobs // 10})", "device=cpu", "trainer.threads=1", "timeout_min=10"]
 
 
-def run_mode(mode: str, n_jobs: int, work_s: float, workers: int, slots: int, work: Path) -> dict[str, Any]:
-    label = f"{mode}-{n_jobs}-{time.strftime('%H%M%S')}"
+def billed_gpu_hours(job_ids: list[str]) -> float | None:
+    """Sum over Slurm jobs of allocated GPUs x elapsed time, as sacct records them; None without accounting."""
+    bases = sorted({i.split("_", 1)[0] for i in job_ids})
+    out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", ",".join(bases), "-o", "JobID,ElapsedRaw,AllocTRES"],
+                         capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        return None
+    total = 0.0
+    for line in out.stdout.splitlines():
+        job_id, elapsed, tres = [*line.split("|"), "", "", ""][:3]
+        gpus = next((int(t.split("=")[1]) for t in tres.split(",") if t.startswith("gres/gpu=")), 0)
+        if "[" not in job_id and elapsed.isdigit():
+            total += gpus * int(elapsed) / 3600
+    return total
+
+
+def run_mode(mode: str, app: str, n_jobs: int, work_s: float, epochs: int, workers: int, slots: int,
+             work: Path) -> dict[str, Any]:
+    label = f"{app}-{mode}-{n_jobs}-{time.strftime('%H%M%S')}"
     sweep_dir, calls_log, shim_dir = work / label, work / f"{label}.calls", work / "shims"
     extra = [f"hydra.launcher.workers={workers}", f"hydra.launcher.slots={slots}"] if mode == "packed" else []
-    cmd = [sys.executable, str(APP), "-m", *sweep_args(n_jobs, work_s), *extra, f"hydra.sweep.dir={sweep_dir}"]
+    cmd = [sys.executable, str(APPS[app]), "-m", *sweep_args(app, n_jobs, work_s, epochs), *extra,
+           f"hydra.sweep.dir={sweep_dir}"]
     bench_slurm.make_shims(shim_dir, calls_log)
     env = {**os.environ, "PATH": f"{shim_dir}:{os.environ['PATH']}"}
     print(f"$ {' '.join(cmd)}", flush=True)
@@ -53,19 +81,23 @@ def run_mode(mode: str, n_jobs: int, work_s: float, workers: int, slots: int, wo
     from sweepit.results._manifest import read_manifest
 
     m = read_manifest(sweep_dir)
-    slurm_jobs = (len(m.workers.get("ids", [])) if mode == "packed"
-                  else len({str(e.extra.get("slurm_job_id")) for e in m.jobs.values()}))
-    row = {"mode": mode, "command": " ".join(cmd[1:]), "wall_s": round(wall, 2), "exit_code": code,
-           "n_jobs": n_jobs, "n_completed": statuses.count("completed"), "slurm_jobs_created": slurm_jobs,
-           "calls": bench_slurm.count_calls(calls_log), "sweep_dir": str(sweep_dir)}
-    print(f"  {mode}: {wall:.1f} s wall, {row['n_completed']}/{n_jobs} completed, {slurm_jobs} Slurm job(s), "
-          f"calls {row['calls']}, exit {code}", flush=True)
+    ids = (list(m.workers.get("ids", [])) if mode == "packed"
+           else sorted({str(e.extra.get("slurm_job_id")) for e in m.jobs.values()}))
+    time.sleep(2)  # slurmdbd records a job's end a moment after it
+    row = {"mode": mode, "app": app, "command": " ".join(cmd[1:]), "wall_s": round(wall, 2), "exit_code": code,
+           "n_jobs": n_jobs, "n_completed": statuses.count("completed"), "slurm_jobs_created": len(ids),
+           "billed_gpu_hours": billed_gpu_hours(ids), "calls": bench_slurm.count_calls(calls_log),
+           "sweep_dir": str(sweep_dir)}
+    print(f"  {mode}: {wall:.1f} s wall, {row['n_completed']}/{n_jobs} completed, {len(ids)} Slurm job(s), "
+          f"{row['billed_gpu_hours']} GPU-hours billed, calls {row['calls']}, exit {code}", flush=True)
     return row
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--app", choices=sorted(APPS), default="fixed", help="the sweep (default fixed)")
     parser.add_argument("--jobs", type=int, default=2000, help="jobs in the grid (default 2000)")
+    parser.add_argument("--epochs", type=int, default=3, help="--app digits: epochs per training (default 3)")
     parser.add_argument("--work-s", type=float, default=0.1, help="each job's fixed work in seconds (default 0.1)")
     parser.add_argument("--workers", type=int, default=2, help="packed workers (default 2: this machine's cores)")
     parser.add_argument("--slots", type=int, default=1, help="jobs at once per packed worker (default 1)")
@@ -83,19 +115,23 @@ def main(argv: list[str] | None = None) -> int:
     machine, info = machine_line(), machine_info()  # info: taken at the start (the commit it runs)
     print(machine, flush=True)
     started = time.strftime("%Y-%m-%d %H:%M:%S")
-    rows = {mode: run_mode(mode, args.jobs, args.work_s, args.workers, args.slots, work) for mode in args.modes}
-    ideal = args.jobs * args.work_s / (args.workers * args.slots)
+    rows = {mode: run_mode(mode, args.app, args.jobs, args.work_s, args.epochs, args.workers, args.slots, work)
+            for mode in args.modes}
+    ideal = args.jobs * args.work_s / (args.workers * args.slots) if args.app == "fixed" else None
     packed, per_job = rows.get("packed"), rows.get("per_job")
-    overhead = packed["wall_s"] / ideal if packed else None
+    overhead = packed["wall_s"] / ideal if packed and ideal else None
     ratio = packed["wall_s"] / per_job["wall_s"] if packed and per_job else None
-    met = (overhead is not None and overhead <= TARGET_OVERHEAD
-           and all(r["exit_code"] == 0 and r["n_completed"] == args.jobs for r in rows.values()))
-    print(f"\n{args.jobs} jobs of {args.work_s} s (bench/apps/fixed_work.py), packed: {args.workers} worker(s) x "
-          f"{args.slots} slot(s); ideal {ideal:.1f} s (total work / slots):")
-    print(f"{'mode':<10}{'wall_s':>9}{'completed':>11}{'slurm_jobs':>12}" + "".join(f"{n:>9}" for n in
-                                                                                   bench_slurm.COUNTED))
+    all_ran = all(r["exit_code"] == 0 and r["n_completed"] == args.jobs for r in rows.values())
+    met = all_ran and (overhead <= TARGET_OVERHEAD if overhead is not None else True)
+    what = (f"{args.jobs} jobs of {args.work_s} s (bench/apps/fixed_work.py)" if args.app == "fixed" else
+            f"{args.jobs} digits trainings of {args.epochs} epochs (train.py task=digits)")
+    print(f"\n{what}, packed: {args.workers} worker(s) x {args.slots} slot(s)"
+          + (f"; ideal {ideal:.1f} s (total work / slots):" if ideal else ":"))
+    print(f"{'mode':<10}{'wall_s':>9}{'completed':>11}{'slurm_jobs':>12}{'gpu_h':>8}" + "".join(
+        f"{n:>9}" for n in bench_slurm.COUNTED))
     for r in rows.values():
         print(f"{r['mode']:<10}{r['wall_s']:>9.1f}{r['n_completed']:>11}{r['slurm_jobs_created']:>12}"
+              f"{r['billed_gpu_hours'] if r['billed_gpu_hours'] is not None else float('nan'):>8.3f}"
               + "".join(f"{r['calls'][n]:>9}" for n in bench_slurm.COUNTED))
     if overhead is not None:
         print(f"packed / ideal: {overhead:.2f}x (target <= {TARGET_OVERHEAD}x): {'met' if met else 'missed'}")
@@ -105,8 +141,9 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
             "benchmark": "bench/bench_packing.py", "argv": sys.argv[1:], "started": started, "machine": machine,
-            "machine_info": info, "jobs": args.jobs, "work_s": args.work_s, "workers": args.workers,
-            "slots": args.slots, "ideal_s": round(ideal, 2), "runs": list(rows.values()),
+            "machine_info": info, "app": args.app, "jobs": args.jobs, "work_s": args.work_s, "epochs": args.epochs,
+            "workers": args.workers, "slots": args.slots, "ideal_s": round(ideal, 2) if ideal else None,
+            "runs": list(rows.values()),
             "overhead_packed_to_ideal": None if overhead is None else round(overhead, 3),
             "ratio_packed_to_per_job": None if ratio is None else round(ratio, 4), "target_overhead": TARGET_OVERHEAD,
             "verdict": "met" if met else "missed"}, indent=1) + "\n")
