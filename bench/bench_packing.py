@@ -100,7 +100,8 @@ def run_mode(mode: str, app: str, n_jobs: int, work_s: float, epochs: int, worke
     time.sleep(2)  # slurmdbd records a job's end a moment after it
     row = {"mode": mode, "app": app, "command": " ".join(cmd[1:]), "wall_s": round(wall, 2), "exit_code": code,
            "n_jobs": n_jobs, "n_completed": statuses.count("completed"), "slurm_jobs_created": len(ids),
-           "jobs_span_s": jobs_span_s(sweep_dir), "billed_gpu_hours": billed_gpu_hours(ids), "calls": bench_slurm.count_calls(calls_log),
+           "jobs_span_s": jobs_span_s(sweep_dir), "billed_gpu_hours": billed_gpu_hours(ids),
+           "calls": bench_slurm.count_calls(calls_log),
            "sweep_dir": str(sweep_dir)}
     print(f"  {mode}: {wall:.1f} s wall, {row['n_completed']}/{n_jobs} completed, {len(ids)} Slurm job(s), "
           f"{row['billed_gpu_hours']} GPU-hours billed, calls {row['calls']}, exit {code}", flush=True)
