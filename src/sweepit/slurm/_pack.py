@@ -83,8 +83,9 @@ class Shape:
 def worker_request(r: Request, timeout_min: int) -> Request:
     """A worker of jobs with request `r`: one task on one node holding all the job's GPUs (a job of N ranks forks
     them itself, as on a workstation)."""
-    return Request(nodes=1, tasks_per_node=1, timeout_min=timeout_min, gpus_per_node=r.gpus_on_node or None,
-                   gres=r.gres if r.gres and not (r.gpus_per_node or r.gpus_per_task) else None)
+    if r.gres and not (r.gpus_per_node or r.gpus_per_task):  # the launcher's own --gres, as it is
+        return Request(nodes=1, tasks_per_node=1, timeout_min=timeout_min, gres=r.gres)
+    return Request(nodes=1, tasks_per_node=1, timeout_min=timeout_min, gpus_per_node=r.gpus_on_node or None)
 
 
 class PackedSweep:
@@ -315,7 +316,8 @@ class _Following:
 
     def __init__(self, sweep: PackedSweep, m: Manifest, generation: int, todo: list[int], follower: Follower) -> None:
         self.sweep, self.m, self.generation, self.todo, self.follower = sweep, m, generation, todo, follower
-        self.adopted: dict[int, int] = {}     # job -> the inode of its claim when adopted
+        self.adopted: dict[int, str] = {}     # job -> the text of its claim when adopted (worker, when)
+        self.markers: set[str] = set()        # the release markers seen
         self.ran: set[str] = set()            # arrays whose workers claimed a job
         self.given_up: dict[int, str] = {}
         self.shape_of = {j.num: s.index for s in sweep.shapes for j in s.jobs}
@@ -325,7 +327,7 @@ class _Following:
         follower.retry = self.retry
         for num in todo:  # claimed under an earlier driver of this generation: followed again
             if m.jobs[num].extra.get("slurm_job_id"):
-                self.adopted[num] = -1  # its claim is read again at the first look
+                self.adopted[num] = ""  # its claim is read again at the first look
                 follower.add(num, counted=True)
 
     def left(self) -> list[int]:
@@ -335,12 +337,12 @@ class _Following:
         """Jobs claimed since the last look become jobs of their worker's Slurm id; jobs given back (a worker stopped
         for a requeue) are queued again."""
         m, follower = self.m, self.follower
-        claimed, present = scan_claims(self.sweep.sweep_dir, self.generation, self.adopted)
+        claimed, present = scan_claims(self.sweep.sweep_dir, self.generation, self.adopted, self.markers)
         changed = []
         for num in [n for n in self.adopted if n not in present and n not in follower.statuses]:
             self._unadopt(num)
             changed.append(num)
-        for num, (worker, at, inode) in sorted(claimed.items()):
+        for num, (worker, at, text) in sorted(claimed.items()):
             entry = m.jobs.get(num)
             if entry is None or entry.extra.get(PACKED) is None or num in follower.statuses:
                 continue
@@ -350,7 +352,7 @@ class _Following:
             self.ran.add(worker.split("_", 1)[0])
             if num not in follower.pending:
                 follower.add(num, counted=True)
-            self.adopted[num] = inode
+            self.adopted[num] = text
             changed.append(num)
         if changed:
             write_manifest(m, changed)

@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import time
@@ -41,6 +42,7 @@ from sweepit.slurm._task_files import TASK_DIR, record_task
 
 log = logging.getLogger(__name__)
 RECORDED_BY = "sweepit packed worker"
+RELEASED = "released-"   # `released-<num>-<token>` in the claims folder: job `num` was given back
 
 
 @dataclass(frozen=True)
@@ -88,29 +90,38 @@ def read_plan(sweep_dir: Path, generation: int) -> list[PlannedEntry]:
     return [PlannedEntry(**e) for e in data["jobs"]]
 
 
-def scan_claims(sweep_dir: Path, generation: int, known: dict[int, int]
-                ) -> tuple[dict[int, tuple[str, str | None, int]], set[int]]:
-    """The claims made since `known` (number -> the inode of its claim file when last read; a job given back and
-    claimed again has a new one): number -> (worker id, when, inode); and the numbers claimed now."""
-    new: dict[int, tuple[str, str | None, int]] = {}
+def scan_claims(sweep_dir: Path, generation: int, known: dict[int, str], markers: set[str]
+                ) -> tuple[dict[int, tuple[str, str | None, str]], set[int]]:
+    """The claims made since the last look: number -> (worker id, when, the claim's text), for jobs not in `known`
+    (number -> the claim's text when last read) and for jobs given back since (a `released-<num>-*` marker not in
+    `markers`, which is updated), whose claim may be another now; and the numbers claimed now. One listing of the
+    claims folder, and a read of each new claim only."""
+    new: dict[int, tuple[str, str | None, str]] = {}
     present: set[int] = set()
+    folder = claims_dir(sweep_dir, generation)
     try:
-        found = list(os.scandir(claims_dir(sweep_dir, generation)))
+        names = os.listdir(folder)
     except OSError:
         return new, present
-    for item in found:
-        if not item.name.isdigit():
-            continue
-        num, inode = int(item.name), item.inode()
-        present.add(num)
-        if known.get(num) == inode:
+    reread: set[int] = set()
+    for name in names:
+        if name.isdigit():
+            present.add(int(name))
+        elif name.startswith(RELEASED) and name not in markers:
+            markers.add(name)
+            head = name[len(RELEASED):].split("-", 1)[0]
+            if head.isdigit():
+                reread.add(int(head))
+    for num in sorted(present):
+        if num in known and num not in reread:
             continue
         try:
-            worker, _, at = Path(item.path).read_text().strip().partition(" ")
+            text = (folder / str(num)).read_text().strip()
         except OSError:
             continue
-        if worker:  # an empty file is one whose content is not visible yet (another node's write): next look
-            new[num] = (worker, at or None, inode)
+        worker, _, at = text.partition(" ")
+        if worker and known.get(num) != text:  # an empty file's content is not visible yet (another node): next look
+            new[num] = (worker, at or None, text)
     return new, present
 
 
@@ -169,9 +180,12 @@ def own_claims_file(sweep_dir: Path, generation: int, worker: str) -> Path:
 
 
 def release(sweep_dir: Path, generation: int, num: int) -> None:
-    """Give job `num` back: any worker may claim it again (the driver follows it as queued meanwhile)."""
+    """Give job `num` back: any worker may claim it again (the driver follows it as queued meanwhile). A marker says
+    so to the driver, which may see the job claimed again before it sees it unclaimed."""
+    folder = claims_dir(sweep_dir, generation)
     with contextlib.suppress(FileNotFoundError):
-        (claims_dir(sweep_dir, generation) / str(num)).unlink()
+        (folder / str(num)).unlink()
+    claim(folder / f"{RELEASED}{num}-{secrets.token_hex(4)}")
 
 
 class PackedWorker:

@@ -1,0 +1,119 @@
+"""A packed sweep's worker loop on its own, without Slurm: claims, the wall-time rule, records, jobs given back
+(`sweepit.slurm._pack_worker`). The jobs are forked as on a node; the clock is the test's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from sweepit.local import Job, Reply
+from sweepit.slurm._pack import worker_request
+from sweepit.slurm._pack_worker import (
+    PackedWorker,
+    PackSpec,
+    PlannedEntry,
+    claims_dir,
+    release,
+    scan_claims,
+    write_plan,
+)
+from sweepit.slurm._request import Request
+
+pytestmark = pytest.mark.no_cluster
+
+
+def plan(sweep: Path, n: int, shape: int = 0) -> list[PlannedEntry]:
+    entries = [PlannedEntry(num, [f"x={num}"], str(sweep / f"{num}_x={num}"), shape, {}) for num in range(n)]
+    write_plan(sweep, 1, entries, ["1 GPU(s), 5 min"])
+    return entries
+
+
+def compose(job: Job, entry: PlannedEntry) -> None:
+    job.config = OmegaConf.create({"x": entry.num})
+    job.job_dir = Path(entry.job_dir)
+    job.job_dir.mkdir(parents=True, exist_ok=True)
+
+
+def body(job: Job) -> Reply:
+    if job.num == 1:
+        raise ValueError("job 1 fails on purpose")
+    return Reply(status="completed", value=float(job.num))
+
+
+class Clock:
+    """The worker's clock, 400 s later at every look after the first (when it reads its allocation's end)."""
+
+    def __init__(self) -> None:
+        self.looks = 0
+
+    def __call__(self) -> float:
+        self.looks += 1
+        return 1_000_000.0 + 400.0 * (self.looks - 1)
+
+
+def spec(sweep: Path, timeout_min: int, job_timeout_min: int = 5, slots: int = 1) -> PackSpec:
+    return PackSpec(str(sweep), 1, 0, slots, 1, timeout_min, job_timeout_min, term_grace_s=2.0)
+
+
+def test_a_worker_runs_every_job_of_its_request_once_and_records_each(tmp_path: Path) -> None:
+    plan(tmp_path, 4)
+    worker = PackedWorker(spec(tmp_path, 60), "local-1", compose, body)
+    assert worker.run() == 4
+    results = {n: json.loads((tmp_path / f"{n}_x={n}" / "result.json").read_text()) for n in range(4)}
+    assert [results[n]["status"] for n in range(4)] == ["completed", "failed", "completed", "completed"]
+    assert "job 1 fails on purpose" in results[1]["error"] and results[3]["objective"] == 3.0
+    assert results[0]["recorded_by"] == "sweepit packed worker"
+    claimed, present = scan_claims(tmp_path, 1, {}, set())
+    assert present == {0, 1, 2, 3} and {w for w, _, _ in claimed.values()} == {"local-1"}
+    # a second worker of the same plan finds nothing left
+    assert PackedWorker(spec(tmp_path, 60), "local-2", compose, body).run() == 0
+
+
+def test_a_job_whose_expected_time_does_not_fit_is_left_unclaimed(tmp_path: Path) -> None:
+    """Worker time 10 min, jobs expected at their 5 min limit: the first job always starts; 400 s later the next
+    would need 600 s (its own 300 after the 300 of the one before it); 800 s in, not even the measured mean fits."""
+    plan(tmp_path, 3)
+    clock = Clock()
+    worker = PackedWorker(spec(tmp_path, 10), "local-1", compose, body, clock=clock)
+    assert worker.run() == 1
+    _, present = scan_claims(tmp_path, 1, {}, set())
+    assert present == {0}, "jobs 1 and 2 are left for a fresh worker"
+    assert not (tmp_path / "1_x=1" / "result.json").exists()
+
+
+def test_a_job_given_back_is_claimed_again_and_its_claim_is_new(tmp_path: Path) -> None:
+    plan(tmp_path, 2)
+    assert PackedWorker(spec(tmp_path, 60), "local-1", compose, body).run() == 2
+    markers: set[str] = set()
+    before, _ = scan_claims(tmp_path, 1, {}, markers)
+    known = {num: text for num, (_, _, text) in before.items()}
+    release(tmp_path, 1, 0)
+    assert scan_claims(tmp_path, 1, known, set())[1] == {1}, "job 0 is unclaimed"
+    assert PackedWorker(spec(tmp_path, 60), "local-2", compose, body).run() == 1
+    again, present = scan_claims(tmp_path, 1, known, markers)
+    assert present == {0, 1} and list(again) == [0] and again[0][0] == "local-2", "a new claim, by the new worker"
+
+
+def test_a_requeued_worker_gives_back_the_jobs_it_did_not_finish(tmp_path: Path) -> None:
+    entries = plan(tmp_path, 2)
+    claims = claims_dir(tmp_path, 1)
+    claims.mkdir(parents=True)
+    (claims / "0").write_text("local-1 2026-11-24T00:00:00")  # its earlier life claimed job 0, then was requeued
+    (claims / "local-1.claimed").write_text("0\n")
+    Path(entries[0].job_dir).mkdir()
+    (Path(entries[0].job_dir) / "result.json").write_text(json.dumps({"status": "interrupted"}))
+    assert PackedWorker(spec(tmp_path, 60), "local-1", compose, body).run() == 2
+    assert json.loads((Path(entries[0].job_dir) / "result.json").read_text())["status"] == "completed"
+
+
+@pytest.mark.parametrize(("request_", "worker"), [
+    (Request(1, 2, 5, gpus_per_node=2, gpus_per_task=1), Request(1, 1, 30, gpus_per_node=2)),
+    (Request(1, 1, 5), Request(1, 1, 30)),
+    (Request(1, 1, 5, gres="gpu:a100:4"), Request(1, 1, 30, gres="gpu:a100:4")),
+    (Request(1, 4, 5, gpus_per_task=1), Request(1, 1, 30, gpus_per_node=4)),
+])
+def test_a_worker_is_one_task_holding_the_jobs_gpus(request_: Request, worker: Request) -> None:
+    assert worker_request(request_, 30) == worker
