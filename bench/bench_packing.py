@@ -122,9 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
-    status = subprocess.run([str(REPO / "scripts" / "slurm-cluster.sh"), "status"], capture_output=True, text=True)
-    if status.returncode != 0:
-        raise SystemExit("the local Slurm cluster is not usable: run `make slurm-up` (as root) first")
+    bench_slurm.require_cluster()
     from machine import machine_info, machine_line
 
     machine, info = machine_line(), machine_info()  # info: taken at the start (the commit it runs)

@@ -58,6 +58,13 @@ def pip(*args: str) -> None:
     subprocess.run(cmd, check=True)
 
 
+def require_cluster() -> None:
+    """Stop with what to do unless the local Slurm cluster takes jobs (`scripts/slurm-cluster.sh status`)."""
+    status = subprocess.run([str(REPO / "scripts" / "slurm-cluster.sh"), "status"], capture_output=True, text=True)
+    if status.returncode != 0:
+        raise SystemExit("the local Slurm cluster is not usable: run `make slurm-up` (as root) first")
+
+
 def make_shims(shim_dir: Path, calls_log: Path) -> None:
     """Executables named like Slurm's clients that log their name and exec the real one."""
     shim_dir.mkdir(parents=True, exist_ok=True)
@@ -209,9 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--cancel-jobs must be at least 2 (job 1 is the one cancelled), but got {args.cancel_jobs}")
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
-    status = subprocess.run([str(REPO / "scripts" / "slurm-cluster.sh"), "status"], capture_output=True, text=True)
-    if status.returncode != 0:
-        raise SystemExit("the local Slurm cluster is not usable: run `make slurm-up` (as root) first")
+    require_cluster()
     installed = False
     if "submitit_slurm" in launchers and importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None:
         pip("install", SUBMITIT_SPEC, "--no-deps")
