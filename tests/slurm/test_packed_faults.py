@@ -74,6 +74,7 @@ def test_a_worker_killed_with_sigkill_has_its_job_run_again_by_a_fresh_worker(tm
         release.touch()
         code = driver.finish(timeout_s=240)
     finally:
+        release.touch()  # a worker left holding its GPU would starve the other tests of the cluster
         driver.kill()
     assert code == 0, driver.stderr[-3000:]
     assert "given to another worker (retry 1 of 2)" in driver.stderr
@@ -98,6 +99,7 @@ def test_a_cancelled_worker_leaves_its_job_interrupted_and_resume_runs_it(tmp_pa
         code = driver.finish(timeout_s=120)
     finally:
         driver.kill()
+        release.touch()  # held jobs end, and their worker with them, should the scancel have failed
     assert code == 1, driver.stderr[-3000:]
     m = manifest(sweep)
     assert m.jobs[0].state == "interrupted", m.jobs[0]

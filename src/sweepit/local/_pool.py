@@ -311,4 +311,5 @@ def _flush_all() -> None:
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
     for handler in logging.getLogger().handlers:
-        handler.flush()
+        with contextlib.suppress(OSError, ValueError):  # a handler whose stream was closed under it
+            handler.flush()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -52,6 +53,7 @@ from sweepit.slurm._submit import (
     select_str,
     submit,
 )
+from sweepit.slurm._task_files import TASK_DIR
 from sweepit.slurm._workers import alive_workers
 
 if TYPE_CHECKING:
@@ -208,6 +210,7 @@ class PackedSweep:
         entries = []
         for job in to_run:
             start_clean(job.job_dir)  # checkpoint.pt is kept to resume
+            shutil.rmtree(job.job_dir / TASK_DIR, ignore_errors=True)  # its task file says when it started
             env = _env_set(job.config)
             entries.append(PlannedEntry(job.num, list(job.overrides), str(job.job_dir), shape_of[job.num], env))
             entry = m.jobs[job.num]
@@ -342,13 +345,14 @@ class _Following:
         for num in [n for n in self.adopted if n not in present and n not in follower.statuses]:
             self._unadopt(num)
             changed.append(num)
-        for num, (worker, at, text) in sorted(claimed.items()):
+        for num, (worker, _, text) in sorted(claimed.items()):
             entry = m.jobs.get(num)
             if entry is None or entry.extra.get(PACKED) is None or num in follower.statuses:
                 continue
             entry.extra.update(slurm_job_id=worker, slurm_array_job_id=worker.split("_", 1)[0],
                                slurm_job_name=m.workers.get("job_name"))
-            entry.state, entry.started_at, entry.ended_at = "running", at, None
+            # Queued until the follower sees it started: a worker claims one job ahead of a free slot.
+            entry.state, entry.started_at, entry.ended_at = "queued", None, None
             self.ran.add(worker.split("_", 1)[0])
             if num not in follower.pending:
                 follower.add(num, counted=True)

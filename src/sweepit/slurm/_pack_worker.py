@@ -237,6 +237,8 @@ class PackedWorker:
                                 cursor, rescanned = 0, True  # once more from the start: jobs given back since
                         if entry is None:
                             break
+                        # Its task file, written as it starts, tells the driver when it runs (not when claimed).
+                        shutil.rmtree(Path(entry.job_dir) / TASK_DIR, ignore_errors=True)
                         hooks.entries[entry.num] = entry
                         pool.submit(Job(num=entry.num, overrides=list(entry.overrides)))
                     if not pool.busy():

@@ -31,7 +31,7 @@ from sweepit.results._job_files import (
 from sweepit.results._manifest import FAILED_STATUSES, JobEntry, Manifest, result_status
 from sweepit.slurm import _cluster as slurm_queue
 from sweepit.slurm._cluster import ACTIVE_STATES, FINAL_STATES, QueueRow
-from sweepit.slurm._task_files import failed_task, rank_failure
+from sweepit.slurm._task_files import failed_task, rank_failure, task_file
 
 LOST = "LOST"                        # neither squeue nor sacct knows the job any more
 RECORDED_BY = "sweepit slurm launcher"
@@ -127,6 +127,9 @@ def _decide(entry: JobEntry, status: str | None, queued: QueueRow | None, accoun
     if queued is not None and queued.state in ACTIVE_STATES:
         # A failed result.json here is one of a run that Slurm has requeued since.
         state = "running" if queued.state in ("RUNNING", "SIGNALING") else "queued"
+        packed = entry.extra.get(PACKED) is not None
+        if state == "running" and packed and not task_file(Path(entry.job_dir), 0).exists():
+            state = "queued"  # claimed by a running worker, waiting for one of its slots
         reason = queued.reason if state == "queued" and queued.reason not in ("None", "(null)") else ""
         return Seen(state=state, slurm_state=queued.state, node=queued.node, reason=reason)
     ended = _ended(queued, accounted)
