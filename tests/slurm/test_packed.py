@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from slurm_launcher_testing import (
     APP,
     Driver,
@@ -19,6 +20,9 @@ from slurm_launcher_testing import (
     wait_until,
 )
 
+# Packed workers hold the cluster's 4 fake GPUs for a whole sweep each: beside the other tests they starved a 4-GPU
+# job and an Optuna worker of theirs (CI, 2026-11-24), so these tests hold the cluster alone.
+pytestmark = pytest.mark.exclusive_cluster
 PACK = ["hydra.launcher.workers=2"]
 
 

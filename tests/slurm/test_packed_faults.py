@@ -14,6 +14,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
 from slurm_launcher_testing import (
     APP,
     TRAIN,
@@ -30,6 +31,8 @@ from slurm_launcher_testing import (
     wait_until,
 )
 
+# Packed workers hold fake GPUs for a whole sweep: these tests hold the cluster alone (see test_packed.py).
+pytestmark = pytest.mark.exclusive_cluster
 # About 0.5 s an epoch on one core: long enough to be caught mid-training.
 LINREG = ["task=linreg", "data.n_synthetic=40000", "device=cpu", "timeout_min=5", "hydra/launcher=slurm",
           "hydra.launcher.poll_interval_s=1", "hydra.launcher.result_grace_s=1", "hydra.launcher.workers=1"]
