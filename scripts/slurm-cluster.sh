@@ -19,6 +19,10 @@
 #   --max-time=MIN            every partition's MaxTime, in minutes (default INFINITE).
 #   --enforce-part-limits=X   EnforcePartLimits=ALL|ANY|NO (default: unset, which Slurm takes as NO).
 #   --max-array-size=N        MaxArraySize (default 1001, or SLURM_MAX_ARRAY_SIZE).
+#   --qos-limit=N             limits enforced (AccountingStorageEnforce=associations,limits,qos) and a plain user
+#                             `sweepit-user` (created if missing) whose default QoS `capped` has
+#                             MaxSubmitJobsPerUser=N: sbatch refuses that user's jobs beyond N queued or running. Root's
+#                             jobs are never held to limits, so tests submit as that user.
 #
 # Environment:
 #   SLURM_MAX_ARRAY_SIZE=5    cluster's MaxArraySize (default 1001); `up` applies a change by restarting
@@ -42,6 +46,9 @@ GPU_PARTITION=0
 MAX_TIME=INFINITE
 ENFORCE_PART_LIMITS=""
 VARIANT=default
+QOS_LIMIT=""   # --qos-limit=N: MaxSubmitJobsPerUser of QoS $QOS_NAME, the default QoS of $QOS_USER
+QOS_NAME=capped
+QOS_USER=sweepit-user
 FAKE_NODE=cpu0 # --gpu-partition: the default partition's only node, without GPUs, never registered
 
 ETC=/etc/slurm
@@ -195,6 +202,7 @@ JobAcctGatherFrequency=30
 JobCompType=jobcomp/none
 EOF
   if [[ -n $ENFORCE_PART_LIMITS ]]; then echo "EnforcePartLimits=$ENFORCE_PART_LIMITS"; fi
+  if [[ -n $QOS_LIMIT ]]; then echo "AccountingStorageEnforce=associations,limits,qos"; fi
   echo "NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$N_CPUS Boards=1 SocketsPerBoard=1 CoresPerSocket=$N_CPUS" \
     "ThreadsPerCore=1 RealMemory=$REAL_MEMORY_MB${gres:+ $gres} State=UNKNOWN"
   if ((GPU_PARTITION)); then
@@ -225,7 +233,8 @@ parse_flags() {
     --max-time=*) MAX_TIME=${flag#*=} ;;
     --enforce-part-limits=*) ENFORCE_PART_LIMITS=${flag#*=} ;;
     --max-array-size=*) MAX_ARRAY_SIZE=${flag#*=} ;;
-    *) die "up takes --no-accounting, --cpu-only, --gpu-partition, --max-time=MIN, --enforce-part-limits=ALL|ANY|NO and --max-array-size=N, but got '$flag'" ;;
+    --qos-limit=*) QOS_LIMIT=${flag#*=} ;;
+    *) die "up takes --no-accounting, --cpu-only, --gpu-partition, --max-time=MIN, --enforce-part-limits=ALL|ANY|NO, --max-array-size=N and --qos-limit=N, but got '$flag'" ;;
     esac
     given+=("$flag")
   done
@@ -233,6 +242,8 @@ parse_flags() {
   [[ $ENFORCE_PART_LIMITS =~ ^(|ALL|ANY|NO)$ ]] ||
     die "--enforce-part-limits must be ALL, ANY or NO, but got '$ENFORCE_PART_LIMITS'"
   [[ $MAX_ARRAY_SIZE =~ ^[1-9][0-9]*$ ]] || die "--max-array-size must be a positive number, but got '$MAX_ARRAY_SIZE'"
+  [[ $QOS_LIMIT =~ ^([1-9][0-9]*)?$ ]] || die "--qos-limit must be a positive number, but got '$QOS_LIMIT'"
+  if [[ -n $QOS_LIMIT ]] && ((ACCOUNTING == 0)); then die "--qos-limit needs accounting: drop --no-accounting"; fi
   if ((${#given[@]})); then VARIANT=${given[*]}; fi
 }
 
@@ -360,6 +371,23 @@ start_slurmdbd() {
   fi
 }
 
+# --qos-limit=N: the plain user, the QoS with its limit, the user's association under it (idempotent; slurmdbd tells a
+# running slurmctld at once).
+apply_qos_limit() {
+  [[ -n $QOS_LIMIT ]] || return 0
+  id -u "$QOS_USER" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$QOS_USER"
+  if sacctmgr -n -P show qos "$QOS_NAME" format=name | grep -qx "$QOS_NAME"; then
+    sacctmgr -i -Q modify qos "$QOS_NAME" set MaxSubmitJobsPerUser="$QOS_LIMIT" >/dev/null
+  else
+    sacctmgr -i -Q add qos "$QOS_NAME" MaxSubmitJobsPerUser="$QOS_LIMIT" >/dev/null
+  fi
+  if ! sacctmgr -n -P show assoc where user="$QOS_USER" format=user | grep -qx "$QOS_USER"; then
+    sacctmgr -i -Q add user "$QOS_USER" Account="$CLUSTER" Cluster="$CLUSTER" >/dev/null
+  fi
+  sacctmgr -i -Q modify user "$QOS_USER" set QOS="$QOS_NAME" DefaultQOS="$QOS_NAME" >/dev/null
+  log "QoS $QOS_NAME: MaxSubmitJobsPerUser=$QOS_LIMIT, the default QoS of user $QOS_USER (limits enforced)"
+}
+
 ctld_ok() { scontrol ping 2>/dev/null | grep 'is UP' >/dev/null; }
 
 start_slurmctld() {
@@ -442,6 +470,7 @@ cmd_up() {
   if ((ACCOUNTING)); then
     start_mariadb
     start_slurmdbd
+    apply_qos_limit
   else
     stop_daemons slurmdbd # as on a cluster without accounting: sacct fails
   fi

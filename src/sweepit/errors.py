@@ -40,6 +40,15 @@ class SlurmError(SweepitError):
     """Slurm cannot be reached, or one of its commands refused a request."""
 
 
+class QueueLimitError(SlurmError):
+    """sbatch refused jobs for a limit on the user's jobs in the queue (QoS MaxSubmitJobsPerUser, ...): a driver that
+    has jobs in flight waits for room and submits again. `limit` is the limit sbatch named."""
+
+    def __init__(self, limit: str, message: str) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
 class SweepFailedError(SweepitError):
     """A sweep ended with failed or interrupted jobs; the message says where the logs are and how to resume."""
 

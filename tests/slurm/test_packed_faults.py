@@ -5,6 +5,10 @@
 - A worker killed without a word (SIGKILL): the driver sees Slurm end it (FAILED) and gives its job to a fresh
   worker.
 - A worker cancelled (scancel): someone stopped it; its job ends `interrupted` and `sweepit resume` runs it.
+- The node set DOWN and back: Slurm requeues the worker (NODE_FAIL); in its new life it gives back the job it was
+  running, which resumes from its checkpoint.
+- The driver killed, then the controller away for 20 s: the workers go on with the sweep's jobs meanwhile, and
+  `sweepit resume` follows the same workers to the end (no new ones, no job run twice).
 """
 
 from __future__ import annotations
@@ -12,15 +16,18 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
+from slurm_cluster_testing import SlurmCluster, cluster_up
 from slurm_launcher_testing import (
     APP,
     TRAIN,
     Driver,
     assert_whole,
     epochs,
+    job_dirs,
     manifest,
     only_job_dir,
     only_job_dir_when,
@@ -28,6 +35,7 @@ from slurm_launcher_testing import (
     result,
     rows,
     run,
+    sweepit,
     wait_until,
 )
 
@@ -61,6 +69,36 @@ def test_usr2_to_a_worker_gives_its_job_back_and_the_job_resumes_bit_for_bit(tmp
     assert read_json(job / ".slurm" / "task-0.json")["slurm_restart_count"] == "1"
     worker_log = Path(m.workers["stderr"][worker]).read_text()
     assert "stopped for a requeue; job(s) 1 given back" in worker_log, worker_log[-3000:]
+    assert "2 jobs: 2 completed" in driver.stdout
+
+
+def test_the_node_going_down_requeues_the_worker_and_its_job_resumes_bit_for_bit(
+        slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    driver = Driver(TRAIN, sweep, *LINREG, "epochs=8", "+rep=0,1")
+    node_down = False
+    try:
+        job = only_job_dir_when(sweep, 1, timeout_s=180)
+        wait_until(lambda: (job / "metrics.jsonl").exists() and len(epochs(job)) >= 2, "two epochs of job 1", 180)
+        worker = str(manifest(sweep).jobs[1].extra["slurm_job_id"])
+        subprocess.run(["scontrol", "update", f"nodename={slurm_cluster.node}", "state=down", "reason=fault-test"],
+                       check=True, timeout=30)
+        node_down = True
+        time.sleep(3)
+        subprocess.run(["scontrol", "update", f"nodename={slurm_cluster.node}", "state=resume"], timeout=30)
+        node_down = False
+        code = driver.finish(timeout_s=300)
+    finally:
+        driver.kill()
+        if node_down:
+            subprocess.run(["scontrol", "update", f"nodename={slurm_cluster.node}", "state=resume"], timeout=30)
+    assert code == 0, driver.stderr[-3000:]
+    assert result(job)["status"] == "completed"
+    assert_whole(job)
+    assert rows(job) == rows(only_job_dir(sweep, 0)), "every epoch's losses and weights, bit for bit"
+    assert "sweepit: resumed from" in (job / "stdout.log").read_text()
+    worker_log = Path(manifest(sweep).workers["stderr"][worker]).read_text()
+    assert "which this worker ran before Slurm requeued it, is claimable again" in worker_log, worker_log[-3000:]
     assert "2 jobs: 2 completed" in driver.stdout
 
 
@@ -113,3 +151,43 @@ def test_a_cancelled_worker_leaves_its_job_interrupted_and_resume_runs_it(tmp_pa
                 "hydra.launcher.resume=true")
     assert again.returncode == 0, again.stderr[-3000:]
     assert [e.state for e in manifest(sweep).jobs.values()] == ["completed", "completed"]
+
+
+def test_the_driver_killed_and_the_controller_away_lose_nothing_and_resume_follows_the_same_workers(
+        tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    release = tmp_path / "release"
+    # Jobs 4 and 5 (the last of each worker) outlast the outage: the workers are alive when the sweep is resumed.
+    driver = Driver(APP, sweep, "hydra.launcher.workers=2", "x=range(6)", f"release_file={release}", "slow_on=[4,5]",
+                    "extra_sleep_s=40")
+    controller_down = False
+    try:
+        # Each worker runs its first job (held) and has claimed the next ahead.
+        wait_until(lambda: sweep.is_dir() and sum((d / ".slurm" / "task-0.json").exists()
+                                                  for d in job_dirs(sweep).values()) == 2, "a job in each worker", 120)
+        driver.kill()  # SIGKILL: no word to anyone
+        subprocess.run(["kill", Path("/run/slurmctld.pid").read_text().strip()], check=True, timeout=10)
+        away_since = time.monotonic()
+        controller_down = True
+        release.touch()  # the workers finish jobs 0 and 1 and go on with the others, the controller away
+        wait_until(lambda: sum((d / "result.json").exists() for d in job_dirs(sweep).values()) >= 4,
+                   "four jobs done while the controller is away", 60)
+        time.sleep(max(0.0, 20 - (time.monotonic() - away_since)))  # the controller stays away 20 s in all
+        cluster_up()
+        controller_down = False
+        resumed = sweepit("resume", str(sweep), timeout_s=240)
+    finally:
+        release.touch()
+        if controller_down:
+            cluster_up()
+        driver.kill()
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    said = resumed.stdout + resumed.stderr
+    assert "Following the packed workers still running from before" in said, said[-3000:]
+    assert "6 jobs: 6 completed" in resumed.stdout, said[-3000:]
+    m = manifest(sweep)
+    assert m.workers["generation"] == 1 and len(m.workers["arrays"]) == 1, "the same workers, none submitted anew"
+    for entry in m.jobs.values():
+        job = Path(entry.job_dir)
+        assert result(job)["status"] == "completed"
+        assert (job / "stdout.log").read_text().count("starting") == 1, f"{job.name} ran once"

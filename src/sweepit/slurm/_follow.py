@@ -69,6 +69,9 @@ class Follower:
         # job whose worker died goes to another worker) instead of it ending here.
         self.retry: Callable[[int, Seen], bool] = lambda num, seen: False
         self._live = LiveReader()  # the running jobs' metrics, read incrementally
+        # Whether jobs not followed yet are still to come (held back by the queue limits: submitted at a later look,
+        # by on_poll); the follow loop goes on while so.
+        self.more: Callable[[], bool] = lambda: False
 
     def add(self, num: int, counted: bool = False) -> None:
         """Follow one more job (submitted after the follower was made: the Optuna sweeper's trials; a packed job once
@@ -95,11 +98,11 @@ class Follower:
             if self._phase[n] == "running":
                 self.progress.start()
         with StopSignals() as stop:
-            while self.pending and stop.first is None:
+            while (self.pending or self.more()) and stop.first is None:
                 next_look = time.monotonic() + self.poll_interval_s
                 self.poll()
                 drawn = time.monotonic()
-                while self.pending and stop.first is None and time.monotonic() < next_look:
+                while (self.pending or self.more()) and stop.first is None and time.monotonic() < next_look:
                     time.sleep(_TICK_S)
                     self.settle()
                     if self.progress.live and time.monotonic() - drawn >= _CLOCK_S:

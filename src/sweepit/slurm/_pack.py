@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from sweepit._host import now_iso
 from sweepit._signals import StopSignals
-from sweepit.errors import ConfigError, SweepFailedError
+from sweepit.errors import ConfigError, QueueLimitError, SweepFailedError
 from sweepit.results._job_files import start_clean, write_result
 from sweepit.results._manifest import (
     JobEntry,
@@ -39,6 +39,7 @@ from sweepit.results._progress import Progress
 from sweepit.results._summary import summarize
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._follow import Follower
+from sweepit.slurm._limits import Room, open_room, read_limits
 from sweepit.slurm._pack_worker import PackSpec, PlannedEntry, release, scan_claims, write_plan
 from sweepit.slurm._request import Request, gpu_hours, sbatch_parameters
 from sweepit.slurm._states import LOST, PACKED, Seen
@@ -101,6 +102,7 @@ class PackedSweep:
         self.make_worker = make_worker
         self.shapes: list[Shape] = []
         self.max_array_size = 0
+        self.room: Room | None = None  # the user's queue limits (read when workers are first submitted)
 
     # -- the plan --------------------------------------------------------------------------------------------
     def plan(self, jobs: list[PlannedJob]) -> list[Shape]:
@@ -159,6 +161,9 @@ class PackedSweep:
                                      shape.n_workers, o.python))
         hours = gpu_hours([s.worker for s in self.shapes for _ in range(s.n_workers)])
         n_workers = sum(s.n_workers for s in self.shapes)
+        limits = read_limits(o.max_queued, o.qos, o.account).describe()
+        if limits:
+            out.append(f"# queue limit: {limits}")
         out.append(f"dry run: {len(jobs)} job(s) packed into {n_workers} worker(s) in {len(self.shapes)} sbatch "
                    f"call(s), at most {hours:.2f} GPU-hours (every worker to its time limit); nothing submitted. "
                    "Drop hydra.launcher.dry_run=true to submit.")
@@ -176,7 +181,10 @@ class PackedSweep:
         try:
             m = open_manifest(self.sweep_dir, launcher="slurm")
             skipped = {j.num for j in jobs if o.resume and is_finished(j.job_dir)}
-            alive = alive_workers(m)
+            # Workers of an earlier driver are followed while a job of theirs has no result yet; once each has one they
+            # are only ending (a resume right after a sweep with failures: its failed jobs run in a new generation).
+            unended = any(result_status(j.job_dir) in (None, "interrupted") for j in jobs if j.num not in skipped)
+            alive = alive_workers(m) if unended else set()
             if alive:
                 generation = int(m.workers["generation"])
                 log.info(f"Following the packed workers still running from before ({len(alive)} of them); sweep dir "
@@ -227,17 +235,33 @@ class PackedSweep:
                      "stdout": {}, "stderr": {}, "arrays": {}, "slots": self.options.slots}
         write_manifest(m)
         left = {s.index: sum(1 for j in s.jobs if j.num not in skipped) for s in self.shapes}
+        self.room = open_room(self.options.max_queued, self.options.qos, self.options.account) if to_run else None
+        free = self.room.free() if self.room is not None else None
         calls = 0
         for shape in self.shapes:
-            if left[shape.index]:
-                self._submit_workers(m, shape, generation, min(shape.n_workers, math.ceil(left[shape.index]
-                                                                                          / self.options.slots)))
+            n = min(shape.n_workers, math.ceil(left[shape.index] / self.options.slots))
+            if free is not None:
+                n, free = min(n, free), free - min(n, free)
+            if n:
+                try:
+                    self._submit_workers(m, shape, generation, n)
+                except QueueLimitError as e:
+                    if not m.workers["ids"]:
+                        raise
+                    log.warning(f"sweepit: sbatch refused the workers of {shape.request.describe()} for a limit on "
+                                f"jobs per user ({e.limit}); submitted again as the sweep's workers end")
+                    break
                 calls += 1
         n_workers = len(m.workers["ids"])
         log.info(f"Submitted {len(to_run)} of {len(jobs)} job(s) packed into {n_workers} worker(s) in {calls} sbatch "
                  f"call(s)" + (f"; {len(skipped)} finished before (skipped)" if skipped else "")
+                 + (f"; more workers as the queue limit allows ({self.room.full()})"
+                    if self.room is not None and n_workers < self._wanted(left) else "")
                  + f"; sweep dir {self.sweep_dir}")
         return generation
+
+    def _wanted(self, left: dict[int, int]) -> int:
+        return sum(min(s.n_workers, math.ceil(left[s.index] / self.options.slots)) for s in self.shapes)
 
     def _submit_workers(self, m: Manifest, shape: Shape, generation: int, n_workers: int) -> list[str]:
         o = self.options
@@ -319,10 +343,12 @@ class _Following:
 
     def __init__(self, sweep: PackedSweep, m: Manifest, generation: int, todo: list[int], follower: Follower) -> None:
         self.sweep, self.m, self.generation, self.todo, self.follower = sweep, m, generation, todo, follower
+        self.todo_set = set(todo)  # a resumed driver's: the jobs that had not finished (claims of others are old)
         self.adopted: dict[int, str] = {}     # job -> the text of its claim when adopted (worker, when)
         self.markers: set[str] = set()        # the release markers seen
         self.ran: set[str] = set()            # arrays whose workers claimed a job
         self.given_up: dict[int, str] = {}
+        self.refused = False                  # sbatch refused workers for a limit (said once)
         self.shape_of = {j.num: s.index for s in sweep.shapes for j in s.jobs}
         self.arrays_of: dict[int, list[str]] = {}
         for array, info in (m.workers.get("arrays") or {}).items():
@@ -351,7 +377,7 @@ class _Following:
             changed.append(num)
         for num, (worker, _, text) in sorted(claimed.items()):
             entry = m.jobs.get(num)
-            if entry is None or entry.extra.get(PACKED) is None or num in follower.statuses:
+            if num not in self.todo_set or entry is None or entry.extra.get(PACKED) is None or num in follower.statuses:
                 continue
             entry.extra.update(slurm_job_id=worker, slurm_array_job_id=worker.split("_", 1)[0],
                                slurm_job_name=m.workers.get("job_name"))
@@ -401,9 +427,15 @@ class _Following:
         for num in unclaimed:
             by_shape.setdefault(self.shape_of[num], []).append(num)
         alive = alive_workers(self.m)
+        room = self.sweep.room
         for index, nums in by_shape.items():
             arrays = self.arrays_of.get(index, [])
-            if any(i.split("_", 1)[0] in arrays for i in alive):
+            shape = self.sweep.shapes[index]
+            wanted = min(shape.n_workers, math.ceil(len(nums) / self.sweep.options.slots))
+            n_alive = sum(i.split("_", 1)[0] in arrays for i in alive)
+            if n_alive:
+                if room is not None and n_alive < wanted:  # held back by the queue limit: more as room frees
+                    self._more_workers(shape, min(wanted - n_alive, room.free()), len(nums))
                 continue
             self.adopt()  # a job claimed (and ended) since the last look counts
             nums = [n for n in nums if n not in self.adopted]
@@ -428,13 +460,31 @@ class _Following:
                 for num in nums:
                     self._give_up(num, error)
                 continue
-            shape = self.sweep.shapes[index]
             n = min(shape.n_workers, math.ceil(len(nums) / self.sweep.options.slots))
+            if room is not None:
+                n = min(n, room.free())
+            self._more_workers(shape, n, len(nums), fresh=bool(arrays))
+
+    def _more_workers(self, shape: Shape, n: int, n_jobs: int, fresh: bool = False) -> None:
+        """Submit `n` more workers for `shape` (none when 0); a refusal by sbatch for a limit on jobs per user waits for
+        room while workers of the sweep's are in the queue."""
+        if n <= 0:
+            return
+        try:
             ids = self.sweep._submit_workers(self.m, shape, self.generation, n)
-            self.arrays_of.setdefault(index, []).append(ids[0].split("_", 1)[0])
-            array = ids[0].split("_", 1)[0]
-            self.follower.say(f"sweepit: {len(nums)} job(s) of request {shape.request.describe()} left unclaimed by "
-                              f"workers that ended: {n} fresh worker(s) submitted (Slurm job {array})")
+        except QueueLimitError as e:
+            if not alive_workers(self.m):
+                raise  # nothing of this sweep's in the queue to make room: the user must act
+            if not self.refused:
+                self.follower.say(f"sweepit: sbatch refused more workers for a limit on jobs per user ({e.limit}); "
+                                  "submitted again as the sweep's workers end")
+                self.refused = True
+            return
+        array = ids[0].split("_", 1)[0]
+        self.arrays_of.setdefault(shape.index, []).append(array)
+        why = "left unclaimed by workers that ended" if fresh else "waiting for workers"
+        self.follower.say(f"sweepit: {n_jobs} job(s) of request {shape.request.describe()} {why}: {n} "
+                          f"{'fresh' if fresh else 'more'} worker(s) submitted (Slurm job {array})")
 
     def _cancelled(self, array: str) -> str | None:
         """A worker of `array` that ended CANCELLED (someone stopped the workers: no fresh ones then), or None."""

@@ -130,6 +130,11 @@ class SlurmOptions:
     # Most tasks in one job array; null: the cluster's MaxArraySize (`scontrol show config`). Larger groups
     # are split into several arrays.
     max_array_size: int | None = None
+    # Most Slurm jobs of yours in the queue (pending or running) at once, each array task and each packed worker
+    # counted, other sweeps' jobs too; the driver submits the rest as earlier ones end. null: only the limits
+    # accounting shows (QoS MaxSubmitJobsPerUser, association MaxSubmitJobs), read with sacctmgr; set it where the
+    # site's limit is not visible to you (sbatch refuses a whole array that would go over).
+    max_queued: int | None = None
 
     # -- packing: many short jobs in a few allocations -------------------------------------------------------
     # Long-lived workers per resource request (0: one Slurm job per job). N > 0 submits, for each distinct request
@@ -204,7 +209,8 @@ class SlurmOptions:
                 ("timeout_min", 1, False), ("nodes", 1, False), ("tasks_per_node", 1, False),
                 ("max_nodes", 1, False), ("array_parallelism", 1, False), ("gpus_per_node", 0, True),
                 ("gpus_per_task", 0, True), ("cpus_per_task", 1, True), ("mem_gb", 1, True), ("node_gpus", 1, True),
-                ("max_array_size", 1, True), ("signal_delay_s", 0, False), ("max_num_timeout", 0, False),
+                ("max_array_size", 1, True), ("max_queued", 1, True), ("signal_delay_s", 0, False),
+                ("max_num_timeout", 0, False),
                 ("stderr_tail_lines", 0, False), ("workers", 0, False), ("slots", 1, False),
                 ("worker_timeout_min", 1, True)):
             value = getattr(self, key)

@@ -46,8 +46,9 @@ def status_table(m: Manifest, live: LiveReader | None = None, shown: list[int] |
         progress = live.look(Path(e.job_dir)) if has_dir and e.state == "running" else None
         reason = f"({e.extra['slurm_reason']})" if e.extra.get("slurm_reason") else ""
         where = " ".join(x for x in (slurm_id(e), e.extra.get("slurm_state"), reason, e.extra.get("node")) if x)
+        held = f"not submitted yet: {e.extra['held']}" if e.extra.get("held") else ""
         row.note = "; ".join(x for x in (progress.text() if progress else "", f"slurm {where}" if where else "",
-                                         row.note) if x)
+                                         held, row.note) if x)
         rows.append(row)
     counts: dict[str, int] = {}
     for e in m.jobs.values():
@@ -114,16 +115,16 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
 
 
 def _settle_unclaimed(m: Manifest) -> list[int]:
-    """A packed sweep's jobs that no worker claimed, once no worker of it is left and no driver follows it: `not
-    started` (`sweepit resume` submits workers for them)."""
-    if not m.workers.get(PACKED):
-        return []
-    waiting = [n for n, e in m.jobs.items() if e.extra.get(PACKED) is not None and not slurm_id(e)
-               and e.state in LIVE_STATES]
-    if not waiting or workers_alive(m):
+    """Jobs queued in the manifest that never reached Slurm (a packed sweep's that no worker claimed, or jobs held back
+    by the queue limit), once no driver follows the sweep and no worker of it is left: `not started` (`sweepit resume`
+    submits them)."""
+    waiting = [n for n, e in m.jobs.items() if (e.extra.get(PACKED) is not None or e.extra.get("held"))
+               and not slurm_id(e) and e.state in LIVE_STATES]
+    if not waiting or (m.workers.get(PACKED) and workers_alive(m)):
         return []
     for n in waiting:
         m.jobs[n].state = "not started"
+        m.jobs[n].extra.pop("held", None)
     return waiting
 
 

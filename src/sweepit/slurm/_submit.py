@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from sweepit._host import now_iso
-from sweepit.errors import SlurmError
+from sweepit.errors import QueueLimitError, SlurmError
 from sweepit.local._capture import STDERR_LOG, STDOUT_LOG
 from sweepit.results._job_files import start_clean
 from sweepit.results._manifest import JobEntry, Manifest, write_manifest
+from sweepit.slurm._limits import Room, read_limits, refused_for_limit
 from sweepit.slurm._request import Request, SlurmOptions, gpu_hours, sbatch_parameters
 from sweepit.slurm._task_files import TASK_DIR, link_task_logs
 
@@ -102,6 +103,9 @@ def dry_run_text(jobs: list[PlannedJob], sweep_dir: Path, max_array_size: int, o
         out.append(sbatch_script(sbatch_parameters(request, o, name), folder, len(chunks[0]), o.python))
         n_calls += len(chunks)
     hours = gpu_hours([r for r, group in groups.items() for _ in group])
+    limits = read_limits(o.max_queued, o.qos, o.account).describe()
+    if limits:
+        out.append(f"# queue limit: {limits}")
     out.append(f"dry run: {len(jobs)} job(s) in {n_calls} sbatch call(s), at most {hours:.2f} GPU-hours (every job "
                "to its time limit); nothing submitted. Drop hydra.launcher.dry_run=true to submit.")
     return "\n".join(out)
@@ -118,6 +122,14 @@ def submit(tasks: Sequence[Task], params: dict[str, Any], folder: Path, max_num_
         jobs = executor.submit_array(tasks)
     except Exception as e:  # submitit's FailedJobError carries sbatch's own message
         said = str(e).strip().replace("\n", " ")[-800:]
+        limit = refused_for_limit(said)
+        if limit is not None:
+            raise QueueLimitError(limit,
+                f"sbatch refused {len(tasks)} job(s) for a limit on the Slurm jobs one user may have in the queue "
+                f"({limit}; each array task counts as a job, other sweeps' jobs too). Set hydra.launcher.max_queued=M "
+                "to that limit (`sacctmgr show qos format=Name,MaxSubmitPU` shows it where accounting lets you see "
+                "it): the driver then keeps at most M jobs of yours in the queue and submits the rest as earlier ones "
+                f"end; or pack the jobs into a few workers with hydra.launcher.workers=N. sbatch said: {said}") from e
         raise SlurmError(f"sbatch must accept the jobs, but refused them: {said}. Check the hydra.launcher values it "
                          f"names (partition, account, qos, ...); the script is in {folder}.") from e
     return [str(j.job_id) for j in jobs]
@@ -144,6 +156,8 @@ def submit_jobs(jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, max
         except SlurmError as e:
             done = (f" {len(ids)} job(s) were submitted before ({', '.join(ids)}): follow them with "
                     f"`sweepit status {sweep_dir}`." if ids else " Nothing was submitted.")
+            if isinstance(e, QueueLimitError):
+                raise QueueLimitError(e.limit, f"{e}{done}") from None
             raise SlurmError(f"{e}{done}") from None
         submitted_at = now_iso()
         for job, job_id in zip(chunk, chunk_ids, strict=True):
@@ -167,6 +181,62 @@ def submit_jobs(jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, max
         ids.extend(chunk_ids)
         write_manifest(manifest, [job.num for job in chunk])
     return ids
+
+
+class Feeder:
+    """A sweep's jobs submitted within the user's queue limits (`room`, sweepit.slurm._limits): at every `feed()` as
+    many as there is room for, the rest held (queued in `sweep.json`, without a Slurm id) for a later one; without a
+    room, all at the first. A refusal by sbatch for a limit after some jobs went out holds the rest too: the sweep's
+    own jobs free room as they end."""
+
+    def __init__(self, jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, max_array_size: int,
+                 make_task: Callable[[PlannedJob], Task], room: Room | None) -> None:
+        self.held = list(jobs)
+        self.manifest, self.o, self.max_array_size, self.make_task, self.room = (manifest, o, max_array_size,
+                                                                                 make_task, room)
+        self.ids: list[str] = []
+        self._said = ""
+
+    def feed(self) -> list[PlannedJob]:
+        """Submit what there is room for now; the jobs submitted."""
+        if not self.held:
+            return []
+        n = len(self.held) if self.room is None else self.room.free()
+        out: list[PlannedJob] = []
+        why = None
+        for chunk in arrays(self.held[:n], self.max_array_size):
+            try:
+                self.ids.extend(submit_jobs(chunk, self.manifest, self.o, self.max_array_size, self.make_task))
+            except QueueLimitError as e:
+                if not self.ids:
+                    raise  # nothing of this sweep's in the queue to make room: the user must act
+                why = f"sbatch refused more for a limit on jobs per user ({e.limit}); they go out as earlier ones end"
+                break
+            out.extend(chunk)
+        if out:
+            done = {j.num for j in out}
+            self.held = [j for j in self.held if j.num not in done]
+        if self.held and why is None and self.room is not None:
+            why = self.room.full()
+        if self.held and why is not None and why != self._said:
+            self._hold(why)
+        return out
+
+    def _hold(self, why: str) -> None:
+        for job in self.held:
+            entry = self.manifest.jobs[job.num]
+            entry.state, entry.extra = "queued", {"held": why}
+        write_manifest(self.manifest, [j.num for j in self.held])
+        log.warning(f"sweepit: {len(self.held)} job(s) held back: {why}")
+        self._said = why
+
+    def leave(self) -> None:
+        """The driver does not follow (wait=false): the held jobs are `not started`, for `sweepit resume`."""
+        for job in self.held:
+            entry = self.manifest.jobs[job.num]
+            entry.state = "not started"
+            entry.extra.pop("held", None)
+        write_manifest(self.manifest, [j.num for j in self.held])
 
 
 def select_str(config: Any, key: str) -> str | None:

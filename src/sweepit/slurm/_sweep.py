@@ -19,7 +19,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from sweepit._signals import StopSignals
-from sweepit.errors import ConfigError, SweepFailedError
+from sweepit.errors import ConfigError, QueueLimitError, SweepFailedError
 from sweepit.results._lock import SweepLock
 from sweepit.results._manifest import (
     FAILED_STATUSES,
@@ -37,11 +37,12 @@ from sweepit.results._progress import Progress
 from sweepit.results._summary import summarize
 from sweepit.slurm._cluster import scancel
 from sweepit.slurm._follow import Follower
+from sweepit.slurm._limits import Room, open_room, wait_for_room
 from sweepit.slurm._pack import PackedSweep
 from sweepit.slurm._pack_worker import PackSpec
 from sweepit.slurm._request import ClusterFacts, SlurmOptions, asked, place
 from sweepit.slurm._states import CANCELLED_BY_DRIVER, look
-from sweepit.slurm._submit import PlannedJob, Task, dry_run_text, returned, submit_jobs
+from sweepit.slurm._submit import Feeder, PlannedJob, Task, dry_run_text, returned, submit_jobs
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,7 @@ class SlurmSweep:
         self.own_lock = lock is None
         self.lock = SweepLock(sweep_dir) if lock is None else lock
         self._cancelled = False  # the jobs in flight were cancelled (Ctrl-C): wait for Slurm to end them
+        self._room: Room | None = None  # the queue limits of the run of start()/wait_any()
 
     # -- before anything is submitted ----------------------------------------------------------------------
     def plan(self, jobs: list[PlannedJob]) -> int:
@@ -128,17 +130,26 @@ class SlurmSweep:
             manifest.jobs[job.num] = JobEntry(num=job.num, overrides=job.overrides, job_dir=str(job.job_dir),
                                               state="not started")
         write_manifest(manifest)
-        submitted = submit_jobs(to_submit, manifest, o, max_array_size, self.make_task)
-        following = sorted([j.num for j in adopted] + [j.num for j in to_submit])
-        log.info(_submitted(len(jobs), submitted, len(skipped), len(adopted), self.sweep_dir))
+        feeder = Feeder(to_submit, manifest, o, max_array_size, self.make_task,
+                        open_room(o.max_queued, o.qos, o.account) if to_submit else None)
+        following = sorted([j.num for j in adopted] + [j.num for j in feeder.feed()])
+        log.info(_submitted(len(jobs), feeder.ids, len(skipped), len(adopted), self.sweep_dir, len(feeder.held)))
         if not o.wait:
+            feeder.leave()
             write_manifest(manifest)  # whole, journal folded in: what a reader of sweep.json alone expects
-            print(_detached(manifest, following, self.sweep_dir), flush=True)
+            print(_detached(manifest, following, self.sweep_dir, len(feeder.held)), flush=True)
             return {j.num: Outcome(None) for j in jobs}
         progress = Progress(len(jobs))
         progress.skip(len(skipped))
         follower = Follower(manifest, following, progress, o.poll_interval_s, o.result_grace_s, o.stderr_tail_lines)
-        follower.on_poll = self.lock.touch
+
+        def on_poll() -> None:
+            self.lock.touch()
+            for job in feeder.feed():
+                follower.add(job.num, counted=True)
+
+        follower.on_poll = on_poll
+        follower.more = lambda: bool(feeder.held)
         try:
             progress.draw()
             follower.run()
@@ -199,10 +210,26 @@ class SlurmSweep:
             follower = Follower(manifest, [], progress, o.poll_interval_s, o.result_grace_s, o.stderr_tail_lines)
             follower.on_poll = self.lock.touch
             self._open = manifest, follower, progress
+            self._room = open_room(o.max_queued, o.qos, o.account)
         manifest, follower, _ = self._open
         manifest.jobs[job.num] = JobEntry(num=job.num, overrides=job.overrides, job_dir=str(job.job_dir),
                                           state="not started")
-        submit_jobs([job], manifest, o, max_array_size, self.make_task)
+        said = False
+        while True:
+            if self._room is not None:  # the sweep's own jobs that end (the follower's looks) free room
+                wait_for_room(self._room, 1, o.poll_interval_s, follower.poll)
+            try:
+                submit_jobs([job], manifest, o, max_array_size, self.make_task)
+                break
+            except QueueLimitError as e:
+                if not follower.pending:
+                    raise  # nothing of this search's in the queue to make room: the user must act
+                if not said:
+                    log.warning(f"sweepit: sbatch refused trial job {job.num} for a limit on jobs per user ({e.limit});"
+                                " submitted again as the search's jobs in the queue end")
+                    said = True
+                follower.poll()
+                time.sleep(o.poll_interval_s)
         self._started[job.num] = job
         follower.add(job.num)
 
@@ -287,7 +314,7 @@ def _arrays(ids: list[str]) -> list[str]:
     return sorted({i.split("_", 1)[0] for i in ids}, key=int)
 
 
-def _submitted(n_jobs: int, ids: list[str], n_skipped: int, n_adopted: int, sweep_dir: Path) -> str:
+def _submitted(n_jobs: int, ids: list[str], n_skipped: int, n_adopted: int, sweep_dir: Path, n_held: int = 0) -> str:
     arrays = _arrays(ids)
     parts = [f"Submitted {len(ids)} of {n_jobs} job(s) to Slurm in {len(arrays)} sbatch call(s)"
              + (f" (job ids {', '.join(arrays)})" if arrays else "")]
@@ -295,14 +322,19 @@ def _submitted(n_jobs: int, ids: list[str], n_skipped: int, n_adopted: int, swee
         parts.append(f"{n_skipped} finished before (skipped)")
     if n_adopted:
         parts.append(f"{n_adopted} still queued or running from before (followed, not submitted again)")
+    if n_held:
+        parts.append(f"{n_held} held back by the queue limit (submitted as earlier ones end)")
     return "; ".join(parts) + f"; sweep dir {sweep_dir}"
 
 
-def _detached(manifest: Manifest, nums: list[int], sweep_dir: Path) -> str:
+def _detached(manifest: Manifest, nums: list[int], sweep_dir: Path, n_held: int = 0) -> str:
     ids = [str(manifest.jobs[n].extra.get("slurm_job_id")) for n in nums]
-    lines = [f"Not waiting (hydra.launcher.wait=false): {len(ids)} job(s) in Slurm: {' '.join(ids)}",
-             f"  follow:  sweepit status {sweep_dir} --watch   (to the end, then writes the report)",
-             f"  resume:  sweepit resume {sweep_dir}   (submits again only the jobs that did not complete)"]
+    lines = [f"Not waiting (hydra.launcher.wait=false): {len(ids)} job(s) in Slurm: {' '.join(ids)}"]
+    if n_held:
+        lines.append(f"  {n_held} job(s) not submitted, held back by the queue limit: `sweepit resume {sweep_dir}` "
+                     "submits them as these end (it follows the sweep)")
+    lines += [f"  follow:  sweepit status {sweep_dir} --watch   (to the end, then writes the report)",
+              f"  resume:  sweepit resume {sweep_dir}   (submits again only the jobs that did not complete)"]
     if ids:
         lines.append(f"  cancel:  scancel {' '.join(_arrays(ids))}")
     return "\n".join(lines)

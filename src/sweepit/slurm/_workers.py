@@ -32,6 +32,7 @@ from sweepit.results._manifest import JobEntry, Manifest, open_manifest, write_m
 from sweepit.results._progress import Progress
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._follow import Follower
+from sweepit.slurm._limits import open_room, wait_for_room
 from sweepit.slurm._submit import TASK_DIR, PlannedJob, Task, fresh_folder, job_name, link_logs, log_paths, submit
 
 log = logging.getLogger(__name__)
@@ -152,6 +153,9 @@ class WorkerSweep:
             raise ConfigError(f"hydra.sweeper.workers must be at most the cluster's MaxArraySize "
                               f"({self.max_array_size}), but got workers={len(tasks)}; lower it.")
         o, name = self.options, job_name(self.options)
+        room = open_room(o.max_queued, o.qos, o.account)
+        if room is not None:  # fewer workers ask the study for the same trials
+            tasks = tasks[:wait_for_room(room, len(tasks), o.poll_interval_s, self.sweep.lock.touch)]
         folder = fresh_folder(self.sweep_dir)
         params = sbatch_parameters(self.request, o, name)
         params["array_parallelism"] = max(len(tasks), 1)  # every worker at once: they are the parallelism

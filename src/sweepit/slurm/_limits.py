@@ -1,0 +1,183 @@
+"""How many Slurm jobs a sweep may put in the queue: the user's limits as accounting shows them, and the key for sites
+whose limits it does not show.
+
+Sites cap the jobs one user may have queued or running (QoS `MaxSubmitJobsPerUser`, association `MaxSubmitJobs`;
+each task of a job array counts as one job) and sbatch refuses a whole array that would go over. The driver reads
+those limits once (`sacctmgr`, where accounting answers), takes the tightest of them and `hydra.launcher.max_queued`,
+and submits at most what it leaves room for, counting every job of the user's in the queue (other sweeps' too): the
+rest goes out as earlier jobs end. Limits on jobs *running* at once (`MaxJobsPerUser`, `MaxJobs`) refuse nothing
+(the jobs over it wait, reason `QOSMaxJobsPerUserLimit`), so they are only said.
+
+Not read: partition QoSes and limits set on a parent account (a user's association inherits them); set
+`hydra.launcher.max_queued` to the site's figure there.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pwd
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sweepit.errors import SlurmError
+from sweepit.slurm import _cluster as cluster
+
+log = logging.getLogger(__name__)
+# What sbatch says when it refuses a job for a limit on jobs per user (slurm_errno: ESLURM_ACCOUNTING_POLICY, with
+# the reason on the line before: QOSMaxSubmitJobPerUserLimit, AssocMaxSubmitJobLimit, ...).
+_REFUSED_FOR_LIMIT = re.compile(r"accounting/QOS policy|Max\w*Submit\w*Limit|MaxJobCount|Job count limit", re.I)
+_LIMIT_NAME = re.compile(r"\b((?:QOS|Assoc)\w*Limit)\b")
+
+
+@dataclass(frozen=True)
+class Cap:
+    """One limit on the user's jobs in the queue: how many, and who says so (for messages)."""
+
+    jobs: int
+    name: str  # e.g. "QoS normal's MaxSubmitJobsPerUser=3", "hydra.launcher.max_queued=5"
+
+
+@dataclass(frozen=True)
+class QueueLimits:
+    submit: tuple[Cap, ...] = ()    # on jobs queued or running: the driver keeps under the tightest
+    running: tuple[Cap, ...] = ()   # on jobs running at once: only said
+    user: str = ""
+
+    @property
+    def cap(self) -> Cap | None:
+        return min(self.submit, key=lambda c: c.jobs) if self.submit else None
+
+    def describe(self) -> str:
+        """One line for a dry run and the driver's log ("" when there is no limit)."""
+        cap = self.cap
+        if cap is None:
+            return ""
+        running = min(self.running, key=lambda c: c.jobs) if self.running else None
+        return (f"at most {cap.jobs} Slurm job(s) of {self.user}'s in the queue at once ({cap.name}; each array "
+                "task counts, other sweeps' jobs too): the driver submits the rest as earlier ones end"
+                + (f"; at most {running.jobs} run at once ({running.name})" if running else ""))
+
+
+def current_user() -> str:
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
+def read_limits(max_queued: int | None, qos: str | None, account: str | None) -> QueueLimits:
+    """The user's limits on jobs in the queue: `max_queued`, and those of the association (`account`, else the user's
+    default one) and of the QoS the jobs run under (`qos`, else the association's default) where `sacctmgr` answers."""
+    user = current_user()
+    submit: list[Cap] = [Cap(max_queued, f"hydra.launcher.max_queued={max_queued}")] if max_queued else []
+    running: list[Cap] = []
+    assoc = _association(user, account)
+    if assoc is not None:
+        name = f"association of {user} in account {assoc['Account']}"
+        _add(submit, assoc.get("MaxSubmit"), f"{name}: MaxSubmitJobs")
+        _add(running, assoc.get("MaxJobs"), f"{name}: MaxJobs")
+        qos = qos or assoc.get("DefaultQOS") or _only(assoc.get("QOS", ""))
+    row = _qos(qos or "normal")
+    if row is not None:
+        _add(submit, row.get("MaxSubmitPU"), f"QoS {row['Name']}: MaxSubmitJobsPerUser")
+        _add(running, row.get("MaxJobsPU"), f"QoS {row['Name']}: MaxJobsPerUser")
+    return QueueLimits(tuple(submit), tuple(running), user)
+
+
+def _add(caps: list[Cap], value: str | None, name: str) -> None:
+    if value and value.isdigit():
+        caps.append(Cap(int(value), f"{name}={value}"))
+
+
+def _only(qos_list: str) -> str | None:
+    names = [q for q in qos_list.split(",") if q]
+    return names[0] if len(names) == 1 else None
+
+
+def _sacctmgr(*args: str) -> list[dict[str, str]] | None:
+    """`sacctmgr -nP show ARGS` as rows of the asked `format=` fields; None where accounting does not answer."""
+    fmt = next(a for a in args if a.startswith("format="))[len("format="):].split(",")
+    try:
+        out = cluster._run(["sacctmgr", "-nP", "show", *args], timeout_s=15)
+    except SlurmError:
+        return None
+    if out.returncode != 0:
+        return None
+    return [dict(zip(fmt, line.split("|"), strict=False)) for line in out.stdout.splitlines() if line.strip()]
+
+
+def _association(user: str, account: str | None) -> dict[str, str] | None:
+    if account is None:
+        rows = _sacctmgr("user", user, "format=DefaultAccount")
+        account = rows[0].get("DefaultAccount") if rows else None
+    where = ["where", f"user={user}"] + ([f"account={account}"] if account else [])
+    rows = _sacctmgr("assoc", *where, "format=Account,Partition,QOS,DefaultQOS,MaxSubmit,MaxJobs")
+    return next((r for r in rows or [] if not r.get("Partition")), None) if rows else None
+
+
+def _qos(name: str) -> dict[str, str] | None:
+    rows = _sacctmgr("qos", name, "format=Name,MaxSubmitPU,MaxJobsPU")
+    return next((r for r in rows or [] if r.get("Name") == name), None)
+
+
+def user_jobs_in_queue(user: str) -> int | None:
+    """The user's jobs pending or running, each array task counted (squeue -r); None when squeue does not answer."""
+    try:
+        out = cluster._run(["squeue", "-h", "-r", "-u", user, "-t", "PD,R,CF,S,RQ,RH,RF,SI,SO,ST,RD", "-o", "%i"],
+                           timeout_s=15)
+    except SlurmError:
+        return None
+    return len(out.stdout.split()) if out.returncode == 0 else None
+
+
+class Room:
+    """How many more jobs the sweep may submit now under `limits` (asks squeue for the user's jobs each time)."""
+
+    def __init__(self, limits: QueueLimits) -> None:
+        assert limits.cap is not None
+        self.limits = limits
+        self.cap: Cap = limits.cap
+        self.said_full = False
+
+    def free(self) -> int:
+        """0 while squeue does not answer (try again at the next look)."""
+        n = user_jobs_in_queue(self.limits.user)
+        return 0 if n is None else max(0, self.cap.jobs - n)
+
+    def full(self) -> str:
+        """Why jobs wait to be submitted."""
+        return (f"{self.cap.name} allows {self.cap.jobs} Slurm job(s) of {self.limits.user}'s in the queue at once; "
+                "they go out as earlier ones end")
+
+
+def open_room(max_queued: int | None, qos: str | None, account: str | None) -> Room | None:
+    """A Room when a limit applies, else None (nothing to count: no squeue call per look)."""
+    limits = read_limits(max_queued, qos, account)
+    if limits.cap is None:
+        return None
+    log.info(f"sweepit: {limits.describe()}")
+    return Room(limits)
+
+
+def refused_for_limit(said: str) -> str | None:
+    """The limit sbatch named when it refused jobs for one on the user's jobs (e.g. QOSMaxSubmitJobPerUserLimit,
+    or its general message), else None."""
+    if not _REFUSED_FOR_LIMIT.search(said):
+        return None
+    named = _LIMIT_NAME.search(said)
+    return named.group(1) if named else "a limit on jobs per user"
+
+
+def wait_for_room(room: Room, wanted: int, poll_s: float, on_wait: Callable[[], None] = lambda: None) -> int:
+    """Block until the room has space for at least one job; how many of `wanted` fit now. `on_wait` runs at each look
+    (the follower's poll, so that the sweep's own jobs that end free their place)."""
+    while True:
+        free = room.free()
+        if free > 0:
+            room.said_full = False
+            return min(wanted, free)
+        if not room.said_full:
+            log.warning(f"sweepit: {wanted} job(s) wait to be submitted: {room.full()}")
+            room.said_full = True
+        on_wait()
+        time.sleep(poll_s)
