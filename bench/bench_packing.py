@@ -12,8 +12,9 @@ Two sweeps (`--app`):
   Slurm bills (each Slurm job's allocated GPUs x its elapsed time, from sacct).
 Measured per mode: the driver's wall time from its start to its exit (the results table and report included), jobs
 completed, how many times `sbatch`, `squeue`, `sacct` and `scontrol` ran (a PATH shim counts the driver's calls and
-those of everything it starts), and how many Slurm jobs the sweep created (array tasks count one each, as Slurm
-counts them).
+those of everything it starts), how many Slurm jobs the sweep created (array tasks count one each, as Slurm
+counts them), the driver's peak resident memory (its VmHWM, sampled every 0.5 s), and with `--status-every S` the
+wall time of `sweepit status DIR` run every S seconds during the sweep (issue 23's scale targets: <= 500 MB, <= 2 s).
 """
 
 from __future__ import annotations
@@ -77,8 +78,25 @@ def billed_gpu_hours(job_ids: list[str]) -> float | None:
     return total
 
 
+def vm_hwm_kb(pid: int) -> int:
+    """The process's peak resident memory so far (VmHWM), 0 once it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in text.splitlines() if line.startswith("VmHWM:")), 0)
+
+
+def timed_status(sweep_dir: Path) -> float:
+    """`sweepit status DIR` as a user types it, in a new process: its wall time in seconds."""
+    t0 = time.monotonic()
+    subprocess.run([str(Path(sys.executable).parent / "sweepit"), "status", str(sweep_dir)], cwd=REPO,
+                   capture_output=True, timeout=120)
+    return round(time.monotonic() - t0, 2)
+
+
 def run_mode(mode: str, app: str, n_jobs: int, work_s: float, epochs: int, workers: int, slots: int,
-             work: Path) -> dict[str, Any]:
+             work: Path, status_every_s: float = 0.0) -> dict[str, Any]:
     label = f"{app}-{mode}-{n_jobs}-{time.strftime('%H%M%S')}"
     sweep_dir, calls_log, shim_dir = work / label, work / f"{label}.calls", work / "shims"
     extra = [f"hydra.launcher.workers={workers}", f"hydra.launcher.slots={slots}"] if mode == "packed" else []
@@ -88,8 +106,17 @@ def run_mode(mode: str, app: str, n_jobs: int, work_s: float, epochs: int, worke
     env = {**os.environ, "PATH": f"{shim_dir}:{os.environ['PATH']}"}
     print(f"$ {' '.join(cmd)}", flush=True)
     t0 = time.time()
+    peak_kb, status_s = 0, []
     with open(work / f"{label}.log", "w") as log:
-        code = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
+        next_status = time.monotonic() + status_every_s if status_every_s else float("inf")
+        while proc.poll() is None:
+            peak_kb = max(peak_kb, vm_hwm_kb(proc.pid))
+            if time.monotonic() >= next_status and (sweep_dir / "sweep.json").exists():
+                status_s.append(timed_status(sweep_dir))
+                next_status = time.monotonic() + status_every_s
+            time.sleep(0.5)
+        code = proc.returncode
     wall = time.time() - t0
     statuses = [json.loads(p.read_text()).get("status") for p in sweep_dir.glob("*/result.json")]
     from sweepit.results._manifest import read_manifest
@@ -101,10 +128,13 @@ def run_mode(mode: str, app: str, n_jobs: int, work_s: float, epochs: int, worke
     row = {"mode": mode, "app": app, "command": " ".join(cmd[1:]), "wall_s": round(wall, 2), "exit_code": code,
            "n_jobs": n_jobs, "n_completed": statuses.count("completed"), "slurm_jobs_created": len(ids),
            "jobs_span_s": jobs_span_s(sweep_dir), "billed_gpu_hours": billed_gpu_hours(ids),
-           "calls": bench_slurm.count_calls(calls_log),
+           "calls": bench_slurm.count_calls(calls_log), "driver_peak_rss_mb": round(peak_kb / 1024, 1),
+           "status_s": {"n": len(status_s), "max": max(status_s, default=None),
+                        "median": sorted(status_s)[len(status_s) // 2] if status_s else None},
            "sweep_dir": str(sweep_dir)}
     print(f"  {mode}: {wall:.1f} s wall, {row['n_completed']}/{n_jobs} completed, {len(ids)} Slurm job(s), "
-          f"{row['billed_gpu_hours']} GPU-hours billed, calls {row['calls']}, exit {code}", flush=True)
+          f"{row['billed_gpu_hours']} GPU-hours billed, calls {row['calls']}, driver peak RSS "
+          f"{row['driver_peak_rss_mb']} MB, `sweepit status` during it {row['status_s']}, exit {code}", flush=True)
     return row
 
 
@@ -117,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="packed workers (default 2: this machine's cores)")
     parser.add_argument("--slots", type=int, default=1, help="jobs at once per packed worker (default 1)")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="default: both")
+    parser.add_argument("--status-every", type=float, default=0.0, metavar="S",
+                        help="run `sweepit status` every S seconds during each sweep and time it (default: never)")
     parser.add_argument("--json", type=Path, help="write the raw figures here")
     parser.add_argument("--work", type=Path, default=OUT, help=f"sweeps, logs and call counts (default {OUT})")
     args = parser.parse_args(argv)
@@ -128,8 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     machine, info = machine_line(), machine_info()  # info: taken at the start (the commit it runs)
     print(machine, flush=True)
     started = time.strftime("%Y-%m-%d %H:%M:%S")
-    rows = {mode: run_mode(mode, args.app, args.jobs, args.work_s, args.epochs, args.workers, args.slots, work)
-            for mode in args.modes}
+    rows = {mode: run_mode(mode, args.app, args.jobs, args.work_s, args.epochs, args.workers, args.slots, work,
+                           args.status_every) for mode in args.modes}
     ideal = args.jobs * args.work_s / (args.workers * args.slots) if args.app == "fixed" else None
     packed, per_job = rows.get("packed"), rows.get("per_job")
     overhead = packed["wall_s"] / ideal if packed and ideal else None
