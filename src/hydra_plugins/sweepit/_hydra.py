@@ -349,6 +349,20 @@ def release_config(config: Any, job_dir_: Path) -> Any:
     return SavedConfig(saved_dir, str(config.hydra.job.name), _chdir(config))
 
 
+def expect_saved_config(config: Any, job_dir_: Path) -> Any:
+    """A SavedConfig in place of `config` for a job that is still to run and will save it (a packed sweep's job, run by
+    a worker that composes it again); `config` itself when it would not be saved (`hydra.output_subdir: null`)."""
+    if not isinstance(config, DictConfig) or "hydra" not in config or config.hydra.output_subdir is None:
+        return config
+    return SavedConfig(job_dir_ / str(config.hydra.output_subdir), str(config.hydra.job.name), _chdir(config))
+
+
+def saved(config: Any) -> bool:
+    """Whether `config` is a SavedConfig whose files are there to read back."""
+    return isinstance(config, SavedConfig) and (config.saved_dir / "config.yaml").is_file() and (
+        config.saved_dir / "hydra.yaml").is_file()
+
+
 class _SavedFile:
     """A JobReturn field read from the job's saved `filename` the first time it is asked for, unless set; each
     field on its own (setting `cfg` leaves `hydra_cfg` to be read)."""

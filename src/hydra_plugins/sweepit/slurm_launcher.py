@@ -19,11 +19,14 @@ from omegaconf import DictConfig
 
 from hydra_plugins.sweepit._hydra import (
     LaunchError,
+    SavedConfig,
     SlurmTask,
     SweepitLauncher,
     compact_errors,
+    expect_saved_config,
     job_return,
     plain_options,
+    saved,
 )
 from hydra_plugins.sweepit._workers import PackedTask, WorkerTask, for_workers
 from sweepit.errors import ConfigError
@@ -58,8 +61,11 @@ class SlurmLauncher(SweepitLauncher):
         def compose(job: PlannedJob) -> None:
             job.config, job.job_dir = self.compose_job(job.num, job.overrides, sweep_dir)
 
+        def release(job: PlannedJob) -> None:
+            job.config = expect_saved_config(job.config, job.job_dir)
+
         return SlurmSweep(self.options, sweep_dir, compose=compose, make_task=self._task, lock=self.lock,
-                          facts=self.facts, make_worker=self._packed_task)
+                          facts=self.facts, make_worker=self._packed_task, release_config=release)
 
     def _task(self, job: PlannedJob) -> SlurmTask:
         """What each Slurm task of the job runs: Hydra's run_job around the task function, in the job's directory."""
@@ -129,5 +135,7 @@ class SlurmLauncher(SweepitLauncher):
                           job_base)
 
     def _job_return(self, job: PlannedJob, outcome: Outcome) -> JobReturn:
+        if isinstance(job.config, SavedConfig) and not saved(job.config):  # a packed job that never ran
+            job.config, _ = self.compose_job(job.num, job.overrides, job.job_dir.parent)  # (its directory is known)
         returned = {"returned": outcome.returned, "has_returned": True} if outcome.has_returned else {}
         return job_return(job.overrides, job.config, job.job_dir, outcome.status, **returned)

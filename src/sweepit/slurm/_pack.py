@@ -51,7 +51,6 @@ from sweepit.slurm._submit import (
     log_paths,
     next_folder,
     sbatch_script,
-    select_str,
     submit,
 )
 from sweepit.slurm._task_files import TASK_DIR
@@ -108,7 +107,7 @@ class PackedSweep:
     def plan(self, jobs: list[PlannedJob]) -> list[Shape]:
         """Each job's config and request (checked as for one Slurm job per job), grouped by request."""
         o = self.options
-        self.max_array_size = self.sweep.plan(jobs)
+        self.max_array_size = self.sweep.plan(jobs, release=True)  # the workers compose the jobs again
         groups: dict[Request, list[PlannedJob]] = {}
         for job in jobs:
             assert job.request is not None
@@ -219,16 +218,15 @@ class PackedSweep:
         for job in to_run:
             start_clean(job.job_dir)  # checkpoint.pt is kept to resume
             shutil.rmtree(job.job_dir / TASK_DIR, ignore_errors=True)  # its task file says when it started
-            env = _env_set(job.config)
-            entries.append(PlannedEntry(job.num, list(job.overrides), str(job.job_dir), shape_of[job.num], env))
+            entries.append(PlannedEntry(job.num, list(job.overrides), str(job.job_dir), shape_of[job.num],
+                                        dict(job.env_set)))
             entry = m.jobs[job.num]
             entry.state, entry.pid, entry.started_at, entry.ended_at = "queued", None, None, None
             entry.extra = {PACKED: shape_of[job.num], "generation": generation,
                            "stdout": str(job.job_dir / "stdout.log"), "stderr": str(job.job_dir / "stderr.log"),
                            "gpus": job.request.n_gpus if job.request else None,
                            "timeout_min": job.request.timeout_min if job.request else None,
-                           "metric": select_str(job.config, "metric"),
-                           "direction": select_str(job.config, "direction"),
+                           "metric": job.metric, "direction": job.direction,
                            "result_grace_s": self.options.result_grace_s}
         write_plan(self.sweep_dir, generation, entries, [s.request.describe() for s in self.shapes])
         m.workers = {PACKED: True, "generation": generation, "ids": [], "job_name": job_name(self.options),
@@ -319,14 +317,6 @@ class PackedSweep:
     def _stopped(self, why: str) -> str:
         return (f"stopped following the packed workers ({why}); they go on running the sweep's jobs.\n"
                 + "\n".join(self._detached().splitlines()[1:]))
-
-
-def _env_set(config: Any) -> dict[str, str]:
-    from omegaconf import OmegaConf
-
-    env = OmegaConf.select(config, "hydra.job.env_set", default=None) if config is not None else None
-    plain = OmegaConf.to_container(env) if env is not None else None
-    return {str(k): str(v) for k, v in plain.items()} if isinstance(plain, dict) else {}
 
 
 # Slurm states of a worker that ended while running a job, after which the job is given to another worker (at most

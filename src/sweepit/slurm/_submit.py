@@ -13,7 +13,7 @@ import shlex
 import shutil
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,14 @@ class PlannedJob:
     config: Any = None               # the composed job config (a DictConfig, hydra node included)
     job_dir: Path = Path()
     request: Request | None = None   # filled in when the sweep is planned
+    # Read from the config when the sweep is planned, for sweep.json (the config may be let go of then).
+    metric: str | None = None
+    direction: str | None = None
+    env_set: dict[str, str] = field(default_factory=dict)  # hydra.job.env_set
+
+    def read_config(self) -> None:
+        self.metric, self.direction = select_str(self.config, "metric"), select_str(self.config, "direction")
+        self.env_set = _env_set(self.config)
 
 
 def arrays(jobs: list[PlannedJob], max_array_size: int) -> list[list[PlannedJob]]:
@@ -175,7 +183,7 @@ def submit_jobs(jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, max
                 "submitted_at": submitted_at, "gpus": job.request.n_gpus if job.request else None,
                 "nodes": job.request.nodes if job.request else None,
                 "timeout_min": job.request.timeout_min if job.request else None,
-                "metric": select_str(job.config, "metric"), "direction": select_str(job.config, "direction"),
+                "metric": job.metric, "direction": job.direction,
                 "result_grace_s": o.result_grace_s,  # for `sweepit status`, which has no options
             }
         ids.extend(chunk_ids)
@@ -244,6 +252,14 @@ def select_str(config: Any, key: str) -> str | None:
 
     value = OmegaConf.select(config, key, default=None) if config is not None else None
     return None if value is None else str(value)
+
+
+def _env_set(config: Any) -> dict[str, str]:
+    from omegaconf import OmegaConf
+
+    env = OmegaConf.select(config, "hydra.job.env_set", default=None) if config is not None else None
+    plain = OmegaConf.to_container(env) if env is not None else None
+    return {str(k): str(v) for k, v in plain.items()} if isinstance(plain, dict) else {}
 
 
 def log_paths(folder: Path, job_id: str, task: int = 0) -> tuple[Path, Path]:

@@ -63,7 +63,8 @@ class SlurmSweep:
 
     def __init__(self, options: SlurmOptions, sweep_dir: Path, compose: Callable[[PlannedJob], None],
                  make_task: Callable[[PlannedJob], Task], lock: SweepLock | None = None,
-                 facts: ClusterFacts | None = None, make_worker: Callable[[PackSpec], Task] | None = None) -> None:
+                 facts: ClusterFacts | None = None, make_worker: Callable[[PackSpec], Task] | None = None,
+                 release_config: Callable[[PlannedJob], None] | None = None) -> None:
         self.options = options
         # What Slurm said of itself (partition, MaxArraySize): asked at the first plan, kept for the sweep; a
         # launcher passes one for all its batches.
@@ -72,6 +73,9 @@ class SlurmSweep:
         self.compose = compose
         self.make_task = make_task
         self.make_worker = make_worker  # what each worker of a packed sweep runs (hydra.launcher.workers=N)
+        # What the launcher keeps of a job's config once it is planned, when the config is not to be kept (it sets
+        # job.config to something lighter); by default, the config itself.
+        self.release_config: Callable[[PlannedJob], None] = release_config or (lambda job: None)
         self._open: tuple[Manifest, Follower, Progress] | None = None  # the run of start()/wait_any()
         self._started: dict[int, PlannedJob] = {}
         # One driver per sweep directory: a lock of the caller's (held for the whole sweep), or one per run.
@@ -81,13 +85,18 @@ class SlurmSweep:
         self._room: Room | None = None  # the queue limits of the run of start()/wait_any()
 
     # -- before anything is submitted ----------------------------------------------------------------------
-    def plan(self, jobs: list[PlannedJob]) -> int:
+    def plan(self, jobs: list[PlannedJob], release: bool = False) -> int:
         """Compose each job and set its request, checked against the options and the partition (ConfigError,
-        SlurmError); returns the most jobs one array may hold."""
+        SlurmError); returns the most jobs one array may hold. `release`: let go of each job's config once read (a
+        packed sweep's workers compose the jobs again; 100,000 composed configs would not fit), by `release_config`."""
         o = self.options
+        asks = []
         for job in jobs:
             self.compose(job)
-        asks = [asked(j.num, _select(j.config, o.gpus_key), _select(j.config, o.timeout_key), o) for j in jobs]
+            asks.append(asked(job.num, _select(job.config, o.gpus_key), _select(job.config, o.timeout_key), o))
+            job.read_config()
+            if release:
+                self.release_config(job)
         requests, max_array_size = place(asks, o, self.facts)
         for job, request in zip(jobs, requests, strict=True):
             job.request = request
