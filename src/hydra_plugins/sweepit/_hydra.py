@@ -337,16 +337,10 @@ class SavedConfig:
 
 
 def release_config(config: Any, job_dir_: Path) -> Any:
-    """A SavedConfig in place of `config` when the job saved it (else `config` itself, kept)."""
-    if not isinstance(config, DictConfig) or "hydra" not in config:
-        return config
-    subdir = config.hydra.output_subdir
-    if subdir is None:
-        return config
-    saved_dir = job_dir_ / str(subdir)
-    if not ((saved_dir / "config.yaml").is_file() and (saved_dir / "hydra.yaml").is_file()):
-        return config  # it did not get as far as run_job (killed, or refused before it ran)
-    return SavedConfig(saved_dir, str(config.hydra.job.name), _chdir(config))
+    """A SavedConfig in place of `config` when the job saved it (else `config` itself, kept: it did not get as far as
+    run_job, killed or refused before it ran)."""
+    promised = expect_saved_config(config, job_dir_)
+    return promised if saved(promised) else config
 
 
 def expect_saved_config(config: Any, job_dir_: Path) -> Any:

@@ -21,9 +21,13 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sweepit.errors import SlurmError
 from sweepit.slurm import _cluster as cluster
+
+if TYPE_CHECKING:
+    from sweepit.slurm._request import SlurmOptions
 
 log = logging.getLogger(__name__)
 # What sbatch says when it refuses a job for a limit on jobs per user (slurm_errno: ESLURM_ACCOUNTING_POLICY, with
@@ -65,13 +69,14 @@ def current_user() -> str:
     return pwd.getpwuid(os.getuid()).pw_name
 
 
-def read_limits(max_queued: int | None, qos: str | None, account: str | None) -> QueueLimits:
-    """The user's limits on jobs in the queue: `max_queued`, and those of the association (`account`, else the user's
-    default one) and of the QoS the jobs run under (`qos`, else the association's default) where `sacctmgr` answers."""
-    user = current_user()
+def read_limits(o: SlurmOptions) -> QueueLimits:
+    """The user's limits on jobs in the queue: `hydra.launcher.max_queued`, and those of the association (the
+    launcher's `account`, else the user's default one) and of the QoS the jobs run under (its `qos`, else the
+    association's default) where `sacctmgr` answers."""
+    user, max_queued, qos = current_user(), o.max_queued, o.qos
     submit: list[Cap] = [Cap(max_queued, f"hydra.launcher.max_queued={max_queued}")] if max_queued else []
     running: list[Cap] = []
-    assoc = _association(user, account)
+    assoc = _association(user, o.account)
     if assoc is not None:
         name = f"association of {user} in account {assoc['Account']}"
         _add(submit, assoc.get("MaxSubmit"), f"{name}: MaxSubmitJobs")
@@ -150,13 +155,19 @@ class Room:
                 "they go out as earlier ones end")
 
 
-def open_room(max_queued: int | None, qos: str | None, account: str | None) -> Room | None:
+def open_room(o: SlurmOptions) -> Room | None:
     """A Room when a limit applies, else None (nothing to count: no squeue call per look)."""
-    limits = read_limits(max_queued, qos, account)
+    limits = read_limits(o)
     if limits.cap is None:
         return None
     log.info(f"sweepit: {limits.describe()}")
     return Room(limits)
+
+
+def dry_run_lines(o: SlurmOptions) -> list[str]:
+    """What a dry run says of the queue limits (nothing when there are none)."""
+    said = read_limits(o).describe()
+    return [f"# queue limit: {said}"] if said else []
 
 
 def refused_for_limit(said: str) -> str | None:

@@ -39,7 +39,7 @@ from sweepit.results._progress import Progress
 from sweepit.results._summary import summarize
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._follow import Follower
-from sweepit.slurm._limits import Room, open_room, read_limits
+from sweepit.slurm._limits import Room, dry_run_lines, open_room
 from sweepit.slurm._pack_worker import PackSpec, PlannedEntry, release, scan_claims, write_plan
 from sweepit.slurm._request import Request, gpu_hours, sbatch_parameters
 from sweepit.slurm._states import LOST, PACKED, Seen
@@ -160,9 +160,7 @@ class PackedSweep:
                                      shape.n_workers, o.python))
         hours = gpu_hours([s.worker for s in self.shapes for _ in range(s.n_workers)])
         n_workers = sum(s.n_workers for s in self.shapes)
-        limits = read_limits(o.max_queued, o.qos, o.account).describe()
-        if limits:
-            out.append(f"# queue limit: {limits}")
+        out += dry_run_lines(o)
         out.append(f"dry run: {len(jobs)} job(s) packed into {n_workers} worker(s) in {len(self.shapes)} sbatch "
                    f"call(s), at most {hours:.2f} GPU-hours (every worker to its time limit); nothing submitted. "
                    "Drop hydra.launcher.dry_run=true to submit.")
@@ -233,13 +231,14 @@ class PackedSweep:
                      "stdout": {}, "stderr": {}, "arrays": {}, "slots": self.options.slots}
         write_manifest(m)
         left = {s.index: sum(1 for j in s.jobs if j.num not in skipped) for s in self.shapes}
-        self.room = open_room(self.options.max_queued, self.options.qos, self.options.account) if to_run else None
+        self.room = open_room(self.options) if to_run else None
         free = self.room.free() if self.room is not None else None
         calls = 0
         for shape in self.shapes:
             n = min(shape.n_workers, math.ceil(left[shape.index] / self.options.slots))
             if free is not None:
-                n, free = min(n, free), free - min(n, free)
+                n = min(n, free)
+                free -= n
             if n:
                 try:
                     self._submit_workers(m, shape, generation, n)

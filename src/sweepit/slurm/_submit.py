@@ -22,7 +22,7 @@ from sweepit.errors import QueueLimitError, SlurmError
 from sweepit.local._capture import STDERR_LOG, STDOUT_LOG
 from sweepit.results._job_files import start_clean
 from sweepit.results._manifest import JobEntry, Manifest, write_manifest
-from sweepit.slurm._limits import Room, read_limits, refused_for_limit
+from sweepit.slurm._limits import Room, dry_run_lines, refused_for_limit
 from sweepit.slurm._request import Request, SlurmOptions, gpu_hours, sbatch_parameters
 from sweepit.slurm._task_files import TASK_DIR, link_task_logs
 
@@ -111,9 +111,7 @@ def dry_run_text(jobs: list[PlannedJob], sweep_dir: Path, max_array_size: int, o
         out.append(sbatch_script(sbatch_parameters(request, o, name), folder, len(chunks[0]), o.python))
         n_calls += len(chunks)
     hours = gpu_hours([r for r, group in groups.items() for _ in group])
-    limits = read_limits(o.max_queued, o.qos, o.account).describe()
-    if limits:
-        out.append(f"# queue limit: {limits}")
+    out += dry_run_lines(o)
     out.append(f"dry run: {len(jobs)} job(s) in {n_calls} sbatch call(s), at most {hours:.2f} GPU-hours (every job "
                "to its time limit); nothing submitted. Drop hydra.launcher.dry_run=true to submit.")
     return "\n".join(out)

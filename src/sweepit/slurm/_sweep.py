@@ -140,7 +140,7 @@ class SlurmSweep:
                                               state="not started")
         write_manifest(manifest)
         feeder = Feeder(to_submit, manifest, o, max_array_size, self.make_task,
-                        open_room(o.max_queued, o.qos, o.account) if to_submit else None)
+                        open_room(o) if to_submit else None)
         following = sorted([j.num for j in adopted] + [j.num for j in feeder.feed()])
         log.info(_submitted(len(jobs), feeder.ids, len(skipped), len(adopted), self.sweep_dir, len(feeder.held)))
         if not o.wait:
@@ -219,7 +219,7 @@ class SlurmSweep:
             follower = Follower(manifest, [], progress, o.poll_interval_s, o.result_grace_s, o.stderr_tail_lines)
             follower.on_poll = self.lock.touch
             self._open = manifest, follower, progress
-            self._room = open_room(o.max_queued, o.qos, o.account)
+            self._room = open_room(o)
         manifest, follower, _ = self._open
         manifest.jobs[job.num] = JobEntry(num=job.num, overrides=job.overrides, job_dir=str(job.job_dir),
                                           state="not started")

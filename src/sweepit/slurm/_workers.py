@@ -153,7 +153,7 @@ class WorkerSweep:
             raise ConfigError(f"hydra.sweeper.workers must be at most the cluster's MaxArraySize "
                               f"({self.max_array_size}), but got workers={len(tasks)}; lower it.")
         o, name = self.options, job_name(self.options)
-        room = open_room(o.max_queued, o.qos, o.account)
+        room = open_room(o)
         if room is not None:  # fewer workers ask the study for the same trials
             tasks = tasks[:wait_for_room(room, len(tasks), o.poll_interval_s, self.sweep.lock.touch)]
         folder = fresh_folder(self.sweep_dir)
