@@ -94,10 +94,12 @@ class ComposedConfigs:
         self._group_repos: dict[Any, Any] = {}   # config_name -> the repository that says which groups exist
         self._parsed: dict[str, Any] = {}        # override string -> Hydra's Override (immutable once parsed)
         self.n_full = self.n_from_base = 0       # jobs composed by Hydra itself / from a base (for tests, logs)
-        # Hydra 1.3's ConfigLoaderImpl keeps its repository in `repository`; any other loader is left as it is.
+        # Hydra 1.3's ConfigLoaderImpl keeps its repository in `repository`; any other loader is left as it is. A
+        # loader that was wrapped before (the driver's, pickled into a Slurm worker) has its LoadedConfigs already.
         repository = getattr(loader, "repository", None)
-        self._hydra_loader = repository is not None and type(repository).__name__ == "ConfigRepository"
-        if self._hydra_loader:
+        wrapped = isinstance(repository, LoadedConfigs)
+        self._hydra_loader = wrapped or (repository is not None and type(repository).__name__ == "ConfigRepository")
+        if self._hydra_loader and not wrapped:
             loader.repository = LoadedConfigs(repository)
 
     @classmethod

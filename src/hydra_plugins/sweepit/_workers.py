@@ -54,6 +54,7 @@ class WorkerTask:
         self.singleton_state = singleton_state
         self.search, self.index, self.job_base = search, index, job_base
         self._requeueing = False
+        self._composer: ComposedConfigs | None = None  # made in the worker (not pickled: see checkpoint)
 
     def __call__(self) -> int:
         from hydra.core.singleton import Singleton
@@ -63,12 +64,14 @@ class WorkerTask:
         interrupt_on_sigterm(unless=lambda: self._requeueing)  # scancel: the trial is interrupted, then we exit
         Singleton.set_state({**self.singleton_state, "instances": dict(self.singleton_state["instances"])})
         setup_globals()
+        self._composer = ComposedConfigs(self.hydra_context.config_loader)  # a trial's config in ms, not 50
         worker = Worker(self.search, self.index, worker_id(), self.job_base, prepare=self._prepare, run=self._run)
         return worker.run()
 
     def _prepare(self, num: int, overrides: list[str], env: Mapping[str, str]) -> tuple[DictConfig, Path, list[str]]:
         """The trial's job config (raises when it does not compose: the trial fails, the worker goes on)."""
-        config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+        assert self._composer is not None, "composed in the worker that __call__ set up"
+        config = self._composer.compose(self.config, list(overrides))
         with open_dict(config):
             config.hydra.job.id = num
             config.hydra.job.num = num
@@ -104,6 +107,7 @@ class WorkerTask:
 
         self._requeueing = True
         fresh = copy.copy(self)
+        fresh._composer = None
         fresh.search = for_workers(self.search)  # not the open study (its storage holds locks): reopened when back
         return submitit.helpers.DelayedSubmission(fresh, *args, **kwargs)
 
