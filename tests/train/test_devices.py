@@ -163,3 +163,27 @@ def test_the_job_process_asks_cuda_only_through_nvml(monkeypatch: pytest.MonkeyP
     monkeypatch.delenv(NVML_CHECK, raising=False)
     _devices.cuda_available()
     assert os.environ[NVML_CHECK] == "1"  # set for torch's check, and for the ranks forked next
+
+
+def test_a_job_of_one_rank_on_cuda_n_makes_that_gpu_current(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """One rank on `device=cuda:1` of two GPUs: without set_device the DataLoader's pinning thread and any
+    `torch.cuda.current_device()` work went to GPU 0. Both sweepit.context() (a user's loop) and sweepit's own loop
+    make the job's device current."""
+    import sweepit
+    from sweepit.train import _loop, _session
+
+    current: list[torch.device] = []
+    monkeypatch.setattr(_devices, "cuda_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: current.append(torch.device(device)))
+    session = _session.begin(tmp_path, DictConfig({"device": "cuda:1"}))
+    try:
+        assert sweepit.context().device == torch.device("cuda", 1)
+    finally:
+        _session.end(session)
+    assert current == [torch.device("cuda", 1)]
+    current.clear()
+    monkeypatch.setattr(_loop, "_train", lambda *args: (_ for _ in ()).throw(RuntimeError("stop after the device")))
+    with pytest.raises(RuntimeError, match="stop after the device"):
+        _loop.train(DictConfig({"device": "cuda:1"}), session=_session.begin(None))
+    assert current == [torch.device("cuda", 1)]

@@ -160,3 +160,49 @@ def test_a_group_the_users_code_leaves_open_is_destroyed_at_exit(tmp_path: Path)
     for proc, (out, err) in zip(procs, outs, strict=True):
         assert proc.returncode == 0, err
         assert "initialized at exit: False" in out, out + err
+
+
+FAILING_RANK_SCRIPT = RANK_SCRIPT + """
+from hydra.core.utils import JobReturn, JobStatus
+from hydra_plugins.sweepit._hydra import record
+from sweepit.train import _session
+ret = JobReturn(status=JobStatus.FAILED if rank == 1 else JobStatus.COMPLETED)
+ret._return_value = RuntimeError("rank 1's own error") if rank == 1 else 0.5
+print("status:", record(_session.begin(None), ret)[0], flush=True)
+"""
+
+
+def test_a_rank_whose_task_failed_leaves_its_group_undestroyed_at_exit(tmp_path: Path) -> None:
+    """Any launcher records a task's failure through `record`: from then on the process does not destroy its group,
+    at exit either (NCCL's destroy may block on the peer that failed or is stuck, until its watchdog); the rank that
+    completed still destroys its own."""
+    port = distributed._free_port()
+    procs = [subprocess.Popen([sys.executable, "-c", FAILING_RANK_SCRIPT, str(rank), str(port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for rank, (proc, (out, err)) in enumerate(zip(procs, outs, strict=True)):
+        assert proc.returncode == 0, err
+        assert f"status: {'failed' if rank == 1 else 'completed'}" in out, out + err
+        assert f"initialized at exit: {rank == 1}" in out, out + err
+
+
+def test_sweepits_loop_leaves_its_group_undestroyed_when_training_raises(monkeypatch: pytest.MonkeyPatch,
+                                                                           compose_cfg: Callable[..., DictConfig],
+                                                                           tmp_path: Path) -> None:
+    """sweepit's own loop, on a rank whose training raised: no destroy_process_group (it may block on NCCL), the
+    group is abandoned; one that trained to the end destroys it."""
+    from sweepit.train import _loop
+
+    calls: list[str] = []
+    monkeypatch.setattr(_loop, "init_process_group", lambda rank, device: calls.append("init"))
+    monkeypatch.setattr(_loop, "destroy_process_group", lambda: calls.append("destroy"))
+    monkeypatch.setattr(_loop, "abandon_process_group", lambda: calls.append("abandon"))
+    monkeypatch.setenv("SWEEPIT_JOB_DIR", str(tmp_path))
+    cfg = compose_cfg(*SETUP[:-4], "epochs=1", "device=cpu")
+    _loop.train(cfg, log=lambda _: None)
+    assert calls == ["init", "destroy"]
+    calls.clear()
+    monkeypatch.setattr(_loop, "_train", lambda *args: (_ for _ in ()).throw(RuntimeError("training failed")))
+    with pytest.raises(RuntimeError, match="training failed"):
+        _loop.train(cfg, log=lambda _: None)
+    assert calls == ["init", "abandon"]

@@ -218,6 +218,7 @@ def run_hydra_job(hydra_context: HydraContext, task_function: TaskFunction, conf
         reply.working_dir, reply.task_name = ret.working_dir, ret.task_name
         return reply
     except BaseException as e:  # KeyboardInterrupt (the driver stopped the job), SystemExit
+        _session.leave_process_group()
         session.finish(_session.status_of(e), error=e)
         raise
     finally:
@@ -309,13 +310,14 @@ def _uses_hydra_resolver(sweep: DictConfig) -> bool:
 
 def record(session: _session.Session, ret: JobReturn) -> tuple[str, BaseException | None]:
     """The job's status and error from Hydra's JobReturn, recorded in result.json when the task wrote none
-    (optuna.TrialPruned raised by the task is `pruned`)."""
+    (optuna.TrialPruned raised by the task is `pruned`). A task that raised leaves its process group undestroyed."""
     if ret.status == JobStatus.COMPLETED:
         session.finish("completed", returned=ret.return_value)
         return "completed", None
     value = ret._return_value
     error = value if isinstance(value, BaseException) else RuntimeError(repr(value))
     status = _session.status_of(error)
+    _session.leave_process_group()  # the task's own process group (sweepit.context().init_process_group())
     session.finish(status, error=error)
     return status, error
 
@@ -484,6 +486,7 @@ class SlurmTask:
                               job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir",
                               configure_logging=rank == 0)
             except BaseException as e:
+                _session.leave_process_group()
                 if self._requeueing and rank == 0:
                     # The result says `failed` with the SystemExit that submitit raises to stop this run; the job
                     # is requeued and carries on, so that result is not the job's.

@@ -96,12 +96,13 @@ def load_checkpoint() -> Any:
 
 def context() -> JobContext:
     """This process's rank, local rank and world size (from Slurm, torchrun or sweepit's local ranks), the
-    device it should train on (its own GPU by local rank, else the CPU; the config's `device` wins), and the
-    job's directory."""
-    from sweepit.train._devices import device_for
+    device it should train on (its own GPU by local rank, else the CPU; the config's `device` wins), made the
+    process's current CUDA device, and the job's directory."""
+    from sweepit.train._devices import device_for, use_device
 
     session = active()
     rank = session.the_rank
     device = device_for(rank, str(session.value("device", "auto")))
+    use_device(device)  # the current GPU of this process (pinned memory, collectives), one rank or many
     return JobContext(rank=rank.rank, local_rank=rank.local_rank, world_size=rank.world_size, device=device,
                       job_dir=session.job_dir, master_addr=rank.master_addr, master_port=rank.master_port)

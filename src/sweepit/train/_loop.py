@@ -25,7 +25,7 @@ from sweepit.train import _session, _weights
 from sweepit.train._batches import Batches, epoch_seed, evaluate
 from sweepit.train._build import build_loss, build_model, check_output, load_data
 from sweepit.train._checks import check_metric
-from sweepit.train._devices import check_precision, device_for, make_deterministic
+from sweepit.train._devices import check_precision, device_for, make_deterministic, use_device
 from sweepit.train._distributed import abandon_process_group, destroy_process_group, init_process_group
 from sweepit.train._optim import build_optimizer
 from sweepit.train._rank import SINGLE, Rank
@@ -65,6 +65,7 @@ def train(cfg: Any, on_epoch: EpochCallback | None = None, log: Callable[[str], 
     session = session or _session.begin(_session.job_dir_from_environment(), cfg, rank)
     log = log if rank.is_main else (lambda _: None)
     device = device_for(rank, str(cfg.device))
+    use_device(device)  # a job of one rank on cuda:1 too: the DataLoader's pinning thread works on the current GPU
     init_process_group(rank, device)
     try:
         outcome = _train(cfg, on_epoch if rank.is_main else None, log, session, rank, device)

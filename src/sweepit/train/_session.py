@@ -364,6 +364,15 @@ def job_dir_from_environment() -> Path | None:
     return None
 
 
+def leave_process_group() -> None:
+    """A job that failed leaves its process group as it is: no destroy now nor at this process's exit (NCCL's may
+    block on a peer that failed or is stuck until its watchdog, minutes); the process ends, its sockets with it.
+    Nothing when the job made no group through sweepit (torch is not imported for this)."""
+    distributed = sys.modules.get("sweepit.train._distributed")
+    if distributed is not None:
+        distributed.abandon_process_group()
+
+
 def status_of(error: BaseException) -> str:
     """The status a job that raised `error` ends with: optuna.TrialPruned is `pruned` (Optuna's own way to
     prune from inside a trial), DivergedError `diverged`, KeyboardInterrupt `interrupted`, anything else `failed`."""
