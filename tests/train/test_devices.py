@@ -187,3 +187,24 @@ def test_a_job_of_one_rank_on_cuda_n_makes_that_gpu_current(monkeypatch: pytest.
     with pytest.raises(RuntimeError, match="stop after the device"):
         _loop.train(DictConfig({"device": "cuda:1"}), session=_session.begin(None))
     assert current == [torch.device("cuda", 1)]
+
+
+def test_the_job_asks_its_own_gpu_for_its_capability_and_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checks above are reached with what the job's GPU says: check_precision asks the device it trains on, and
+    device_for counts the GPUs the job sees (two here)."""
+    asked: list[Any] = []
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: asked.append(device) or "Tesla V100-SXM2-16GB")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (7, 0))
+    with pytest.raises(ConfigError, match=r"cuda:1 is a Tesla V100-SXM2-16GB \(7\.0\)"):
+        _devices.check_precision("bf16", torch.device("cuda", 1))
+    assert asked == [torch.device("cuda", 1)]
+    _devices.check_precision("fp32", torch.device("cuda", 1))  # fp32 asks nothing
+    _devices.check_precision("bf16", torch.device("cpu"))      # nor does the CPU
+    assert asked == [torch.device("cuda", 1)]
+    monkeypatch.setattr(_devices, "cuda_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert _devices.device_for(Rank(0, 0, 1), "cuda:1") == torch.device("cuda", 1)
+    seen = r"one of the 2 GPU\(s\) this job sees \(cuda:0 \.\. cuda:1\), but got index 2"
+    with pytest.raises(ConfigError, match=seen):
+        _devices.device_for(Rank(0, 0, 1), "cuda:2")
+    assert _devices.device_for(Rank(1, 1, 2), "auto") == torch.device("cuda", 1)
