@@ -212,3 +212,36 @@ def test_a_loader_pickled_into_a_worker_still_composes_from_bases(conf_dir: Path
         for job in SWEEP:
             assert_same(in_worker.compose(master, job), loader.load_sweep_config(master, job))
         assert in_worker.n_full == 0 and in_worker.n_from_base == len(SWEEP)
+
+
+def test_a_config_of_a_class_its_module_defined_again_is_copied_by_pickling(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hydra's plugin scan executes a plugin's module again: in a Slurm worker a structured config composed from the
+    driver's ConfigStore holds the class of the first execution, which pickle refuses by name. It is still copied by
+    pickling (deep copies cost twice as much in every job), equal and of the same class."""
+    import importlib
+    import sys
+
+    from hydra_plugins.sweepit._compose import copy_config, pickled
+
+    (tmp_path / "redefined_conf.py").write_text(
+        "from dataclasses import dataclass, field\n\n@dataclass\nclass Conf:\n    lr: float = 0.1\n"
+        "    tags: list = field(default_factory=lambda: ['a'])\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("redefined_conf")
+    first = module.Conf
+    config = OmegaConf.create({"launcher": OmegaConf.structured(first), "seed": 3})
+    importlib.reload(module)  # what the scan does to the plugin's module
+    assert module.Conf is not first
+    try:
+        kept = pickled(config)
+        assert kept is not None and kept.classes == (first,)
+        copied = copy_config(config, kept)
+        assert copied == config and copied is not config
+        assert OmegaConf.get_type(copied.launcher) is first
+        copied.launcher.lr = 0.5  # a copy of its own
+        assert config.launcher.lr == 0.1
+        plain = pickled(OmegaConf.create({"a": 1}))
+        assert plain is not None and plain.classes == ()  # pickled by name as before
+    finally:
+        sys.modules.pop("redefined_conf", None)

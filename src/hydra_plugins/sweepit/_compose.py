@@ -25,9 +25,11 @@ otherwise), keyed by the search path it came from, and hands out deep copies (Hy
 from __future__ import annotations
 
 import copy
+import io
 import logging
 import os
 import pickle
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,7 +75,7 @@ class _Base:
     filled in)."""
 
     config: DictConfig
-    pickled: bytes | None  # `config` pickled once (`pickled`), for its jobs' copies
+    pickled: Pickled | None  # `config` pickled once (`pickled`), for its jobs' copies
 
     def copy(self) -> DictConfig:
         """A copy of the config for one job to edit."""
@@ -243,17 +245,63 @@ class ComposedConfigs:
         return getattr(self.loader, name)
 
 
-def pickled(config: DictConfig) -> bytes | None:
-    """`config` pickled; None when a value in it does not pickle (a lambda in a structured config)."""
-    try:
-        return pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:
+@dataclass(frozen=True)
+class Pickled:
+    """A config pickled for copies in this process (or a child forked from it): its bytes, and the classes that do
+    not pickle by name here, referred to by their place in `classes`. Hydra's plugin scan executes a plugin's module
+    again, so a structured config composed before the scan (a Slurm worker's, from the driver's pickled ConfigStore)
+    holds a class that its module no longer names: pickle refuses it ("not the same object")."""
+
+    data: bytes
+    classes: tuple[type, ...] = ()
+
+
+class _Pickler(pickle.Pickler):
+    def __init__(self, file: io.BytesIO) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.classes: list[type] = []
+
+    def persistent_id(self, obj: Any) -> int | None:
+        if isinstance(obj, type) and not _named(obj):
+            self.classes.append(obj)
+            return len(self.classes) - 1
         return None
 
 
-def copy_config(config: DictConfig, pickled_config: bytes | None) -> DictConfig:
+def _named(cls: type) -> bool:
+    """Whether pickle finds `cls` by its module and name."""
+    found: Any = sys.modules.get(cls.__module__)
+    for part in cls.__qualname__.split("."):
+        found = getattr(found, part, None)
+    return found is cls
+
+
+def pickled(config: DictConfig) -> Pickled | None:
+    """`config` pickled; None when a value in it does not pickle (a lambda in a structured config)."""
+    try:
+        return Pickled(pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL))
+    except pickle.PicklingError:
+        pass  # a class its module names no more: kept by reference (below)
+    except Exception:
+        return None
+    buffer = io.BytesIO()
+    pickler = _Pickler(buffer)
+    try:
+        pickler.dump(config)
+    except Exception:
+        return None
+    return Pickled(buffer.getvalue(), tuple(pickler.classes))
+
+
+def copy_config(config: DictConfig, pickled_config: Pickled | None) -> DictConfig:
     """A copy of `config`, unpickled from `pickled_config` (4x faster than a deep copy), else deep-copied."""
-    return pickle.loads(pickled_config) if pickled_config is not None else copy.deepcopy(config)
+    if pickled_config is None:
+        return copy.deepcopy(config)
+    if not pickled_config.classes:
+        return pickle.loads(pickled_config.data)  # type: ignore[no-any-return]
+    unpickler = pickle.Unpickler(io.BytesIO(pickled_config.data))
+    unpickler.persistent_load = pickled_config.classes.__getitem__  # type: ignore[assignment]
+    return unpickler.load()  # type: ignore[no-any-return]
 
 
 def _runtime(cfg: DictConfig, known_choices: dict[str, Any], sources: list[Any]) -> None:
