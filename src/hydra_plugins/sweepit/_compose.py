@@ -298,10 +298,10 @@ def copy_config(config: DictConfig, pickled_config: Pickled | None) -> DictConfi
     if pickled_config is None:
         return copy.deepcopy(config)
     if not pickled_config.classes:
-        return pickle.loads(pickled_config.data)  # type: ignore[no-any-return]
+        return pickle.loads(pickled_config.data)
     unpickler = pickle.Unpickler(io.BytesIO(pickled_config.data))
-    unpickler.persistent_load = pickled_config.classes.__getitem__  # type: ignore[assignment]
-    return unpickler.load()  # type: ignore[no-any-return]
+    unpickler.persistent_load = pickled_config.classes.__getitem__  # type: ignore[method-assign]
+    return unpickler.load()
 
 
 def _runtime(cfg: DictConfig, known_choices: dict[str, Any], sources: list[Any]) -> None:
