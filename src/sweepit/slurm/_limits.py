@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sweepit.errors import SlurmError
+from sweepit.errors import QueueLimitError, SlurmError
 from sweepit.slurm import _cluster as cluster
 
 if TYPE_CHECKING:
@@ -177,6 +177,16 @@ def refused_for_limit(said: str) -> str | None:
         return None
     named = _LIMIT_NAME.search(said)
     return named.group(1) if named else "a limit on jobs per user"
+
+
+def held_for_limit(error: QueueLimitError, ours_in_queue: bool, what: str) -> str:
+    """The one rule for sbatch refusing jobs for a limit on the user's jobs: with jobs of the sweep's in the queue
+    (they free room as they end) what was refused waits, and this says why; with none, nothing would ever free
+    room, so the error is raised for the user to act on (its message names the limit and the remedies)."""
+    if not ours_in_queue:
+        raise error
+    return (f"sbatch refused {what} for a limit on jobs per user ({error.limit}); submitted again as the sweep's jobs "
+            "in the queue end")
 
 
 def wait_for_room(room: Room, wanted: int, poll_s: float, on_wait: Callable[[], None] = lambda: None) -> int:

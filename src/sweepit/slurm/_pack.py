@@ -39,7 +39,7 @@ from sweepit.results._progress import Progress
 from sweepit.results._summary import summarize
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._follow import Follower
-from sweepit.slurm._limits import Room, dry_run_lines, open_room
+from sweepit.slurm._limits import Room, dry_run_lines, held_for_limit, open_room
 from sweepit.slurm._pack_worker import PackSpec, PlannedEntry, release, scan_claims, write_plan
 from sweepit.slurm._request import Request, gpu_hours, sbatch_parameters
 from sweepit.slurm._states import LOST, PACKED, Seen
@@ -243,10 +243,8 @@ class PackedSweep:
                 try:
                     self._submit_workers(m, shape, generation, n)
                 except QueueLimitError as e:
-                    if not m.workers["ids"]:
-                        raise
-                    log.warning(f"sweepit: sbatch refused the workers of {shape.request.describe()} for a limit on "
-                                f"jobs per user ({e.limit}); submitted again as the sweep's workers end")
+                    log.warning("sweepit: " + held_for_limit(e, bool(m.workers["ids"]),
+                                                             f"the workers of {shape.request.describe()}"))
                     break
                 calls += 1
         n_workers = len(m.workers["ids"])
@@ -337,7 +335,7 @@ class _Following:
         self.markers: set[str] = set()        # the release markers seen
         self.ran: set[str] = set()            # arrays whose workers claimed a job
         self.given_up: dict[int, str] = {}
-        self.refused = False                  # sbatch refused workers for a limit (said once)
+        self.refused: set[str] | None = None  # the workers in the queue when sbatch last refused more for a limit
         self.shape_of = {j.num: s.index for s in sweep.shapes for j in s.jobs}
         self.arrays_of: dict[int, list[str]] = {}
         for array, info in (m.workers.get("arrays") or {}).items():
@@ -456,19 +454,21 @@ class _Following:
 
     def _more_workers(self, shape: Shape, n: int, n_jobs: int, fresh: bool = False) -> None:
         """Submit `n` more workers for `shape` (none when 0); a refusal by sbatch for a limit on jobs per user waits for
-        room while workers of the sweep's are in the queue."""
+        room while workers of the sweep's are in the queue (sbatch is asked again once one of them has ended)."""
         if n <= 0:
             return
+        if self.refused is not None and self.refused <= alive_workers(self.m):
+            return  # refused for a limit, and none of the workers then in the queue has ended since: no room yet
         try:
             ids = self.sweep._submit_workers(self.m, shape, self.generation, n)
         except QueueLimitError as e:
-            if not alive_workers(self.m):
-                raise  # nothing of this sweep's in the queue to make room: the user must act
-            if not self.refused:
-                self.follower.say(f"sweepit: sbatch refused more workers for a limit on jobs per user ({e.limit}); "
-                                  "submitted again as the sweep's workers end")
-                self.refused = True
+            alive = alive_workers(self.m)
+            why = held_for_limit(e, bool(alive), "more workers")
+            if self.refused is None:
+                self.follower.say(f"sweepit: {why}")
+            self.refused = alive
             return
+        self.refused = None
         array = ids[0].split("_", 1)[0]
         self.arrays_of.setdefault(shape.index, []).append(array)
         why = "left unclaimed by workers that ended" if fresh else "waiting for workers"

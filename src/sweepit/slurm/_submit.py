@@ -22,7 +22,7 @@ from sweepit.errors import QueueLimitError, SlurmError
 from sweepit.local._capture import STDERR_LOG, STDOUT_LOG
 from sweepit.results._job_files import start_clean
 from sweepit.results._manifest import JobEntry, Manifest, write_manifest
-from sweepit.slurm._limits import Room, dry_run_lines, refused_for_limit
+from sweepit.slurm._limits import Room, dry_run_lines, held_for_limit, refused_for_limit
 from sweepit.slurm._request import Request, SlurmOptions, gpu_hours, sbatch_parameters
 from sweepit.slurm._task_files import TASK_DIR, link_task_logs
 
@@ -214,9 +214,7 @@ class Feeder:
             try:
                 self.ids.extend(submit_jobs(chunk, self.manifest, self.o, self.max_array_size, self.make_task))
             except QueueLimitError as e:
-                if not self.ids:
-                    raise  # nothing of this sweep's in the queue to make room: the user must act
-                why = f"sbatch refused more for a limit on jobs per user ({e.limit}); they go out as earlier ones end"
+                why = held_for_limit(e, bool(self.ids), "more jobs")
                 break
             out.extend(chunk)
         if out:

@@ -37,7 +37,7 @@ from sweepit.results._progress import Progress
 from sweepit.results._summary import summarize
 from sweepit.slurm._cluster import scancel
 from sweepit.slurm._follow import Follower
-from sweepit.slurm._limits import Room, open_room, wait_for_room
+from sweepit.slurm._limits import Room, held_for_limit, open_room, wait_for_room
 from sweepit.slurm._pack import PackedSweep
 from sweepit.slurm._pack_worker import PackSpec
 from sweepit.slurm._request import ClusterFacts, SlurmOptions, asked, place
@@ -231,11 +231,9 @@ class SlurmSweep:
                 submit_jobs([job], manifest, o, max_array_size, self.make_task)
                 break
             except QueueLimitError as e:
-                if not follower.pending:
-                    raise  # nothing of this search's in the queue to make room: the user must act
+                why = held_for_limit(e, bool(follower.pending), f"trial job {job.num}")
                 if not said:
-                    log.warning(f"sweepit: sbatch refused trial job {job.num} for a limit on jobs per user ({e.limit});"
-                                " submitted again as the search's jobs in the queue end")
+                    log.warning(f"sweepit: {why}")
                     said = True
                 follower.poll()
                 time.sleep(o.poll_interval_s)
