@@ -97,18 +97,30 @@ class Follower:
         for n in self.pending:
             if self._phase[n] == "running":
                 self.progress.start()
+
+        def going() -> bool:
+            return bool(self.pending or self.more())
+
+        self.follow(look=going, going=going)
+
+    def follow(self, look: Callable[[], bool], going: Callable[[], bool]) -> int | None:
+        """The driver's loop, in every mode (one Slurm job per job, packed workers, Optuna workers): at each look,
+        `look()` (adopt the jobs that workers started, submit what fits; False: nothing is left to follow), then one
+        poll of Slurm, then the results that come in are taken between looks while `going()`. Returns the stop signal
+        (SIGINT, SIGTERM) that ended it early, else None; the jobs go on either way."""
         with StopSignals() as stop:
-            while (self.pending or self.more()) and stop.first is None:
+            while stop.first is None and look():
                 next_look = time.monotonic() + self.poll_interval_s
                 self.poll()
                 drawn = time.monotonic()
-                while (self.pending or self.more()) and stop.first is None and time.monotonic() < next_look:
+                while stop.first is None and going() and time.monotonic() < next_look:
                     time.sleep(_TICK_S)
                     self.settle()
                     if self.progress.live and time.monotonic() - drawn >= _CLOCK_S:
                         self.progress.draw()  # the clock
                         drawn = time.monotonic()
         self.stop_signal = stop.first
+        return stop.first
 
     def poll(self) -> None:
         """One look at every pending job; records what changed in the manifest. Results on disk are taken

@@ -16,14 +16,12 @@ import logging
 import math
 import shutil
 import signal
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweepit._host import now_iso
-from sweepit._signals import StopSignals
 from sweepit.errors import ConfigError, QueueLimitError, SweepFailedError
 from sweepit.results._job_files import start_clean, write_result
 from sweepit.results._manifest import (
@@ -286,22 +284,21 @@ class PackedSweep:
         follower = Follower(m, [], progress, o.poll_interval_s, o.result_grace_s, o.stderr_tail_lines)
         follower.on_poll = self.sweep.lock.touch
         following = _Following(self, m, generation, [j.num for j in jobs if j.num not in skipped], follower)
+        def look() -> bool:
+            if not following.going():
+                return False
+            following.adopt()
+            following.top_up()
+            return True
+
         try:
             progress.draw()
-            with StopSignals() as stop:
-                while following.going() and stop.first is None:
-                    following.adopt()
-                    following.top_up()
-                    next_look = time.monotonic() + o.poll_interval_s
-                    follower.poll()
-                    while following.going() and stop.first is None and time.monotonic() < next_look:
-                        time.sleep(0.1)
-                        follower.settle()
+            stop = follower.follow(look=look, going=following.going)
         finally:
             progress.close()
             write_manifest(m)
-        if stop.first is not None:
-            raise SweepFailedError(self._stopped(signal.Signals(stop.first).name))
+        if stop is not None:
+            raise SweepFailedError(self._stopped(signal.Signals(stop).name))
         return {**follower.statuses, **following.given_up}
 
     # -- what the driver says -----------------------------------------------------------------------------------

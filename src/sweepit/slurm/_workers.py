@@ -18,14 +18,12 @@ import json
 import logging
 import os
 import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from sweepit._files import atomic_write
 from sweepit._host import now_iso
-from sweepit._signals import StopSignals
 from sweepit.errors import ConfigError
 from sweepit.results._job_files import job_num
 from sweepit.results._manifest import JobEntry, Manifest, open_manifest, write_manifest
@@ -193,28 +191,22 @@ class WorkerSweep:
         for num, entry in sorted(m.jobs.items()):  # an earlier driver's trials that had not ended when it stopped
             if entry.extra.get(WORKER_TRIAL) is not None and entry.state in ("queued", "running"):
                 follower.add(num)
+        def look() -> bool:
+            for num in adopt_trials(m):
+                follower.add(num)
+            if follower.pending or workers_alive(m):
+                return True
+            new = adopt_trials(m)  # a last look: a trial may have started since
+            for num in new:
+                follower.add(num)
+            return bool(new)
+
         try:
-            with StopSignals() as stop:
-                while stop.first is None:
-                    for num in adopt_trials(m):
-                        follower.add(num)
-                    if not follower.pending and not workers_alive(m):
-                        new = adopt_trials(m)  # a last look: a trial may have started since
-                        if not new:
-                            break
-                        for num in new:
-                            follower.add(num)
-                    next_look = time.monotonic() + o.poll_interval_s
-                    follower.poll()
-                    while follower.pending and stop.first is None and time.monotonic() < next_look:
-                        time.sleep(0.1)
-                        follower.settle()
-                    while not follower.pending and stop.first is None and time.monotonic() < next_look:
-                        time.sleep(0.1)
+            stop = follower.follow(look=look, going=lambda: True)  # the workers end it, seen at a look
         finally:
             progress.close()
             write_manifest(m)
-        return None if stop.first is None else self.stopped(signal.Signals(stop.first).name)
+        return None if stop is None else self.stopped(signal.Signals(stop).name)
 
     def detached(self) -> str:
         ids = list(self.manifest.workers.get("ids") or []) if self.manifest else []
