@@ -90,6 +90,10 @@ def test_own_loop_on_hydras_basic_launcher_gives_every_job_its_own_state_and_res
         assert result["status"] == "completed" and result["epochs_completed"] == 2, result
         assert result["objective"] == result["final"]["val_acc"]
     assert "4 jobs: 4 completed" in proc.stdout and "best (maximize val_acc)" in proc.stdout
+    # The reproduce line names the app's script (found beside its conf/: Hydra keeps no command line), not train.py.
+    reproduce = next(line for line in proc.stdout.splitlines() if line.startswith("reproduce: "))
+    assert reproduce.startswith(f"reproduce: python {EXAMPLES / 'own_loop' / 'train.py'} "), reproduce
+    assert f"python {EXAMPLES / 'own_loop' / 'train.py'} " in (sweep / "report" / "summary.md").read_text()
     listing = subprocess.run([sys.executable, "-m", "sweepit.cli", "ls"], cwd=tmp_path, capture_output=True,
                              text=True, timeout=60).stdout
     assert "4 jobs: 4 completed" in listing, listing  # not `running`

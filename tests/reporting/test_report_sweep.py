@@ -14,7 +14,7 @@ from report_helpers import assert_plot
 
 from sweepit.cli import main
 from sweepit.reporting import build_report
-from sweepit_testing import run_train
+from sweepit_testing import REPO, run_train
 
 pytestmark = pytest.mark.slow
 
@@ -72,14 +72,16 @@ def test_summary_md_command_reproduces_the_best_job(linreg_sweep: Path, tmp_path
     results = _results(linreg_sweep)
     best_dir, best = min(results.items(), key=lambda kv: kv[1]["objective"])  # linreg minimizes val_loss
     optimizer, lr = best_dir.split("optimizer=")[1].split(",")[0], best_dir.split("lr=")[1].split(",")[0]
-    command = (f"python train.py task=linreg epochs=3 device=cpu trainer.threads=1 "
+    # The sweep ran from another folder with this checkout's train.py (Hydra's basic launcher: no sweep.json; the
+    # script is found beside the app's conf/ that multirun.yaml names).
+    command = (f"python {REPO / 'train.py'} task=linreg epochs=3 device=cpu trainer.threads=1 "
                f"optimizer={optimizer} lr={lr}")
     assert f"```bash\n{command}\n```" in text
     assert text.count("\n| ") == 5  # header and four jobs
     assert "![" in text and "(learning_curves.png)" in text
 
     argv = shlex.split(command)
-    assert argv[:2] == ["python", "train.py"]
+    assert argv[:2] == ["python", str(REPO / "train.py")]
     proc = run_train(argv[2:], tmp_path)  # run_train runs `sys.executable REPO/train.py`
     assert proc.returncode == 0, proc.stderr[-2000:]
     (run,) = (tmp_path / "outputs" / "runs").iterdir()
@@ -93,7 +95,7 @@ def test_cli_report_prints_the_table_and_where_the_page_is(linreg_sweep: Path,
     header = out.splitlines()[0].split()
     assert header[:5] == ["job", "optimizer", "lr", "status", "objective"] and "job_dir" not in header
     assert "4 jobs: 4 completed" in out
-    assert "reproduce: python train.py task=linreg" in out
+    assert f"reproduce: python {REPO / 'train.py'} task=linreg" in out
     assert f"report: {linreg_sweep / 'report' / 'index.html'}" in out
     assert (linreg_sweep / "report" / "index.html").is_file()
 

@@ -288,6 +288,6 @@ def _load_sweep(sweep_dir: Path, with_metrics: bool) -> Sweep:
         swept=swept,
         fixed=fixed_overrides(rows, swept) if len(jobs) > 1 else dict(jobs[0].overrides) if jobs else {},
         config_name=config_name, config_dir=config_dir,
-        launcher=str(manifest.get("launcher", "")), job_config=job_config, script=app_script(manifest),
+        launcher=str(manifest.get("launcher", "")), job_config=job_config, script=app_script(manifest, sweep_dir),
     )
 

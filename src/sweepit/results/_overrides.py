@@ -45,16 +45,37 @@ def typed_overrides(job_dir: Path) -> list[str]:
     return [str(i) for i in items if own_key(str(i)) is not None] if isinstance(items, list) else []
 
 
-def app_script(manifest: dict[str, Any]) -> str:
-    """The app's script from the driver's command line in sweep.json, relative to where it ran when inside it
-    (train.py when there is no sweep.json)."""
+def app_script(manifest: dict[str, Any], sweep_dir: Path | None = None) -> str:
+    """The app's script from the driver's command line in sweep.json, relative to where it ran when inside it.
+    Without sweep.json (a launcher that is not sweepit's), from what Hydra kept in multirun.yaml: the job's name is
+    the script's, found in the app's config folder or a folder above it (`config_path="conf"` beside the script);
+    `<name>.py` when none is found, train.py when Hydra kept nothing either."""
     argv, cwd = manifest.get("argv"), manifest.get("cwd")
-    if not (isinstance(argv, list) and len(argv) > 1 and str(argv[1]).endswith(".py")):
+    if isinstance(argv, list) and len(argv) > 1 and str(argv[1]).endswith(".py"):
+        return _relative(str(argv[1]), cwd)
+    data = load_yaml(Path(sweep_dir) / "multirun.yaml") if sweep_dir is not None else None
+    hydra = data.get("hydra") if isinstance(data, dict) else None
+    if not isinstance(hydra, dict):
         return "train.py"
-    script = str(argv[1])
+    name = str((hydra.get("job") or {}).get("name") or "train")
+    runtime = hydra.get("runtime") or {}
+    cwd = runtime.get("cwd")
+    main = next((str(s.get("path")) for s in runtime.get("config_sources") or []
+                 if isinstance(s, dict) and s.get("provider") == "main" and s.get("schema") == "file"), None)
+    if main is not None:
+        folder = Path(main if os.path.isabs(main) else os.path.join(str(cwd or "."), main))
+        for place in (folder, *folder.parents):
+            if (place / f"{name}.py").is_file():
+                return _relative(str(place / f"{name}.py"), cwd)
+            if isinstance(cwd, str) and str(place) == cwd:
+                break
+    return f"{name}.py"
+
+
+def _relative(script: str, cwd: Any) -> str:
     if isinstance(cwd, str) and os.path.isabs(script):
         rel = os.path.relpath(script, cwd)
-        script = script if rel.startswith("..") else rel
+        return script if rel.startswith("..") else rel
     return script
 
 
