@@ -105,3 +105,22 @@ def test_a_task_raising_trial_pruned_on_slurm_is_pruned_and_its_slurm_job_comple
     assert result(Path(pruned.user_attrs["job_dir"]))["status"] == "pruned"
     job_id = slurm_ids(sweep)[pruned.user_attrs["job_num"]]
     assert slurm_cluster.wait_until_final(int(job_id.split("_")[0])) == "COMPLETED"
+
+
+def test_one_slurm_job_per_trial_into_the_default_sweep_folder(tmp_path: Path) -> None:
+    """Issue 20's command as a user types it, without hydra.sweep.dir (every other test passes one): the search
+    ended in ReadonlyConfigError at its end, exit 1, no table."""
+    import subprocess
+    import sys
+
+    from slurm_launcher_testing import driver_env
+
+    proc = subprocess.run([sys.executable, str(TRAIN), "-m", "hydra/sweeper=optuna", *LINREG,
+                           "lr=tag(log, interval(1e-4, 1))", "hydra.sweeper.n_trials=2", "epochs=2"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path, env=driver_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ReadonlyConfigError" not in proc.stderr
+    (sweep,) = (tmp_path / "outputs" / "multirun").iterdir()
+    assert manifest(sweep).launcher == "slurm"
+    assert "2 jobs: 2 completed" in proc.stdout, proc.stdout
+    assert "reproduce: python " in proc.stdout
