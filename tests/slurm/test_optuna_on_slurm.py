@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import optuna
+import pytest
 from optuna.trial import TrialState
 from slurm_launcher_testing import APP, LINREG, TRAIN, Driver, manifest, result, run, slurm_ids, sweepit, wait_until
 
@@ -124,3 +125,23 @@ def test_one_slurm_job_per_trial_into_the_default_sweep_folder(tmp_path: Path) -
     assert manifest(sweep).launcher == "slurm"
     assert "2 jobs: 2 completed" in proc.stdout, proc.stdout
     assert "reproduce: python " in proc.stdout
+
+
+@pytest.mark.parametrize(("option", "said"), [("hydra.launcher.dry_run=true", "hydra.launcher.dry_run shows"),
+                                              ("hydra.launcher.workers=2", "hydra.launcher.workers packs")])
+def test_launcher_options_a_search_cannot_use_are_refused_before_anything_is_written(tmp_path: Path, option: str,
+                                                                                     said: str) -> None:
+    """A dry run (or packing) of a search of trials one by one is refused with its paragraph, and leaves no sweep
+    folder (it left multirun.yaml and an Optuna journal that `sweepit ls` listed as a sweep of 0 jobs)."""
+    import subprocess
+    import sys
+
+    from slurm_launcher_testing import driver_env
+
+    proc = subprocess.run([sys.executable, str(TRAIN), "-m", "hydra/sweeper=optuna", *LINREG, option,
+                           "lr=tag(log, interval(1e-4, 1))", "hydra.sweeper.n_trials=2"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path, env=driver_env())
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    left = sorted((tmp_path / "outputs").rglob("*"))
+    assert left in ([], [tmp_path / "outputs" / "multirun"]), left  # no sweep folder (the study's parent may stay)

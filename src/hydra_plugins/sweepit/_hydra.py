@@ -154,12 +154,14 @@ class SweepitLauncher(Launcher):
             atexit.register(self.lock.release)
 
     def end_dry_run(self) -> None:
-        """Remove the sweep directory Hydra made for a dry run, when it holds nothing but Hydra's multirun.yaml: a
-        dry run leaves no sweep behind (`sweepit ls` listed it as a sweep of 0 jobs)."""
+        """Remove the sweep directory Hydra made for a dry run (or that a refused sweep's lock made), when it holds
+        nothing but Hydra's multirun.yaml: no sweep is left behind (`sweepit ls` listed it as a sweep of 0 jobs)."""
         assert self.config is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         if not self.new_sweep_dir or not sweep_dir.is_dir():
             return
+        if self.lock is not None:
+            self.lock.release()
         if {p.name for p in sweep_dir.iterdir()} <= {"multirun.yaml"}:
             (sweep_dir / "multirun.yaml").unlink(missing_ok=True)
             with contextlib.suppress(OSError):

@@ -79,6 +79,13 @@ class OptunaSweeper(Sweeper):
             space = parse_space(params, list(arguments), self.hydra_context.config_loader)
             if space.params:
                 self.validate_batch_is_legal([space.overrides(space.first_point())])  # unknown keys, bad values
+            one_by_one = getattr(self.launcher, "check_one_by_one", None)
+            if one_by_one is not None and not self.options.workers:
+                try:
+                    one_by_one()  # before the study is opened: nothing is written
+                except ConfigError:
+                    self.launcher.end_dry_run()  # nor is the folder the sweep's lock made kept
+                    raise
             search = Search(self.options, space, sweep_dir, _job_defaults(self.config), command=self._command(),
                             env_overrides=self._job_env, extend=self._extend())
             search.open()

@@ -30,7 +30,7 @@ from hydra_plugins.sweepit._hydra import (
 )
 from hydra_plugins.sweepit._workers import PackedTask, WorkerTask, for_workers
 from sweepit.errors import ConfigError
-from sweepit.slurm import ClusterFacts, Outcome, PlannedJob, SlurmOptions, SlurmSweep
+from sweepit.slurm import ClusterFacts, Outcome, PlannedJob, SlurmOptions, SlurmSweep, check_one_by_one
 from sweepit.slurm._pack_worker import PackSpec
 from sweepit.slurm._workers import WorkerSweep
 
@@ -98,6 +98,10 @@ class SlurmLauncher(SweepitLauncher):
         return [self._job_return(j, outcomes[j.num]) for j in jobs]
 
     # -- one job at a time, as a sweeper asks: the Optuna sweeper's AsyncLauncher protocol ---------------------
+    def check_one_by_one(self) -> None:
+        """Refuse the options a search of jobs one at a time cannot use, before the search writes anything."""
+        check_one_by_one(self.options)
+
     def start(self, overrides: Sequence[str], job_num: int) -> None:
         """Submit the job `job_num` now (one sbatch call); `wait_any` follows it with the others in flight."""
         if self._sweep is None:

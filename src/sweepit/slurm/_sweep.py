@@ -57,6 +57,21 @@ class Outcome:
     returned: Any = None
 
 
+def check_one_by_one(o: SlurmOptions) -> None:
+    """Options that a search submitting its trials one by one (the Optuna sweeper) cannot use: refused before the
+    search opens its study, so that nothing is written."""
+    if o.workers:
+        raise ConfigError("hydra.launcher.workers packs a fixed list of jobs (a grid) into long-lived workers, so "
+                          "an adaptive search, whose next trial depends on the last ones, cannot use it; but got "
+                          f"workers={o.workers}. For Optuna on Slurm use hydra.sweeper.workers=N (workers that ask "
+                          "the study for trials), or drop hydra.launcher.workers.")
+    if o.dry_run:
+        raise ConfigError("hydra.launcher.dry_run shows the submission of a fixed list of jobs, so an adaptive "
+                          "search (whose next trial depends on the last ones) cannot use it, but got "
+                          "dry_run=true. Drop hydra.launcher.dry_run, or dry-run a grid of the same space with "
+                          "the basic sweeper.")
+
+
 class SlurmSweep:
     """One sweep directory's Slurm run. `compose(job)` fills in the job's config and directory; `make_task(job)`
     is what each of its Slurm tasks runs (pickled by submitit)."""
@@ -200,16 +215,7 @@ class SlurmSweep:
     def start(self, job: PlannedJob) -> None:
         """Submit `job` now (one sbatch call); `wait_any` follows it with the others in flight."""
         o = self.options
-        if o.workers:
-            raise ConfigError("hydra.launcher.workers packs a fixed list of jobs (a grid) into long-lived workers, so "
-                              "an adaptive search, whose next trial depends on the last ones, cannot use it; but got "
-                              f"workers={o.workers}. For Optuna on Slurm use hydra.sweeper.workers=N (workers that ask "
-                              "the study for trials), or drop hydra.launcher.workers.")
-        if o.dry_run:
-            raise ConfigError("hydra.launcher.dry_run shows the submission of a fixed list of jobs, so an adaptive "
-                              "search (whose next trial depends on the last ones) cannot use it, but got "
-                              "dry_run=true. Drop hydra.launcher.dry_run, or dry-run a grid of the same space with "
-                              "the basic sweeper.")
+        check_one_by_one(o)
         max_array_size = self.plan([job])
         if self._open is None:
             self.sweep_dir.mkdir(parents=True, exist_ok=True)
