@@ -21,7 +21,7 @@ COMPILE := $(PY) -m compileall -q -j 0 src tests examples bench train.py
 SWEEPS := $(basename $(notdir $(wildcard sweeps/*.yaml)))
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-fast lint typecheck check config-reference clean-outputs bench bench-throughput bench-mnist-best bench-report bench-scale bench-launcher test-launcher bench-gpu bench-slurm test-slurm sweep-optuna bench-optuna bench-optuna-workers bench-packing \
+.PHONY: help install test test-fast lint typecheck check config-reference docs clean-outputs bench bench-throughput bench-mnist-best bench-report bench-scale bench-launcher test-launcher bench-gpu bench-slurm test-slurm sweep-optuna bench-optuna bench-optuna-workers bench-packing \
         slurm-up slurm-down slurm-status \
         $(addprefix sweep-,$(SWEEPS))
 
@@ -62,6 +62,9 @@ typecheck: ## Mypy on the package and the entry point
 	$(VENV)/bin/mypy
 
 check: lint typecheck test ## Lint, typecheck and test
+
+docs: ## Build the documentation site (docs/, bench/RESULTS.md) into site/; a broken link or missing page fails
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 config-reference: ## Write docs/configuration.md from the schema dataclasses (a test fails when it is out of date)
 	$(PY) scripts/config_reference.py

@@ -1,6 +1,6 @@
-"""The commands README.md shows: every line of its ```bash blocks (a line ending in `\\` joined with the next, a
-trailing `# comment` dropped) and every command of its tables' `command` column. A module name no other test folder
-uses."""
+"""The commands README.md and the documentation pages (docs/*.md) show: every line of their ```bash blocks (a line
+ending in `\\` joined with the next, a trailing `# comment` dropped) and every command of their tables' `command`
+column. A module name no other test folder uses."""
 
 from __future__ import annotations
 
@@ -9,6 +9,12 @@ import re
 from sweepit_testing import REPO
 
 README = REPO / "README.md"
+DOCS = REPO / "docs"
+
+
+def shown_text() -> str:
+    """The README and every page of the documentation site, one after the other."""
+    return "\n".join(p.read_text() for p in [README, *sorted(DOCS.glob("*.md"))])
 _FENCE = re.compile(r"^```(\w*)\s*$")
 
 
@@ -74,8 +80,9 @@ def table_commands(text: str) -> list[str]:
 
 
 def readme_commands(text: str | None = None) -> list[str]:
-    """Every command the README shows, in order of appearance (a command shown twice is listed once)."""
-    text = README.read_text() if text is None else text
+    """Every command the README and the documentation pages show, in order of appearance (a command shown twice is
+    listed once)."""
+    text = shown_text() if text is None else text
     found = [c for language, lines in code_blocks(text) if language in ("bash", "sh", "shell")
              for c in block_commands(lines)]
     return list(dict.fromkeys(found + table_commands(text)))

@@ -182,10 +182,41 @@ def slurm() -> None:
 def test_every_readme_command_is_run_here() -> None:
     shown = readme_commands()
     missing = [c for c in shown if c not in SHOWN and c != "make test"]
-    assert not missing, (f"README.md shows commands no test runs; add each, word for word, to a test of "
-                         f"{Path(__file__).name} with @shows: {missing}")
+    assert not missing, (f"README.md or a page under docs/ shows commands no test runs; add each, word for word, to "
+                         f"a test of {Path(__file__).name} with @shows: {missing}")
     stale = sorted(set(SHOWN) - set(shown))
-    assert not stale, f"these commands are no longer in README.md; drop them from the tests: {stale}"
+    assert not stale, f"these commands are no longer in README.md nor docs/; drop them from the tests: {stale}"
+
+
+def test_make_docs_builds_the_site_strictly_and_ci_runs_it(shell: Shell) -> None:
+    """`make docs` (which the README names) in a fresh copy with the set-up command's venv: every page of the nav
+    built, the benchmarks page from bench/RESULTS.md, and CI runs the same target."""
+    out = ok(shell.run("make docs", timeout_s=300))
+    assert "WARNING" not in out, out[-4000:]
+    site = shell.root / "site"
+    for page in ("getting-started", "own-code", "slurm", "optuna", "faults", "configuration", "benchmarks"):
+        assert (site / page / "index.html").is_file(), page
+    benchmarks = (site / "benchmarks" / "index.html").read_text()
+    assert "bench/results/packing/" in benchmarks and "Packed sweeps" in benchmarks
+    assert re.search(r"^make docs$", (REPO / ".ci" / "run").read_text(), re.MULTILINE)
+
+
+def test_the_documentation_pages_are_all_in_the_site() -> None:
+    """A page under docs/ that the nav of mkdocs.yml leaves out is a page no reader finds."""
+    import yaml
+
+    def pages(node: object) -> list[str]:
+        if isinstance(node, str):
+            return [node]
+        if isinstance(node, dict):
+            return [p for v in node.values() for p in pages(v)]
+        if isinstance(node, list):
+            return [p for v in node for p in pages(v)]
+        return []
+
+    nav = pages(yaml.safe_load((REPO / "mkdocs.yml").read_text())["nav"])
+    assert sorted(p.name for p in (REPO / "docs").glob("*.md")) == sorted(p for p in nav if p != "benchmarks.md")
+    assert "[docs/development.md](docs/development.md)" in (REPO / "README.md").read_text()
 
 
 def test_make_test_is_what_ci_runs() -> None:

@@ -72,7 +72,7 @@ def from_user(result: Any, target: str, val_fraction: float, seed: int) -> Split
 
 def _refused(target: str, what: str) -> ConfigError:
     return ConfigError(f"data._target_={target} must return {CONTRACT}, but it returned {what}. "
-                       "See the README's data contract (\"Sweep your own code\").")
+                       "See the data contract in docs/own-code.md.")
 
 
 def _split(value: Any, target: str, name: str) -> tuple[torch.Tensor, torch.Tensor] | Dataset[Any]:
