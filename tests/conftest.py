@@ -28,7 +28,6 @@ def compose_cfg() -> Iterator[Callable[..., DictConfig]]:
 # Tests whose module- or session-scoped set-up is costly (a fresh `make install`, a real sweep) run in one process,
 # so that the set-up is made once (pytest-xdist's --dist loadgroup); every other test goes wherever a process is free.
 SHARED_SET_UP = {
-    "readme/test_readme.py": "readme",
     "results/test_weights_and_clean.py": "weights-sweep",
     "reporting/test_report_html.py": "linreg-sweep",
     "reporting/test_report_sweep.py": "linreg-sweep",

@@ -2,7 +2,8 @@
 directory, with the default output folders (`outputs/...`), the Slurm ones on the local cluster.
 
 - The first command (`make install && .venv/bin/python train.py -m ...`) runs in a copy of its own and builds the
-  `.venv` every other command uses, as after `source .venv/bin/activate`; each other command gets a fresh copy.
+  `.venv` every other command uses, as after `source .venv/bin/activate`, once per test run however many parallel
+  test processes there are; each other command gets a fresh copy, and runs in whichever process is free.
 - Only the README's own placeholders are filled in (`PLACEHOLDERS`: a data path, a sweep's time stamp).
 - Work is shrunk only where the README says it can be: a `make sweep-*` study takes extra overrides from `ARGS`
   (here from the environment, so the command's words stay the README's), and the data path is a small MNIST.
@@ -12,6 +13,7 @@ directory, with the default output folders (`outputs/...`), the Slurm ones on th
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -140,21 +142,50 @@ def results(sweep: Path) -> dict[int, dict[str, Any]]:
 INSTALL = "make install && .venv/bin/python train.py -m optimizer=adam,sgd lr=0.01,0.1"
 
 
+TRACKERS_EXTRA = "pip install -e '.[tensorboard]'"
+
+
 @dataclass
 class Installed:
     root: Path
     proc: subprocess.CompletedProcess[str]
+    extra: subprocess.CompletedProcess[str]  # the trackers extra installed into the same venv, right after
 
     @property
     def venv(self) -> Path:
         return self.root / ".venv"
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
-    """The README's set-up command, in a fresh copy of the checkout with no venv: it installs, then sweeps."""
-    shell = Shell(_copy_checkout(tmp_path_factory.mktemp("install")), _user_env(None))
-    return Installed(shell.root, shell.run(INSTALL, timeout_s=900))
+def _install(root: Path) -> Installed:
+    """The README's set-up command in a fresh copy of the checkout with no venv (it installs, then sweeps), then the
+    trackers extra into that venv, as the README shows it: both before any other command uses the venv (pip
+    reinstalling the editable package would pull it from under a command running meanwhile)."""
+    shell = Shell(_copy_checkout(root), _user_env(None))
+    proc = shell.run(INSTALL, timeout_s=900)
+    extra = Shell(root, _user_env(root / ".venv")).run(TRACKERS_EXTRA) if proc.returncode == 0 else proc
+    return Installed(root, proc, extra)
+
+
+def _saved(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    return {"args": proc.args, "returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+
+
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Installed:
+    """Made once per test run: the first of the parallel test processes (pytest-xdist) to need it installs under a
+    lock in the run's shared temporary folder and writes what the commands printed; the others wait for it and read
+    that (as pytest-xdist's documentation does for session fixtures)."""
+    if worker_id == "master":  # not in parallel: this process alone
+        return _install(tmp_path_factory.mktemp("install"))
+    shared = tmp_path_factory.getbasetemp().parent  # one folder per run, the parent of each process's own
+    root, record = shared / "readme-install", shared / "readme-install.json"
+    with open(shared / "readme-install.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not record.is_file():
+            made = _install(root)
+            record.write_text(json.dumps({"proc": _saved(made.proc), "extra": _saved(made.extra)}))
+        saved = json.loads(record.read_text())
+    return Installed(root, *(subprocess.CompletedProcess(**saved[k]) for k in ("proc", "extra")))
 
 
 @pytest.fixture
@@ -462,11 +493,11 @@ def test_a_detached_sweep_followed_reported_and_resumed(shell: Shell) -> None:
 
 
 # -- Experiment trackers ------------------------------------------------------------------------------------------
-@shows("pip install -e '.[tensorboard]'")
+@shows(TRACKERS_EXTRA)
 def test_installing_a_trackers_extra(installed: Installed) -> None:
-    """In the checkout the venv was made from (an editable install points at the folder it is run in)."""
-    shell = Shell(installed.root, _user_env(installed.venv))
-    ok(shell.run("pip install -e '.[tensorboard]'"))
+    """Run in the checkout the venv was made from (an editable install points at the folder it is run in), right
+    after the set-up command (the `installed` fixture)."""
+    ok(installed.extra)
     assert subprocess.run([str(installed.venv / "bin" / "python"), "-c", "import tensorboard, sweepit"],
                           timeout=120).returncode == 0
 
