@@ -34,12 +34,13 @@ def test_optuna_search_through_slurm(tmp_path: Path) -> None:
 
 
 def test_slurm_trials_start_as_soon_as_any_ends(tmp_path: Path) -> None:
-    """On Slurm too a trial is submitted as soon as any ends: job 0 sleeps 12 s more, and meanwhile the other
-    trials run one after another in the second slot (a batch of 2 would wait for job 0)."""
+    """On Slurm too a trial is submitted as soon as any ends: job 0 runs until two other jobs have ended, which
+    they can only do one after another in the second slot (a batch of 2 would wait for job 0 and never end)."""
     sweep = tmp_path / "sweep"
     proc = run(APP, sweep, "hydra/sweeper=optuna", "x=choice(0,1,2,3)", "hydra.sweeper.n_trials=4",
                "hydra.sweeper.n_jobs=2", "hydra.sweeper.sampler.name=random", "hydra.sweeper.sampler.seed=0",
-               "slow_jobs=[0]", "extra_sleep_s=12", "hydra.sweeper.study_name=async_slurm")
+               "slow_jobs=[0]", "extra_sleep_s=0", "slow_until_results=2",
+               "hydra.sweeper.study_name=async_slurm")
     assert proc.returncode == 0, proc.stderr[-3000:]
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(sweep / "optuna.journal")))
     trials = optuna.load_study(study_name="async_slurm", storage=storage).trials
