@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 # The tests run in TEST_PROCESSES parallel processes (pytest-xdist; most of the suite waits on subprocesses and the
 # Slurm cluster, so more processes than cores pay off); tests sharing a costly set-up stay in one process
 # (tests/conftest.py). TEST_PROCESSES=0 runs them in this one process, in order.
-TEST_PROCESSES ?= 6
+TEST_PROCESSES ?= 4
 PYTEST := $(PY) -m pytest -n $(TEST_PROCESSES) --dist loadgroup
 # Where PYTHONDONTWRITEBYTECODE is set (this project's machines and CI), Python keeps no bytecode cache of sweepit's
 # sources (an editable install), and every process of the suite (Hydra apps, Slurm tasks) would compile them again:
