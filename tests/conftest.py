@@ -36,13 +36,37 @@ SHARED_SET_UP = {
 }
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups and the order
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).resolve().parent
     for item in items:
         group = SHARED_SET_UP.get(item.path.relative_to(here).as_posix())
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    items[:] = _cluster_modules_spread(items, here / "slurm")
+
+
+def _cluster_modules_spread(items: list[pytest.Item], cluster_tests: Path) -> list[pytest.Item]:
+    """The test modules of tests/slurm/ spread evenly among the others (each module's tests kept together, in their
+    order). Those tests mostly wait on the cluster (a job's queue, its time limit, a node down) and the others mostly
+    compute; pytest-xdist hands tests out in this order, so a process waiting on the cluster leaves the cores to
+    one computing, instead of all of them waiting together at the end of the alphabet."""
+    modules: dict[Path, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.path, []).append(item)
+    waiting = [m for m in modules if m.is_relative_to(cluster_tests)]
+    computing = [m for m in modules if not m.is_relative_to(cluster_tests)]
+
+    def spread(kind: list[Path]) -> list[tuple[float, Path]]:
+        """Each module at the middle of its share of its kind's tests (0..1)."""
+        total, done, placed = sum(len(modules[m]) for m in kind), 0, []
+        for m in kind:
+            placed.append(((done + len(modules[m]) / 2) / total, m))
+            done += len(modules[m])
+        return placed
+
+    order = sorted(spread(waiting) + spread(computing), key=lambda placed: placed[0])
+    return [item for _, m in order for item in modules[m]]
 
 
 @pytest.fixture(autouse=True)
