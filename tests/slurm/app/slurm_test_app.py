@@ -29,10 +29,10 @@ def main(cfg: DictConfig) -> float:
     fail_on = [int(v) for v in os.environ.get("SLURM_APP_FAIL_ON", "").split(",") if v]
     slow = x in cfg.slow_on or HydraConfig.get().job.num in cfg.slow_jobs
     time.sleep(float(cfg.sleep_s) + (float(cfg.extra_sleep_s) if slow else 0.0))
-    deadline = time.time() + 300
-    while slow and len(list(Path(HydraConfig.get().sweep.dir).glob("*/result.json"))) < cfg.slow_until_results \
-            and time.time() < deadline:  # held until that many other jobs have ended (an event, not a time)
-        time.sleep(0.05)
+    if slow:  # held until that many other jobs have ended (an event, not a time), for at most 300 s
+        deadline, sweep_dir = time.time() + 300, Path(HydraConfig.get().sweep.dir)
+        while len(list(sweep_dir.glob("*/result.json"))) < cfg.slow_until_results and time.time() < deadline:
+            time.sleep(0.05)
     while cfg.release_file and not Path(str(cfg.release_file)).exists():  # held until the test says (an event)
         time.sleep(0.05)
     if x in cfg.hang_on:
