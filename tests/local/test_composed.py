@@ -12,7 +12,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.types import RunMode
 from omegaconf import OmegaConf, open_dict
 
-from hydra_plugins.sweepit._compose import ComposedConfigs, LoadedConfigs
+from hydra_plugins.sweepit._compose import ComposedConfigs, LoadedConfigs, hydra_parse, parse_number
 from hydra_plugins.sweepit._hydra import _uses_hydra_resolver, job_dir, job_return
 from sweepit_testing import CONF
 
@@ -47,6 +47,24 @@ def test_loaded_once_composes_the_same_configs_as_hydra() -> None:
         # The loader still travels to other processes (the Slurm launcher pickles it with each job).
         again = pickle.loads(pickle.dumps(wrapped.loader))
         assert _yaml(again.load_sweep_config(master, SWEEP_JOBS[1])) == expected[1]
+
+
+NUMBER_LINES = ["seed=0", "seed=7", "seed=-3", "seed=+12", "+x=1999", "++a.b_c=4", "lr=0.1", "lr=1e-3", "lr=1.",
+                "lr=.5", "lr=-2.5E+2", "lr=3e4", "seed=0"]
+OTHER_LINES = ["seed=007", "seed=1_000", "lr=1.5abc", "lr=inf", "lr=nan", "x=1.2.3", "x=--1", "x=true", "x=null",
+               "layers.0.size=3", "~seed=1", "x=1,2", "x=range(0,3)", "db@pkg=1", "x= 1", "x=abc"]
+
+
+def test_a_number_override_is_parsed_as_hydra_parses_it() -> None:
+    """The fast path for `key=number` (a new string every job of a `range` or an Optuna trial) gives Hydra's own
+    Override, value type included; anything else is left to Hydra's parser."""
+    templates: dict[str, object] = {}
+    for line in NUMBER_LINES:
+        got, expected = parse_number(line, templates), hydra_parse(line)
+        assert got == expected and type(got._value) is type(expected._value), line
+    for line in OTHER_LINES:
+        assert parse_number(line, templates) is None, line
+    assert sorted(templates) == ["++a.b_c", "+x", "lr", "seed"]  # Hydra parsed `key=0` once per key
 
 
 @pytest.mark.parametrize(("subdir", "expected"), [
