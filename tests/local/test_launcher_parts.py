@@ -80,7 +80,8 @@ def test_preload_imports_packages_skips_absent_modules_and_warns_on_failures(cap
 @pytest.mark.parametrize("app_imports_torch", [False, True])
 def test_the_default_preload_warms_torch_only_for_an_app_that_imported_it(app_imports_torch: bool) -> None:
     """In a fresh interpreter, as a driver or packed worker is: an app without torch starts none (3 s of CPU and
-    330 MB); one that imported it gets the whole list; a list of one's own is imported as given; sweepit's own per-job modules always."""
+    330 MB); one that imported it gets the whole list; a list of one's own is imported as given; sweepit's own
+    per-job modules always."""
     code = ("import sys\n" + ("import torch\n" if app_imports_torch else "") +
             "from sweepit.local._sweep import DEFAULT_PRELOAD, preload\n"
             "preload(DEFAULT_PRELOAD)\n"
