@@ -77,12 +77,15 @@ def test_preload_imports_packages_skips_absent_modules_and_warns_on_failures(cap
     assert len(warnings) == 1 and warnings[0].startswith("hydra.launcher.preload: 'json:loads' failed (TypeError")
 
 
-@pytest.mark.parametrize("app_imports_torch", [False, True])
-def test_the_default_preload_warms_torch_only_for_an_app_that_imported_it(app_imports_torch: bool) -> None:
+@pytest.mark.parametrize(("app_imports", "warms"), [("", False), ("import torch", True),
+                                                     ("import sweepit", False),
+                                                     ("from sweepit.train import run_job", True)])
+def test_the_default_preload_warms_torch_only_for_an_app_that_trains_with_it(app_imports: str, warms: bool) -> None:
     """In a fresh interpreter, as a driver or packed worker is: an app without torch starts none (3 s of CPU and
-    330 MB); one that imported it gets the whole list; a list of one's own is imported as given; sweepit's own
-    per-job modules always."""
-    code = ("import sys\n" + ("import torch\n" if app_imports_torch else "") +
+    330 MB); one that imported torch, or sweepit's own job (train.py: it imports torch only as a job runs), gets the
+    whole list; a list of one's own is imported as given; sweepit's own per-job modules always."""
+    code = ("import sys\n" + app_imports + "\n"
+            "print('torch' in sys.modules)\n"
             "from sweepit.local._sweep import DEFAULT_PRELOAD, preload\n"
             "preload(DEFAULT_PRELOAD)\n"
             "print('torch' in sys.modules, 'torch._dynamo' in sys.modules, 'sweepit.train._loop' in sys.modules)\n"
@@ -90,9 +93,9 @@ def test_the_default_preload_warms_torch_only_for_an_app_that_imported_it(app_im
             "preload(['email.mime.*'])\n"
             "print('email.mime.text' in sys.modules)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    warmed = str(app_imports_torch)
-    # sweepit's own per-job modules are warm for every app (each job imports them as it ends).
-    assert done.stdout.split() == [warmed, warmed, warmed, "True", "True"], done.stderr[-2000:]
+    warmed = str(warms)
+    imported_torch = str(app_imports == "import torch")  # sweepit's run_job alone does not import it
+    assert done.stdout.split() == [imported_torch, warmed, warmed, warmed, "True", "True"], done.stderr[-2000:]
 
 
 def test_n_workers_auto_is_gpus_else_cores_per_thread_budget() -> None:

@@ -108,9 +108,12 @@ def test_a_bad_save_model_is_one_paragraph(tmp_path: Path) -> None:
 def test_version_and_help_name_what_there_is(tmp_path: Path) -> None:
     version = sweepit_cli("--version")
     assert version.returncode == 0 and version.stdout.strip() == f"sweepit {sweepit.__version__}"
-    proc = subprocess.run([sys.executable, str(REPO / "train.py"), "--help"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-X", "importtime", str(REPO / "train.py"), "--help"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+    # Only a job imports torch (about 2 s of CPU): not `--help`, nor a Slurm sweep's driver.
+    imported = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "hydra" in imported and "torch" not in imported
     launchers = next(line for line in proc.stdout.splitlines() if line.startswith("hydra/launcher:"))
     names = set(launchers.split(": ")[1].split(", "))
     assert {"local", "slurm", "marenostrum5", "juwels_booster", "cte_power"} <= names

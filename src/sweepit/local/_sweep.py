@@ -47,8 +47,9 @@ def _require(ok: bool, rule: str, value: str, fix: str) -> None:
 # on first use (about 2 s here); the private torch modules and sweepit's data modules are imported lazily
 # by a first training step, which each job would otherwise pay for (and compile, where Python writes no
 # bytecode cache). An entry missing from this environment is skipped. The list warms torch training, so it is
-# imported only where the app has imported torch by the time it launches: an app without torch starts none (about
-# 3 s of CPU and 330 MB a driver or packed worker); a list set in hydra.launcher.preload is imported as given.
+# imported only where the app has imported torch, or sweepit's own job (`sweepit.train.run_job`, which imports torch
+# as it runs), by the time it launches (TORCH_APP): an app without torch starts none (about 3 s of CPU and 330 MB a
+# driver or packed worker); a list set in hydra.launcher.preload is imported as given.
 DEFAULT_PRELOAD = [
     "torch", "torch.optim", "torch._dynamo", "torch.profiler._cupti_monitor", "torch.utils.serialization.config",
     "sweepit.train._loop", "sweepit.train.data.*", "sweepit.train._job:code_version",
@@ -57,6 +58,7 @@ DEFAULT_PRELOAD = [
 # before any fork whatever the list above, so that no job of any app pays it again (2.7 ms a job, measured with
 # PYTHONPROFILEIMPORTTIME in a job's stderr.log).
 JOB_MODULES = ("sweepit.trackers",)
+TORCH_APP = ("torch", "sweepit.train._entry")  # an app that has imported one of these trains with torch
 
 
 @dataclass
@@ -79,7 +81,7 @@ class LocalOptions:
     # Set hydra.sweep.dir to the sweep to resume; job numbers and directories stay the same.
     resume: bool = False
     # Modules imported in the driver before forking, so that each job starts warm (DEFAULT_PRELOAD above says
-    # why these); the default list only for an app that has imported torch when it launches; [] imports none.
+    # why these); the default list only for an app that trains with torch (TORCH_APP); [] imports none.
     preload: list[str] = field(default_factory=lambda: list(DEFAULT_PRELOAD))
     # Last lines of a failed job's stderr.log copied into its result.json (a segfault's Python stack
     # from faulthandler takes about 30).
@@ -107,12 +109,13 @@ class LocalOptions:
 def preload(names: Sequence[str]) -> None:
     """Import each module once in the driver, before any fork: `module`, `module:function` (then called),
     `package.*` (the package and its modules). A module absent here is skipped; other failures are warned. The
-    default list is skipped whole for an app that has not imported torch (see DEFAULT_PRELOAD); JOB_MODULES are
+    default list is skipped whole for an app that does not train with torch (see DEFAULT_PRELOAD); JOB_MODULES are
     imported always."""
     for name in JOB_MODULES:
         importlib.import_module(name)
-    if list(names) == DEFAULT_PRELOAD and "torch" not in sys.modules:
-        log.debug("hydra.launcher.preload: the app has not imported torch, so the default list is not imported")
+    if list(names) == DEFAULT_PRELOAD and not any(name in sys.modules for name in TORCH_APP):
+        log.debug("hydra.launcher.preload: the app has not imported torch nor sweepit.train.run_job, so the default "
+                  "list is not imported")
         return
     for name in names:
         if name in _preloaded:

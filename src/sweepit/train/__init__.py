@@ -1,7 +1,7 @@
 """The training loop and the API a training function calls: report metrics, stop when pruned, checkpoint.
 
-`run_job` and `train` (sweepit's own loop) import torch; they are loaded on first use, so that
-`import sweepit` (the API) stays light.
+`run_job` and `train` (sweepit's own loop) import torch: `train` is loaded on first use, `run_job` imports it as it
+runs, so that `import sweepit` (the API) and an app built on `run_job` stay light until they train.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from sweepit.train._api import JobContext, context, load_checkpoint, report, save_checkpoint, should_stop
 
 if TYPE_CHECKING:
-    from sweepit.train._job import run_job
+    from sweepit.train._entry import run_job
     from sweepit.train._loop import train
 
 __all__ = ["JobContext", "context", "load_checkpoint", "report", "run_job", "save_checkpoint", "should_stop",
@@ -20,7 +20,7 @@ __all__ = ["JobContext", "context", "load_checkpoint", "report", "run_job", "sav
 
 def __getattr__(name: str) -> Any:
     if name == "run_job":
-        from sweepit.train._job import run_job
+        from sweepit.train._entry import run_job
 
         return run_job
     if name == "train":
