@@ -8,6 +8,7 @@ already, so a job starts in milliseconds instead of paying the imports again. Wh
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import faulthandler
 import os
 import pickle
@@ -50,9 +51,7 @@ def _die_with(parent_pid: int) -> None:
     """Ask Linux to SIGTERM this job if the driver dies (even by SIGKILL), so no job outlives its sweep."""
     if sys.platform != "linux":
         return
-    try:
-        import ctypes
-
+    try:  # ctypes is imported with this module, in the driver: in each job it took 7 ms
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):
         return
