@@ -78,6 +78,42 @@ def billed_gpu_hours(job_ids: list[str]) -> float | None:
     return total
 
 
+def worker_phases(sweep_dir: Path, t0: float) -> dict[str, Any] | None:
+    """A packed sweep's time, phase by phase, from its workers' logs (`.submitit/*/*_log.err`, each line stamped to
+    the millisecond): from the driver's start (`t0`, epoch seconds) to the first job's start (planning, submission,
+    Slurm and the workers' own start), and per job in a worker, the median time from its start (forked) to its end
+    (recorded by the worker) and from that end to the worker's next start. None without worker logs."""
+    import re
+    from datetime import datetime
+
+    line = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]\[sweepit\.slurm\._pack_worker\] worker \S+: "
+                      r"job (\d+) (started|\w+ after)")
+    starts, runs, gaps = [], [], []
+    for log in sweep_dir.glob(".submitit/*/*_log.err"):
+        last_end, begun = None, {}
+        for text in log.read_text(errors="replace").splitlines():
+            m = line.match(text)
+            if m is None:
+                continue
+            at = datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            if m[3] == "started":
+                begun[m[2]] = at
+                starts.append(at)
+                if last_end is not None:
+                    gaps.append(at - last_end)
+            elif m[2] in begun:
+                runs.append(at - begun.pop(m[2]))
+                last_end = at
+    if not starts:
+        return None
+
+    def median_ms(values: list[float]) -> float | None:
+        return round(sorted(values)[len(values) // 2] * 1000, 1) if values else None
+
+    return {"driver_start_to_first_job_s": round(min(starts) - t0, 1), "jobs_seen": len(runs),
+            "job_start_to_end_ms_median": median_ms(runs), "job_end_to_next_start_ms_median": median_ms(gaps)}
+
+
 def vm_hwm_kb(pid: int) -> int:
     """The process's peak resident memory so far (VmHWM), 0 once it is gone."""
     try:
@@ -131,10 +167,12 @@ def run_mode(mode: str, app: str, n_jobs: int, work_s: float, epochs: int, worke
            "calls": bench_slurm.count_calls(calls_log), "driver_peak_rss_mb": round(peak_kb / 1024, 1),
            "status_s": {"n": len(status_s), "max": max(status_s, default=None),
                         "median": sorted(status_s)[len(status_s) // 2] if status_s else None},
-           "sweep_dir": str(sweep_dir)}
+           "sweep_dir": str(sweep_dir), "phases": worker_phases(sweep_dir, t0) if mode == "packed" else None}
     print(f"  {mode}: {wall:.1f} s wall, {row['n_completed']}/{n_jobs} completed, {len(ids)} Slurm job(s), "
           f"{row['billed_gpu_hours']} GPU-hours billed, calls {row['calls']}, driver peak RSS "
           f"{row['driver_peak_rss_mb']} MB, `sweepit status` during it {row['status_s']}, exit {code}", flush=True)
+    if row["phases"]:
+        print(f"  {mode}, phases from the workers' logs: {row['phases']}", flush=True)
     return row
 
 

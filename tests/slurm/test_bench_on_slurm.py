@@ -100,6 +100,9 @@ def test_bench_packing(tmp_path: Path) -> None:
     assert runs["packed"]["slurm_jobs_created"] == 2 and runs["per_job"]["slurm_jobs_created"] == 6
     assert runs["packed"]["calls"]["sbatch"] == 1 and runs["per_job"]["calls"]["sbatch"] == 1
     assert record["ideal_s"] == 0.3 and record["overhead_packed_to_ideal"] > 1  # 6 x 0.1 s on 2 workers
+    phases = runs["packed"]["phases"]  # from the workers' logs: every job seen started and ended
+    assert phases["jobs_seen"] == 6 and 0 < phases["driver_start_to_first_job_s"] < runs["packed"]["wall_s"], phases
+    assert phases["job_start_to_end_ms_median"] >= 100 and runs["per_job"]["phases"] is None  # a job sleeps 0.1 s
     assert record["argv"] and record["machine_info"]["code_version"]
     assert proc.returncode == 0 or record["verdict"] == "missed", proc.stderr
     assert "packed / ideal: " in proc.stdout and "packed / one Slurm job per job: " in proc.stdout
