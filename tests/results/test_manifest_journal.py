@@ -5,15 +5,19 @@ moved sweep directory reads and writes at its new place."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from sweepit.reporting import load_sweep
 from sweepit.results import _journal
+from sweepit.results._claims import claim, claims_dir
 from sweepit.results._job_files import write_result
 from sweepit.results._journal import JOURNAL_FILE
 from sweepit.results._manifest import (
@@ -178,3 +182,59 @@ def test_status_of_a_large_sweep_lists_the_jobs_that_did_not_finish_and_counts_e
     assert listed(text) == ["7", "30", "59"] and not going
     assert "60 jobs: 57 completed, 1 failed, 2 not started (57 finished jobs not listed" in text
     assert listed(sweep_status(Path(m.sweep_dir), max_rows=0)[0]) == [str(n) for n in range(60)]
+    text = sweep_status(Path(m.sweep_dir), max_rows=2)[0]  # more unfinished jobs than rows: the first ones
+    assert listed(text) == ["7", "30"] and "(57 finished and 1 unfinished jobs not listed" in text
+
+
+@contextlib.contextmanager
+def _driver_holding(sweep_dir: Path) -> Iterator[None]:
+    """Another process holding the sweep's lock, as a live driver does."""
+    code = ("import sys, time\nfrom pathlib import Path\nfrom sweepit.results._lock import SweepLock\n"
+            "SweepLock(Path(sys.argv[1])).acquire()\nprint('held', flush=True)\ntime.sleep(120)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(sweep_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _packed_sweep(tmp_path: Path, n_jobs: int, claimed_nums: list[int]) -> Manifest:
+    """A packed Slurm sweep in its second submission (generation 2), every job queued in the manifest, the jobs
+    `claimed_nums` claimed by a worker."""
+    m = _sweep(tmp_path, n_jobs)
+    m.launcher = "slurm"
+    for e in m.jobs.values():
+        e.state, e.extra = "queued", {"packed": 0, "generation": 2}
+    write_manifest(m)
+    for n in claimed_nums:
+        claim(claims_dir(Path(m.sweep_dir), 2) / str(n), "7_0 2026-11-24T21:00:00")
+    return m
+
+
+def test_status_reads_nothing_of_a_packed_job_no_worker_has_claimed(tmp_path: Path) -> None:
+    """One listing of the claims folder instead of a read per job (95,000 missing results at a time in a 100,000-job
+    sweep); a result left by the earlier submission of a job that waits to run again is not taken for its outcome."""
+    m = _packed_sweep(tmp_path, 6, claimed_nums=[0, 1])
+    write_result(Path(m.jobs[1].job_dir), {"status": "completed", "objective": 0.5})
+    write_result(Path(m.jobs[4].job_dir), {"status": "failed", "error": "RuntimeError: the first submission's run"})
+    with _driver_holding(Path(m.sweep_dir)):  # a driver follows: nothing is written, no worker is taken for gone
+        text, going = sweep_status(Path(m.sweep_dir), max_rows=0)
+    states = {line.split()[0]: line.split()[2] for line in text.split("\n\n", 1)[0].splitlines()[2:]}
+    assert states == {"0": "queued", "1": "completed", "2": "queued", "3": "queued", "4": "queued", "5": "queued"}
+    assert going and "6 jobs: 1 completed, 5 queued" in text
+
+
+def test_status_with_a_live_driver_looks_again_at_the_jobs_it_lists_and_counts_the_others_as_recorded(
+        tmp_path: Path) -> None:
+    """A driver records what ends (its journal is read with the manifest): a look at a 100,000-job sweep reads the
+    rows it shows, not every unfinished job's files. Without a driver, every job not finished is looked at."""
+    m = _packed_sweep(tmp_path, 60, claimed_nums=[5, 55])
+    for n in (5, 55):
+        write_result(Path(m.jobs[n].job_dir), {"status": "completed", "objective": n / 100})
+    with _driver_holding(Path(m.sweep_dir)):
+        text, _ = sweep_status(Path(m.sweep_dir), max_rows=50)  # jobs 0-49 listed; 55 not yet recorded by the driver
+    assert "60 jobs: 1 completed, 59 queued (10 unfinished jobs not listed" in text
+    text, _ = sweep_status(Path(m.sweep_dir), max_rows=50)  # no driver: every unfinished job is looked at
+    assert "60 jobs: 2 completed" in text

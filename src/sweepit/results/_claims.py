@@ -11,6 +11,7 @@ asked from the study) and packed grids' (`sweepit.slurm._pack_worker`, jobs of a
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from pathlib import Path
@@ -25,6 +26,19 @@ STALE_S = 45.0             # a worker silent this long is taken as dead (a busy 
 
 def workers_dir(sweep_dir: Path) -> Path:
     return Path(sweep_dir) / WORKERS_DIR
+
+
+def claims_dir(sweep_dir: Path, generation: int) -> Path:
+    """Where the workers of a packed sweep's submission `generation` claim its jobs."""
+    return workers_dir(sweep_dir) / f"pack-{generation}"
+
+
+def claimed(folder: Path) -> set[int]:
+    """The job numbers claimed in `folder` now: one listing (nothing when the folder is not there yet)."""
+    try:
+        return {int(name) for name in os.listdir(folder) if name.isdigit()}
+    except OSError:
+        return set()
 
 
 def claim(path: Path, content: str = "") -> bool:

@@ -34,7 +34,7 @@ from sweepit.local._pool import Job, Pool
 from sweepit.local._resources import GpuPool
 from sweepit.local._run import record_end
 from sweepit.local._worker import ChildSpec, Reply, child_main
-from sweepit.results._claims import Heartbeat, claim, workers_dir
+from sweepit.results._claims import Heartbeat, claim, claims_dir, workers_dir
 from sweepit.results._job_files import start_clean
 from sweepit.results._manifest import result_status
 from sweepit.slurm import _cluster as cluster
@@ -62,10 +62,6 @@ class PackSpec:
 
 def plan_file(sweep_dir: Path, generation: int) -> Path:
     return workers_dir(sweep_dir) / f"pack-{generation}.json"
-
-
-def claims_dir(sweep_dir: Path, generation: int) -> Path:
-    return workers_dir(sweep_dir) / f"pack-{generation}"
 
 
 @dataclass

@@ -20,6 +20,7 @@ from sweepit._files import remove_temporaries
 from sweepit._host import now_iso
 from sweepit._signals import SLURM_STOP
 from sweepit.errors import SlurmError
+from sweepit.results._claims import claimed, claims_dir
 from sweepit.results._job_files import (
     RESULT_GRACE_S,
     ResultGrace,
@@ -74,18 +75,39 @@ def _mine(rows: dict[str, QueueRow] | None, entry: JobEntry) -> QueueRow | None:
     return row if row is not None and (not name or row.name == name) else None
 
 
-def look(entries: Iterable[JobEntry], ask_all: bool = False) -> dict[int, Seen]:
+def look(entries: Iterable[JobEntry], ask_all: bool = False, sweep_dir: Path | None = None) -> dict[int, Seen]:
     """What each job is doing now: one squeue call, plus one sacct call for jobs squeue shows ending or lost.
     Slurm is asked only about jobs whose result does not settle their outcome already (`ask_all`: about every
-    job, so that the Slurm state recorded for a finished one is its last, as `sweepit status` shows it)."""
+    job, so that the Slurm state recorded for a finished one is its last, as `sweepit status` shows it). With the
+    sweep's `sweep_dir`, a packed job that no worker has claimed is queued without a look at its files."""
     entries = list(entries)
-    statuses = {e.num: result_status(Path(e.job_dir)) if e.job_dir else None for e in entries}
+    waiting = unclaimed(entries, sweep_dir) if sweep_dir is not None else set()
+    statuses = {e.num: result_status(Path(e.job_dir)) if e.job_dir and e.num not in waiting else None
+                for e in entries}
     ask = [e for e in entries if slurm_id(e) and (ask_all or statuses[e.num] is None
                                                   or statuses[e.num] in FAILED_STATUSES)]
     queue = slurm_queue.squeue(slurm_id(e) or "" for e in ask) if ask else {}
     unsure = [e for e in ask if (row := _mine(queue, e)) is None or row.state == "COMPLETING"]
     acct = slurm_queue.sacct(slurm_id(e) or "" for e in unsure) if unsure else {}
     return {e.num: _decide(e, statuses[e.num], _mine(queue, e), _mine(acct, e), queue is None) for e in entries}
+
+
+def unclaimed(entries: list[JobEntry], sweep_dir: Path) -> set[int]:
+    """The packed jobs among `entries` still waiting for a worker (queued, and not in their submission's claims
+    folder): no result of theirs can be there to read, or one left by an earlier submission that is to be run again.
+    One listing of the claims folder instead of a read per job: `sweepit status` on a 100,000-job packed sweep read
+    95,000 missing results (10 s)."""
+    waiting: dict[int, list[int]] = {}
+    for e in entries:
+        generation = e.extra.get("generation")
+        if e.extra.get(PACKED) is not None and isinstance(generation, int) and not slurm_id(e) \
+                and e.state in LIVE_STATES:
+            waiting.setdefault(generation, []).append(e.num)
+    out: set[int] = set()
+    for generation, nums in waiting.items():
+        taken = claimed(claims_dir(sweep_dir, generation))
+        out.update(num for num in nums if num not in taken)
+    return out
 
 
 def settled_by_results(entries: Iterable[JobEntry]) -> dict[int, Seen]:
@@ -282,7 +304,7 @@ def refresh(m: Manifest, stderr_tail_lines: int = 50, record: bool = True,
     nums = sorted(m.jobs) if nums is None else nums
     if m.launcher == "slurm":
         try:
-            seen = look((m.jobs[n] for n in nums), ask_all=True)
+            seen = look((m.jobs[n] for n in nums), ask_all=True, sweep_dir=Path(m.sweep_dir))
             dead = [num for num, s in seen.items() if s.dead] if record else []
             if dead:  # the follower's grace: their own results may be a moment late on a shared file system
                 grace = ResultGrace(max(_grace_s(m.jobs[num]) for num in dead))
