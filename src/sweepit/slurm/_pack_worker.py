@@ -231,8 +231,9 @@ class PackedWorker:
                             if candidate.num not in taken and self._claim(candidate.num):
                                 entry = candidate
                             if cursor == len(entries) and entry is None and not rescanned:
-                                # Once more from the start, for jobs given back since; those claimed now are skipped
-                                # (one listing: a claim attempt writes a file; at 100,000 jobs the last three waited 2 min for it).
+                                # Once more from the start, for jobs given back since; those claimed now are
+                                # skipped (one listing: a claim attempt writes a file; at 100,000 jobs the last
+                                # three waited 2 min for every worker's attempts).
                                 cursor, rescanned, taken = 0, True, claimed(self.claims)
                         if entry is None:
                             break
