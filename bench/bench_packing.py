@@ -106,12 +106,14 @@ def worker_phases(sweep_dir: Path, t0: float) -> dict[str, Any] | None:
                 last_end = at
     if not starts:
         return None
-
-    def median_ms(values: list[float]) -> float | None:
-        return round(sorted(values)[len(values) // 2] * 1000, 1) if values else None
-
+    ms = [None if m is None else round(m * 1000, 1) for m in (upper_median(runs), upper_median(gaps))]
     return {"driver_start_to_first_job_s": round(min(starts) - t0, 1), "jobs_seen": len(runs),
-            "job_start_to_end_ms_median": median_ms(runs), "job_end_to_next_start_ms_median": median_ms(gaps)}
+            "job_start_to_end_ms_median": ms[0], "job_end_to_next_start_ms_median": ms[1]}
+
+
+def upper_median(values: list[float]) -> float | None:
+    """The middle value (the upper one of an even count), None for none."""
+    return sorted(values)[len(values) // 2] if values else None
 
 
 def vm_hwm_kb(pid: int) -> int:
@@ -166,7 +168,7 @@ def run_mode(mode: str, app: str, n_jobs: int, work_s: float, epochs: int, worke
            "jobs_span_s": jobs_span_s(sweep_dir), "billed_gpu_hours": billed_gpu_hours(ids),
            "calls": bench_slurm.count_calls(calls_log), "driver_peak_rss_mb": round(peak_kb / 1024, 1),
            "status_s": {"n": len(status_s), "max": max(status_s, default=None),
-                        "median": sorted(status_s)[len(status_s) // 2] if status_s else None},
+                        "median": upper_median(status_s)},
            "sweep_dir": str(sweep_dir), "phases": worker_phases(sweep_dir, t0) if mode == "packed" else None}
     print(f"  {mode}: {wall:.1f} s wall, {row['n_completed']}/{n_jobs} completed, {len(ids)} Slurm job(s), "
           f"{row['billed_gpu_hours']} GPU-hours billed, calls {row['calls']}, driver peak RSS "

@@ -34,7 +34,7 @@ from sweepit.local._pool import Job, Pool
 from sweepit.local._resources import GpuPool
 from sweepit.local._run import record_end
 from sweepit.local._worker import ChildSpec, Reply, child_main
-from sweepit.results._claims import Heartbeat, claim, claimed, claims_dir, workers_dir
+from sweepit.results._claims import Heartbeat, claim, claims_dir, workers_dir
 from sweepit.results._job_files import start_clean
 from sweepit.results._manifest import result_status
 from sweepit.slurm import _cluster as cluster
@@ -208,7 +208,6 @@ class PackedWorker:
         self.claims.mkdir(parents=True, exist_ok=True)
         self._release_own_unfinished({e.num: e for e in entries})
         cursor, out_of_time, rescanned = 0, False, False
-        taken: set[int] = set()  # claimed by others when this worker last looked (only for its second pass)
         log.info(f"worker {self.worker}: {len(entries)} job(s) of request {spec.shape} in the plan, {spec.slots} at a "
                  f"time, until {time.strftime('%H:%M:%S', time.localtime(end))}")
         with Heartbeat(self.sweep_dir, self.worker):
@@ -228,13 +227,10 @@ class PackedWorker:
                         while cursor < len(entries) and entry is None:
                             candidate = entries[cursor]
                             cursor += 1
-                            if candidate.num not in taken and self._claim(candidate.num):
+                            if self._claim(candidate.num):
                                 entry = candidate
                             if cursor == len(entries) and entry is None and not rescanned:
-                                # Once more from the start, for jobs given back since; those claimed now are
-                                # skipped (one listing: a claim attempt writes a file; at 100,000 jobs the last
-                                # three waited 2 min for every worker's attempts).
-                                cursor, rescanned, taken = 0, True, claimed(self.claims)
+                                cursor, rescanned = 0, True  # once more from the start: jobs given back since
                         if entry is None:
                             break
                         # Its task file, written as it starts, tells the driver when it runs (not when claimed).

@@ -100,14 +100,18 @@ def unclaimed(entries: list[JobEntry], sweep_dir: Path) -> set[int]:
     waiting: dict[int, list[int]] = {}
     for e in entries:
         generation = e.extra.get("generation")
-        if e.extra.get(PACKED) is not None and isinstance(generation, int) and not slurm_id(e) \
-                and e.state in LIVE_STATES:
+        if _waits_for_a_worker(e) and isinstance(generation, int):
             waiting.setdefault(generation, []).append(e.num)
     out: set[int] = set()
     for generation, nums in waiting.items():
         taken = claimed(claims_dir(sweep_dir, generation))
         out.update(num for num in nums if num not in taken)
     return out
+
+
+def _waits_for_a_worker(entry: JobEntry) -> bool:
+    """A packed job that no worker has started (it has no Slurm job of its own until one does)."""
+    return slurm_id(entry) is None and entry.extra.get(PACKED) is not None and entry.state in LIVE_STATES
 
 
 def settled_by_results(entries: Iterable[JobEntry]) -> dict[int, Seen]:
@@ -142,7 +146,7 @@ def _decide(entry: JobEntry, status: str | None, queued: QueueRow | None, accoun
             squeue_failed: bool) -> Seen:
     if status is not None and _settles(status, entry):
         return Seen(state=status, slurm_state=(queued or accounted or QueueRow("", "", "")).state, final=True)
-    if slurm_id(entry) is None and entry.extra.get(PACKED) is not None and entry.state in LIVE_STATES:
+    if _waits_for_a_worker(entry):
         return Seen(state="queued")  # no worker has claimed it yet
     if slurm_id(entry) is None:
         return Seen(state=status or "not started", final=True)  # never submitted
