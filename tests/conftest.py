@@ -32,8 +32,9 @@ SHARED_SET_UP = {
     "reporting/test_report_html.py": "linreg-sweep",
     "reporting/test_report_sweep.py": "linreg-sweep",
     "reporting/test_report_broken.py": "linreg-sweep",
-    "slurm/test_slurm_variants.py": "cluster-variants",  # a class reconfigures the cluster once for its tests
 }
+CLUSTER_ALONE = "cluster-alone"  # the xdist group of every test marked exclusive_cluster
+COMPUTING_FIRST = 0.75  # the share of the tests using no cluster that run before any test sharing it
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups and the order
@@ -41,32 +42,35 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).resolve().parent
     for item in items:
         group = SHARED_SET_UP.get(item.path.relative_to(here).as_posix())
+        if item.get_closest_marker("exclusive_cluster") is not None:
+            group = CLUSTER_ALONE
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-    items[:] = _cluster_modules_spread(items, here / "slurm")
+    items[:] = run_order(items)
 
 
-def _cluster_modules_spread(items: list[pytest.Item], cluster_tests: Path) -> list[pytest.Item]:
-    """The test modules of tests/slurm/ spread evenly among the others (each module's tests kept together, in their
-    order). Those tests mostly wait on the cluster (a job's queue, its time limit, a node down) and the others mostly
-    compute; pytest-xdist hands tests out in this order, so a process waiting on the cluster leaves the cores to
-    one computing, instead of all of them waiting together at the end of the alphabet."""
-    modules: dict[Path, list[pytest.Item]] = {}
-    for item in items:
-        modules.setdefault(item.path, []).append(item)
-    waiting = [m for m in modules if m.is_relative_to(cluster_tests)]
-    computing = [m for m in modules if not m.is_relative_to(cluster_tests)]
+def run_order(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The order pytest-xdist hands the tests out in (its biggest group first: `cluster-alone`).
 
-    def spread(kind: list[Path]) -> list[tuple[float, Path]]:
-        """Each module at the middle of its share of its kind's tests (0..1)."""
-        total, done, placed = sum(len(modules[m]) for m in kind), 0, []
-        for m in kind:
-            placed.append(((done + len(modules[m]) / 2) / total, m))
-            done += len(modules[m])
-        return placed
+    The tests that need the cluster alone run back to back in one process, from the start, while the other processes
+    run tests that use no cluster (they mostly compute); a test sharing the cluster handed out meanwhile would only
+    wait for it. So the tests sharing the cluster (they mostly wait on it: a job's queue, its time limit, a node
+    down) come after the first COMPUTING_FIRST of the computing ones, spread evenly among the rest, so that the
+    waiting and the computing overlap to the end. Measured on the 2-core machine: docs/development.md."""
+    def kind(item: pytest.Item) -> str:
+        if item.get_closest_marker("exclusive_cluster") is not None:
+            return "alone"
+        return "sharing" if item.get_closest_marker("slurm") is not None else "computing"
 
-    order = sorted(spread(waiting) + spread(computing), key=lambda placed: placed[0])
-    return [item for _, m in order for item in modules[m]]
+    alone, sharing, computing = ([i for i in items if kind(i) == k] for k in ("alone", "sharing", "computing"))
+    first = round(len(computing) * COMPUTING_FIRST)
+    return alone + computing[:first] + _spread(computing[first:], sharing)
+
+
+def _spread(many: list[pytest.Item], few: list[pytest.Item]) -> list[pytest.Item]:
+    """`few` spread evenly among `many`, each list in its own order."""
+    placed = [((n + 0.5) / len(kind), k, item) for k, kind in enumerate((many, few)) for n, item in enumerate(kind)]
+    return [item for *_, item in sorted(placed, key=lambda p: (p[0], p[1]))]
 
 
 @pytest.fixture(autouse=True)
