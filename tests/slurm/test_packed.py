@@ -98,6 +98,7 @@ def test_slots_run_jobs_side_by_side_in_one_worker(tmp_path: Path) -> None:
     assert spans[2][0] >= spans[0][1] - 0.2, f"never more than two at once: {spans}"
 
 
+@pytest.mark.waits_minutes
 def test_a_worker_leaves_a_job_that_would_not_fit_to_a_fresh_worker(tmp_path: Path) -> None:
     """Worker time 1 min, jobs of ~32 s: after the first, the second would not fit; a fresh worker runs it."""
     sweep = tmp_path / "sweep"

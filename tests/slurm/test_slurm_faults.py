@@ -192,6 +192,7 @@ def test_sweepit_status_after_the_end_shows_no_stale_slurm_state(tmp_path: Path)
     assert "RUNNING" not in status.stdout and status.stdout.count(" COMPLETED") == 2, status.stdout
 
 
+@pytest.mark.waits_minutes
 def test_a_job_past_its_time_limit_is_recorded_as_such_and_the_sweep_goes_on(tmp_path: Path) -> None:
     """The shortest limit Slurm has (1 min), no requeue left (max_num_timeout=0): the job ends at its limit."""
     sweep = tmp_path / "sweep"
