@@ -81,15 +81,27 @@ def _spread(many: list[pytest.Item], few: list[pytest.Item]) -> list[pytest.Item
     return [item for *_, item in sorted(placed, key=lambda p: (p[0], p[1]))]
 
 
+_next_test: dict[str, pytest.Item | None] = {"item": None}  # what this process runs after the test running now
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    _next_test["item"] = nextitem
+    yield
+
+
 @pytest.fixture(autouse=True)
 def _cluster_access(request: pytest.FixtureRequest) -> Iterator[None]:
     """A test marked `slurm` holds the local cluster shared, one marked `exclusive_cluster` holds it alone (see
-    sweepit_testing.cluster_access); the others take no lock."""
+    sweepit_testing.cluster_access), and keeps it for the next test of its process when that one needs it alone
+    too (the `cluster-alone` group runs back to back); the others take no lock."""
     exclusive = request.node.get_closest_marker("exclusive_cluster") is not None
     if not exclusive and request.node.get_closest_marker("slurm") is None:
         yield
         return
-    with cluster_access(exclusive):
+    following = _next_test["item"]
+    keep = following is not None and following.get_closest_marker("exclusive_cluster") is not None
+    with cluster_access(exclusive, keep=exclusive and keep):
         yield
 
 

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -124,10 +125,15 @@ _LOCKS = Path(tempfile.gettempdir()) / "sweepit-tests-slurm-cluster"
 _hold = {"exclusive": False, "depth": 0}  # this process's hold
 
 
+_kept: list[IO[str]] = []  # the room, held alone past a test whose process runs another exclusive test next
+
+
 @contextmanager
-def cluster_access(exclusive: bool) -> Iterator[None]:
+def cluster_access(exclusive: bool, keep: bool = False) -> Iterator[None]:
     """Hold the local cluster shared (`exclusive=False`) or alone; re-entrant within one process (an exclusive
-    hold covers a shared request; a shared hold cannot be raised to exclusive)."""
+    hold covers a shared request; a shared hold cannot be raised to exclusive). With `keep` an exclusive hold
+    outlives the block, for the next test of this process that needs the cluster alone too: no test sharing it
+    comes in between (one that did held the tests needing it alone back by its whole length: a minute, in CI)."""
     if _hold["depth"]:
         if exclusive and not _hold["exclusive"]:
             raise RuntimeError("a test holding the cluster shared asked for it alone: mark it exclusive_cluster")
@@ -137,16 +143,25 @@ def cluster_access(exclusive: bool) -> Iterator[None]:
         finally:
             _hold["depth"] -= 1
         return
-    _LOCKS.mkdir(exist_ok=True)
-    with open(_LOCKS / "gate", "a+") as gate, open(_LOCKS / "room", "a+") as room:
-        fcntl.flock(gate, fcntl.LOCK_EX)
-        try:
-            fcntl.flock(room, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        finally:
-            fcntl.flock(gate, fcntl.LOCK_UN)
-        _hold.update(exclusive=exclusive, depth=1)
-        try:
-            yield
-        finally:
-            _hold.update(exclusive=False, depth=0)
+    held_alone = bool(_kept)  # kept by the test before: alone, whatever this one asks
+    if _kept:
+        room = _kept.pop()
+    else:
+        _LOCKS.mkdir(exist_ok=True)
+        room = open(_LOCKS / "room", "a+")  # noqa: SIM115 (held across tests when kept)
+        with open(_LOCKS / "gate", "a+") as gate:
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(room, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            finally:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+    _hold.update(exclusive=exclusive or held_alone, depth=1)
+    try:
+        yield
+    finally:
+        _hold.update(exclusive=False, depth=0)
+        if keep and (exclusive or held_alone):
+            _kept.append(room)
+        else:
             fcntl.flock(room, fcntl.LOCK_UN)
+            room.close()
