@@ -42,11 +42,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).resolve().parent
     for item in items:
         group = SHARED_SET_UP.get(item.path.relative_to(here).as_posix())
-        if item.get_closest_marker("exclusive_cluster") is not None:
+        if cluster_use(item) == "alone":
             group = CLUSTER_ALONE
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
     items[:] = run_order(items)
+
+
+def cluster_use(item: pytest.Item) -> str:
+    """How a test uses the local cluster: "alone" (marked exclusive_cluster), "sharing" (marked slurm) or
+    "computing" (not at all)."""
+    if item.get_closest_marker("exclusive_cluster") is not None:
+        return "alone"
+    return "sharing" if item.get_closest_marker("slurm") is not None else "computing"
 
 
 def run_order(items: list[pytest.Item]) -> list[pytest.Item]:
@@ -60,15 +68,10 @@ def run_order(items: list[pytest.Item]) -> list[pytest.Item]:
     first wait for the one install they share), and a test marked `waits_minutes` goes first of its kind (last, it
     would end the run a minute after the rest). Measured on the 2-core machine: docs/development.md."""
 
-    def kind(item: pytest.Item) -> str:
-        if item.get_closest_marker("exclusive_cluster") is not None:
-            return "alone"
-        return "sharing" if item.get_closest_marker("slurm") is not None else "computing"
-
     def long_first(tests: list[pytest.Item]) -> list[pytest.Item]:
         return sorted(tests, key=lambda item: item.get_closest_marker("waits_minutes") is None)  # stable
 
-    alone, sharing, computing = ([i for i in items if kind(i) == k] for k in ("alone", "sharing", "computing"))
+    alone, sharing, computing = ([i for i in items if cluster_use(i) == k] for k in ("alone", "sharing", "computing"))
     readme = [i for i in computing if i.path.parent.name == "readme"]
     computing = _spread([i for i in computing if i.path.parent.name != "readme"], readme)
     first = round(len(computing) * COMPUTING_FIRST)
@@ -95,13 +98,13 @@ def _cluster_access(request: pytest.FixtureRequest) -> Iterator[None]:
     """A test marked `slurm` holds the local cluster shared, one marked `exclusive_cluster` holds it alone (see
     sweepit_testing.cluster_access), and keeps it for the next test of its process when that one needs it alone
     too (the `cluster-alone` group runs back to back); the others take no lock."""
-    exclusive = request.node.get_closest_marker("exclusive_cluster") is not None
-    if not exclusive and request.node.get_closest_marker("slurm") is None:
+    use = cluster_use(request.node)
+    if use == "computing":
         yield
         return
     following = _next_test["item"]
-    keep = following is not None and following.get_closest_marker("exclusive_cluster") is not None
-    with cluster_access(exclusive, keep=exclusive and keep):
+    keep = use == "alone" and following is not None and cluster_use(following) == "alone"
+    with cluster_access(use == "alone", keep=keep):
         yield
 
 
