@@ -110,6 +110,10 @@ BAD_INPUT = {
     "more GPUs than a node": (["trainer.gpus=5"], {},
                               "trainer.gpus must be at most 4 (hydra.launcher.max_nodes=1 node(s) x 4 GPU(s) per "
                               "node), but job 0 sets trainer.gpus=5."),
+    "no GPU through the GPU key": (["trainer.gpus=0"], {},
+                                   "trainer.gpus must be an integer >= 1, but job 0 has trainer.gpus=0. Set for "
+                                   "example trainer.gpus=1, or hydra.launcher.gpus_key=null for jobs that ask for no "
+                                   "GPU (CPU only)."),
     "more GPUs than the partition": (["trainer.gpus=8", "hydra.launcher.max_nodes=2"], {},
                                      "trainer.gpus must be at most the 4 GPUs partition debug offers one job"),
     "profile GPUs beyond the nodes'": (["hydra.launcher.node_gpus=8"], {},
