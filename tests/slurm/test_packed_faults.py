@@ -39,10 +39,13 @@ from slurm_launcher_testing import (
     wait_until,
 )
 
-# Packed workers hold fake GPUs for a whole sweep: these tests hold the cluster alone (see test_packed.py).
-pytestmark = pytest.mark.exclusive_cluster
+# A fault that is the worker's own (a signal to it, its cancellation) leaves the other tests' jobs alone: those tests
+# share the cluster, their workers asking for no GPU (a worker holds what it asked for the whole sweep: see
+# test_packed.py). The node going down and the controller going away touch every job: those hold the cluster alone.
+ALONE = pytest.mark.exclusive_cluster
+CPU_ONLY = "hydra.launcher.gpus_key=null"  # jobs ask for no GPU: a CPU-only request
 # About 0.5 s an epoch on one core: long enough to be caught mid-training.
-LINREG = ["task=linreg", "data.n_synthetic=40000", "device=cpu", "timeout_min=5", "hydra/launcher=slurm",
+LINREG = ["task=linreg", "data.n_synthetic=40000", "device=cpu", CPU_ONLY, "timeout_min=5", "hydra/launcher=slurm",
           "hydra.launcher.poll_interval_s=1", "hydra.launcher.result_grace_s=1", "hydra.launcher.workers=1"]
 
 
@@ -72,6 +75,7 @@ def test_usr2_to_a_worker_gives_its_job_back_and_the_job_resumes_bit_for_bit(tmp
     assert "2 jobs: 2 completed" in driver.stdout
 
 
+@ALONE
 def test_the_node_going_down_requeues_the_worker_and_its_job_resumes_bit_for_bit(
         slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
@@ -105,7 +109,7 @@ def test_the_node_going_down_requeues_the_worker_and_its_job_resumes_bit_for_bit
 def test_a_worker_killed_with_sigkill_has_its_job_run_again_by_a_fresh_worker(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     release = tmp_path / "release"
-    driver = Driver(APP, sweep, "hydra.launcher.workers=1", "x=1,2", f"release_file={release}")
+    driver = Driver(APP, sweep, "hydra.launcher.workers=1", CPU_ONLY, "x=1,2", f"release_file={release}")
     try:
         job = only_job_dir_when(sweep, 0)
         wait_until(lambda: (job / ".slurm" / "task-0.json").exists(), "job 0 to start", 120)
@@ -115,7 +119,7 @@ def test_a_worker_killed_with_sigkill_has_its_job_run_again_by_a_fresh_worker(tm
         release.touch()
         code = driver.finish(timeout_s=240)
     finally:
-        release.touch()  # a worker left holding its GPU would starve the other tests of the cluster
+        release.touch()  # a worker left running would hold a core of the cluster to its time limit
         driver.kill()
     assert code == 0, driver.stderr[-3000:]
     assert "given to another worker (retry 1 of 2)" in driver.stderr
@@ -131,7 +135,7 @@ def test_a_worker_killed_with_sigkill_has_its_job_run_again_by_a_fresh_worker(tm
 def test_a_cancelled_worker_leaves_its_job_interrupted_and_resume_runs_it(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     release = tmp_path / "release"
-    driver = Driver(APP, sweep, "hydra.launcher.workers=1", "x=1,2", f"release_file={release}")
+    driver = Driver(APP, sweep, "hydra.launcher.workers=1", CPU_ONLY, "x=1,2", f"release_file={release}")
     try:
         job = only_job_dir_when(sweep, 0)
         wait_until(lambda: (job / ".slurm" / "task-0.json").exists(), "job 0 to start", 120)
@@ -153,6 +157,7 @@ def test_a_cancelled_worker_leaves_its_job_interrupted_and_resume_runs_it(tmp_pa
     assert [e.state for e in manifest(sweep).jobs.values()] == ["completed", "completed"]
 
 
+@ALONE
 def test_the_driver_killed_and_the_controller_away_lose_nothing_and_resume_follows_the_same_workers(
         tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
