@@ -34,7 +34,7 @@ SHARED_SET_UP = {
     "reporting/test_report_broken.py": "linreg-sweep",
 }
 CLUSTER_ALONE = "cluster-alone"  # the xdist group of every test marked exclusive_cluster
-COMPUTING_FIRST = 0.8  # the share of the tests using no cluster that run before any test sharing it
+COMPUTING_FIRST = 0.55  # the share of the tests using no cluster that run before any test sharing it
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups and the order
