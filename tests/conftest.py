@@ -34,7 +34,7 @@ SHARED_SET_UP = {
     "reporting/test_report_broken.py": "linreg-sweep",
 }
 CLUSTER_ALONE = "cluster-alone"  # the xdist group of every test marked exclusive_cluster
-COMPUTING_FIRST = 0.55  # the share of the tests using no cluster that run before any test sharing it
+COMPUTING_FIRST = 0.4  # the share of the tests using no cluster (README aside) that run before any test sharing it
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups and the order
@@ -64,18 +64,19 @@ def run_order(items: list[pytest.Item]) -> list[pytest.Item]:
     run the tests that use no cluster (they mostly compute); a test sharing the cluster handed out meanwhile would
     only wait for it. So the tests sharing the cluster (they mostly wait on it: a job's queue, its time limit, a node
     down) come after the first COMPUTING_FIRST of the computing ones, spread evenly among the rest, so that waiting
-    and computing overlap to the end. The README's tests are spread among the other computing ones (all but the
-    first wait for the one install they share), and a test marked `waits_minutes` goes first of its kind (last, it
-    would end the run a minute after the rest). Measured on the 2-core machine: docs/development.md."""
+    and computing overlap to the end. The README's tests (the longest computing ones: each runs a command in a copy
+    of its own) are spread among the computing ones before that (last in the order, they ended the run a minute after
+    the rest), and a test marked `waits_minutes` goes first of its kind (the same). Measured on the 2-core machine:
+    docs/development.md."""
 
     def long_first(tests: list[pytest.Item]) -> list[pytest.Item]:
         return sorted(tests, key=lambda item: item.get_closest_marker("waits_minutes") is None)  # stable
 
     alone, sharing, computing = ([i for i in items if cluster_use(i) == k] for k in ("alone", "sharing", "computing"))
     readme = [i for i in computing if i.path.parent.name == "readme"]
-    computing = _spread([i for i in computing if i.path.parent.name != "readme"], readme)
+    computing = [i for i in computing if i.path.parent.name != "readme"]
     first = round(len(computing) * COMPUTING_FIRST)
-    return long_first(alone) + computing[:first] + _spread(computing[first:], long_first(sharing))
+    return long_first(alone) + _spread(computing[:first], readme) + _spread(computing[first:], long_first(sharing))
 
 
 def _spread(many: list[pytest.Item], few: list[pytest.Item]) -> list[pytest.Item]:
