@@ -20,6 +20,7 @@ APP = Path(__file__).parent / "app" / "slurm_test_app.py"
 TRAIN = ROOT / "train.py"
 # A real training job of a few seconds: two epochs of linear regression, on the CPU.
 LINREG = ["task=linreg", "epochs=2", "device=cpu", "timeout_min=5", "hydra/launcher=slurm"]
+CPU_ONLY = "hydra.launcher.gpus_key=null"  # jobs ask for no GPU: a CPU-only request (packed workers hold none)
 
 
 def driver_env(**extra: str) -> dict[str, str]:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from slurm_launcher_testing import (
     APP,
+    CPU_ONLY,
     Driver,
     driver_env,
     manifest,
@@ -22,9 +23,8 @@ from slurm_launcher_testing import (
 
 # Packed workers asking for GPUs hold the cluster's 4 fake GPUs for a whole sweep each: beside the other tests they
 # starved a 4-GPU job and an Optuna worker of theirs (CI, 2026-11-24), so those tests hold the cluster alone. A test
-# whose point is not the GPUs asks for none (`hydra.launcher.gpus_key=null`: a CPU-only request, packed as any
-# other) and shares the cluster, as do the tests that submit nothing (a dry run, a refusal).
-GPU_WORKERS = pytest.mark.exclusive_cluster
+# whose point is not the GPUs asks for none (CPU_ONLY: a CPU-only request, packed as any other) and shares the
+# cluster, as do the tests that submit nothing (a dry run, a refusal).
 PACK = ["hydra.launcher.workers=2"]
 
 
@@ -32,7 +32,7 @@ def workers_of(sweep: Path) -> dict[str, dict[str, object]]:
     return dict(manifest(sweep).workers["arrays"])
 
 
-@GPU_WORKERS
+@pytest.mark.exclusive_cluster
 def test_a_grid_of_two_gpu_counts_runs_in_one_array_of_workers_per_count(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     proc = run(APP, sweep, *PACK, "x=1,2,3", "trainer.gpus=1,2")
@@ -67,7 +67,7 @@ def test_a_grid_of_two_gpu_counts_runs_in_one_array_of_workers_per_count(tmp_pat
     assert "6 jobs: 6 completed" in status.stdout
 
 
-@GPU_WORKERS
+@pytest.mark.exclusive_cluster
 def test_a_failing_job_fails_alone_and_its_worker_goes_on(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     proc = run(APP, sweep, "hydra.launcher.workers=1", "x=1,2,3", env=driver_env(SLURM_APP_FAIL_ON="2"))
@@ -88,7 +88,7 @@ def test_a_failing_job_fails_alone_and_its_worker_goes_on(tmp_path: Path) -> Non
     assert m.workers["generation"] == 2
 
 
-@GPU_WORKERS
+@pytest.mark.exclusive_cluster
 def test_slots_run_jobs_side_by_side_in_one_worker(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     proc = run(APP, sweep, "hydra.launcher.workers=1", "hydra.launcher.slots=2", "x=1,2,3,4", "sleep_s=2")
@@ -109,7 +109,7 @@ def test_a_worker_leaves_a_job_that_would_not_fit_to_a_fresh_worker(tmp_path: Pa
     jobs: their workers ask for no GPU (the only test of that request packed)."""
     sweep = tmp_path / "sweep"
     proc = run(APP, sweep, "hydra.launcher.workers=1", "hydra.launcher.worker_timeout_min=1", "timeout_min=1",
-               "hydra.launcher.signal_delay_s=0", "x=1,2", "sleep_s=32", "hydra.launcher.gpus_key=null", timeout_s=300)
+               "hydra.launcher.signal_delay_s=0", "x=1,2", "sleep_s=32", CPU_ONLY, timeout_s=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     m = manifest(sweep)
     assert [m.jobs[n].state for n in range(2)] == ["completed", "completed"]
@@ -122,7 +122,7 @@ def test_a_worker_leaves_a_job_that_would_not_fit_to_a_fresh_worker(tmp_path: Pa
     assert "would not fit in its time left" in log, log
 
 
-@GPU_WORKERS
+@pytest.mark.exclusive_cluster
 def test_sweepit_status_during_a_packed_sweep_lists_unclaimed_jobs_as_queued(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     release = tmp_path / "release"

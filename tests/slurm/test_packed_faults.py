@@ -23,6 +23,7 @@ import pytest
 from slurm_cluster_testing import SlurmCluster, cluster_up
 from slurm_launcher_testing import (
     APP,
+    CPU_ONLY,
     TRAIN,
     Driver,
     assert_whole,
@@ -42,8 +43,6 @@ from slurm_launcher_testing import (
 # A fault that is the worker's own (a signal to it, its cancellation) leaves the other tests' jobs alone: those tests
 # share the cluster, their workers asking for no GPU (a worker holds what it asked for the whole sweep: see
 # test_packed.py). The node going down and the controller going away touch every job: those hold the cluster alone.
-ALONE = pytest.mark.exclusive_cluster
-CPU_ONLY = "hydra.launcher.gpus_key=null"  # jobs ask for no GPU: a CPU-only request
 # About 0.5 s an epoch on one core: long enough to be caught mid-training.
 LINREG = ["task=linreg", "data.n_synthetic=40000", "device=cpu", CPU_ONLY, "timeout_min=5", "hydra/launcher=slurm",
           "hydra.launcher.poll_interval_s=1", "hydra.launcher.result_grace_s=1", "hydra.launcher.workers=1"]
@@ -75,7 +74,7 @@ def test_usr2_to_a_worker_gives_its_job_back_and_the_job_resumes_bit_for_bit(tmp
     assert "2 jobs: 2 completed" in driver.stdout
 
 
-@ALONE
+@pytest.mark.exclusive_cluster
 def test_the_node_going_down_requeues_the_worker_and_its_job_resumes_bit_for_bit(
         slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
@@ -157,7 +156,7 @@ def test_a_cancelled_worker_leaves_its_job_interrupted_and_resume_runs_it(tmp_pa
     assert [e.state for e in manifest(sweep).jobs.values()] == ["completed", "completed"]
 
 
-@ALONE
+@pytest.mark.exclusive_cluster
 def test_the_driver_killed_and_the_controller_away_lose_nothing_and_resume_follows_the_same_workers(
         tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"

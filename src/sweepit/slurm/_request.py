@@ -261,6 +261,9 @@ def gres_gpus(gres: str | None) -> int:
     return n
 
 
+CPU_ONLY_HINT = ", or hydra.launcher.gpus_key=null for jobs that ask for no GPU (CPU only)"  # after a gpus_key of 0
+
+
 def integer(value: Any, key: str, num: int, minimum: int, or_else: str = "") -> int:
     if not _count(value, minimum):
         raise ConfigError(f"{key} must be an integer >= {minimum}, but job {num} has {key}={value!r}. "
@@ -306,8 +309,7 @@ def asked(num: int, gpus: Any, timeout_min: Any, o: SlurmOptions) -> Asked:
     check_keys_exist(num, gpus, timeout_min, o)
     limit = o.timeout_min if timeout_min is None else integer(timeout_min, str(o.timeout_key), num, 1)
     check_time_limit(num, limit, o, str(o.timeout_key) if timeout_min is not None else "hydra.launcher.timeout_min")
-    cpu_only = ", or hydra.launcher.gpus_key=null for jobs that ask for no GPU (CPU only)"
-    return Asked(num, None if gpus is None else integer(gpus, str(o.gpus_key), num, 1, cpu_only), limit,
+    return Asked(num, None if gpus is None else integer(gpus, str(o.gpus_key), num, 1, CPU_ONLY_HINT), limit,
                  timeout_min is not None)
 
 
