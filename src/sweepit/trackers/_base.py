@@ -63,26 +63,54 @@ def _require(cls: type[Tracker], key: str) -> None:
             f"(remove `logger={key.split('.')[-1]}` from the command line).")
 
 
-def _nodes(config: Any) -> list[tuple[str, Mapping[str, Any]]]:
-    """The `logger` node's trackers as (key, plain mapping), in config order; [] when there is none."""
+def _nodes(config: Any, strict: bool) -> list[tuple[str, Mapping[str, Any]]]:
+    """The `logger` node's trackers as (key, plain mapping), in config order; [] when there is none.
+
+    `strict` (sweepit's own loop, whose `logger` node is sweepit's group) refuses whatever is not a tracker's config.
+    Otherwise the node may be an app's own group (lightning-hydra-template's `logger=csv` is Lightning's loggers), so
+    only its entries whose `_target_` is a tracker are sweepit's; the rest are the app's, left unread and unresolved
+    (they may interpolate what only the app's own run sets, such as `${hydra:runtime.output_dir}`)."""
+    from omegaconf import OmegaConf
+
     from sweepit._targets import plain
 
-    node = plain(_select(config, "logger"))
-    if node in (None, {}):
+    node = _select(config, "logger")
+    if node is None or (strict and plain(node) == {}):
         return []
-    if not isinstance(node, Mapping):
+    if not (isinstance(node, Mapping) or OmegaConf.is_dict(node)):
+        if not strict:
+            return []
         raise ConfigError(f"logger must be a mapping of trackers (like logger.tensorboard._target_="
-                          f"sweepit.trackers.TensorBoard), but got logger={node!r}. Choose them with the logger "
+                          f"sweepit.trackers.TensorBoard), but got logger={plain(node)!r}. Choose them with the logger "
                           "group: logger=tensorboard, logger='[tensorboard,mlflow]' or logger=many.")
     out = []
-    for name, sub in node.items():
+    for name in node:
+        sub = node[name]
         if sub is None:
             continue  # a tracker switched off with logger.<name>=null
-        if not isinstance(sub, Mapping) or "_target_" not in sub:
+        target = sub.get("_target_") if isinstance(sub, Mapping) or OmegaConf.is_dict(sub) else None
+        if strict and target is None:
             raise ConfigError(f"logger.{name} must be a tracker's config with a _target_ (like "
-                              f"_target_: sweepit.trackers.TensorBoard), but got logger.{name}={sub!r}.")
-        out.append((f"logger.{name}", sub))
+                              f"_target_: sweepit.trackers.TensorBoard), but got logger.{name}={plain(sub)!r}.")
+        if strict or _is_tracker(target, f"logger.{name}._target_"):
+            out.append((f"logger.{name}", plain(sub)))
     return out
+
+
+def _is_tracker(target: Any, key: str) -> bool:
+    """Whether an entry of an app's `logger` node is a tracker for sweepit: its `_target_` is sweepit's, or a class
+    with a tracker's three methods. A function is not called to find out: it may be the app's own factory."""
+    from sweepit._targets import locate
+
+    if not isinstance(target, str):
+        return False
+    if target.startswith("sweepit."):
+        return True  # sweepit's trackers: a misspelt one is refused when it is built, not passed over
+    try:
+        cls = locate(target, key)
+    except ConfigError:
+        return False  # the app's to import, when it uses it
+    return isinstance(cls, type) and all(callable(getattr(cls, m, None)) for m in ("start", "log", "finish"))
 
 
 def check_trackers(config: Any) -> None:
@@ -90,7 +118,7 @@ def check_trackers(config: Any) -> None:
     before any training; build nothing."""
     from sweepit._targets import locate
 
-    for key, node in _nodes(config):
+    for key, node in _nodes(config, strict=True):
         cls = locate(node["_target_"], f"{key}._target_")
         if isinstance(cls, type) and issubclass(cls, Tracker):
             _require(cls, key)
@@ -100,7 +128,7 @@ def open_trackers(config: Any, job_dir: Path) -> list[Tracker]:
     """Build and start the config's trackers for the job in `job_dir` ([] when the config names none)."""
     from sweepit._targets import instantiate, locate
 
-    nodes = _nodes(config)
+    nodes = _nodes(config, strict=False)
     if not nodes:
         return []
     run = run_info(config, job_dir)
@@ -130,26 +158,54 @@ def run_info(config: Any, job_dir: Path) -> RunInfo:
 
 def flat_params(config: Any) -> dict[str, Any]:
     """The job's config as `dotted.key -> value` (numbers, strings, booleans; lists as text), without the
-    hydra and logger subtrees."""
-    from sweepit._targets import plain
+    hydra and logger subtrees. Each value is resolved alone, and one that cannot be outside the job's own run
+    (`${hydra:...}`, Hydra's sweep keys in a single run) is kept as its interpolation's text."""
+    from omegaconf import OmegaConf
 
-    tree = plain(config) if config is not None else {}
     out: dict[str, Any] = {}
 
+    def leaf(prefix: str, value: Any) -> None:
+        out[prefix[:-1]] = value if value is None or isinstance(value, bool | int | float | str) else str(value)
+
     def walk(node: Any, prefix: str) -> None:
-        if isinstance(node, Mapping):
-            for k, v in node.items():
+        if OmegaConf.is_dict(node) or isinstance(node, Mapping):
+            for k in node:
                 if not prefix and k in _NOT_PARAMS:
                     continue
-                walk(v, f"{prefix}{k}.")
-        elif node is None or isinstance(node, bool | int | float | str):
-            out[prefix[:-1]] = node
+                walk(_value(node, k), f"{prefix}{k}.")
+        elif OmegaConf.is_list(node):
+            leaf(prefix, _resolved(node))
         else:
-            out[prefix[:-1]] = str(node)
+            leaf(prefix, node)
 
-    if isinstance(tree, Mapping):
-        walk(tree, "")
+    if config is not None:
+        walk(config, "")
     return out
+
+
+def _value(node: Any, key: Any) -> Any:
+    """node[key] resolved, or the text of an interpolation that cannot be resolved here."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    if not OmegaConf.is_config(node):
+        return node[key]
+    try:
+        return node[key]
+    except OmegaConfBaseException:
+        raw = OmegaConf.to_container(node, resolve=False)  # walk() asks mappings only
+        assert isinstance(raw, dict)
+        return str(raw[key])
+
+
+def _resolved(node: Any) -> Any:
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        return OmegaConf.to_container(node, resolve=True)
+    except OmegaConfBaseException:
+        return OmegaConf.to_container(node, resolve=False)
 
 
 def _select(config: Any, key: str) -> Any:
