@@ -183,8 +183,11 @@ def test_rerun_argv_adds_multirun_and_quotes_odd_paths() -> None:
 
 
 def test_missing_manifest_says_which_launchers_write_it(tmp_path: Path) -> None:
-    with pytest.raises(ManifestError, match=r"must hold sweep.json.*hydra/launcher=local"):
+    with pytest.raises(ManifestError, match=r"must hold sweep.json.*hydra/launcher=local") as refused:
         resume_command(tmp_path)
+    # `sweepit status` reads it too: the message names both, and the commands that read any sweep.
+    assert "for `sweepit status` and `sweepit resume`" in str(refused.value)
+    assert f"`sweepit summary {tmp_path.absolute()}`" in str(refused.value)
 
 
 class _Clock:

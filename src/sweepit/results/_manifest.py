@@ -202,8 +202,9 @@ def read_manifest(sweep_dir: Path) -> Manifest:
             m = Manifest.from_data(data)
     except FileNotFoundError:
         raise ManifestError(
-            f"a sweep directory must hold {MANIFEST_FILE} to be resumed, but {path} does not exist; "
-            "only sweeps run by sweepit's launchers (hydra/launcher=local or slurm) write it."
+            f"a sweep directory must hold {MANIFEST_FILE} for `sweepit status` and `sweepit resume`, but {path} does "
+            "not exist; only sweeps run by sweepit's launchers (hydra/launcher=local or slurm) write it. "
+            f"`sweepit summary {sweep_dir}` and `sweepit report {sweep_dir}` read the results of any sweep."
         ) from None
     except (ValueError, TypeError) as e:
         raise ManifestError(f"{path} must be a sweepit manifest, but it cannot be read: {e}") from e
