@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from sweepit.results._job_files import job_num, read_record
 from sweepit.results._manifest import iter_manifest
 from sweepit.results._overrides import (
-    app_script,
+    app_command,
     config_source,
     load_yaml,
     own_key,
@@ -211,7 +211,7 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
             typed = typed_overrides(best.job_dir) or [f"{k}={v}" for k, v in best.overrides.items()]
             parts.append(f"best ({direction} {metric}): job {best.num} = {_fmt(best.objective)}  [{' '.join(typed)}]")
             name, config_dir = config_source(sweep_dir, [best.job_dir])
-            parts.append(f"reproduce: {rerun_command(app_script(manifest, sweep_dir), name, config_dir, typed, keys)}")
+            parts.append(f"reproduce: {rerun_command(app_command(manifest, sweep_dir), name, config_dir, typed, keys)}")
     if tally.weights:
         parts.append(f"weights: {size_text(sum(tally.weights))} in {len(tally.weights)} jobs (model_*.pt); "
                      f"`sweepit clean {sweep_dir}` keeps only the best job's")
