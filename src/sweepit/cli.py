@@ -53,7 +53,7 @@ def _report(args: argparse.Namespace) -> int:
     sections = write_report(sweep)
     table = next(s.table for s in sections if s.table is not None)
     out = sweep_dir / REPORT_DIR
-    print(to_text(table, max_rows=args.rows), "", sweep.counts_line(), *best_lines(sweep), sep="\n")
+    print(to_text(table, max_rows=args.rows), "", sweep.counts_line(), *sweep.unread, *best_lines(sweep), sep="\n")
     for section in sections[1:]:  # further tables (GPU scaling, ...) with their findings
         if section.table is not None:
             print(f"\n{section.title}:", to_text(section.table), *section.text, sep="\n")

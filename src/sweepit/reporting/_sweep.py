@@ -27,6 +27,7 @@ from sweepit.results._summary import (
     swept_keys,
     with_result,
 )
+from sweepit.results._unread import UnreadKeys
 
 # Up to this many jobs every metrics.jsonl is read (a bad line is a note in its job's row). Beyond, only those of
 # jobs whose result.json lacks what the report takes from them (final metrics, mean epoch time) and of the jobs a
@@ -133,6 +134,11 @@ class Sweep:
         """The best job (computed once: a report asks for it in every section)."""
         best = best_row(list(self.jobs), self.direction)
         return best if isinstance(best, JobReport) else None
+
+    @cached_property
+    def unread(self) -> list[str]:
+        """A sentence per swept key that looks unread (the end-of-sweep summary's rule: `UnreadKeys`)."""
+        return UnreadKeys.of(self.jobs).lines()
 
     @property
     def counts(self) -> dict[str, int]:
