@@ -99,8 +99,9 @@ class OptunaSweeper(Sweeper):
         try:
             # Each trial's config is composed before its job starts (and kept for the launcher): a value that does
             # not compose fails that trial alone.
-            returns: list[JobReturn] = search.run(self.launcher,
-                                                  check=lambda overrides: self.validate_batch_is_legal([overrides]))
+            with compact_errors():  # a stopped search (Ctrl-C) ends with its message alone
+                returns: list[JobReturn] = search.run(
+                    self.launcher, check=lambda overrides: self.validate_batch_is_legal([overrides]))
         except SweepFailedError as e:
             if isinstance(e, CompactHydraException):
                 raise

@@ -349,13 +349,16 @@ def failure_report(manifest: Manifest, jobs: Sequence[LaunchedJob], statuses: di
     bad = [j for j in jobs if statuses.get(j.num) in FAILED_STATUSES]
     if stop_signal is None and (not bad or not fail_on_error):
         return None
+    if stop_signal is not None:  # the jobs the stop interrupted need no line each: the stop is their error
+        bad = [j for j in bad if statuses.get(j.num) != "interrupted"]
     counts: dict[str, int] = {}
     for j in jobs:
         status = "finished before" if j.num in skipped else statuses.get(j.num, "not started")
         counts[status] = counts.get(status, 0) + 1
     tally = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     if stop_signal is not None:
-        lines = [f"sweep stopped by {signal.Signals(stop_signal).name}: {tally} (of {len(jobs)} jobs launched)."]
+        lines = [f"sweep stopped by {signal.Signals(stop_signal).name}: {tally} (of {len(jobs)} jobs launched); what "
+                 "finished is kept."]
     else:
         lines = [f"{len(bad)} of {len(jobs)} jobs failed or were interrupted ({tally}):"]
     for j in bad[:_MAX_LISTED]:
