@@ -3,6 +3,8 @@ the local Slurm cluster and their expensive set-ups when `make test` runs them i
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -12,6 +14,16 @@ from hydra.version import _UNSPECIFIED_, VersionBase
 from omegaconf import DictConfig
 
 from sweepit_testing import CONF, cluster_access, tmpfs
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The tests run as from a shell with the test run's venv active (`source .venv/bin/activate`, as the README's
+    commands after the first assume): `python` there is this Python, so the commands a sweep prints open with
+    `python`. A test of another shell takes this Python's folder off PATH itself."""
+    here = os.path.dirname(sys.executable)
+    path = os.environ.get("PATH", "").split(os.pathsep)
+    if path[:1] != [here]:
+        os.environ["PATH"] = os.pathsep.join([here, *path])
 
 
 @pytest.fixture

@@ -93,13 +93,32 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def _clear(e: OSError, path: Path) -> OutputWriteError:
-    """The same error (its errno), saying which file could not be written and that its old content is intact."""
-    why = {errno.ENOSPC: "the file system is full", errno.EDQUOT: "the disk quota is used up",
-           errno.EACCES: "permission is denied", errno.EROFS: "the file system is read-only"}.get(e.errno or 0,
-                                                                                              e.strerror)
+    """The same error (its errno), saying which file could not be written, why in words of its cause, that its old
+    content is intact, and what to do."""
+    why, fix = _cause(e, Path(path))
     return OutputWriteError(e.errno, f"sweepit could not write {path}: {why}; nothing was replaced (a file there "
-                                     "keeps its previous content). Free space or fix the permissions, then run again "
-                                     "or resume the sweep")
+                                     f"keeps its previous content). {fix}, then run again or resume the sweep")
+
+
+def _cause(e: OSError, path: Path) -> tuple[str, str]:
+    """What is wrong and what to do, for each errno a write gets; the system's words for any other."""
+    code = e.errno or 0
+    if code in (errno.ENOENT, errno.ENOTDIR):
+        # The nearest folder on the path that exists says which: a file in the way, or a folder that cannot be made.
+        below = path
+        for above in path.parents:
+            if os.path.lexists(above):
+                if not above.is_dir():
+                    return (f"{above} is a file, not a folder", "Pick a path that does not go through a file")
+                return (f"{below} does not exist and cannot be created in {above}",
+                        f"Create {below}, or pick a path whose missing folders can be created")
+            below = above
+    if code in (errno.EACCES, errno.EPERM):
+        return "permission is denied", f"Make {path.parent} writable for you, or pick another folder"
+    known = {errno.ENOSPC: ("the file system is full", "Free space on it"),
+             errno.EDQUOT: ("the disk quota is used up", "Free space within the quota, or ask for a larger one"),
+             errno.EROFS: ("the file system is read-only", "Pick a folder on a writable file system")}
+    return known.get(code, (e.strerror or str(e), "Fix that"))
 
 
 def atomic_write(path: Path, data: str | bytes, *, fsync: bool = True, replace: bool = True) -> Path:

@@ -53,7 +53,7 @@ def _report(args: argparse.Namespace) -> int:
     sections = write_report(sweep)
     table = next(s.table for s in sections if s.table is not None)
     out = sweep_dir / REPORT_DIR
-    print(to_text(table, max_rows=args.rows), "", sweep.counts_line(), *best_lines(sweep), sep="\n")
+    print(to_text(table, max_rows=args.rows), "", sweep.counts_line(), *sweep.unread, *best_lines(sweep), sep="\n")
     for section in sections[1:]:  # further tables (GPU scaling, ...) with their findings
         if section.table is not None:
             print(f"\n{section.title}:", to_text(section.table), *section.text, sep="\n")
@@ -138,14 +138,14 @@ def _resume(args: argparse.Namespace) -> int:
     if m.launcher == "slurm":  # a resume follows its jobs, also of a sweep first submitted with wait=false
         argv = [a for a in argv if not a.startswith("hydra.launcher.wait=")]
         argv.append(f"hydra.launcher.wait={'false' if args.wait is False else 'true'}")
-    line = command_line(argv, cwd)
+    line = command_line(argv, cwd, m.env)
     print(f"sweepit: running {line}", file=sys.stderr, flush=True)
     sys.stdout.flush()
     # The driver takes this process's place (same pid): a signal sent to `sweepit resume` (kill, `timeout`, a batch
     # script, the end of a login session) is the driver's, which stops its jobs and records them, as a first run does.
     try:
         os.chdir(cwd)
-        os.execv(argv[0], argv)
+        os.execve(argv[0], argv, {**os.environ, **m.env})
     except OSError as e:
         raise SweepitError(f"the sweep's command must be runnable to resume it, but {argv[0]} in {cwd} is not "
                            f"({e.strerror}). Run it by hand: {line}") from None

@@ -53,6 +53,11 @@ class SweepFailedError(SweepitError):
     """A sweep ended with failed or interrupted jobs; the message says where the logs are and how to resume."""
 
 
+class SweepStoppedError(SweepFailedError):
+    """A sweep (or the following of one) was stopped by a signal its driver got (Ctrl-C, SIGTERM): not a crash. The
+    message names the signal, says what was kept and how to go on, and is all that is printed."""
+
+
 class RankFailedError(SweepitError):
     """A rank of a multi-rank job (a local rank, a Slurm task) ended with an error; the message names the rank, its
     error and its log."""

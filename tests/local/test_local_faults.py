@@ -35,8 +35,8 @@ SWEEP = ["task=linreg", f"epochs={EPOCHS}", "data.n_synthetic=20000", "batch_siz
          "hydra.launcher.n_workers=2", "hydra.callbacks.summary.report=false"]
 
 
-def _driver(sweep: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "train.py", "-m", *SWEEP, f"hydra.sweep.dir={sweep}"], cwd=REPO,
+def _driver(sweep: Path, *more: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "train.py", "-m", *SWEEP, f"hydra.sweep.dir={sweep}", *more], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
 
@@ -175,6 +175,32 @@ def test_a_job_killed_mid_training_fails_alone_and_a_resume_reruns_only_it(tmp_p
     _all_completed_once(sweep)
     assert _started(_job_dirs(sweep)).items() >= before.items()
     assert "sweepit: resumed from" in (dirs[0] / "stdout.log").read_text()
+
+
+@pytest.mark.parametrize(("stop", "sweeper"), [(signal.SIGINT, "basic"), (signal.SIGTERM, "basic"),
+                                               (signal.SIGINT, "optuna")], ids=["Ctrl-C", "SIGTERM", "Ctrl-C-optuna"])
+def test_a_stopped_sweep_ends_with_its_own_short_message_and_its_jobs_name_the_signal(
+        tmp_path: Path, stop: signal.Signals, sweeper: str) -> None:
+    """Ctrl-C ended with Hydra's "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace." (a stop
+    is no crash), a line per interrupted job, and each job's note said `stopped by SIGTERM` (the driver's signal to
+    its jobs), not the SIGINT the user sent."""
+    sweep = tmp_path / "sweep"
+    driver = _driver(sweep, f"hydra/sweeper={sweeper}")
+    try:
+        wait_until(lambda: _mid_training(sweep), "a job mid-training", 60, interval_s=0.05)
+        driver.send_signal(stop)
+        out, err = driver.communicate(timeout=60)
+    finally:
+        driver.kill()
+    assert driver.returncode == 1, err
+    assert "HYDRA_FULL_ERROR" not in err and "Traceback" not in err, err
+    stopped = [r for r in (read_result(d) or {} for d in _intact(sweep).values()) if r.get("status") == "interrupted"]
+    assert stopped and {r["error"] for r in stopped} == {f"KeyboardInterrupt: stopped by {stop.name}"}, stopped
+    assert f"stopped by {stop.name}" in out and "SIGTERM" not in out.replace(stop.name, ""), out  # the table's notes
+    said = err[err.index("sweep stopped by" if sweeper == "basic" else "was interrupted, so the search stops"):]
+    assert f"stopped by {stop.name}" in said and not any(line.startswith("  job ") for line in said.splitlines()), said
+    if sweeper == "basic":
+        assert "what finished is kept" in said and f"sweepit resume {sweep}" in said, said
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["kill-INT", "kill-TERM"])

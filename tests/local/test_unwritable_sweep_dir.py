@@ -72,3 +72,25 @@ def test_resuming_a_sweep_in_an_unwritable_folder_says_so_and_changes_nothing(di
     if how == "full":
         (disk / "filler").unlink()
     assert _files(sweep) == before  # every result, sweep.json and log as they were
+
+
+@pytest.mark.parametrize("how", ["through a file", "under a folder that cannot be made"])
+def test_a_sweep_dir_that_cannot_be_made_names_the_cause_and_its_fix(tmp_path: Path, how: str) -> None:
+    """Errno 20 and 2 were told "Free space or fix the permissions": the cause is a file in the way, or a missing
+    folder that cannot be created (a path under /proc)."""
+    if how == "through a file":
+        blocker = tmp_path / "results.csv"
+        blocker.write_text("a file, not a folder\n")
+        sweep = blocker / "sweep"
+        why, fix = f"{blocker} is a file, not a folder", "Pick a path that does not go through a file"
+    else:
+        missing = Path("/proc") / f"sweepit-test-{tmp_path.name}"
+        sweep = missing / "sweep"
+        why = f"{missing} does not exist and cannot be created in /proc"
+        fix = f"Create {missing}, or pick a path whose missing folders can be created"
+    proc = subprocess.run([sys.executable, str(APP), "-m", f"hydra.sweep.dir={sweep}", "x=0,1"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    said = _said(proc)
+    assert f"sweepit could not write {sweep}/{LOCK_FILE}: {why};" in said, proc.stderr
+    assert f"{fix}, then run again" in said and "No job was started" in said, proc.stderr
+    assert "Free space" not in said and "permissions" not in said, proc.stderr

@@ -352,7 +352,8 @@ def test_config_only_streams_datasets_from_disk(shell: Shell, tmp_path: Path) ->
     (result,) = results(shell.sweep("stripes")).values()
     assert result["status"] == "completed" and result["data"] == "mypkg.data.on_disk()"
     assert any(data.rglob("*.npy")), "the data function wrote its files under data.root"
-    assert "reproduce: python train.py --config-dir examples/config_only/conf --config-name stripes" in out
+    assert ("reproduce: PYTHONPATH=examples/config_only python train.py --config-dir examples/config_only/conf "
+            "--config-name stripes") in out
 
 
 @shows("PYTHONPATH=examples/config_only python train.py model._target_=mypkg.nets.StripeNet")

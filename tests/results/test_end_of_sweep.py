@@ -3,10 +3,15 @@ directory too, and the best job as it was typed, with the command that trains it
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from sweepit.reporting import format_listing, load_sweep
@@ -14,6 +19,7 @@ from sweepit.reporting.table import best_lines
 from sweepit.results._job_files import write_result
 from sweepit.results._manifest import JobEntry, Manifest, iter_manifest, read_manifest_data, write_manifest
 from sweepit.results._summary import summarize
+from sweepit_testing import REPO
 
 
 def _job(sweep: Path, num: int, overrides: list[str], result: dict[str, object] | None) -> str:
@@ -88,3 +94,33 @@ def test_sweep_json_read_one_job_at_a_time_equals_it_read_whole(tmp_path: Path) 
     assert [j["state"] for j in streamed] == ["completed", "queued", "running", "running", "queued", "queued"]
     assert streamed == whole.pop("jobs") and head == whole
     assert iter_manifest(tmp_path / "none")[0] == {}
+
+
+@pytest.mark.slow
+def test_the_reproduce_line_runs_as_printed_from_where_the_sweep_ran(tmp_path: Path) -> None:
+    """A model of one's own (`PYTHONPATH=mine python train.py -m --config-dir mine/conf ...`) printed `reproduce:
+    python train.py ...` without PYTHONPATH (ModuleNotFoundError), and `python` where the sweep ran with a Python
+    that is not the shell's (`.venv/bin/python train.py -m ...` without the venv active): run as printed, it failed."""
+    shutil.copytree(REPO / "examples" / "config_only", tmp_path / "mine")
+    here = os.path.dirname(sys.executable)
+    shell = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    shell["PATH"] = os.pathsep.join(p for p in shell.get("PATH", "").split(os.pathsep) if p != here)
+    shell |= {"HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
+    sweep = subprocess.run(
+        ["bash", "-c", f"PYTHONPATH=mine {shlex.quote(sys.executable)} {shlex.quote(str(REPO / 'train.py'))} -m "
+                       "--config-dir mine/conf --config-name stripes model.width=4,8 epochs=1 data.n_samples=200 "
+                       "device=cpu trainer.threads=1"],
+        cwd=tmp_path, env=shell, capture_output=True, text=True, timeout=300)
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    line = next(x for x in sweep.stdout.splitlines() if x.startswith("reproduce: ")).removeprefix("reproduce: ")
+    again = subprocess.run(["bash", "-c", line], cwd=tmp_path, env=shell, capture_output=True, text=True,
+                           timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert line.startswith(f"PYTHONPATH=mine {sys.executable} {REPO / 'train.py'} --config-dir mine/conf "
+                           "--config-name stripes "), line
+    (run,) = (tmp_path / "outputs" / "runs").iterdir()
+    result = json.loads((run / "result.json").read_text())
+    assert result["status"] == "completed" and result["model"] == "mypkg.nets.StripeNet"
+    best = next(x for x in sweep.stdout.splitlines() if x.startswith("best ("))
+    width = yaml.safe_load((run / ".hydra" / "config.yaml").read_text())["model"]["width"]
+    assert f"[model.width={width} " in best, best  # the best job's configuration, trained again

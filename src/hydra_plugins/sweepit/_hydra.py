@@ -37,7 +37,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from hydra_plugins.sweepit._compose import ComposedConfigs, copy_config, pickled
 from sweepit._files import atomic_write
 from sweepit._signals import interrupt_on_sigterm
-from sweepit.errors import RankFailedError, SweepFailedError, SweepitError
+from sweepit.errors import RankFailedError, SweepFailedError, SweepitError, SweepStoppedError
 from sweepit.local._worker import Reply, failure, picklable
 from sweepit.results._job_files import read_record, remove_result
 from sweepit.results._lock import SweepLock
@@ -67,9 +67,14 @@ def plain_options(params: Mapping[str, Any]) -> dict[str, Any]:
 @contextlib.contextmanager
 def compact_errors() -> Iterator[None]:
     """sweepit's errors as compact Hydra exceptions: Hydra prints the message alone, without a traceback
-    (HYDRA_FULL_ERROR=1 shows it)."""
+    (HYDRA_FULL_ERROR=1 shows it). A sweep stopped by a signal is no error: sweepit's message alone and exit
+    status 1, without Hydra's hint of a stack trace to see."""
     try:
         yield
+    except SweepStoppedError as e:
+        sys.stdout.flush()
+        print(e, file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
     except (SweepFailed, LaunchError):
         raise
     except SweepFailedError as e:

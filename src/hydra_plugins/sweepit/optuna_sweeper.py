@@ -12,8 +12,6 @@ scan stays fast.
 from __future__ import annotations
 
 import os
-import shlex
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,7 +26,8 @@ from hydra_plugins.sweepit._hydra import SweepitLauncher, compact_errors, plain_
 from hydra_plugins.sweepit._space import parse_space, space_params
 from sweepit._targets import locate
 from sweepit.errors import ConfigError, SweepFailedError
-from sweepit.results._manifest import hydra_quote
+from sweepit.results._manifest import driver_argv, hydra_quote
+from sweepit.results._overrides import app_command, driver_env, rerun_command
 from sweepit.search import JobDefaults, Search, SearchOptions
 
 _ENV_SET = "++hydra.job.env_set."
@@ -100,8 +99,9 @@ class OptunaSweeper(Sweeper):
         try:
             # Each trial's config is composed before its job starts (and kept for the launcher): a value that does
             # not compose fails that trial alone.
-            returns: list[JobReturn] = search.run(self.launcher,
-                                                  check=lambda overrides: self.validate_batch_is_legal([overrides]))
+            with compact_errors():  # a stopped search (Ctrl-C) ends with its message alone
+                returns: list[JobReturn] = search.run(
+                    self.launcher, check=lambda overrides: self.validate_batch_is_legal([overrides]))
         except SweepFailedError as e:
             if isinstance(e, CompactHydraException):
                 raise
@@ -151,20 +151,17 @@ class OptunaSweeper(Sweeper):
         return [f"{_ENV_SET}{k}={hydra_quote(v)}" for k, v in env.items()]
 
     def _command(self) -> str:
-        """The single-run command prefix: python, the script, and the sweep's --config-dir/--config-name."""
+        """The single-run command's first words, as the end-of-sweep `reproduce:` line has them: the environment and
+        Python the jobs needed, the script, and the sweep's --config-dir/--config-name."""
         assert self.config is not None
-        script = sys.argv[0] if sys.argv and sys.argv[0] else "train.py"
-        rel = os.path.relpath(os.path.abspath(script))
-        args = ["python", script if rel.startswith("..") else rel]
         sources = OmegaConf.select(self.config, "hydra.runtime.config_sources", default=[]) or []
         config_dir = next((str(s.path) for s in sources if s.provider == "command-line"), None)
         if config_dir:
             rel = os.path.relpath(config_dir)
-            args += ["--config-dir", config_dir if rel.startswith("..") else rel]
+            config_dir = config_dir if rel.startswith("..") else rel
         name = str(OmegaConf.select(self.config, "hydra.job.config_name", default="config"))
-        if config_dir or name != "config":
-            args += ["--config-name", name]
-        return shlex.join(args)
+        app = app_command({"argv": driver_argv(), "cwd": os.getcwd(), "env": driver_env()})
+        return rerun_command(app, name, config_dir, [], [])
 
 
 def _job_defaults(config: DictConfig) -> JobDefaults:

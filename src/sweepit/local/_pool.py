@@ -2,7 +2,7 @@
 
 No polling: the loop sleeps in one `multiprocessing.connection.wait` on every job's exit sentinel, reply
 pipe and output pipes, and on a wake-up pipe written by the signal handler. It wakes up on its own only
-to redraw the progress clock on a terminal, or to escalate SIGTERM to SIGKILL.
+to redraw the progress clock on a terminal, or to escalate a stop to SIGKILL.
 """
 
 from __future__ import annotations
@@ -294,11 +294,12 @@ class Pool:
             os.killpg(job.pid, sig)
 
     def _stop_running(self) -> None:
-        """First signal: SIGTERM every running job, SIGKILL after the grace period. Another: SIGKILL now."""
+        """First signal: the same signal to every running job (its record names the signal the user sent: SIGINT
+        for Ctrl-C), SIGKILL after the grace period. Another: SIGKILL now."""
         fresh = [job for job in self.running.values() if not job.stopped]
         for job in fresh:
             job.stopped = True
-            self._signal(job, signal.SIGTERM)
+            self._signal(job, self.stop_signal or signal.SIGTERM)
         if fresh and self._kill_at is None:
             self._kill_at = time.monotonic() + self.term_grace_s
         if len(self.signals.received) > 1 and not self._escalated:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from sweepit.errors import ConfigError, OutputWriteError, SweepFailedError
+from sweepit.errors import ConfigError, OutputWriteError, SweepFailedError, SweepStoppedError
 from sweepit.local._pool import Job, Pool
 from sweepit.local._resources import GpuPool, cpu_count, resolve_n_workers, resolve_threads, visible_gpus
 from sweepit.local._run import SweepRun
@@ -86,7 +86,7 @@ class LocalOptions:
     # Last lines of a failed job's stderr.log copied into its result.json (a segfault's Python stack
     # from faulthandler takes about 30).
     stderr_tail_lines: int = 50
-    # Seconds between SIGTERM and SIGKILL when running jobs are stopped (Ctrl-C, SIGTERM to the driver).
+    # Seconds between the stop signal and SIGKILL when running jobs are stopped (Ctrl-C, SIGTERM to the driver).
     term_grace_s: float = 5.0
     # Config key holding the devices (ranks) of one job: GPUs to give it, or workers it occupies on CPU.
     gpus_key: str = "trainer.gpus"
@@ -189,8 +189,8 @@ class LocalSweep:
         if o.print_summary:
             print(summarize(self.sweep_dir), flush=True)
         report = run.failure_report(jobs, pool.stop_signal, o.fail_on_error)
-        if report is not None:
-            raise SweepFailedError(report)  # the launcher writes the sweep's report first (Hydra's callback will not)
+        if report is not None:  # the launcher writes the sweep's report first (Hydra's callback will not)
+            raise (SweepFailedError if pool.stop_signal is None else SweepStoppedError)(report)
         return dict(run.statuses)
 
     # -- jobs one by one, as a sweeper asks (the Optuna sweeper's AsyncLauncher protocol) ---------------------

@@ -15,7 +15,7 @@ from typing import Any
 from sweepit._files import collector_paused
 from sweepit.results._job_files import METRICS_FILE, job_num, read_metrics
 from sweepit.results._manifest import read_manifest_data
-from sweepit.results._overrides import app_script, config_source, load_yaml, own_key, typed_overrides
+from sweepit.results._overrides import app_command, config_source, load_yaml, own_key, typed_overrides
 from sweepit.results._status import sweep_direction
 from sweepit.results._summary import (
     JobRow,
@@ -27,6 +27,7 @@ from sweepit.results._summary import (
     swept_keys,
     with_result,
 )
+from sweepit.results._unread import UnreadKeys
 
 # Up to this many jobs every metrics.jsonl is read (a bad line is a note in its job's row). Beyond, only those of
 # jobs whose result.json lacks what the report takes from them (final metrics, mean epoch time) and of the jobs a
@@ -125,7 +126,7 @@ class Sweep:
     config_name: str = "config"       # Hydra's --config-name (a study file of sweeps/ or the root config)
     config_dir: str | None = None     # Hydra's --config-dir, relative to where the sweep ran when inside it
     launcher: str = ""
-    script: str = "train.py"          # the app the sweep ran (sweep.json's command), relative to where it ran
+    app: str = "python train.py"      # the shell words that run the sweep's app alone where it ran (`app_command`)
     job_config: dict[str, Any] = field(default_factory=dict)  # the first job's .hydra/config.yaml
 
     @cached_property
@@ -133,6 +134,11 @@ class Sweep:
         """The best job (computed once: a report asks for it in every section)."""
         best = best_row(list(self.jobs), self.direction)
         return best if isinstance(best, JobReport) else None
+
+    @cached_property
+    def unread(self) -> list[str]:
+        """A sentence per swept key that looks unread (the end-of-sweep summary's rule: `UnreadKeys`)."""
+        return UnreadKeys.of(self.jobs).lines()
 
     @property
     def counts(self) -> dict[str, int]:
@@ -288,6 +294,6 @@ def _load_sweep(sweep_dir: Path, with_metrics: bool) -> Sweep:
         swept=swept,
         fixed=fixed_overrides(rows, swept) if len(jobs) > 1 else dict(jobs[0].overrides) if jobs else {},
         config_name=config_name, config_dir=config_dir,
-        launcher=str(manifest.get("launcher", "")), job_config=job_config, script=app_script(manifest, sweep_dir),
+        launcher=str(manifest.get("launcher", "")), job_config=job_config, app=app_command(manifest, sweep_dir),
     )
 

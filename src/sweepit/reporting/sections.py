@@ -57,6 +57,7 @@ class ResultsSection(SectionBuilder):
         text = [sweep.counts_line()]
         if sweep.fixed:
             text.append("same in every job: " + " ".join(f"{k}={v}" for k, v in sweep.fixed.items()))
+        text += sweep.unread
         text += best_lines(sweep)[:1]
         return Section(self.title, text=text, table=results_table(sweep),
                        command="" if best is None else reproduce_command(sweep, best))

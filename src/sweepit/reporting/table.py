@@ -139,10 +139,10 @@ def to_markdown(table: Table, direction: str = "minimize") -> str:
 
 
 def reproduce_command(sweep: Sweep, job: JobReport) -> str:
-    """The command that trains `job` again as a single run (the script as sweep.json records it, train.py when
-    there is no sweep.json)."""
+    """The command that trains `job` again as a single run, from where the sweep ran (the app as sweep.json records
+    it, train.py when there is no sweep.json)."""
     typed = typed_overrides(job.job_dir) or [f"{k}={v}" for k, v in job.overrides.items()]
-    return rerun_command(sweep.script, sweep.config_name, sweep.config_dir, typed, sweep.swept)
+    return rerun_command(sweep.app, sweep.config_name, sweep.config_dir, typed, sweep.swept)
 
 
 def best_lines(sweep: Sweep) -> list[str]:

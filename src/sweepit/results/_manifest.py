@@ -24,7 +24,7 @@ from sweepit._host import now_iso, process_alive
 from sweepit.errors import ManifestError
 from sweepit.results._job_files import STDERR_LOG, read_record
 from sweepit.results._journal import Journal, append_records, compact_now, read_journal, start_journal
-from sweepit.results._overrides import override_key
+from sweepit.results._overrides import driver_env, override_key, shell_line
 from sweepit.results._status import FAILED_STATUSES, FINISHED_STATUSES
 
 MANIFEST_FILE = "sweep.json"
@@ -55,6 +55,7 @@ class Manifest:
     argv: list[str]                  # the driver's command line: Python, the app script, its arguments
     cwd: str                         # where that command ran (relative paths in it start there)
     launcher: str                    # "local", "slurm", ...
+    env: dict[str, str] = field(default_factory=dict)  # what the jobs took from the driver's environment (DRIVER_ENV)
     created_at: str = field(default_factory=now_iso)
     updated_at: str = ""
     jobs: dict[int, JobEntry] = field(default_factory=dict)
@@ -239,8 +240,8 @@ def open_manifest(sweep_dir: Path, launcher: str, argv: list[str] | None = None)
     try:
         m = read_manifest(sweep_dir)
     except ManifestError:
-        return Manifest(sweep_dir=str(sweep_dir), argv=argv, cwd=os.getcwd(), launcher=launcher)
-    m.sweep_dir, m.argv, m.cwd, m.launcher = str(sweep_dir), argv, os.getcwd(), launcher
+        return Manifest(sweep_dir=str(sweep_dir), argv=argv, cwd=os.getcwd(), launcher=launcher, env=driver_env())
+    m.sweep_dir, m.argv, m.cwd, m.launcher, m.env = str(sweep_dir), argv, os.getcwd(), launcher, driver_env()
     m._disk = None  # the new command goes into the snapshot: the first write is whole
     return m
 
@@ -327,9 +328,10 @@ def resume_command(sweep_dir: Path) -> list[str]:
     return rerun_argv(m.argv, Path(m.sweep_dir))
 
 
-def command_line(argv: list[str], cwd: str | None = None) -> str:
-    """A shell line for `argv`, prefixed with `cd CWD &&` when it must run elsewhere than here."""
-    line = shlex.join(argv)
+def command_line(argv: list[str], cwd: str | None = None, env: dict[str, str] | None = None) -> str:
+    """A shell line for `argv` with `env` set for it (a manifest's), prefixed with `cd CWD &&` when it must run
+    elsewhere than here."""
+    line = shell_line(argv, env or {})
     if cwd is not None and os.path.abspath(cwd) != os.getcwd():
         line = f"cd {shlex.quote(cwd)} && {line}"
     return line
@@ -348,13 +350,16 @@ def failure_report(manifest: Manifest, jobs: Sequence[LaunchedJob], statuses: di
     bad = [j for j in jobs if statuses.get(j.num) in FAILED_STATUSES]
     if stop_signal is None and (not bad or not fail_on_error):
         return None
+    if stop_signal is not None:  # the jobs the stop interrupted need no line each: the stop is their error
+        bad = [j for j in bad if statuses.get(j.num) != "interrupted"]
     counts: dict[str, int] = {}
     for j in jobs:
         status = "finished before" if j.num in skipped else statuses.get(j.num, "not started")
         counts[status] = counts.get(status, 0) + 1
     tally = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     if stop_signal is not None:
-        lines = [f"sweep stopped by {signal.Signals(stop_signal).name}: {tally} (of {len(jobs)} jobs launched)."]
+        lines = [f"sweep stopped by {signal.Signals(stop_signal).name}: {tally} (of {len(jobs)} jobs launched); what "
+                 "finished is kept."]
     else:
         lines = [f"{len(bad)} of {len(jobs)} jobs failed or were interrupted ({tally}):"]
     for j in bad[:_MAX_LISTED]:
@@ -367,7 +372,7 @@ def failure_report(manifest: Manifest, jobs: Sequence[LaunchedJob], statuses: di
     sweep_dir = Path(manifest.sweep_dir)
     lines += [
         f"Resume (finished jobs are skipped): sweepit resume {sweep_dir}",
-        f"  which runs: {command_line(rerun_argv(manifest.argv, sweep_dir), manifest.cwd)}",
+        f"  which runs: {command_line(rerun_argv(manifest.argv, sweep_dir), manifest.cwd, manifest.env)}",
     ]
     if stop_signal is None:
         lines.append("Set hydra.launcher.fail_on_error=false to end with exit status 0 despite failed jobs.")

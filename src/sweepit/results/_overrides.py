@@ -1,19 +1,24 @@
 """A job's overrides: their keys, the job's own ones as they were typed (`+model.hidden=64`, `~trainer`), which
-the tables' {key: value} columns drop, and the command that runs one job of a sweep again, alone (the sweep's
-script, its `--config-dir` and `--config-name`, those overrides). The end-of-sweep summary, `sweepit report` and
-its summary.md print that command."""
+the tables' {key: value} columns drop, and the command that runs one job of a sweep again, alone, from where the
+sweep ran (the environment its jobs needed, the interpreter, the sweep's script, its `--config-dir` and
+`--config-name`, those overrides). The end-of-sweep summary, `sweepit report` and its summary.md print that command,
+and the Optuna sweeper's best_params.yaml its first words."""
 
 from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Iterable
+import shutil
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser when present: about 9x faster
+# What the jobs took from the driver's environment beyond its command line, so that a command that runs the app again
+# must set it too: a user's own package on PYTHONPATH (the config-only example's `PYTHONPATH=... python train.py`).
+DRIVER_ENV = ("PYTHONPATH",)
 
 
 def override_key(item: str) -> str:
@@ -72,6 +77,45 @@ def app_script(manifest: dict[str, Any], sweep_dir: Path | None = None) -> str:
     return f"{name}.py"
 
 
+def driver_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables of DRIVER_ENV that this process (a sweep's driver) has, which sweep.json records as `env`."""
+    environ = os.environ if environ is None else environ
+    return {k: environ[k] for k in DRIVER_ENV if environ.get(k)}
+
+
+def app_command(manifest: dict[str, Any], sweep_dir: Path | None = None) -> str:
+    """The shell words that run the sweep's app alone from where the sweep ran: the driver's variables its jobs
+    needed (sweep.json's `env`), its interpreter (`python_name`) and script (`app_script`); `python <script>`
+    without sweep.json."""
+    argv, env = manifest.get("argv"), manifest.get("env")
+    python = python_name(str(argv[0]), manifest.get("cwd")) if isinstance(argv, list) and argv else "python"
+    return shell_line([python, app_script(manifest, sweep_dir)], env if isinstance(env, dict) else {})
+
+
+def shell_line(argv: list[str], env: Mapping[str, Any]) -> str:
+    """`argv` as a shell line that sets `env` for it: `K=V cmd` (a quoted `'K=V'` would be run as a command, so only
+    the value is quoted)."""
+    return " ".join([*(f"{k}={shlex.quote(str(v))}" for k, v in env.items()), shlex.join(argv)])
+
+
+def python_name(interpreter: str, cwd: Any = None) -> str:
+    """How a shell here names the Python `interpreter` (a driver's sys.executable): `python` when that name runs it
+    (its venv is active), else its path, relative to `cwd` when inside it (`.venv/bin/python` for a sweep started
+    as `.venv/bin/python train.py -m ...`, where `python` is another Python, without the app's packages)."""
+    if not os.path.isabs(interpreter):
+        return interpreter
+    found = shutil.which("python")
+    try:
+        # The same file in the same folder: a venv's python is a link to the base Python, but another prefix.
+        if found and os.path.samefile(found, interpreter) and os.path.samefile(os.path.dirname(found),
+                                                                              os.path.dirname(interpreter)):
+            return "python"
+    except OSError:
+        pass
+    path = _relative(interpreter, cwd)
+    return path if os.sep in path else os.path.join(".", path)
+
+
 def _relative(script: str, cwd: Any) -> str:
     if isinstance(cwd, str) and os.path.isabs(script):
         rel = os.path.relpath(script, cwd)
@@ -102,16 +146,16 @@ def config_source(sweep_dir: Path, job_dirs: Iterable[Path]) -> tuple[str, str |
     return name, config_dir
 
 
-def rerun_command(script: str, config_name: str, config_dir: str | None, overrides: list[str],
+def rerun_command(app: str, config_name: str, config_dir: str | None, overrides: list[str],
                   swept: Iterable[str]) -> str:
-    """`python <script> [--config-dir D --config-name S] <overrides>`, the overrides of keys not in `swept` (those
-    every job shares) first: one run, pasteable into a shell."""
+    """`<app> [--config-dir D --config-name S] <overrides>` (`app`: `app_command`), the overrides of keys not in
+    `swept` (those every job shares) first: one run, pasteable into a shell where the sweep ran."""
     varying = set(swept)
     ordered = ([o for o in overrides if own_key(o) not in varying]
                + [o for o in overrides if own_key(o) in varying])
-    args = ["python", script]
+    args: list[str] = []
     if config_dir:
         args += ["--config-dir", config_dir]
     if config_name != "config" or config_dir:
         args += ["--config-name", config_name]
-    return shlex.join([*args, *ordered])
+    return " ".join([app, *map(shlex.quote, [*args, *ordered])])

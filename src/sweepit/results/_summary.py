@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from sweepit.results._job_files import job_num, read_record
 from sweepit.results._manifest import iter_manifest
 from sweepit.results._overrides import (
-    app_script,
+    app_command,
     config_source,
     load_yaml,
     own_key,
@@ -22,6 +22,7 @@ from sweepit.results._overrides import (
 )
 from sweepit.results._status import objective_values, pareto_front, sweep_direction
 from sweepit.results._study_file import read_study_file
+from sweepit.results._unread import UnreadKeys
 
 # Columns shown for the final metrics, when a job has them.
 KEY_METRICS = ("train_loss", "val_loss", "val_acc")
@@ -202,6 +203,7 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
     fixed = {k: v for k, v in tally.first_overrides.items() if k not in set(keys)}
     if fixed and tally.n > 1:
         parts.append("same in every job: " + " ".join(f"{k}={v}" for k, v in fixed.items()))
+    parts += tally.unread.lines()
     if multi:
         assert isinstance(directions, list)
         parts += pareto_lines(tally.completed, directions, study.get("metrics") or None)
@@ -211,7 +213,7 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
             typed = typed_overrides(best.job_dir) or [f"{k}={v}" for k, v in best.overrides.items()]
             parts.append(f"best ({direction} {metric}): job {best.num} = {_fmt(best.objective)}  [{' '.join(typed)}]")
             name, config_dir = config_source(sweep_dir, [best.job_dir])
-            parts.append(f"reproduce: {rerun_command(app_script(manifest, sweep_dir), name, config_dir, typed, keys)}")
+            parts.append(f"reproduce: {rerun_command(app_command(manifest, sweep_dir), name, config_dir, typed, keys)}")
     if tally.weights:
         parts.append(f"weights: {size_text(sum(tally.weights))} in {len(tally.weights)} jobs (model_*.pt); "
                      f"`sweepit clean {sweep_dir}` keeps only the best job's")
@@ -272,6 +274,7 @@ class _Tally:
         self.unscored: list[JobRow] = []        # the first `limit` rows without an objective (with a limit)
         self.top: dict[str, list[tuple[float, int, int, JobRow]]] = {"maximize": [], "minimize": []}  # heaps
         self.completed: list[JobRow] = []       # multi-objective: every completed job (its Pareto front needs all)
+        self.unread = UnreadKeys()
 
     def add(self, row: JobRow) -> None:
         self.n += 1
@@ -282,6 +285,7 @@ class _Tally:
         if self.direction is None and result.get("direction") not in (None, ""):
             self.direction = result["direction"]
         self._overrides(row.overrides)
+        self.unread.add(row)
         weights = result.get("weights")
         if isinstance(weights, dict) and weights:
             self.weights.append(sum(n for n in weights.values() if isinstance(n, int)))

@@ -94,11 +94,11 @@ def best_trial(study: Any) -> Any:
 
 def best_command(info: dict[str, Any], trial: Any) -> str:
     """The single run that trains the best trial's configuration again (no sweeper, no study)."""
-    prefix = shlex.split(str(info.get("command") or "python train.py"))
+    prefix = str(info.get("command") or "python train.py")  # shell words already (`PYTHONPATH=... python ...`)
     overrides = trial.user_attrs.get("overrides")
     if not isinstance(overrides, list):
         overrides = [f"{k}={v}" for k, v in trial.params.items()]
-    return shlex.join([*prefix, *(str(o) for o in overrides)])
+    return " ".join([prefix, *(shlex.quote(str(o)) for o in overrides)])
 
 
 def best_params_yaml(study: Any, info: dict[str, Any]) -> str:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sweepit.errors import ConfigError, SweepFailedError
+from sweepit.errors import ConfigError, SweepFailedError, SweepStoppedError
 from sweepit.results._job_files import job_num
 from sweepit.results._status import DIRECTIONS, objective_direction
 from sweepit.results._study_file import write_study_file
@@ -265,6 +265,7 @@ class Search:
         in_flight: dict[int, Any] = {}   # job number -> trial
         next_job = self._next_free_job()
         stop: str | None = None
+        interrupted = False  # the stop is a trial interrupted (Ctrl-C, SIGTERM, scancel): no failure of the search
         try:
             while True:
                 while stop is None and len(in_flight) < n_jobs and n_counted < total:
@@ -293,11 +294,13 @@ class Search:
                         log.warning(f"the launcher returned job {job}, which this search did not start; ignored")
                         continue
                     trial = in_flight.pop(job)
-                    if self._tell(trial, job, ret):  # interrupted: Ctrl-C, SIGTERM, scancel stop the sweep
+                    why = self._tell(trial, job, ret)
+                    if why is not None:  # interrupted: Ctrl-C, SIGTERM, scancel stop the sweep
                         n_counted -= 1
-                        stop = stop or (f"trial {trial.number} (job {job}) was interrupted, so the search stops; "
-                                        "its parameters are tried again when the same command runs again on "
-                                        f"hydra.sweep.dir={self.sweep_dir}.")
+                        interrupted = interrupted or stop is None
+                        stop = stop or (f"trial {trial.number} (job {job}) was interrupted, so the search stops "
+                                        f"({why}); its parameters are tried again when the same command runs again "
+                                        f"on hydra.sweep.dir={self.sweep_dir}.")
                     if ret is not None:
                         returns.append(ret)
                 stop = stop or self._failure_stop()
@@ -310,7 +313,7 @@ class Search:
             write_results(self.sweep_dir, study, self.info)
         self._print_end()
         if stop is not None:
-            raise SweepFailedError(stop)
+            raise (SweepStoppedError if interrupted else SweepFailedError)(stop)
         return returns
 
     def _before_start(self, step: Callable[[Any], None], trial: Any, what: str) -> bool:
@@ -333,8 +336,8 @@ class Search:
         return {ENV_STORAGE: str(self.info["storage"]), ENV_STUDY: str(self.info["study_name"]),
                 ENV_TRIAL: str(number)}
 
-    def _tell(self, trial: Any, job: int, ret: Any) -> bool:
-        """Tell Optuna what became of the trial's job and log it; True when the job was interrupted."""
+    def _tell(self, trial: Any, job: int, ret: Any) -> str | None:
+        """Tell Optuna what became of the trial's job and log it; what stopped it when it was interrupted."""
         outcome = read_outcome(self.sweep_dir, job, ret, self.options.metrics, len(self.directions))
         state = tell(self.study, trial.number, trial._trial_id, outcome, self.options.diverged_value)
         best = None if self.multi else best_trial(self.study)
@@ -344,7 +347,9 @@ class Search:
                  + (f", values {shown}" if self.multi and shown is not None else "")
                  + (f": {outcome.error.splitlines()[0][:200]}" if outcome.error else "")
                  + ("" if best is None else f" (best {best.value:.4g}, trial {best.number})"))
-        return outcome.status == "interrupted"
+        if outcome.status != "interrupted":
+            return None
+        return outcome.error.splitlines()[0][:200] if outcome.error else "no error recorded"
 
     def _next_free_job(self) -> int:
         nums = [n for p in self.sweep_dir.iterdir() if p.is_dir() and (n := job_num(p)) is not None]

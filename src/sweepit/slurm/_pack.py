@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweepit._host import now_iso
-from sweepit.errors import ConfigError, QueueLimitError, SweepFailedError
+from sweepit.errors import ConfigError, QueueLimitError, SweepFailedError, SweepStoppedError
 from sweepit.results._job_files import start_clean, write_result
 from sweepit.results._manifest import (
     JobEntry,
@@ -298,7 +298,7 @@ class PackedSweep:
             progress.close()
             write_manifest(m)
         if stop is not None:
-            raise SweepFailedError(self._stopped(signal.Signals(stop).name))
+            raise SweepStoppedError(self._stopped(signal.Signals(stop).name))
         return {**follower.statuses, **following.given_up}
 
     # -- what the driver says -----------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from sweepit._signals import StopSignals
-from sweepit.errors import ConfigError, QueueLimitError, SweepFailedError
+from sweepit.errors import ConfigError, QueueLimitError, SweepFailedError, SweepStoppedError
 from sweepit.results._lock import SweepLock
 from sweepit.results._manifest import (
     FAILED_STATUSES,
@@ -181,7 +181,7 @@ class SlurmSweep:
             progress.close()
             write_manifest(manifest)  # whole, journal folded in
         if follower.stop_signal is not None:
-            raise SweepFailedError(_stopped(manifest, list(follower.pending), follower.stop_signal, self.sweep_dir))
+            raise SweepStoppedError(_stopped(manifest, list(follower.pending), follower.stop_signal, self.sweep_dir))
         if o.print_summary:
             print(summarize(self.sweep_dir), flush=True)
         report = failure_report(manifest, jobs, dict(follower.statuses), {j.num for j in skipped}, None,

@@ -1,0 +1,114 @@
+"""Swept keys that look unread: jobs that differ only in one swept key and end with identical metrics. Hydra lets
+`+lrr=0.01,0.1` add a key that nothing reads, and every job then trains alike; the end-of-sweep summary and the
+report say so, from this one rule.
+
+A key is flagged when some completed jobs differ only in it (the same value of every other override, another value
+of it), and each such job's metrics equal those of its group's first job; one group whose metrics differ clears it.
+Failed, pruned or unfinished jobs say nothing either way, and clock measures differ between runs of the same training,
+so they are not compared."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from sweepit.results._overrides import load_yaml
+
+
+class _Job(Protocol):
+    job_dir: Path
+    overrides: dict[str, str]
+    status: str
+    result: dict[str, Any]
+
+
+@dataclass(slots=True)  # slots: one per group of jobs, many in a large sweep
+class _Group:
+    value: str            # the key's value in the group's first job
+    metrics: tuple[Any, ...]
+    job_dir: Path
+    n_same: int = 0       # jobs with another value of the key and the same metrics
+
+
+def _metrics(result: dict[str, Any]) -> tuple[Any, ...] | None:
+    """The job's objective and final metrics, without clock measures (their names end in `_s`: epoch_time_s,
+    samples_per_s); None when it has none."""
+    final = result.get("final")
+    scalars = sorted((k, v) for k, v in final.items() if not k.endswith("_s") and isinstance(v, int | float | str)
+                     ) if isinstance(final, dict) else []
+    objective = result.get("objective")
+    return None if objective is None and not scalars else (objective, *scalars)
+
+
+class UnreadKeys:
+    """The rule, fed one job at a time (`add`, in any order); `lines` says which keys look unread."""
+
+    def __init__(self) -> None:
+        self._groups: dict[str, dict[int, _Group]] = {}  # key -> hash of the other overrides -> group
+        self._read: set[str] = set()                     # keys some group showed to change the metrics
+
+    @classmethod
+    def of(cls, jobs: list[Any]) -> UnreadKeys:
+        found = cls()
+        for job in jobs:
+            found.add(job)
+        return found
+
+    def add(self, job: _Job) -> None:
+        if job.status != "completed" or self._read.issuperset(job.overrides):
+            return  # once every key of a sweep is known to be read (soon, in most), a job costs this test alone
+        metrics = _metrics(job.result)
+        if metrics is None:
+            return
+        items = sorted(job.overrides.items())
+        for i, (key, value) in enumerate(items):
+            if key in self._read:
+                continue
+            groups = self._groups.setdefault(key, {})
+            others = hash((*items[:i], *items[i + 1:]))
+            group = groups.get(others)
+            if group is None:
+                groups[others] = _Group(value, metrics, job.job_dir)
+            elif value != group.value:
+                if metrics != group.metrics:
+                    self._read.add(key)
+                    del self._groups[key]  # read, for good: its groups need not be kept
+                else:
+                    group.n_same += 1
+
+    def keys(self) -> dict[str, int]:
+        """Each key that looks unread, with the number of jobs that show it (in the order keys were first seen)."""
+        found = {}
+        for key, groups in self._groups.items():
+            n = sum(g.n_same + 1 for g in groups.values() if g.n_same)
+            if n:
+                found[key] = n
+        return found
+
+    def lines(self) -> list[str]:
+        """A sentence per key that looks unread, with a known key of a similar name when the job's config has one."""
+        lines = []
+        for key, n in self.keys().items():
+            group = next(g for g in self._groups[key].values() if g.n_same)
+            close = difflib.get_close_matches(key, [k for k in _config_keys(group.job_dir) if k != key], n=1)
+            fix = (f"did you mean {close[0]}?" if close
+                   else f"check its name in a job's config ({group.job_dir / '.hydra' / 'config.yaml'})")
+            lines.append(f"{key} looks unread: the {n} jobs that differ only in {key} ended with identical metrics "
+                         f"(Hydra lets `+{key}=...` add a key that nothing reads); {fix}")
+        return lines
+
+
+def _config_keys(job_dir: Path) -> list[str]:
+    """The dotted keys of the job's composed config (`.hydra/config.yaml`), for a name close to a misspelled one."""
+    keys: list[str] = []
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                keys.append(f"{prefix}{k}")
+                walk(v, f"{prefix}{k}.")
+
+    walk(load_yaml(Path(job_dir) / ".hydra" / "config.yaml"), "")
+    return keys
