@@ -14,7 +14,7 @@ import re
 import shlex
 import signal
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -218,17 +218,27 @@ def _rerooted(m: Manifest, sweep_dir: Path) -> Manifest:
     old = m.sweep_dir
     if Path(old) == sweep_dir:
         return m
-
-    def moved(path: Any) -> Any:
-        if isinstance(path, str) and (path == old or path.startswith(old.rstrip("/") + "/")):
-            return str(sweep_dir / os.path.relpath(path, old))
-        return path
-
+    moved = rerooter(old, sweep_dir)
     m.sweep_dir = str(sweep_dir)
     for entry in m.jobs.values():
         entry.job_dir = moved(entry.job_dir)
         entry.extra = {k: moved(v) for k, v in entry.extra.items()}
     return m
+
+
+def rerooter(recorded_sweep_dir: Any, sweep_dir: Path) -> Callable[[Any], Any]:
+    """Where a path recorded under `recorded_sweep_dir` (sweep.json's `sweep_dir`) is now that the sweep is in
+    `sweep_dir`: the same place below it (a moved or copied sweep); any other value as it is."""
+    old = str(recorded_sweep_dir or "")
+    if not old or Path(old) == Path(sweep_dir).absolute():
+        return lambda path: path
+
+    def moved(path: Any) -> Any:
+        if isinstance(path, str) and (path == old or path.startswith(old.rstrip("/") + "/")):
+            return str(Path(sweep_dir).absolute() / os.path.relpath(path, old))
+        return path
+
+    return moved
 
 
 def open_manifest(sweep_dir: Path, launcher: str, argv: list[str] | None = None) -> Manifest:
