@@ -22,10 +22,10 @@ from typing import IO, Any, Protocol
 from sweepit._files import atomic_file, collector_paused
 from sweepit._host import now_iso, process_alive
 from sweepit.errors import ManifestError
-from sweepit.results._job_files import STDERR_LOG, read_record
+from sweepit.results._job_files import RESULT_FILE, STDERR_LOG, has_result, read_record
 from sweepit.results._journal import Journal, append_records, compact_now, read_journal, start_journal
 from sweepit.results._overrides import override_key
-from sweepit.results._status import FAILED_STATUSES, FINISHED_STATUSES
+from sweepit.results._status import FAILED_STATUSES, FINISHED_STATUSES, STATUSES
 
 MANIFEST_FILE = "sweep.json"
 MANIFEST_VERSION = 2  # 2: `generation`, continued by sweep.journal
@@ -35,6 +35,7 @@ __all__ = ["FAILED_STATUSES", "FINISHED_STATUSES"]  # re-exported for the launch
 _RESUME_KEYS = ("hydra.sweep.dir", "hydra.launcher.resume")
 _PLAIN_VALUE = re.compile(r"[\w./:@+-]+")
 _MAX_LISTED = 10  # failed jobs named one by one in the error that ends a sweep
+_RECORDED = tuple(s for s in STATUSES if s not in FAILED_STATUSES)  # known from a job's result.json alone
 
 
 @dataclass(slots=True)  # slots: 100,000 of them in a large sweep's driver
@@ -355,7 +356,10 @@ def failure_report(manifest: Manifest, jobs: Sequence[LaunchedJob], statuses: di
     """The message of the error that ends a sweep with failures (which jobs, their errors and logs, how to
     resume), or None when it ends cleanly. `skipped`: jobs a resume found finished before."""
     bad = [j for j in jobs if statuses.get(j.num) in FAILED_STATUSES]
-    if stop_signal is None and (not bad or not fail_on_error):
+    # Every reader of the sweep finds a job's record in the folder recorded for it: one ended there without it
+    # (the folder moved or deleted since, by the app or by hand) is as good as failed.
+    lost = [j for j in jobs if statuses.get(j.num) in _RECORDED and j.num not in skipped and not has_result(j.job_dir)]
+    if stop_signal is None and (not (bad or lost) or not fail_on_error):
         return None
     counts: dict[str, int] = {}
     for j in jobs:
@@ -365,7 +369,10 @@ def failure_report(manifest: Manifest, jobs: Sequence[LaunchedJob], statuses: di
     if stop_signal is not None:
         lines = [f"sweep stopped by {signal.Signals(stop_signal).name}: {tally} (of {len(jobs)} jobs launched)."]
     else:
-        lines = [f"{len(bad)} of {len(jobs)} jobs failed or were interrupted ({tally}):"]
+        heads = ([f"{len(bad)} of {len(jobs)} jobs failed or were interrupted"] if bad else []) + (
+            [f"{len(lost)} of {len(jobs)} jobs ended without their result.json in the folder recorded for them"]
+            if lost else [])
+        lines = [f"{'; '.join(heads)} ({tally}):"]
     for j in bad[:_MAX_LISTED]:
         error = read_record(j.job_dir).error.splitlines()
         what = error[0][:200] if error else "no error recorded"
@@ -373,6 +380,11 @@ def failure_report(manifest: Manifest, jobs: Sequence[LaunchedJob], statuses: di
         lines.append(f"    logs: {j.job_dir / STDERR_LOG}")
     if len(bad) > _MAX_LISTED:
         lines.append(f"  ... and {len(bad) - _MAX_LISTED} more (see the table above).")
+    for j in lost[:_MAX_LISTED]:
+        lines.append(f"  job {j.num} [{' '.join(j.overrides)}]: {statuses[j.num]}, but {j.job_dir / RESULT_FILE} "
+                     "is gone (its folder was moved or deleted since); a resume runs it again")
+    if len(lost) > _MAX_LISTED:
+        lines.append(f"  ... and {len(lost) - _MAX_LISTED} more (see the table above).")
     sweep_dir = Path(manifest.sweep_dir)
     lines += [
         f"Resume (finished jobs are skipped): sweepit resume {sweep_dir}",
