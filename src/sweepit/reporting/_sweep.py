@@ -16,6 +16,7 @@ from sweepit._files import collector_paused
 from sweepit.results._job_files import METRICS_FILE, read_metrics
 from sweepit.results._manifest import read_manifest_data
 from sweepit.results._overrides import app_script, config_source, load_yaml, own_key, typed_overrides
+from sweepit.results._reported import records_digest
 from sweepit.results._status import sweep_direction
 from sweepit.results._summary import (
     LAUNCH_STATES,
@@ -128,6 +129,7 @@ class Sweep:
     launcher: str = ""
     script: str = "train.py"          # the app the sweep ran (sweep.json's command), relative to where it ran
     job_config: dict[str, Any] = field(default_factory=dict)  # the first job's .hydra/config.yaml
+    records: str = ""                 # the digest of sweep.json's job records read (`records_digest`)
 
     @cached_property
     def best(self) -> JobReport | None:
@@ -289,5 +291,6 @@ def _load_sweep(sweep_dir: Path, with_metrics: bool) -> Sweep:
         fixed=fixed_overrides(rows, swept) if len(jobs) > 1 else dict(jobs[0].overrides) if jobs else {},
         config_name=config_name, config_dir=config_dir,
         launcher=str(manifest.get("launcher", "")), job_config=job_config, script=app_script(manifest, sweep_dir),
+        records=records_digest(entries.values()),
     )
 
