@@ -32,6 +32,19 @@ def run_train(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.Co
                           capture_output=True, text=True, timeout=timeout)
 
 
+def read_by_every_reader(sweep_dir: Path) -> dict[str, str]:
+    """What each reader of a sweep says of it: `sweepit summary`, `status` and `report` (their stdout; a failure's
+    stderr), and the report's results.csv."""
+    said = {}
+    for command in ("summary", "status", "report"):
+        done = subprocess.run([str(Path(sys.executable).parent / "sweepit"), command, str(sweep_dir)],
+                              capture_output=True, text=True, timeout=120)
+        said[command] = done.stdout if done.returncode == 0 else f"exit {done.returncode}: {done.stderr}"
+    csv = Path(sweep_dir) / "report" / "results.csv"
+    said["results.csv"] = csv.read_text() if csv.is_file() else "(no results.csv)"
+    return said
+
+
 def wait_until(predicate: Callable[[], bool], what: str | Callable[[], str], timeout_s: float,
                interval_s: float = 0.2) -> None:
     """Poll `predicate` until it holds; fail the test, naming `what` (or what it returns then), after `timeout_s`."""

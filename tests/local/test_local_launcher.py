@@ -112,6 +112,22 @@ def test_fail_on_error_false_exits_zero_with_the_failure_in_the_table(tmp_path: 
     assert "2 jobs: 1 completed, 1 failed" in proc.stdout
 
 
+def test_a_job_whose_folder_is_gone_at_the_end_fails_the_sweep_and_a_resume_runs_it_again(tmp_path: Path) -> None:
+    """Job 1 deletes job 0's folder after job 0 completed. Before: the end-of-sweep table counted job 0 completed
+    (sweep.json's word) though its result was nowhere, and the sweep exited 0."""
+    sweep = tmp_path / "sweep"
+    proc = run_app(sweep, "x=0,1", "remove_others_on=[1]", "hydra.launcher.n_workers=1")
+    assert proc.returncode == 1, proc.stderr
+    assert "2 jobs: 2 completed" in proc.stdout and "no result.json" in proc.stdout  # the table says what it found
+    assert "1 of 2 jobs ended without their result.json in the folder recorded for them (2 completed):" in proc.stderr
+    gone = Path(read_manifest(sweep).jobs[0].job_dir) / "result.json"
+    assert f"job 0 [x=0 remove_others_on=[1]]: completed, but {gone} is gone" in proc.stderr, proc.stderr
+    assert f"sweepit resume {sweep}" in proc.stderr
+    proc = run_app(sweep, "x=0,1", "hydra.launcher.n_workers=1", "hydra.launcher.resume=true")
+    assert proc.returncode == 0 and gone.is_file(), proc.stderr
+    assert "1 skipped (finished before)" in proc.stderr
+
+
 def test_each_job_owns_its_gpus_and_an_impossible_request_fails_alone(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "3,5"}  # no CUDA is touched: the app does not import torch

@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 
 from sweepit.results._job_files import MAX_JOB_DIR_NAME, job_dir_name, job_num
-from sweepit_testing import TINY, run_train
+from sweepit.results._manifest import read_manifest
+from sweepit_testing import REPO, TINY, read_by_every_reader, run_train
+
+ANY_HYDRA_APP = REPO / "examples" / "any_hydra_app" / "app.py"
 
 
 def test_a_name_is_one_folder_bounded_and_the_same_for_the_same_job() -> None:
@@ -52,3 +55,30 @@ def test_every_reader_finds_each_job_of_a_sweep_whose_values_hold_slashes_or_are
     assert report.returncode == 0, report.stderr
     table = (sweep / "report" / "results.csv").read_text()
     assert table.count("completed") == 2, table
+
+
+@pytest.mark.slow
+def test_an_apps_own_subdir_nests_each_job_and_every_reader_finds_it_where_the_launcher_recorded_it(
+        tmp_path: Path) -> None:
+    """examples/any_hydra_app names its jobs' folders itself (`${hydra.job.num}_${hydra.job.override_dirname}`): a
+    value holding `/` nests the job's folder, as Hydra's own launchers nest it. Before: the end-of-sweep table,
+    `sweepit summary` and the report read the folder `0_+tag=runs` for job 0 and found no result in it (both jobs
+    `pending` and exit 0; the report: `completed` without an objective, "no result.json")."""
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run([sys.executable, str(ANY_HYDRA_APP), "-m", "x=0", "+tag=runs/a,runs/b",
+                           f"hydra.sweep.dir={sweep}"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    folders = {num: Path(e.job_dir) for num, e in read_manifest(sweep).jobs.items()}
+    assert folders == {0: sweep / "0_+tag=runs" / "a,x=0", 1: sweep / "1_+tag=runs" / "b,x=0"}  # the app's layout
+    assert all((folder / "result.json").is_file() for folder in folders.values())
+    said = read_by_every_reader(sweep)
+    for reader, out in [("the end-of-sweep table", proc.stdout), *said.items()]:
+        assert "pending" not in out and "no result.json" not in out, f"{reader}:\n{out}"
+    for reader, out in [("the end-of-sweep table", proc.stdout), *((r, said[r]) for r in ("summary", "report"))]:
+        assert "2 jobs: 2 completed" in out and "best (minimize objective): job 0 = 1.25" in out, f"{reader}:\n{out}"
+    assert "2 jobs: 2 completed" in said["status"], said["status"]
+    assert said["results.csv"].count(",completed,1.25,") == 2, said["results.csv"]
+    resumed = subprocess.run([sys.executable, "-m", "sweepit.cli", "resume", str(sweep)], capture_output=True,
+                             text=True, timeout=120, cwd=tmp_path)
+    assert resumed.returncode == 0 and "2 jobs: 2 completed" in resumed.stdout, resumed.stderr[-3000:]
+    assert "job 0 completed in" not in resumed.stdout + resumed.stderr, "a resume runs no finished job again"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from hydra_plugins.sweepit.callbacks import SweepSummary
 from sweepit.cli import main as sweepit_main
 from sweepit.results._job_files import (
     CORRUPT,
@@ -24,9 +25,11 @@ from sweepit.results._job_files import (
     write_result_if_absent,
 )
 from sweepit.results._manifest import JobEntry, Manifest, read_manifest, unfinished_jobs, write_manifest
+from sweepit_testing import REPO
 
 SWEEPIT = str(Path(sys.executable).parent / "sweepit")
 SLURM_ID, SLURM_NAME = "4242", "sweepit-status-test"
+ANY_HYDRA_APP = REPO / "examples" / "any_hydra_app" / "app.py"
 
 
 def _sweep(tmp_path: Path, launcher: str, state: str, **recorded: float) -> tuple[Path, Path]:
@@ -148,3 +151,46 @@ def test_an_ended_sweep_without_its_report_says_how_to_write_it_and_watch_writes
     assert (sweep / "report" / "index.html").is_file()
     again, _ = _status(sweep, dict(os.environ))
     assert "sweepit report" not in again  # the report is there, and newer than the sweep's records
+
+
+def test_a_report_stays_current_while_slurms_word_on_ended_jobs_is_recorded_and_not_once_a_job_runs_again(
+        tmp_path: Path) -> None:
+    """Before: `sweepit status` judged the report by the time sweep.json and its journal last changed, and they change
+    when it records what Slurm last said of an ended job (its final state, its node): a finished Slurm sweep's
+    report, written at its end, was "without a report since" from the first look on."""
+    sweep, job_dir = _sweep(tmp_path, "local", "completed")
+    write_result(job_dir, {"status": "completed", "objective": 0.5})
+    assert sweepit_main(["report", str(sweep)]) == 0
+    page = sweep / "report" / "index.html"
+    written = page.stat().st_mtime - 60
+    os.utime(page, (written, written))  # written at the sweep's end, a while before anyone looks
+    m = read_manifest(sweep)
+    m.jobs[0].extra.update(slurm_state="COMPLETED", node="node1")  # as `sweepit status` records them after the end
+    write_manifest(m, [0])
+    out, _ = _status(sweep, dict(os.environ))
+    assert "sweepit report" not in out, out
+    m.jobs[0].started_at, m.jobs[0].ended_at = "2026-11-26T06:00:00.000+00:00", "2026-11-26T06:00:09.000+00:00"
+    write_manifest(m, [0])  # the job ran again since (a resume): the report shows its earlier run
+    out, _ = _status(sweep, dict(os.environ))
+    assert f"the sweep has ended, without a report since (it ran detached, or was stopped): `sweepit report {sweep}`" \
+        in " ".join(out.split())
+
+
+@pytest.mark.slow
+def test_an_app_whose_config_writes_no_report_is_told_so_not_that_it_ran_detached(tmp_path: Path) -> None:
+    """examples/any_hydra_app does not add sweepit's summary callback, which writes a sweep's report at its end.
+    Before: `sweepit status` said the sweep ran detached or was stopped; it did neither."""
+    sweep = tmp_path / "sweep"
+    done = subprocess.run([sys.executable, str(ANY_HYDRA_APP), "-m", "x=0,1", f"hydra.sweep.dir={sweep}"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0 and "2 jobs: 2 completed" in done.stdout, done.stderr[-3000:]
+    out, _ = _status(sweep, dict(os.environ))
+    assert ("the sweep has ended without a report (its config writes none: sweepit's summary callback is not among "
+            f"its hydra.callbacks): `sweepit report {sweep}` writes") in " ".join(out.split()), out
+    assert "detached" not in out
+    from sweepit.results._reported import SUMMARY_CALLBACK
+
+    assert f"{SweepSummary.__module__}.{SweepSummary.__qualname__}" == SUMMARY_CALLBACK  # the one status looks for
+    assert sweepit_main(["report", str(sweep)]) == 0
+    again, _ = _status(sweep, dict(os.environ))
+    assert "sweepit report" not in again, again

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slurm_launcher_testing import LINREG, TRAIN, job_dirs, manifest, result, run, tasks
+import pytest
+from slurm_launcher_testing import CPU_ONLY, LINREG, ROOT, TRAIN, job_dirs, manifest, result, run, sweepit, tasks
+
+from sweepit_testing import read_by_every_reader
+
+ANY_HYDRA_APP = ROOT / "examples" / "any_hydra_app" / "app.py"
 
 
 def test_four_job_sweep_is_one_array_and_ends_with_the_results_table(tmp_path: Path) -> None:
@@ -52,3 +57,35 @@ def test_gpu_counts_1_2_4_give_each_task_its_rank_and_one_gpu(tmp_path: Path) ->
     # the GPU-scaling study's table, from the sweep's report (one point per GPU count)
     html = (sweep / "report" / "index.html").read_text()
     assert "GPU scaling" in html and "efficiency" in html and "scaling.png" not in html  # embedded, not linked
+
+
+@pytest.mark.parametrize("pack", [[], ["hydra.launcher.workers=2", CPU_ONLY]], ids=["one-job-each", "packed"])
+def test_sweepit_status_finds_the_report_the_sweep_wrote_at_its_end_current(tmp_path: Path, pack: list[str]) -> None:
+    """Before: the first `sweepit status` after the sweep recorded what Slurm last said of its jobs (RUNNING, then
+    COMPLETED) into sweep.journal, then judged the report older than the sweep's records: "the sweep has ended,
+    without a report since (it ran detached, or was stopped)"."""
+    sweep = tmp_path / "sweep"
+    proc = run(TRAIN, sweep, *LINREG, "optimizer=adam,sgd", *pack)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"sweepit: report in {sweep / 'report' / 'index.html'}" in proc.stdout
+    for look in ("first", "second"):  # the first records Slurm's last word on the jobs; the second reads it back
+        status = sweepit("status", str(sweep))
+        assert status.returncode == 0 and "2 jobs: 2 completed" in status.stdout, status.stdout + status.stderr
+        assert "sweepit report" not in status.stdout, f"{look} look:\n{status.stdout}"
+
+
+def test_an_apps_own_subdir_nests_each_slurm_job_and_every_reader_finds_it_where_the_launcher_recorded_it(
+        tmp_path: Path) -> None:
+    """examples/any_hydra_app's `subdir: ${hydra.job.num}_${hydra.job.override_dirname}` nests a job whose value holds
+    `/`. Before: the end-of-sweep table and `sweepit summary` listed both jobs `pending` (exit 0), from the folder
+    `0_+tag=runs`; `sweepit status` said 2 completed."""
+    sweep = tmp_path / "sweep"
+    proc = run(ANY_HYDRA_APP, sweep, "hydra/launcher=slurm", "x=0", "+tag=runs/a,runs/b")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert Path(manifest(sweep).jobs[0].job_dir) == sweep / "0_+tag=runs" / "a,x=0"  # the app's own layout
+    said = read_by_every_reader(sweep)
+    for reader, out in [("the end-of-sweep table", proc.stdout), *said.items()]:
+        assert "pending" not in out and "no result.json" not in out, f"{reader}:\n{out}"
+    for reader, out in [("the end-of-sweep table", proc.stdout), *((r, said[r]) for r in ("summary", "status"))]:
+        assert "2 jobs: 2 completed" in out, f"{reader}:\n{out}"
+    assert said["results.csv"].count(",completed,1.25,") == 2, said["results.csv"]

@@ -29,6 +29,7 @@ from sweepit.reporting.sections import (
     Section,
     SectionBuilder,
 )
+from sweepit.results._reported import REPORT_DIR, REPORT_PAGE, write_records
 
 # The report's sections, in order; to add one, subclass SectionBuilder (sections.py) and append an instance.
 DEFAULT_SECTIONS: list[SectionBuilder] = [ResultsSection(), CurvesSection(), ParamsSection(), LinregSection(),
@@ -38,8 +39,6 @@ __all__ = [
     "DEFAULT_SECTIONS", "REPORT_DIR", "Figure", "JobReport", "Section", "SectionBuilder", "Sweep", "build_report",
     "find_sweeps", "format_listing", "load_sweep", "try_build_report", "write_report",
 ]
-
-REPORT_DIR = "report"  # inside the sweep directory; rewritten by each report
 
 
 def write_report(sweep: Sweep, builders: Sequence[SectionBuilder] | None = None) -> list[Section]:
@@ -73,7 +72,8 @@ def write_report(sweep: Sweep, builders: Sequence[SectionBuilder] | None = None)
     if table is not None:
         atomic_write(out_dir / "results.csv", to_csv(table), fsync=False)
     atomic_write(out_dir / "summary.md", render_markdown(sweep, sections), fsync=False)
-    atomic_write(out_dir / "index.html", render_html(sweep, sections), fsync=False)
+    atomic_write(out_dir / REPORT_PAGE, render_html(sweep, sections), fsync=False)
+    write_records(out_dir, sweep.records)  # what `sweepit status` asks to know whether the report is current
     return sections
 
 

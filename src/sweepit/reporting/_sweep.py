@@ -13,17 +13,19 @@ from pathlib import Path
 from typing import Any
 
 from sweepit._files import collector_paused
-from sweepit.results._job_files import METRICS_FILE, job_num, read_metrics
+from sweepit.results._job_files import METRICS_FILE, read_metrics
 from sweepit.results._manifest import read_manifest_data
 from sweepit.results._overrides import app_command, config_source, load_yaml, own_key, typed_overrides
+from sweepit.results._reported import records_digest
 from sweepit.results._status import sweep_direction
 from sweepit.results._summary import (
+    LAUNCH_STATES,
     JobRow,
     best_row,
     fixed_overrides,
-    job_dirs,
     override_values,
     read_overrides,
+    sweep_jobs,
     swept_keys,
     with_result,
 )
@@ -128,6 +130,7 @@ class Sweep:
     launcher: str = ""
     app: str = "python train.py"      # the shell words that run the sweep's app alone where it ran (`app_command`)
     job_config: dict[str, Any] = field(default_factory=dict)  # the first job's .hydra/config.yaml
+    records: str = ""                 # the digest of sweep.json's job records read (`records_digest`)
 
     @cached_property
     def best(self) -> JobReport | None:
@@ -187,15 +190,13 @@ def _manifest_jobs(sweep_dir: Path) -> tuple[dict[int, dict[str, Any]], dict[str
     return out, data
 
 
-def _read_job(job_dir: Path, entry: dict[str, Any] | None, with_metrics: bool) -> JobReport:
+def _read_job(num: int, job_dir: Path, entry: dict[str, Any] | None, with_metrics: bool) -> JobReport:
     # sweep.json's overrides when it lists the job: a YAML parse a job saved (the same values: the launcher's).
     listed = entry.get("overrides") if entry else None
     overrides = override_values(str(item) for item in listed) if isinstance(listed, list) and listed else None
-    num = job_num(job_dir)
     if overrides is None:
         overrides = read_overrides(job_dir)
-    job = with_result(JobReport(num=-1 if num is None else num, job_dir=job_dir, overrides=overrides,
-                                status="pending"))
+    job = with_result(JobReport(num=num, job_dir=job_dir, overrides=overrides, status="pending"))
     if not job.overrides and not (job_dir / ".hydra" / "overrides.yaml").is_file():
         job.add_note("no .hydra/overrides.yaml")
     if with_metrics:
@@ -203,7 +204,7 @@ def _read_job(job_dir: Path, entry: dict[str, Any] | None, with_metrics: bool) -
     if job.status == "pending":  # no result.json: the launcher's manifest knows whether it runs or waits
         state = str(entry.get("state", "")) if entry else ""
         job.status = state or "running"
-        if state not in ("", "queued", "running", "not started", "skipped"):
+        if state not in ("", *LAUNCH_STATES):
             job.add_note("no result.json")
     return job
 
@@ -232,8 +233,11 @@ def _read_needed_epochs(jobs: list[JobReport], direction: str) -> None:
 def _queued_job(entry: dict[str, Any]) -> JobReport:
     """A job the manifest lists but that has no directory yet."""
     overrides = override_values(str(item) for item in entry.get("overrides") or [])
-    return JobReport(num=int(entry["num"]), job_dir=Path(str(entry.get("job_dir", ""))), overrides=overrides,
-                     status=str(entry.get("state") or "queued"))
+    job = JobReport(num=int(entry["num"]), job_dir=Path(str(entry.get("job_dir", ""))), overrides=overrides,
+                    status=str(entry.get("state") or "queued"))
+    if job.status not in LAUNCH_STATES:  # it ended, by its record, but its folder is gone
+        job.add_note("no result.json")
+    return job
 
 
 def _created_at(sweep_dir: Path, manifest: dict[str, Any]) -> datetime:
@@ -260,12 +264,10 @@ def load_sweep(sweep_dir: Path, with_metrics: bool = True) -> Sweep:
 
 def _load_sweep(sweep_dir: Path, with_metrics: bool) -> Sweep:
     entries, manifest = _manifest_jobs(sweep_dir)
-    dirs = job_dirs(sweep_dir)
-    read_all = with_metrics and len(dirs) <= READ_ALL_METRICS_UP_TO
-    jobs = [_read_job(p, entries.get(n), read_all) for p, n in dirs]
-    seen = {j.num for j in jobs}
-    jobs += [_queued_job(e) for n, e in entries.items() if n not in seen]
-    jobs.sort(key=lambda j: j.num)
+    found = list(sweep_jobs(sweep_dir, manifest, (entries[n] for n in sorted(entries))))
+    read_all = with_metrics and sum(folder is not None for _, folder, _ in found) <= READ_ALL_METRICS_UP_TO
+    jobs = [_read_job(num, folder, entry, read_all) if folder is not None else _queued_job(entry or {"num": num})
+            for num, folder, entry in found]
 
     job_config: dict[str, Any] = {}
     for job in jobs[:5]:
@@ -295,5 +297,6 @@ def _load_sweep(sweep_dir: Path, with_metrics: bool) -> Sweep:
         fixed=fixed_overrides(rows, swept) if len(jobs) > 1 else dict(jobs[0].overrides) if jobs else {},
         config_name=config_name, config_dir=config_dir,
         launcher=str(manifest.get("launcher", "")), job_config=job_config, app=app_command(manifest, sweep_dir),
+        records=records_digest(entries.values()),
     )
 

@@ -14,7 +14,7 @@ import re
 import shlex
 import signal
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -22,10 +22,10 @@ from typing import IO, Any, Protocol
 from sweepit._files import atomic_file, collector_paused
 from sweepit._host import now_iso, process_alive
 from sweepit.errors import ManifestError
-from sweepit.results._job_files import STDERR_LOG, read_record
+from sweepit.results._job_files import RESULT_FILE, STDERR_LOG, has_result, read_record
 from sweepit.results._journal import Journal, append_records, compact_now, read_journal, start_journal
 from sweepit.results._overrides import driver_env, override_key, shell_line
-from sweepit.results._status import FAILED_STATUSES, FINISHED_STATUSES
+from sweepit.results._status import FAILED_STATUSES, FINISHED_STATUSES, STATUSES
 
 MANIFEST_FILE = "sweep.json"
 MANIFEST_VERSION = 2  # 2: `generation`, continued by sweep.journal
@@ -35,6 +35,7 @@ __all__ = ["FAILED_STATUSES", "FINISHED_STATUSES"]  # re-exported for the launch
 _RESUME_KEYS = ("hydra.sweep.dir", "hydra.launcher.resume")
 _PLAIN_VALUE = re.compile(r"[\w./:@+-]+")
 _MAX_LISTED = 10  # failed jobs named one by one in the error that ends a sweep
+_RECORDED = tuple(s for s in STATUSES if s not in FAILED_STATUSES)  # known from a job's result.json alone
 
 
 @dataclass(slots=True)  # slots: 100,000 of them in a large sweep's driver
@@ -220,17 +221,27 @@ def _rerooted(m: Manifest, sweep_dir: Path) -> Manifest:
     old = m.sweep_dir
     if Path(old) == sweep_dir:
         return m
-
-    def moved(path: Any) -> Any:
-        if isinstance(path, str) and (path == old or path.startswith(old.rstrip("/") + "/")):
-            return str(sweep_dir / os.path.relpath(path, old))
-        return path
-
+    moved = rerooter(old, sweep_dir)
     m.sweep_dir = str(sweep_dir)
     for entry in m.jobs.values():
         entry.job_dir = moved(entry.job_dir)
         entry.extra = {k: moved(v) for k, v in entry.extra.items()}
     return m
+
+
+def rerooter(recorded_sweep_dir: Any, sweep_dir: Path) -> Callable[[Any], Any]:
+    """Where a path recorded under `recorded_sweep_dir` (sweep.json's `sweep_dir`) is now that the sweep is in
+    `sweep_dir`: the same place below it (a moved or copied sweep); any other value as it is."""
+    old = str(recorded_sweep_dir or "")
+    if not old or Path(old) == Path(sweep_dir).absolute():
+        return lambda path: path
+
+    def moved(path: Any) -> Any:
+        if isinstance(path, str) and (path == old or path.startswith(old.rstrip("/") + "/")):
+            return str(Path(sweep_dir).absolute() / os.path.relpath(path, old))
+        return path
+
+    return moved
 
 
 def open_manifest(sweep_dir: Path, launcher: str, argv: list[str] | None = None) -> Manifest:
@@ -348,7 +359,10 @@ def failure_report(manifest: Manifest, jobs: Sequence[LaunchedJob], statuses: di
     """The message of the error that ends a sweep with failures (which jobs, their errors and logs, how to
     resume), or None when it ends cleanly. `skipped`: jobs a resume found finished before."""
     bad = [j for j in jobs if statuses.get(j.num) in FAILED_STATUSES]
-    if stop_signal is None and (not bad or not fail_on_error):
+    # Every reader of the sweep finds a job's record in the folder recorded for it: one ended there without it
+    # (the folder moved or deleted since, by the app or by hand) is as good as failed.
+    lost = [j for j in jobs if statuses.get(j.num) in _RECORDED and j.num not in skipped and not has_result(j.job_dir)]
+    if stop_signal is None and (not (bad or lost) or not fail_on_error):
         return None
     if stop_signal is not None:  # the jobs the stop interrupted need no line each: the stop is their error
         bad = [j for j in bad if statuses.get(j.num) != "interrupted"]
@@ -361,7 +375,10 @@ def failure_report(manifest: Manifest, jobs: Sequence[LaunchedJob], statuses: di
         lines = [f"sweep stopped by {signal.Signals(stop_signal).name}: {tally} (of {len(jobs)} jobs launched); what "
                  "finished is kept."]
     else:
-        lines = [f"{len(bad)} of {len(jobs)} jobs failed or were interrupted ({tally}):"]
+        heads = ([f"{len(bad)} of {len(jobs)} jobs failed or were interrupted"] if bad else []) + (
+            [f"{len(lost)} of {len(jobs)} jobs ended without their result.json in the folder recorded for them"]
+            if lost else [])
+        lines = [f"{'; '.join(heads)} ({tally}):"]
     for j in bad[:_MAX_LISTED]:
         error = read_record(j.job_dir).error.splitlines()
         what = error[0][:200] if error else "no error recorded"
@@ -369,6 +386,11 @@ def failure_report(manifest: Manifest, jobs: Sequence[LaunchedJob], statuses: di
         lines.append(f"    logs: {j.job_dir / STDERR_LOG}")
     if len(bad) > _MAX_LISTED:
         lines.append(f"  ... and {len(bad) - _MAX_LISTED} more (see the table above).")
+    for j in lost[:_MAX_LISTED]:
+        lines.append(f"  job {j.num} [{' '.join(j.overrides)}]: {statuses[j.num]}, but {j.job_dir / RESULT_FILE} "
+                     "is gone (its folder was moved or deleted since); a resume runs it again")
+    if len(lost) > _MAX_LISTED:
+        lines.append(f"  ... and {len(lost) - _MAX_LISTED} more (see the table above).")
     sweep_dir = Path(manifest.sweep_dir)
     lines += [
         f"Resume (finished jobs are skipped): sweepit resume {sweep_dir}",

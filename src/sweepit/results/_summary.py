@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sweepit.results._job_files import job_num, read_record
-from sweepit.results._manifest import iter_manifest
+from sweepit.results._manifest import iter_manifest, rerooter
 from sweepit.results._overrides import (
     app_command,
     config_source,
@@ -70,17 +70,56 @@ def override_values(overrides: Iterable[str]) -> dict[str, str]:
 
 
 def job_dirs(sweep_dir: Path) -> list[tuple[Path, int]]:
-    """The job directories (`<num>_<overrides>`) directly under `sweep_dir` with their numbers, unordered
-    (one directory read: no stat a job where the file system says which entries are directories)."""
+    """The directories named `<num>_...` directly under `sweep_dir` with their numbers, unordered (one directory
+    read: no stat a job where the file system says which entries are directories)."""
     base = Path(sweep_dir)
     with os.scandir(base) as entries:
         return [(base / e.name, n) for e in entries if (n := job_num(Path(e.name))) is not None and e.is_dir()]
 
 
-def read_job(job_dir: Path, overrides: dict[str, str] | None = None) -> JobRow:
+def sweep_jobs(sweep_dir: Path, head: dict[str, Any], listed: Iterable[dict[str, Any]]
+               ) -> Iterator[tuple[int, Path | None, dict[str, Any] | None]]:
+    """Every job of a sweep once, in job order: its number, its folder (None while it has none) and its sweep.json
+    record (`listed`, in job order, read with its sweep fields `head`; None where sweep.json does not list it).
+
+    The one map of a sweep's jobs to their folders, for every reader. A job sweep.json lists is in the folder its
+    launcher recorded, whatever the app's `hydra.sweep.subdir` made of the job's values (folders nested where a
+    value holds `/`, a name that does not start with the job's number); a `<num>_...` folder directly under the
+    sweep that sweep.json does not list is a job of a launcher that keeps no record (Hydra's own)."""
+    sweep_dir = Path(sweep_dir)
+    moved = rerooter(head.get("sweep_dir"), sweep_dir)
+    dirs = sorted(job_dirs(sweep_dir), key=lambda d: d[1])
+    i = 0
+    for entry in listed:
+        num = entry["num"]
+        while i < len(dirs) and dirs[i][1] < num:
+            yield dirs[i][1], dirs[i][0], None
+            i += 1
+        named = None  # a folder named for the job: where it is when its launcher has not recorded one yet
+        while i < len(dirs) and dirs[i][1] == num:
+            named = named or dirs[i][0]
+            i += 1
+        recorded = moved(entry.get("job_dir"))
+        folder = Path(recorded) if recorded and isinstance(recorded, str) else named
+        yield num, folder if folder is not None and os.path.isdir(folder) else None, entry
+    for path, num in dirs[i:]:
+        yield num, path, None
+
+
+def job_folders(sweep_dir: Path) -> dict[int, Path | None]:
+    """Every job's number and folder (`sweep_jobs`); from the `<num>_...` folders alone when sweep.json cannot be
+    read."""
+    try:
+        head, listed = iter_manifest(sweep_dir)
+        return {num: folder for num, folder, _ in sweep_jobs(sweep_dir, head, listed)}
+    except (OSError, ValueError):
+        return {num: folder for num, folder, _ in sweep_jobs(sweep_dir, {}, ())}
+
+
+def read_job(job_dir: Path, overrides: dict[str, str] | None = None, num: int | None = None) -> JobRow:
     """The job's row from its result.json; its overrides from `.hydra/overrides.yaml` unless given (from sweep.json,
-    which saves a YAML parse a job)."""
-    num = job_num(job_dir)
+    which saves a YAML parse a job); its number from the folder's name unless given (from sweep.json)."""
+    num = job_num(job_dir) if num is None else num
     return with_result(JobRow(num=-1 if num is None else num, job_dir=job_dir,
                               overrides=read_overrides(job_dir) if overrides is None else overrides, status="pending"))
 
@@ -100,9 +139,12 @@ def with_result(row: Row) -> Row:
 
 
 def collect(sweep_dir: Path) -> list[JobRow]:
-    """Every job directory (`<num>_<overrides>`) directly under `sweep_dir`, in job-number order."""
-    rows = [read_job(p) for p, _ in job_dirs(sweep_dir)]
-    return sorted(rows, key=lambda r: r.num)
+    """Every job of the sweep (`sweep_jobs`), in job-number order."""
+    try:
+        head, listed = iter_manifest(sweep_dir)
+        return list(_every_job(sweep_dir, head, listed))
+    except (OSError, ValueError):  # sweep.json is optional; a damaged one is `sweepit status`'s to explain
+        return list(_every_job(sweep_dir, {}, iter(())))
 
 
 def best_row(rows: list[JobRow], direction: str) -> JobRow | None:
@@ -175,19 +217,18 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
     and says how many it left out; the counts, the best job and the overrides every job shares still cover every
     job. The jobs are read one at a time and only the rows shown are kept, so that the summary of 100,000 jobs,
     which a driver prints at the end, holds a few hundred rows and not 100,000."""
-    dirs = sorted(job_dirs(sweep_dir), key=lambda d: d[1])
     study = read_study_file(sweep_dir) or {}
     directions = study.get("directions")
     multi = isinstance(directions, list) and len(directions) > 1
     try:
         manifest, listed = iter_manifest(sweep_dir)
         tally = _Tally(max_rows, multi)
-        for row in _every_job(dirs, listed):
+        for row in _every_job(sweep_dir, manifest, listed):
             tally.add(row)
     except (OSError, ValueError):  # sweep.json is optional; a damaged one is `sweepit status`'s to explain
         manifest, tally = {}, _Tally(max_rows, multi)
-        for path, _ in dirs:
-            tally.add(read_job(path))
+        for row in _every_job(sweep_dir, {}, iter(())):
+            tally.add(row)
     if not tally.n:
         return f"No jobs found in {sweep_dir}."
     direction = sweep_direction(sweep_dir, [tally.direction])
@@ -221,37 +262,29 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
     return "\n".join(parts)
 
 
-# A job without result.json whose sweep.json record says more than `pending`.
-_LAUNCH_STATES = ("queued", "running", "not started")
+# The sweep.json states of a job that has not ended (any other is how it ended, which its result.json says).
+LAUNCH_STATES = ("queued", "running", "not started")
 
 
-def _every_job(dirs: list[tuple[Path, int]], listed: Iterator[dict[str, Any]]) -> Iterator[JobRow]:
-    """Each job once, in job order: from its directory (with sweep.json's overrides when it lists the job, which
-    saves a YAML parse, and its state while there is no result.json), or from its sweep.json record alone."""
-    entry = next(listed, None)
-    for path, num in dirs:
-        while entry is not None and entry["num"] < num:
-            yield _listed_job(entry)
-            entry = next(listed, None)
-        mine = entry if entry is not None and entry["num"] == num else None
-        given = mine.get("overrides") if mine else None
-        row = read_job(path, override_values(str(o) for o in given) if isinstance(given, list) and given else None)
-        if mine is not None:
-            if row.status == "pending" and mine.get("state") in _LAUNCH_STATES:
-                row.status = str(mine["state"])
-            entry = next(listed, None)
+def _every_job(sweep_dir: Path, head: dict[str, Any], listed: Iterator[dict[str, Any]]) -> Iterator[JobRow]:
+    """Each job's row once, in job order (`sweep_jobs`): from its folder, with sweep.json's overrides when it lists
+    the job (which saves a YAML parse) and its state while there is no result.json; from its record alone while
+    it has no folder."""
+    for num, folder, entry in sweep_jobs(sweep_dir, head, listed):
+        given = entry.get("overrides") if entry else None
+        overrides = override_values(str(o) for o in given) if isinstance(given, list) else None
+        if folder is not None:
+            row = read_job(folder, overrides or None, num)
+        else:
+            assert entry is not None
+            row = JobRow(num=num, job_dir=Path(str(entry.get("job_dir") or "")), overrides=overrides or {},
+                         status="pending")
+        state = str(entry.get("state") or "queued") if entry else ""
+        if row.status == "pending" and state:
+            row.status = state  # the launcher's word: queued, running, or how it ended (with the file missing)
+            if state not in LAUNCH_STATES:
+                row.note = "no result.json"  # as the report says
         yield row
-    while entry is not None:
-        yield _listed_job(entry)
-        entry = next(listed, None)
-
-
-def _listed_job(entry: dict[str, Any]) -> JobRow:
-    """A job sweep.json lists that has no directory (not started, or queued on Slurm)."""
-    given = entry.get("overrides")
-    return JobRow(num=int(entry["num"]), job_dir=Path(str(entry.get("job_dir") or "")),
-                  overrides=override_values(str(o) for o in given) if isinstance(given, list) else {},
-                  status=str(entry.get("state") or "queued"))
 
 
 class _Tally:

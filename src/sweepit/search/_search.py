@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from sweepit.errors import ConfigError, SweepFailedError, SweepStoppedError
-from sweepit.results._job_files import job_num
 from sweepit.results._status import DIRECTIONS, objective_direction
 from sweepit.results._study_file import write_study_file
-from sweepit.results._summary import summarize
+from sweepit.results._summary import job_folders, summarize
 from sweepit.search._pruning import (
     ENV_STORAGE,
     ENV_STUDY,
@@ -352,8 +351,7 @@ class Search:
         return outcome.error.splitlines()[0][:200] if outcome.error else "no error recorded"
 
     def _next_free_job(self) -> int:
-        nums = [n for p in self.sweep_dir.iterdir() if p.is_dir() and (n := job_num(p)) is not None]
-        return max(nums, default=-1) + 1
+        return max(job_folders(self.sweep_dir), default=-1) + 1
 
     def _failure_stop(self) -> str | None:
         failed, finished = failure_rate(self.study)

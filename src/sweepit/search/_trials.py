@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from sweepit.results._job_files import CORRUPT, JobRecord, read_record, returned_fields, write_result_if_absent
-from sweepit.results._job_files import job_num as dir_job_num
 from sweepit.results._status import objective_values
+from sweepit.results._summary import job_folders
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,8 @@ class Outcome:
 
 
 def find_job_dir(sweep_dir: Path, num: int, ret: Any = None) -> Path | None:
-    """The job's directory: from its JobReturn's config when it says, else the sweep directory's `<num>_*`."""
+    """The job's directory: from its JobReturn's config when it says, else where its launcher recorded it (or the
+    sweep directory's `<num>_*`: `job_folders`)."""
     for cfg in (getattr(ret, "hydra_cfg", None), getattr(ret, "cfg", None)):
         try:
             out = cfg.hydra.runtime.output_dir if cfg is not None else None
@@ -117,12 +118,9 @@ def find_job_dir(sweep_dir: Path, num: int, ret: Any = None) -> Path | None:
         if out:
             return Path(str(out))
     try:
-        for path in sweep_dir.iterdir():
-            if path.is_dir() and dir_job_num(path) == num:
-                return path
+        return job_folders(sweep_dir).get(num)
     except OSError:
-        pass
-    return None
+        return None
 
 
 def read_outcome(sweep_dir: Path, num: int, ret: Any, metrics: list[str] | None = None, n_values: int = 1

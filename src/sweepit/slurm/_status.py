@@ -9,6 +9,7 @@ from sweepit.results._live import LiveReader, sweep_eta_s
 from sweepit.results._lock import SweepLock
 from sweepit.results._manifest import FINISHED_STATUSES, Manifest, read_manifest, settle_orphans, write_manifest
 from sweepit.results._progress import format_duration
+from sweepit.results._reported import REPORT_DIR, REPORT_PAGE, report_shows, reports_at_end
 from sweepit.results._summary import MAX_ROWS, JobRow, format_table, override_values, read_job
 from sweepit.slurm._states import LIVE_STATES, PACKED, refresh, slurm_id
 from sweepit.slurm._workers import adopt_trials, workers_alive
@@ -114,9 +115,13 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
         lines.append(f"{len(ids)} {'packed' if m.workers.get(PACKED) else 'Optuna'} worker(s) of Slurm job(s) "
                      f"{' '.join(arrays)} run {what}; cancel them with `scancel {' '.join(arrays)}`.")
     going = bool(live_jobs) or driver is not None or workers
-    if not going and not report_is_current(Path(m.sweep_dir)):
-        lines.append(f"the sweep has ended, without a report since (it ran detached, or was stopped): `sweepit "
-                     f"report {m.sweep_dir}` writes its tables and plots into {Path(m.sweep_dir) / 'report'}/.")
+    if not going and not report_is_current(Path(m.sweep_dir), m):
+        report_dir = Path(m.sweep_dir) / REPORT_DIR
+        ended = ("the sweep has ended without a report (its config writes none: sweepit's summary callback is not "
+                 "among its hydra.callbacks)"
+                 if not (report_dir / REPORT_PAGE).exists() and reports_at_end(Path(m.sweep_dir)) is False
+                 else "the sweep has ended, without a report since (it ran detached, or was stopped)")
+        lines.append(f"{ended}: `sweepit report {m.sweep_dir}` writes its tables and plots into {report_dir}/.")
     return "\n".join(lines), going
 
 
@@ -134,15 +139,8 @@ def _settle_unclaimed(m: Manifest) -> list[int]:
     return waiting
 
 
-def report_is_current(sweep_dir: Path) -> bool:
-    """Whether `<sweep>/report/index.html` was written after the sweep's records last changed (sweep.json and its
-    journal)."""
-    from sweepit.results._journal import journal_path
-    from sweepit.results._manifest import manifest_path
-
-    try:
-        written = (sweep_dir / "report" / "index.html").stat().st_mtime
-    except OSError:
-        return False
-    changed = [p.stat().st_mtime for p in (manifest_path(sweep_dir), journal_path(sweep_dir)) if p.exists()]
-    return not changed or written >= max(changed)
+def report_is_current(sweep_dir: Path, m: Manifest | None = None) -> bool:
+    """Whether `<sweep>/report/` was built from the sweep's job records as they are (`m`: sweep.json's, brought up
+    to date; read when not given)."""
+    m = read_manifest(sweep_dir) if m is None else m
+    return report_shows(sweep_dir, m.jobs.values())

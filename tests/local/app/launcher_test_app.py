@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -50,6 +51,10 @@ def main(cfg: DictConfig) -> float:
     if x in cfg.ignore_term_on:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if x in cfg.get("remove_others_on", []):  # an app's clean-up of other runs' folders
+        for other in job_dir.parent.iterdir():
+            if other.is_dir() and other != job_dir and other.name[0].isdigit():
+                shutil.rmtree(other)
     if x in (*cfg.hang_on, *cfg.spawn_on, *cfg.ignore_term_on):
         time.sleep(600)
     times["end"] = end = time.time()

@@ -1,0 +1,66 @@
+"""Whether a sweep's report (`<sweep>/report/`) shows its jobs as they are: the report keeps, beside its page, a digest
+of the launcher's job records it was built from, which `sweepit status` compares with the records as they are now.
+
+The records' files change for more than the jobs: `sweepit status` records a Slurm job's last queue state and node
+after the sweep ended, which changes nothing a report shows; so the time of their last change does not say whether a
+report is current.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from sweepit._files import atomic_write
+from sweepit.results._manifest import JobEntry
+from sweepit.results._overrides import load_yaml
+
+REPORT_DIR = "report"  # inside the sweep directory; rewritten by each report
+REPORT_PAGE = "index.html"
+RECORDS_FILE = ".records.json"  # in REPORT_DIR, written after the page: the records the page was built from
+# The callback that writes a sweep's report when its driver ends (hydra_plugins.sweepit.callbacks.SweepSummary).
+SUMMARY_CALLBACK = "hydra_plugins.sweepit.callbacks.SweepSummary"
+
+
+def records_digest(jobs: Iterable[JobEntry | Mapping[str, Any]]) -> str:
+    """A digest of each job's number, state, start and end, in job order (sweep.json's records, as read or as
+    `read_manifest` gives them): it changes when a job is added, starts, ends or runs again, and not when Slurm
+    bookkeeping (queue state, node, reason) or a moved sweep's paths do."""
+    rows = [(j.num, f"{j.num}\t{j.state}\t{j.started_at}\t{j.ended_at}") if isinstance(j, JobEntry)
+            else (j.get("num"), f"{j.get('num')}\t{j.get('state')}\t{j.get('started_at')}\t{j.get('ended_at')}")
+            for j in jobs]
+    rows.sort(key=lambda row: row[0] if isinstance(row[0], int) else -1)
+    return hashlib.sha256("\n".join(line for _, line in rows).encode()).hexdigest()
+
+
+def write_records(report_dir: Path, digest: str) -> None:
+    """Record which job records the report in `report_dir` was built from (after its page: a page without it, or
+    with an older one, is taken for out of date)."""
+    atomic_write(Path(report_dir) / RECORDS_FILE, json.dumps({"records": digest}) + "\n", fsync=False)
+
+
+def report_shows(sweep_dir: Path, jobs: Iterable[JobEntry | Mapping[str, Any]]) -> bool:
+    """Whether `<sweep>/report/` was built from the job records `jobs` (sweep.json's, brought up to date)."""
+    report = Path(sweep_dir) / REPORT_DIR
+    if not (report / REPORT_PAGE).is_file():
+        return False
+    try:
+        built_from = json.loads((report / RECORDS_FILE).read_text()).get("records")
+    except (OSError, ValueError, AttributeError):
+        return False  # a report of an older sweepit, or cut short: `sweepit report` writes it again
+    return bool(built_from == records_digest(jobs))
+
+
+def reports_at_end(sweep_dir: Path) -> bool | None:
+    """Whether the sweep's driver writes its report when the sweep ends: the config Hydra kept (multirun.yaml) has
+    sweepit's summary callback, its `report` on. None when there is no multirun.yaml to tell."""
+    data = load_yaml(Path(sweep_dir) / "multirun.yaml")
+    hydra = data.get("hydra") if isinstance(data, dict) else None
+    if not isinstance(hydra, dict):
+        return None
+    callbacks = hydra.get("callbacks")
+    return any(isinstance(c, dict) and c.get("_target_") == SUMMARY_CALLBACK and c.get("report", True) is not False
+               for c in (callbacks.values() if isinstance(callbacks, dict) else ()))
