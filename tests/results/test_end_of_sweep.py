@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import shlex
 import sys
+from html import escape
 from pathlib import Path
 
+import pytest
 import yaml
 
+from sweepit.cli import main
 from sweepit.reporting import format_listing, load_sweep
 from sweepit.reporting.table import best_lines
-from sweepit.results._job_files import write_result
+from sweepit.results._job_files import ERROR_LINE_CHARS, read_record, write_result
 from sweepit.results._manifest import JobEntry, Manifest, iter_manifest, read_manifest_data, write_manifest
-from sweepit.results._summary import summarize
+from sweepit.results._summary import collect, summarize
+from sweepit_testing import TINY, run_train
 
 
 def _job(sweep: Path, num: int, overrides: list[str], result: dict[str, object] | None) -> str:
@@ -88,3 +92,41 @@ def test_sweep_json_read_one_job_at_a_time_equals_it_read_whole(tmp_path: Path) 
     assert [j["state"] for j in streamed] == ["completed", "queued", "running", "running", "queued", "queued"]
     assert streamed == whole.pop("jobs") and head == whole
     assert iter_manifest(tmp_path / "none")[0] == {}
+
+
+@pytest.mark.slow
+def test_a_failed_jobs_fix_reaches_the_table_the_failure_list_and_the_report(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`task=mnist` without its files: result.json said "... Fix: run `sweepit data download mnist ...`", but the
+    end-of-sweep table's note and failure list were cut just before "Fix:", and the report had no fix at all."""
+    root, sweep = tmp_path / "no-mnist", tmp_path / "sweep"
+    done = run_train(["-m", "task=mnist", f"data.root={root}", *TINY, f"hydra.sweep.dir={sweep}"], tmp_path)
+    assert done.returncode == 1, done.stderr[-2000:]
+    fix = (f"Fix: run `sweepit data download mnist --root {root}`, or set data.root=<folder with the files>, or "
+           "data.synthetic=true to train on generated images.")
+    (job,) = [p for p in sweep.iterdir() if p.name.startswith("0_")]
+    assert read_record(job).error.endswith(fix)
+    (row,) = [line for line in done.stdout.splitlines() if line.startswith("0 ")]  # the table's note
+    assert row.endswith(fix), row
+    (failure,) = [line for line in done.stderr.splitlines() if line.startswith("  job 0 [")]
+    assert failure.endswith(fix), failure
+    assert escape(fix, quote=False) in (sweep / "report" / "index.html").read_text()
+    assert fix in (sweep / "report" / "summary.md").read_text()
+    assert main(["report", str(sweep)]) == 0  # `sweepit report`'s table too
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("0 ")]
+    assert row.endswith(fix), row
+
+
+def test_a_long_error_loses_its_middle_never_its_rule_value_or_fix(tmp_path: Path) -> None:
+    """The one shortening of a job's error (error_line): the rule it opens with, the value it ends with before the
+    fix, and the fix whole, on whichever line the fix stands."""
+    sweep = tmp_path / "sweep"
+    files = ", ".join(f"part-{i:03d}.bin" for i in range(60))
+    long = f"DataMissingError: the data set needs its 60 files in data.root, but {files} are not in /data/x."
+    _job(sweep, 0, ["lr=0.1"], {"status": "failed", "error": f"{long} Fix: run `make data`."})
+    _job(sweep, 1, ["lr=0.2"], {"status": "failed", "error": f"{long}\n  (details)\nFix: run `make data`."})
+    notes = [job.note for job in collect(sweep)]
+    for note in notes:
+        assert note.startswith("DataMissingError: the data set needs its 60 files in data.root, but part-000.bin")
+        assert note.endswith("are not in /data/x. Fix: run `make data`."), note
+        assert " … " in note and len(note) == ERROR_LINE_CHARS

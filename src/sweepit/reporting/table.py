@@ -91,12 +91,14 @@ def to_csv(table: Table) -> str:
     return out.getvalue()
 
 
-def to_text(table: Table, max_rows: int = 0, drop: tuple[str, ...] = ("job_dir",), note_width: int = 60) -> str:
-    """An aligned table for the terminal; the first `max_rows` rows (0: all) and a line saying how many were left."""
+def to_text(table: Table, max_rows: int = 0, drop: tuple[str, ...] = ("job_dir",), cell_width: int = 60) -> str:
+    """An aligned table for the terminal; the first `max_rows` rows (0: all) and a line saying how many were left.
+    Cells are cut to `cell_width`, but for the note: the last column, already short (an error keeps its fix)."""
     keep = [i for i, c in enumerate(table.columns) if c not in drop]
     header = [table.columns[i] for i in keep]
     shown = table.rows if max_rows <= 0 else table.rows[:max_rows]
-    body = [[_clip(fmt(row[i]), note_width) for i in keep] for row in shown]
+    widths_at = [0 if table.columns[i] == "note" else cell_width for i in keep]
+    body = [[_clip(fmt(row[i]), w) for i, w in zip(keep, widths_at, strict=True)] for row in shown]
     widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in [header, *body]]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -106,7 +108,7 @@ def to_text(table: Table, max_rows: int = 0, drop: tuple[str, ...] = ("job_dir",
 
 
 def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return text if width <= 0 or len(text) <= width else text[: width - 1] + "…"
 
 
 def kept_rows(table: Table, direction: str) -> tuple[list[int], str]:

@@ -93,8 +93,8 @@ def with_result(row: Row) -> Row:
     result = read.result
     objective = result.get("objective")
     row.objective = float(objective) if isinstance(objective, int | float) else None
-    if row.status in ("failed", "interrupted") and result.get("error"):
-        row.note = str(result["error"]).splitlines()[0][:120]
+    if row.status in ("failed", "interrupted") and read.error:
+        row.note = read.error_line
     return row
 
 
