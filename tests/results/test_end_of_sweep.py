@@ -3,6 +3,7 @@ directory too, and the best job as it was typed, with the command that trains it
 
 from __future__ import annotations
 
+import csv
 import shlex
 import sys
 from html import escape
@@ -16,6 +17,7 @@ from sweepit.reporting import format_listing, load_sweep
 from sweepit.reporting.table import best_lines
 from sweepit.results._job_files import ERROR_LINE_CHARS, read_record, write_result
 from sweepit.results._manifest import JobEntry, Manifest, iter_manifest, read_manifest_data, write_manifest
+from sweepit.results._overrides import short_value
 from sweepit.results._summary import collect, summarize
 from sweepit_testing import TINY, run_train
 
@@ -130,3 +132,24 @@ def test_a_long_error_loses_its_middle_never_its_rule_value_or_fix(tmp_path: Pat
         assert note.startswith("DataMissingError: the data set needs its 60 files in data.root, but part-000.bin")
         assert note.endswith("are not in /data/x. Fix: run `make data`."), note
         assert " … " in note and len(note) == ERROR_LINE_CHARS
+
+
+@pytest.mark.slow
+def test_swept_floats_print_short_in_tables_and_stay_exact_where_read_back(tmp_path: Path) -> None:
+    """Optuna's 17-digit learning rates filled the tables: they print as 4 significant digits, as every number there
+    does; results.csv, the best line and the reproduce line keep them exact (pasted, read back)."""
+    sweep, rates = tmp_path / "sweep", ("0.014979790991763152", "0.0012367478733290437")  # as repr() writes them
+    done = run_train(["-m", "task=linreg", f"lr={','.join(rates)}", "seed=12345678901", *TINY,
+                      f"hydra.sweep.dir={sweep}"], tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {line.split()[0]: line.split() for line in done.stdout.splitlines() if line[:2] in ("0 ", "1 ")}
+    assert [rows["0"][1], rows["1"][1]] == ["0.01498", "0.001237"], rows
+    best = next(line for line in done.stdout.splitlines() if line.startswith("best "))
+    assert any(f"lr={rate}" in best for rate in rates), best
+    report = sweep / "report"
+    with open(report / "results.csv") as f:
+        assert sorted(row["lr"] for row in csv.DictReader(f)) == sorted(rates)
+    page = (report / "index.html").read_text()
+    assert f'title="{rates[0]}">0.01498</td>' in page and ">0.01498 " not in page
+    assert "| 0.001237 |" in (report / "summary.md").read_text()
+    assert short_value("12345678901") == "12345678901" and short_value("1e-05") == "1e-05"  # integers, short floats

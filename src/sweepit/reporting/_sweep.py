@@ -15,7 +15,14 @@ from typing import Any
 from sweepit._files import collector_paused
 from sweepit.results._job_files import METRICS_FILE, job_num, read_metrics
 from sweepit.results._manifest import read_manifest_data
-from sweepit.results._overrides import app_script, config_source, load_yaml, own_key, typed_overrides
+from sweepit.results._overrides import (
+    app_script,
+    config_source,
+    load_yaml,
+    own_key,
+    short_value,
+    typed_overrides,
+)
 from sweepit.results._status import sweep_direction
 from sweepit.results._summary import (
     JobRow,
@@ -147,7 +154,7 @@ class Sweep:
     def job_label(self, job: JobReport, width: int = 60, short: bool = False) -> str:
         """The job's swept overrides, `key=value` joined, shortened to `width` characters; `short`: numbers to 4
         significant digits (a legend's labels: Optuna samples 17-digit floats)."""
-        text = " ".join(f"{k}={_short(job.overrides.get(k, '')) if short else job.overrides.get(k, '')}"
+        text = " ".join(f"{k}={short_value(job.overrides.get(k, '')) if short else job.overrides.get(k, '')}"
                         for k in self.swept) or job.label
         return text if len(text) <= width else text[: width - 1] + "…"
 
@@ -156,16 +163,6 @@ class Sweep:
         """The job's swept overrides as they were typed (`+model.hidden=64`: pasteable), else its label."""
         swept = set(self.swept)
         return " ".join(o for o in typed_overrides(job.job_dir) if own_key(o) in swept) or self.job_label(job, 200)
-
-
-def _short(value: str) -> str:
-    """`0.0148442769549417` -> `0.01484`; other values as they are."""
-    try:
-        number = float(value)
-    except ValueError:
-        return value
-    short = f"{number:.4g}"
-    return short if len(short) < len(value) else value
 
 
 def _manifest_jobs(sweep_dir: Path) -> tuple[dict[int, dict[str, Any]], dict[str, Any]]:

@@ -52,6 +52,8 @@ def _table(table: Table, direction: str = "minimize") -> str:
                 cells.append(f'<td class="path" title="{text}">{text}</td>')
             elif isinstance(value, int | float) and not isinstance(value, bool):
                 cells.append(f'<td class="num" title="{escape(repr(value))}">{text}</td>')
+            elif text != escape(str(value)):  # a swept value shortened: the exact one on hover
+                cells.append(f'<td class="num" title="{escape(str(value))}">{text}</td>')
             else:
                 cells.append(f"<td>{text}</td>")
         attrs = ' class="best"' if i == table.best else ""

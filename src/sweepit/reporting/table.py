@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sweepit.reporting._sweep import JobReport, Sweep, finite
-from sweepit.results._overrides import rerun_command, typed_overrides
+from sweepit.results._overrides import rerun_command, short_value, typed_overrides
 
 # Final metrics shown first, in this order; other scalars follow in the order the training loop logs them.
 _METRIC_ORDER = ("train_loss", "train_acc", "val_loss", "val_acc")
@@ -72,13 +72,15 @@ def _row(sweep: Sweep, job: JobReport, metrics: list[str], inside: str) -> list[
 
 
 def fmt(value: Any, empty: str = "-") -> str:
-    """A cell for people: 4 significant digits, `-` for nothing."""
+    """A cell for people: 4 significant digits (a swept value's too, typed as text), `-` for nothing."""
     if value is None or value == "":
         return empty
     if isinstance(value, float):
         if not math.isfinite(value):
             return str(value)
         return f"{value:.4g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.3e}"
+    if isinstance(value, str):
+        return short_value(value)
     return str(value)
 
 

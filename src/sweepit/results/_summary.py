@@ -18,6 +18,7 @@ from sweepit.results._overrides import (
     load_yaml,
     own_key,
     rerun_command,
+    short_value,
     typed_overrides,
 )
 from sweepit.results._status import objective_values, pareto_front, sweep_direction
@@ -154,7 +155,7 @@ def format_table(rows: list[JobRow], keys: list[str] | None = None) -> str:
     timed = any("epoch_time_s_mean" in r.result for r in rows)
     header = ["job", *keys, "status", "objective", *metrics, *([EPOCH_TIME] if timed else []), "time_s", "note"]
     body = [
-        [str(r.num), *(r.overrides.get(k, "") for k in keys), r.status, _fmt(r.objective),
+        [str(r.num), *(short_value(r.overrides.get(k, "")) for k in keys), r.status, _fmt(r.objective),
          *(_fmt(r.final.get(m)) for m in metrics), *([_fmt(r.result.get("epoch_time_s_mean"))] if timed else []),
          _seconds(r.result.get("wall_time_s")), r.note]
         for r in rows
