@@ -54,7 +54,7 @@ class JobReport(JobRow):
     """summary's JobRow with what a report adds: the per-epoch rows of `metrics.jsonl`."""
 
     epochs: list[dict[str, Any]] = field(default_factory=list)
-    _n_gpus: int | None = field(default=None, init=False, repr=False, compare=False)
+    _config: tuple[int, str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def add_note(self, note: str) -> None:
         self.note = f"{self.note}; {note}" if self.note else note
@@ -89,25 +89,34 @@ class JobReport(JobRow):
 
     @property
     def n_gpus(self) -> int:
-        """`world_size` from result.json; else `trainer.gpus` from the job's config (a launcher's result lacks it,
-        read once)."""
+        """`world_size` from result.json (its devices: GPUs, or ranks on CPU); else `trainer.gpus` from the job's
+        config (a launcher's result lacks it)."""
         gpus = self.result.get("world_size")
         if isinstance(gpus, int):
             return gpus if gpus > 0 else 1
-        if self._n_gpus is None:
-            self._n_gpus = self._configured_gpus()
-        return self._n_gpus
+        return self._configured()[0]
 
-    def _configured_gpus(self) -> int:
-        config = load_yaml(self.job_dir / ".hydra" / "config.yaml")
-        trainer = config.get("trainer") if isinstance(config, dict) else None
-        gpus = trainer.get("gpus") if isinstance(trainer, dict) else None
-        return gpus if isinstance(gpus, int) and gpus > 0 else 1
+    @property
+    def on_cpu(self) -> bool:
+        """Whether the job ran on CPU: result.json's `device`, else its config's (`device=cpu`)."""
+        device = self.result.get("device")
+        return (self._configured()[1] if device is None else str(device)) == "cpu"
+
+    def _configured(self) -> tuple[int, str]:
+        """`trainer.gpus` and `device` from the job's config (read once)."""
+        if self._config is None:
+            config = load_yaml(self.job_dir / ".hydra" / "config.yaml")
+            config = config if isinstance(config, dict) else {}
+            trainer = config.get("trainer")
+            gpus = trainer.get("gpus") if isinstance(trainer, dict) else None
+            self._config = (gpus if isinstance(gpus, int) and gpus > 0 else 1, str(config.get("device", "")))
+        return self._config
 
     @property
     def gpu_hours(self) -> float | None:
+        """Devices x wall time; None for a job on CPU, whose ranks are no GPUs."""
         wall = self.wall_time_s
-        return None if wall is None else self.n_gpus * wall / 3600
+        return None if wall is None or self.on_cpu else self.n_gpus * wall / 3600
 
     @property
     def best_epoch(self) -> int | None:

@@ -48,26 +48,28 @@ def final_metric_keys(jobs: list[JobReport]) -> list[str]:
 
 
 def results_table(sweep: Sweep) -> Table:
-    """job, one column per swept parameter, status, objective, final metrics, timing, GPU-hours, job dir, note."""
+    """job, one column per swept parameter, status, objective, final metrics, timing, GPU-hours (where a job ran on
+    GPUs), job dir, note."""
     metrics = final_metric_keys(sweep.jobs)
     # A metric named like a swept parameter (the loop's last-epoch `lr` beside a swept `lr`) is `final_<name>`:
     # every column name is unique and says what it holds.
     names = [f"final_{m}" if m in sweep.swept else m for m in metrics]
+    gpus = any(job.gpu_hours is not None for job in sweep.jobs)
     columns = ["job", *sweep.swept, "status", "objective", *names, "best_epoch", "epochs",
-               "epoch_time_s", "wall_time_s", "gpu_hours", "job_dir", "note"]
+               "epoch_time_s", "wall_time_s", *(["gpu_hours"] if gpus else []), "job_dir", "note"]
     inside = f"{sweep.sweep_dir}{os.sep}"
-    rows = [_row(sweep, job, metrics, inside) for job in sweep.jobs]
+    rows = [_row(sweep, job, metrics, inside, gpus) for job in sweep.jobs]
     best = sweep.best
     return Table(columns, rows, best=None if best is None else sweep.jobs.index(best),
                  statuses=[job.status for job in sweep.jobs])
 
 
-def _row(sweep: Sweep, job: JobReport, metrics: list[str], inside: str) -> list[Any]:
+def _row(sweep: Sweep, job: JobReport, metrics: list[str], inside: str, gpus: bool) -> list[Any]:
     last = job.last
     job_dir = str(job.job_dir)  # relative to the sweep directory when inside it (a string test: 100,000 rows)
     return [job.num, *(job.overrides.get(k) for k in sweep.swept), job.status, job.objective,
             *(last.get(m) for m in metrics), job.best_epoch, job.n_epochs or None,
-            job.epoch_time_s, job.wall_time_s, job.gpu_hours,
+            job.epoch_time_s, job.wall_time_s, *([job.gpu_hours] if gpus else []),
             job_dir[len(inside):] if job_dir.startswith(inside) else job_dir, job.note]
 
 
