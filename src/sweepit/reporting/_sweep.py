@@ -23,7 +23,7 @@ from sweepit.results._overrides import (
     short_value,
     typed_overrides,
 )
-from sweepit.results._status import sweep_direction
+from sweepit.results._status import measures_speed, sweep_direction
 from sweepit.results._summary import (
     JobRow,
     best_row,
@@ -145,8 +145,15 @@ class Sweep:
     job_config: dict[str, Any] = field(default_factory=dict)  # the first job's .hydra/config.yaml
 
     @cached_property
+    def measures_speed(self) -> bool:
+        """A speed study: its jobs differ only in their device count and repeats (results' `measures_speed`)."""
+        return measures_speed(self.jobs, self.swept)
+
+    @cached_property
     def best(self) -> JobReport | None:
-        """The best job (computed once: a report asks for it in every section)."""
+        """The best job (computed once: a report asks for it in every section); none in a speed study."""
+        if self.measures_speed:
+            return None
         best = best_row(list(self.jobs), self.direction)
         return best if isinstance(best, JobReport) else None
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from sweepit.reporting._sweep import JobReport, Sweep, finite
 from sweepit.results._overrides import rerun_command, short_value, typed_overrides
+from sweepit.results._status import speed_study_line
 
 # Final metrics shown first, in this order; other scalars follow in the order the training loop logs them.
 _METRIC_ORDER = ("train_loss", "train_acc", "val_loss", "val_acc")
@@ -154,6 +155,8 @@ def reproduce_command(sweep: Sweep, job: JobReport) -> str:
 def best_lines(sweep: Sweep) -> list[str]:
     """The best job and the command line that runs it again, or why there is none."""
     best = sweep.best
+    if sweep.measures_speed:
+        return [speed_study_line(sweep.swept, sweep.metric)]
     if best is None:
         return [f"no completed job with a finite {sweep.metric} yet"]
     return [f"best ({sweep.direction} {sweep.metric}): job {best.num} = {fmt(finite(best.objective))}"

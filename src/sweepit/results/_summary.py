@@ -21,7 +21,13 @@ from sweepit.results._overrides import (
     short_value,
     typed_overrides,
 )
-from sweepit.results._status import objective_values, pareto_front, sweep_direction
+from sweepit.results._status import (
+    measures_speed,
+    objective_values,
+    pareto_front,
+    speed_study_line,
+    sweep_direction,
+)
 from sweepit.results._study_file import read_study_file
 
 # Columns shown for the final metrics, when a job has them.
@@ -206,6 +212,8 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
     if multi:
         assert isinstance(directions, list)
         parts += pareto_lines(tally.completed, directions, study.get("metrics") or None)
+    elif measures_speed(shown, keys):
+        parts.append(speed_study_line(keys, metric))
     else:
         best = tally.best(direction)
         if best is not None:
