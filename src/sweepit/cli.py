@@ -39,7 +39,7 @@ def _ls(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from sweepit.reporting import REPORT_DIR, load_sweep, write_report
+    from sweepit.reporting import REPORT_DIR, load_sweep, section_text, write_report
     from sweepit.reporting.table import best_lines, to_text
 
     sweep_dir = Path(args.sweep_dir)
@@ -56,7 +56,7 @@ def _report(args: argparse.Namespace) -> int:
     print(to_text(table, max_rows=args.rows), "", sweep.counts_line(), *sweep.unread, *best_lines(sweep), sep="\n")
     for section in sections[1:]:  # further tables (GPU scaling, ...) with their findings
         if section.table is not None:
-            print(f"\n{section.title}:", to_text(section.table), *section.text, sep="\n")
+            print(f"\n{section_text(section)}")
     figures = sum(len(s.figures) for s in sections)
     print(f"report: {out / 'index.html'} (with results.csv, summary.md and {figures} plots)")
     return 0

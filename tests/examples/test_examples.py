@@ -74,6 +74,7 @@ def test_own_loop_under_optuna_is_pruned_by_the_median_pruner(tmp_path: Path) ->
     for trial in pruned:
         result = done[trial.user_attrs["job_num"]]
         assert result["status"] == "pruned" and result["epochs_completed"] == len(trial.intermediate_values) < 4
+        assert result["objective"] is None and "final" in result  # as train.py's: no objective, its last values
     assert "pruned" in proc.stdout  # the summary table shows it
 
 

@@ -70,6 +70,15 @@ def test_a_job_with_two_ranks_takes_two_cpu_workers(tmp_path: Path) -> None:
     assert all(end <= next_start for (_, end), (next_start, _) in itertools.pairwise(spans))
 
 
+def test_the_jobs_own_threads_are_the_launchers(tmp_path: Path) -> None:
+    """The CPU scaling study set trainer.threads=1 for every job, but the launch line said "2 torch thread(s) each"
+    (the launcher's own share of the cores) and the jobs' OMP_NUM_THREADS said 2."""
+    proc = run_app(tmp_path / "sweep", "x=0,1", "+trainer.threads=3", "hydra.launcher.n_workers=1")
+    assert proc.returncode == 0, proc.stderr
+    assert "Launching 2 jobs on 1 local worker(s), 3 torch thread(s) each" in proc.stdout, proc.stdout
+    assert [times(d)["threads"] for d in job_dirs(tmp_path / "sweep").values()] == ["3", "3"]
+
+
 def test_one_worker_echoes_job_output_live(tmp_path: Path) -> None:
     proc = run_app(tmp_path / "sweep", "x=0,1", "hydra.launcher.n_workers=1")
     assert proc.returncode == 0, proc.stderr

@@ -585,6 +585,10 @@ def test_make_sweep_scaling(shell: Shell) -> None:
     out = _study(shell, "scaling", "make sweep-scaling")
     assert "no GPU on this machine: running the CPU variant" in out
     assert "speedup" in (shell.sweep("scaling") / "report" / "summary.md").read_text()
+    # Its end says what it measured, of CPU ranks, with the threads its jobs ran: not a best val_acc of random data.
+    assert "Launching 2 jobs on 1 local worker(s), 1 torch thread(s) each" in out
+    assert "\nScaling over CPU ranks:\nranks  jobs  epoch_time_s" in out and "efficiency" in out, out[-3000:]
+    assert "best (" not in out and not list((shell.sweep("scaling") / "report").glob("objective_*.png"))
 
 
 @shows("make sweep-optimizer_lr")

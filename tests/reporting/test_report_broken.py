@@ -28,10 +28,10 @@ def _break(sweep: Path) -> None:
     failed = _job(sweep, 2) / "result.json"
     result = json.loads(failed.read_text())
     result.update(status="failed", objective=None, error="RuntimeError: CUDA out of memory\nTraceback ...")
-    del result["world_size"]  # as a launcher's result for a crashed job: the GPUs come from the job's config
+    del result["world_size"], result["device"]  # a launcher's record of a crashed job: the GPUs are the config's
     failed.write_text(json.dumps(result))
     config = _job(sweep, 2) / ".hydra" / "config.yaml"
-    config.write_text(config.read_text().replace("gpus: 1", "gpus: 2"))
+    config.write_text(config.read_text().replace("gpus: 1", "gpus: 2").replace("device: cpu", "device: cuda"))
     (_job(sweep, 3) / "result.json").write_text('{"status": "compl')
     jobs: list[dict[str, Any]] = [{"num": n, "overrides": [], "job_dir": str(_job(sweep, n)), "state": "completed"}
                                   for n in (0, 2, 3)]
@@ -55,6 +55,7 @@ def test_broken_jobs_are_rows_with_state_and_note(linreg_sweep: Path) -> None:
     assert rows[2]["note"] == "RuntimeError: CUDA out of memory"
     wall = json.loads((_job(linreg_sweep, 2) / "result.json").read_text())["wall_time_s"]
     assert float(rows[2]["gpu_hours"]) == pytest.approx(2 * wall / 3600)
+    assert rows[0]["gpu_hours"] == ""  # on CPU
     assert rows[3]["note"].startswith("result.json unreadable")
     assert rows[4]["optimizer"] == "rmsprop" and rows[4]["epochs"] == ""
     assert not any(k.startswith("hydra.") for k in rows[4])  # the sweeper's own overrides are no columns

@@ -1,5 +1,6 @@
 """What the plots must show: a legend wholly inside the figure however long the swept values, a job of one epoch
-(pruned after its first) as a dot, Optuna's log axes with labels that do not overlap, and no matplotlib INFO lines."""
+(pruned after its first) as a dot, Optuna's log axes with labels that do not overlap, no matplotlib INFO lines, and
+accuracies on a linear colour scale."""
 
 from __future__ import annotations
 
@@ -7,13 +8,15 @@ import json
 import logging
 from pathlib import Path
 
+import numpy as np
 import optuna
 import pytest
 
 from sweepit.reporting import load_sweep, write_report
 from sweepit.reporting.optuna_section import _log_axis_labels, slice_plot
-from sweepit.reporting.plots import Palette, draw_lines, figure
+from sweepit.reporting.plots import Palette, draw_lines, figure, log_scale
 from sweepit.reporting.testing import write_synthetic_sweep
+from sweepit_testing import TINY, run_train
 
 LONG = {"optimizer": ["adam", "sgd"], "lr": ["0.014979790991763152", "0.0012367478733290436"],
         "model.hidden": ["128", "256"]}  # three swept keys, Optuna's 17-digit floats
@@ -77,3 +80,27 @@ def test_optunas_plots_of_numeric_choices_log_no_matplotlib_info(tmp_path: Path,
         slice_plot(study, "val_acc", tmp_path / "slice.png")
     assert [r.getMessage() for r in caplog.records if r.name.startswith("matplotlib")] == []
     assert (tmp_path / "slice.png").stat().st_size > 5000
+
+
+@pytest.mark.slow
+def test_the_heatmap_of_accuracies_is_linear_and_tells_the_best_cells_apart(tmp_path: Path) -> None:
+    """Accuracies from 0.07 to 0.85 span more than a decade: the heatmap took a log colour scale, on which the best
+    cells share one yellow. Each cell of the real report's PNG must have the colour of its value on a linear scale."""
+    import matplotlib
+    from matplotlib.image import imread
+
+    sweep = tmp_path / "sweep"
+    done = run_train(["-m", "optimizer=adam,sgd", "lr=0.1,0.0001", *TINY, f"hydra.sweep.dir={sweep}"], tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    write_report(load_sweep(sweep))
+    accuracies = [json.loads(p.read_text())["objective"] for p in sweep.glob("*/result.json")]
+    lo, hi = min(accuracies), max(accuracies)
+    assert len(accuracies) == 4 and hi / lo > 10, accuracies  # what made it log
+    pixels = imread(sweep / "report" / "objective_heatmap.png")[:, :, :3]
+    viridis, linear = matplotlib.colormaps["viridis"], matplotlib.colors.Normalize(lo, hi)
+    for value in accuracies:
+        colour = np.array(viridis(linear(value))[:3])
+        area = np.count_nonzero(np.abs(pixels - colour).max(axis=2) < 2 / 255)
+        assert area > 5000, f"val_acc {value}: {area} pixels of its colour on a linear scale"
+    # A loss over decades keeps its log scale.
+    assert log_scale("val_loss", 0.01, 2.3) and not log_scale("val_acc", lo, hi)

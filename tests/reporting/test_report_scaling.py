@@ -8,12 +8,15 @@ from pathlib import Path
 import pytest
 
 from sweepit.cli import main as cli
-from sweepit.reporting import build_report, load_sweep
-from sweepit.reporting.scaling import scaling_flags, scaling_points
+from sweepit.reporting import build_report, load_sweep, try_build_report
+from sweepit.reporting.scaling import ScalingPoint, scaling_flags, scaling_points
+from sweepit.results import summarize
 
 
-def _scaling_sweep(root: Path, epoch_times: dict[int, list[float]], samples: int = 50_000) -> Path:
-    """Job dirs as train.py leaves them for `trainer.gpus=N repeat=R`: epoch 1 is a slow warm-up epoch."""
+def _scaling_sweep(root: Path, epoch_times: dict[int, list[float]], samples: int = 50_000,
+                   device: str | None = None) -> Path:
+    """Job dirs as train.py leaves them for `trainer.gpus=N repeat=R`: epoch 1 is a slow warm-up epoch; `device`:
+    the one result.json records (none: a launcher's record)."""
     num = 0
     for gpus, times in epoch_times.items():
         for repeat, t in enumerate(times):
@@ -27,6 +30,7 @@ def _scaling_sweep(root: Path, epoch_times: dict[int, list[float]], samples: int
             (job / "result.json").write_text(json.dumps({
                 "status": "completed", "objective": 0.5, "metric": "val_acc", "direction": "maximize",
                 "world_size": gpus, "final": rows[-1], "wall_time_s": 5 * t, "samples_per_s_mean": samples / t,
+                **({"device": device} if device else {}),
             }))
             num += 1
     return root
@@ -69,3 +73,30 @@ def test_report_has_the_scaling_section(tmp_path: Path, capsys: pytest.CaptureFi
 def test_single_device_count_has_no_scaling_section(tmp_path: Path) -> None:
     out = build_report(_scaling_sweep(tmp_path / "sweep", {1: [2.0, 2.1]}))
     assert not (out / "scaling.png").exists()
+
+
+def test_a_slowdown_is_flagged_only_beyond_the_spread_between_repeats() -> None:
+    """The CPU scaling study flagged "slower with more devices: 2 GPUs take 4.86 s per epoch, 1 took 4.86 s" on a
+    0.002 s difference, inside a 0.3-0.4 s spread between repeats."""
+    noise = [ScalingPoint(1, 3, 4.860, 0.31, 100.0, 5.0), ScalingPoint(2, 3, 4.862, 0.38, 100.0, 5.0)]
+    (flag,) = scaling_flags(noise, "CPU ranks")
+    assert flag.startswith("plateau: going from 1 to 2 CPU ranks does not change the epoch time beyond the spread "
+                           "between repeats (4.86 ± 0.31 s -> 4.86 ± 0.38 s"), flag
+    slower = [ScalingPoint(1, 3, 4.86, 0.31, 100.0, 5.0), ScalingPoint(2, 3, 5.70, 0.38, 100.0, 5.0)]
+    assert scaling_flags(slower, "CPU ranks") == [
+        "slower with more devices: 2 CPU ranks take 5.7 ± 0.38 s per epoch, 1 took 4.86 ± 0.31 s."]
+
+
+def test_a_speed_study_on_cpu_says_what_it_measured_and_names_ranks(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The CPU variant of `make sweep-scaling` (random data, trainer.gpus x repeat) printed a "best" val_acc, drew a
+    heatmap of gpus x repeat and called its CPU ranks GPUs."""
+    sweep_dir = _scaling_sweep(tmp_path / "sweep", {1: [2.0, 2.2], 2: [1.2, 1.3]}, device="cpu")
+    out = try_build_report(sweep_dir)
+    assert out is not None and not (out / "objective_heatmap.png").exists()
+    printed = capsys.readouterr().out  # the end of the sweep: what it measured, not a best job
+    assert "Scaling over CPU ranks:" in printed and "speedup" in printed and "efficiency" in printed
+    assert "\nranks  jobs  epoch_time_s" in printed and "GPU" not in printed
+    page = (out / "summary.md").read_text()
+    assert "best (" not in page and "a speed study: the jobs differ only in trainer.gpus and repeat" in page
+    assert summarize(sweep_dir).splitlines()[-2].startswith("a speed study: the jobs differ only in trainer.gpus")

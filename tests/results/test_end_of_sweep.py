@@ -3,23 +3,27 @@ directory too, and the best job as it was typed, with the command that trains it
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shlex
 import shutil
 import subprocess
 import sys
+from html import escape
 from pathlib import Path
 
 import pytest
 import yaml
 
+from sweepit.cli import main
 from sweepit.reporting import format_listing, load_sweep
 from sweepit.reporting.table import best_lines
-from sweepit.results._job_files import write_result
+from sweepit.results._job_files import ERROR_LINE_CHARS, read_record, write_result
 from sweepit.results._manifest import JobEntry, Manifest, iter_manifest, read_manifest_data, write_manifest
-from sweepit.results._summary import summarize
-from sweepit_testing import REPO
+from sweepit.results._overrides import short_value
+from sweepit.results._summary import collect, summarize
+from sweepit_testing import REPO, TINY, run_train
 
 
 def _job(sweep: Path, num: int, overrides: list[str], result: dict[str, object] | None) -> str:
@@ -124,3 +128,62 @@ def test_the_reproduce_line_runs_as_printed_from_where_the_sweep_ran(tmp_path: P
     best = next(x for x in sweep.stdout.splitlines() if x.startswith("best ("))
     width = yaml.safe_load((run / ".hydra" / "config.yaml").read_text())["model"]["width"]
     assert f"[model.width={width} " in best, best  # the best job's configuration, trained again
+
+
+@pytest.mark.slow
+def test_a_failed_jobs_fix_reaches_the_table_the_failure_list_and_the_report(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`task=mnist` without its files: result.json said "... Fix: run `sweepit data download mnist ...`", but the
+    end-of-sweep table's note and failure list were cut just before "Fix:", and the report had no fix at all."""
+    root, sweep = tmp_path / "no-mnist", tmp_path / "sweep"
+    done = run_train(["-m", "task=mnist", f"data.root={root}", *TINY, f"hydra.sweep.dir={sweep}"], tmp_path)
+    assert done.returncode == 1, done.stderr[-2000:]
+    fix = (f"Fix: run `sweepit data download mnist --root {root}`, or set data.root=<folder with the files>, or "
+           "data.synthetic=true to train on generated images.")
+    (job,) = [p for p in sweep.iterdir() if p.name.startswith("0_")]
+    assert read_record(job).error.endswith(fix)
+    (row,) = [line for line in done.stdout.splitlines() if line.startswith("0 ")]  # the table's note
+    assert row.endswith(fix), row
+    (failure,) = [line for line in done.stderr.splitlines() if line.startswith("  job 0 [")]
+    assert failure.endswith(fix), failure
+    assert escape(fix, quote=False) in (sweep / "report" / "index.html").read_text()
+    assert fix in (sweep / "report" / "summary.md").read_text()
+    assert main(["report", str(sweep)]) == 0  # `sweepit report`'s table too
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("0 ")]
+    assert row.endswith(fix), row
+
+
+def test_a_long_error_loses_its_middle_never_its_rule_value_or_fix(tmp_path: Path) -> None:
+    """The one shortening of a job's error (error_line): the rule it opens with, the value it ends with before the
+    fix, and the fix whole, on whichever line the fix stands."""
+    sweep = tmp_path / "sweep"
+    files = ", ".join(f"part-{i:03d}.bin" for i in range(60))
+    long = f"DataMissingError: the data set needs its 60 files in data.root, but {files} are not in /data/x."
+    _job(sweep, 0, ["lr=0.1"], {"status": "failed", "error": f"{long} Fix: run `make data`."})
+    _job(sweep, 1, ["lr=0.2"], {"status": "failed", "error": f"{long}\n  (details)\nFix: run `make data`."})
+    notes = [job.note for job in collect(sweep)]
+    for note in notes:
+        assert note.startswith("DataMissingError: the data set needs its 60 files in data.root, but part-000.bin")
+        assert note.endswith("are not in /data/x. Fix: run `make data`."), note
+        assert " … " in note and len(note) == ERROR_LINE_CHARS
+
+
+@pytest.mark.slow
+def test_swept_floats_print_short_in_tables_and_stay_exact_where_read_back(tmp_path: Path) -> None:
+    """Optuna's 17-digit learning rates filled the tables: they print as 4 significant digits, as every number there
+    does; results.csv, the best line and the reproduce line keep them exact (pasted, read back)."""
+    sweep, rates = tmp_path / "sweep", ("0.014979790991763152", "0.0012367478733290437")  # as repr() writes them
+    done = run_train(["-m", "task=linreg", f"lr={','.join(rates)}", "seed=12345678901", *TINY,
+                      f"hydra.sweep.dir={sweep}"], tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {line.split()[0]: line.split() for line in done.stdout.splitlines() if line[:2] in ("0 ", "1 ")}
+    assert [rows["0"][1], rows["1"][1]] == ["0.01498", "0.001237"], rows
+    best = next(line for line in done.stdout.splitlines() if line.startswith("best "))
+    assert any(f"lr={rate}" in best for rate in rates), best
+    report = sweep / "report"
+    with open(report / "results.csv") as f:
+        assert sorted(row["lr"] for row in csv.DictReader(f)) == sorted(rates)
+    page = (report / "index.html").read_text()
+    assert f'title="{rates[0]}">0.01498</td>' in page and ">0.01498 " not in page
+    assert "| 0.001237 |" in (report / "summary.md").read_text()
+    assert short_value("12345678901") == "12345678901" and short_value("1e-05") == "1e-05"  # integers, short floats

@@ -136,6 +136,10 @@ def test_strict_pruner_prunes(tmp_path: Path) -> None:
         result = json.loads((Path(t.user_attrs["job_dir"]) / "result.json").read_text())
         assert result["status"] == "pruned" and result["epochs_completed"] < 4
         assert len(t.intermediate_values) == result["epochs_completed"]
+        # No objective, as docs/results.md says: the value where it stopped stays in `final`, the table shows "-".
+        assert result["objective"] is None and result["final"]["val_acc"] == t.intermediate_values[t.last_step]
+        (row,) = [line.split() for line in proc.stdout.splitlines() if line.startswith(f"{t.user_attrs['job_num']} ")]
+        assert row[row.index("pruned") + 1] == "-", row
 
 
 def test_failures_tolerated_up_to_the_rate(tmp_path: Path) -> None:

@@ -54,9 +54,10 @@ def test_gpu_counts_1_2_4_give_each_task_its_rank_and_one_gpu(tmp_path: Path) ->
         for line in (f"--ntasks-per-node={n_gpus}", f"--gpus-per-node={n_gpus}", "--gpus-per-task=1",
                      "--nodes=1", "--time=5"):
             assert f"#SBATCH {line}\n" in script
-    # the GPU-scaling study's table, from the sweep's report (one point per GPU count)
+    # the GPU-scaling study's table, from the sweep's report (one point per GPU count), of CPU ranks: the cluster's
+    # GPUs are names in Slurm's gres, and the ranks trained on CPU
     html = (sweep / "report" / "index.html").read_text()
-    assert "GPU scaling" in html and "efficiency" in html and "scaling.png" not in html  # embedded, not linked
+    assert "Scaling over CPU ranks" in html and "efficiency" in html and "scaling.png" not in html  # embedded
 
 
 @pytest.mark.parametrize("pack", [[], ["hydra.launcher.workers=2", CPU_ONLY]], ids=["one-job-each", "packed"])

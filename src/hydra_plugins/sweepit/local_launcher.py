@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hydra.core.utils import JobReturn
+from omegaconf import OmegaConf
 
 from hydra_plugins.sweepit._hydra import (
     SweepitLauncher,
@@ -26,6 +27,7 @@ from sweepit.errors import SweepFailedError
 from sweepit.local import Job, LocalOptions, LocalSweep, Reply
 
 log = logging.getLogger(__name__)
+THREADS_KEY = "trainer.threads"  # sweepit's training config: a job's own torch threads (0: the launcher's choice)
 
 
 class LocalLauncher(SweepitLauncher):
@@ -36,6 +38,12 @@ class LocalLauncher(SweepitLauncher):
 
     def _new_sweep(self) -> LocalSweep:
         sweep_dir = self.sweep_dir()
+        # Every job's own torch threads, set once for the sweep (`trainer.threads=1`), are the threads the launcher
+        # plans with (its workers, OMP_NUM_THREADS, the launch line): not its own share of the cores, which each
+        # job would replace.
+        own = OmegaConf.select(self.config, THREADS_KEY, default=None) if self.config is not None else None
+        if self.options.threads_per_job == 0 and isinstance(own, int) and not isinstance(own, bool) and own > 0:
+            self.options.threads_per_job = own
 
         def compose(job: Job) -> None:
             t0 = time.perf_counter()

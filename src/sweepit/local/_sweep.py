@@ -72,7 +72,8 @@ class LocalOptions:
     # N GPUs (through CUDA_VISIBLE_DEVICES), or on CPU N workers (its N ranks).
     n_workers: int = 0
     # torch CPU threads per job (torch.set_num_threads). 0 = auto: CPU cores // workers, so that 32 jobs on
-    # 16 cores get 1 thread each and 2 jobs get 8. A job's own trainer.threads > 0 wins.
+    # 16 cores get 1 thread each and 2 jobs get 8; or trainer.threads when the sweep sets it (> 0) for every job.
+    # A job's own trainer.threads > 0 wins.
     threads_per_job: int = 0
     # true: the sweep exits with status 1 when any job failed or was interrupted. false: exit 0; such
     # jobs reach the sweeper as COMPLETED with return value None (result.json keeps the real status).

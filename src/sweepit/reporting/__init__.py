@@ -37,7 +37,7 @@ DEFAULT_SECTIONS: list[SectionBuilder] = [ResultsSection(), CurvesSection(), Par
 
 __all__ = [
     "DEFAULT_SECTIONS", "REPORT_DIR", "Figure", "JobReport", "Section", "SectionBuilder", "Sweep", "build_report",
-    "find_sweeps", "format_listing", "load_sweep", "try_build_report", "write_report",
+    "find_sweeps", "format_listing", "load_sweep", "section_text", "try_build_report", "write_report",
 ]
 
 
@@ -79,20 +79,36 @@ def write_report(sweep: Sweep, builders: Sequence[SectionBuilder] | None = None)
 
 def build_report(sweep_dir: Path | str, builders: Sequence[SectionBuilder] | None = None) -> Path:
     """Report the sweep in `sweep_dir`; returns the report directory (open its `index.html`)."""
-    sweep_dir = Path(sweep_dir)
+    _build(Path(sweep_dir), builders)
+    return Path(sweep_dir) / REPORT_DIR
+
+
+def _build(sweep_dir: Path, builders: Sequence[SectionBuilder] | None = None) -> list[Section]:
     if not sweep_dir.is_dir():
         raise SweepitError(f"a sweep directory must exist, but {sweep_dir} does not; list sweeps with `sweepit ls`.")
-    write_report(load_sweep(sweep_dir), builders)
-    return sweep_dir / REPORT_DIR
+    return write_report(load_sweep(sweep_dir), builders)
+
+
+def section_text(section: Section) -> str:
+    """A section's table and findings for the terminal (`sweepit report`; the end of a sweep for a `printed` one)."""
+    from sweepit.reporting.table import to_text
+
+    table = [to_text(section.table)] if section.table is not None else []
+    return "\n".join([f"{section.title}:", *table, *section.text])
 
 
 def try_build_report(sweep_dir: Path | str) -> Path | None:
-    """build_report for the end of a sweep: never raises; a failure prints a warning and returns None."""
+    """build_report for the end of a sweep, which also prints the sections that are the sweep's answer (a speed
+    study's scaling table): never raises; a failure prints a warning and returns None."""
     try:
-        out = build_report(sweep_dir)
+        sections = _build(Path(sweep_dir))
     except Exception as e:
         print(f"sweepit: warning: no report written for {sweep_dir}: {type(e).__name__}: {e}",
               file=sys.stderr, flush=True)
         return None
+    out = Path(sweep_dir) / REPORT_DIR
+    for section in sections:
+        if section.printed:
+            print(f"\n{section_text(section)}\n", flush=True)
     print(f"sweepit: report in {out / 'index.html'}", flush=True)
     return out

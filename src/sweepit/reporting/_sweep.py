@@ -15,9 +15,16 @@ from typing import Any
 from sweepit._files import collector_paused
 from sweepit.results._job_files import METRICS_FILE, read_metrics
 from sweepit.results._manifest import read_manifest_data
-from sweepit.results._overrides import app_command, config_source, load_yaml, own_key, typed_overrides
+from sweepit.results._overrides import (
+    app_command,
+    config_source,
+    load_yaml,
+    own_key,
+    short_value,
+    typed_overrides,
+)
 from sweepit.results._reported import records_digest
-from sweepit.results._status import sweep_direction
+from sweepit.results._status import measures_speed, sweep_direction
 from sweepit.results._summary import (
     LAUNCH_STATES,
     JobRow,
@@ -50,7 +57,7 @@ class JobReport(JobRow):
     """summary's JobRow with what a report adds: the per-epoch rows of `metrics.jsonl`."""
 
     epochs: list[dict[str, Any]] = field(default_factory=list)
-    _n_gpus: int | None = field(default=None, init=False, repr=False, compare=False)
+    _config: tuple[int, str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def add_note(self, note: str) -> None:
         self.note = f"{self.note}; {note}" if self.note else note
@@ -85,25 +92,34 @@ class JobReport(JobRow):
 
     @property
     def n_gpus(self) -> int:
-        """`world_size` from result.json; else `trainer.gpus` from the job's config (a launcher's result lacks it,
-        read once)."""
+        """`world_size` from result.json (its devices: GPUs, or ranks on CPU); else `trainer.gpus` from the job's
+        config (a launcher's result lacks it)."""
         gpus = self.result.get("world_size")
         if isinstance(gpus, int):
             return gpus if gpus > 0 else 1
-        if self._n_gpus is None:
-            self._n_gpus = self._configured_gpus()
-        return self._n_gpus
+        return self._configured()[0]
 
-    def _configured_gpus(self) -> int:
-        config = load_yaml(self.job_dir / ".hydra" / "config.yaml")
-        trainer = config.get("trainer") if isinstance(config, dict) else None
-        gpus = trainer.get("gpus") if isinstance(trainer, dict) else None
-        return gpus if isinstance(gpus, int) and gpus > 0 else 1
+    @property
+    def on_cpu(self) -> bool:
+        """Whether the job ran on CPU: result.json's `device`, else its config's (`device=cpu`)."""
+        device = self.result.get("device")
+        return (self._configured()[1] if device is None else str(device)) == "cpu"
+
+    def _configured(self) -> tuple[int, str]:
+        """`trainer.gpus` and `device` from the job's config (read once)."""
+        if self._config is None:
+            config = load_yaml(self.job_dir / ".hydra" / "config.yaml")
+            config = config if isinstance(config, dict) else {}
+            trainer = config.get("trainer")
+            gpus = trainer.get("gpus") if isinstance(trainer, dict) else None
+            self._config = (gpus if isinstance(gpus, int) and gpus > 0 else 1, str(config.get("device", "")))
+        return self._config
 
     @property
     def gpu_hours(self) -> float | None:
+        """Devices x wall time; None for a job on CPU, whose ranks are no GPUs."""
         wall = self.wall_time_s
-        return None if wall is None else self.n_gpus * wall / 3600
+        return None if wall is None or self.on_cpu else self.n_gpus * wall / 3600
 
     @property
     def best_epoch(self) -> int | None:
@@ -133,8 +149,15 @@ class Sweep:
     records: str = ""                 # the digest of sweep.json's job records read (`records_digest`)
 
     @cached_property
+    def measures_speed(self) -> bool:
+        """A speed study: its jobs differ only in their device count and repeats (results' `measures_speed`)."""
+        return measures_speed(self.jobs, self.swept)
+
+    @cached_property
     def best(self) -> JobReport | None:
-        """The best job (computed once: a report asks for it in every section)."""
+        """The best job (computed once: a report asks for it in every section); none in a speed study."""
+        if self.measures_speed:
+            return None
         best = best_row(list(self.jobs), self.direction)
         return best if isinstance(best, JobReport) else None
 
@@ -156,7 +179,7 @@ class Sweep:
     def job_label(self, job: JobReport, width: int = 60, short: bool = False) -> str:
         """The job's swept overrides, `key=value` joined, shortened to `width` characters; `short`: numbers to 4
         significant digits (a legend's labels: Optuna samples 17-digit floats)."""
-        text = " ".join(f"{k}={_short(job.overrides.get(k, '')) if short else job.overrides.get(k, '')}"
+        text = " ".join(f"{k}={short_value(job.overrides.get(k, '')) if short else job.overrides.get(k, '')}"
                         for k in self.swept) or job.label
         return text if len(text) <= width else text[: width - 1] + "…"
 
@@ -165,16 +188,6 @@ class Sweep:
         """The job's swept overrides as they were typed (`+model.hidden=64`: pasteable), else its label."""
         swept = set(self.swept)
         return " ".join(o for o in typed_overrides(job.job_dir) if own_key(o) in swept) or self.job_label(job, 200)
-
-
-def _short(value: str) -> str:
-    """`0.0148442769549417` -> `0.01484`; other values as they are."""
-    try:
-        number = float(value)
-    except ValueError:
-        return value
-    short = f"{number:.4g}"
-    return short if len(short) < len(value) else value
 
 
 def _manifest_jobs(sweep_dir: Path) -> tuple[dict[int, dict[str, Any]], dict[str, Any]]:

@@ -18,11 +18,13 @@ h1 { margin-bottom: .1em; } h2 { border-bottom: 1px solid #ddd; padding-bottom: 
 pre { background: #f4f4f6; padding: .6em .9em; border-radius: 6px; overflow-x: auto; }
 .table-wrap { max-height: 70vh; overflow: auto; border: 1px solid #ddd; border-radius: 6px; }
 table { border-collapse: collapse; font-size: 13px; width: 100%; }
-th, td { padding: 3px 8px; border-bottom: 1px solid #eee; text-align: left; white-space: nowrap; }
-th { position: sticky; top: 0; background: #fafafa; border-bottom: 1px solid #ccc; }
+th, td { padding: 3px 4px; border-bottom: 1px solid #eee; text-align: left; white-space: nowrap; }
+th { position: sticky; top: 0; background: #fafafa; border-bottom: 1px solid #ccc; white-space: normal;
+     vertical-align: bottom; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
-td.path { max-width: 16em; overflow: hidden; text-overflow: ellipsis; }
-td.note { white-space: normal; min-width: 16em; color: #8a1c1c; }
+td.path { max-width: 8em; overflow: hidden; text-overflow: ellipsis; }
+td.note { white-space: normal; color: #8a1c1c; padding-left: 2.5em; }
+tr.noted td { border-bottom: none; }
 tr.best td { background: #e8f6e8; font-weight: 600; }
 .status { padding: 0 6px; border-radius: 8px; font-size: 12px; background: #eee; }
 .status-completed { background: #d8f0d8; } .status-failed, .status-corrupt { background: #f8d0d0; }
@@ -35,7 +37,12 @@ figcaption { color: #555; font-size: 13px; }
 
 
 def _table(table: Table, direction: str = "minimize") -> str:
-    head = "".join(f"<th>{escape(c)}</th>" for c in table.columns)
+    # So that a table of twenty columns fits a 1280-pixel window, the last ones (wall time, GPU-hours, the job's
+    # folder) without a scrollbar: a column name may break after `_` or `.` (`epoch_time_s`, `trainer.gpus`), and a
+    # job's note (an error and its fix) is a row of its own under the job's, the table's width.
+    note_col = table.columns.index("note") if "note" in table.columns else -1
+    head = "".join(f"<th>{_breakable(c)}</th>" for k, c in enumerate(table.columns) if k != note_col)
+    width = len(table.columns) - (note_col >= 0)
     status_col = table.columns.index("status") if "status" in table.columns else -1
     kept, said = kept_rows(table, direction)
     rows = []
@@ -43,22 +50,33 @@ def _table(table: Table, direction: str = "minimize") -> str:
         row = table.rows[i]
         cells = []
         for k, value in enumerate(row):
+            if k == note_col:
+                continue
             text = escape(fmt(value, empty=""))
             if k == status_col:
                 cells.append(f'<td><span class="status status-{escape(str(value))}">{text}</span></td>')
-            elif table.columns[k] == "note":
-                cells.append(f'<td class="note">{text}</td>')
             elif table.columns[k] == "job_dir":
                 cells.append(f'<td class="path" title="{text}">{text}</td>')
             elif isinstance(value, int | float) and not isinstance(value, bool):
                 cells.append(f'<td class="num" title="{escape(repr(value))}">{text}</td>')
+            elif text != escape(str(value)):  # a swept value shortened: the exact one on hover
+                cells.append(f'<td class="num" title="{escape(str(value))}">{text}</td>')
             else:
                 cells.append(f"<td>{text}</td>")
-        attrs = ' class="best"' if i == table.best else ""
+        noted = note_col >= 0 and bool(row[note_col])
+        classes = " ".join(c for c, on in (("best", i == table.best), ("noted", noted)) if on)
+        attrs = f' class="{classes}"' if classes else ""
         rows.append(f"<tr{attrs}>{''.join(cells)}</tr>")
+        if noted:
+            rows.append(f'<tr class="note-row"><td colspan="{width}" class="note">note: '
+                        f"{escape(str(row[note_col]))}</td></tr>")
     return ((f"<p>{escape(said)}</p>" if said else "")
             + f'<div class="table-wrap"><table class="results"><thead><tr>{head}</tr></thead>'
             f"<tbody>\n{chr(10).join(rows)}\n</tbody></table></div>")
+
+
+def _breakable(name: str) -> str:
+    return escape(name).replace("_", "_<wbr>").replace(".", ".<wbr>")
 
 
 def _figure(figure: Figure) -> str:

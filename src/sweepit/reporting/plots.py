@@ -165,9 +165,17 @@ def draw_lines(ax: Axes, jobs: list[JobReport], key: str, palette: Palette, best
     ax.update_datalim(allpts)
     ax.autoscale_view()
     ys = allpts[:, 1]
-    if key.endswith("loss") and ys.min() > 0 and ys.max() / ys.min() > 10:
+    if log_scale(key, float(ys.min()), float(ys.max())):
         ax.set_yscale("log")
     return True
+
+
+def log_scale(metric: str, lo: float, hi: float) -> bool:
+    """Whether values of `metric` from `lo` to `hi` are drawn on a log scale: a loss spanning more than a decade,
+    whose small values are the ones to tell apart. Any other metric is linear: an accuracy (or another bounded
+    score) from 0.08 to 0.975 spans a decade too, but on a log scale its best values, near the top, share one
+    colour."""
+    return metric.endswith("loss") and lo > 0 and hi / lo > 10
 
 
 def epoch_axis(ax: Axes) -> None:
@@ -241,7 +249,7 @@ def objective_heatmap(sweep: Sweep, path: Path) -> str:
     cmap = matplotlib.colormaps["viridis" if sweep.direction == "maximize" else "viridis_r"]
     cmap = cmap.with_extremes(bad="#dddddd")  # cells with no completed job
     lo, hi = float(grid.min()), float(grid.max())
-    norm: Any = (matplotlib.colors.LogNorm(lo, hi) if lo > 0 and hi / lo > 10
+    norm: Any = (matplotlib.colors.LogNorm(lo, hi) if log_scale(sweep.metric, lo, hi)
                  else matplotlib.colors.Normalize(lo, hi))
     fig = figure(min(16.0, max(6.0, 1.5 + 0.9 * len(vb))), min(12.0, max(4.0, 1.5 + 0.45 * len(va))))
     ax = fig.add_subplot()

@@ -65,24 +65,41 @@ def scaling_points(sweep: Sweep) -> list[ScalingPoint]:
     return points
 
 
-def scaling_flags(points: list[ScalingPoint]) -> list[str]:
-    """Plain-words warnings where adding devices slows training down or buys little."""
+def device_name(sweep: Sweep) -> str:
+    """What the device counts count: `GPUs`, or `CPU ranks` where every completed job ran on CPU."""
+    done = [j for j in sweep.jobs if j.status == "completed"]
+    return "CPU ranks" if done and all(j.on_cpu for j in done) else "GPUs"
+
+
+def scaling_flags(points: list[ScalingPoint], devices: str = "GPUs") -> list[str]:
+    """Plain-words warnings where adding devices slows training down or buys little. A slowdown is one only where
+    the epoch times differ by more than their spread between repeats (their standard deviations together: the
+    plot's error bars do not meet); a smaller difference is no change at all."""
     flags = []
     for a, b in itertools.pairwise(points):
         ideal_gain = b.n_gpus / a.n_gpus - 1
         gain = a.epoch_time_s / b.epoch_time_s - 1
-        if gain < 0:
-            flags.append(f"slower with more devices: {b.n_gpus} GPUs take {b.epoch_time_s:.3g} s per epoch, "
-                         f"{a.n_gpus} took {a.epoch_time_s:.3g} s.")
+        times = f"{_time(a)} -> {_time(b)}"
+        if b.epoch_time_s - a.epoch_time_s > a.epoch_time_std_s + b.epoch_time_std_s:
+            flags.append(f"slower with more devices: {b.n_gpus} {devices} take {_time(b)} per epoch, "
+                         f"{a.n_gpus} took {_time(a)}.")
+        elif gain <= 0:
+            flags.append(f"plateau: going from {a.n_gpus} to {b.n_gpus} {devices} does not change the epoch time "
+                         f"beyond the spread between repeats ({times}; ideal {ideal_gain:.0%} faster).")
         elif gain < PLATEAU_GAIN * ideal_gain:
-            flags.append(f"plateau: going from {a.n_gpus} to {b.n_gpus} GPUs cuts the epoch time by only "
-                         f"{gain:.0%} ({a.epoch_time_s:.3g} s -> {b.epoch_time_s:.3g} s; ideal {ideal_gain:.0%}).")
+            flags.append(f"plateau: going from {a.n_gpus} to {b.n_gpus} {devices} cuts the epoch time by only "
+                         f"{gain:.0%} ({times}; ideal {ideal_gain:.0%}).")
     return flags
 
 
-def scaling_table(points: list[ScalingPoint]) -> Table:
-    columns = ["gpus", "jobs", "epoch_time_s", "epoch_time_std_s", "samples_per_s", "samples_per_s_std",
-               "speedup", "efficiency"]
+def _time(p: ScalingPoint) -> str:
+    """`4.86 s`, or with repeats `4.86 ± 0.31 s`."""
+    return f"{p.epoch_time_s:.3g} ± {p.epoch_time_std_s:.2g} s" if p.n_jobs > 1 else f"{p.epoch_time_s:.3g} s"
+
+
+def scaling_table(points: list[ScalingPoint], devices: str = "GPUs") -> Table:
+    columns = ["ranks" if devices == "CPU ranks" else "gpus", "jobs", "epoch_time_s", "epoch_time_std_s",
+               "samples_per_s", "samples_per_s_std", "speedup", "efficiency"]
     rows: list[list[object]] = [
         [p.n_gpus, p.n_jobs, p.epoch_time_s, p.epoch_time_std_s, p.samples_per_s, p.samples_per_s_std,
          p.speedup, p.efficiency] for p in points
@@ -90,7 +107,7 @@ def scaling_table(points: list[ScalingPoint]) -> Table:
     return Table(columns, rows)
 
 
-def scaling_plot(points: list[ScalingPoint], path: Path) -> None:
+def scaling_plot(points: list[ScalingPoint], path: Path, devices: str = "GPUs") -> None:
     from sweepit.reporting import plots
 
     fig = plots.figure(12, 3.6)
@@ -98,13 +115,13 @@ def scaling_plot(points: list[ScalingPoint], path: Path) -> None:
     gpus = [p.n_gpus for p in points]
     ax_time.errorbar(gpus, [p.epoch_time_s for p in points], yerr=[p.epoch_time_std_s for p in points],
                      marker="o", capsize=3)
-    ax_time.set(xlabel="GPUs (ranks)", ylabel="epoch time (s, first epoch excluded)", title="Epoch time")
+    ax_time.set(xlabel=devices, ylabel="epoch time (s, first epoch excluded)", title="Epoch time")
     ax_rate.errorbar(gpus, [p.samples_per_s for p in points], yerr=[p.samples_per_s_std for p in points],
                      marker="o", capsize=3)
-    ax_rate.set(xlabel="GPUs (ranks)", ylabel="samples / s", title="Throughput")
+    ax_rate.set(xlabel=devices, ylabel="samples / s", title="Throughput")
     ax_speed.plot(gpus, [p.speedup for p in points], marker="o", label="measured")
     ax_speed.plot(gpus, [g / gpus[0] for g in gpus], linestyle="--", color="grey", label="ideal")
-    ax_speed.set(xlabel="GPUs (ranks)", ylabel=f"speedup over {gpus[0]}", title="Speedup")
+    ax_speed.set(xlabel=devices, ylabel=f"speedup over {gpus[0]}", title="Speedup")
     ax_speed.legend()
     for ax in (ax_time, ax_rate, ax_speed):
         ax.set_xticks(gpus)
@@ -113,7 +130,8 @@ def scaling_plot(points: list[ScalingPoint], path: Path) -> None:
 
 
 class ScalingSection(SectionBuilder):
-    """Applies to sweeps whose completed jobs ran on more than one device count."""
+    """Applies to sweeps whose completed jobs ran on more than one device count (GPUs, or ranks on CPU). The end of
+    the sweep prints it: it is what a speed study measured."""
 
     title = "GPU scaling"
 
@@ -121,12 +139,17 @@ class ScalingSection(SectionBuilder):
         points = scaling_points(sweep)
         if len(points) < 2:
             return None
+        devices = device_name(sweep)
         path = out_dir / "scaling.png"
-        scaling_plot(points, path)
-        flags = scaling_flags(points)
-        text = [f"Speedup and efficiency against {points[0].n_gpus} GPU(s); epoch times exclude the first epoch; "
-                "mean and standard deviation over repeats."]
+        scaling_plot(points, path, devices)
+        flags = scaling_flags(points, devices)
+        text = [f"Speedup and efficiency against {points[0].n_gpus} {devices[:-1]}(s); epoch times exclude the first "
+                "epoch; mean and standard deviation over repeats."]
+        if any(p.n_jobs < 2 for p in points):
+            text.append("A device count ran once: with no repeats to show the noise, any difference is taken as real.")
         text += flags or ["No plateau: every step up in devices cut the epoch time by at least "
                           f"{PLATEAU_GAIN:.0%} of the ideal gain."]
-        return Section(self.title, text=text, table=scaling_table(points),
-                       figures=[Figure(path, "epoch time, throughput and speedup (dashed: ideal) per GPU count")])
+        title = self.title if devices == "GPUs" else f"Scaling over {devices}"
+        return Section(title, text=text, table=scaling_table(points, devices), printed=True,
+                       figures=[Figure(path, f"epoch time, throughput and speedup (dashed: ideal) per {devices[:-1]} "
+                                              "count")])

@@ -31,6 +31,7 @@ class Section:
     table: Table | None = None
     figures: list[Figure] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)    # what was left out or could not be drawn
+    printed: bool = False                             # the end of a sweep prints its table and text: its answer
 
 
 class SectionBuilder(ABC):
@@ -81,8 +82,8 @@ class ParamsSection(SectionBuilder):
     title = "Objective per parameter"
 
     def build(self, sweep: Sweep, out_dir: Path) -> Section | None:
-        if not sweep.swept or not any(j.status == "completed" for j in sweep.jobs):
-            return None
+        if not sweep.swept or sweep.measures_speed or not any(j.status == "completed" for j in sweep.jobs):
+            return None  # a speed study's device counts and repeats are the scaling section's
         if read_study_file(sweep.sweep_dir) is not None:
             return None  # sampled values are not a grid: the Optuna section's slice and contour plots show them
         if len(sweep.swept) == 2:

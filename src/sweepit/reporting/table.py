@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sweepit.reporting._sweep import JobReport, Sweep, finite
-from sweepit.results._overrides import rerun_command, typed_overrides
+from sweepit.results._overrides import rerun_command, short_value, typed_overrides
+from sweepit.results._status import speed_study_line
 
 # Final metrics shown first, in this order; other scalars follow in the order the training loop logs them.
 _METRIC_ORDER = ("train_loss", "train_acc", "val_loss", "val_acc")
@@ -48,37 +49,41 @@ def final_metric_keys(jobs: list[JobReport]) -> list[str]:
 
 
 def results_table(sweep: Sweep) -> Table:
-    """job, one column per swept parameter, status, objective, final metrics, timing, GPU-hours, job dir, note."""
+    """job, one column per swept parameter, status, objective, final metrics, timing, GPU-hours (where a job ran on
+    GPUs), job dir, note."""
     metrics = final_metric_keys(sweep.jobs)
     # A metric named like a swept parameter (the loop's last-epoch `lr` beside a swept `lr`) is `final_<name>`:
     # every column name is unique and says what it holds.
     names = [f"final_{m}" if m in sweep.swept else m for m in metrics]
+    gpus = any(job.gpu_hours is not None for job in sweep.jobs)
     columns = ["job", *sweep.swept, "status", "objective", *names, "best_epoch", "epochs",
-               "epoch_time_s", "wall_time_s", "gpu_hours", "job_dir", "note"]
+               "epoch_time_s", "wall_time_s", *(["gpu_hours"] if gpus else []), "job_dir", "note"]
     inside = f"{sweep.sweep_dir}{os.sep}"
-    rows = [_row(sweep, job, metrics, inside) for job in sweep.jobs]
+    rows = [_row(sweep, job, metrics, inside, gpus) for job in sweep.jobs]
     best = sweep.best
     return Table(columns, rows, best=None if best is None else sweep.jobs.index(best),
                  statuses=[job.status for job in sweep.jobs])
 
 
-def _row(sweep: Sweep, job: JobReport, metrics: list[str], inside: str) -> list[Any]:
+def _row(sweep: Sweep, job: JobReport, metrics: list[str], inside: str, gpus: bool) -> list[Any]:
     last = job.last
     job_dir = str(job.job_dir)  # relative to the sweep directory when inside it (a string test: 100,000 rows)
     return [job.num, *(job.overrides.get(k) for k in sweep.swept), job.status, job.objective,
             *(last.get(m) for m in metrics), job.best_epoch, job.n_epochs or None,
-            job.epoch_time_s, job.wall_time_s, job.gpu_hours,
+            job.epoch_time_s, job.wall_time_s, *([job.gpu_hours] if gpus else []),
             job_dir[len(inside):] if job_dir.startswith(inside) else job_dir, job.note]
 
 
 def fmt(value: Any, empty: str = "-") -> str:
-    """A cell for people: 4 significant digits, `-` for nothing."""
+    """A cell for people: 4 significant digits (a swept value's too, typed as text), `-` for nothing."""
     if value is None or value == "":
         return empty
     if isinstance(value, float):
         if not math.isfinite(value):
             return str(value)
         return f"{value:.4g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.3e}"
+    if isinstance(value, str):
+        return short_value(value)
     return str(value)
 
 
@@ -91,12 +96,14 @@ def to_csv(table: Table) -> str:
     return out.getvalue()
 
 
-def to_text(table: Table, max_rows: int = 0, drop: tuple[str, ...] = ("job_dir",), note_width: int = 60) -> str:
-    """An aligned table for the terminal; the first `max_rows` rows (0: all) and a line saying how many were left."""
+def to_text(table: Table, max_rows: int = 0, drop: tuple[str, ...] = ("job_dir",), cell_width: int = 60) -> str:
+    """An aligned table for the terminal; the first `max_rows` rows (0: all) and a line saying how many were left.
+    Cells are cut to `cell_width`, but for the note: the last column, already short (an error keeps its fix)."""
     keep = [i for i, c in enumerate(table.columns) if c not in drop]
     header = [table.columns[i] for i in keep]
     shown = table.rows if max_rows <= 0 else table.rows[:max_rows]
-    body = [[_clip(fmt(row[i]), note_width) for i in keep] for row in shown]
+    widths_at = [0 if table.columns[i] == "note" else cell_width for i in keep]
+    body = [[_clip(fmt(row[i]), w) for i, w in zip(keep, widths_at, strict=True)] for row in shown]
     widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in [header, *body]]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -106,7 +113,7 @@ def to_text(table: Table, max_rows: int = 0, drop: tuple[str, ...] = ("job_dir",
 
 
 def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return text if width <= 0 or len(text) <= width else text[: width - 1] + "…"
 
 
 def kept_rows(table: Table, direction: str) -> tuple[list[int], str]:
@@ -148,6 +155,8 @@ def reproduce_command(sweep: Sweep, job: JobReport) -> str:
 def best_lines(sweep: Sweep) -> list[str]:
     """The best job and the command line that runs it again, or why there is none."""
     best = sweep.best
+    if sweep.measures_speed:
+        return [speed_study_line(sweep.swept, sweep.metric)]
     if best is None:
         return [f"no completed job with a finite {sweep.metric} yet"]
     return [f"best ({sweep.direction} {sweep.metric}): job {best.num} = {fmt(finite(best.objective))}"

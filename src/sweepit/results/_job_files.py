@@ -156,6 +156,32 @@ def read_result(job_dir: Path) -> dict[str, Any] | None:
     return data
 
 
+# A job's error on one line (a table's note, the end-of-sweep failure list, a log line) shows at most this many
+# characters, its fix included.
+ERROR_LINE_CHARS = 400
+FIX = "Fix:"  # what opens the fix of a message of sweepit's (the rule, the value, then the fix)
+
+
+def error_line(error: str, limit: int = ERROR_LINE_CHARS) -> str:
+    """`error` as one line for a table, a list or a log: its first line, and its fix (from `Fix:`, on whichever line)
+    whole. A longer one loses the middle of what comes before the fix, where a message holds details: its start (the
+    rule) and its end (the value, or where there is no `Fix:` the fix) stay. The one shortening of an error."""
+    lines = error.strip().splitlines()
+    if not lines:
+        return ""
+    head, fix = lines[0], ""
+    at = head.find(FIX)
+    if at >= 0:
+        head, fix = head[:at].rstrip(), head[at:]
+    else:
+        fix = next((line[line.index(FIX):].rstrip() for line in lines[1:] if FIX in line), "")
+    room = max(limit - len(fix) - 1, limit // 4) if fix else limit
+    if len(head) > room:
+        tail = room // 3
+        head = f"{head[:room - tail - 3].rstrip()} … {head[-tail:].lstrip()}"
+    return f"{head} {fix}".strip()
+
+
 CORRUPT = "corrupt"  # what every reader shows for a result.json that cannot be read (a resume runs the job again)
 
 
@@ -177,6 +203,10 @@ class JobRecord:
     @property
     def error(self) -> str:
         return str(self.result.get("error") or "")
+
+    @property
+    def error_line(self) -> str:
+        return error_line(self.error)
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.result.get(key, default)

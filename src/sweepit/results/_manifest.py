@@ -380,8 +380,7 @@ def failure_report(manifest: Manifest, jobs: Sequence[LaunchedJob], statuses: di
             if lost else [])
         lines = [f"{'; '.join(heads)} ({tally}):"]
     for j in bad[:_MAX_LISTED]:
-        error = read_record(j.job_dir).error.splitlines()
-        what = error[0][:200] if error else "no error recorded"
+        what = read_record(j.job_dir).error_line or "no error recorded"
         lines.append(f"  job {j.num} [{' '.join(j.overrides)}]: {statuses[j.num]}: {what}")
         lines.append(f"    logs: {j.job_dir / STDERR_LOG}")
     if len(bad) > _MAX_LISTED:

@@ -6,6 +6,7 @@ and the Optuna sweeper's best_params.yaml its first words."""
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import shutil
@@ -31,6 +32,21 @@ def own_key(item: str) -> str | None:
     a launcher's records, sweep.json, also carry): not the job's own."""
     key = override_key(item)
     return None if key.startswith("hydra.") else key
+
+
+def short_value(value: str) -> str:
+    """An override's value for people (a table's cell, a legend): a float of many digits to 4 significant ones, as
+    the tables print numbers (Optuna's sampled `lr=0.014979790991763152` -> `0.01498`); anything else, an integer
+    (a seed) included, as it is. The typed value stays exact wherever it is pasted or read back (results.csv, the
+    reproduce line)."""
+    if "." not in value and "e" not in value.lower():
+        return value
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    short = f"{number:.4g}"
+    return short if len(short) < len(value) and math.isfinite(number) else value
 
 
 def load_yaml(path: Path) -> Any:

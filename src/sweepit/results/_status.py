@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sweepit.results._study_file import read_study_file
 
@@ -24,6 +24,13 @@ FAILED_STATUSES = ("failed", "interrupted")
 DIRECTIONS = ("maximize", "minimize")
 DEFAULT_DIRECTION = "minimize"  # Optuna's default, and Hydra's Optuna plugin's
 _NOTHING = object()
+# The swept key that repeats a point (sweeps/scaling.yaml's, to average a shared machine's noise): no parameter.
+REPEAT_KEY = "repeat"
+
+
+class _Job(Protocol):
+    overrides: dict[str, str]
+    result: dict[str, Any]
 
 
 def worst(direction: str) -> float:
@@ -94,6 +101,30 @@ def objective_values(result: dict[str, Any], metrics: list[str] | None, n: int) 
     if len(values) != n or not all(_finite(v) for v in values):
         return None
     return [float(v) for v in values]
+
+
+def measures_speed(rows: Iterable[_Job], swept: list[str]) -> bool:
+    """Whether the jobs differ in nothing but their device count (one swept key, whose value is each job's world
+    size, on more than one) and its repeats (REPEAT_KEY): a speed study such as sweeps/scaling.yaml, which
+    measures epoch time, speedup and efficiency: its objective, compared between such jobs (on synthetic data in its
+    CPU variant), names no best job."""
+    keys = [k for k in swept if k != REPEAT_KEY]
+    if len(keys) != 1:
+        return False
+    sizes = set()
+    for row in rows:
+        size = row.result.get("world_size")
+        if isinstance(size, int) and not isinstance(size, bool):
+            if row.overrides.get(keys[0]) != str(size):
+                return False
+            sizes.add(size)
+    return len(sizes) > 1
+
+
+def speed_study_line(swept: list[str], metric: str) -> str:
+    """What stands for the best job of a speed study (`measures_speed`)."""
+    return (f"a speed study: the jobs differ only in {' and '.join(swept)}, so no job is best by {metric}; the "
+            "scaling section of the report has their epoch time, speedup and efficiency")
 
 
 def pareto_front(points: list[list[float]], directions: list[str]) -> list[int]:

@@ -18,9 +18,16 @@ from sweepit.results._overrides import (
     load_yaml,
     own_key,
     rerun_command,
+    short_value,
     typed_overrides,
 )
-from sweepit.results._status import objective_values, pareto_front, sweep_direction
+from sweepit.results._status import (
+    measures_speed,
+    objective_values,
+    pareto_front,
+    speed_study_line,
+    sweep_direction,
+)
 from sweepit.results._study_file import read_study_file
 from sweepit.results._unread import UnreadKeys
 
@@ -133,8 +140,8 @@ def with_result(row: Row) -> Row:
     result = read.result
     objective = result.get("objective")
     row.objective = float(objective) if isinstance(objective, int | float) else None
-    if row.status in ("failed", "interrupted") and result.get("error"):
-        row.note = str(result["error"]).splitlines()[0][:120]
+    if row.status in ("failed", "interrupted") and read.error:
+        row.note = read.error_line
     return row
 
 
@@ -197,7 +204,7 @@ def format_table(rows: list[JobRow], keys: list[str] | None = None) -> str:
     timed = any("epoch_time_s_mean" in r.result for r in rows)
     header = ["job", *keys, "status", "objective", *metrics, *([EPOCH_TIME] if timed else []), "time_s", "note"]
     body = [
-        [str(r.num), *(r.overrides.get(k, "") for k in keys), r.status, _fmt(r.objective),
+        [str(r.num), *(short_value(r.overrides.get(k, "")) for k in keys), r.status, _fmt(r.objective),
          *(_fmt(r.final.get(m)) for m in metrics), *([_fmt(r.result.get("epoch_time_s_mean"))] if timed else []),
          _seconds(r.result.get("wall_time_s")), r.note]
         for r in rows
@@ -248,6 +255,8 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
     if multi:
         assert isinstance(directions, list)
         parts += pareto_lines(tally.completed, directions, study.get("metrics") or None)
+    elif measures_speed(shown, keys):
+        parts.append(speed_study_line(keys, metric))
     else:
         best = tally.best(direction)
         if best is not None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sweepit.errors import ConfigError, SweepFailedError, SweepStoppedError
+from sweepit.results._job_files import error_line
 from sweepit.results._status import DIRECTIONS, objective_direction
 from sweepit.results._study_file import write_study_file
 from sweepit.results._summary import job_folders, summarize
@@ -344,7 +345,7 @@ class Search:
         log.info(f"trial {trial.number} {outcome.status} -> {state}"
                  + (f", {self.metric}={outcome.value:.4g}" if outcome.value is not None and not self.multi else "")
                  + (f", values {shown}" if self.multi and shown is not None else "")
-                 + (f": {outcome.error.splitlines()[0][:200]}" if outcome.error else "")
+                 + (f": {error_line(outcome.error)}" if outcome.error else "")
                  + ("" if best is None else f" (best {best.value:.4g}, trial {best.number})"))
         if outcome.status != "interrupted":
             return None

@@ -18,6 +18,7 @@ from typing import Any
 
 from sweepit._files import atomic_write
 from sweepit._host import now_iso
+from sweepit.results._job_files import error_line
 
 TASK_DIR = ".slurm"  # inside the job directory
 _TASK_ENV = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_PROCID", "SLURM_LOCALID",
@@ -74,7 +75,7 @@ def failed_task(job_dir: Path, but: int | None = None) -> tuple[int, str, int] |
 def rank_failure(failed: tuple[int, str, int]) -> str:
     """`rank 1 of 2 failed: RuntimeError: ... (its log: .slurm/task-1.stderr.log)`."""
     rank, error, n_tasks = failed
-    return (f"rank {rank}{f' of {n_tasks}' if n_tasks else ''} failed: {error.splitlines()[0][:300]} (its log: "
+    return (f"rank {rank}{f' of {n_tasks}' if n_tasks else ''} failed: {error_line(error)} (its log: "
             f"{TASK_DIR}/task-{rank}.stderr.log)")
 
 

@@ -92,8 +92,10 @@ def run_job(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None = None) -> f
         objective = float(final[cfg.metric])
         better = max if cfg.direction == "maximize" else min
         best = better(rows, key=lambda r: r[cfg.metric])
+        # A pruned job was stopped early: its last value (in `final`) is no objective to compare with the others'.
         result.update(
-            status="pruned" if outcome.stopped_early else "completed", objective=objective, final=final,
+            status="pruned" if outcome.stopped_early else "completed",
+            objective=None if outcome.stopped_early else objective, final=final,
             epochs_completed=len(rows), best_epoch=best["epoch"], best_value=best[cfg.metric],
         )
         return objective

@@ -259,10 +259,12 @@ class Session:
             pick = max if direction == "maximize" else min
             best = pick(scored, key=lambda r: float(r[key]))
             result.update(best_epoch=best.get("epoch"), best_value=best[key])
-        if status in ("completed", "pruned"):
+        if status == "completed":
             result.update(returned_fields(None if returned is _NOTHING else returned))
             if result["objective"] is None and scored:
                 result["objective"] = float(scored[-1][key])
+        elif status == "pruned":  # stopped early: no objective to compare (docs/results.md); `final` keeps its last
+            result.update(returned_fields(None if returned is _NOTHING else returned), objective=None)
         elif status == "diverged":
             result["objective"] = None
             result["error"] = str(error) if error is not None else "the loss stopped being finite"

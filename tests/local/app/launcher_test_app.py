@@ -26,7 +26,8 @@ def main(cfg: DictConfig) -> float:
     x = int(cfg.x)
     start = time.time()
     times: dict[str, float | int | str | None] = {"start": start, "end": None, "pid": os.getpid(),
-                                                  "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}
+                                                  "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                                                  "threads": os.environ.get("OMP_NUM_THREADS")}
     print(f"job x={x} starting", flush=True)
     if x in cfg.spawn_on:
         times["grandchild_pid"] = subprocess.Popen(["sleep", "600"]).pid
