@@ -71,6 +71,9 @@ def test_only_keys_whose_every_comparable_pair_of_completed_jobs_ended_alike_are
         _job(failed, num, {"+lrr": lr}, "failed", None)
     one = tmp_path / "one"  # one job: nothing to compare
     _job(one, 0, {"+lrr": "0.01"}, "completed", same)
-    for quiet in (failed, one):
+    repeats = tmp_path / "repeats"  # a speed study's repeats train alike on purpose: only their times differ
+    for num, repeat in enumerate(("0", "1")):
+        _job(repeats, num, {"repeat": repeat, "trainer.gpus": "1"}, "completed", {**same, "epoch_time_s": 1.0 + num})
+    for quiet in (failed, one, repeats):
         assert "looks unread" not in summarize(quiet)
         assert "looks unread" not in (build_report(quiet) / "summary.md").read_text()

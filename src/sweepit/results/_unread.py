@@ -5,7 +5,7 @@ report say so, from this one rule.
 A key is flagged when some completed jobs differ only in it (the same value of every other override, another value
 of it), and each such job's metrics equal those of its group's first job; one group whose metrics differ clears it.
 Failed, pruned or unfinished jobs say nothing either way, and clock measures differ between runs of the same training,
-so they are not compared."""
+so they are not compared. The repeats of a speed study (`repeat`) are meant to train alike."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sweepit.results._overrides import load_yaml
+from sweepit.results._status import REPEAT_KEY
 
 
 class _Job(Protocol):
@@ -64,7 +65,7 @@ class UnreadKeys:
             return
         items = sorted(job.overrides.items())
         for i, (key, value) in enumerate(items):
-            if key in self._read:
+            if key in self._read or key == REPEAT_KEY:  # repeats of a point train alike on purpose (timing noise)
                 continue
             groups = self._groups.setdefault(key, {})
             others = hash((*items[:i], *items[i + 1:]))
