@@ -125,7 +125,7 @@ class GPSamplerConf(SamplerConf):
     independent_sampler: Any = None
     deterministic_objective: bool = False
     constraints_func: Any = None
-    warn_independent_sampling: bool = True
+    warn_independent_sampling: bool | None = None  # not in Optuna 4.0
 
 
 @dataclass
