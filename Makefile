@@ -22,7 +22,7 @@ COMPILE := $(PY) -m compileall -q -j 0 src tests examples bench train.py
 SWEEPS := $(basename $(notdir $(wildcard sweeps/*.yaml)))
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-fast lint typecheck check config-reference docs clean-outputs bench bench-throughput bench-mnist-best bench-report bench-scale bench-launcher test-launcher bench-gpu bench-slurm test-slurm sweep-optuna bench-optuna bench-optuna-workers bench-packing \
+.PHONY: help install test test-fast test-floors lint typecheck check config-reference docs clean-outputs bench bench-throughput bench-mnist-best bench-report bench-scale bench-launcher test-launcher bench-gpu bench-slurm test-slurm sweep-optuna bench-optuna bench-optuna-workers bench-packing \
         slurm-up slurm-down slurm-status \
         $(addprefix sweep-,$(SWEEPS))
 
@@ -46,6 +46,32 @@ test: ## Run the whole test suite (slow multiruns included)
 test-fast: ## Run the tests that take seconds (skips real multiruns)
 	@$(COMPILE)
 	$(PYTEST) -m "not slow and not slurm" $(PYTEST_ARGS)
+
+# The declared minimums (pyproject.toml) of the libraries whose APIs the launchers and the sweeper build on, in a venv
+# of their own beside the same torch: the Optuna sweeper's, the launchers' and the composition's tests run there.
+# Hydra's launcher suites and a real Slurm sweep run apart: after those suites, Hydra's plugin scan has executed its
+# config-source module again, and the compose tests' pickling of a config loader is refused in that process.
+FLOORS_VENV := .venv-floors
+FLOORS := optuna hydra-core omegaconf submitit
+FLOORS_TESTS := tests/search/test_optuna_parts.py tests/search/test_optuna_habits.py tests/search/test_optuna_sweep.py \
+                tests/search/test_optuna_on_any_launcher.py tests/local/test_local_launcher.py \
+                tests/local/test_compose_once.py tests/local/test_composed.py tests/slurm
+FLOORS_APART := tests/local/test_local_hydra_suites.py \
+                tests/slurm/test_slurm_launcher_sweep.py::test_four_job_sweep_is_one_array_and_ends_with_the_results_table
+
+$(FLOORS_VENV)/installed: pyproject.toml scripts/floors.py
+	rm -rf $(FLOORS_VENV)
+	$(PYTHON) -m venv $(VENV_FLAGS) $(FLOORS_VENV)
+	$(FLOORS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(if $(filter none,$(TORCH_SPEC)),,$(FLOORS_VENV)/bin/python -m pip install --quiet "$(TORCH_SPEC)")
+	$(FLOORS_VENV)/bin/python -m pip install --quiet -e . $$($(FLOORS_VENV)/bin/python scripts/floors.py $(FLOORS))
+	@$(FLOORS_VENV)/bin/python -c "import importlib.metadata as m; print('floors:', ', '.join(f'{p} {m.version(p)}' \
+	  for p in '$(FLOORS) torch'.split()))" > $@ && cat $@
+
+test-floors: $(FLOORS_VENV)/installed ## The sweeper's, launchers' and compose tests on the declared minimum optuna, hydra-core, omegaconf, submitit (.venv-floors; about 3 min, 4.5 when it builds the venv)
+	$(FLOORS_VENV)/bin/python -m pytest -n $(TEST_PROCESSES) --dist loadgroup -m "not slurm or no_cluster" \
+	  $(FLOORS_TESTS) $(PYTEST_ARGS)
+	$(FLOORS_VENV)/bin/python -m pytest -n $(TEST_PROCESSES) --dist loadgroup $(FLOORS_APART) $(PYTEST_ARGS)
 
 test-launcher: ## The local launcher's tests (tests/local): real multiruns and Hydra's launcher suites (about a minute)
 	@$(COMPILE)

@@ -145,7 +145,9 @@ def render() -> str:
                     "`hydra/launcher=local`: each job in a forked worker process on this machine.", LocalLauncherConf)
     lines += _group("hydra.launcher: Slurm", "Slurm",
                     "`hydra/launcher=slurm` (or a cluster profile: `marenostrum5`, `juwels_booster`, `cte_power`): "
-                    "each job a Slurm job.", SlurmLauncherConf)
+                    "each job a Slurm job. `hydra/launcher=sweepit_slurm`, which `--help` lists beside them, is the "
+                    "schema that `slurm` and the profiles extend: the keys below with their defaults, no site's "
+                    "values.", SlurmLauncherConf)
     lines += _group("hydra.sweeper: Optuna", "Optuna", "`hydra/sweeper=optuna`: adaptive search.", OptunaSweeperConf)
     for title, group, confs in (("samplers", "sampler", SAMPLER_CONFS), ("pruners", "pruner", PRUNER_CONFS)):
         lines += [f"## hydra.sweeper.{group}: the {title}", "",

@@ -78,3 +78,11 @@ def test_make_config_reference_writes_the_committed_page(tmp_path: Path) -> None
     proc = subprocess.run(["make", "config-reference"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "docs" / "configuration.md").read_text() == PAGE.read_text()
+
+
+def test_the_pages_send_readers_to_the_reference_not_to_the_schemas_source() -> None:
+    """A page that says where every key is described links this generated page, not the dataclasses it is made of."""
+    sources = [page.name for page in sorted((REPO / "docs").glob("*.md"))
+               if "hydra_plugins/sweepit/config.py" in page.read_text()]
+    assert not sources, f"{sources} send readers to src/hydra_plugins/sweepit/config.py; link configuration.md"
+    assert "](configuration.md#hydralauncher-slurm)" in (REPO / "docs" / "slurm.md").read_text()

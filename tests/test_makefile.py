@@ -1,10 +1,11 @@
 """The Makefile's install recipe as `make -n` prints it: the pinned CPU torch by default, and, for a site whose torch
 comes from a module (CTE-Power is ppc64le, where PyPI has no torch wheel), no torch of its own in a venv that sees
-the site's (the README's GPU section says when)."""
+the site's (the README's GPU section says when); and the floors' venv, which CI tests after the suite."""
 
 from __future__ import annotations
 
 import subprocess
+import sys
 
 from sweepit_testing import REPO
 
@@ -27,3 +28,23 @@ def test_install_can_leave_torch_to_the_site() -> None:
     assert "python3 -m venv --system-site-packages .venv" in lines
     assert not [line for line in lines if "pip install" in line and "torch" in line], lines
     assert ".venv/bin/python -m pip install --quiet -e '.[dev]'" in lines
+
+
+def test_the_floors_venv_has_pyprojects_minimums_and_ci_tests_them_after_the_suite() -> None:
+    proc = subprocess.run(["make", "-n", "-B", "-C", str(REPO), "test-floors"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line.strip() for line in proc.stdout.splitlines()]
+    assert '.venv-floors/bin/python -m pip install --quiet "torch==2.13.0"' in lines  # the same torch as .venv
+    assert (".venv-floors/bin/python -m pip install --quiet -e . $(.venv-floors/bin/python scripts/floors.py optuna "
+            "hydra-core omegaconf submitit)") in lines
+    floors = subprocess.run([sys.executable, "scripts/floors.py", "optuna", "hydra-core", "omegaconf", "submitit"],
+                            cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert floors.returncode == 0, floors.stderr
+    pins = floors.stdout.split()
+    assert [pin.split("==")[0] for pin in pins[:4]] == ["optuna", "hydra-core", "omegaconf", "submitit"], pins
+    declared = (REPO / "pyproject.toml").read_text()
+    assert all(f'"{pin.replace("==", ">=")},' in declared for pin in pins[:4]), pins  # each one's own minimum
+    assert any(pin.startswith("pytest-xdist") for pin in pins[4:]), pins  # and what the tests run with
+    ci = (REPO / ".ci" / "run").read_text().splitlines()
+    assert ci.index("make test-floors") > ci.index("make test")

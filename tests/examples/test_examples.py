@@ -1,11 +1,14 @@
 """The three ways in, beyond the README's own commands (tests/readme runs those word for word): a bad `_target_`
-fails its job alone, the median pruner stops a hopeless trial of a user's own loop, and Hydra's `basic` launcher
-gives each job of a user's own loop its own state and result. Real multiruns in subprocesses, from a clean working
-directory; the Slurm runs are in tests/slurm."""
+fails its job alone, the median pruner stops a hopeless trial of a user's own loop, Hydra's `basic` launcher
+gives each job of a user's own loop its own state and result, and an own-loop job stopped and resumed keeps both
+attempts' logs and records. Real multiruns in subprocesses, from a clean working directory; the Slurm runs are in
+tests/slurm."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,8 +17,9 @@ from typing import Any
 import optuna
 import pytest
 
+from sweepit.results._job_files import read_result
 from sweepit.results._summary import collect
-from sweepit_testing import REPO
+from sweepit_testing import REPO, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -110,3 +114,52 @@ def test_own_loop_under_optuna_on_hydras_basic_launcher(tmp_path: Path) -> None:
     done = results(tmp_path / "study")
     assert len(done) == 4 and {r["status"] for r in done.values()} == {"completed"}, done
     assert {r["epochs_completed"] for r in done.values()} == {2}
+
+
+def test_an_own_loop_job_stopped_and_resumed_keeps_both_attempts_and_counts_their_time(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the driver) stops the job mid-training; `sweepit resume` runs it on from its checkpoint. The
+    first attempt's log and record stay beside the second's (the resume once truncated stdout.log: epochs 1-2 were
+    gone), and result.json counts both attempts and their time together. The completed job's checkpoint.pt stays,
+    as the docs say (the example's state is the only copy of its trained model)."""
+    sweep, epochs = tmp_path / "sweep", 6
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
+    driver = subprocess.Popen([sys.executable, str(EXAMPLES / "own_loop" / "train.py"), "-m", "lr=0.003", "n_train=600",
+                               f"epochs={epochs}", f"hydra.sweep.dir={sweep}"],
+                              cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def epochs_done() -> int:
+        found = list(sweep.glob("0_*/metrics.jsonl"))
+        return len(found[0].read_text().splitlines()) if found else 0
+
+    try:
+        wait_until(lambda: epochs_done() >= 2 or driver.poll() is not None, "the job's second epoch", 120,
+                   interval_s=0.05)
+        driver.send_signal(signal.SIGINT)
+        _, err = driver.communicate(timeout=60)
+    finally:
+        driver.kill()
+    assert driver.returncode == 1 and "sweep stopped by SIGINT" in err, err[-3000:]
+    (job_dir,) = sweep.glob("0_*")
+    stopped = read_result(job_dir) or {}
+    assert stopped["status"] == "interrupted" and 2 <= stopped["epochs_completed"] < epochs, stopped
+
+    resumed = subprocess.run([str(Path(sys.executable).parent / "sweepit"), "resume", str(sweep)], cwd=tmp_path,
+                             env=env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    first_log, second_log = (job_dir / "stdout.1.log").read_text(), (job_dir / "stdout.log").read_text()
+    assert "epoch 1: val_acc" in first_log and "epoch 2: val_acc" in first_log
+    assert "epoch 1: val_acc" not in second_log and f"epoch {epochs}: val_acc" in second_log  # on from the checkpoint
+    assert (job_dir / "stderr.1.log").is_file()
+    first = read_result(job_dir, "result.1.json") or {}
+    assert first["status"] == "interrupted" and first["started_at"] == stopped["started_at"] and "attempts" not in first
+    done = read_result(job_dir) or {}
+    assert done["status"] == "completed" and done["epochs_completed"] == epochs and done["attempts"] == 2, done
+    assert done["total_wall_time_s"] == pytest.approx(first["wall_time_s"] + done["wall_time_s"])
+    rows = [json.loads(line)["epoch"] for line in (job_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rows == list(range(1, epochs + 1))
+    assert "2 attempts" in resumed.stdout  # the table's note: its time_s is both attempts'
+
+    assert (job_dir / "checkpoint.pt").is_file()
+    said = {page: " ".join((REPO / "docs" / page).read_text().split()) for page in ("results.md", "own-code.md")}
+    assert "your own loop's stays" in said["results.md"] and "deleted when it completes)" not in said["results.md"]
+    assert "The checkpoint stays when the job completes" in said["own-code.md"]

@@ -36,9 +36,40 @@ if __name__ == "__main__":
 '''
 
 
+# The released plugin's single-objective example (sphere.py), as a user would write it.
+SPHERE = '''import hydra
+from omegaconf import DictConfig
+
+
+@hydra.main(version_base="1.3", config_path=".", config_name="config")
+def sphere(cfg: DictConfig) -> float:
+    return cfg.x**2 + cfg.y**2
+
+
+if __name__ == "__main__":
+    sphere()
+'''
+
+
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
     return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
+
+
+def test_the_released_plugins_example_runs_under_python_w_error(tmp_path: Path) -> None:
+    """`python -W error`, as the released plugin's own tests run its example: the default sampler (TPE with
+    sweepit's multivariate and constant_liar, experimental arguments in Optuna 4) warns the user of nothing."""
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "sphere.py").write_text(SPHERE)
+    (app / "config.yaml").write_text("x: 1.0\ny: 1.0\n")
+    sweep = tmp_path / "sweep"
+    proc = _run(["-W", "error", str(app / "sphere.py"), "-m", "hydra/sweeper=optuna", "hydra/launcher=basic",
+                 "x=range(-5.5, 5.5, step=0.5)", "y=choice(-5, 0, 5)", "hydra.sweeper.n_trials=3",
+                 "hydra.sweeper.sampler.seed=123", "hydra.sweeper.study_name=sphere", f"hydra.sweep.dir={sweep}"],
+                tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [t.state for t in load(sweep, "sphere").trials] == [TrialState.COMPLETE] * 3
 
 
 def test_a_plain_app_on_hydras_basic_launcher_gets_its_values_and_best_in_every_table(tmp_path: Path) -> None:

@@ -223,25 +223,28 @@ def test_a_choice_that_does_not_compose_fails_its_trial_and_the_search_goes_on(t
 
 
 # The released plugin's deprecated space, in its own words, alone and beside `params` (a config file: a command line
-# cannot add `params` where the schema has null).
+# cannot add `params` where the schema has null); an empty one beside `params` is warned about too, as the released
+# plugin tests `is not None`.
 DEPRECATED = """defaults:
   - config
   - _self_
 hydra:
   sweeper:
     search_space:
-      lr: {type: float, low: 0.001, high: 0.3, log: true}
 """
+LR_SPACE = "      lr: {type: float, low: 0.001, high: 0.3, log: true}\n"
+PARAMS = "    params:\n      optimizer: adam,sgd\n"
+BOTH = "Both hydra.sweeper.params and hydra.sweeper.search_space are configured."
 
 
-@pytest.mark.parametrize(("params", "warned"), [
-    ("", "`hydra.sweeper.search_space` is deprecated and will be removed in the next major release."),
-    ("    params:\n      optimizer: adam,sgd\n",
-     "Both hydra.sweeper.params and hydra.sweeper.search_space are configured."),
-])
+@pytest.mark.parametrize(("space", "params", "warned"), [
+    (LR_SPACE, "", "`hydra.sweeper.search_space` is deprecated and will be removed in the next major release."),
+    (LR_SPACE, PARAMS, BOTH),
+    ("      {}\n", PARAMS, BOTH),
+], ids=["alone", "beside-params", "empty-beside-params"])
 def test_the_deprecated_search_space_is_a_python_warning_as_in_the_released_plugin(
-        tmp_path: Path, params: str, warned: str) -> None:
-    (tmp_path / "deprecated.yaml").write_text(DEPRECATED + params)
+        tmp_path: Path, space: str, params: str, warned: str) -> None:
+    (tmp_path / "deprecated.yaml").write_text(DEPRECATED + space + params)
     config = ("--config-dir", str(tmp_path), "--config-name", "deprecated")
     base = ["epochs=1", "hydra.sweeper.n_trials=1"]
     caught = run_search([*base, f"hydra.sweep.dir={tmp_path / 'caught'}"], tmp_path, timeout=120, options=config,

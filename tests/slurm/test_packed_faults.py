@@ -40,6 +40,8 @@ from slurm_launcher_testing import (
     wait_until,
 )
 
+from sweepit.results._job_files import read_result
+
 # A fault that is the worker's own (a signal to it, its cancellation) leaves the other tests' jobs alone: those tests
 # share the cluster, their workers asking for no GPU (a worker holds what it asked for the whole sweep: see
 # test_packed.py). The node going down and the controller going away touch every job: those hold the cluster alone.
@@ -154,6 +156,9 @@ def test_a_cancelled_worker_leaves_its_job_interrupted_and_resume_runs_it(tmp_pa
                 "hydra.launcher.resume=true")
     assert again.returncode == 0, again.stderr[-3000:]
     assert [e.state for e in manifest(sweep).jobs.values()] == ["completed", "completed"]
+    # The cancelled attempt's record and log stay beside the resumed one's, and the record counts both.
+    assert (read_result(job, "result.1.json") or {})["slurm_state"] == "CANCELLED"
+    assert "job x=1 starting" in (job / "stdout.1.log").read_text() and result(job)["attempts"] == 2
 
 
 @pytest.mark.exclusive_cluster

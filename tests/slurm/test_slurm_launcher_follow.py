@@ -23,6 +23,7 @@ from slurm_launcher_testing import (
     wait_until,
 )
 
+from sweepit.results._job_files import read_result
 from sweepit.slurm import _cluster as slurm_queue
 
 if TYPE_CHECKING:
@@ -122,3 +123,10 @@ def test_detach_then_status_then_resume_runs_only_what_did_not_complete(tmp_path
     assert after[2] != ids[2]  # the failed one: submitted again
     assert sorted(p.name for p in (sweep / ".submitit").iterdir()) == ["0001", "0002"]
     assert [e.state for e in manifest(sweep).jobs.values()] == ["completed"] * 4
+    # Job 2's first attempt keeps its record and its links to its own Slurm logs; the record counts both attempts.
+    job_2 = job_dirs(sweep)[2]
+    assert (job_2 / "stdout.1.log").resolve().parent.name == "0001" and (job_2 / "stdout.1.log").exists()
+    assert (job_2 / "stdout.log").resolve().parent.name == "0002"
+    first = read_result(job_2, "result.1.json") or {}
+    assert first["status"] == "failed" and "fails on purpose" in first["error"], first
+    assert result(job_2)["attempts"] == 2 and result(job_2)["status"] == "completed"

@@ -101,8 +101,9 @@ UPGRADE_URL = "https://hydra.cc/docs/upgrades/1.1_to_1.2/changes_to_sweeper_conf
 def space_params(params: Mapping[str, str] | None, search_space: Mapping[str, Any] | None) -> dict[str, str]:
     """The search space's `hydra.sweeper.params`, as the released plugin reads them: the deprecated
     `hydra.sweeper.search_space` when it is the only one given (a UserWarning, through Hydra's deprecation_warning,
-    that also shows the `params` to write instead), `params` alone when both are (a UserWarning too)."""
-    if not search_space:
+    that also shows the `params` to write instead), `params` alone when both are (a UserWarning too). Given is not
+    None, as the released plugin tests it: `search_space: {}` beside `params` is warned about too."""
+    if search_space is None:
         return dict(params or {})
     if params is not None:
         warnings.warn("Both hydra.sweeper.params and hydra.sweeper.search_space are configured.\nHydra will use "

@@ -125,7 +125,7 @@ class GPSamplerConf(SamplerConf):
     independent_sampler: Any = None
     deterministic_objective: bool = False
     constraints_func: Any = None
-    warn_independent_sampling: bool = True
+    warn_independent_sampling: bool | None = None  # not in Optuna 4.0
 
 
 @dataclass
@@ -318,8 +318,9 @@ class OptunaSweeperConf(SearchOptions):
     params: dict[str, str] | None = None
     # Deprecated (Hydra's Optuna plugin before 1.2): `key: {type: int|float|categorical, low, high, log, step,
     # choices}`. Read as `params` with a UserWarning that shows the `params` to write instead; beside `params`
-    # it is left out (a UserWarning too), as in the released plugin.
-    search_space: dict[str, Any] = field(default_factory=dict)
+    # it is left out (a UserWarning too, even for an empty one), as in the released plugin. A mapping, typed Any: a
+    # command line sets it, or one key of it, on the null default (OmegaConf merges into no null Dict node).
+    search_space: Any = None
     # `module.function` called as fn(cfg, trial) for each trial, after the space's parameters are drawn (cfg: the
     # sweep's config). It may draw conditional ones through trial.suggest_*(name, ...); each becomes the job's
     # override name=value (name a key the config lacks `+key`). When it raises, that trial fails.

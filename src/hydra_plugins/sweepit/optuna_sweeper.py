@@ -52,7 +52,7 @@ class OptunaSweeper(Sweeper):
         except ConfigError as e:
             raise OptunaInputError(str(e)) from None
         self.params = None if params is None else dict(params)
-        self.search_space = _plain(search_space)
+        self.search_space = None if search_space is None else _plain(search_space)
         self.custom_search_space = custom_search_space
         self.hydra_context: HydraContext | None = None
         self.config: DictConfig | None = None

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from sweepit._files import collector_paused
-from sweepit.results._job_files import METRICS_FILE, read_metrics
+from sweepit.results._job_files import METRICS_FILE, read_metrics, total_wall_time_s
 from sweepit.results._manifest import read_manifest_data
 from sweepit.results._overrides import (
     app_command,
@@ -88,7 +88,8 @@ class JobReport(JobRow):
 
     @property
     def wall_time_s(self) -> float | None:
-        return finite(self.result.get("wall_time_s"))
+        """Over all the job's attempts (a resumed job's GPU-hours are those of every run)."""
+        return finite(total_wall_time_s(self.result))
 
     @property
     def n_gpus(self) -> int:

@@ -28,6 +28,10 @@ STDERR_LOG = "stderr.log"
 BEST_WEIGHTS = "model_best.pt"   # trained weights (trainer.save_model): the best epoch's, the last epoch's
 LAST_WEIGHTS = "model_last.pt"
 WEIGHT_FILES = (BEST_WEIGHTS, LAST_WEIGHTS)
+# What each run of a job leaves under its own name. A job run again (`sweepit resume`, a retry) first renames its
+# last run's to attempt n's, `result.<n>.json`, `stdout.<n>.log`, `stderr.<n>.log`: every attempt's record and logs
+# stay, and the plain names are always the latest attempt's.
+ATTEMPT_FILES = (RESULT_FILE, STDOUT_LOG, STDERR_LOG)
 
 # A job directory's name, in bytes: NAME_MAX (255 on Linux's file systems, Lustre's and GPFS's) less room for a
 # suffix a tool may add (`.tmp`, `.orig`, a copy's ` (1)`).
@@ -88,9 +92,41 @@ def returned_fields(returned: Any) -> dict[str, Any]:
     return {"returned": repr(returned)[:200]}
 
 
+def attempt_file(name: str, attempt: int) -> str:
+    """The name attempt `attempt` of a job keeps its file `name` under once the job runs again: `stdout.1.log`."""
+    stem, _, suffix = name.rpartition(".")
+    return f"{stem}.{attempt}.{suffix}"
+
+
+def earlier_attempts(job_dir: Path | str) -> int:
+    """How many runs of the job came before its latest (each left its files as attempt_file(name, n), n = 1, 2, ...)."""
+    n = 0
+    while any(os.path.lexists(os.path.join(job_dir, attempt_file(name, n + 1))) for name in ATTEMPT_FILES):
+        n += 1
+    return n
+
+
+def with_attempts(job_dir: Path | str, result: dict[str, Any]) -> dict[str, Any]:
+    """`result` of a job that ran before with what its record holds about its runs: `attempts` (this one included)
+    and `total_wall_time_s`, the wall time of them all (an earlier run without a readable record counts 0). A job run
+    once has neither: readers take 1 and its `wall_time_s`."""
+    n = earlier_attempts(job_dir)
+    if n == 0:
+        return result
+    walls = [as_number(result.get("wall_time_s"))]
+    for attempt in range(1, n + 1):
+        try:
+            earlier = read_result(Path(job_dir), attempt_file(RESULT_FILE, attempt)) or {}
+        except (ValueError, OSError):
+            earlier = {}
+        walls.append(as_number(earlier.get("wall_time_s")))
+    known = [w for w in walls if w is not None]
+    return {**result, "attempts": n + 1, **({"total_wall_time_s": sum(known)} if known else {})}
+
+
 def write_result(job_dir: Path, result: dict[str, Any]) -> Path:
     path = Path(job_dir) / RESULT_FILE
-    atomic_write(path, json.dumps(_jsonable(result), indent=2, sort_keys=True) + "\n")
+    atomic_write(path, json.dumps(_jsonable(with_attempts(job_dir, result)), indent=2, sort_keys=True) + "\n")
     return path
 
 
@@ -106,9 +142,16 @@ def remove_result(job_dir: Path) -> None:
 
 def start_clean(job_dir: Path) -> None:
     """A job run again starts without the record and metrics of its last run (a stale failed result must not stand
-    for the new attempt); its checkpoint stays, to resume from."""
-    remove_result(job_dir)
-    (Path(job_dir) / METRICS_FILE).unlink(missing_ok=True)
+    for the new attempt): that run's record and logs are kept as the next attempt's files (ATTEMPT_FILES), its
+    metrics are not (a resumed run restores them from its checkpoint), and its checkpoint stays, to resume from."""
+    job_dir = Path(job_dir)
+    # A Slurm job's logs are links: one to a log that never came (a job cancelled while queued) is no attempt.
+    last = [name for name in ATTEMPT_FILES if (job_dir / name).exists()]
+    if last:
+        attempt = earlier_attempts(job_dir) + 1
+        for name in last:
+            os.replace(job_dir / name, job_dir / attempt_file(name, attempt))
+    (job_dir / METRICS_FILE).unlink(missing_ok=True)
 
 
 def write_result_if_absent(job_dir: Path, result: dict[str, Any]) -> bool:
@@ -116,7 +159,8 @@ def write_result_if_absent(job_dir: Path, result: dict[str, Any]) -> bool:
     never replaces the job's own, however late that came. True when written, False when one was there."""
     path = Path(job_dir) / RESULT_FILE
     try:
-        atomic_write(path, json.dumps(_jsonable(result), indent=2, sort_keys=True) + "\n", replace=False)
+        atomic_write(path, json.dumps(_jsonable(with_attempts(job_dir, result)), indent=2, sort_keys=True) + "\n",
+                     replace=False)
     except FileExistsError:
         return False
     return True
@@ -142,9 +186,10 @@ class ResultGrace:
         return max([0.0, *(since + self.grace_s - now for since in self._since.values())])
 
 
-def read_result(job_dir: Path) -> dict[str, Any] | None:
-    """The job's result, or None when it has none yet. A corrupt file raises ValueError."""
-    path = os.path.join(job_dir, RESULT_FILE)  # (no pathlib: a report reads 100,000 of them)
+def read_result(job_dir: Path, name: str = RESULT_FILE) -> dict[str, Any] | None:
+    """The job's result (`name`: an earlier attempt's), or None when it has none yet. A corrupt file raises
+    ValueError."""
+    path = os.path.join(job_dir, name)  # (no pathlib: a report reads 100,000 of them)
     try:
         with open(path, "rb") as f:
             text = f.read()
@@ -210,6 +255,12 @@ class JobRecord:
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.result.get(key, default)
+
+
+def total_wall_time_s(result: dict[str, Any]) -> float | None:
+    """How long the job ran, over all its attempts: `total_wall_time_s`, else (a record that sweepit did not write)
+    its `wall_time_s`."""
+    return as_number(result.get("total_wall_time_s", result.get("wall_time_s")))
 
 
 def read_record(job_dir: Path | str | None) -> JobRecord:

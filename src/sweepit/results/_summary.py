@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sweepit.results._job_files import job_num, read_record
+from sweepit.results._job_files import job_num, read_record, total_wall_time_s
 from sweepit.results._manifest import iter_manifest, rerooter
 from sweepit.results._overrides import (
     app_command,
@@ -142,6 +142,8 @@ def with_result(row: Row) -> Row:
     row.objective = float(objective) if isinstance(objective, int | float) else None
     if row.status in ("failed", "interrupted") and read.error:
         row.note = read.error_line
+    elif isinstance(attempts := result.get("attempts"), int) and attempts > 1 and not row.note:
+        row.note = f"{attempts} attempts"  # its time is theirs together
     return row
 
 
@@ -206,7 +208,7 @@ def format_table(rows: list[JobRow], keys: list[str] | None = None) -> str:
     body = [
         [str(r.num), *(short_value(r.overrides.get(k, "")) for k in keys), r.status, _fmt(r.objective),
          *(_fmt(r.final.get(m)) for m in metrics), *([_fmt(r.result.get("epoch_time_s_mean"))] if timed else []),
-         _seconds(r.result.get("wall_time_s")), r.note]
+         _seconds(total_wall_time_s(r.result)), r.note]
         for r in rows
     ]
     widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]

@@ -13,6 +13,7 @@ whose extra package is missing says which to install.
 from __future__ import annotations
 
 import importlib.util
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,6 +33,9 @@ SAMPLERS = tuple(SAMPLER_CLASSES)
 # models optimizer and lr jointly (the best lr depends on the optimizer); constant_liar counts trials in flight as
 # bad, so that parallel asks spread out.
 SAMPLER_DEFAULTS: dict[str, dict[str, Any]] = {"tpe": {"multivariate": True, "constant_liar": True}}
+# Optuna 4's ExperimentalWarning about them (the user did not set them: sweepit did).
+_DEFAULTS_WARNING = ("Argument ``(" + "|".join(sorted({k for d in SAMPLER_DEFAULTS.values() for k in d}))
+                     + ")`` is an experimental feature")
 # Names of the released hydra-optuna-sweeper that Optuna 4 no longer has.
 REMOVED_SAMPLERS = {"motpe": "MOTPESampler was removed in Optuna 4: TPESampler searches several objectives itself; "
                              "use hydra/sweeper/sampler=tpe"}
@@ -101,6 +105,8 @@ def is_grid(spec: Mapping[str, Any]) -> bool:
 def build_sampler(spec: Mapping[str, Any], seed: int | None, space: SearchSpace) -> Any:
     """The sampler of a resolved spec, seeded with `seed` (a resumed study passes another one); a grid sampler gets
     the space's grid."""
+    from optuna.exceptions import ExperimentalWarning
+
     node = {k: v for k, v in spec.items() if k != "seed"}
     cls = locate(node["_target_"], f"{SAMPLER_KEY}._target_")
     taken = parameters(cls)
@@ -109,7 +115,11 @@ def build_sampler(spec: Mapping[str, Any], seed: int | None, space: SearchSpace)
     if is_grid(spec):
         node.update(_target_=_no_stop(cls), search_space=space.grid())
     try:
-        return instantiate(node, SAMPLER_KEY)
+        with warnings.catch_warnings():
+            # A warning about sweepit's own defaults is not the user's to act on, and an app run with
+            # `python -W error` must not die of it (it does not on the released plugin, whose defaults are Optuna's).
+            warnings.filterwarnings("ignore", _DEFAULTS_WARNING, ExperimentalWarning)
+            return instantiate(node, SAMPLER_KEY)
     except ValueError as e:  # Optuna's own checks of its arguments
         if isinstance(e, ConfigError):
             raise
