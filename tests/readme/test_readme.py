@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import optuna
 import pytest
 import yaml
-from readme_commands import readme_commands, sample_output
+from readme_commands import README, readme_commands, sample_output
 
 from sweepit.results._summary import collect
 from sweepit_testing import REPO, require_slurm, wait_until, write_mnist_subset
@@ -274,6 +274,39 @@ def test_the_set_up_command_installs_sweeps_and_prints_what_the_readme_shows(ins
     sweep = Shell(installed.root, {}).sweep()
     assert statuses(sweep) == dict.fromkeys(range(4), "completed")
     assert (sweep / "report" / "index.html").is_file()
+
+
+# The machine the README's sample run names ("on this project's 2-core AMD EPYC with torch 2.13.0+cpu").
+SAMPLE_MACHINE = re.compile(r"on this project's (\d+)-core (AMD EPYC|Intel Xeon) with torch ([^\s):]+)")
+METRIC_COLUMNS = ("objective", "train_loss", "val_loss", "val_acc")
+
+
+def _metric_cells(lines: list[str]) -> dict[str, list[str]]:
+    """The metric cells of the results table in `lines` (the end-of-sweep table's layout), row by row."""
+    start = next(i for i, line in enumerate(lines) if line.startswith("job "))
+    header, rows = lines[start].split(), []
+    for line in lines[start + 2:]:  # below the header's dashes, to the blank line that ends the table
+        if not line.strip():
+            break
+        rows.append(line.split())
+    return {row[0]: [row[header.index(c)] for c in METRIC_COLUMNS] for row in rows}
+
+
+def test_the_readme_sample_run_has_this_machines_digits(installed: Installed) -> None:
+    """The README says its sample table is one run on a machine it names, and that the same seed, torch build,
+    threads and CPU give the same metrics: on that machine, the set-up command's sweep prints its digits."""
+    said = SAMPLE_MACHINE.search(README.read_text())
+    assert said, "the README must say which machine its sample run is from (cores, CPU, torch)"
+    cores, cpu, torch_version = int(said.group(1)), said.group(2), said.group(3)
+    out = ok(installed.proc)
+    here_torch = re.search(r"with torch (\S+),", out)
+    model = next((line.split(":", 1)[1] for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), "")
+    if (os.cpu_count(), here_torch and here_torch.group(1), cpu.split()[0] in model) != (cores, torch_version, True):
+        pytest.skip(f"the README's sample run is from a {cores}-core {cpu} with torch {torch_version}; this is a "
+                    f"{os.cpu_count()}-core {model.strip()} with torch {here_torch and here_torch.group(1)}")
+    assert _metric_cells(out.splitlines()) == _metric_cells(sample_output()), (
+        "the README's sample table must be this machine's: run its set-up command and copy the table\n" + out[-3000:])
 
 
 # -- Running ------------------------------------------------------------------------------------------------------
