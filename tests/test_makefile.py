@@ -1,11 +1,14 @@
 """The Makefile's install recipe as `make -n` prints it: the pinned CPU torch by default, and, for a site whose torch
 comes from a module (CTE-Power is ppc64le, where PyPI has no torch wheel), no torch of its own in a venv that sees
-the site's (the README's GPU section says when); and the floors' venv, which CI tests after the suite."""
+the site's (the README's GPU section says when); the floors' venv, which CI tests after the suite; and `make docs`, which
+fails on what mkdocs' strict mode reports."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from sweepit_testing import REPO
 
@@ -48,3 +51,20 @@ def test_the_floors_venv_has_pyprojects_minimums_and_ci_tests_them_after_the_sui
     assert any(pin.startswith("pytest-xdist") for pin in pins[4:]), pins  # and what the tests run with
     ci = (REPO / ".ci" / "run").read_text().splitlines()
     assert ci.index("make test-floors") > ci.index("make test")
+
+
+def test_make_docs_fails_on_a_link_to_a_missing_anchor(tmp_path: Path) -> None:
+    """mkdocs' `--strict` reports a missing anchor as a warning that `--quiet` hides, and the build then exits 0."""
+    copy = tmp_path / "site-copy"
+    copy.mkdir()
+    for name in ("Makefile", "mkdocs.yml", "README.md"):
+        shutil.copy(REPO / name, copy / name)
+    for folder in ("docs", "scripts", "bench"):
+        shutil.copytree(REPO / folder, copy / folder, ignore=shutil.ignore_patterns("results", "__pycache__"))
+    with (copy / "docs" / "local.md").open("a") as page:
+        page.write("\nSee [the queue](slurm.md#no-such-anchor).\n")
+    venv = Path(sys.executable).parent.parent
+    proc = subprocess.run(["make", "-C", str(copy), "docs", f"VENV={venv}"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert "does not contain an anchor '#no-such-anchor'" in proc.stdout + proc.stderr
