@@ -1,7 +1,7 @@
 """The Makefile's install recipe as `make -n` prints it: the pinned CPU torch by default, and, for a site whose torch
 comes from a module (CTE-Power is ppc64le, where PyPI has no torch wheel), no torch of its own in a venv that sees
-the site's (the README's GPU section says when); the floors' venv, which CI tests after the suite; and `make docs`, which
-fails on what mkdocs' strict mode reports."""
+the site's (the README's GPU section says when); the floors' venv, which CI tests after the suite; and `make docs`,
+which fails on what mkdocs' strict mode reports."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from test_trackers import mlflow_runs, wandb_records
 
 from sweepit.results._job_files import read_metrics
@@ -55,8 +56,11 @@ def check_tracked(job_dir: Path, tracker: str, home: Path, status: str) -> None:
         assert [e.step for e in events.Scalars(metric)] == epochs
     elif tracker == "mlflow":
         runs = mlflow_runs(home / "mlruns")
-        _, run, _ = runs[job_dir.name]
+        _, run, client = runs[job_dir.name]
         assert run.data.tags["sweepit.status"] == status
+        assert run.info.status == ("FINISHED" if status == "completed" else "FAILED")
+        metric = next(k for k in rows[-1] if k != "epoch" and isinstance(rows[-1][k], float))
+        assert sorted(m.step for m in client.get_metric_history(run.info.run_id, metric)) == epochs
     elif tracker == "wandb":
         records = wandb_records(job_dir)
         assert sum(r.WhichOneof("record_type") == "history" for r in records) == len(epochs)
@@ -72,27 +76,44 @@ def only_job(sweep: Path) -> Path:
     return job
 
 
+# Each app, its tiny run, and how it picks a logger (a user's loop has no logger group of its own: sweepit's files
+# give it one, added with +).
+APPS = {"train.py": (REPO / "train.py", ["task=linreg", "epochs=2"], "logger"),
+        "own_loop": (OWN_LOOP, ["epochs=2", "n_train=300"], "+logger")}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("choice", LOGGER_CHOICES)
-@pytest.mark.parametrize("app", ["train.py", "own_loop"])
-def test_every_logger_choice_records_a_single_run_and_a_multirun(tmp_path: Path, choice: str, app: str) -> None:
-    if app == "train.py":
-        script, args, single_status = REPO / "train.py", ["task=linreg", "epochs=2", f"logger={choice}"], "completed"
-    else:  # no logger group of its own: sweepit's files give it one, added with +
-        # A single run of a user's loop is recorded by no launcher: its trackers end when the process does.
-        script, args, single_status = OWN_LOOP, ["epochs=2", "n_train=300", f"+logger={choice}"], "completed"
-    run_dir, sweep = tmp_path / "run", tmp_path / "sweep"
-    single = run_app(script, [*args, f"hydra.run.dir={run_dir}"], tmp_path)
+@pytest.mark.parametrize("app", sorted(APPS))
+def test_every_logger_choice_records_a_single_run(tmp_path: Path, choice: str, app: str) -> None:
+    script, args, key = APPS[app]
+    run_dir = tmp_path / "run"
+    single = run_app(script, [*args, f"{key}={choice}", f"hydra.run.dir={run_dir}"], tmp_path)
     assert single.returncode == 0, single.stderr[-3000:]
-    multi = run_app(script, ["-m", *args, "seed=1", f"hydra.sweep.dir={sweep}"], tmp_path)
-    assert multi.returncode == 0, multi.stderr[-3000:]
-    job = only_job(sweep)
     for tracker in TRACKERS.get(choice, (choice,)):
-        check_tracked(run_dir, tracker, run_dir, single_status)
-        check_tracked(job, tracker, sweep, "completed")
-    for proc in (single, multi):
-        assert TRACKER_WARNING not in proc.stderr + proc.stdout
-    assert TRACKER_WARNING not in (run_dir / "train.log").read_text()
+        check_tracked(run_dir, tracker, run_dir, "completed")
+    assert TRACKER_WARNING not in single.stderr + single.stdout + (run_dir / "train.log").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("app", sorted(APPS))
+def test_every_logger_choice_records_its_job_of_a_multirun(tmp_path: Path, app: str) -> None:
+    """One sweep over the logger group's choices, a job each (forked from one driver: a process start each would
+    cost seconds)."""
+    script, args, key = APPS[app]
+    sweep = tmp_path / "sweep"
+    multi = run_app(script, ["-m", *args, f"{key}={','.join(LOGGER_CHOICES)}", f"hydra.sweep.dir={sweep}"], tmp_path)
+    assert multi.returncode == 0, multi.stderr[-3000:]
+    assert TRACKER_WARNING not in multi.stderr + multi.stdout
+    jobs = {}
+    for job in (p for p in sweep.iterdir() if (p / "result.json").is_file()):
+        (choice,) = [o.split("=", 1)[1] for o in yaml.safe_load((job / ".hydra" / "overrides.yaml").read_text())
+                     if o.lstrip("+").startswith("logger=")]
+        jobs[choice] = job
+    assert sorted(jobs) == LOGGER_CHOICES
+    for choice, job in jobs.items():
+        for tracker in TRACKERS.get(choice, (choice,)):
+            check_tracked(job, tracker, sweep, "completed")
 
 
 # An app with a `logger` group of its own, shaped as lightning-hydra-template's (Lightning's loggers, whose paths

@@ -160,20 +160,6 @@ def test_two_local_ranks_log_once_from_rank_0(tmp_path: Path) -> None:
     assert (run_dir / "tensorboard").is_dir()  # many: csv, tensorboard and mlflow
 
 
-def test_a_users_own_loop_reports_to_the_trackers_of_any_hydra_app(tmp_path: Path) -> None:
-    """examples/own_loop has no logger group of its own: sweepit's config files (found by any app) give it one."""
-    sweep = tmp_path / "sweep"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, str(REPO / "examples" / "own_loop" / "train.py"), "-m", "epochs=2",
-                           "n_train=300", "+logger=mlflow", f"hydra.sweep.dir={sweep}"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (entry,) = mlflow_runs(sweep / "mlruns").values()
-    _, run, client = entry
-    assert [m.step for m in client.get_metric_history(run.info.run_id, "val_acc")] == [1, 2]
-    assert (run.info.status, run.data.tags["sweepit.status"]) == ("FINISHED", "completed")
-
-
 def test_a_missing_tracker_package_is_one_paragraph_before_any_training(tmp_path: Path) -> None:
     config = {"logger": {"fake": {"_target_": "test_trackers.NeedsMissingPackage"}}}
     with pytest.raises(ConfigError, match=r"pip install -e '\.\[nosuchtracker\]'"):
