@@ -41,6 +41,18 @@ def _driver(sweep: Path, *more: str) -> subprocess.Popen[str]:
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
+def _stop_mid_training(sweep: Path, stop: signal.Signals, *more: str) -> tuple[subprocess.Popen[str], str, str]:
+    """A sweep's driver, sent `stop` once a job is mid-training; the driver, its stdout and stderr once it ended."""
+    driver = _driver(sweep, *more)
+    try:
+        wait_until(lambda: _mid_training(sweep), "a job mid-training", 60, interval_s=0.05)
+        driver.send_signal(stop)
+        out, err = driver.communicate(timeout=60)
+    finally:
+        driver.kill()
+    return driver, out, err
+
+
 def _sweepit(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([SWEEPIT, *args], cwd=REPO, capture_output=True, text=True, timeout=120)
 
@@ -112,13 +124,7 @@ def _started(dirs: dict[int, Path]) -> dict[int, str]:
 def test_a_stopped_driver_keeps_every_epoch_and_a_resume_finishes_the_rest(tmp_path: Path,
                                                                           fault: signal.Signals) -> None:
     sweep = tmp_path / "sweep"
-    driver = _driver(sweep)
-    try:
-        wait_until(lambda: _mid_training(sweep), "a job mid-training", 60, interval_s=0.05)
-        driver.send_signal(fault)
-        out, err = driver.communicate(timeout=60)
-    finally:
-        driver.kill()
+    driver, out, err = _stop_mid_training(sweep, fault)
     wait_until(lambda: _gone(sweep), "every job of the sweep to end", 15)
     dirs = _intact(sweep)
     stopped = {n: read_result(d) or {} for n, d in dirs.items() if (read_result(d) or {}).get("status") != "completed"}
@@ -185,13 +191,7 @@ def test_a_stopped_sweep_ends_with_its_own_short_message_and_its_jobs_name_the_s
     is no crash), a line per interrupted job, and each job's note said `stopped by SIGTERM` (the driver's signal to
     its jobs), not the SIGINT the user sent."""
     sweep = tmp_path / "sweep"
-    driver = _driver(sweep, f"hydra/sweeper={sweeper}")
-    try:
-        wait_until(lambda: _mid_training(sweep), "a job mid-training", 60, interval_s=0.05)
-        driver.send_signal(stop)
-        out, err = driver.communicate(timeout=60)
-    finally:
-        driver.kill()
+    driver, out, err = _stop_mid_training(sweep, stop, f"hydra/sweeper={sweeper}")
     assert driver.returncode == 1, err
     assert "HYDRA_FULL_ERROR" not in err and "Traceback" not in err, err
     stopped = [r for r in (read_result(d) or {} for d in _intact(sweep).values()) if r.get("status") == "interrupted"]
@@ -208,13 +208,7 @@ def test_a_signal_to_sweepit_resume_reaches_the_driver(tmp_path: Path, stop: sig
     """`sweepit resume` is the driver (it ran the driver as a child: SIGINT to its pid was ignored and the sweep ran
     on; SIGTERM, as `timeout`, a batch script or a session's end sends it, orphaned the driver and its jobs)."""
     sweep = tmp_path / "sweep"
-    driver = _driver(sweep)
-    try:
-        wait_until(lambda: _mid_training(sweep), "a job mid-training", 60, interval_s=0.05)
-        driver.send_signal(signal.SIGINT)
-        driver.communicate(timeout=60)
-    finally:
-        driver.kill()
+    _stop_mid_training(sweep, signal.SIGINT)
     wait_until(lambda: _gone(sweep), "every job of the first run to end", 15)
     resumed = subprocess.Popen([SWEEPIT, "resume", str(sweep)], cwd=REPO, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
