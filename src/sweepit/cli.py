@@ -39,7 +39,7 @@ def _ls(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from sweepit.reporting import REPORT_DIR, load_sweep, section_text, write_report
+    from sweepit.reporting import REPORT_DIR, REPORT_PAGE, load_sweep, section_text, write_report
     from sweepit.reporting.table import best_lines, to_text
 
     sweep_dir = Path(args.sweep_dir)
@@ -58,7 +58,7 @@ def _report(args: argparse.Namespace) -> int:
         if section.table is not None:
             print(f"\n{section_text(section)}")
     figures = sum(len(s.figures) for s in sections)
-    print(f"report: {out / 'index.html'} (with results.csv, summary.md and {figures} plots)")
+    print(f"report: {out / REPORT_PAGE} (with results.csv, summary.md and {figures} plots)")
     return 0
 
 

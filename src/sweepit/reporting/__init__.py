@@ -36,8 +36,8 @@ DEFAULT_SECTIONS: list[SectionBuilder] = [ResultsSection(), CurvesSection(), Par
                                           ScalingSection(), OptunaSection()]
 
 __all__ = [
-    "DEFAULT_SECTIONS", "REPORT_DIR", "Figure", "JobReport", "Section", "SectionBuilder", "Sweep", "build_report",
-    "find_sweeps", "format_listing", "load_sweep", "section_text", "try_build_report", "write_report",
+    "DEFAULT_SECTIONS", "REPORT_DIR", "REPORT_PAGE", "Figure", "JobReport", "Section", "SectionBuilder", "Sweep",
+    "build_report", "find_sweeps", "format_listing", "load_sweep", "section_text", "try_build_report", "write_report",
 ]
 
 
@@ -110,5 +110,5 @@ def try_build_report(sweep_dir: Path | str) -> Path | None:
     for section in sections:
         if section.printed:
             print(f"\n{section_text(section)}\n", flush=True)
-    print(f"sweepit: report in {out / 'index.html'}", flush=True)
+    print(f"sweepit: report in {out / REPORT_PAGE}", flush=True)
     return out

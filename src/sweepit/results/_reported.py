@@ -29,8 +29,10 @@ def records_digest(jobs: Iterable[JobEntry | Mapping[str, Any]]) -> str:
     """A digest of each job's number, state, start and end, in job order (sweep.json's records, as read or as
     `read_manifest` gives them): it changes when a job is added, starts, ends or runs again, and not when Slurm
     bookkeeping (queue state, node, reason) or a moved sweep's paths do."""
-    rows = [(j.num, f"{j.num}\t{j.state}\t{j.started_at}\t{j.ended_at}") if isinstance(j, JobEntry)
-            else (j.get("num"), f"{j.get('num')}\t{j.get('state')}\t{j.get('started_at')}\t{j.get('ended_at')}")
+    def field(job: JobEntry | Mapping[str, Any], key: str) -> Any:
+        return getattr(job, key) if isinstance(job, JobEntry) else job.get(key)
+
+    rows = [(field(j, "num"), "\t".join(str(field(j, k)) for k in ("num", "state", "started_at", "ended_at")))
             for j in jobs]
     rows.sort(key=lambda row: row[0] if isinstance(row[0], int) else -1)
     return hashlib.sha256("\n".join(line for _, line in rows).encode()).hexdigest()
