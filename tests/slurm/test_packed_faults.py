@@ -139,7 +139,11 @@ def test_a_cancelled_worker_leaves_its_job_interrupted_and_resume_runs_it(tmp_pa
     driver = Driver(APP, sweep, "hydra.launcher.workers=1", CPU_ONLY, "x=1,2", f"release_file={release}")
     try:
         job = only_job_dir_when(sweep, 0)
-        wait_until(lambda: (job / ".slurm" / "task-0.json").exists(), "job 0 to start", 120)
+        # The task file is written before the app runs: wait for the app's own first line, so that the cancelled
+        # attempt has a log line to keep (a scancel before it left an empty log once, in CI).
+        log = job / "stdout.log"
+        wait_until(lambda: (job / ".slurm" / "task-0.json").exists() and log.exists()
+                   and "job x=1 starting" in log.read_text(), "job 0 to start", 120)
         subprocess.run(["scancel", str(read_json(job / ".slurm" / "task-0.json")["slurm_job_id"])],
                        check=True, timeout=30)
         code = driver.finish(timeout_s=120)
