@@ -6,8 +6,8 @@ before `launch()`, then drop the result; the launcher composes the very same con
 `ComposedConfigs` (in `_compose`) takes the loader's place at `setup()`, composes once per choice of config
 groups, and keeps the configs the sweeper composed for the launcher.
 
-Exiting: a final garbage collection over every object torch created costs about 0.4 s of the 0.5 s an
-interpreter with torch takes to shut down, on every sweep; `light_exit` freezes the heap once every atexit
+Exiting: a final garbage collection over every object torch created is most of what an interpreter with
+torch does to shut down, on every sweep; `light_exit` freezes the heap once every atexit
 handler ran, and memory goes back to the system as the process ends anyway.
 
 Slurm tasks: every task of a job (one per GPU) runs the same pickled `SlurmTask`; the training code finds
@@ -197,7 +197,7 @@ def job_dir(config: DictConfig, sweep_dir: Path) -> Path:
     from hydra.core.hydra_config import HydraConfig
 
     if not _uses_hydra_resolver(config.hydra.sweep):
-        return sweep_dir / str(OmegaConf.select(config, "hydra.sweep.subdir"))  # no HydraConfig (a 20 ms copy)
+        return sweep_dir / str(OmegaConf.select(config, "hydra.sweep.subdir"))  # no HydraConfig: setting it copies
     hydra_config = HydraConfig.instance()
     saved, flag = hydra_config.cfg, config.hydra._get_node_flag("readonly")
     hydra_config.set_config(config)  # which also marks `config.hydra` read-only, in place
@@ -240,9 +240,8 @@ def run_forked_job(hydra_context: HydraContext, task_function: TaskFunction, con
     Hydra's `run_job` sets HydraConfig twice (each a masked copy of the hydra node), deep-copies the whole config
     for the task and the hydra node again for the JobReturn. Here HydraConfig is set once when the output
     directory resolves without it (no `${hydra:...}` in `hydra.sweep`), the task's config is copied by pickling
-    (2x faster than a deep copy), and the JobReturn's `hydra_cfg` is HydraConfig's copy itself, which nothing
-    else uses in this process. Around a task that does nothing, on the built-in configs: 21.9 -> 15.4 ms of CPU
-    a job (`bench/bench_job_overhead.py`)."""
+    (faster than a deep copy), and the JobReturn's `hydra_cfg` is HydraConfig's copy itself, which nothing
+    else uses in this process. `bench/bench_job_overhead.py` times it against Hydra's own (bench/RESULTS.md)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.utils import JobRuntime, _flush_loggers, env_override
 
@@ -260,7 +259,7 @@ def run_forked_job(hydra_context: HydraContext, task_function: TaskFunction, con
     chdir = False
     try:
         ret = JobReturn()
-        task_cfg = copy_config(config, pickled(config))  # pickled and unpickled: 2x faster than a deep copy
+        task_cfg = copy_config(config, pickled(config))  # pickled and unpickled: faster than a deep copy
         with read_write(task_cfg), open_dict(task_cfg):
             del task_cfg["hydra"]
         ret.cfg = task_cfg
@@ -443,8 +442,8 @@ def _chdir(hydra_cfg: DictConfig) -> bool:
 
 
 def split_hydra(config: DictConfig, job_dir_: Path) -> tuple[DictConfig, DictConfig]:
-    """(the task's config, `{"hydra": ...}`) from a job's composed config, in place (about 2 ms a job, where
-    two deep copies cost twice that). The hydra part says where the job ran (`hydra.runtime.output_dir`)."""
+    """(the task's config, `{"hydra": ...}`) from a job's composed config, in place (not two deep copies,
+    which cost more). The hydra part says where the job ran (`hydra.runtime.output_dir`)."""
     if "hydra" not in config:  # taken apart before (a JobReturn asked for twice)
         return config, OmegaConf.create({"hydra": {"runtime": {"output_dir": str(job_dir_)}}})
     with read_write(config), open_dict(config):

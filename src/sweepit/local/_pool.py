@@ -96,7 +96,7 @@ class Pool:
     def run(self, jobs: list[Job]) -> None:
         """Run `jobs` in order, on at most `n_workers` workers; on a signal, stop the running ones and return.
 
-        A job is prepared (its config composed, about 0.1 s) just before it starts, or ahead of time while
+        A job is prepared (its config composed) just before it starts, or ahead of time while
         every worker is busy, so that this work overlaps the jobs instead of delaying the first one.
         """
         queue = deque(jobs)

@@ -44,19 +44,18 @@ def _require(ok: bool, rule: str, value: str, fix: str) -> None:
 # Imported once in the driver before any job is forked, so each job starts warm. `module:function` also
 # calls a function with no arguments; `package.*` imports the package's modules too. Nothing here may run
 # torch compute: OpenMP thread pools do not survive fork. torch._dynamo is what torch's optimizers import
-# on first use (about 2 s here); the private torch modules and sweepit's data modules are imported lazily
+# on first use (a slow import); the private torch modules and sweepit's data modules are imported lazily
 # by a first training step, which each job would otherwise pay for (and compile, where Python writes no
 # bytecode cache). An entry missing from this environment is skipped. The list warms torch training, so it is
 # imported only where the app has imported torch, or sweepit's own job (`sweepit.train.run_job`, which imports torch
-# as it runs), by the time it launches (TORCH_APP): an app without torch starts none (about 3 s of CPU and 330 MB a
-# driver or packed worker); a list set in hydra.launcher.preload is imported as given.
+# as it runs), by the time it launches (TORCH_APP): an app without torch starts none (torch's import costs each
+# driver or packed worker CPU time and memory); a list set in hydra.launcher.preload is imported as given.
 DEFAULT_PRELOAD = [
     "torch", "torch.optim", "torch._dynamo", "torch.profiler._cupti_monitor", "torch.utils.serialization.config",
     "sweepit.train._loop", "sweepit.train.data.*", "sweepit.train._job:code_version",
 ]
 # What every job's session imports when the job ends (its trackers, sweepit.train._session): light, and imported
-# before any fork whatever the list above, so that no job of any app pays it again (2.7 ms a job, measured with
-# PYTHONPROFILEIMPORTTIME in a job's stderr.log).
+# before any fork whatever the list above, so that no job of any app pays it again.
 JOB_MODULES = ("sweepit.trackers",)
 TORCH_APP = ("torch", "sweepit.train._entry")  # an app that has imported one of these trains with torch
 
@@ -277,7 +276,7 @@ class LocalSweep:
                     term_grace_s=o.term_grace_s, child=child, hooks=run, clock_ticks=progress.live)
         # Objects the driver made so far move out of the collector's reach, so that no job's garbage
         # collection writes to (and so copies) the memory pages it shares with the driver. Only the young
-        # generations are collected first: a full collection of torch's ~300,000 objects costs 0.2 s.
+        # generations are collected first: a full collection over torch's many objects is slow.
         gc.collect(1)
         gc.freeze()
         return gpus, pool, run, manifest, progress

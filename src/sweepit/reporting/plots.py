@@ -121,7 +121,7 @@ class Palette:
                     handles.append(Line2D([], [], color="black", linewidth=2.5, label=f"best: job {self.best.num}"))
             if fig.get_layout_engine() is None:
                 # At the figure's right edge, and the axes end where it begins, however long its labels are (at a
-                # fixed place, labels of three swept keys or Optuna's 17-digit floats ran off the figure).
+                # fixed place, labels of three swept keys or Optuna's 17-digit floats would run off the figure).
                 legend = fig.legend(handles=handles, loc="upper right", bbox_to_anchor=(0.995, 0.93),
                                     fontsize="small", title=title)
                 width = legend.get_window_extent(fig.canvas.get_renderer()).width / fig.bbox.width  # type: ignore[attr-defined]

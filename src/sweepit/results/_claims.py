@@ -43,9 +43,9 @@ def claimed(folder: Path) -> set[int]:
 
 def claim(path: Path, content: str = "") -> bool:
     """Create `path` exclusively (in one step, through the one atomic write); False when another process did first.
-    A path already there is answered by one stat: a failed attempt writes and removes a temporary file (0.56 ms
-    against 6 us), and workers try many jobs others hold (at 100,000 jobs, the workers' last pass over the plan took
-    2 min). The exclusive create still decides every race."""
+    A path already there is answered by one stat: a failed attempt writes and removes a temporary file (far dearer
+    than a stat), and workers try many jobs others hold (a last pass for jobs given back tries every job of the
+    plan). The exclusive create still decides every race."""
     if path.exists():
         return False
     try:

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser when present: about 9x faster
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser when present: far faster
 # What the jobs took from the driver's environment beyond its command line, so that a command that runs the app again
 # must set it too: a user's own package on PYTHONPATH (the config-only example's `PYTHONPATH=... python train.py`).
 DRIVER_ENV = ("PYTHONPATH",)
@@ -50,7 +50,7 @@ def short_value(value: str) -> str:
 
 
 def load_yaml(path: Path) -> Any:
-    """The parsed file (libyaml's parser when present: ten times faster on a large sweep's many small files), or
+    """The parsed file (libyaml's parser when present: far faster on a large sweep's many small files), or
     None when it is missing or not YAML."""
     try:
         with open(path) as f:

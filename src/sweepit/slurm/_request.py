@@ -59,9 +59,9 @@ class SlurmOptions:
     where it has `gpus_key` (trainer.gpus=N: N tasks with one GPU each) or `timeout_key` (timeout_min), and the
     launcher warns about the keys this leaves unused. A request with no GPU anywhere is a CPU-only job.
 
-    gpus_per_node: earlier sweepit versions used this name for the GPUs a node *has*; it now means, as in
-    submitit, the GPUs a job *asks for* on each node. What a node has is `node_gpus`. (A profile written for the
-    old meaning now asks for GPUs only in jobs without trainer.gpus, and the launcher says so at launch.)
+    gpus_per_node means, as in submitit, the GPUs a job *asks for* on each node; what a node has is `node_gpus`.
+    (A profile that sets it to the GPUs its nodes have asks for them in every job without trainer.gpus, and the
+    launcher says so at launch.)
     """
 
     # -- where the jobs run ------------------------------------------------------------------------------
@@ -336,7 +336,7 @@ def spread(num: int, gpus: int, timeout_min: int, node_gpus: int, max_nodes: int
 @dataclass
 class ClusterFacts:
     """What `place` learns from Slurm (reachable, the partition, MaxArraySize): asked once per sweep, not once per
-    job, so that a search submitting trial after trial costs one sbatch call each and no more (issue 14)."""
+    job, so that a search submitting trial after trial costs one sbatch call each and no more."""
 
     asked: bool = False
     partition: cluster.Partition | None = None

@@ -79,7 +79,7 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
     adopted = adopt_trials(m)  # Optuna worker mode: the trials workers started since the manifest was written
     shown = shown_jobs(m, max_rows)
     # A live driver records what ends (its journal is read with the manifest): the jobs shown are looked at again,
-    # the others counted as it recorded them (100,000 jobs: 8 s against 1). Without one, every job not finished is.
+    # the others counted as it recorded them, unread. Without one, every job not finished is.
     changed, note = refresh(m, record=driver is None, nums=shown if driver is not None else to_refresh(m, shown))
     changed += adopted
     if driver is None:

@@ -55,9 +55,8 @@ def destroy_process_group() -> None:
     A gloo worker thread may still be releasing the tensors of the last collective after the collective has
     returned, and that takes the GIL. When the process exits first, Python ends the thread during its
     finalization and C++ aborts the process ("terminate called without an active exception", SIGABRT), so a
-    completed job's rank shows up in Slurm as FAILED. On torch 2.13 (CPU, this project's CI machine) 21 of 60
-    two-rank runs of a DDP model aborted so; through this function, none of 120 did (60 calling it, 60 leaving
-    it to the exit hook). A collection alone, or a 50 ms pause alone, also avoided it in 60 runs each.
+    completed job's rank shows up in Slurm as FAILED. A garbage collection and a short pause before the destroy
+    let the thread finish first; this function does both, called by the job or at exit.
     """
     if dist.is_initialized():
         gc.collect()

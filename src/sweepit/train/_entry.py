@@ -1,7 +1,7 @@
 """`sweepit.train.run_job` as an app imports it: sweepit's own training job, which imports torch only when it runs.
 
 An app built on it (train.py) then starts without torch wherever it does not train: `--help`, `--cfg`, a refused
-override, the driver of a Slurm sweep (about 2 s of CPU each). That an app imported it tells the local launcher to warm
+override, the driver of a Slurm sweep. That an app imported it tells the local launcher to warm
 torch before it forks jobs all the same (sweepit.local._sweep.preload).
 """
 

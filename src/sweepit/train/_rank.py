@@ -1,7 +1,7 @@
 """Who this process is in its job (rank, local rank, world size, where the ranks meet), read from the environment
 that torchrun or Slurm set. No torch here: a job that never imports torch (any Hydra app on sweepit's launchers)
 asks its rank when it records its result, also in the seconds between Slurm's SIGTERM and its SIGKILL (KillWait),
-where importing torch took longer than those seconds on a loaded node and the job was killed before it wrote."""
+where importing torch can take longer than those seconds on a loaded node: the job would be killed before it wrote."""
 
 from __future__ import annotations
 

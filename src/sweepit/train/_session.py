@@ -187,7 +187,7 @@ class Session:
         return None if self.job_dir is None else self.job_dir / CHECKPOINT_FILE
 
     def _config_hash(self) -> str:
-        """The fingerprint a checkpoint is saved and loaded with, computed once a job (it was once an epoch): the
+        """The fingerprint a checkpoint is saved and loaded with, computed once a job: the
         config as the job started, which is also what a restarted job computes, even if the task changed it since."""
         if self._hash is None:
             self._hash = self._fingerprint()
