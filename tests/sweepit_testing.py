@@ -146,7 +146,7 @@ def cluster_access(exclusive: bool, keep: bool = False) -> Iterator[None]:
     """Hold the local cluster shared (`exclusive=False`) or alone; re-entrant within one process (an exclusive
     hold covers a shared request; a shared hold cannot be raised to exclusive). With `keep` an exclusive hold
     outlives the block, for the next test of this process that needs the cluster alone too: no test sharing it
-    comes in between (one that did held the tests needing it alone back by its whole length: a minute, in CI)."""
+    comes in between (one that did would hold the tests needing it alone back by its whole length)."""
     if _hold["depth"]:
         if exclusive and not _hold["exclusive"]:
             raise RuntimeError("a test holding the cluster shared asked for it alone: mark it exclusive_cluster")

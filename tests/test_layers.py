@@ -30,8 +30,8 @@ def test_import_sweepit_and_a_job_outside_a_study_load_no_plotting_optuna_report
 
 def test_a_job_stopped_by_sigterm_in_a_slurm_task_records_itself_without_importing_torch() -> None:
     """Between Slurm's SIGTERM and its SIGKILL (KillWait: 30 s by default, 5 s on the test cluster) a job that never
-    imported torch (any Hydra app) writes its `interrupted` record; it asks its rank on the way, and when that import
-    pulled in torch, a loaded node took longer than KillWait and the job was killed before it wrote (CI saw it)."""
+    imported torch (any Hydra app) writes its `interrupted` record; it asks its rank on the way, and an import of torch
+    there can take longer than KillWait on a loaded node: the job would be killed before it wrote."""
     code = (
         "import sys, tempfile, pathlib\n"
         "from sweepit._signals import SLURM_STOP\n"

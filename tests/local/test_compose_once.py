@@ -202,7 +202,7 @@ def test_few_bases_kept_still_compose_right(conf_dir: Path) -> None:
 def test_a_loader_pickled_into_a_worker_still_composes_from_bases(conf_dir: Path) -> None:
     """A Slurm worker (packed grid, Optuna worker) gets the driver's loader pickled, its repository already wrapped
     by the driver's ComposedConfigs; wrapped again in the worker, every job is still composed from a base (every
-    job of a packed grid was composed by Hydra in full, about 5x the time, when the worker did not see it)."""
+    job of a packed grid would be composed by Hydra in full if the worker did not see it)."""
     import pickle
 
     with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):

@@ -81,8 +81,8 @@ def test_preload_imports_packages_skips_absent_modules_and_warns_on_failures(cap
                                                      ("import sweepit", False),
                                                      ("from sweepit.train import run_job", True)])
 def test_the_default_preload_warms_torch_only_for_an_app_that_trains_with_it(app_imports: str, warms: bool) -> None:
-    """In a fresh interpreter, as a driver or packed worker is: an app without torch starts none (3 s of CPU and
-    330 MB); one that imported torch, or sweepit's own job (train.py: it imports torch only as a job runs), gets the
+    """In a fresh interpreter, as a driver or packed worker is: an app without torch starts none;
+    one that imported torch, or sweepit's own job (train.py: it imports torch only as a job runs), gets the
     whole list; a list of one's own is imported as given; sweepit's own per-job modules always."""
     code = ("import sys\n" + app_imports + "\n"
             "print('torch' in sys.modules)\n"

@@ -70,7 +70,7 @@ def test_a_state_change_is_appended_and_every_reader_sees_it(tmp_path: Path) -> 
 
 def test_writes_cost_linear_bytes_over_a_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every job started and ended once: the snapshot is rewritten each time the journal has grown as large as it,
-    a few times over the sweep, never at every change (before: 2 x 400 whole rewrites)."""
+    a few times over the sweep, never at every change (that would be 2 x 400 whole rewrites)."""
     monkeypatch.setattr(_journal, "MIN_COMPACT_BYTES", 0)
     m = _sweep(tmp_path, n_jobs=400)
     first = m.generation

@@ -111,7 +111,7 @@ def test_version_and_help_name_what_there_is(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-X", "importtime", str(REPO / "train.py"), "--help"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    # Only a job imports torch (about 2 s of CPU): not `--help`, nor a Slurm sweep's driver.
+    # Only a job imports torch: not `--help`, nor a Slurm sweep's driver.
     imported = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
     assert "hydra" in imported and "torch" not in imported
     launchers = next(line for line in proc.stdout.splitlines() if line.startswith("hydra/launcher:"))

@@ -54,7 +54,7 @@ def assert_one_job_per_trial(sweep: Path, ts: list[Any]) -> None:
 def test_workers_share_n_trials_with_one_sbatch(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     # Trials of 2 s: one worker alone would take 14 s, time enough for the other to start beside the tests sharing the
-    # cluster (with the app's 0.5 s, the first worker once ran all 7 before the second asked for one).
+    # cluster (with the app's 0.5 s, the first worker can run all 7 before the second asks for one).
     proc = run(APP, sweep, *WORKERS, "x=choice(0,1,2,3)", "hydra.sweeper.n_trials=7", "sleep_s=2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     ts = trials(sweep)

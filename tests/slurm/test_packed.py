@@ -22,7 +22,7 @@ from slurm_launcher_testing import (
 )
 
 # Packed workers asking for GPUs hold the cluster's 4 fake GPUs for a whole sweep each: beside the other tests they
-# starved a 4-GPU job and an Optuna worker of theirs (CI, 2026-11-24), so those tests hold the cluster alone. A test
+# would starve a 4-GPU job and an Optuna worker of theirs, so those tests hold the cluster alone. A test
 # whose point is not the GPUs asks for none (CPU_ONLY: a CPU-only request, packed as any other) and shares the
 # cluster, as do the tests that submit nothing (a dry run, a refusal).
 PACK = ["hydra.launcher.workers=2"]

@@ -140,7 +140,7 @@ def test_a_cancelled_worker_leaves_its_job_interrupted_and_resume_runs_it(tmp_pa
     try:
         job = only_job_dir_when(sweep, 0)
         # The task file is written before the app runs: wait for the app's own first line, so that the cancelled
-        # attempt has a log line to keep (a scancel before it left an empty log once, in CI).
+        # attempt has a log line to keep (a scancel before it leaves an empty log).
         log = job / "stdout.log"
         wait_until(lambda: (job / ".slurm" / "task-0.json").exists() and log.exists()
                    and "job x=1 starting" in log.read_text(), "job 0 to start", 120)

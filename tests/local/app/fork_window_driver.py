@@ -36,8 +36,8 @@ def main(sweep_dir: Path) -> None:
         time.sleep(BODY_S)
         return Reply(status="completed", value=1.0)
 
-    # In the child, between the fork and anything the job runs: the window where a stop signal used to land
-    # on the driver's handler (inherited, it only notes the signal) and was lost.
+    # In the child, between the fork and anything the job runs: the window where a stop signal not held over the
+    # fork would land on the driver's handler (inherited, it only notes the signal) and be lost.
     os.register_at_fork(after_in_child=lambda: os.kill(os.getpid(), signal.SIGTERM))
     sweep = LocalSweep(LocalOptions(n_workers=1, term_grace_s=30.0, print_summary=False, preload=[]), sweep_dir,
                        compose=compose, body=body)
