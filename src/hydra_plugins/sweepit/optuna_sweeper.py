@@ -112,7 +112,7 @@ class OptunaSweeper(Sweeper):
         """Worker mode (`hydra.sweeper.workers=N`): N Slurm workers run the study against its storage; this process
         submits them and follows (sweepit.search.drive)."""
         from hydra_plugins.sweepit.slurm_launcher import SlurmLauncher
-        from sweepit.search._workers import drive
+        from sweepit.search._worker_loop import drive
 
         if not isinstance(self.launcher, SlurmLauncher):
             raise OptunaInputError(

@@ -6,8 +6,8 @@
 
 from __future__ import annotations
 
+from sweepit.local._local_sweep import LocalOptions, LocalSweep, preload
 from sweepit.local._pool import Job
-from sweepit.local._sweep import LocalOptions, LocalSweep, preload
 from sweepit.local._worker import Reply
 
 __all__ = ["Job", "LocalOptions", "LocalSweep", "Reply", "preload"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sweepit._files import atomic_write
 from sweepit.errors import SweepitError
-from sweepit.reporting._sweep import JobReport, Sweep, load_sweep
+from sweepit.reporting._report_data import JobReport, Sweep, load_sweep
 from sweepit.reporting.listing import find_sweeps, format_listing
 from sweepit.reporting.optuna_section import OptunaSection
 from sweepit.reporting.scaling import ScalingSection

@@ -6,7 +6,7 @@ import base64
 from html import escape
 from pathlib import Path
 
-from sweepit.reporting._sweep import Sweep
+from sweepit.reporting._report_data import Sweep
 from sweepit.reporting.sections import Figure, Section
 from sweepit.reporting.table import Table, fmt, kept_rows
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sweepit.reporting._sweep import Sweep, load_sweep
+from sweepit.reporting._report_data import Sweep, load_sweep
 from sweepit.results._job_files import job_num
 from sweepit.results._manifest import MANIFEST_FILE
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from sweepit.reporting._sweep import Sweep
+from sweepit.reporting._report_data import Sweep
 from sweepit.reporting.sections import Figure, Section, SectionBuilder
 from sweepit.reporting.table import Table
 from sweepit.results._study_file import read_study_file

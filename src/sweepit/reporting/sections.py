@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sweepit.reporting import linreg, plots
-from sweepit.reporting._sweep import Sweep
+from sweepit.reporting._report_data import Sweep
 from sweepit.reporting.table import Table, best_lines, reproduce_command, results_table
 from sweepit.results._overrides import load_yaml
 from sweepit.results._study_file import read_study_file

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from sweepit.reporting._sweep import JobReport, Sweep, finite
+from sweepit.reporting._report_data import JobReport, Sweep, finite
 from sweepit.results._overrides import rerun_command, short_value, typed_overrides
 from sweepit.results._status import speed_study_line
 

@@ -1,5 +1,5 @@
 """What long-lived workers of one sweep share, through files alone (no driver, no server): who runs which job,
-and who is still alive. Used by both kinds of worker on Slurm: Optuna's (`sweepit.search._workers`, trials
+and who is still alive. Used by both kinds of worker on Slurm: Optuna's (`sweepit.search._worker_loop`, trials
 asked from the study) and packed grids' (`sweepit.slurm._pack_worker`, jobs of a fixed list).
 
 - A job is a worker's once it has created `<sweep dir>/.workers/<space>/<num>` exclusively (`claim`): one

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from sweepit.errors import SlurmError
 from sweepit.slurm._request import ClusterFacts, Request, SlurmOptions
+from sweepit.slurm._slurm_sweep import Outcome, SlurmSweep, check_one_by_one
 from sweepit.slurm._status import report_is_current, status_report, sweep_status
 from sweepit.slurm._submit import TASK_DIR, PlannedJob
-from sweepit.slurm._sweep import Outcome, SlurmSweep, check_one_by_one
 
 __all__ = ["TASK_DIR", "ClusterFacts", "Outcome", "PlannedJob", "Request", "SlurmError", "SlurmOptions", "SlurmSweep",
            "check_one_by_one", "report_is_current", "status_report", "sweep_status"]

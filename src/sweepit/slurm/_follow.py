@@ -27,7 +27,7 @@ from sweepit.results._progress import Progress
 from sweepit.results._summary import own_overrides
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._cluster import ACTIVE_STATES
-from sweepit.slurm._states import (
+from sweepit.slurm._job_states import (
     PACKED,
     Seen,
     apply,

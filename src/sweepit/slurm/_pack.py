@@ -37,10 +37,11 @@ from sweepit.results._progress import Progress
 from sweepit.results._summary import summarize
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._follow import Follower
+from sweepit.slurm._job_states import LOST, PACKED, Seen
 from sweepit.slurm._limits import Room, dry_run_lines, held_for_limit, open_room
+from sweepit.slurm._optuna_workers import alive_workers
 from sweepit.slurm._pack_worker import PackSpec, PlannedEntry, release, scan_claims, write_plan
 from sweepit.slurm._request import Request, gpu_hours, sbatch_parameters
-from sweepit.slurm._states import LOST, PACKED, Seen
 from sweepit.slurm._submit import (
     PlannedJob,
     Task,
@@ -52,10 +53,9 @@ from sweepit.slurm._submit import (
     submit,
 )
 from sweepit.slurm._task_files import TASK_DIR
-from sweepit.slurm._workers import alive_workers
 
 if TYPE_CHECKING:
-    from sweepit.slurm._sweep import SlurmSweep
+    from sweepit.slurm._slurm_sweep import SlurmSweep
 
 log = logging.getLogger(__name__)
 RECORDED_BY = "sweepit slurm launcher (packed)"

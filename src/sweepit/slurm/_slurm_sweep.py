@@ -37,11 +37,11 @@ from sweepit.results._progress import Progress
 from sweepit.results._summary import summarize
 from sweepit.slurm._cluster import scancel
 from sweepit.slurm._follow import Follower
+from sweepit.slurm._job_states import CANCELLED_BY_DRIVER, look
 from sweepit.slurm._limits import Room, held_for_limit, open_room, wait_for_room
 from sweepit.slurm._pack import PackedSweep
 from sweepit.slurm._pack_worker import PackSpec
 from sweepit.slurm._request import ClusterFacts, SlurmOptions, asked, place
-from sweepit.slurm._states import CANCELLED_BY_DRIVER, look
 from sweepit.slurm._submit import Feeder, PlannedJob, Task, dry_run_text, returned, submit_jobs
 
 log = logging.getLogger(__name__)

@@ -30,9 +30,9 @@ from sweepit.local import Job, Reply
 from sweepit.results._job_files import start_clean
 from sweepit.search import Search
 from sweepit.search._search import no_env
-from sweepit.search._workers import Worker
+from sweepit.search._worker_loop import Worker
+from sweepit.slurm._optuna_workers import worker_id, write_trial_record
 from sweepit.slurm._pack_worker import PackedWorker, PackSpec, PlannedEntry
-from sweepit.slurm._workers import worker_id, write_trial_record
 from sweepit.train import _session
 
 
@@ -127,7 +127,7 @@ class PackedTask:
         from hydra.core.singleton import Singleton
         from hydra.core.utils import setup_globals
 
-        from sweepit.local._sweep import DEFAULT_PRELOAD, preload
+        from sweepit.local._local_sweep import DEFAULT_PRELOAD, preload
 
         logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
         Singleton.set_state({**self.singleton_state, "instances": dict(self.singleton_state["instances"])})
