@@ -39,6 +39,7 @@ from sweepit._files import atomic_write
 from sweepit._signals import interrupt_on_sigterm
 from sweepit.errors import RankFailedError, SweepFailedError, SweepitError, SweepStoppedError
 from sweepit.local._worker import Reply, failure, picklable
+from sweepit.results import CONFIG_FILE, HYDRA_FILE, MULTIRUN_FILE, OVERRIDES_FILE, SweepPaths
 from sweepit.results._job_files import read_record, remove_result
 from sweepit.results._lock import SweepLock
 from sweepit.results._status import sweeper_value
@@ -167,8 +168,8 @@ class SweepitLauncher(Launcher):
             return
         if self.lock is not None:
             self.lock.release()
-        if {p.name for p in sweep_dir.iterdir()} <= {"multirun.yaml"}:
-            (sweep_dir / "multirun.yaml").unlink(missing_ok=True)
+        if {p.name for p in sweep_dir.iterdir()} <= {MULTIRUN_FILE}:
+            SweepPaths(sweep_dir).multirun.unlink(missing_ok=True)
             with contextlib.suppress(OSError):
                 sweep_dir.rmdir()
 
@@ -284,8 +285,8 @@ def run_forked_job(hydra_context: HydraContext, task_function: TaskFunction, con
         configure_log(config.hydra.job_logging, config.hydra.verbose)
         if config.hydra.output_subdir is not None:
             saved_dir = Path(config.hydra.runtime.output_dir) / str(config.hydra.output_subdir)
-            for name, node in (("config.yaml", task_cfg), ("hydra.yaml", hydra_cfg),
-                               ("overrides.yaml", config.hydra.overrides.task)):
+            for name, node in ((CONFIG_FILE, task_cfg), (HYDRA_FILE, hydra_cfg),
+                               (OVERRIDES_FILE, config.hydra.overrides.task)):
                 atomic_write(saved_dir / name, OmegaConf.to_yaml(node), fsync=False)
         with env_override(hydra_cfg.hydra.job.env_set):
             callbacks.on_job_start(config=config, task_function=task_function)
@@ -362,8 +363,8 @@ def expect_saved_config(config: Any, job_dir_: Path) -> Any:
 
 def saved(config: Any) -> bool:
     """Whether `config` is a SavedConfig whose files are there to read back."""
-    return isinstance(config, SavedConfig) and (config.saved_dir / "config.yaml").is_file() and (
-        config.saved_dir / "hydra.yaml").is_file()
+    return isinstance(config, SavedConfig) and (config.saved_dir / CONFIG_FILE).is_file() and (
+        config.saved_dir / HYDRA_FILE).is_file()
 
 
 class _SavedFile:
@@ -397,8 +398,8 @@ class _SavedFile:
 class SavedJobReturn(JobReturn):
     """A JobReturn whose `cfg` and `hydra_cfg` are read from the job's saved files when first asked for."""
 
-    cfg = _SavedFile("config.yaml")
-    hydra_cfg = _SavedFile("hydra.yaml")
+    cfg = _SavedFile(CONFIG_FILE)
+    hydra_cfg = _SavedFile(HYDRA_FILE)
 
     def __init__(self, saved: SavedConfig, **fields: Any) -> None:
         self._saved = saved

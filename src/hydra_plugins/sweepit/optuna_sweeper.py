@@ -26,6 +26,7 @@ from hydra_plugins.sweepit._hydra import SweepitLauncher, compact_errors, plain_
 from hydra_plugins.sweepit._space import parse_space, space_params
 from sweepit._targets import locate
 from sweepit.errors import ConfigError, SweepFailedError
+from sweepit.results import SweepPaths
 from sweepit.results._manifest import driver_argv, hydra_quote
 from sweepit.results._overrides import app_command, driver_env, rerun_command
 from sweepit.search import JobDefaults, Search, SearchOptions
@@ -92,7 +93,7 @@ class OptunaSweeper(Sweeper):
             if isinstance(e, CompactHydraException):
                 raise
             raise OptunaInputError(str(e)) from None
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        OmegaConf.save(self.config, SweepPaths(sweep_dir).multirun)
         if self.options.workers:
             self._run_workers(search, space.overrides(space.first_point()) if space.params else [])
             return [[]]

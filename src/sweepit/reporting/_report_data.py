@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from sweepit._files import collector_paused
-from sweepit.results._job_files import METRICS_FILE, read_metrics, total_wall_time_s
+from sweepit.results import HYDRA_DIR, METRICS_FILE, OVERRIDES_FILE, JobPaths, SweepPaths
+from sweepit.results._job_files import read_metrics, total_wall_time_s
 from sweepit.results._manifest import read_manifest_data
 from sweepit.results._overrides import (
     app_command,
@@ -109,7 +110,7 @@ class JobReport(JobRow):
     def _configured(self) -> tuple[int, str]:
         """`trainer.gpus` and `device` from the job's config (read once)."""
         if self._config is None:
-            config = load_yaml(self.job_dir / ".hydra" / "config.yaml")
+            config = load_yaml(JobPaths(self.job_dir).config)
             config = config if isinstance(config, dict) else {}
             trainer = config.get("trainer")
             gpus = trainer.get("gpus") if isinstance(trainer, dict) else None
@@ -211,8 +212,8 @@ def _read_job(num: int, job_dir: Path, entry: dict[str, Any] | None, with_metric
     if overrides is None:
         overrides = read_overrides(job_dir)
     job = with_result(JobReport(num=num, job_dir=job_dir, overrides=overrides, status="pending"))
-    if not job.overrides and not (job_dir / ".hydra" / "overrides.yaml").is_file():
-        job.add_note("no .hydra/overrides.yaml")
+    if not job.overrides and not JobPaths(job_dir).overrides.is_file():
+        job.add_note(f"no {HYDRA_DIR}/{OVERRIDES_FILE}")
     if with_metrics:
         _read_epochs(job)
     if job.status == "pending":  # no result.json: the launcher's manifest knows whether it runs or waits
@@ -262,7 +263,7 @@ def _created_at(sweep_dir: Path, manifest: dict[str, Any]) -> datetime:
             return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
         except ValueError:
             pass
-    for path in (sweep_dir / "multirun.yaml", sweep_dir):
+    for path in (SweepPaths(sweep_dir).multirun, sweep_dir):
         try:
             return datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc)
         except OSError:
@@ -285,13 +286,13 @@ def _load_sweep(sweep_dir: Path, with_metrics: bool) -> Sweep:
 
     job_config: dict[str, Any] = {}
     for job in jobs[:5]:
-        data = load_yaml(job.job_dir / ".hydra" / "config.yaml")
+        data = load_yaml(JobPaths(job.job_dir).config)
         if isinstance(data, dict):
             job_config = data
             break
     study = job_config.get("study")
     if not isinstance(study, str):
-        multirun = load_yaml(sweep_dir / "multirun.yaml")
+        multirun = load_yaml(SweepPaths(sweep_dir).multirun)
         study = multirun.get("study") if isinstance(multirun, dict) else None
     metric = next((str(j.result["metric"]) for j in jobs if "metric" in j.result), None)
     # The Optuna sweeper's direction when it ran the sweep, else the jobs' configs': the study's "best" is ours.

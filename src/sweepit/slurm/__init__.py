@@ -13,7 +13,7 @@ from sweepit.errors import SlurmError
 from sweepit.slurm._request import ClusterFacts, Request, SlurmOptions
 from sweepit.slurm._slurm_sweep import Outcome, SlurmSweep, check_one_by_one
 from sweepit.slurm._status import report_is_current, status_report, sweep_status
-from sweepit.slurm._submit import TASK_DIR, PlannedJob
+from sweepit.slurm._submit import PlannedJob
 
-__all__ = ["TASK_DIR", "ClusterFacts", "Outcome", "PlannedJob", "Request", "SlurmError", "SlurmOptions", "SlurmSweep",
+__all__ = ["ClusterFacts", "Outcome", "PlannedJob", "Request", "SlurmError", "SlurmOptions", "SlurmSweep",
            "check_one_by_one", "report_is_current", "status_report", "sweep_status"]

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from sweepit._host import now_iso
 from sweepit.errors import ConfigError, QueueLimitError, SweepFailedError, SweepStoppedError
+from sweepit.results import JobPaths
 from sweepit.results._job_files import start_clean, write_result
 from sweepit.results._manifest import (
     JobEntry,
@@ -52,7 +53,6 @@ from sweepit.slurm._submit import (
     sbatch_script,
     submit,
 )
-from sweepit.slurm._task_files import TASK_DIR
 
 if TYPE_CHECKING:
     from sweepit.slurm._slurm_sweep import SlurmSweep
@@ -213,13 +213,13 @@ class PackedSweep:
         entries = []
         for job in to_run:
             start_clean(job.job_dir)  # checkpoint.pt is kept to resume
-            shutil.rmtree(job.job_dir / TASK_DIR, ignore_errors=True)  # its task file says when it started
+            shutil.rmtree(JobPaths(job.job_dir).tasks, ignore_errors=True)  # its task file says when it started
             entries.append(PlannedEntry(job.num, list(job.overrides), str(job.job_dir), shape_of[job.num],
                                         dict(job.env_set)))
             entry = m.jobs[job.num]
             entry.state, entry.pid, entry.started_at, entry.ended_at = "queued", None, None, None
             entry.extra = {PACKED: shape_of[job.num], "generation": generation,
-                           "stdout": str(job.job_dir / "stdout.log"), "stderr": str(job.job_dir / "stderr.log"),
+                           "stdout": str(JobPaths(job.job_dir).stdout), "stderr": str(JobPaths(job.job_dir).stderr),
                            "gpus": job.request.n_gpus if job.request else None,
                            "timeout_min": job.request.timeout_min if job.request else None,
                            "metric": job.metric, "direction": job.direction,

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sweepit.errors import ConfigError, DivergedError
+from sweepit.results import JobPaths
 from sweepit.results._job_files import (
     CORRUPT,
     MetricsLog,
@@ -182,9 +183,7 @@ class Session:
     # -- checkpoints ---------------------------------------------------------------------------------------
     @property
     def checkpoint_path(self) -> Path | None:
-        from sweepit.train._checkpoint import CHECKPOINT_FILE
-
-        return None if self.job_dir is None else self.job_dir / CHECKPOINT_FILE
+        return None if self.job_dir is None else JobPaths(self.job_dir).checkpoint
 
     def _config_hash(self) -> str:
         """The fingerprint a checkpoint is saved and loaded with, computed once a job (it was once an epoch): the
