@@ -38,13 +38,20 @@ from hydra_plugins.sweepit._compose import ComposedConfigs, copy_config, pickled
 from sweepit._files import atomic_write
 from sweepit._signals import interrupt_on_sigterm
 from sweepit.errors import RankFailedError, SweepFailedError, SweepitError, SweepStoppedError
-from sweepit.local._worker import Reply, failure, picklable
-from sweepit.results import CONFIG_FILE, HYDRA_FILE, MULTIRUN_FILE, OVERRIDES_FILE, SweepPaths
-from sweepit.results._job_files import read_record, remove_result
-from sweepit.results._lock import SweepLock
-from sweepit.results._status import sweeper_value
-from sweepit.slurm._task_files import failed_task, rank_failure, record_task, record_task_error
-from sweepit.train import _session
+from sweepit.local import Reply, failure, picklable
+from sweepit.results import (
+    CONFIG_FILE,
+    HYDRA_FILE,
+    MULTIRUN_FILE,
+    OVERRIDES_FILE,
+    SweepLock,
+    SweepPaths,
+    read_record,
+    remove_result,
+    sweeper_value,
+)
+from sweepit.slurm import failed_task, rank_failure, record_task, record_task_error
+from sweepit.train import Session, begin_session, end_session, leave_process_group, status_of
 
 _registered = False
 
@@ -213,7 +220,7 @@ def run_hydra_job(hydra_context: HydraContext, task_function: TaskFunction, conf
                   job_dir_: Path) -> Reply:
     """The body of a forked local job: Hydra's run_job (output dir, .hydra/, logging, callbacks) around the task,
     in a session of sweepit's API (what the task reports; its result.json when it writes none)."""
-    session = _session.begin(job_dir_, config)
+    session = begin_session(job_dir_, config)
     try:
         ret = run_forked_job(hydra_context, task_function, config)
         status, error = record(session, ret)
@@ -226,11 +233,11 @@ def run_hydra_job(hydra_context: HydraContext, task_function: TaskFunction, conf
         reply.working_dir, reply.task_name = ret.working_dir, ret.task_name
         return reply
     except BaseException as e:  # KeyboardInterrupt (the driver stopped the job), SystemExit
-        _session.leave_process_group()
-        session.finish(_session.status_of(e), error=e)
+        leave_process_group()
+        session.finish(status_of(e), error=e)
         raise
     finally:
-        _session.end(session)
+        end_session(session)
 
 
 def run_forked_job(hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> JobReturn:
@@ -316,7 +323,7 @@ def _uses_hydra_resolver(sweep: DictConfig) -> bool:
     return False
 
 
-def record(session: _session.Session, ret: JobReturn) -> tuple[str, BaseException | None]:
+def record(session: Session, ret: JobReturn) -> tuple[str, BaseException | None]:
     """The job's status and error from Hydra's JobReturn, recorded in result.json when the task wrote none
     (optuna.TrialPruned raised by the task is `pruned`). A task that raised leaves its process group undestroyed."""
     if ret.status == JobStatus.COMPLETED:
@@ -324,8 +331,8 @@ def record(session: _session.Session, ret: JobReturn) -> tuple[str, BaseExceptio
         return "completed", None
     value = ret._return_value
     error = value if isinstance(value, BaseException) else RuntimeError(repr(value))
-    status = _session.status_of(error)
-    _session.leave_process_group()  # the task's own process group (sweepit.context().init_process_group())
+    status = status_of(error)
+    leave_process_group()  # the task's own process group (sweepit.context().init_process_group())
     session.finish(status, error=error)
     return status, error
 
@@ -487,14 +494,14 @@ class SlurmTask:
         if rank != 0:  # one copy of .hydra/ and of the job's log file, written by rank 0
             with read_write(config.hydra), open_dict(config.hydra):
                 config.hydra.output_subdir = None
-        session = _session.begin(job_dir, config)
+        session = begin_session(job_dir, config)
         try:
             try:
                 ret = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=config,
                               job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir",
                               configure_logging=rank == 0)
             except BaseException as e:
-                _session.leave_process_group()
+                leave_process_group()
                 if self._requeueing and rank == 0:
                     # The result says `failed` with the SystemExit that submitit raises to stop this run; the job
                     # is requeued and carries on, so that result is not the job's.
@@ -505,7 +512,7 @@ class SlurmTask:
                 else:
                     failed = failed_task(job_dir, but=0)  # stopped because another task failed: its error
                     cause: BaseException = RankFailedError(rank_failure(failed)) if failed else e
-                    session.finish(_session.status_of(cause), error=cause)
+                    session.finish(status_of(cause), error=cause)
                 raise
             self._finished = True
             failed = failed_task(job_dir, but=0) if rank == 0 and ret.status == JobStatus.FAILED else None
@@ -519,7 +526,7 @@ class SlurmTask:
             if rank != 0 and status == "failed" and error is not None:
                 record_task_error(job_dir, rank, error)  # before this task exits: the cause, for the others
         finally:
-            _session.end(session)  # after result.json: the session's trackers close with the job's status
+            end_session(session)  # after result.json: the session's trackers close with the job's status
         if error is None:
             return picklable(ret.return_value)
         if status == "pruned":

@@ -21,9 +21,9 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from sweepit.local._local_sweep import LocalOptions
-from sweepit.search._search import SearchOptions
-from sweepit.slurm._request import SlurmOptions
+from sweepit.local import LocalOptions
+from sweepit.search import SearchOptions
+from sweepit.slurm import SlurmOptions
 
 
 # -- local ------------------------------------------------------------------------------------------------

@@ -30,9 +30,16 @@ from hydra_plugins.sweepit._hydra import (
 )
 from hydra_plugins.sweepit._worker_tasks import PackedTask, WorkerTask, for_workers
 from sweepit.errors import ConfigError
-from sweepit.slurm import ClusterFacts, Outcome, PlannedJob, SlurmOptions, SlurmSweep, check_one_by_one
-from sweepit.slurm._optuna_workers import WorkerSweep
-from sweepit.slurm._pack_worker import PackSpec
+from sweepit.slurm import (
+    ClusterFacts,
+    Outcome,
+    PackSpec,
+    PlannedJob,
+    SlurmOptions,
+    SlurmSweep,
+    WorkerSweep,
+    check_one_by_one,
+)
 
 
 class SlurmLauncher(SweepitLauncher):

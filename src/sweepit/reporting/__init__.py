@@ -29,8 +29,7 @@ from sweepit.reporting.sections import (
     Section,
     SectionBuilder,
 )
-from sweepit.results import REPORT_CSV, REPORT_DIR, REPORT_PAGE, REPORT_SUMMARY, SweepPaths
-from sweepit.results._reported import write_records
+from sweepit.results import REPORT_CSV, REPORT_DIR, REPORT_PAGE, REPORT_SUMMARY, SweepPaths, write_records
 
 # The report's sections, in order; to add one, subclass SectionBuilder (sections.py) and append an instance.
 DEFAULT_SECTIONS: list[SectionBuilder] = [ResultsSection(), CurvesSection(), ParamsSection(), LinregSection(),

@@ -13,31 +13,35 @@ from pathlib import Path
 from typing import Any
 
 from sweepit._files import collector_paused
-from sweepit.results import HYDRA_DIR, METRICS_FILE, OVERRIDES_FILE, JobPaths, SweepPaths
-from sweepit.results._job_files import read_metrics, total_wall_time_s
-from sweepit.results._manifest import read_manifest_data
-from sweepit.results._overrides import (
-    app_command,
-    config_source,
-    load_yaml,
-    own_key,
-    short_value,
-    typed_overrides,
-)
-from sweepit.results._reported import records_digest
-from sweepit.results._status import measures_speed, sweep_direction
-from sweepit.results._summary import (
+from sweepit.results import (
+    HYDRA_DIR,
     LAUNCH_STATES,
+    METRICS_FILE,
+    OVERRIDES_FILE,
+    JobPaths,
     JobRow,
+    SweepPaths,
+    UnreadKeys,
+    app_command,
     best_row,
+    config_source,
     fixed_overrides,
+    load_yaml,
+    measures_speed,
     override_values,
+    own_key,
+    read_manifest_data,
+    read_metrics,
     read_overrides,
+    records_digest,
+    short_value,
+    sweep_direction,
     sweep_jobs,
     swept_keys,
+    total_wall_time_s,
+    typed_overrides,
     with_result,
 )
-from sweepit.results._unread import UnreadKeys
 
 # Up to this many jobs every metrics.jsonl is read (a bad line is a note in its job's row). Beyond, only those of
 # jobs whose result.json lacks what the report takes from them (final metrics, mean epoch time) and of the jobs a

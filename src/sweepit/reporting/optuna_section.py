@@ -20,15 +20,8 @@ import numpy as np
 from sweepit.reporting._report_data import Sweep
 from sweepit.reporting.sections import Figure, Section, SectionBuilder
 from sweepit.reporting.table import Table
-from sweepit.results import BEST_PARAMS_FILE, TRIALS_FILE
-from sweepit.results._study_file import read_study_file
-from sweepit.search._results import (
-    best_command,
-    best_trial,
-    load_study_of,
-    trials_table,
-    write_results,
-)
+from sweepit.results import BEST_PARAMS_FILE, TRIALS_FILE, read_study_file
+from sweepit.search import best_command, best_trial, load_study_of, trials_table, write_results
 
 _STATE_COLORS = {"COMPLETE": "tab:blue", "PRUNED": "tab:orange", "FAIL": "tab:red", "RUNNING": "tab:grey"}
 

@@ -13,9 +13,7 @@ from pathlib import Path
 from sweepit.reporting import linreg, plots
 from sweepit.reporting._report_data import Sweep
 from sweepit.reporting.table import Table, best_lines, reproduce_command, results_table
-from sweepit.results import JobPaths
-from sweepit.results._overrides import load_yaml
-from sweepit.results._study_file import read_study_file
+from sweepit.results import JobPaths, load_yaml, read_study_file
 
 
 @dataclass

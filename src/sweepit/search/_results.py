@@ -21,8 +21,7 @@ from typing import Any
 import yaml
 
 from sweepit._files import atomic_write
-from sweepit.results import BEST_PARAMS_FILE, OPTIMIZATION_RESULTS_FILE, TRIALS_FILE
-from sweepit.results._study_file import read_study_file
+from sweepit.results import BEST_PARAMS_FILE, OPTIMIZATION_RESULTS_FILE, TRIALS_FILE, read_study_file
 
 
 def load_study_of(sweep_dir: Path) -> Any:

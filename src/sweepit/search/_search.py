@@ -22,11 +22,18 @@ from pathlib import Path
 from typing import Any
 
 from sweepit.errors import ConfigError, SweepFailedError, SweepStoppedError
-from sweepit.results import BEST_PARAMS_FILE, OPTIMIZATION_RESULTS_FILE, TRIALS_FILE, SweepPaths
-from sweepit.results._job_files import error_line
-from sweepit.results._status import DIRECTIONS, objective_direction
-from sweepit.results._study_file import write_study_file
-from sweepit.results._summary import job_folders, summarize
+from sweepit.results import (
+    BEST_PARAMS_FILE,
+    DIRECTIONS,
+    OPTIMIZATION_RESULTS_FILE,
+    TRIALS_FILE,
+    SweepPaths,
+    error_line,
+    job_folders,
+    objective_direction,
+    summarize,
+    write_study_file,
+)
 from sweepit.search._pruning import (
     ENV_STORAGE,
     ENV_STUDY,

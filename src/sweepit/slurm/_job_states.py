@@ -20,17 +20,21 @@ from sweepit._files import remove_temporaries
 from sweepit._host import now_iso
 from sweepit._signals import SLURM_STOP
 from sweepit.errors import SlurmError
-from sweepit.results import JobPaths, SweepPaths
-from sweepit.results._claims import claimed
-from sweepit.results._job_files import (
+from sweepit.results import (
+    FAILED_STATUSES,
     RESULT_GRACE_S,
+    JobEntry,
+    JobPaths,
+    Manifest,
     ResultGrace,
+    SweepPaths,
+    claimed,
     read_metrics,
     read_record,
+    result_status,
     write_result,
     write_result_if_absent,
 )
-from sweepit.results._manifest import FAILED_STATUSES, JobEntry, Manifest, result_status
 from sweepit.slurm import _cluster as slurm_queue
 from sweepit.slurm._cluster import ACTIVE_STATES, FINAL_STATES, QueueRow
 from sweepit.slurm._task_files import failed_task, rank_failure

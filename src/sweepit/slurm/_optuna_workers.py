@@ -25,10 +25,7 @@ from typing import Any
 from sweepit._files import atomic_write
 from sweepit._host import now_iso
 from sweepit.errors import ConfigError
-from sweepit.results import JobPaths
-from sweepit.results._job_files import job_num
-from sweepit.results._manifest import JobEntry, Manifest, open_manifest, write_manifest
-from sweepit.results._progress import Progress
+from sweepit.results import JobEntry, JobPaths, Manifest, Progress, job_num, open_manifest, write_manifest
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._follow import Follower
 from sweepit.slurm._limits import open_room, wait_for_room

@@ -23,19 +23,20 @@ from typing import TYPE_CHECKING, Any
 
 from sweepit._host import now_iso
 from sweepit.errors import ConfigError, QueueLimitError, SweepFailedError, SweepStoppedError
-from sweepit.results import JobPaths
-from sweepit.results._job_files import start_clean, write_result
-from sweepit.results._manifest import (
+from sweepit.results import (
     JobEntry,
+    JobPaths,
     Manifest,
+    Progress,
     failure_report,
     is_finished,
     open_manifest,
     result_status,
+    start_clean,
+    summarize,
     write_manifest,
+    write_result,
 )
-from sweepit.results._progress import Progress
-from sweepit.results._summary import summarize
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._follow import Follower
 from sweepit.slurm._job_states import LOST, PACKED, Seen

@@ -30,14 +30,8 @@ from pathlib import Path
 
 from sweepit._files import atomic_write
 from sweepit._host import now_iso
-from sweepit.local._pool import Job, Pool
-from sweepit.local._resources import GpuPool
-from sweepit.local._run import record_end
-from sweepit.local._worker import ChildSpec, Reply, child_main
-from sweepit.results import JobPaths, SweepPaths
-from sweepit.results._claims import Heartbeat, claim
-from sweepit.results._job_files import start_clean
-from sweepit.results._manifest import result_status
+from sweepit.local import ChildSpec, GpuPool, Job, Pool, Reply, child_main, record_end
+from sweepit.results import Heartbeat, JobPaths, SweepPaths, claim, result_status, start_clean
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._task_files import record_task
 

@@ -19,10 +19,16 @@ from typing import Any
 
 from sweepit._host import now_iso
 from sweepit.errors import QueueLimitError, SlurmError
-from sweepit.local._capture import STDERR_LOG, STDOUT_LOG
-from sweepit.results import JobPaths, SweepPaths
-from sweepit.results._job_files import start_clean
-from sweepit.results._manifest import JobEntry, Manifest, write_manifest
+from sweepit.results import (
+    STDERR_LOG,
+    STDOUT_LOG,
+    JobEntry,
+    JobPaths,
+    Manifest,
+    SweepPaths,
+    start_clean,
+    write_manifest,
+)
 from sweepit.slurm._limits import Room, dry_run_lines, held_for_limit, refused_for_limit
 from sweepit.slurm._request import Request, SlurmOptions, gpu_hours, sbatch_parameters
 from sweepit.slurm._task_files import link_task_logs

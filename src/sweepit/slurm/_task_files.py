@@ -18,8 +18,7 @@ from typing import Any
 
 from sweepit._files import atomic_write
 from sweepit._host import now_iso
-from sweepit.results import JobPaths
-from sweepit.results._job_files import error_line
+from sweepit.results import JobPaths, error_line
 
 _TASK_ENV = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_PROCID", "SLURM_LOCALID",
              "SLURM_NODEID", "SLURM_NTASKS", "SLURM_STEP_ID", "SLURM_RESTART_COUNT", "CUDA_VISIBLE_DEVICES",
