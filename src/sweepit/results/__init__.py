@@ -2,6 +2,7 @@
 
     rows = collect("outputs/optimizer_lr/2026-11-21_10-00-00")     # one JobRow per job directory
     print(summarize(sweep_dir))                                     # the table a sweep prints at its end
+    JobPaths(job_dir).result                                        # where each file of a job (SweepPaths: a sweep) is
 
 The report (`<sweep>/report/`: CSV, Markdown, plots, HTML) is a room of its own above the engines: sweepit.reporting.
 """
