@@ -22,7 +22,7 @@ from hydra_plugins.sweepit.config import (
     OptunaSweeperConf,
     SlurmLauncherConf,
 )
-from sweepit.local._sweep import LocalOptions
+from sweepit.local._local_sweep import LocalOptions
 from sweepit.search._search import SearchOptions
 from sweepit.slurm._request import SlurmOptions
 from sweepit_testing import REPO

@@ -11,7 +11,7 @@ Everything else (the launchers, the Optuna sweeper, the reports) comes through H
 from __future__ import annotations
 
 from sweepit.errors import ConfigError, DataMissingError, DivergedError, SweepitError
-from sweepit.train._api import JobContext, context, load_checkpoint, report, save_checkpoint, should_stop
+from sweepit.train import JobContext, context, load_checkpoint, report, save_checkpoint, should_stop
 
 __version__ = "0.1.0"
 

@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sweepit.errors import SweepitError
-from sweepit.results._summary import MAX_ROWS
+from sweepit.results import MAX_ROWS
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from sweepit.results._summary import summarize
+    from sweepit.results import summarize
 
     sweep_dir = Path(args.sweep_dir)
     if not sweep_dir.is_dir():
@@ -93,7 +93,7 @@ def _watch_until_ended(sweep_dir: Path, every_s: float, max_rows: int) -> int | 
     import time
     from datetime import datetime
 
-    from sweepit.results._live import LiveReader
+    from sweepit.results import LiveReader
     from sweepit.slurm import sweep_status
 
     live_reader = LiveReader()
@@ -127,7 +127,7 @@ def _watch_until_ended(sweep_dir: Path, every_s: float, max_rows: int) -> int | 
 
 
 def _resume(args: argparse.Namespace) -> int:
-    from sweepit.results._manifest import command_line, read_manifest, rerun_argv
+    from sweepit.results import command_line, read_manifest, rerun_argv
 
     m = read_manifest(Path(args.sweep_dir))  # the directory given, wherever the sweep ran first
     argv, cwd = _runnable(m.argv, m.cwd)
@@ -168,7 +168,7 @@ def _runnable(argv: list[str], cwd: str) -> tuple[list[str], str]:
 
 
 def _clean(args: argparse.Namespace) -> int:
-    from sweepit.results._clean import clean
+    from sweepit.results import clean
 
     sweep_dir = Path(args.sweep_dir)
     if not sweep_dir.is_dir():

@@ -100,7 +100,7 @@ def test_a_sweep_beyond_the_metrics_threshold_reads_only_the_metrics_it_needs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Above READ_ALL_METRICS_UP_TO jobs: metrics.jsonl of the drawn (best) jobs and of jobs whose result lacks
     final metrics or the mean epoch time, no other; the pages list the best MAX_PAGE_ROWS rows, the CSV all."""
-    import sweepit.reporting._sweep as sweep_module
+    import sweepit.reporting._report_data as sweep_module
     import sweepit.reporting.table as table_module
 
     monkeypatch.setattr(sweep_module, "READ_ALL_METRICS_UP_TO", 10)

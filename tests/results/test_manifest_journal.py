@@ -16,12 +16,10 @@ from pathlib import Path
 import pytest
 
 from sweepit.reporting import load_sweep
-from sweepit.results import _journal
-from sweepit.results._claims import claim, claims_dir
+from sweepit.results import MANIFEST_FILE, SWEEP_JOURNAL_FILE, SweepPaths, _journal
+from sweepit.results._claims import claim
 from sweepit.results._job_files import write_result
-from sweepit.results._journal import JOURNAL_FILE
 from sweepit.results._manifest import (
-    MANIFEST_FILE,
     JobEntry,
     Manifest,
     read_manifest,
@@ -54,7 +52,7 @@ def test_a_state_change_is_appended_and_every_reader_sees_it(tmp_path: Path) -> 
     write_result(Path(m.jobs[1].job_dir), {"status": "completed", "objective": 0.5})
     write_manifest(m, [1])
     assert (Path(m.sweep_dir) / MANIFEST_FILE).read_bytes() == snapshot  # not rewritten
-    assert len((Path(m.sweep_dir) / JOURNAL_FILE).read_text().splitlines()) == 3  # head + two records
+    assert len((Path(m.sweep_dir) / SWEEP_JOURNAL_FILE).read_text().splitlines()) == 3  # head + two records
     back = read_manifest(Path(m.sweep_dir))
     assert back.jobs == m.jobs and back.updated_at == m.updated_at
     assert [j.num for j in unfinished_jobs(back)] == [0, 2]
@@ -65,7 +63,7 @@ def test_a_state_change_is_appended_and_every_reader_sees_it(tmp_path: Path) -> 
     assert read_manifest(Path(m.sweep_dir)).jobs[2].state == "running"
     write_manifest(back)
     assert json.loads((Path(m.sweep_dir) / MANIFEST_FILE).read_text())["jobs"][2]["state"] == "running"
-    assert (Path(m.sweep_dir) / JOURNAL_FILE).read_text() == json.dumps({"generation": back.generation}) + "\n"
+    assert (Path(m.sweep_dir) / SWEEP_JOURNAL_FILE).read_text() == json.dumps({"generation": back.generation}) + "\n"
 
 
 def test_writes_cost_linear_bytes_over_a_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -102,7 +100,7 @@ def test_a_line_cut_short_is_skipped_and_the_next_write_is_whole(tmp_path: Path)
     m = _sweep(tmp_path)
     m.jobs[0].state = "running"
     write_manifest(m, [0])
-    with open(Path(m.sweep_dir) / JOURNAL_FILE, "a") as f:  # the driver killed in the middle of its next write
+    with open(Path(m.sweep_dir) / SWEEP_JOURNAL_FILE, "a") as f:  # the driver killed in the middle of its next write
         f.write('{"job": {"num": 1, "overrides": ["x=1"], "job_di')
     back = read_manifest(Path(m.sweep_dir))
     assert [e.state for e in back.jobs.values()] == ["running", "queued", "queued"]
@@ -120,10 +118,10 @@ def test_a_journal_of_an_older_snapshot_is_not_folded_in(tmp_path: Path) -> None
     m = _sweep(tmp_path)
     m.jobs[0].state = "running"
     write_manifest(m, [0])
-    stale = (Path(m.sweep_dir) / JOURNAL_FILE).read_bytes()
+    stale = (Path(m.sweep_dir) / SWEEP_JOURNAL_FILE).read_bytes()
     m.jobs[0].state = "completed"
     write_manifest(m)
-    (Path(m.sweep_dir) / JOURNAL_FILE).write_bytes(stale)
+    (Path(m.sweep_dir) / SWEEP_JOURNAL_FILE).write_bytes(stale)
     back = read_manifest(Path(m.sweep_dir))
     assert back.jobs[0].state == "completed"
     back.jobs[1].state = "running"
@@ -156,7 +154,7 @@ def test_a_manifest_of_an_earlier_version_without_a_journal_reads_and_is_written
     del data["generation"]
     data["version"] = 1
     (Path(m.sweep_dir) / MANIFEST_FILE).write_text(json.dumps(data))
-    (Path(m.sweep_dir) / JOURNAL_FILE).unlink()
+    (Path(m.sweep_dir) / SWEEP_JOURNAL_FILE).unlink()
     back = read_manifest(Path(m.sweep_dir))
     assert back.jobs == m.jobs
     back.jobs[0].state = "running"
@@ -209,7 +207,7 @@ def _packed_sweep(tmp_path: Path, n_jobs: int, claimed_nums: list[int]) -> Manif
         e.state, e.extra = "queued", {"packed": 0, "generation": 2}
     write_manifest(m)
     for n in claimed_nums:
-        claim(claims_dir(Path(m.sweep_dir), 2) / str(n), "7_0 2026-11-24T21:00:00")
+        claim(SweepPaths(Path(m.sweep_dir)).claims(2) / str(n), "7_0 2026-11-24T21:00:00")
     return m
 
 

@@ -18,7 +18,7 @@ from optuna.trial import TrialState
 
 from sweepit.results._job_files import write_result
 from sweepit.search import JobDefaults, Param, Search, SearchOptions, SearchSpace, load_study_of
-from sweepit.search._workers import Worker
+from sweepit.search._worker_loop import Worker
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

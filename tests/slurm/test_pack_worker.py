@@ -10,12 +10,12 @@ import pytest
 from omegaconf import OmegaConf
 
 from sweepit.local import Job, Reply
+from sweepit.results import SweepPaths
 from sweepit.slurm._pack import worker_request
 from sweepit.slurm._pack_worker import (
     PackedWorker,
     PackSpec,
     PlannedEntry,
-    claims_dir,
     release,
     scan_claims,
     write_plan,
@@ -99,7 +99,7 @@ def test_a_job_given_back_is_claimed_again_and_its_claim_is_new(tmp_path: Path) 
 
 def test_a_requeued_worker_gives_back_the_jobs_it_did_not_finish(tmp_path: Path) -> None:
     entries = plan(tmp_path, 2)
-    claims = claims_dir(tmp_path, 1)
+    claims = SweepPaths(tmp_path).claims(1)
     claims.mkdir(parents=True)
     (claims / "0").write_text("local-1 2026-11-24T00:00:00")  # its earlier life claimed job 0, then was requeued
     (claims / "local-1.claimed").write_text("0\n")

@@ -10,7 +10,7 @@ from sweepit._signals import SLURM_STOP
 from sweepit.results._job_files import read_result, write_result
 from sweepit.results._manifest import JobEntry
 from sweepit.slurm._cluster import QueueRow, minutes
-from sweepit.slurm._states import CANCELLED_BY_DRIVER, LOST, _decide, _mine, pending_reasons, record_dead
+from sweepit.slurm._job_states import CANCELLED_BY_DRIVER, LOST, _decide, _mine, pending_reasons, record_dead
 
 pytestmark = pytest.mark.no_cluster  # decisions on recorded squeue/sacct rows: no cluster needed
 

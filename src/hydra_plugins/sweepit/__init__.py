@@ -9,7 +9,7 @@ configs' `hydra.sweep.subdir` is registered here, so that it resolves whichever 
 
 from omegaconf import OmegaConf
 
-from sweepit.results._job_files import job_dir_name
+from sweepit.results import job_dir_name
 
 if not OmegaConf.has_resolver("sweepit.job_dir"):
     OmegaConf.register_new_resolver("sweepit.job_dir", lambda num, overrides: job_dir_name(int(num), str(overrides)))

@@ -38,12 +38,20 @@ from hydra_plugins.sweepit._compose import ComposedConfigs, copy_config, pickled
 from sweepit._files import atomic_write
 from sweepit._signals import interrupt_on_sigterm
 from sweepit.errors import RankFailedError, SweepFailedError, SweepitError, SweepStoppedError
-from sweepit.local._worker import Reply, failure, picklable
-from sweepit.results._job_files import read_record, remove_result
-from sweepit.results._lock import SweepLock
-from sweepit.results._status import sweeper_value
-from sweepit.slurm._task_files import failed_task, rank_failure, record_task, record_task_error
-from sweepit.train import _session
+from sweepit.local import Reply, failure, picklable
+from sweepit.results import (
+    CONFIG_FILE,
+    HYDRA_FILE,
+    MULTIRUN_FILE,
+    OVERRIDES_FILE,
+    SweepLock,
+    SweepPaths,
+    read_record,
+    remove_result,
+    sweeper_value,
+)
+from sweepit.slurm import failed_task, rank_failure, record_task, record_task_error
+from sweepit.train import Session, begin_session, end_session, leave_process_group, status_of
 
 _registered = False
 
@@ -167,8 +175,8 @@ class SweepitLauncher(Launcher):
             return
         if self.lock is not None:
             self.lock.release()
-        if {p.name for p in sweep_dir.iterdir()} <= {"multirun.yaml"}:
-            (sweep_dir / "multirun.yaml").unlink(missing_ok=True)
+        if {p.name for p in sweep_dir.iterdir()} <= {MULTIRUN_FILE}:
+            SweepPaths(sweep_dir).multirun.unlink(missing_ok=True)
             with contextlib.suppress(OSError):
                 sweep_dir.rmdir()
 
@@ -212,7 +220,7 @@ def run_hydra_job(hydra_context: HydraContext, task_function: TaskFunction, conf
                   job_dir_: Path) -> Reply:
     """The body of a forked local job: Hydra's run_job (output dir, .hydra/, logging, callbacks) around the task,
     in a session of sweepit's API (what the task reports; its result.json when it writes none)."""
-    session = _session.begin(job_dir_, config)
+    session = begin_session(job_dir_, config)
     try:
         ret = run_forked_job(hydra_context, task_function, config)
         status, error = record(session, ret)
@@ -225,11 +233,11 @@ def run_hydra_job(hydra_context: HydraContext, task_function: TaskFunction, conf
         reply.working_dir, reply.task_name = ret.working_dir, ret.task_name
         return reply
     except BaseException as e:  # KeyboardInterrupt (the driver stopped the job), SystemExit
-        _session.leave_process_group()
-        session.finish(_session.status_of(e), error=e)
+        leave_process_group()
+        session.finish(status_of(e), error=e)
         raise
     finally:
-        _session.end(session)
+        end_session(session)
 
 
 def run_forked_job(hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> JobReturn:
@@ -283,8 +291,8 @@ def run_forked_job(hydra_context: HydraContext, task_function: TaskFunction, con
         configure_log(config.hydra.job_logging, config.hydra.verbose)
         if config.hydra.output_subdir is not None:
             saved_dir = Path(config.hydra.runtime.output_dir) / str(config.hydra.output_subdir)
-            for name, node in (("config.yaml", task_cfg), ("hydra.yaml", hydra_cfg),
-                               ("overrides.yaml", config.hydra.overrides.task)):
+            for name, node in ((CONFIG_FILE, task_cfg), (HYDRA_FILE, hydra_cfg),
+                               (OVERRIDES_FILE, config.hydra.overrides.task)):
                 atomic_write(saved_dir / name, OmegaConf.to_yaml(node), fsync=False)
         with env_override(hydra_cfg.hydra.job.env_set):
             callbacks.on_job_start(config=config, task_function=task_function)
@@ -314,7 +322,7 @@ def _uses_hydra_resolver(sweep: DictConfig) -> bool:
     return False
 
 
-def record(session: _session.Session, ret: JobReturn) -> tuple[str, BaseException | None]:
+def record(session: Session, ret: JobReturn) -> tuple[str, BaseException | None]:
     """The job's status and error from Hydra's JobReturn, recorded in result.json when the task wrote none
     (optuna.TrialPruned raised by the task is `pruned`). A task that raised leaves its process group undestroyed."""
     if ret.status == JobStatus.COMPLETED:
@@ -322,8 +330,8 @@ def record(session: _session.Session, ret: JobReturn) -> tuple[str, BaseExceptio
         return "completed", None
     value = ret._return_value
     error = value if isinstance(value, BaseException) else RuntimeError(repr(value))
-    status = _session.status_of(error)
-    _session.leave_process_group()  # the task's own process group (sweepit.context().init_process_group())
+    status = status_of(error)
+    leave_process_group()  # the task's own process group (sweepit.context().init_process_group())
     session.finish(status, error=error)
     return status, error
 
@@ -361,8 +369,8 @@ def expect_saved_config(config: Any, job_dir_: Path) -> Any:
 
 def saved(config: Any) -> bool:
     """Whether `config` is a SavedConfig whose files are there to read back."""
-    return isinstance(config, SavedConfig) and (config.saved_dir / "config.yaml").is_file() and (
-        config.saved_dir / "hydra.yaml").is_file()
+    return isinstance(config, SavedConfig) and (config.saved_dir / CONFIG_FILE).is_file() and (
+        config.saved_dir / HYDRA_FILE).is_file()
 
 
 class _SavedFile:
@@ -396,8 +404,8 @@ class _SavedFile:
 class SavedJobReturn(JobReturn):
     """A JobReturn whose `cfg` and `hydra_cfg` are read from the job's saved files when first asked for."""
 
-    cfg = _SavedFile("config.yaml")
-    hydra_cfg = _SavedFile("hydra.yaml")
+    cfg = _SavedFile(CONFIG_FILE)
+    hydra_cfg = _SavedFile(HYDRA_FILE)
 
     def __init__(self, saved: SavedConfig, **fields: Any) -> None:
         self._saved = saved
@@ -485,14 +493,14 @@ class SlurmTask:
         if rank != 0:  # one copy of .hydra/ and of the job's log file, written by rank 0
             with read_write(config.hydra), open_dict(config.hydra):
                 config.hydra.output_subdir = None
-        session = _session.begin(job_dir, config)
+        session = begin_session(job_dir, config)
         try:
             try:
                 ret = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=config,
                               job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir",
                               configure_logging=rank == 0)
             except BaseException as e:
-                _session.leave_process_group()
+                leave_process_group()
                 if self._requeueing and rank == 0:
                     # The result says `failed` with the SystemExit that submitit raises to stop this run; the job
                     # is requeued and carries on, so that result is not the job's.
@@ -503,7 +511,7 @@ class SlurmTask:
                 else:
                     failed = failed_task(job_dir, but=0)  # stopped because another task failed: its error
                     cause: BaseException = RankFailedError(rank_failure(failed)) if failed else e
-                    session.finish(_session.status_of(cause), error=cause)
+                    session.finish(status_of(cause), error=cause)
                 raise
             self._finished = True
             failed = failed_task(job_dir, but=0) if rank == 0 and ret.status == JobStatus.FAILED else None
@@ -517,7 +525,7 @@ class SlurmTask:
             if rank != 0 and status == "failed" and error is not None:
                 record_task_error(job_dir, rank, error)  # before this task exits: the cause, for the others
         finally:
-            _session.end(session)  # after result.json: the session's trackers close with the job's status
+            end_session(session)  # after result.json: the session's trackers close with the job's status
         if error is None:
             return picklable(ret.return_value)
         if status == "pruned":

@@ -24,25 +24,25 @@ class SweepSummary(Callback):
         self._session: Any = None  # the job's session when this callback began it
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from sweepit.train import _session
+        from sweepit.train import begin_session, current_session
 
         job_dir = Path(str(config.hydra.runtime.output_dir))
-        running = _session.current()
+        running = current_session()
         if running is not None and not running.implicit and running.job_dir == job_dir:
             return  # a sweepit launcher began this job's session
-        self._session = _session.begin(job_dir, config)
+        self._session = begin_session(job_dir, config)
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         session, self._session = self._session, None
         if session is None:
             return
         from hydra_plugins.sweepit._hydra import record
-        from sweepit.train import _session
+        from sweepit.train import end_session
 
         try:
             record(session, job_return)
         finally:
-            _session.end(session)
+            end_session(session)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         launcher = config.hydra.launcher
@@ -53,7 +53,7 @@ class SweepSummary(Callback):
         ours = [str(node.get("_target_", "")).startswith("hydra_plugins.sweepit")
                 for node in (config.hydra.launcher, config.hydra.sweeper)]
         if not any(ours):
-            from sweepit.results._summary import summarize
+            from sweepit.results import summarize
 
             print(summarize(sweep_dir), flush=True)
         if self.report:

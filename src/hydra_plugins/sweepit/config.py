@@ -21,13 +21,13 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from sweepit.local._sweep import LocalOptions
-from sweepit.search._search import SearchOptions
-from sweepit.slurm._request import SlurmOptions
+from sweepit.local import LocalOptions
+from sweepit.search import SearchOptions
+from sweepit.slurm import SlurmOptions
 
 
 # -- local ------------------------------------------------------------------------------------------------
-# The keys, their types, defaults and meanings are the engine's (sweepit/local/_sweep.py: LocalOptions).
+# The keys, their types, defaults and meanings are the engine's (sweepit/local/_local_sweep.py: LocalOptions).
 @dataclass
 class LocalLauncherConf(LocalOptions):
     _target_: str = "hydra_plugins.sweepit.local_launcher.LocalLauncher"

@@ -26,8 +26,7 @@ from hydra_plugins.sweepit._hydra import SweepitLauncher, compact_errors, plain_
 from hydra_plugins.sweepit._space import parse_space, space_params
 from sweepit._targets import locate
 from sweepit.errors import ConfigError, SweepFailedError
-from sweepit.results._manifest import driver_argv, hydra_quote
-from sweepit.results._overrides import app_command, driver_env, rerun_command
+from sweepit.results import SweepPaths, app_command, driver_argv, driver_env, hydra_quote, rerun_command
 from sweepit.search import JobDefaults, Search, SearchOptions
 
 _ENV_SET = "++hydra.job.env_set."
@@ -92,7 +91,7 @@ class OptunaSweeper(Sweeper):
             if isinstance(e, CompactHydraException):
                 raise
             raise OptunaInputError(str(e)) from None
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        OmegaConf.save(self.config, SweepPaths(sweep_dir).multirun)
         if self.options.workers:
             self._run_workers(search, space.overrides(space.first_point()) if space.params else [])
             return [[]]
@@ -112,7 +111,7 @@ class OptunaSweeper(Sweeper):
         """Worker mode (`hydra.sweeper.workers=N`): N Slurm workers run the study against its storage; this process
         submits them and follows (sweepit.search.drive)."""
         from hydra_plugins.sweepit.slurm_launcher import SlurmLauncher
-        from sweepit.search._workers import drive
+        from sweepit.search import drive
 
         if not isinstance(self.launcher, SlurmLauncher):
             raise OptunaInputError(

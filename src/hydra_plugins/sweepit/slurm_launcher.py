@@ -28,11 +28,18 @@ from hydra_plugins.sweepit._hydra import (
     plain_options,
     saved,
 )
-from hydra_plugins.sweepit._workers import PackedTask, WorkerTask, for_workers
+from hydra_plugins.sweepit._worker_tasks import PackedTask, WorkerTask, for_workers
 from sweepit.errors import ConfigError
-from sweepit.slurm import ClusterFacts, Outcome, PlannedJob, SlurmOptions, SlurmSweep, check_one_by_one
-from sweepit.slurm._pack_worker import PackSpec
-from sweepit.slurm._workers import WorkerSweep
+from sweepit.slurm import (
+    ClusterFacts,
+    Outcome,
+    PackSpec,
+    PlannedJob,
+    SlurmOptions,
+    SlurmSweep,
+    WorkerSweep,
+    check_one_by_one,
+)
 
 
 class SlurmLauncher(SweepitLauncher):

@@ -6,8 +6,13 @@
 
 from __future__ import annotations
 
-from sweepit.local._pool import Job
-from sweepit.local._sweep import LocalOptions, LocalSweep, preload
-from sweepit.local._worker import Reply
+from sweepit.local._local_sweep import DEFAULT_PRELOAD, LocalOptions, LocalSweep, preload
+from sweepit.local._pool import Job, Pool
+from sweepit.local._resources import GpuPool
+from sweepit.local._run import record_end
+from sweepit.local._worker import ChildSpec, Reply, child_main, failure, picklable
 
-__all__ = ["Job", "LocalOptions", "LocalSweep", "Reply", "preload"]
+__all__ = [
+    "DEFAULT_PRELOAD", "ChildSpec", "GpuPool", "Job", "LocalOptions", "LocalSweep", "Pool", "Reply", "child_main",
+    "failure", "picklable", "preload", "record_end"
+]

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from sweepit.results._job_files import STDERR_LOG, STDOUT_LOG
+from sweepit.results import STDERR_LOG, STDOUT_LOG
 
 __all__ = ["STDERR_LOG", "STDOUT_LOG", "JobOutput", "tail_lines"]
 

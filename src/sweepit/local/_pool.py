@@ -27,7 +27,7 @@ from sweepit._signals import StopSignals, stop_signals_held
 from sweepit.local._capture import JobOutput
 from sweepit.local._resources import GpuPool
 from sweepit.local._worker import ChildSpec, Reply
-from sweepit.results._lock import HEARTBEAT_S
+from sweepit.results import LOCK_HEARTBEAT_S
 
 _FORK = multiprocessing.get_context("fork")
 _CLOCK_TICK_S = 1.0  # how often a terminal's progress clock is redrawn
@@ -199,7 +199,7 @@ class Pool:
             timeouts.append(max(0.0, self._kill_at - time.monotonic()))
         if self.clock_ticks:
             timeouts.append(_CLOCK_TICK_S)
-        timeouts.append(HEARTBEAT_S)  # wake up now and then to refresh the sweep lock, even with nothing to draw
+        timeouts.append(LOCK_HEARTBEAT_S)  # wake up now and then to refresh the sweep lock, even with nothing to draw
         return min(timeouts) if timeouts else None
 
     def _wait_once(self, timeout: float | None) -> None:

@@ -13,21 +13,26 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from sweepit._files import remove_temporaries
+from sweepit._host import now_iso
 from sweepit.errors import ConfigError
 from sweepit.local._capture import STDERR_LOG, tail_lines
 from sweepit.local._pool import Job
-from sweepit.results._job_files import has_result, read_record, start_clean, write_result, write_result_if_absent
-from sweepit.results._live import LiveReader, sweep_eta_s
-from sweepit.results._manifest import (
+from sweepit.results import (
     FAILED_STATUSES,
+    LiveReader,
     Manifest,
+    Progress,
     failure_report,
+    has_result,
     is_finished,
-    now_iso,
+    read_record,
     result_status,
+    start_clean,
+    sweep_eta_s,
     write_manifest,
+    write_result,
+    write_result_if_absent,
 )
-from sweepit.results._progress import Progress
 
 _LOOK_S = 1.0  # how often the running jobs' metrics are read for the ETA
 

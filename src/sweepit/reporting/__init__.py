@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sweepit._files import atomic_write
 from sweepit.errors import SweepitError
-from sweepit.reporting._sweep import JobReport, Sweep, load_sweep
+from sweepit.reporting._report_data import JobReport, Sweep, load_sweep
 from sweepit.reporting.listing import find_sweeps, format_listing
 from sweepit.reporting.optuna_section import OptunaSection
 from sweepit.reporting.scaling import ScalingSection
@@ -29,7 +29,7 @@ from sweepit.reporting.sections import (
     Section,
     SectionBuilder,
 )
-from sweepit.results._reported import REPORT_DIR, REPORT_PAGE, write_records
+from sweepit.results import REPORT_CSV, REPORT_DIR, REPORT_PAGE, REPORT_SUMMARY, SweepPaths, write_records
 
 # The report's sections, in order; to add one, subclass SectionBuilder (sections.py) and append an instance.
 DEFAULT_SECTIONS: list[SectionBuilder] = [ResultsSection(), CurvesSection(), ParamsSection(), LinregSection(),
@@ -54,7 +54,7 @@ def write_report(sweep: Sweep, builders: Sequence[SectionBuilder] | None = None)
     # plots of numeric-looking choices) would print through Hydra's log handler at the end of a sweep; a report
     # needs none of them (its warnings still show).
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
-    out_dir = sweep.sweep_dir / REPORT_DIR
+    out_dir = SweepPaths(sweep.sweep_dir).report
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("*.png"):  # a plot that no longer applies must not linger
         old.unlink(missing_ok=True)
@@ -70,8 +70,8 @@ def write_report(sweep: Sweep, builders: Sequence[SectionBuilder] | None = None)
             sections.append(section)
     table = next((s.table for s in sections if s.table is not None), None)
     if table is not None:
-        atomic_write(out_dir / "results.csv", to_csv(table), fsync=False)
-    atomic_write(out_dir / "summary.md", render_markdown(sweep, sections), fsync=False)
+        atomic_write(out_dir / REPORT_CSV, to_csv(table), fsync=False)
+    atomic_write(out_dir / REPORT_SUMMARY, render_markdown(sweep, sections), fsync=False)
     atomic_write(out_dir / REPORT_PAGE, render_html(sweep, sections), fsync=False)
     write_records(out_dir, sweep.records)  # what `sweepit status` asks to know whether the report is current
     return sections

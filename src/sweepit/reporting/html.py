@@ -6,9 +6,10 @@ import base64
 from html import escape
 from pathlib import Path
 
-from sweepit.reporting._sweep import Sweep
+from sweepit.reporting._report_data import Sweep
 from sweepit.reporting.sections import Figure, Section
 from sweepit.reporting.table import Table, fmt, kept_rows
+from sweepit.results import REPORT_CSV, REPORT_SUMMARY
 
 _STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1400px;
@@ -106,13 +107,14 @@ def render_html(sweep: Sweep, sections: list[Section]) -> str:
     meta = (f"{sweep.sweep_dir} · started {sweep.created_at.astimezone():%Y-%m-%d %H:%M}"
             + (f" · launcher {sweep.launcher}" if sweep.launcher else "") + f" · {sweep.counts_line()}")
     body = "\n".join(_section(s, sweep.direction) for s in sections)
+    files = f'<a href="{REPORT_CSV}">{REPORT_CSV}</a> · <a href="{REPORT_SUMMARY}">{REPORT_SUMMARY}</a>'
     return f"""<!doctype html>
 <html lang="en">
 <head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{escape(title)}</title><style>{_STYLE}</style></head>
 <body>
 <header><h1>{escape(title)}</h1><p class="meta">{escape(meta)}</p>
-<p class="meta">Files beside this page: <a href="results.csv">results.csv</a> · <a href="summary.md">summary.md</a></p>
+<p class="meta">Files beside this page: {files}</p>
 </header>
 {body}
 </body>

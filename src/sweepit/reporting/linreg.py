@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from sweepit.reporting._sweep import JobReport, Sweep, finite
+from sweepit.reporting._report_data import JobReport, Sweep, finite
 from sweepit.reporting.plots import Palette, cap, draw_lines, epoch_axis, figure, save
 
 

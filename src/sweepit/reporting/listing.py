@@ -5,21 +5,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sweepit.reporting._sweep import Sweep, load_sweep
-from sweepit.results._job_files import job_num
-from sweepit.results._manifest import MANIFEST_FILE
+from sweepit.reporting._report_data import Sweep, load_sweep
+from sweepit.results import HYDRA_DIR, REPORT_DIR, SweepPaths, job_num
 
 # outputs/<study>/<timestamp>/ is two levels down; a little more for hand-made layouts.
 _MAX_DEPTH = 4
-_SKIP = {".hydra", "report", ".git", "runs"}
+_SKIP = {HYDRA_DIR, REPORT_DIR, ".git", "runs"}
 
 
 def is_sweep(path: Path) -> bool:
     """A directory Hydra's sweeper or sweepit's launchers wrote: multirun.yaml or sweep.json, or job directories."""
-    if (path / "multirun.yaml").is_file() or (path / MANIFEST_FILE).is_file():
+    if SweepPaths(path).multirun.is_file() or SweepPaths(path).manifest.is_file():
         return True
     try:
-        return any(e.is_dir() and job_num(Path(e.name)) is not None and os.path.isdir(os.path.join(e.path, ".hydra"))
+        return any(e.is_dir() and job_num(Path(e.name)) is not None and os.path.isdir(os.path.join(e.path, HYDRA_DIR))
                    for e in os.scandir(path))
     except OSError:
         return False

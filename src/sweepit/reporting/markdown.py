@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sweepit.reporting._sweep import Sweep
+from sweepit.reporting._report_data import Sweep
 from sweepit.reporting.sections import Section
 from sweepit.reporting.table import to_markdown
 

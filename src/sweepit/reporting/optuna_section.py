@@ -17,19 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from sweepit.reporting._sweep import Sweep
+from sweepit.reporting._report_data import Sweep
 from sweepit.reporting.sections import Figure, Section, SectionBuilder
 from sweepit.reporting.table import Table
-from sweepit.results._study_file import read_study_file
-from sweepit.search._results import (
-    BEST_FILE,
-    TRIALS_FILE,
-    best_command,
-    best_trial,
-    load_study_of,
-    trials_table,
-    write_results,
-)
+from sweepit.results import BEST_PARAMS_FILE, TRIALS_FILE, read_study_file
+from sweepit.search import best_command, best_trial, load_study_of, trials_table, write_results
 
 _STATE_COLORS = {"COMPLETE": "tab:blue", "PRUNED": "tab:orange", "FAIL": "tab:red", "RUNNING": "tab:grey"}
 
@@ -211,7 +203,7 @@ class OptunaSection(SectionBuilder):
         text = [f"study {study.study_name!r} in {info['storage']}: " + ", ".join(f"{n} {s}" for s, n in counts.items())
                 + f"; sampler {_name(info.get('sampler'))}, pruner {_name(info.get('pruner'))}.",
                 "Space: " + ", ".join(f"{k}={v}" for k, v in (info.get("space") or {}).items()),
-                f"Best parameters: {BEST_FILE}; every trial: {TRIALS_FILE}. Diverged trials are told to Optuna "
+                f"Best parameters: {BEST_PARAMS_FILE}; every trial: {TRIALS_FILE}. Diverged trials are told to Optuna "
                 "as FAIL (unless hydra.sweeper.diverged_value is set); pruned ones as PRUNED."]
         best = best_trial(study)
         command = ""

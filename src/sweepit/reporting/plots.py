@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sweepit._files import atomic_write
-from sweepit.reporting._sweep import METRICS_DRAWN, JobReport, Sweep, finite
+from sweepit.reporting._report_data import METRICS_DRAWN, JobReport, Sweep, finite
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

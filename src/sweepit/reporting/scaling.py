@@ -12,7 +12,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from sweepit.reporting._sweep import JobReport, Sweep, finite
+from sweepit.reporting._report_data import JobReport, Sweep, finite
 from sweepit.reporting.sections import Figure, Section, SectionBuilder
 from sweepit.reporting.table import Table
 

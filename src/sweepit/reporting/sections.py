@@ -11,10 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sweepit.reporting import linreg, plots
-from sweepit.reporting._sweep import Sweep
+from sweepit.reporting._report_data import Sweep
 from sweepit.reporting.table import Table, best_lines, reproduce_command, results_table
-from sweepit.results._overrides import load_yaml
-from sweepit.results._study_file import read_study_file
+from sweepit.results import JobPaths, load_yaml, read_study_file
 
 
 @dataclass
@@ -108,7 +107,7 @@ class LinregSection(SectionBuilder):
             return None
         nums = {j.num for j in jobs}
         best = sweep.best if sweep.best is not None and sweep.best.num in nums else jobs[0]
-        config = load_yaml(best.job_dir / ".hydra" / "config.yaml")
+        config = load_yaml(JobPaths(best.job_dir).config)
         path = out_dir / "linreg_fit.png"
         note = linreg.linreg_fit(sweep, jobs, config if isinstance(config, dict) else {}, path)
         notes = [note] if note else []

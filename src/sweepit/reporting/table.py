@@ -9,9 +9,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from sweepit.reporting._sweep import JobReport, Sweep, finite
-from sweepit.results._overrides import rerun_command, short_value, typed_overrides
-from sweepit.results._status import speed_study_line
+from sweepit.reporting._report_data import JobReport, Sweep, finite
+from sweepit.results import rerun_command, short_value, speed_study_line, typed_overrides
 
 # Final metrics shown first, in this order; other scalars follow in the order the training loop logs them.
 _METRIC_ORDER = ("train_loss", "train_acc", "val_loss", "val_acc")

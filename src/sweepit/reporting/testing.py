@@ -12,7 +12,7 @@ import json
 import random
 from pathlib import Path
 
-from sweepit.results._job_files import RESULT_FILE
+from sweepit.results import RESULT_FILE
 
 DEFAULT_GRID = {
     "optimizer": ["sgd", "momentum", "nesterov", "adagrad", "rmsprop", "adam", "adamw", "adamax", "adadelta", "nadam"],

@@ -2,15 +2,156 @@
 
     rows = collect("outputs/optimizer_lr/2026-11-21_10-00-00")     # one JobRow per job directory
     print(summarize(sweep_dir))                                     # the table a sweep prints at its end
+    JobPaths(job_dir).result                                        # where each file of a job (SweepPaths: a sweep) is
 
 The report (`<sweep>/report/`: CSV, Markdown, plots, HTML) is a room of its own above the engines: sweepit.reporting.
 """
 
 from __future__ import annotations
 
-from sweepit.results._job_files import METRICS_FILE, RESULT_FILE, read_metrics, read_result
-from sweepit.results._status import STATUSES, objective_direction, sweep_direction, sweeper_value
-from sweepit.results._summary import JobRow, collect, summarize
+from sweepit.results._claims import STALE_S as WORKER_STALE_S
+from sweepit.results._claims import Heartbeat, claim, claimed, silent_s
+from sweepit.results._clean import clean
+from sweepit.results._job_files import (
+    CORRUPT,
+    RESULT_GRACE_S,
+    JobRecord,
+    MetricsLog,
+    ResultGrace,
+    as_number,
+    error_line,
+    has_result,
+    job_dir_name,
+    job_num,
+    read_metrics,
+    read_record,
+    read_result,
+    remove_result,
+    returned_fields,
+    start_clean,
+    total_wall_time_s,
+    write_result,
+    write_result_if_absent,
+)
+from sweepit.results._live import LiveReader, sweep_eta_s
+from sweepit.results._lock import HEARTBEAT_S as LOCK_HEARTBEAT_S
+from sweepit.results._lock import SweepLock
+from sweepit.results._manifest import (
+    JobEntry,
+    Manifest,
+    command_line,
+    driver_argv,
+    failure_report,
+    hydra_quote,
+    is_finished,
+    open_manifest,
+    read_manifest,
+    read_manifest_data,
+    rerun_argv,
+    result_status,
+    settle_orphans,
+    write_manifest,
+)
+from sweepit.results._overrides import (
+    app_command,
+    config_source,
+    driver_env,
+    load_yaml,
+    own_key,
+    rerun_command,
+    short_value,
+    typed_overrides,
+)
+from sweepit.results._paths import (
+    BEST_PARAMS_FILE,
+    BEST_WEIGHTS,
+    CHECKPOINT_FILE,
+    CONFIG_FILE,
+    HYDRA_DIR,
+    HYDRA_FILE,
+    LAST_WEIGHTS,
+    LOCK_FILE,
+    MANIFEST_FILE,
+    METRICS_FILE,
+    MLFLOW_RUN_FILE,
+    MULTIRUN_FILE,
+    OPTIMIZATION_RESULTS_FILE,
+    OVERRIDES_FILE,
+    RANK_STATES,
+    RECORDS_FILE,
+    REPORT_CSV,
+    REPORT_DIR,
+    REPORT_PAGE,
+    REPORT_SUMMARY,
+    RESULT_FILE,
+    STDERR_LOG,
+    STDOUT_LOG,
+    STUDY_FILE,
+    STUDY_JOURNAL_FILE,
+    SUBMITIT_DIR,
+    SWEEP_JOURNAL_FILE,
+    TASK_DIR,
+    TRIAL_FILE,
+    TRIALS_FILE,
+    WANDB_RUN_FILE,
+    WEIGHT_FILES,
+    WORKERS_DIR,
+    JobPaths,
+    SweepPaths,
+)
+from sweepit.results._progress import Progress, format_duration
+from sweepit.results._reported import records_digest, report_shows, reports_at_end, write_records
+from sweepit.results._status import (
+    DIRECTIONS,
+    FAILED_STATUSES,
+    FINISHED_STATUSES,
+    STATUSES,
+    measures_speed,
+    objective_direction,
+    objective_values,
+    speed_study_line,
+    sweep_direction,
+    sweeper_value,
+    worst,
+)
+from sweepit.results._study_file import read_study_file, write_study_file
+from sweepit.results._summary import (
+    LAUNCH_STATES,
+    MAX_ROWS,
+    JobRow,
+    best_row,
+    collect,
+    fixed_overrides,
+    format_table,
+    job_folders,
+    override_values,
+    own_overrides,
+    read_job,
+    read_overrides,
+    summarize,
+    sweep_jobs,
+    swept_keys,
+    with_result,
+)
+from sweepit.results._unread import UnreadKeys
 
-__all__ = ["METRICS_FILE", "RESULT_FILE", "STATUSES", "JobRow", "collect", "objective_direction",
-           "read_metrics", "read_result", "summarize", "sweep_direction", "sweeper_value"]
+__all__ = [
+    "BEST_PARAMS_FILE", "BEST_WEIGHTS", "CHECKPOINT_FILE", "CONFIG_FILE", "CORRUPT", "DIRECTIONS", "FAILED_STATUSES",
+    "FINISHED_STATUSES", "HEARTBEAT_S", "HYDRA_DIR", "HYDRA_FILE", "LAST_WEIGHTS", "LAUNCH_STATES", "LOCK_FILE",
+    "LOCK_HEARTBEAT_S", "MANIFEST_FILE", "MAX_ROWS", "METRICS_FILE", "MLFLOW_RUN_FILE", "MULTIRUN_FILE",
+    "OPTIMIZATION_RESULTS_FILE", "OVERRIDES_FILE", "RANK_STATES", "RECORDS_FILE", "REPORT_CSV", "REPORT_DIR",
+    "REPORT_PAGE", "REPORT_SUMMARY", "RESULT_FILE", "RESULT_GRACE_S", "STALE_S", "STATUSES", "STDERR_LOG",
+    "STDOUT_LOG", "STUDY_FILE", "STUDY_JOURNAL_FILE", "SUBMITIT_DIR", "SWEEP_JOURNAL_FILE", "TASK_DIR", "TRIALS_FILE",
+    "TRIAL_FILE", "WANDB_RUN_FILE", "WEIGHT_FILES", "WORKERS_DIR", "WORKER_STALE_S", "Heartbeat", "JobEntry",
+    "JobPaths", "JobRecord", "JobRow", "LiveReader", "Manifest", "MetricsLog", "Progress", "ResultGrace", "SweepLock",
+    "SweepPaths", "UnreadKeys", "app_command", "as_number", "best_row", "claim", "claimed", "clean", "collect",
+    "command_line", "config_source", "driver_argv", "driver_env", "error_line", "failure_report", "fixed_overrides",
+    "format_duration", "format_table", "has_result", "hydra_quote", "is_finished", "job_dir_name", "job_folders",
+    "job_num", "load_yaml", "measures_speed", "objective_direction", "objective_values", "open_manifest",
+    "override_values", "own_key", "own_overrides", "read_job", "read_manifest", "read_manifest_data", "read_metrics",
+    "read_overrides", "read_record", "read_result", "read_study_file", "records_digest", "remove_result",
+    "report_shows", "reports_at_end", "rerun_argv", "rerun_command", "result_status", "returned_fields",
+    "settle_orphans", "short_value", "silent_s", "speed_study_line", "start_clean", "summarize", "sweep_direction",
+    "sweep_eta_s", "sweep_jobs", "sweeper_value", "swept_keys", "total_wall_time_s", "typed_overrides", "with_result",
+    "worst", "write_manifest", "write_records", "write_result", "write_result_if_absent", "write_study_file"
+]

@@ -1,5 +1,5 @@
 """What long-lived workers of one sweep share, through files alone (no driver, no server): who runs which job,
-and who is still alive. Used by both kinds of worker on Slurm: Optuna's (`sweepit.search._workers`, trials
+and who is still alive. Used by both kinds of worker on Slurm: Optuna's (`sweepit.search._worker_loop`, trials
 asked from the study) and packed grids' (`sweepit.slurm._pack_worker`, jobs of a fixed list).
 
 - A job is a worker's once it has created `<sweep dir>/.workers/<space>/<num>` exclusively (`claim`): one
@@ -18,19 +18,10 @@ from pathlib import Path
 from types import TracebackType
 
 from sweepit._files import atomic_write
+from sweepit.results._paths import SweepPaths
 
-WORKERS_DIR = ".workers"   # in the sweep directory
 HEARTBEAT_S = 5.0
 STALE_S = 45.0             # a worker silent this long is taken as dead (a busy shared file system may lag)
-
-
-def workers_dir(sweep_dir: Path) -> Path:
-    return Path(sweep_dir) / WORKERS_DIR
-
-
-def claims_dir(sweep_dir: Path, generation: int) -> Path:
-    """Where the workers of a packed sweep's submission `generation` claim its jobs."""
-    return workers_dir(sweep_dir) / f"pack-{generation}"
 
 
 def claimed(folder: Path) -> set[int]:
@@ -55,14 +46,10 @@ def claim(path: Path, content: str = "") -> bool:
     return True
 
 
-def heartbeat_file(sweep_dir: Path, worker_id: str) -> Path:
-    return workers_dir(sweep_dir) / f"{worker_id}.alive"
-
-
 def silent_s(sweep_dir: Path, worker_id: str) -> float:
     """Seconds since the worker's last heartbeat (infinite when it never beat)."""
     try:
-        return time.time() - heartbeat_file(sweep_dir, worker_id).stat().st_mtime
+        return time.time() - SweepPaths(sweep_dir).heartbeat(worker_id).stat().st_mtime
     except OSError:
         return float("inf")
 
@@ -71,7 +58,7 @@ class Heartbeat:
     """`with Heartbeat(sweep_dir, worker_id):` touches the worker's heartbeat file every HEARTBEAT_S, in a thread."""
 
     def __init__(self, sweep_dir: Path, worker_id: str, every_s: float = HEARTBEAT_S) -> None:
-        self.path = heartbeat_file(sweep_dir, worker_id)
+        self.path = SweepPaths(sweep_dir).heartbeat(worker_id)
         self.every_s = every_s
         self._stop = threading.Event()
 

@@ -12,14 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sweepit.errors import SweepitError
-from sweepit.results._job_files import WEIGHT_FILES
 from sweepit.results._lock import SweepLock, describe_holder
+from sweepit.results._paths import RANK_STATES, WEIGHT_FILES, JobPaths
 from sweepit.results._status import sweep_direction
 from sweepit.results._summary import best_row, collect
 from sweepit.results._summary import size_text as _mb
 
-CHECKPOINT = "checkpoint.pt"  # sweepit.train's checkpoint file (results/ never imports torch)
-RANK_STATES = "checkpoint.rank*.pt"  # beside it, the random states of the ranks > 0 of a multi-rank job
 _FINISHED = ("completed", "pruned", "diverged")
 
 
@@ -55,7 +53,7 @@ def clean(sweep_dir: Path, keep_best: bool = True, dry_run: bool = False) -> Cle
     for row in rows:
         names = [n for n in WEIGHT_FILES if (row.job_dir / n).is_file()]
         if row.status in _FINISHED:  # the checkpoint, and each rank's random states beside it
-            names += [p.name for p in (row.job_dir / CHECKPOINT, *row.job_dir.glob(RANK_STATES)) if p.is_file()]
+            names += [p.name for p in (JobPaths(row.job_dir).checkpoint, *row.job_dir.glob(RANK_STATES)) if p.is_file()]
         for name in names:
             path = row.job_dir / name
             entry = (path, path.stat().st_size)

@@ -17,17 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from sweepit._files import atomic_write
+from sweepit.results._paths import METRICS_FILE, RESULT_FILE, STDERR_LOG, STDOUT_LOG
 
-RESULT_FILE = "result.json"
 # How long a job seen ended without result.json is given for its own to show up before a record of its death is
 # written: on a shared file system a file another node wrote a moment ago can take a second or two to appear.
 RESULT_GRACE_S = 2.0
-METRICS_FILE = "metrics.jsonl"
-STDOUT_LOG = "stdout.log"  # a job's output (under Slurm, links to its Slurm logs)
-STDERR_LOG = "stderr.log"
-BEST_WEIGHTS = "model_best.pt"   # trained weights (trainer.save_model): the best epoch's, the last epoch's
-LAST_WEIGHTS = "model_last.pt"
-WEIGHT_FILES = (BEST_WEIGHTS, LAST_WEIGHTS)
 # What each run of a job leaves under its own name. A job run again (`sweepit resume`, a retry) first renames its
 # last run's to attempt n's, `result.<n>.json`, `stdout.<n>.log`, `stderr.<n>.log`: every attempt's record and logs
 # stay, and the plain names are always the latest attempt's.

@@ -21,13 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from sweepit._files import _clear, atomic_write
+from sweepit.results._paths import SweepPaths
 
-JOURNAL_FILE = "sweep.journal"
 MIN_COMPACT_BYTES = 1 << 20  # below this the journal is not compacted (a small sweep's writes stay appends)
-
-
-def journal_path(sweep_dir: Path) -> Path:
-    return Path(sweep_dir) / JOURNAL_FILE
 
 
 @dataclass
@@ -43,7 +39,7 @@ class Journal:
 def read_journal(sweep_dir: Path, generation: int) -> Journal:
     """The records that continue the snapshot of `generation` (none when the journal continues another one)."""
     try:
-        with open(journal_path(sweep_dir), "rb") as f:
+        with open(SweepPaths(sweep_dir).journal, "rb") as f:
             data = f.read()
     except FileNotFoundError:
         return Journal()
@@ -73,7 +69,7 @@ def read_journal(sweep_dir: Path, generation: int) -> Journal:
 def start_journal(sweep_dir: Path, generation: int) -> int:
     """An empty journal that continues the snapshot of `generation` (replacing the old one in one step)."""
     head = json.dumps({"generation": generation}) + "\n"
-    atomic_write(journal_path(sweep_dir), head, fsync=False)
+    atomic_write(SweepPaths(sweep_dir).journal, head, fsync=False)
     return len(head)
 
 
@@ -81,7 +77,7 @@ def append_records(sweep_dir: Path, jobs: list[dict[str, Any]], at: str) -> int 
     """Append one line per job record, in one write; the bytes written, or None when there is no journal to
     append to (then the manifest is to be written whole)."""
     text = "".join(json.dumps({"job": job, "at": at}) + "\n" for job in jobs).encode()
-    path = journal_path(sweep_dir)
+    path = SweepPaths(sweep_dir).journal
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)
     except FileNotFoundError:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweepit.results._job_files import METRICS_FILE
+from sweepit.results._paths import METRICS_FILE, JobPaths
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ def _config_facts(job_dir: Path) -> tuple[int | None, str | None, float | None]:
     """The job's `epochs` and `metric` from `.hydra/config.yaml`, and when the job started (that file's time)."""
     import yaml
 
-    path = job_dir / ".hydra" / "config.yaml"
+    path = JobPaths(job_dir).config
     try:
         config: Any = yaml.safe_load(path.read_text())
         start: float | None = os.stat(path).st_mtime

@@ -22,9 +22,8 @@ from typing import Any
 from sweepit._files import atomic_write
 from sweepit._host import now_iso, process_alive
 from sweepit.errors import OutputWriteError, SweepLockedError
-from sweepit.results._manifest import MANIFEST_FILE
+from sweepit.results._paths import LOCK_FILE, MANIFEST_FILE
 
-LOCK_FILE = "sweep.lock"
 HEARTBEAT_S = 30.0      # how often a driver refreshes its lock
 STALE_S = 180.0         # a lock from another host unrefreshed this long belongs to a driver that died
 

@@ -25,9 +25,9 @@ from sweepit.errors import ManifestError
 from sweepit.results._job_files import RESULT_FILE, STDERR_LOG, has_result, read_record
 from sweepit.results._journal import Journal, append_records, compact_now, read_journal, start_journal
 from sweepit.results._overrides import driver_env, override_key, shell_line
+from sweepit.results._paths import MANIFEST_FILE, SweepPaths
 from sweepit.results._status import FAILED_STATUSES, FINISHED_STATUSES, STATUSES
 
-MANIFEST_FILE = "sweep.json"
 MANIFEST_VERSION = 2  # 2: `generation`, continued by sweep.journal
 __all__ = ["FAILED_STATUSES", "FINISHED_STATUSES"]  # re-exported for the launchers
 
@@ -107,10 +107,6 @@ def _job_dict(j: JobEntry) -> dict[str, Any]:
             "started_at": j.started_at, "ended_at": j.ended_at, "extra": j.extra}
 
 
-def manifest_path(sweep_dir: Path) -> Path:
-    return Path(sweep_dir) / MANIFEST_FILE
-
-
 def driver_argv() -> list[str]:
     """This process's command line, runnable from anywhere: the interpreter and the script made absolute."""
     script = sys.argv[0] if sys.argv else ""
@@ -122,7 +118,7 @@ def driver_argv() -> list[str]:
 def read_manifest_data(sweep_dir: Path) -> tuple[dict[str, Any], int, Journal]:
     """sweep.json's object with the journal folded into its `jobs` (a list in job order), the snapshot's size
     and the journal read. OSError, ValueError as reading them raises."""
-    text = manifest_path(sweep_dir).read_bytes()
+    text = SweepPaths(sweep_dir).manifest.read_bytes()
     data = json.loads(text)
     if not isinstance(data, dict):
         raise ValueError(f"the manifest must be a JSON object, but is {type(data).__name__}")
@@ -149,7 +145,7 @@ def iter_manifest(sweep_dir: Path) -> tuple[dict[str, Any], Iterator[dict[str, A
     try:
         # Left open for the jobs' generator: they are read from the file the head came from, though a driver may
         # replace sweep.json in the meantime.
-        f = open(manifest_path(sweep_dir), "rb")  # noqa: SIM115
+        f = open(SweepPaths(sweep_dir).manifest, "rb")  # noqa: SIM115
     except FileNotFoundError:
         return {}, iter(())
     head_lines: list[bytes] = []
@@ -196,7 +192,7 @@ def _jobs_of(f: IO[bytes], journal: dict[int, dict[str, Any]]) -> Iterator[dict[
 
 
 def read_manifest(sweep_dir: Path) -> Manifest:
-    path = manifest_path(sweep_dir)
+    path = SweepPaths(sweep_dir).manifest
     sweep_dir = Path(sweep_dir).absolute()
     try:
         with collector_paused():  # 100,000 job records
@@ -268,14 +264,14 @@ def write_manifest(m: Manifest, changed: Iterable[int] | None = None) -> Path:
     if changed is not None and disk is not None and not compact_now(disk.journal_bytes, disk.snapshot_bytes):
         records = [_job_dict(m.jobs[n]) for n in sorted(set(changed)) if n in m.jobs]
         if not records:
-            return manifest_path(sweep_dir)
+            return SweepPaths(sweep_dir).manifest
         n_bytes = append_records(sweep_dir, records, m.updated_at)
         if n_bytes is not None:
             disk.journal_bytes += n_bytes
-            return manifest_path(sweep_dir)
+            return SweepPaths(sweep_dir).manifest
     m.generation, m.version = m.generation + 1, MANIFEST_VERSION
     m._disk = None  # until both files are written
-    path = manifest_path(sweep_dir)
+    path = SweepPaths(sweep_dir).manifest
     with atomic_file(path, fsync=False) as out:
         size = m.write_json(out)
     m._disk = _OnDisk(size, start_journal(sweep_dir, m.generation))

@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from sweepit.results._paths import JobPaths, SweepPaths
+
 _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser when present: far faster
 # What the jobs took from the driver's environment beyond its command line, so that a command that runs the app again
 # must set it too: a user's own package on PYTHONPATH (the config-only example's `PYTHONPATH=... python train.py`).
@@ -62,7 +64,7 @@ def load_yaml(path: Path) -> Any:
 def typed_overrides(job_dir: Path) -> list[str]:
     """The job's own overrides as typed (`+`, `++` and `~` kept; Hydra's own `hydra.*` left out), from Hydra's
     `.hydra/overrides.yaml`; [] when the job has none or never started."""
-    items = load_yaml(Path(job_dir) / ".hydra" / "overrides.yaml")
+    items = load_yaml(JobPaths(job_dir).overrides)
     return [str(i) for i in items if own_key(str(i)) is not None] if isinstance(items, list) else []
 
 
@@ -74,7 +76,7 @@ def app_script(manifest: dict[str, Any], sweep_dir: Path | None = None) -> str:
     argv, cwd = manifest.get("argv"), manifest.get("cwd")
     if isinstance(argv, list) and len(argv) > 1 and str(argv[1]).endswith(".py"):
         return _relative(str(argv[1]), cwd)
-    data = load_yaml(Path(sweep_dir) / "multirun.yaml") if sweep_dir is not None else None
+    data = load_yaml(SweepPaths(sweep_dir).multirun) if sweep_dir is not None else None
     hydra = data.get("hydra") if isinstance(data, dict) else None
     if not isinstance(hydra, dict):
         return "train.py"
@@ -142,12 +144,12 @@ def _relative(script: str, cwd: Any) -> str:
 def config_source(sweep_dir: Path, job_dirs: Iterable[Path]) -> tuple[str, str | None]:
     """`--config-name` and `--config-dir` of the sweep, from multirun.yaml or a job's .hydra/hydra.yaml (the first
     of three that has one)."""
-    data = load_yaml(Path(sweep_dir) / "multirun.yaml")
+    data = load_yaml(SweepPaths(sweep_dir).multirun)
     hydra = data.get("hydra") if isinstance(data, dict) else None
     for i, job_dir in enumerate(job_dirs):
         if isinstance(hydra, dict) or i == 3:
             break
-        data = load_yaml(Path(job_dir) / ".hydra" / "hydra.yaml")
+        data = load_yaml(JobPaths(job_dir).hydra_config)
         hydra = data.get("hydra") if isinstance(data, dict) else None
     if not isinstance(hydra, dict):
         return "config", None

@@ -17,10 +17,8 @@ from typing import Any
 from sweepit._files import atomic_write
 from sweepit.results._manifest import JobEntry
 from sweepit.results._overrides import load_yaml
+from sweepit.results._paths import RECORDS_FILE, REPORT_PAGE, SweepPaths
 
-REPORT_DIR = "report"  # inside the sweep directory; rewritten by each report
-REPORT_PAGE = "index.html"
-RECORDS_FILE = ".records.json"  # in REPORT_DIR, written after the page: the records the page was built from
 # The callback that writes a sweep's report when its driver ends (hydra_plugins.sweepit.callbacks.SweepSummary).
 SUMMARY_CALLBACK = "hydra_plugins.sweepit.callbacks.SweepSummary"
 
@@ -46,7 +44,7 @@ def write_records(report_dir: Path, digest: str) -> None:
 
 def report_shows(sweep_dir: Path, jobs: Iterable[JobEntry | Mapping[str, Any]]) -> bool:
     """Whether `<sweep>/report/` was built from the job records `jobs` (sweep.json's, brought up to date)."""
-    report = Path(sweep_dir) / REPORT_DIR
+    report = SweepPaths(sweep_dir).report
     if not (report / REPORT_PAGE).is_file():
         return False
     try:
@@ -59,7 +57,7 @@ def report_shows(sweep_dir: Path, jobs: Iterable[JobEntry | Mapping[str, Any]]) 
 def reports_at_end(sweep_dir: Path) -> bool | None:
     """Whether the sweep's driver writes its report when the sweep ends: the config Hydra kept (multirun.yaml) has
     sweepit's summary callback, its `report` on. None when there is no multirun.yaml to tell."""
-    data = load_yaml(Path(sweep_dir) / "multirun.yaml")
+    data = load_yaml(SweepPaths(sweep_dir).multirun)
     hydra = data.get("hydra") if isinstance(data, dict) else None
     if not isinstance(hydra, dict):
         return None

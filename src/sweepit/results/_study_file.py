@@ -14,8 +14,7 @@ from typing import Any
 import yaml
 
 from sweepit._files import atomic_write
-
-STUDY_FILE = "optuna_study.yaml"
+from sweepit.results._paths import STUDY_FILE
 
 
 def write_study_file(sweep_dir: Path, info: dict[str, Any]) -> Path:

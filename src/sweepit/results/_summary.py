@@ -21,6 +21,7 @@ from sweepit.results._overrides import (
     short_value,
     typed_overrides,
 )
+from sweepit.results._paths import JobPaths
 from sweepit.results._status import (
     measures_speed,
     objective_values,
@@ -61,7 +62,7 @@ Row = TypeVar("Row", bound=JobRow)
 
 def read_overrides(job_dir: Path) -> dict[str, str]:
     """The job's command-line overrides (`key=value`) from Hydra's `.hydra/overrides.yaml`."""
-    items = load_yaml(job_dir / ".hydra" / "overrides.yaml") or []
+    items = load_yaml(JobPaths(job_dir).overrides) or []
     return override_values(str(item) for item in items)
 
 

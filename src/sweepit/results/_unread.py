@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sweepit.results._overrides import load_yaml
+from sweepit.results._paths import JobPaths
 from sweepit.results._status import REPEAT_KEY
 
 
@@ -95,7 +96,7 @@ class UnreadKeys:
             group = next(g for g in self._groups[key].values() if g.n_same)
             close = difflib.get_close_matches(key, [k for k in _config_keys(group.job_dir) if k != key], n=1)
             fix = (f"did you mean {close[0]}?" if close
-                   else f"check its name in a job's config ({group.job_dir / '.hydra' / 'config.yaml'})")
+                   else f"check its name in a job's config ({JobPaths(group.job_dir).config})")
             lines.append(f"{key} looks unread: the {n} jobs that differ only in {key} ended with identical metrics "
                          f"(Hydra lets `+{key}=...` add a key that nothing reads); {fix}")
         return lines
@@ -111,5 +112,5 @@ def _config_keys(job_dir: Path) -> list[str]:
                 keys.append(f"{prefix}{k}")
                 walk(v, f"{prefix}{k}.")
 
-    walk(load_yaml(Path(job_dir) / ".hydra" / "config.yaml"), "")
+    walk(load_yaml(JobPaths(job_dir).config), "")
     return keys

@@ -21,11 +21,7 @@ from typing import Any
 import yaml
 
 from sweepit._files import atomic_write
-from sweepit.results._study_file import read_study_file
-
-BEST_FILE = "best_params.yaml"
-TRIALS_FILE = "trials.csv"
-OPTIMIZATION_RESULTS_FILE = "optimization_results.yaml"
+from sweepit.results import BEST_PARAMS_FILE, OPTIMIZATION_RESULTS_FILE, TRIALS_FILE, read_study_file
 
 
 def load_study_of(sweep_dir: Path) -> Any:
@@ -136,7 +132,7 @@ def write_results(sweep_dir: Path, study: Any, info: dict[str, Any], out_dir: Pa
     """`best_params.yaml`, `trials.csv` and `optimization_results.yaml` (once a trial completed) into `out_dir`
     (default: the sweep directory)."""
     out_dir = Path(sweep_dir) if out_dir is None else out_dir
-    paths = [out_dir / BEST_FILE, out_dir / TRIALS_FILE]
+    paths = [out_dir / BEST_PARAMS_FILE, out_dir / TRIALS_FILE]
     atomic_write(paths[0], best_params_yaml(study, info))
     atomic_write(paths[1], trials_csv(study))
     results = optimization_results(study)

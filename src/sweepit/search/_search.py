@@ -22,10 +22,18 @@ from pathlib import Path
 from typing import Any
 
 from sweepit.errors import ConfigError, SweepFailedError, SweepStoppedError
-from sweepit.results._job_files import error_line
-from sweepit.results._status import DIRECTIONS, objective_direction
-from sweepit.results._study_file import write_study_file
-from sweepit.results._summary import job_folders, summarize
+from sweepit.results import (
+    BEST_PARAMS_FILE,
+    DIRECTIONS,
+    OPTIMIZATION_RESULTS_FILE,
+    TRIALS_FILE,
+    SweepPaths,
+    error_line,
+    job_folders,
+    objective_direction,
+    summarize,
+    write_study_file,
+)
 from sweepit.search._pruning import (
     ENV_STORAGE,
     ENV_STUDY,
@@ -36,14 +44,13 @@ from sweepit.search._pruning import (
     open_storage,
     resolve_pruner,
 )
-from sweepit.search._results import BEST_FILE, OPTIMIZATION_RESULTS_FILE, TRIALS_FILE, best_trial, write_results
+from sweepit.search._results import best_trial, write_results
 from sweepit.search._samplers import build_sampler, grid_size, is_grid, resolve_sampler, short_name
 from sweepit.search._space import SearchSpace
 from sweepit.search._study import failure_rate, interrupt, is_counted, recover, tell
 from sweepit.search._trials import AsyncLauncher, Outcome, as_runner, read_outcome
 
 log = logging.getLogger(__name__)
-JOURNAL_FILE = "optuna.journal"  # the study's storage when none is given: a file in the sweep directory
 
 
 def _require(ok: bool, message: str) -> None:
@@ -208,7 +215,7 @@ class Search:
         import optuna
 
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
-        storage_url = self.options.storage or str(self.sweep_dir / JOURNAL_FILE)
+        storage_url = self.options.storage or str(SweepPaths(self.sweep_dir).study_journal)
         storage = open_storage(storage_url)
         name = str(self.options.study_name or self.job.study or "sweepit")
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # the search logs each trial itself
@@ -376,11 +383,12 @@ class Search:
             front = self.study.best_trials
             print(f"Optuna: {len(front)} trial(s) on the Pareto front ({self._objectives()}): "
                   + ", ".join(f"trial {t.number} (job {t.user_attrs.get('job_num')})" for t in front)
-                  + f"; in {self.sweep_dir / OPTIMIZATION_RESULTS_FILE} and {self.sweep_dir / BEST_FILE}", flush=True)
+                  + f"; in {self.sweep_dir / OPTIMIZATION_RESULTS_FILE} and {self.sweep_dir / BEST_PARAMS_FILE}",
+                  flush=True)
             return
         best = best_trial(self.study)
         head = "no trial completed" if best is None else (
             f"best trial {best.number} (job {best.user_attrs.get('job_num')}): {self.direction} {self.metric} = "
             f"{best.value:.4g}")
-        print(f"Optuna: {head}; best parameters in {self.sweep_dir / BEST_FILE}, all trials in "
+        print(f"Optuna: {head}; best parameters in {self.sweep_dir / BEST_PARAMS_FILE}, all trials in "
               f"{self.sweep_dir / TRIALS_FILE}", flush=True)

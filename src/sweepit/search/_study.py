@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from sweepit.results._job_files import read_record
+from sweepit.results import read_record
 from sweepit.search._trials import Outcome, find_job_dir, read_outcome
 
 log = logging.getLogger(__name__)

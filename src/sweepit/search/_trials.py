@@ -15,9 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from sweepit.results._job_files import CORRUPT, JobRecord, read_record, returned_fields, write_result_if_absent
-from sweepit.results._status import objective_values
-from sweepit.results._summary import job_folders
+from sweepit.results import (
+    CORRUPT,
+    JobRecord,
+    job_folders,
+    objective_values,
+    read_record,
+    returned_fields,
+    write_result_if_absent,
+)
 
 log = logging.getLogger(__name__)
 

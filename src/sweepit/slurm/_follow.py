@@ -20,14 +20,21 @@ from typing import Any
 
 from sweepit._signals import StopSignals
 from sweepit.errors import SlurmError
-from sweepit.results._job_files import ResultGrace, read_record
-from sweepit.results._live import LiveReader, sweep_eta_s
-from sweepit.results._manifest import FAILED_STATUSES, JobEntry, Manifest, write_manifest
-from sweepit.results._progress import Progress
-from sweepit.results._summary import own_overrides
+from sweepit.results import (
+    FAILED_STATUSES,
+    JobEntry,
+    LiveReader,
+    Manifest,
+    Progress,
+    ResultGrace,
+    own_overrides,
+    read_record,
+    sweep_eta_s,
+    write_manifest,
+)
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._cluster import ACTIVE_STATES
-from sweepit.slurm._states import (
+from sweepit.slurm._job_states import (
     PACKED,
     Seen,
     apply,

@@ -23,24 +23,27 @@ from typing import TYPE_CHECKING, Any
 
 from sweepit._host import now_iso
 from sweepit.errors import ConfigError, QueueLimitError, SweepFailedError, SweepStoppedError
-from sweepit.results._job_files import start_clean, write_result
-from sweepit.results._manifest import (
+from sweepit.results import (
     JobEntry,
+    JobPaths,
     Manifest,
+    Progress,
     failure_report,
     is_finished,
     open_manifest,
     result_status,
+    start_clean,
+    summarize,
     write_manifest,
+    write_result,
 )
-from sweepit.results._progress import Progress
-from sweepit.results._summary import summarize
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._follow import Follower
+from sweepit.slurm._job_states import LOST, PACKED, Seen
 from sweepit.slurm._limits import Room, dry_run_lines, held_for_limit, open_room
+from sweepit.slurm._optuna_workers import alive_workers
 from sweepit.slurm._pack_worker import PackSpec, PlannedEntry, release, scan_claims, write_plan
 from sweepit.slurm._request import Request, gpu_hours, sbatch_parameters
-from sweepit.slurm._states import LOST, PACKED, Seen
 from sweepit.slurm._submit import (
     PlannedJob,
     Task,
@@ -51,11 +54,9 @@ from sweepit.slurm._submit import (
     sbatch_script,
     submit,
 )
-from sweepit.slurm._task_files import TASK_DIR
-from sweepit.slurm._workers import alive_workers
 
 if TYPE_CHECKING:
-    from sweepit.slurm._sweep import SlurmSweep
+    from sweepit.slurm._slurm_sweep import SlurmSweep
 
 log = logging.getLogger(__name__)
 RECORDED_BY = "sweepit slurm launcher (packed)"
@@ -213,13 +214,13 @@ class PackedSweep:
         entries = []
         for job in to_run:
             start_clean(job.job_dir)  # checkpoint.pt is kept to resume
-            shutil.rmtree(job.job_dir / TASK_DIR, ignore_errors=True)  # its task file says when it started
+            shutil.rmtree(JobPaths(job.job_dir).tasks, ignore_errors=True)  # its task file says when it started
             entries.append(PlannedEntry(job.num, list(job.overrides), str(job.job_dir), shape_of[job.num],
                                         dict(job.env_set)))
             entry = m.jobs[job.num]
             entry.state, entry.pid, entry.started_at, entry.ended_at = "queued", None, None, None
             entry.extra = {PACKED: shape_of[job.num], "generation": generation,
-                           "stdout": str(job.job_dir / "stdout.log"), "stderr": str(job.job_dir / "stderr.log"),
+                           "stdout": str(JobPaths(job.job_dir).stdout), "stderr": str(JobPaths(job.job_dir).stderr),
                            "gpus": job.request.n_gpus if job.request else None,
                            "timeout_min": job.request.timeout_min if job.request else None,
                            "metric": job.metric, "direction": job.direction,

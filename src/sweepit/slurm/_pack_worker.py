@@ -30,15 +30,10 @@ from pathlib import Path
 
 from sweepit._files import atomic_write
 from sweepit._host import now_iso
-from sweepit.local._pool import Job, Pool
-from sweepit.local._resources import GpuPool
-from sweepit.local._run import record_end
-from sweepit.local._worker import ChildSpec, Reply, child_main
-from sweepit.results._claims import Heartbeat, claim, claims_dir, workers_dir
-from sweepit.results._job_files import start_clean
-from sweepit.results._manifest import result_status
+from sweepit.local import ChildSpec, GpuPool, Job, Pool, Reply, child_main, record_end
+from sweepit.results import Heartbeat, JobPaths, SweepPaths, claim, result_status, start_clean
 from sweepit.slurm import _cluster as cluster
-from sweepit.slurm._task_files import TASK_DIR, record_task
+from sweepit.slurm._task_files import record_task
 
 log = logging.getLogger(__name__)
 RECORDED_BY = "sweepit packed worker"
@@ -60,10 +55,6 @@ class PackSpec:
     stderr_tail_lines: int = 50
 
 
-def plan_file(sweep_dir: Path, generation: int) -> Path:
-    return workers_dir(sweep_dir) / f"pack-{generation}.json"
-
-
 @dataclass
 class PlannedEntry:
     """One job of the plan, as the worker composes it again: its number, overrides, directory and request."""
@@ -78,11 +69,11 @@ class PlannedEntry:
 def write_plan(sweep_dir: Path, generation: int, entries: list[PlannedEntry], shapes: list[str]) -> None:
     """The plan of one submission (written once, before the workers are submitted)."""
     data = {"generation": generation, "shapes": shapes, "jobs": [asdict(e) for e in entries]}
-    atomic_write(plan_file(sweep_dir, generation), json.dumps(data, separators=(",", ":")) + "\n")
+    atomic_write(SweepPaths(sweep_dir).plan(generation), json.dumps(data, separators=(",", ":")) + "\n")
 
 
 def read_plan(sweep_dir: Path, generation: int) -> list[PlannedEntry]:
-    data = json.loads(plan_file(sweep_dir, generation).read_text())
+    data = json.loads(SweepPaths(sweep_dir).plan(generation).read_text())
     return [PlannedEntry(**e) for e in data["jobs"]]
 
 
@@ -94,7 +85,7 @@ def scan_claims(sweep_dir: Path, generation: int, known: dict[int, str], markers
     claims folder, and a read of each new claim only."""
     new: dict[int, tuple[str, str | None, str]] = {}
     present: set[int] = set()
-    folder = claims_dir(sweep_dir, generation)
+    folder = SweepPaths(sweep_dir).claims(generation)
     try:
         names = os.listdir(folder)
     except OSError:
@@ -143,7 +134,7 @@ class _Hooks:
 
     def before_fork(self, job: Job) -> None:
         start_clean(job.job_dir)  # a stale result of an earlier run must not stand for this one
-        shutil.rmtree(job.job_dir / TASK_DIR, ignore_errors=True)
+        shutil.rmtree(JobPaths(job.job_dir).tasks, ignore_errors=True)
         record_task(job.job_dir, 0)
 
     def started(self, job: Job) -> None:
@@ -170,15 +161,10 @@ class _Hooks:
         return sum(self.walls) / len(self.walls) if self.walls else self.spec.job_timeout_min * 60.0
 
 
-def own_claims_file(sweep_dir: Path, generation: int, worker: str) -> Path:
-    """The jobs a worker has claimed, one number a line: a worker that Slurm requeued (same id) finds them again."""
-    return claims_dir(sweep_dir, generation) / f"{worker}.claimed"
-
-
 def release(sweep_dir: Path, generation: int, num: int) -> None:
     """Give job `num` back: any worker may claim it again (the driver follows it as queued meanwhile). A marker says
     so to the driver, which may see the job claimed again before it sees it unclaimed."""
-    folder = claims_dir(sweep_dir, generation)
+    folder = SweepPaths(sweep_dir).claims(generation)
     with contextlib.suppress(FileNotFoundError):
         (folder / str(num)).unlink()
     claim(folder / f"{RELEASED}{num}-{secrets.token_hex(4)}")
@@ -191,7 +177,7 @@ class PackedWorker:
                  body: Callable[[Job], Reply], clock: Callable[[], float] = time.time) -> None:
         self.spec, self.worker, self.clock = spec, worker, clock
         self.sweep_dir = Path(spec.sweep_dir)
-        self.claims = claims_dir(self.sweep_dir, spec.generation)
+        self.claims = SweepPaths(self.sweep_dir).claims(spec.generation)
         self.hooks = _Hooks(spec, compose, worker)
 
         def child(job: Job, child_spec: ChildSpec, conn: Connection) -> None:
@@ -234,7 +220,7 @@ class PackedWorker:
                         if entry is None:
                             break
                         # Its task file, written as it starts, tells the driver when it runs (not when claimed).
-                        shutil.rmtree(Path(entry.job_dir) / TASK_DIR, ignore_errors=True)
+                        shutil.rmtree(JobPaths(Path(entry.job_dir)).tasks, ignore_errors=True)
                         hooks.entries[entry.num] = entry
                         pool.submit(Job(num=entry.num, overrides=list(entry.overrides)))
                     if not pool.busy():
@@ -254,7 +240,7 @@ class PackedWorker:
     def _claim(self, num: int) -> bool:
         if not claim(self.claims / str(num), f"{self.worker} {now_iso()}"):
             return False
-        with open(own_claims_file(self.sweep_dir, self.spec.generation, self.worker), "a") as f:
+        with open(SweepPaths(self.sweep_dir).claimed(self.spec.generation, self.worker), "a") as f:
             f.write(f"{num}\n")
         return True
 
@@ -262,8 +248,8 @@ class PackedWorker:
         """Jobs this worker claimed in an earlier life (Slurm requeued it: a node failure, a preemption) that did not
         end on their own (no result, or `interrupted`): given back, so that they run again."""
         try:
-            nums = {int(line) for line in own_claims_file(self.sweep_dir, self.spec.generation,
-                                                         self.worker).read_text().split() if line.isdigit()}
+            nums = {int(line) for line in SweepPaths(self.sweep_dir).claimed(self.spec.generation,
+                                                                   self.worker).read_text().split() if line.isdigit()}
         except OSError:
             return
         for num in sorted(nums):

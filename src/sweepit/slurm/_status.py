@@ -5,14 +5,28 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sweepit.results._live import LiveReader, sweep_eta_s
-from sweepit.results._lock import SweepLock
-from sweepit.results._manifest import FINISHED_STATUSES, Manifest, read_manifest, settle_orphans, write_manifest
-from sweepit.results._progress import format_duration
-from sweepit.results._reported import REPORT_DIR, REPORT_PAGE, report_shows, reports_at_end
-from sweepit.results._summary import MAX_ROWS, JobRow, format_table, override_values, read_job
-from sweepit.slurm._states import LIVE_STATES, PACKED, refresh, slurm_id
-from sweepit.slurm._workers import adopt_trials, workers_alive
+from sweepit.results import (
+    FINISHED_STATUSES,
+    MAX_ROWS,
+    REPORT_DIR,
+    REPORT_PAGE,
+    JobRow,
+    LiveReader,
+    Manifest,
+    SweepLock,
+    format_duration,
+    format_table,
+    override_values,
+    read_job,
+    read_manifest,
+    report_shows,
+    reports_at_end,
+    settle_orphans,
+    sweep_eta_s,
+    write_manifest,
+)
+from sweepit.slurm._job_states import LIVE_STATES, PACKED, refresh, slurm_id
+from sweepit.slurm._optuna_workers import adopt_trials, workers_alive
 
 
 def shown_jobs(m: Manifest, max_rows: int = MAX_ROWS) -> list[int]:

@@ -19,15 +19,21 @@ from typing import Any
 
 from sweepit._host import now_iso
 from sweepit.errors import QueueLimitError, SlurmError
-from sweepit.local._capture import STDERR_LOG, STDOUT_LOG
-from sweepit.results._job_files import start_clean
-from sweepit.results._manifest import JobEntry, Manifest, write_manifest
+from sweepit.results import (
+    STDERR_LOG,
+    STDOUT_LOG,
+    JobEntry,
+    JobPaths,
+    Manifest,
+    SweepPaths,
+    start_clean,
+    write_manifest,
+)
 from sweepit.slurm._limits import Room, dry_run_lines, held_for_limit, refused_for_limit
 from sweepit.slurm._request import Request, SlurmOptions, gpu_hours, sbatch_parameters
-from sweepit.slurm._task_files import TASK_DIR, link_task_logs
+from sweepit.slurm._task_files import link_task_logs
 
 log = logging.getLogger(__name__)
-SUBMITIT_DIR = ".submitit"
 Task = Callable[[], Any]
 
 
@@ -57,7 +63,7 @@ def arrays(jobs: list[PlannedJob], max_array_size: int) -> list[list[PlannedJob]
 
 
 def next_folder(sweep_dir: Path, offset: int = 0) -> Path:
-    root = sweep_dir / SUBMITIT_DIR
+    root = SweepPaths(sweep_dir).submitit
     used = [int(p.name) for p in root.iterdir() if p.name.isdigit()] if root.is_dir() else []
     return root / f"{max(used, default=0) + 1 + offset:04d}"
 
@@ -152,7 +158,7 @@ def submit_jobs(jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, max
         tasks = []
         for job in chunk:
             start_clean(job.job_dir)  # checkpoint.pt is kept to resume
-            shutil.rmtree(job.job_dir / TASK_DIR, ignore_errors=True)
+            shutil.rmtree(JobPaths(job.job_dir).tasks, ignore_errors=True)
             tasks.append(make_task(job))
         folder = fresh_folder(sweep_dir)
         assert chunk[0].request is not None

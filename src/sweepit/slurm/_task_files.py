@@ -18,16 +18,11 @@ from typing import Any
 
 from sweepit._files import atomic_write
 from sweepit._host import now_iso
-from sweepit.results._job_files import error_line
+from sweepit.results import JobPaths, error_line
 
-TASK_DIR = ".slurm"  # inside the job directory
 _TASK_ENV = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_PROCID", "SLURM_LOCALID",
              "SLURM_NODEID", "SLURM_NTASKS", "SLURM_STEP_ID", "SLURM_RESTART_COUNT", "CUDA_VISIBLE_DEVICES",
              "SLURM_STEP_GPUS", "SLURM_JOB_NODELIST", "SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS")
-
-
-def task_file(job_dir: Path, rank: int) -> Path:
-    return Path(job_dir) / TASK_DIR / f"task-{rank}.json"
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -43,22 +38,22 @@ def record_task(job_dir: Path, rank: int) -> None:
     info: dict[str, Any] = {k.lower(): os.environ.get(k) for k in _TASK_ENV}
     info.update(hostname=socket.gethostname(), pid=os.getpid(), started_at=now_iso())
     with contextlib.suppress(OSError):
-        atomic_write(task_file(job_dir, rank), json.dumps(info, indent=1) + "\n")
+        atomic_write(JobPaths(job_dir).task_file(rank), json.dumps(info, indent=1) + "\n")
 
 
 def record_task_error(job_dir: Path, rank: int, error: BaseException) -> None:
     """Add the error this task fails with to its record (before it exits, so that it is there for the others)."""
-    info = _read(task_file(job_dir, rank))
+    info = _read(JobPaths(job_dir).task_file(rank))
     info.update(error=f"{type(error).__name__}: {error}", failed_at=now_iso(),
                 traceback="".join(traceback.format_exception(type(error), error, error.__traceback__))[-4000:])
     with contextlib.suppress(OSError):
-        atomic_write(task_file(job_dir, rank), json.dumps(info, indent=1) + "\n")
+        atomic_write(JobPaths(job_dir).task_file(rank), json.dumps(info, indent=1) + "\n")
 
 
 def failed_task(job_dir: Path, but: int | None = None) -> tuple[int, str, int] | None:
     """(rank, its error, the job's task count) of the task that failed first (task `but` left out), or None."""
     failed = []
-    for path in (Path(job_dir) / TASK_DIR).glob("task-*.json"):
+    for path in JobPaths(job_dir).task_files():
         name = path.stem.removeprefix("task-")
         if not name.isdigit() or int(name) == but:
             continue
@@ -76,7 +71,7 @@ def rank_failure(failed: tuple[int, str, int]) -> str:
     """`rank 1 of 2 failed: RuntimeError: ... (its log: .slurm/task-1.stderr.log)`."""
     rank, error, n_tasks = failed
     return (f"rank {rank}{f' of {n_tasks}' if n_tasks else ''} failed: {error_line(error)} (its log: "
-            f"{TASK_DIR}/task-{rank}.stderr.log)")
+            f"{JobPaths(Path()).task_log(rank, 'stderr')})")
 
 
 def link_task_logs(job_dir: Path, logs: list[tuple[Path, Path]]) -> None:
@@ -84,11 +79,11 @@ def link_task_logs(job_dir: Path, logs: list[tuple[Path, Path]]) -> None:
     job directory's `stdout.log` and `stderr.log` to rank 0's)."""
     if len(logs) < 2:
         return
-    task_dir = Path(job_dir) / TASK_DIR
+    task_dir = JobPaths(job_dir).tasks
     task_dir.mkdir(parents=True, exist_ok=True)
     for rank, (stdout, stderr) in enumerate(logs):
         for kind, target in (("stdout", stdout), ("stderr", stderr)):
-            link = task_dir / f"task-{rank}.{kind}.log"
+            link = JobPaths(job_dir).task_log(rank, kind)
             if link.is_symlink() or link.exists():
                 link.unlink()
             link.symlink_to(os.path.relpath(target, task_dir))

@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from sweepit.errors import ConfigError
+from sweepit.results import MANIFEST_FILE, MULTIRUN_FILE
 
 log = logging.getLogger(__name__)
 # Files beside a job's directories that say the directory above a job is a sweep (sweepit's, Hydra's basic one).
-_SWEEP_MARKERS = ("sweep.json", "multirun.yaml")
+_SWEEP_MARKERS = (MANIFEST_FILE, MULTIRUN_FILE)
 # Config subtrees that are not hyperparameters of the job.
 _NOT_PARAMS = ("hydra", "logger")
 

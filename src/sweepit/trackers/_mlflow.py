@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from sweepit._files import atomic_write
+from sweepit.results import MLFLOW_RUN_FILE
 from sweepit.trackers._base import RunInfo, Tracker
 
-_RUN_ID_FILE = ".mlflow_run_id"
 _PARAMS_PER_CALL = 100        # MLflow's log_batch limit
 _PARAM_CHARS = 6000           # MLflow's longest parameter value
 # sweepit's outcome -> MLflow's run status
@@ -57,7 +57,7 @@ class MLflow(Tracker):
                 experiment_id = experiment.experiment_id
         else:
             experiment_id = experiment.experiment_id
-        id_file = run.job_dir / _RUN_ID_FILE
+        id_file = run.job_dir / MLFLOW_RUN_FILE
         self.run_id = id_file.read_text().strip() if id_file.is_file() else ""
         if self.run_id:
             client.update_run(self.run_id, status="RUNNING")

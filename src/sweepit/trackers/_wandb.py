@@ -16,10 +16,10 @@ from typing import Any
 
 from sweepit._files import atomic_write
 from sweepit.errors import ConfigError
+from sweepit.results import WANDB_RUN_FILE
 from sweepit.trackers._base import RunInfo, Tracker
 
 log = logging.getLogger(__name__)
-_RUN_ID_FILE = ".wandb_run_id"
 _MODES = ("offline", "online", "disabled", "shared")
 
 
@@ -41,7 +41,7 @@ class WandB(Tracker):
     def start(self, run: RunInfo) -> None:
         import wandb
 
-        id_file = run.job_dir / _RUN_ID_FILE
+        id_file = run.job_dir / WANDB_RUN_FILE
         run_id = id_file.read_text().strip() if id_file.is_file() else secrets.token_hex(4)  # W&B's id alphabet
         atomic_write(id_file, run_id)
         self.run = wandb.init(

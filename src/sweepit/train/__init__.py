@@ -9,13 +9,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sweepit.train._api import JobContext, context, load_checkpoint, report, save_checkpoint, should_stop
+from sweepit.train._session import Session, leave_process_group, status_of
+from sweepit.train._session import begin as begin_session
+from sweepit.train._session import current as current_session
+from sweepit.train._session import end as end_session
 
 if TYPE_CHECKING:
     from sweepit.train._entry import run_job
     from sweepit.train._loop import train
 
-__all__ = ["JobContext", "context", "load_checkpoint", "report", "run_job", "save_checkpoint", "should_stop",
-           "train"]
+__all__ = [
+    "JobContext", "Session", "begin_session", "context", "current_session", "end_session", "leave_process_group",
+    "load_checkpoint", "report", "run_job", "save_checkpoint", "should_stop", "status_of", "train"
+]
 
 
 def __getattr__(name: str) -> Any:

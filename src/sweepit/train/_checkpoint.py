@@ -20,7 +20,6 @@ from sweepit._files import atomic_file
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_FILE = "checkpoint.pt"
 FORMAT = 3  # 3: each rank's random states (rank 0's in the checkpoint, others' beside it), a save count
 # Keys that may change between the interrupted run and its resumption without changing the training
 # trajectory: the time limit and the loop's bookkeeping. Anything else (epochs too: a cosine schedule

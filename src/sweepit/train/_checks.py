@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from sweepit.errors import ConfigError
-from sweepit.trackers._base import check_trackers
+from sweepit.trackers import check_trackers
 from sweepit.train._devices import cuda_available
 
 TASKS = ("linreg", "digits", "mnist", "cifar10", "custom")

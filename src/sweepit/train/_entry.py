@@ -2,7 +2,7 @@
 
 An app built on it (train.py) then starts without torch wherever it does not train: `--help`, `--cfg`, a refused
 override, the driver of a Slurm sweep. That an app imported it tells the local launcher to warm
-torch before it forks jobs all the same (sweepit.local._sweep.preload).
+torch before it forks jobs all the same (sweepit.local._local_sweep.preload).
 """
 
 from __future__ import annotations

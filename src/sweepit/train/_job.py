@@ -18,8 +18,7 @@ from typing import Any
 
 import sweepit
 from sweepit.errors import DivergedError
-from sweepit.results._job_files import read_metrics, write_result
-from sweepit.results._status import worst
+from sweepit.results import read_metrics, worst, write_result
 from sweepit.train import _checkpoint, _session, _weights
 from sweepit.train._checks import check_config
 from sweepit.train._devices import cuda_available

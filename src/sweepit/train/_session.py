@@ -19,16 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from sweepit.errors import ConfigError, DivergedError
-from sweepit.results._job_files import (
+from sweepit.results import (
     CORRUPT,
+    JobPaths,
     MetricsLog,
     as_number,
+    objective_direction,
     read_metrics,
     read_record,
     returned_fields,
     write_result,
 )
-from sweepit.results._status import objective_direction
 from sweepit.train._rank import SINGLE, Rank, from_environment
 
 log = logging.getLogger(__name__)
@@ -146,7 +147,7 @@ class Session:
     def _never_tracked(self) -> bool:
         """True for rank 0 of a job that no session has reported for (in this process, or in a forked rank
         that left metrics.jsonl)."""
-        from sweepit.results._job_files import METRICS_FILE
+        from sweepit.results import METRICS_FILE
 
         job_dir = self.job_dir
         return (job_dir is not None and self.is_main and job_dir.resolve() not in _tracked
@@ -157,7 +158,7 @@ class Session:
             self._trial_checked = True
             metric = self.metric
             if metric is not None:
-                from sweepit.search._pruning import pruning_callback
+                from sweepit.search import pruning_callback
 
                 self._trial = pruning_callback(_MetricConfig(metric, self.value("epochs")))
         return self._trial
@@ -182,9 +183,7 @@ class Session:
     # -- checkpoints ---------------------------------------------------------------------------------------
     @property
     def checkpoint_path(self) -> Path | None:
-        from sweepit.train._checkpoint import CHECKPOINT_FILE
-
-        return None if self.job_dir is None else self.job_dir / CHECKPOINT_FILE
+        return None if self.job_dir is None else JobPaths(self.job_dir).checkpoint
 
     def _config_hash(self) -> str:
         """The fingerprint a checkpoint is saved and loaded with, computed once a job: the

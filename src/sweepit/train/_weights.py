@@ -17,7 +17,7 @@ from torch import nn
 import sweepit
 from sweepit._files import atomic_file
 from sweepit.errors import ConfigError
-from sweepit.results._job_files import BEST_WEIGHTS, LAST_WEIGHTS, WEIGHT_FILES
+from sweepit.results import BEST_WEIGHTS, LAST_WEIGHTS, WEIGHT_FILES
 
 MODES = ("best", "last", "both", "none")
 BEST_FILE, LAST_FILE = BEST_WEIGHTS, LAST_WEIGHTS

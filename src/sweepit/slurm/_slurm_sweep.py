@@ -18,30 +18,30 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from sweepit._host import now_iso
 from sweepit._signals import StopSignals
 from sweepit.errors import ConfigError, QueueLimitError, SweepFailedError, SweepStoppedError
-from sweepit.results._lock import SweepLock
-from sweepit.results._manifest import (
+from sweepit.results import (
     FAILED_STATUSES,
     JobEntry,
     Manifest,
+    Progress,
+    SweepLock,
     failure_report,
     is_finished,
-    now_iso,
     open_manifest,
     read_manifest,
     result_status,
+    summarize,
     write_manifest,
 )
-from sweepit.results._progress import Progress
-from sweepit.results._summary import summarize
 from sweepit.slurm._cluster import scancel
 from sweepit.slurm._follow import Follower
+from sweepit.slurm._job_states import CANCELLED_BY_DRIVER, look
 from sweepit.slurm._limits import Room, held_for_limit, open_room, wait_for_room
 from sweepit.slurm._pack import PackedSweep
 from sweepit.slurm._pack_worker import PackSpec
 from sweepit.slurm._request import ClusterFacts, SlurmOptions, asked, place
-from sweepit.slurm._states import CANCELLED_BY_DRIVER, look
 from sweepit.slurm._submit import Feeder, PlannedJob, Task, dry_run_text, returned, submit_jobs
 
 log = logging.getLogger(__name__)

@@ -27,13 +27,10 @@ from hydra_plugins.sweepit._compose import ComposedConfigs
 from hydra_plugins.sweepit._hydra import job_dir, record, record_task, run_hydra_job
 from sweepit._signals import interrupt_on_sigterm
 from sweepit.local import Job, Reply
-from sweepit.results._job_files import start_clean
-from sweepit.search import Search
-from sweepit.search._search import no_env
-from sweepit.search._workers import Worker
-from sweepit.slurm._pack_worker import PackedWorker, PackSpec, PlannedEntry
-from sweepit.slurm._workers import worker_id, write_trial_record
-from sweepit.train import _session
+from sweepit.results import start_clean
+from sweepit.search import Search, Worker, no_env
+from sweepit.slurm import PackedWorker, PackSpec, PlannedEntry, worker_id, write_trial_record
+from sweepit.train import begin_session, end_session, status_of
 
 
 def for_workers(search: Search) -> Search:
@@ -88,17 +85,17 @@ class WorkerTask:
         start_clean(jdir)  # a job number claimed again after a crash
         write_trial_record(jdir, num, overrides, trial_number)
         record_task(jdir, 0)
-        session = _session.begin(jdir, config)
+        session = begin_session(jdir, config)
         try:
             try:
                 ret = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=config,
                               job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
             except BaseException as e:  # SIGTERM (scancel, time limit) or submitit's requeue: interrupted
-                session.finish("interrupted" if self._requeueing else _session.status_of(e), error=e)
+                session.finish("interrupted" if self._requeueing else status_of(e), error=e)
                 raise
             record(session, ret)
         finally:
-            _session.end(session)
+            end_session(session)
         return ret
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
@@ -127,7 +124,7 @@ class PackedTask:
         from hydra.core.singleton import Singleton
         from hydra.core.utils import setup_globals
 
-        from sweepit.local._sweep import DEFAULT_PRELOAD, preload
+        from sweepit.local import DEFAULT_PRELOAD, preload
 
         logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
         Singleton.set_state({**self.singleton_state, "instances": dict(self.singleton_state["instances"])})

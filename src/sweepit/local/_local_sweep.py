@@ -27,10 +27,16 @@ from sweepit.local._pool import Job, Pool
 from sweepit.local._resources import GpuPool, cpu_count, resolve_n_workers, resolve_threads, visible_gpus
 from sweepit.local._run import SweepRun
 from sweepit.local._worker import ChildSpec, Reply, child_main
-from sweepit.results._lock import SweepLock
-from sweepit.results._manifest import JobEntry, Manifest, is_finished, open_manifest, write_manifest
-from sweepit.results._progress import Progress
-from sweepit.results._summary import summarize
+from sweepit.results import (
+    JobEntry,
+    Manifest,
+    Progress,
+    SweepLock,
+    is_finished,
+    open_manifest,
+    summarize,
+    write_manifest,
+)
 
 log = logging.getLogger(__name__)
 _preloaded: set[str] = set()

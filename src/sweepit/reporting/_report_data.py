@@ -13,30 +13,35 @@ from pathlib import Path
 from typing import Any
 
 from sweepit._files import collector_paused
-from sweepit.results._job_files import METRICS_FILE, read_metrics, total_wall_time_s
-from sweepit.results._manifest import read_manifest_data
-from sweepit.results._overrides import (
-    app_command,
-    config_source,
-    load_yaml,
-    own_key,
-    short_value,
-    typed_overrides,
-)
-from sweepit.results._reported import records_digest
-from sweepit.results._status import measures_speed, sweep_direction
-from sweepit.results._summary import (
+from sweepit.results import (
+    HYDRA_DIR,
     LAUNCH_STATES,
+    METRICS_FILE,
+    OVERRIDES_FILE,
+    JobPaths,
     JobRow,
+    SweepPaths,
+    UnreadKeys,
+    app_command,
     best_row,
+    config_source,
     fixed_overrides,
+    load_yaml,
+    measures_speed,
     override_values,
+    own_key,
+    read_manifest_data,
+    read_metrics,
     read_overrides,
+    records_digest,
+    short_value,
+    sweep_direction,
     sweep_jobs,
     swept_keys,
+    total_wall_time_s,
+    typed_overrides,
     with_result,
 )
-from sweepit.results._unread import UnreadKeys
 
 # Up to this many jobs every metrics.jsonl is read (a bad line is a note in its job's row). Beyond, only those of
 # jobs whose result.json lacks what the report takes from them (final metrics, mean epoch time) and of the jobs a
@@ -109,7 +114,7 @@ class JobReport(JobRow):
     def _configured(self) -> tuple[int, str]:
         """`trainer.gpus` and `device` from the job's config (read once)."""
         if self._config is None:
-            config = load_yaml(self.job_dir / ".hydra" / "config.yaml")
+            config = load_yaml(JobPaths(self.job_dir).config)
             config = config if isinstance(config, dict) else {}
             trainer = config.get("trainer")
             gpus = trainer.get("gpus") if isinstance(trainer, dict) else None
@@ -211,8 +216,8 @@ def _read_job(num: int, job_dir: Path, entry: dict[str, Any] | None, with_metric
     if overrides is None:
         overrides = read_overrides(job_dir)
     job = with_result(JobReport(num=num, job_dir=job_dir, overrides=overrides, status="pending"))
-    if not job.overrides and not (job_dir / ".hydra" / "overrides.yaml").is_file():
-        job.add_note("no .hydra/overrides.yaml")
+    if not job.overrides and not JobPaths(job_dir).overrides.is_file():
+        job.add_note(f"no {HYDRA_DIR}/{OVERRIDES_FILE}")
     if with_metrics:
         _read_epochs(job)
     if job.status == "pending":  # no result.json: the launcher's manifest knows whether it runs or waits
@@ -262,7 +267,7 @@ def _created_at(sweep_dir: Path, manifest: dict[str, Any]) -> datetime:
             return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
         except ValueError:
             pass
-    for path in (sweep_dir / "multirun.yaml", sweep_dir):
+    for path in (SweepPaths(sweep_dir).multirun, sweep_dir):
         try:
             return datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc)
         except OSError:
@@ -285,13 +290,13 @@ def _load_sweep(sweep_dir: Path, with_metrics: bool) -> Sweep:
 
     job_config: dict[str, Any] = {}
     for job in jobs[:5]:
-        data = load_yaml(job.job_dir / ".hydra" / "config.yaml")
+        data = load_yaml(JobPaths(job.job_dir).config)
         if isinstance(data, dict):
             job_config = data
             break
     study = job_config.get("study")
     if not isinstance(study, str):
-        multirun = load_yaml(sweep_dir / "multirun.yaml")
+        multirun = load_yaml(SweepPaths(sweep_dir).multirun)
         study = multirun.get("study") if isinstance(multirun, dict) else None
     metric = next((str(j.result["metric"]) for j in jobs if "metric" in j.result), None)
     # The Optuna sweeper's direction when it ran the sweep, else the jobs' configs': the study's "best" is ours.

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from sweepit.errors import SweepFailedError
-from sweepit.results._claims import STALE_S, Heartbeat, claim, silent_s, workers_dir
+from sweepit.results import WORKER_STALE_S, Heartbeat, SweepPaths, claim, silent_s
 from sweepit.search._pruning import PRUNER_CLASSES
 from sweepit.search._results import write_results
 from sweepit.search._samplers import build_sampler, grid_size, short_name
@@ -75,10 +75,10 @@ class Worker:
     """One worker's loop; see the module's docstring for the rules."""
 
     def __init__(self, search: Search, index: int, worker_id: str, job_base: int, prepare: Prepare, run: Run,
-                 wait_s: float = WAIT_S, stale_s: float = STALE_S) -> None:
+                 wait_s: float = WAIT_S, stale_s: float = WORKER_STALE_S) -> None:
         self.search, self.index, self.worker_id = search, index, worker_id
         self.prepare, self.run_job = prepare, run
-        self.dir = workers_dir(search.sweep_dir)
+        self.dir = SweepPaths(search.sweep_dir).workers
         self.next_job = job_base
         self.wait_s, self.stale_s = wait_s, stale_s
         self.n_run = 0
@@ -132,7 +132,7 @@ class Worker:
         search._tell(trial, job, ret)
 
     def _claim_job(self) -> int:
-        while not claim(self.dir / "jobs" / str(self.next_job)):
+        while not claim(SweepPaths(self.search.sweep_dir).trial_claims / str(self.next_job)):
             self.next_job += 1
         self.next_job += 1
         return self.next_job - 1

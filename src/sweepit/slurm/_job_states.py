@@ -20,19 +20,24 @@ from sweepit._files import remove_temporaries
 from sweepit._host import now_iso
 from sweepit._signals import SLURM_STOP
 from sweepit.errors import SlurmError
-from sweepit.results._claims import claimed, claims_dir
-from sweepit.results._job_files import (
+from sweepit.results import (
+    FAILED_STATUSES,
     RESULT_GRACE_S,
+    JobEntry,
+    JobPaths,
+    Manifest,
     ResultGrace,
+    SweepPaths,
+    claimed,
     read_metrics,
     read_record,
+    result_status,
     write_result,
     write_result_if_absent,
 )
-from sweepit.results._manifest import FAILED_STATUSES, JobEntry, Manifest, result_status
 from sweepit.slurm import _cluster as slurm_queue
 from sweepit.slurm._cluster import ACTIVE_STATES, FINAL_STATES, QueueRow
-from sweepit.slurm._task_files import failed_task, rank_failure, task_file
+from sweepit.slurm._task_files import failed_task, rank_failure
 
 LOST = "LOST"                        # neither squeue nor sacct knows the job any more
 RECORDED_BY = "sweepit slurm launcher"
@@ -104,7 +109,7 @@ def unclaimed(entries: list[JobEntry], sweep_dir: Path) -> set[int]:
             waiting.setdefault(generation, []).append(e.num)
     out: set[int] = set()
     for generation, nums in waiting.items():
-        taken = claimed(claims_dir(sweep_dir, generation))
+        taken = claimed(SweepPaths(sweep_dir).claims(generation))
         out.update(num for num in nums if num not in taken)
     return out
 
@@ -154,7 +159,7 @@ def _decide(entry: JobEntry, status: str | None, queued: QueueRow | None, accoun
         # A failed result.json here is one of a run that Slurm has requeued since.
         state = "running" if queued.state in ("RUNNING", "SIGNALING") else "queued"
         packed = entry.extra.get(PACKED) is not None
-        if state == "running" and packed and not task_file(Path(entry.job_dir), 0).exists():
+        if state == "running" and packed and not JobPaths(Path(entry.job_dir)).task_file(0).exists():
             state = "queued"  # claimed by a running worker, waiting for one of its slots
         reason = queued.reason if state == "queued" and queued.reason not in ("None", "(null)") else ""
         return Seen(state=state, slurm_state=queued.state, node=queued.node, reason=reason)

@@ -1,5 +1,5 @@
 """Worker mode on Slurm: N long-lived workers in one job array, each running trial after trial in its own task
-(the loop itself is the caller's: `sweepit.search._workers`); the driver only submits them and follows.
+(the loop itself is the caller's: `sweepit.search._worker_loop`); the driver only submits them and follows.
 
 A worker writes `<job dir>/.slurm/trial.json` as it starts a trial's job (`write_trial_record`); the driver, and
 `sweepit status` when no driver runs, adopt each such directory as a job of `sweep.json` whose Slurm id is its
@@ -25,16 +25,13 @@ from typing import Any
 from sweepit._files import atomic_write
 from sweepit._host import now_iso
 from sweepit.errors import ConfigError
-from sweepit.results._job_files import job_num
-from sweepit.results._manifest import JobEntry, Manifest, open_manifest, write_manifest
-from sweepit.results._progress import Progress
+from sweepit.results import JobEntry, JobPaths, Manifest, Progress, job_num, open_manifest, write_manifest
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._follow import Follower
 from sweepit.slurm._limits import open_room, wait_for_room
-from sweepit.slurm._submit import TASK_DIR, PlannedJob, Task, fresh_folder, job_name, link_logs, log_paths, submit
+from sweepit.slurm._submit import PlannedJob, Task, fresh_folder, job_name, link_logs, log_paths, submit
 
 log = logging.getLogger(__name__)
-TRIAL_FILE = "trial.json"      # <job dir>/.slurm/trial.json: the worker that runs the job, and when it started
 WORKER_TRIAL = "worker_trial"  # manifest extra of a worker's job: its trial number (no return value to wait for)
 
 
@@ -48,7 +45,7 @@ def write_trial_record(job_dir: Path, num: int, overrides: list[str], trial_numb
     """Called by a worker as it starts a trial's job, before the job writes anything."""
     record = {"num": num, "overrides": overrides, "trial": trial_number, "worker": worker_id(),
               "started_at": now_iso()}
-    atomic_write(job_dir / TASK_DIR / TRIAL_FILE, json.dumps(record) + "\n", fsync=False)
+    atomic_write(JobPaths(job_dir).trial, json.dumps(record) + "\n", fsync=False)
 
 
 def adopt_trials(m: Manifest) -> list[int]:
@@ -64,7 +61,7 @@ def adopt_trials(m: Manifest) -> list[int]:
             if num is None or num in m.jobs:
                 continue
             try:
-                record = json.loads((path / TASK_DIR / TRIAL_FILE).read_text())
+                record = json.loads(JobPaths(path).trial.read_text())
             except (OSError, ValueError):
                 continue
             wid = str(record.get("worker"))
