@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from sweepit.results._job_files import read_result
-from sweepit.results._manifest import read_manifest, resume_command
+from sweepit.results._manifest import read_manifest, rerun_argv
 from sweepit_testing import wait_until
 
 pytestmark = pytest.mark.slow
@@ -106,7 +106,8 @@ def test_crashes_are_recorded_per_job_and_resume_reruns_only_them(tmp_path: Path
     assert "Traceback" not in proc.stderr.split("3 of 5 jobs")[1]  # Hydra prints the message alone
 
     before = {n: times(dirs[n])["start"] for n in (0, 4)}
-    assert resume_command(sweep)[-2:] == [f"hydra.sweep.dir={sweep}", "hydra.launcher.resume=true"]
+    resume = rerun_argv(read_manifest(sweep).argv, sweep)  # as `sweepit resume` builds it
+    assert resume[-2:] == [f"hydra.sweep.dir={sweep}", "hydra.launcher.resume=true"]
     proc = run_app(sweep, "x=range(5)", "hydra.launcher.resume=true")  # crashes fixed
     assert proc.returncode == 0, proc.stderr
     assert [status(dirs[n]) for n in range(5)] == ["completed"] * 5
