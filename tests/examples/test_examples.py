@@ -64,8 +64,8 @@ def test_own_loop_under_optuna_is_pruned_by_the_median_pruner(tmp_path: Path) ->
     """lr 1e-5 learns nothing in one epoch: once an lr=0.03 trial has finished, the median pruner stops it."""
     proc = run(EXAMPLES / "own_loop" / "train.py",
                ["-m", "hydra/sweeper=optuna", "lr=choice(0.03,0.00001)", "seed=choice(0,1)",
-                "hydra.sweeper.sampler.name=grid", "hydra.sweeper.sampler.seed=4", "hydra.sweeper.n_trials=4",
-                "hydra.sweeper.pruner.name=median", "hydra.sweeper.pruner.n_startup_trials=1",
+                "hydra/sweeper/sampler=grid", "hydra.sweeper.sampler.seed=4", "hydra.sweeper.n_trials=4",
+                "hydra/sweeper/pruner=median", "hydra.sweeper.pruner.n_startup_trials=1",
                 "epochs=4", "n_train=600", f"hydra.sweep.dir={tmp_path / 'study'}"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     study = optuna.load_study(study_name="sweepit", storage=optuna.storages.JournalStorage(
