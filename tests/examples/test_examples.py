@@ -19,7 +19,7 @@ import pytest
 
 from sweepit.results._job_files import read_result
 from sweepit.results._summary import collect
-from sweepit_testing import REPO, wait_until
+from sweepit_testing import REPO, child_env, run_command, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -29,11 +29,8 @@ CONFIG_ONLY = ["--config-dir", str(EXAMPLES / "config_only" / "conf"), "--config
 
 def run(script: Path, args: list[str], cwd: Path, pythonpath: Path | None = None,
         timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
-    if pythonpath is not None:
-        env["PYTHONPATH"] = str(pythonpath)
-    return subprocess.run([sys.executable, str(script), *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout_s)
+    env = child_env() if pythonpath is None else child_env(PYTHONPATH=str(pythonpath))
+    return run_command([sys.executable, script, *args], cwd, env, timeout_s)
 
 
 def only_sweep(root: Path) -> Path:

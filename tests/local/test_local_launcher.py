@@ -15,7 +15,7 @@ import pytest
 
 from sweepit.results._job_files import read_result
 from sweepit.results._manifest import read_manifest, rerun_argv
-from sweepit_testing import wait_until
+from sweepit_testing import run_command, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -24,8 +24,8 @@ APP = Path(__file__).parent / "app" / "launcher_test_app.py"
 
 
 def run_app(sweep_dir: Path, *overrides: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(APP), "-m", f"hydra.sweep.dir={sweep_dir}", *overrides],
-                          capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
+    return run_command([sys.executable, APP, "-m", f"hydra.sweep.dir={sweep_dir}", *overrides], ROOT,
+                       timeout_s=timeout_s)
 
 
 def job_dirs(sweep_dir: Path) -> dict[int, Path]:

@@ -25,9 +25,8 @@ from sweepit.results._job_files import (
     write_result_if_absent,
 )
 from sweepit.results._manifest import JobEntry, Manifest, is_finished, read_manifest, write_manifest
-from sweepit_testing import REPO
+from sweepit_testing import REPO, SWEEPIT
 
-SWEEPIT = str(Path(sys.executable).parent / "sweepit")
 SLURM_ID, SLURM_NAME = "4242", "sweepit-status-test"
 ANY_HYDRA_APP = REPO / "examples" / "any_hydra_app" / "app.py"
 
