@@ -55,8 +55,8 @@ FLOORS_VENV := .venv-floors
 FLOORS := optuna hydra-core omegaconf submitit
 FLOORS_TESTS := tests/search/test_optuna_parts.py tests/search/test_optuna_habits.py tests/search/test_optuna_sweep.py \
                 tests/search/test_optuna_on_any_launcher.py tests/local/test_local_launcher.py \
-                tests/local/test_compose_once.py tests/local/test_composed.py tests/slurm
-FLOORS_APART := tests/local/test_local_hydra_suites.py \
+                tests/hydra_plugins/test_compose_once.py tests/hydra_plugins/test_composed.py tests/slurm
+FLOORS_APART := tests/hydra_plugins/test_local_hydra_suites.py \
                 tests/slurm/test_slurm_launcher_sweep.py::test_four_job_sweep_is_one_array_and_ends_with_the_results_table
 
 $(FLOORS_VENV)/installed: pyproject.toml scripts/floors.py
@@ -73,9 +73,9 @@ test-floors: $(FLOORS_VENV)/installed ## The sweeper's, launchers' and compose t
 	  $(FLOORS_TESTS) $(PYTEST_ARGS)
 	$(FLOORS_VENV)/bin/python -m pytest -n $(TEST_PROCESSES) --dist loadgroup $(FLOORS_APART) $(PYTEST_ARGS)
 
-test-launcher: ## The local launcher's tests (tests/local): real multiruns and Hydra's launcher suites (about a minute)
+test-launcher: ## The local launcher's tests (tests/local, tests/hydra_plugins): real multiruns and Hydra's launcher suites (about a minute)
 	@$(COMPILE)
-	$(PYTEST) tests/local $(PYTEST_ARGS)
+	$(PYTEST) tests/local tests/hydra_plugins $(PYTEST_ARGS)
 
 test-slurm: ## The Slurm tests against the local cluster: launcher, Optuna, examples, Hydra's suites (make slurm-up first; about 5 min)
 	@$(COMPILE)

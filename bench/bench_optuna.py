@@ -120,8 +120,8 @@ def _search(method: str, seed: int, points: list[tuple[str, float]], curves: dic
     from sweepit.search._pruning import PRUNER_ATTR, TrialReporter, build_pruner, open_storage
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    pruner_spec = {"name": "hyperband" if method == "tpe+hyperband" else "none", "min_resource": 1,
-                   "max_resource": epochs, "reduction_factor": 3}
+    pruner_spec = ({"_target_": "optuna.pruners.HyperbandPruner", "min_resource": 1, "max_resource": epochs,
+                    "reduction_factor": 3} if method == "tpe+hyperband" else {"_target_": "optuna.pruners.NopPruner"})
     sampler = (optuna.samplers.RandomSampler(seed=seed) if method == "random"
                else optuna.samplers.TPESampler(seed=seed, n_startup_trials=10, multivariate=True))
     n_lrs = len(points) // len(OPTIMIZERS)

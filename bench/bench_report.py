@@ -2,7 +2,7 @@
 
 Run: python bench/bench_report.py [--jobs 1000] [--epochs 20] [--rounds 3] [--json PATH]   (or: make bench-report)
 
-The sweep is synthetic (`sweepit.reporting.testing`: three swept parameters, 20 epochs of four metrics per job,
+The sweep is synthetic (`bench/synthetic_sweep.py`: three swept parameters, 20 epochs of four metrics per job,
 a few failed, diverged and running jobs) in a temporary directory. Two figures for each side:
 - cold: a new process, as a user types it (`sweepit report DIR`; `python -c "collect(DIR)"` for the baseline),
   interpreter start and imports (matplotlib) included;
@@ -24,8 +24,8 @@ from pathlib import Path
 
 from machine import machine_info, machine_line, write_json
 from sweepit.reporting import build_report
-from sweepit.reporting.testing import write_synthetic_sweep
 from sweepit.results._summary import collect
+from synthetic_sweep import write_synthetic_sweep
 
 GOAL_S = 5.0  # "a few seconds" for 1,000 jobs, cold, on the project's 2-core machines
 

@@ -3,7 +3,7 @@
 
 Run: python bench/bench_scale.py --jobs 1000,10000,100000 --json bench/results/scale/scale.json
 
-No job runs and no Hydra composes: the sweep is generated (`sweepit.reporting.testing`: job directories with
+No job runs and no Hydra composes: the sweep is generated (`bench/synthetic_sweep.py`: job directories with
 .hydra/overrides.yaml, metrics.jsonl of --epochs epochs and result.json, mostly completed, a few failed, diverged
 and running) with a local launcher's sweep.json that records each job's state.
 - plan: the Slurm launcher's own per-job work for the generated overrides: `SlurmSweep.plan` (Hydra's
@@ -43,7 +43,7 @@ FULL_OLD_WRITES_UP_TO = 1000
 
 def _grid(n_jobs: int) -> dict[str, list[str]]:
     """optimizer (10) x lr (10) x seed: as many seeds as `n_jobs` needs."""
-    from sweepit.reporting.testing import DEFAULT_GRID
+    from synthetic_sweep import DEFAULT_GRID
 
     return {"optimizer": DEFAULT_GRID["optimizer"], "lr": DEFAULT_GRID["lr"],
             "seed": [str(s) for s in range(max(1, -(-n_jobs // 100)))]}
@@ -51,9 +51,9 @@ def _grid(n_jobs: int) -> dict[str, list[str]]:
 
 def generate(sweep: Path, n_jobs: int, n_epochs: int) -> None:
     """The job directories and a local launcher's sweep.json (whole), each job's state its result's."""
-    from sweepit.reporting.testing import write_synthetic_sweep
     from sweepit.results._job_files import read_record
     from sweepit.results._manifest import JobEntry, Manifest, write_manifest
+    from synthetic_sweep import write_synthetic_sweep
 
     dirs = write_synthetic_sweep(sweep, n_jobs=n_jobs, n_epochs=n_epochs, grid=_grid(n_jobs))
     jobs = {}

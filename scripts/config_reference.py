@@ -1,7 +1,8 @@
 """Write the configuration reference (docs/configuration.md) from the plugins' schema dataclasses: every key, its
-type, its default and the comment above it in the source. Nothing in that page is kept by hand.
+type, its default and the comment above it in the source. Nothing in that page is kept by hand
+(tests/hydra_plugins/test_config_reference.py checks it).
 
-    python scripts/config_reference.py    # or: make config-reference; tests/test_config_reference.py checks the page
+    python scripts/config_reference.py    # or: make config-reference
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
@@ -20,16 +20,28 @@ CONF = REPO / "conf"
 SHARED_MNIST = REPO.parent / "shared" / "data" / "mnist"  # real MNIST beside the checkout, where there is one
 CLUSTER_SCRIPT = REPO / "scripts" / "slurm-cluster.sh"
 PACKAGE_CONF = REPO / "src" / "hydra_plugins" / "sweepit" / "conf"  # the cluster profiles, for any Hydra app
+SWEEPIT = str(Path(sys.executable).parent / "sweepit")  # the command as installed, as a user types it
 
 # Shrinks a job to a few steps: one epoch, CPU, one thread.
 TINY = ["epochs=1", "device=cpu", "trainer.threads=1"]
 
 
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of a test's subprocess: this process's, with Hydra's short errors and one OpenMP thread."""
+    return {**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1", **extra}
+
+
+def run_command(argv: Sequence[str | Path], cwd: Path | None = None, env: Mapping[str, str] | None = None,
+        timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
+    """`argv` in a subprocess, to its end, its output captured as text: the one runner of the tests' `python
+    <script> ...` and `sweepit ...`. `env` is its whole environment (default: child_env())."""
+    return subprocess.run([str(a) for a in argv], cwd=cwd, env=child_env() if env is None else dict(env),
+                          capture_output=True, text=True, timeout=timeout_s)
+
+
 def run_train(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """Run the real entry point in a subprocess, with outputs/ under `cwd`."""
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return run_command([sys.executable, REPO / "train.py", *args], cwd, timeout_s=timeout)
 
 
 def read_by_every_reader(sweep_dir: Path) -> dict[str, str]:
@@ -37,8 +49,7 @@ def read_by_every_reader(sweep_dir: Path) -> dict[str, str]:
     stderr), and the report's results.csv."""
     said = {}
     for command in ("summary", "status", "report"):
-        done = subprocess.run([str(Path(sys.executable).parent / "sweepit"), command, str(sweep_dir)],
-                              capture_output=True, text=True, timeout=120)
+        done = run_command([SWEEPIT, command, sweep_dir], timeout_s=120)
         said[command] = done.stdout if done.returncode == 0 else f"exit {done.returncode}: {done.stderr}"
     csv = Path(sweep_dir) / "report" / "results.csv"
     said["results.csv"] = csv.read_text() if csv.is_file() else "(no results.csv)"

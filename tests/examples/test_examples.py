@@ -19,7 +19,7 @@ import pytest
 
 from sweepit.results._job_files import read_result
 from sweepit.results._summary import collect
-from sweepit_testing import REPO, wait_until
+from sweepit_testing import REPO, child_env, run_command, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -29,11 +29,8 @@ CONFIG_ONLY = ["--config-dir", str(EXAMPLES / "config_only" / "conf"), "--config
 
 def run(script: Path, args: list[str], cwd: Path, pythonpath: Path | None = None,
         timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
-    if pythonpath is not None:
-        env["PYTHONPATH"] = str(pythonpath)
-    return subprocess.run([sys.executable, str(script), *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout_s)
+    env = child_env() if pythonpath is None else child_env(PYTHONPATH=str(pythonpath))
+    return run_command([sys.executable, script, *args], cwd, env, timeout_s)
 
 
 def only_sweep(root: Path) -> Path:
@@ -64,8 +61,8 @@ def test_own_loop_under_optuna_is_pruned_by_the_median_pruner(tmp_path: Path) ->
     """lr 1e-5 learns nothing in one epoch: once an lr=0.03 trial has finished, the median pruner stops it."""
     proc = run(EXAMPLES / "own_loop" / "train.py",
                ["-m", "hydra/sweeper=optuna", "lr=choice(0.03,0.00001)", "seed=choice(0,1)",
-                "hydra.sweeper.sampler.name=grid", "hydra.sweeper.sampler.seed=4", "hydra.sweeper.n_trials=4",
-                "hydra.sweeper.pruner.name=median", "hydra.sweeper.pruner.n_startup_trials=1",
+                "hydra/sweeper/sampler=grid", "hydra.sweeper.sampler.seed=4", "hydra.sweeper.n_trials=4",
+                "hydra/sweeper/pruner=median", "hydra.sweeper.pruner.n_startup_trials=1",
                 "epochs=4", "n_train=600", f"hydra.sweep.dir={tmp_path / 'study'}"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     study = optuna.load_study(study_name="sweepit", storage=optuna.storages.JournalStorage(

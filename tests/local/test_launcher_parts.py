@@ -27,8 +27,6 @@ from sweepit.results._manifest import (
     is_finished,
     read_manifest,
     rerun_argv,
-    resume_command,
-    unfinished_jobs,
     write_manifest,
 )
 from sweepit.results._progress import Progress, format_duration
@@ -157,14 +155,14 @@ def _manifest(tmp_path: Path) -> Manifest:
                     launcher="local", jobs=jobs)
 
 
-def test_manifest_round_trip_and_resume_command(tmp_path: Path) -> None:
+def test_manifest_round_trip_and_resume_argv(tmp_path: Path) -> None:
     m = _manifest(tmp_path)
     m.jobs[1].extra = {"slurm_job_id": "123_4"}
     path = write_manifest(m)
     assert json.loads(path.read_text())["jobs"][1]["extra"] == {"slurm_job_id": "123_4"}
     back = read_manifest(Path(m.sweep_dir))
     assert back.jobs == m.jobs and back.argv == m.argv
-    assert resume_command(Path(m.sweep_dir)) == [
+    assert rerun_argv(back.argv, Path(back.sweep_dir)) == [
         "/py", "/app/train.py", "-m", "lr=0,1,2", f"hydra.sweep.dir={m.sweep_dir}", "hydra.launcher.resume=true"]
 
 
@@ -173,7 +171,7 @@ def test_resume_skips_only_finished_jobs(tmp_path: Path) -> None:
     write_result(Path(m.jobs[0].job_dir), {"status": "completed"})
     write_result(Path(m.jobs[1].job_dir), {"status": "failed"})
     assert is_finished(Path(m.jobs[0].job_dir)) and not is_finished(Path(m.jobs[2].job_dir))
-    assert [j.num for j in unfinished_jobs(m)] == [1, 2]
+    assert [n for n, j in m.jobs.items() if not is_finished(Path(j.job_dir))] == [1, 2]
 
 
 def test_rerun_argv_adds_multirun_and_quotes_odd_paths() -> None:
@@ -184,7 +182,7 @@ def test_rerun_argv_adds_multirun_and_quotes_odd_paths() -> None:
 
 def test_missing_manifest_says_which_launchers_write_it(tmp_path: Path) -> None:
     with pytest.raises(ManifestError, match=r"must hold sweep.json.*hydra/launcher=local") as refused:
-        resume_command(tmp_path)
+        read_manifest(tmp_path)
     # `sweepit status` reads it too: the message names both, and the commands that read any sweep.
     assert "for `sweepit status` and `sweepit resume`" in str(refused.value)
     assert f"`sweepit summary {tmp_path.absolute()}`" in str(refused.value)

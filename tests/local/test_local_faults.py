@@ -23,12 +23,11 @@ import pytest
 from sweepit.results._job_files import read_result
 from sweepit.results._lock import LOCK_FILE
 from sweepit.results._manifest import read_manifest
-from sweepit_testing import REPO, tmpfs, wait_until
+from sweepit_testing import REPO, SWEEPIT, run_command, tmpfs, wait_until
 
 pytestmark = pytest.mark.slow
 
 FORK_WINDOW_DRIVER = Path(__file__).parent / "app" / "fork_window_driver.py"
-SWEEPIT = str(Path(sys.executable).parent / "sweepit")
 EPOCHS, N_JOBS = 4, 4
 # Four jobs on two workers, about 0.35 s an epoch each: long enough to be hit mid-training.
 SWEEP = ["task=linreg", f"epochs={EPOCHS}", "data.n_synthetic=20000", "batch_size=8", "lr=0.01,0.02,0.03,0.04",
@@ -54,7 +53,7 @@ def _stop_mid_training(sweep: Path, stop: signal.Signals, *more: str) -> tuple[s
 
 
 def _sweepit(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([SWEEPIT, *args], cwd=REPO, capture_output=True, text=True, timeout=120)
+    return run_command([SWEEPIT, *args], REPO, timeout_s=120)
 
 
 def _job_dirs(sweep: Path) -> dict[int, Path]:

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from sweepit.results._job_files import read_result
-from sweepit.results._manifest import read_manifest, resume_command
-from sweepit_testing import wait_until
+from sweepit.results._manifest import read_manifest, rerun_argv
+from sweepit_testing import run_command, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -24,8 +24,8 @@ APP = Path(__file__).parent / "app" / "launcher_test_app.py"
 
 
 def run_app(sweep_dir: Path, *overrides: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(APP), "-m", f"hydra.sweep.dir={sweep_dir}", *overrides],
-                          capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
+    return run_command([sys.executable, APP, "-m", f"hydra.sweep.dir={sweep_dir}", *overrides], ROOT,
+                       timeout_s=timeout_s)
 
 
 def job_dirs(sweep_dir: Path) -> dict[int, Path]:
@@ -106,7 +106,8 @@ def test_crashes_are_recorded_per_job_and_resume_reruns_only_them(tmp_path: Path
     assert "Traceback" not in proc.stderr.split("3 of 5 jobs")[1]  # Hydra prints the message alone
 
     before = {n: times(dirs[n])["start"] for n in (0, 4)}
-    assert resume_command(sweep)[-2:] == [f"hydra.sweep.dir={sweep}", "hydra.launcher.resume=true"]
+    resume = rerun_argv(read_manifest(sweep).argv, sweep)  # as `sweepit resume` builds it
+    assert resume[-2:] == [f"hydra.sweep.dir={sweep}", "hydra.launcher.resume=true"]
     proc = run_app(sweep, "x=range(5)", "hydra.launcher.resume=true")  # crashes fixed
     assert proc.returncode == 0, proc.stderr
     assert [status(dirs[n]) for n in range(5)] == ["completed"] * 5

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from sweepit_testing import REPO, run_train
+from sweepit_testing import REPO, SWEEPIT, run_train
 
 pytestmark = pytest.mark.slow
-SWEEPIT = str(Path(sys.executable).parent / "sweepit")
 
 
 def _results(sweep: Path) -> dict[str, dict[str, object]]:

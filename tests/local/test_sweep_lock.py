@@ -16,11 +16,10 @@ import pytest
 
 from sweepit.errors import SweepLockedError
 from sweepit.results._lock import LOCK_FILE, STALE_S, SweepLock
-from sweepit_testing import wait_until
+from sweepit_testing import SWEEPIT, wait_until
 
 ROOT = Path(__file__).parents[2]
 APP = Path(__file__).parent / "app" / "launcher_test_app.py"
-SWEEPIT = str(Path(sys.executable).parent / "sweepit")
 
 
 def _driver(sweep: Path, *overrides: str) -> subprocess.Popen[str]:

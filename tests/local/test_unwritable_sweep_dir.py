@@ -12,13 +12,12 @@ from pathlib import Path
 import pytest
 
 from sweepit.results._lock import LOCK_FILE
-from sweepit_testing import fill, remount, tmpfs
+from sweepit_testing import SWEEPIT, fill, remount, tmpfs
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).parents[2]
 APP = Path(__file__).parent / "app" / "launcher_test_app.py"
-SWEEPIT = str(Path(sys.executable).parent / "sweepit")
 WHY = {"read-only": "the file system is read-only", "full": "the file system is full"}
 
 

@@ -11,7 +11,7 @@ from report_helpers import assert_plot
 from sweepit.reporting import Section, SectionBuilder, Sweep, build_report, load_sweep, try_build_report
 from sweepit.reporting.plots import MAX_CURVES, _axis, figure
 from sweepit.reporting.table import reproduce_command
-from sweepit.reporting.testing import write_synthetic_sweep
+from synthetic_sweep import write_synthetic_sweep
 
 
 def test_thousand_jobs_are_reported(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from sweepit.cli import main
 from sweepit.reporting.listing import find_sweeps, list_sweeps
-from sweepit.reporting.testing import write_synthetic_sweep
+from synthetic_sweep import write_synthetic_sweep
 
 
 def _sweep(root: Path, study: str, stamp: str, grid: dict[str, list[str]], created_at: str | None) -> Path:

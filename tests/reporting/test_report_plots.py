@@ -15,8 +15,8 @@ import pytest
 from sweepit.reporting import load_sweep, write_report
 from sweepit.reporting.optuna_section import _log_axis_labels, slice_plot
 from sweepit.reporting.plots import Palette, draw_lines, figure, log_scale
-from sweepit.reporting.testing import write_synthetic_sweep
 from sweepit_testing import TINY, run_train
+from synthetic_sweep import write_synthetic_sweep
 
 LONG = {"optimizer": ["adam", "sgd"], "lr": ["0.014979790991763152", "0.0012367478733290436"],
         "model.hidden": ["128", "256"]}  # three swept keys, Optuna's 17-digit floats

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
 from sweepit.results._job_files import write_result
 from sweepit.results._summary import summarize
+from sweepit_testing import SWEEPIT
 
-SWEEPIT = str(Path(sys.executable).parent / "sweepit")  # the command as installed
 # job -> (optimizer, lr, status, val_acc); `wd` is the same in every job but job 6, which is never among the best
 JOBS = [("adam", "0.1", "completed", 0.50), ("sgd", "0.1", "completed", 0.90), ("adam", "0.01", "failed", None),
         ("sgd", "0.01", "completed", 0.70), ("adam", "0.001", "completed", 0.90), ("sgd", "0.001", "diverged", None),

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from sweepit_testing import REPO
+from sweepit_testing import REPO, run_command
 
 # A small, fast search: digits, CPU, one thread, few epochs.
 FAST = ["device=cpu", "trainer.threads=1", "trainer.checkpoint=false", "trainer.log_every_epoch=false",
@@ -18,9 +17,8 @@ FAST = ["device=cpu", "trainer.threads=1", "trainer.checkpoint=false", "trainer.
 def run_search(args: list[str], cwd: Path, timeout: float = 240, options: tuple[str, ...] = (),
                python: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     """`python <python> train.py <options> -m <FAST> <args>`, outputs under `cwd`."""
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, *python, str(REPO / "train.py"), *options, "-m", *FAST, *args], cwd=cwd,
-                          env=env, capture_output=True, text=True, timeout=timeout)
+    return run_command([sys.executable, *python, REPO / "train.py", *options, "-m", *FAST, *args], cwd,
+                       timeout_s=timeout)
 
 
 def load(sweep_dir: Path, study_name: str) -> Any:

@@ -48,7 +48,7 @@ def test_every_best_is_the_studys(tmp_path: Path, direction: str, capsys: pytest
     sweep = tmp_path / "s"
     proc = run_app(["hydra/sweeper=optuna", f"hydra.sweeper.direction={direction}", "x=interval(-1, 1)",
                     "y=choice(0,5)", "hydra.sweeper.n_trials=6", "hydra.sweeper.n_jobs=2",
-                    "hydra.sweeper.sampler.name=random", "hydra.sweeper.sampler.seed=0",
+                    "hydra/sweeper/sampler=random", "hydra.sweeper.sampler.seed=0",
                     f"hydra.sweep.dir={sweep}"], tmp_path)
     study = load(sweep, "sweepit")
     best = study.best_trial
@@ -85,7 +85,7 @@ def test_a_task_that_raises_trial_pruned_ends_as_pruned_not_failed(tmp_path: Pat
     sweep = tmp_path / "p"
     env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
     proc = subprocess.run([sys.executable, str(APP.with_name("pruning_app.py")), "-m", *LOCAL, "hydra/sweeper=optuna",
-                           "x=choice(-1,1)", "hydra.sweeper.sampler.name=grid", "hydra.sweeper.n_trials=2",
+                           "x=choice(-1,1)", "hydra/sweeper/sampler=grid", "hydra.sweeper.n_trials=2",
                            f"hydra.sweep.dir={sweep}"], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]  # a pruned trial is a result, not a failure

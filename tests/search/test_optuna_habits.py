@@ -34,7 +34,7 @@ def test_the_trials_environment_is_never_an_override(hydra_sweep_runner: TSweepR
                                config_name=None, task_function=_task, temp_dir=str(sweep_dir),
                                overrides=["hydra/sweeper=optuna", f"hydra/launcher={launcher}", *extra,
                                           "+x=interval(-1, 1)", "hydra.sweeper.n_trials=2",
-                                          "hydra.sweeper.sampler.name=random", "hydra.sweeper.sampler.seed=0"])
+                                          "hydra/sweeper/sampler=random", "hydra.sweeper.sampler.seed=0"])
     with sweep:  # the runner removes the sweep directory at the end of the block
         assert sweep.returns is not None
         returns = [r for batch in sweep.returns for r in batch]

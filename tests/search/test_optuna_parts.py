@@ -30,8 +30,6 @@ from sweepit.search._pruning import (
     ENV_TRIAL,
     PRUNER_ATTR,
     PRUNER_CLASSES,
-    PRUNER_DEFAULTS,
-    PRUNERS,
     build_pruner,
     open_storage,
     pruning_callback,
@@ -41,7 +39,6 @@ from sweepit.search._results import write_results
 from sweepit.search._samplers import (
     SAMPLER_CLASSES,
     SAMPLER_DEFAULTS,
-    SAMPLERS,
     build_sampler,
     check_sampler,
     resolve_sampler,
@@ -132,7 +129,7 @@ def test_every_sampler_option_holds_every_keyword_and_builds(name: str) -> None:
     cfg = _compose(f"hydra/sweeper/sampler={name}")
     node = cfg.hydra.sweeper.sampler
     cls = getattr(optuna.samplers, node._target_.rsplit(".", 1)[1])
-    assert node.name == name and SAMPLER_CLASSES[name] == node._target_
+    assert SAMPLER_CLASSES[name] == node._target_
     keywords = set(inspect.signature(cls).parameters) - {"search_space"}  # the grid is the space
     assert keywords <= set(node), sorted(keywords - set(node))
     for key, value in SAMPLER_DEFAULTS.get(name, {}).items():
@@ -156,10 +153,8 @@ def test_every_pruner_option_holds_every_keyword_and_builds(name: str) -> None:
     cfg = _compose(f"hydra/sweeper/pruner={name}", *extra)
     node = cfg.hydra.sweeper.pruner
     cls = getattr(optuna.pruners, node._target_.rsplit(".", 1)[1])
-    assert node.name == name and PRUNER_CLASSES[name] == node._target_
+    assert PRUNER_CLASSES[name] == node._target_
     assert set(inspect.signature(cls).parameters) <= set(node)
-    for key, value in PRUNER_DEFAULTS.get(name, {}).items():
-        assert node[key] == value
     assert isinstance(build_pruner(instantiate(cfg.hydra.sweeper).options.pruner), cls)
 
 
@@ -180,42 +175,11 @@ def test_keywords_reach_the_optuna_objects(tmp_path: Path) -> None:
     assert pruner._wrapped_pruner._percentile == 40
 
 
-@pytest.mark.parametrize(("overrides", "expected"), [
-    # sweepit's first form: `name` on the default nodes, with the keys it had
-    (["hydra.sweeper.sampler.name=random", "hydra.sweeper.sampler.seed=3"],
-     ({"_target_": "optuna.samplers.RandomSampler", "seed": 3}, {"_target_": "optuna.pruners.NopPruner"})),
-    (["hydra.sweeper.sampler.name=nsgaii", "hydra.sweeper.pruner.name=percentile", "hydra.sweeper.pruner.percentile=90",
-      "hydra.sweeper.pruner.n_startup_trials=1"],
-     ({"_target_": "optuna.samplers.NSGAIISampler"},
-      {"_target_": "optuna.pruners.PercentilePruner", "percentile": 90.0, "n_startup_trials": 1})),
-    (["hydra.sweeper.pruner.name=successive_halving"],
-     (None, {"_target_": "optuna.pruners.SuccessiveHalvingPruner", "min_resource": 1, "reduction_factor": 3})),
-    (["hydra.sweeper.pruner.name=hyperband", "hydra.sweeper.pruner.min_resource=2"],
-     (None, {"_target_": "optuna.pruners.HyperbandPruner", "min_resource": 2})),
-    (["hydra/sweeper/pruner=median", "hydra.sweeper.pruner.name=hyperband"],  # median's keys: none hyperband takes
-     (None, {"_target_": "optuna.pruners.HyperbandPruner"})),
-])
-def test_short_names_still_work(overrides: list[str], expected: tuple[Any, Any]) -> None:
-    sweeper = instantiate(_compose(*overrides).hydra.sweeper)
-    sampler, pruner = resolve_sampler(sweeper.options.sampler), resolve_pruner(sweeper.options.pruner)
-    if expected[0] is not None:
-        assert sampler == expected[0]
-    assert pruner == expected[1]
-    build_pruner(pruner)
-    # the keys of the node that the named class takes go with it (as the first form's n_startup_trials did)
-    tpe = {**SAMPLER_DEFAULTS["tpe"], "_target_": SAMPLER_CLASSES["tpe"], "name": "cmaes", "n_startup_trials": 10}
-    assert _optuna_samplers.resolve(tpe, SAMPLER_CLASSES, {}, "hydra.sweeper.sampler", "tpe") == {
-        "_target_": "optuna.samplers.CmaEsSampler", "n_startup_trials": 10}
-
-
 def test_sampler_errors(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ConfigError, match=r"sampler\.name must be one of tpe, random.*but got 'bayes'; pick one with "
-                                          r"hydra/sweeper/sampler=tpe"):
-        resolve_sampler({"name": "bayes"})
     with pytest.raises(ConfigError, match=r"MOTPESampler was removed in Optuna 4.*hydra/sweeper/sampler=tpe"):
-        resolve_sampler({"_target_": "optuna.samplers.MOTPESampler", "name": "motpe"})
+        resolve_sampler({"_target_": "optuna.samplers.MOTPESampler"})
     with pytest.raises(ConfigError, match=r"_target_ must name a class or function, but optuna.samplers has no"):
-        resolve_sampler({"_target_": "optuna.samplers.NoSuchSampler", "name": None})
+        resolve_sampler({"_target_": "optuna.samplers.NoSuchSampler"})
     with pytest.raises(ConfigError, match=r"hydra.sweeper.sampler must hold arguments .*NSGAIISampler accepts, but it "
                                           r"refused {'population_size': 1, 'seed': 0}: .*population_size"):
         build_sampler(resolve_sampler({"_target_": "optuna.samplers.NSGAIISampler", "population_size": 1}), 0,
@@ -229,27 +193,10 @@ def test_sampler_errors(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_seeded_samplers_repeat() -> None:
     space = parse_space({}, ["lr=tag(log, interval(1e-4, 1))"])
-    spec = resolve_sampler({"name": "random"})
+    spec = resolve_sampler({"_target_": "optuna.samplers.RandomSampler"})
     draws = [optuna.create_study(sampler=build_sampler(spec, 7, space)).ask(space.distributions).params
              for _ in range(2)]
     assert draws[0] == draws[1]
-
-
-@pytest.mark.parametrize("name", PRUNERS)
-def test_every_pruner_builds_by_name(name: str) -> None:
-    assert isinstance(build_pruner({"name": name, "max_resource": 4, "upper": 1.0}), optuna.pruners.BasePruner)
-
-
-def test_unknown_pruner() -> None:
-    with pytest.raises(ConfigError, match=r"pruner\.name must be one of none, median"):
-        build_pruner({"name": "early"})
-
-
-@pytest.mark.parametrize("option", [*(f"hydra.sweeper.sampler.name={s}" for s in SAMPLERS),
-                                    *(f"hydra.sweeper.pruner.name={p}" for p in PRUNERS)])
-def test_every_option_composes_and_instantiates(option: str) -> None:
-    sweeper = instantiate(_compose(option).hydra.sweeper)
-    assert type(sweeper).__name__ == "OptunaSweeper" and sweeper.options.n_trials == 20
 
 
 def test_unknown_sweeper_key_is_refused() -> None:
@@ -274,7 +221,7 @@ def _study(tmp_path: Path, pruner: dict[str, Any]) -> tuple[str, Any]:
 
 
 def test_job_reports_each_epoch_and_stops_when_pruned(tmp_path: Path) -> None:
-    url, study = _study(tmp_path, {"name": "median", "n_startup_trials": 1})
+    url, study = _study(tmp_path, {"_target_": "optuna.pruners.MedianPruner", "n_startup_trials": 1})
     good = study.ask({"x": FloatDistribution(0, 1)})
     for epoch in (1, 2, 3):
         good.report(0.9, epoch)
@@ -294,7 +241,7 @@ def test_no_callback_outside_a_study() -> None:
 
 # -- outcomes, failure rate, recovery ------------------------------------------------------------------
 def test_outcomes_told_to_optuna(tmp_path: Path) -> None:
-    _, study = _study(tmp_path, {"name": "none"})
+    _, study = _study(tmp_path, {"_target_": "optuna.pruners.NopPruner"})
     dist = {"x": FloatDistribution(0, 1)}
     states = {}
     for status, value in [("completed", 0.5), ("completed", math.inf), ("pruned", 0.3), ("diverged", None),
@@ -314,7 +261,7 @@ def test_outcomes_told_to_optuna(tmp_path: Path) -> None:
 
 
 def test_recover_reads_finished_jobs_and_retries_others(tmp_path: Path) -> None:
-    _, study = _study(tmp_path, {"name": "none"})
+    _, study = _study(tmp_path, {"_target_": "optuna.pruners.NopPruner"})
     dist = {"x": FloatDistribution(0, 1)}
     done, lost = study.ask(dist), study.ask(dist)
     job = tmp_path / "0_x=1"
@@ -352,7 +299,7 @@ def test_batch_fallback_launches_consecutive_runs() -> None:
 
 # -- results and report --------------------------------------------------------------------------------
 def test_results_and_report_section(tmp_path: Path) -> None:
-    url, study = _study(tmp_path, {"name": "none"})
+    url, study = _study(tmp_path, {"_target_": "optuna.pruners.NopPruner"})
     space = parse_space({}, ["optimizer=adam,sgd", "lr=tag(log, interval(1e-4, 1))"])
     for i in range(8):
         trial = study.ask(space.distributions)
@@ -364,7 +311,8 @@ def test_results_and_report_section(tmp_path: Path) -> None:
     pruned.report(0.1, 1)
     study.tell(pruned, state=optuna.trial.TrialState.PRUNED)
     info = {"storage": url, "study_name": "s", "metric": "val_acc", "command": "python train.py",
-            "sampler": {"name": "tpe"}, "pruner": {"name": "none"}, "space": {"lr": "tag(log, interval(1e-4, 1))"}}
+            "sampler": {"_target_": "optuna.samplers.TPESampler"},
+            "pruner": {"_target_": "optuna.pruners.NopPruner"}, "space": {"lr": "tag(log, interval(1e-4, 1))"}}
     write_study_file(tmp_path, info)
     best_yaml, csv_path, results_yaml = write_results(tmp_path, study, info)
     assert "best_trial: 7" in best_yaml.read_text()

@@ -94,7 +94,7 @@ def test_trials_start_as_soon_as_any_ends(tmp_path: Path) -> None:
     sweep = tmp_path / "s"
     proc = run_search(["optimizer=adam", "lr=tag(log, interval(1e-3, 0.1))", "epochs=choice(1,12)",
                        f"hydra.sweep.dir={sweep}", "hydra.sweeper.n_trials=6", "hydra.sweeper.n_jobs=2",
-                       "hydra.launcher.n_workers=2", "hydra.sweeper.sampler.name=random",
+                       "hydra.launcher.n_workers=2", "hydra/sweeper/sampler=random",
                        "hydra.sweeper.sampler.seed=3", "study=async_test"], tmp_path)
     assert proc.returncode == 0, _out(proc)
     assert "batches" not in proc.stdout + proc.stderr
@@ -126,7 +126,7 @@ def test_strict_pruner_prunes(tmp_path: Path) -> None:
     sweep = tmp_path / "s"
     proc = run_search([*SPACE, "lr=tag(log, interval(1e-4, 0.3))", "epochs=4", f"hydra.sweep.dir={sweep}",
                        "hydra.sweeper.n_trials=6", "hydra.sweeper.n_jobs=2", "hydra.sweeper.sampler.seed=0",
-                       "hydra.sweeper.pruner.name=percentile", "hydra.sweeper.pruner.percentile=90",
+                       "hydra/sweeper/pruner=percentile", "hydra.sweeper.pruner.percentile=90",
                        "hydra.sweeper.pruner.n_startup_trials=1", "study=prune_test"], tmp_path)
     assert proc.returncode == 0, _out(proc)
     trials = load(sweep, "prune_test").trials
@@ -145,7 +145,7 @@ def test_strict_pruner_prunes(tmp_path: Path) -> None:
 def test_failures_tolerated_up_to_the_rate(tmp_path: Path) -> None:
     sweep = tmp_path / "ok"
     # batch_size=-1 fails the job's config check: about half the trials fail.
-    common = ["optimizer=adam", "lr=0.01", "epochs=1", "hydra.sweeper.n_jobs=2", "hydra.sweeper.sampler.name=random",
+    common = ["optimizer=adam", "lr=0.01", "epochs=1", "hydra.sweeper.n_jobs=2", "hydra/sweeper/sampler=random",
               "hydra.sweeper.sampler.seed=0"]  # seeded: unseeded, 6 draws held no batch_size=-1 1.6% of the time
     proc = run_search([*common, "batch_size=choice(32,-1)", f"hydra.sweep.dir={sweep}", "hydra.sweeper.n_trials=6",
                        "hydra.sweeper.max_failure_rate=0.9", "study=fail_ok"], tmp_path)
@@ -170,11 +170,9 @@ def test_failures_tolerated_up_to_the_rate(tmp_path: Path) -> None:
     (["lr=interval(1e-4)"], "lr"),
     (["lr=tag(log, interval(0, 1))"], "a log-scaled interval must have low > 0"),
     (["lr=tag(loud, interval(0.1, 1))"], "search-space tags must be among"),
-    (["lr=interval(0.1, 1)", "hydra.sweeper.sampler.name=bayes"], "hydra.sweeper.sampler.name must be one of"),
-    (["lr=interval(0.1, 1)", "hydra.sweeper.pruner.name=early"], "hydra.sweeper.pruner.name must be one of"),
     (["lr=interval(0.1, 1)", "hydra.sweeper.storage=sqlite:////nonexistent/dir/db.sqlite"],
      "the Optuna storage must be reachable"),
-    (["lr=interval(0.1, 1)", "hydra.sweeper.sampler.name=grid"], "the grid sampler needs a discrete space"),
+    (["lr=interval(0.1, 1)", "hydra/sweeper/sampler=grid"], "the grid sampler needs a discrete space"),
     (["lrr=interval(0.1, 1)"], "lrr"),
     (["lr=interval(0.1, 1)", "hydra/sweeper/sampler=bayes"], "Could not find 'hydra/sweeper/sampler/bayes'"),
     (["lr=interval(0.1, 1)", "hydra.sweeper.direction=[maximize,minimize]", "hydra.sweeper.metrics=[val_acc]"],
@@ -207,7 +205,7 @@ def test_a_choice_that_does_not_compose_fails_its_trial_and_the_search_goes_on(t
     """`optimizer=choice(adam,nosuch)`: the trials that draw `nosuch` are FAIL with the composition error, counted
     as failures; the others run, and the search ends normally (no interrupted trial to retry forever)."""
     sweep = tmp_path / "bad_choice"
-    proc = run_search(["optimizer=choice(adam,nosuch)", "epochs=1", "hydra.sweeper.sampler.name=grid",
+    proc = run_search(["optimizer=choice(adam,nosuch)", "epochs=1", "hydra/sweeper/sampler=grid",
                        "hydra.sweeper.n_trials=2", f"hydra.sweep.dir={sweep}", "study=bad_choice"], tmp_path)
     assert proc.returncode == 0, _out(proc)
     trials = {t.params["optimizer"]: t for t in load(sweep, "bad_choice").trials}
@@ -216,7 +214,7 @@ def test_a_choice_that_does_not_compose_fails_its_trial_and_the_search_goes_on(t
     assert bad.state == TrialState.FAIL and bad.user_attrs["sweepit_status"] == "failed"
     assert "nosuch" in bad.user_attrs["error"] and "optimizer" in bad.user_attrs["error"]
     assert "failed before it started" in proc.stdout + proc.stderr
-    again = run_search(["optimizer=choice(adam,nosuch)", "epochs=1", "hydra.sweeper.sampler.name=grid",
+    again = run_search(["optimizer=choice(adam,nosuch)", "epochs=1", "hydra/sweeper/sampler=grid",
                         "hydra.sweeper.n_trials=2", f"hydra.sweep.dir={sweep}", "study=bad_choice"], tmp_path)
     assert again.returncode == 0, _out(again)  # resumed: nothing left to do, nothing crashes
     assert len(load(sweep, "bad_choice").trials) == 2

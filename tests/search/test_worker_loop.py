@@ -25,7 +25,8 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 def _search(sweep_dir: Path, **options: Any) -> Search:
     space = SearchSpace([Param.interval("x", "", "interval(-1, 1)", -1.0, 1.0)], fixed=[])
-    search = Search(SearchOptions(sampler={"name": "random", "seed": 0}, **options), space, sweep_dir, JobDefaults())
+    random = {"_target_": "optuna.samplers.RandomSampler", "seed": 0}
+    search = Search(SearchOptions(sampler=random, **options), space, sweep_dir, JobDefaults())
     search.open()
     return search
 

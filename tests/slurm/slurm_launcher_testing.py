@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from sweepit.results._manifest import Manifest, read_manifest
+from sweepit_testing import SWEEPIT, child_env, run_command
 from sweepit_testing import wait_until as wait_until  # the tests here import it from this module
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,7 +24,7 @@ CPU_ONLY = "hydra.launcher.gpus_key=null"  # jobs ask for no GPU: a CPU-only req
 
 
 def driver_env(**extra: str) -> dict[str, str]:
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1", **extra}
+    env = child_env(**extra)
     env.pop("SLURM_APP_FAIL_ON", None)
     env.update(extra)
     return env
@@ -33,13 +33,12 @@ def driver_env(**extra: str) -> dict[str, str]:
 def run(script: Path, sweep_dir: Path, *overrides: str, env: dict[str, str] | None = None,
         timeout_s: float = 240) -> subprocess.CompletedProcess[str]:
     """One sweep driver, to its end."""
-    return subprocess.run([sys.executable, str(script), "-m", f"hydra.sweep.dir={sweep_dir}", *overrides],
-                          capture_output=True, text=True, timeout=timeout_s, cwd=ROOT, env=env or driver_env())
+    return run_command([sys.executable, script, "-m", f"hydra.sweep.dir={sweep_dir}", *overrides], ROOT,
+                env or driver_env(), timeout_s)
 
 
 def sweepit(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(Path(sys.executable).parent / "sweepit"), *args], capture_output=True, text=True,
-                          timeout=timeout_s, cwd=ROOT, env=driver_env())
+    return run_command([SWEEPIT, *args], ROOT, driver_env(), timeout_s)
 
 
 class Driver:

@@ -38,7 +38,7 @@ def test_slurm_trials_start_as_soon_as_any_ends(tmp_path: Path) -> None:
     they can only do one after another in the second slot (a batch of 2 would wait for job 0 and never end)."""
     sweep = tmp_path / "sweep"
     proc = run(APP, sweep, "hydra/sweeper=optuna", "x=choice(0,1,2,3)", "hydra.sweeper.n_trials=4",
-               "hydra.sweeper.n_jobs=2", "hydra.sweeper.sampler.name=random", "hydra.sweeper.sampler.seed=0",
+               "hydra.sweeper.n_jobs=2", "hydra/sweeper/sampler=random", "hydra.sweeper.sampler.seed=0",
                "slow_jobs=[0]", "extra_sleep_s=0", "slow_until_results=2",
                "hydra.sweeper.study_name=async_slurm")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -59,7 +59,7 @@ def test_ctrl_c_cancels_the_trials_in_flight(tmp_path: Path, slurm_cluster: Slur
     their trials are interrupted and enqueued again, and the same command resumes the study."""
     sweep = tmp_path / "sweep"
     args = ["hydra/sweeper=optuna", "x=choice(0,1,2,3)", "hydra.sweeper.n_trials=3", "hydra.sweeper.n_jobs=2",
-            "hydra.sweeper.sampler.name=random", "hydra.sweeper.sampler.seed=0",
+            "hydra/sweeper/sampler=random", "hydra.sweeper.sampler.seed=0",
             "hydra.sweeper.study_name=ctrl_c_slurm"]
     driver = Driver(APP, sweep, *args, "extra_sleep_s=600", "slow_jobs=[0,1]")
     try:
@@ -98,7 +98,7 @@ def test_a_task_raising_trial_pruned_on_slurm_is_pruned_and_its_slurm_job_comple
     sweep = tmp_path / "sweep"
     app = Path(__file__).parents[1] / "search" / "app" / "pruning_app.py"
     proc = run(app, sweep, "hydra/launcher=slurm", "hydra/sweeper=optuna", "x=choice(-1,1)",
-               "hydra.sweeper.sampler.name=grid", "hydra.sweeper.n_trials=2")
+               "hydra/sweeper/sampler=grid", "hydra.sweeper.n_trials=2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(sweep / "optuna.journal")))
     trials = optuna.load_study(study_name="sweepit", storage=storage).trials

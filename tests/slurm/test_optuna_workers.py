@@ -31,7 +31,7 @@ from sweepit.search import load_study_of
 if TYPE_CHECKING:
     from slurm_cluster_testing import SlurmCluster
 
-WORKERS = ["hydra/sweeper=optuna", "hydra.sweeper.workers=2", "hydra.sweeper.sampler.name=random",
+WORKERS = ["hydra/sweeper=optuna", "hydra.sweeper.workers=2", "hydra/sweeper/sampler=random",
            "hydra.sweeper.sampler.seed=0"]
 
 
@@ -88,7 +88,7 @@ def test_workers_report_epochs_and_prune(tmp_path: Path) -> None:
     sweep = tmp_path / "pruned"
     app = Path(__file__).parents[1] / "search" / "app" / "pruning_app.py"
     proc = run(app, sweep, "hydra/launcher=slurm", "hydra/sweeper=optuna", "hydra.sweeper.workers=2", "x=choice(-1,1)",
-               "hydra.sweeper.sampler.name=grid", "hydra.sweeper.n_trials=2")
+               "hydra/sweeper/sampler=grid", "hydra.sweeper.n_trials=2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert {t.params["x"]: t.state for t in counted(trials(sweep))} == {-1: TrialState.PRUNED, 1: TrialState.COMPLETE}
 
@@ -191,7 +191,7 @@ def test_a_requeued_worker_retries_its_trial_and_asks_on(tmp_path: Path) -> None
     `interrupted` (enqueued), the worker is requeued, comes back and runs on; the study ends with n_trials."""
     sweep = tmp_path / "sweep"
     driver = Driver(APP, sweep, "hydra/sweeper=optuna", "hydra.sweeper.workers=1", "x=choice(0,1,2,3)",
-                    "hydra.sweeper.n_trials=3", "hydra.sweeper.sampler.name=random", "slow_jobs=[0]",
+                    "hydra.sweeper.n_trials=3", "hydra/sweeper/sampler=random", "slow_jobs=[0]",
                     "extra_sleep_s=600")
     try:
         wait_until(lambda: any(sweep.glob("0_*/.slurm/trial.json")), "job 0 to start", 90)

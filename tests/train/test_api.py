@@ -159,7 +159,7 @@ def test_should_stop_follows_the_studys_pruner(tmp_path: Path, monkeypatch: pyte
     storage_path = str(tmp_path / "optuna.journal")
     storage = open_storage(storage_path)
     study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
-    study.set_user_attr(PRUNER_ATTR, {"name": "median", "n_startup_trials": 1})
+    study.set_user_attr(PRUNER_ATTR, {"_target_": "optuna.pruners.MedianPruner", "n_startup_trials": 1})
     done = study.ask()
     for step, value in enumerate((0.8, 0.9), start=1):
         done.report(value, step)

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import pytest
 import torch
 from omegaconf import DictConfig
 
+from sweepit.train._batches import Batches
+from sweepit.train._build import load_data
 from sweepit.train._checks import MODELS
 from sweepit.train._loop import train
 from sweepit.train._optim import build_optimizer
+from sweepit.train._rank import Rank
+from sweepit.train.data import Splits
 from sweepit.train.models import build_model
 from sweepit_testing import CONF, PACKAGE_CONF, TINY
 
@@ -76,14 +81,58 @@ def _shape(task: str) -> tuple[int, ...]:
     return {"linreg": (1,), "digits": (1, 8, 8), "mnist": (1, 28, 28), "cifar10": (3, 32, 32)}[task]
 
 
+def _on_meta(data: Splits) -> Splits:
+    """The same splits on PyTorch's `meta` device: shapes without storage, which cannot be copied to the host, so a
+    batch that comes out on `meta` was never moved off the data's device."""
+    fields = ("x_train", "y_train", "x_val", "y_val")
+    return dataclasses.replace(data, **{f: getattr(data, f).to("meta") for f in fields})
+
+
 def test_cifar_resnet_at_128_pixels_resizes_on_device(compose_cfg: Callable[..., DictConfig]) -> None:
+    """The data stays 32 px in memory; each batch is resized to 128 px on the data's device, and the ResNet is
+    built for 128 px inputs (the ImageNet stem)."""
     cfg = compose_cfg(*_tiny_task("cifar10", "resnet18"), "task.image_size=128", "data.n_synthetic=20")
-    (row,) = train(cfg, log=lambda _: None).rows
+    data = load_data(cfg, torch.device("cpu"))
+    assert data.x_train.shape[1:] == (3, 32, 32)
+    batches = Batches(cfg, _on_meta(data), Rank(), torch.device("meta"), channels_last=False)
+    for xb, _ in [next(batches.train(1)), next(batches.val())]:
+        assert xb.shape[1:] == (3, 128, 128) and xb.device.type == "meta"
+    out = train(cfg, log=lambda _: None)
+    (row,) = out.rows
     assert row["train_loss"] > 0
+    n_params = {size: sum(p.numel() for p in build_model("resnet18", (3, 32, 32), 10, image_size=size).parameters())
+                for size in (32, 128)}
+    assert n_params[32] != n_params[128] and out.info["n_params"] == n_params[128]
+
+
+def _class_share_error(batches: Batches, labels: torch.Tensor) -> float:
+    """The largest gap, over the full training batches of epoch 1 and the classes, between a batch's count of a
+    class and that class's share of the training set times the batch size."""
+    shares = torch.bincount(labels).double() / len(labels)
+    worst = 0.0
+    for _, yb in batches.train(1):
+        if len(yb) == batches.batch_size:
+            worst = max(worst, (torch.bincount(yb, minlength=len(shares)) - shares * len(yb)).abs().max().item())
+    return worst
 
 
 def test_mnist_cnn_with_augmentation_and_stratified_batches(compose_cfg: Callable[..., DictConfig]) -> None:
-    cfg = compose_cfg(*_tiny_task("mnist", "cnn"), "data.augment.enabled=true", "data.stratified=true")
+    """Augmentation changes the training inputs (not the validation ones, not the order), and every training batch
+    carries each class in its share of the set, where shuffled batches miss the shares."""
+    task = [*_tiny_task("mnist", "cnn"), "data.n_synthetic=1000", "batch_size=64"]
+    cfg = compose_cfg(*task, "data.augment.enabled=true", "data.stratified=true")
+    plain = compose_cfg(*task, "data.augment.enabled=false", "data.stratified=true")
+    shuffled = compose_cfg(*task, "data.augment.enabled=false", "data.stratified=false")
+    data = load_data(cfg, torch.device("cpu"))
+    augmented, raw = (Batches(c, data, Rank(), torch.device("cpu"), channels_last=False) for c in (cfg, plain))
+    pairs = list(zip(augmented.train(1), raw.train(1), strict=True))
+    assert len(pairs) > 5
+    for (xa, ya), (xr, yr) in pairs:
+        assert torch.equal(ya, yr) and xa.shape == xr.shape  # the same samples, in the same order
+        assert not torch.allclose(xa, xr)
+    assert all(torch.equal(xa, xr) for (xa, _), (xr, _) in zip(augmented.val(), raw.val(), strict=True))
+    assert _class_share_error(augmented, data.y_train) <= 2.0
+    assert _class_share_error(Batches(shuffled, data, Rank(), torch.device("cpu"), False), data.y_train) > 4.0
     (row,) = train(cfg, log=lambda _: None).rows
     assert 0.0 <= row["train_acc"] <= 1.0
 

@@ -50,15 +50,9 @@ class SlurmLauncherConf(SlurmOptions):
 # successive_halving|hyperband|threshold|patient|wilcoxon. Each node holds every keyword of its Optuna class (those of
 # Optuna 4 and 5; null: Optuna's default, and a null keyword the installed Optuna lacks is left out). A keyword that
 # takes an object (independent_sampler, wrapped_pruner, ...) takes a node with its own `_target_`.
-#
-# `name`, sweepit's first form, still works: a node whose `name` names another sampler (pruner) than its `_target_`
-# builds that one, with sweepit's defaults and the keys of this node that it takes: hydra.sweeper.sampler.name=random
-# hydra.sweeper.sampler.seed=3; hydra.sweeper.pruner.name=percentile hydra.sweeper.pruner.percentile=90.
 @dataclass
 class SamplerConf:
     _target_: str = MISSING
-    # Short name of the sampler (sweepit's first form; see above). Setting another one switches the sampler.
-    name: str | None = None
     # Seeds the sampler. A resumed study reseeds with seed + its number of trials, so it does not draw the
     # same points again.
     seed: int | None = None
@@ -67,7 +61,6 @@ class SamplerConf:
 @dataclass
 class TPESamplerConf(SamplerConf):
     _target_: str = "optuna.samplers.TPESampler"
-    name: str | None = "tpe"
     # Trials drawn at random before TPE starts to model.
     n_startup_trials: int = 10
     # sweepit's default true (Optuna 4's: false): models optimizer and lr jointly, the best lr depending on the
@@ -91,7 +84,6 @@ class TPESamplerConf(SamplerConf):
 @dataclass
 class RandomSamplerConf(SamplerConf):
     _target_: str = "optuna.samplers.RandomSampler"
-    name: str | None = "random"
 
 
 @dataclass
@@ -99,7 +91,6 @@ class CmaEsSamplerConf(SamplerConf):
     """Needs the `cmaes` package (pip install -e '.[search]')."""
 
     _target_: str = "optuna.samplers.CmaEsSampler"
-    name: str | None = "cmaes"
     n_startup_trials: int = 1
     x0: Any = None
     sigma0: float | None = None
@@ -120,7 +111,6 @@ class GPSamplerConf(SamplerConf):
     """Needs scipy (pip install -e '.[search]')."""
 
     _target_: str = "optuna.samplers.GPSampler"
-    name: str | None = "gp"
     n_startup_trials: int = 10
     independent_sampler: Any = None
     deterministic_objective: bool = False
@@ -133,7 +123,6 @@ class QMCSamplerConf(SamplerConf):
     """Needs scipy (pip install -e '.[search]')."""
 
     _target_: str = "optuna.samplers.QMCSampler"
-    name: str | None = "qmc"
     qmc_type: str = "sobol"
     scramble: bool = False
     independent_sampler: Any = None
@@ -146,13 +135,11 @@ class GridSamplerConf(SamplerConf):
     """The grid is the search space (choice and range only); n_trials is capped at its size."""
 
     _target_: str = "optuna.samplers.GridSampler"
-    name: str | None = "grid"
 
 
 @dataclass
 class NSGAIISamplerConf(SamplerConf):
     _target_: str = "optuna.samplers.NSGAIISampler"
-    name: str | None = "nsgaii"
     # Individuals per generation.
     population_size: int = 50
     mutation: Any = None  # Optuna 5 only
@@ -169,7 +156,6 @@ class NSGAIISamplerConf(SamplerConf):
 @dataclass
 class NSGAIIISamplerConf(NSGAIISamplerConf):
     _target_: str = "optuna.samplers.NSGAIIISampler"
-    name: str | None = "nsgaiii"
     reference_points: Any = None
     dividing_parameter: int = 3
 
@@ -180,37 +166,23 @@ class MOTPESamplerConf(SamplerConf):
     stops the sweep with that advice."""
 
     _target_: str = "optuna.samplers.MOTPESampler"
-    name: str | None = "motpe"
 
 
 @dataclass
 class PrunerConf:
     _target_: str = MISSING
-    # Short name of the pruner (sweepit's first form; see above). Setting another one switches the pruner.
-    name: str | None = None
 
 
 @dataclass
 class NopPrunerConf(PrunerConf):
-    """No pruning (the default). Its other keys serve sweepit's first form only: with `name` set to another
-    pruner they are that pruner's keywords (hydra.sweeper.pruner.name=percentile hydra.sweeper.pruner.percentile=90);
-    null: that pruner's default."""
+    """No pruning (the default)."""
 
     _target_: str = "optuna.pruners.NopPruner"
-    name: str | None = "none"
-    n_startup_trials: int | None = None
-    n_warmup_steps: int | None = None
-    interval_steps: int | None = None
-    percentile: float | None = None
-    min_resource: Any = None
-    max_resource: Any = None
-    reduction_factor: int | None = None
 
 
 @dataclass
 class MedianPrunerConf(PrunerConf):
     _target_: str = "optuna.pruners.MedianPruner"
-    name: str | None = "median"
     # Trials that finish before any pruning happens.
     n_startup_trials: int = 5
     # Epochs a trial trains before it may be pruned.
@@ -224,7 +196,6 @@ class MedianPrunerConf(PrunerConf):
 @dataclass
 class PercentilePrunerConf(MedianPrunerConf):
     _target_: str = "optuna.pruners.PercentilePruner"
-    name: str | None = "percentile"
     # A trial below this percentile of the others at the same epoch is pruned (0-100).
     percentile: float = 25.0
 
@@ -232,7 +203,6 @@ class PercentilePrunerConf(MedianPrunerConf):
 @dataclass
 class SuccessiveHalvingPrunerConf(PrunerConf):
     _target_: str = "optuna.pruners.SuccessiveHalvingPruner"
-    name: str | None = "successive_halving"
     # Epochs of the first rung; sweepit's default 1 (Optuna's: "auto"), as hyperband's.
     min_resource: Any = 1
     # 1/reduction_factor of the trials go on at each rung; sweepit's default 3 (Optuna's: 4), as hyperband's.
@@ -244,7 +214,6 @@ class SuccessiveHalvingPrunerConf(PrunerConf):
 @dataclass
 class HyperbandPrunerConf(PrunerConf):
     _target_: str = "optuna.pruners.HyperbandPruner"
-    name: str | None = "hyperband"
     # Epochs of the first rung.
     min_resource: int = 1
     # Epochs of a full trial; null = the job config's `epochs` (else Optuna's "auto": learnt from the first
@@ -259,7 +228,6 @@ class ThresholdPrunerConf(PrunerConf):
     """Prunes a trial whose metric leaves [lower, upper]; set at least one."""
 
     _target_: str = "optuna.pruners.ThresholdPruner"
-    name: str | None = "threshold"
     lower: float | None = None
     upper: float | None = None
     n_warmup_steps: int = 0
@@ -271,7 +239,6 @@ class PatientPrunerConf(PrunerConf):
     """Prunes only after `patience` epochs without improvement by min_delta, and then when the wrapped pruner says."""
 
     _target_: str = "optuna.pruners.PatientPruner"
-    name: str | None = "patient"
     # A node with its own _target_; null: no other pruner (pruned on patience alone).
     wrapped_pruner: Any = field(default_factory=lambda: {"_target_": "optuna.pruners.MedianPruner"})
     # Epochs without improvement (Optuna requires it; 1 as in its documentation).
@@ -282,7 +249,6 @@ class PatientPrunerConf(PrunerConf):
 @dataclass
 class WilcoxonPrunerConf(PrunerConf):
     _target_: str = "optuna.pruners.WilcoxonPruner"
-    name: str | None = "wilcoxon"
     p_threshold: float = 0.1
     n_startup_steps: int = 2
 

@@ -7,7 +7,6 @@ the jobs that changed are appended to `sweep.journal` (see `_journal`), which ev
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -66,15 +65,10 @@ class Manifest:
     # Where the file on disk stands, when this copy is what it holds: appending the changes is then enough.
     _disk: _OnDisk | None = field(default=None, init=False, repr=False, compare=False)
 
-    def to_json(self) -> str:
-        """Sweep fields, then one job per line: readable, and written fast (no indentation pass)."""
-        out = io.StringIO()
-        self.write_json(out)
-        return out.getvalue()
-
     def write_json(self, out: IO[str]) -> int:
-        """`to_json` into `out`, one job at a time (a 100,000-job sweep's text, ~30 MB, is never in memory at once,
-        nor its 100,000 lines); returns the characters written (all ASCII: the bytes)."""
+        """Sweep fields, then one job per line (readable, and written fast: no indentation pass), into `out` one job
+        at a time (a 100,000-job sweep's text, ~30 MB, is never in memory at once, nor its 100,000 lines); returns the
+        characters written (all ASCII: the bytes)."""
         head = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("jobs", "_disk")}
         n = out.write(json.dumps(head, indent=1)[:-2] + ',\n "jobs": [')
         separator = "\n  "
@@ -82,11 +76,6 @@ class Manifest:
             n += out.write(separator + json.dumps(_job_dict(self.jobs[num])))
             separator = ",\n  "
         return n + out.write("\n ]\n}\n")
-
-    @classmethod
-    def from_json(cls, text: str) -> Manifest:
-        """The snapshot alone (`read_manifest` folds in the journal)."""
-        return cls.from_data(json.loads(text))
 
     @classmethod
     def from_data(cls, data: Any) -> Manifest:
@@ -308,11 +297,6 @@ def settle_orphans(m: Manifest) -> list[int]:
     return changed
 
 
-def unfinished_jobs(m: Manifest) -> list[JobEntry]:
-    """Jobs a resume would run again, in job-number order."""
-    return [m.jobs[n] for n in sorted(m.jobs) if not is_finished(Path(m.jobs[n].job_dir))]
-
-
 def hydra_quote(value: str) -> str:
     """A value for a Hydra override: quoted when it holds characters the override grammar gives meaning to."""
     if _PLAIN_VALUE.fullmatch(value):
@@ -327,12 +311,6 @@ def rerun_argv(argv: list[str], sweep_dir: Path) -> list[str]:
         args.insert(0, "-m")
     return [*head, *args, f"hydra.sweep.dir={hydra_quote(str(Path(sweep_dir).absolute()))}",
             "hydra.launcher.resume=true"]
-
-
-def resume_command(sweep_dir: Path) -> list[str]:
-    """The argv that runs the sweep in `sweep_dir` again, skipping finished jobs (run it in `Manifest.cwd`)."""
-    m = read_manifest(sweep_dir)
-    return rerun_argv(m.argv, Path(m.sweep_dir))
 
 
 def command_line(argv: list[str], cwd: str | None = None, env: dict[str, str] | None = None) -> str:

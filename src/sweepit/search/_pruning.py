@@ -33,14 +33,6 @@ PRUNER_CLASSES = {
     "patient": "optuna.pruners.PatientPruner", "wilcoxon": "optuna.pruners.WilcoxonPruner",
 }
 PRUNERS = tuple(PRUNER_CLASSES)
-# sweepit's defaults where Optuna has none or another (the config groups carry the same values): percentile needs
-# one; successive_halving's first rung after 1 epoch with a third going on, as hyperband's (Optuna: "auto" and 4);
-# patient needs a pruner to wrap and a patience.
-PRUNER_DEFAULTS: dict[str, dict[str, Any]] = {
-    "percentile": {"percentile": 25.0},
-    "successive_halving": {"min_resource": 1, "reduction_factor": 3},
-    "patient": {"wrapped_pruner": {"_target_": "optuna.pruners.MedianPruner"}, "patience": 1},
-}
 PRUNER_KEY = "hydra.sweeper.pruner"
 _DRIVERS = {"postgresql": "psycopg2-binary", "mysql": "PyMySQL"}
 
@@ -86,11 +78,11 @@ def _journal_file(path: str) -> Any:
 
 
 def resolve_pruner(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """`{"_target_": ..., keywords}` from a pruner spec by `_target_` or short `name` (`_samplers.resolve`); a spec
+    """`{"_target_": ..., keywords}` from a pruner spec (`_samplers.resolve`; no pruner without `_target_`); a spec
     resolved before (the one a study stores) comes back unchanged."""
     from sweepit.search._samplers import resolve
 
-    return resolve(spec, PRUNER_CLASSES, PRUNER_DEFAULTS, PRUNER_KEY, "none")
+    return resolve(spec, PRUNER_CLASSES, "none")
 
 
 def build_pruner(spec: Mapping[str, Any]) -> Any:

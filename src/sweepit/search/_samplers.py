@@ -1,13 +1,10 @@
-"""Optuna samplers and pruners from a spec: a `_target_` node with every keyword of the Optuna class, or a short name.
+"""Optuna samplers and pruners from a spec: a `_target_` node with keywords of the Optuna class.
 
-    {"_target_": "optuna.samplers.TPESampler", "seed": 0, "multivariate": False}  # the class and its keywords
-    {"name": "random", "seed": 0}                                     # a short name (sweepit's first form)
+    {"_target_": "optuna.samplers.TPESampler", "seed": 0, "multivariate": False}
 
-`resolve` turns either into the first form. A `name` that names another entry of the table than `_target_` does
-wins (so `hydra.sweeper.sampler.name=random` still works on the default tpe node): that class is built with
-sweepit's defaults for it and those keys of the node that it takes. A null keyword is left out (Optuna's default;
-the nodes list the keywords of Optuna 4 and 5 both, and a null one of the other version is dropped). A sampler
-whose extra package is missing says which to install.
+A null keyword is left out (Optuna's default; the nodes list the keywords of Optuna 4 and 5 both, and a null one of
+the other version is dropped); a spec without `_target_` is the default class with sweepit's defaults for it. A
+sampler whose extra package is missing says which to install.
 """
 
 from __future__ import annotations
@@ -36,9 +33,9 @@ SAMPLER_DEFAULTS: dict[str, dict[str, Any]] = {"tpe": {"multivariate": True, "co
 # Optuna 4's ExperimentalWarning about them (the user did not set them: sweepit did).
 _DEFAULTS_WARNING = ("Argument ``(" + "|".join(sorted({k for d in SAMPLER_DEFAULTS.values() for k in d}))
                      + ")`` is an experimental feature")
-# Names of the released hydra-optuna-sweeper that Optuna 4 no longer has.
-REMOVED_SAMPLERS = {"motpe": "MOTPESampler was removed in Optuna 4: TPESampler searches several objectives itself; "
-                             "use hydra/sweeper/sampler=tpe"}
+# Samplers of the released hydra-optuna-sweeper that Optuna 4 no longer has.
+REMOVED_SAMPLERS = {"optuna.samplers.MOTPESampler": "MOTPESampler was removed in Optuna 4: TPESampler searches several "
+                                                    "objectives itself; use hydra/sweeper/sampler=tpe"}
 # Python modules each sampler needs beyond Optuna (module -> pip package).
 _NEEDS: dict[str, dict[str, str]] = {
     "cmaes": {"cmaes": "cmaes"},
@@ -48,28 +45,14 @@ _NEEDS: dict[str, dict[str, str]] = {
 SAMPLER_KEY = "hydra.sweeper.sampler"
 
 
-def resolve(spec: Mapping[str, Any], classes: Mapping[str, str], defaults: Mapping[str, Mapping[str, Any]],
-            key: str, default: str, removed: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """`{"_target_": ..., keywords}` from a spec by `_target_` or by short `name` (see the module's docstring)."""
-    spec = dict(spec)
-    name, target = spec.pop("name", None), spec.pop("_target_", None)
-    own = next((n for n, t in classes.items() if t == target), None)
-    if target is None and name in (None, ""):
-        name = default
-    if name not in (None, "") and name != own:
-        name = str(name)
-        if removed and name in removed:
-            raise ConfigError(f"{key}.name must name a class of the installed Optuna, but {name!r} does not: "
-                              f"{removed[name]}.")
-        if name not in classes:
-            raise ConfigError(f"{key}.name must be one of {', '.join(classes)}, but got {name!r}; pick one with "
-                              f"hydra/sweeper/{key.rsplit('.', 1)[-1]}={default} (its keywords then become settable "
-                              f"as {key}.<keyword>), or set {key}.name={default}.")
-        cls = locate(classes[name], f"{key}._target_")
-        taken = parameters(cls)
-        kept = {k: v for k, v in spec.items() if v is not None and (taken is None or k in taken[0])}
-        return {"_target_": classes[name], **defaults.get(name, {}), **kept}
-    return {"_target_": target, **{k: v for k, v in spec.items() if v is not None}}
+def resolve(spec: Mapping[str, Any], classes: Mapping[str, str], default: str,
+            defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """`{"_target_": ..., keywords}` from a spec, its null keywords left out; without `_target_`, `default`'s class
+    with `defaults` (see the module's docstring)."""
+    kept = {k: v for k, v in spec.items() if v is not None}
+    if "_target_" not in kept:
+        return {"_target_": classes[default], **(defaults or {}), **kept}
+    return kept
 
 
 def short_name(spec: Mapping[str, Any], classes: Mapping[str, str] = SAMPLER_CLASSES) -> str:
@@ -80,7 +63,10 @@ def short_name(spec: Mapping[str, Any], classes: Mapping[str, str] = SAMPLER_CLA
 
 def resolve_sampler(spec: Mapping[str, Any]) -> dict[str, Any]:
     """The sampler spec resolved (`resolve`), refused now when its name is unknown or its package is missing."""
-    resolved = resolve(spec, SAMPLER_CLASSES, SAMPLER_DEFAULTS, SAMPLER_KEY, "tpe", REMOVED_SAMPLERS)
+    resolved = resolve(spec, SAMPLER_CLASSES, "tpe", SAMPLER_DEFAULTS["tpe"])
+    if resolved["_target_"] in REMOVED_SAMPLERS:
+        raise ConfigError(f"{SAMPLER_KEY}._target_ must name a class of the installed Optuna, but "
+                          f"{resolved['_target_']} is not one: {REMOVED_SAMPLERS[resolved['_target_']]}.")
     check_sampler(short_name(resolved))
     locate(resolved["_target_"], f"{SAMPLER_KEY}._target_")
     return resolved

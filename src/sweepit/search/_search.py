@@ -64,9 +64,9 @@ class SearchOptions:
     Hydra has (the search space as overrides, the sampler and pruner config groups; hydra_plugins/sweepit/config.py),
     and the configuration reference (docs/configuration.md) is generated from the comments on its fields."""
 
-    # The sampler: `_target_` and its keywords (hydra/sweeper/sampler=<name>, default tpe), or {name: ...}.
+    # The sampler: `_target_` and its keywords (hydra/sweeper/sampler=<name>); without `_target_`, tpe.
     sampler: dict[str, Any] = field(default_factory=dict)
-    # The pruner: `_target_` and its keywords (hydra/sweeper/pruner=<name>, default none), or {name: ...}.
+    # The pruner: `_target_` and its keywords (hydra/sweeper/pruner=<name>); without `_target_`, none.
     pruner: dict[str, Any] = field(default_factory=dict)
     # maximize | minimize; null = the job config's `direction` (the objective is its `metric`), else minimize.
     # Recorded in optuna_study.yaml: the printed summary, `sweepit summary` and the report judge "best" by it.

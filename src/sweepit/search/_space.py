@@ -133,7 +133,7 @@ class SearchSpace:
             else:
                 raise ConfigError(f"the grid sampler needs a discrete space (choice or range), but {p.name}="
                                   f"{p.spelled} is continuous; give it as choice(...) or range(...), or pick "
-                                  "another sampler (hydra.sweeper.sampler.name=tpe).")
+                                  "another sampler (hydra/sweeper/sampler=tpe).")
         return out
 
     def describe(self) -> str:

@@ -126,7 +126,7 @@ class _Hooks:
         self.entries: dict[int, PlannedEntry] = {}
         self.started_at: dict[int, str] = {}
         self.walls: list[float] = []
-        self.n_started = self.n_run = 0
+        self.n_run = 0
 
     def prepare(self, job: Job) -> bool:
         self.compose(job, self.entries[job.num])
@@ -138,7 +138,6 @@ class _Hooks:
         record_task(job.job_dir, 0)
 
     def started(self, job: Job) -> None:
-        self.n_started += 1
         self.started_at[job.num] = now_iso()
         log.info(f"worker {self.worker}: job {job.num} started ({' '.join(job.overrides)})")
 

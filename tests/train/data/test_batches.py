@@ -55,9 +55,16 @@ def test_unstratified_batches_do_vary_more() -> None:
     assert worst > 2
 
 
-def test_batches_land_on_the_requested_device() -> None:
-    batch = next(iter(iterate_batches(10, 4, torch.Generator(), device=torch.device("cpu"))))
-    assert batch.device.type == "cpu"
+@pytest.mark.parametrize("mode", ["in-order", "shuffled", "stratified"])
+def test_batches_land_on_the_requested_device(mode: str) -> None:
+    """Every batch is on the device asked for, whatever the order's origin (the labels stay where they are): PyTorch's
+    `meta` device stands for a GPU here, which a CPU-only machine can show."""
+    labels = imbalanced_labels(100) if mode == "stratified" else None
+    meta = torch.device("meta")
+    batches = list(iterate_batches(100, 16, torch.Generator().manual_seed(0), shuffle=mode != "in-order",
+                                   labels=labels, device=meta))
+    assert len(batches) == 7 and all(b.device == meta and b.dtype == torch.int64 for b in batches)
+    assert all(b.device.type == "cpu" for b in iterate_batches(100, 16, torch.Generator(), labels=labels))
 
 
 @pytest.mark.parametrize("val_fraction", [0.1, 0.2, 0.5])

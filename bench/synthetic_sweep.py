@@ -1,4 +1,5 @@
-"""A synthetic sweep directory in the layout train.py leaves, for tests and benchmarks of the reports.
+"""A synthetic sweep directory in the layout train.py leaves, for the tests and benchmarks of the reports (not
+shipped in the package: tests/ imports it through pytest's pythonpath, bench/ as its sibling).
 
     write_synthetic_sweep(tmp / "sweep", n_jobs=1000, n_epochs=20)
 
