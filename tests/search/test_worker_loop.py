@@ -1,24 +1,29 @@
-"""sweepit.search.Worker without Slurm or Hydra: several workers (threads here) share one journal file and run
-exactly n_trials between them; a trial whose worker went silent is taken over; a stopped worker's trial is retried."""
+"""The worker engine over a study (sweepit.search.StudySource) without Slurm or Hydra: several workers (threads here)
+share one journal file and run exactly n_trials between them; a trial whose worker went silent is taken over; a
+stopped worker's trial is retried. Each trial's job is forked as on a node."""
 
 from __future__ import annotations
 
 import copy
+import os
+import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import optuna
-import pytest
+from omegaconf import OmegaConf
 from optuna.trial import TrialState
 
+from sweepit.local import Job, Reply
+from sweepit.results import Work
 from sweepit.results._job_files import write_result
-from sweepit.search import JobDefaults, Param, Search, SearchOptions, SearchSpace, load_study_of
-from sweepit.search._worker_loop import Worker
+from sweepit.search import JobDefaults, Param, Search, SearchOptions, SearchSpace, StudySource, load_study_of
+from sweepit.slurm import Engine
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -31,24 +36,26 @@ def _search(sweep_dir: Path, **options: Any) -> Search:
     return search
 
 
-def _prepare(sweep_dir: Path) -> Any:
-    def prepare(num: int, overrides: list[str], env: Mapping[str, str]) -> Path:
-        return sweep_dir / f"{num}_{overrides[0]}"
+def _compose(sweep_dir: Path) -> Callable[[Job, Work], None]:
+    def compose(job: Job, work: Work) -> None:
+        job.config = OmegaConf.create({"x": work.overrides[0]})
+        job.job_dir = sweep_dir / f"{work.num}_{work.overrides[0]}"
+        job.job_dir.mkdir()
 
-    return prepare
-
-
-def _run(num: int, job_dir: Path, trial_number: int, sleep_s: float = 0.01) -> None:
-    job_dir.mkdir()
-    time.sleep(sleep_s)
-    x = float(job_dir.name.split("=", 1)[1])
-    write_result(job_dir, {"status": "completed", "objective": (x - 0.3) ** 2})
+    return compose
 
 
-def _worker(search: Search, index: int, **kwargs: Any) -> Worker:
-    mine = copy.copy(search)
-    return Worker(mine, index, f"w{index}", job_base=0, prepare=_prepare(search.sweep_dir), run=_run, wait_s=0.05,
-                  **kwargs)
+def _run(job: Job) -> Reply:
+    time.sleep(0.01)
+    x = float(job.job_dir.name.split("=", 1)[1])
+    write_result(job.job_dir, {"status": "completed", "objective": (x - 0.3) ** 2})
+    return Reply("completed")
+
+
+def _worker(search: Search, index: int, run: Callable[[Job], Reply] = _run, **kwargs: Any) -> Engine:
+    source = StudySource(copy.copy(search), index, job_base=0, **kwargs)
+    return Engine(source, f"w{index}", search.sweep_dir, _compose(search.sweep_dir), run, recorded_by="test",
+                  wait_s=0.05)
 
 
 def test_workers_run_exactly_n_trials_between_them(tmp_path: Path) -> None:
@@ -94,12 +101,12 @@ def test_a_silent_workers_trial_is_recovered_by_another(tmp_path: Path) -> None:
 def test_a_stopped_worker_interrupts_its_trial(tmp_path: Path) -> None:
     search = _search(tmp_path, n_trials=4)
 
-    def stopped(num: int, job_dir: Path, trial_number: int) -> None:
-        raise KeyboardInterrupt("scancel")
+    def stopped(job: Job) -> Reply:
+        os.kill(os.getppid(), signal.SIGTERM)  # scancel reaches the worker, which stops its trial's job
+        time.sleep(60)
+        return Reply("completed")
 
-    worker = Worker(search, 0, "w0", 0, prepare=_prepare(tmp_path), run=stopped)
-    with pytest.raises(KeyboardInterrupt):
-        worker.run()
+    assert _worker(search, 0, run=stopped).run() == 1
     trials = load_study_of(tmp_path).trials
     assert trials[0].user_attrs["sweepit_status"] == "interrupted" and trials[1].state == TrialState.WAITING
 

@@ -124,7 +124,7 @@ class OptunaSweeper(Sweeper):
             print(array.dry_run(self.options.workers), flush=True)
             launcher.end_dry_run()
             return
-        job_base = search._next_free_job()
+        job_base = search.next_free_job()
         try:
             with compact_errors():
                 drive(search, array, self.options.workers, lambda i: launcher.worker_task(search, i, job_base))

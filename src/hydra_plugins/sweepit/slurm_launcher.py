@@ -28,7 +28,7 @@ from hydra_plugins.sweepit._hydra import (
     plain_options,
     saved,
 )
-from hydra_plugins.sweepit._worker_tasks import PackedTask, WorkerTask, for_workers
+from hydra_plugins.sweepit._worker_tasks import WorkerTask, for_workers
 from sweepit.errors import ConfigError
 from sweepit.slurm import (
     ClusterFacts,
@@ -82,13 +82,13 @@ class SlurmLauncher(SweepitLauncher):
         context = HydraContext(config_loader=self.composed.loader, callbacks=self.hydra_context.callbacks)
         return SlurmTask(context, self.task_function, job.config, Singleton.get_state(), str(job.job_dir))
 
-    def _packed_task(self, spec: PackSpec) -> PackedTask:
+    def _packed_task(self, spec: PackSpec) -> WorkerTask:
         """What each worker of a packed sweep runs: jobs composed in the worker, each forked from it."""
         from hydra.core.singleton import Singleton
 
         assert self.hydra_context is not None and self.task_function is not None and self.config is not None
         context = HydraContext(config_loader=self.composed.loader, callbacks=self.hydra_context.callbacks)
-        return PackedTask(context, self.task_function, self.config, Singleton.get_state(), spec)
+        return WorkerTask(context, self.task_function, self.config, Singleton.get_state(), spec=spec)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         sweep = self._new_sweep()
@@ -142,8 +142,8 @@ class SlurmLauncher(SweepitLauncher):
 
         assert self.hydra_context is not None and self.task_function is not None and self.config is not None
         context = HydraContext(config_loader=self.composed.loader, callbacks=self.hydra_context.callbacks)
-        return WorkerTask(context, self.task_function, self.config, Singleton.get_state(), for_workers(search), index,
-                          job_base)
+        return WorkerTask(context, self.task_function, self.config, Singleton.get_state(), search=for_workers(search),
+                          index=index, job_base=job_base)
 
     def _job_return(self, job: PlannedJob, outcome: Outcome) -> JobReturn:
         if isinstance(job.config, SavedConfig) and not saved(job.config):  # a packed job that never ran

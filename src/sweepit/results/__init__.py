@@ -10,7 +10,7 @@ The report (`<sweep>/report/`: CSV, Markdown, plots, HTML) is a room of its own 
 from __future__ import annotations
 
 from sweepit.results._claims import STALE_S as WORKER_STALE_S
-from sweepit.results._claims import Heartbeat, claim, claimed, silent_s
+from sweepit.results._claims import WAIT, Heartbeat, Work, WorkSource, claim, claimed, silent_s
 from sweepit.results._clean import clean
 from sweepit.results._job_files import (
     CORRUPT,
@@ -142,9 +142,10 @@ __all__ = [
     "OPTIMIZATION_RESULTS_FILE", "OVERRIDES_FILE", "RANK_STATES", "RECORDS_FILE", "REPORT_CSV", "REPORT_DIR",
     "REPORT_PAGE", "REPORT_SUMMARY", "RESULT_FILE", "RESULT_GRACE_S", "STALE_S", "STATUSES", "STDERR_LOG",
     "STDOUT_LOG", "STUDY_FILE", "STUDY_JOURNAL_FILE", "SUBMITIT_DIR", "SWEEP_JOURNAL_FILE", "TASK_DIR", "TRIALS_FILE",
-    "TRIAL_FILE", "WANDB_RUN_FILE", "WEIGHT_FILES", "WORKERS_DIR", "WORKER_STALE_S", "Heartbeat", "JobEntry",
+    "TRIAL_FILE", "WAIT", "WANDB_RUN_FILE", "WEIGHT_FILES", "WORKERS_DIR", "WORKER_STALE_S", "Heartbeat", "JobEntry",
     "JobPaths", "JobRecord", "JobRow", "LiveReader", "Manifest", "MetricsLog", "Progress", "ResultGrace", "SweepLock",
-    "SweepPaths", "UnreadKeys", "app_command", "as_number", "best_row", "claim", "claimed", "clean", "collect",
+    "SweepPaths", "UnreadKeys", "Work", "WorkSource",
+    "app_command", "as_number", "best_row", "claim", "claimed", "clean", "collect",
     "command_line", "config_source", "driver_argv", "driver_env", "error_line", "failure_report", "fixed_overrides",
     "format_duration", "format_table", "has_result", "hydra_quote", "is_finished", "job_dir_name", "job_folders",
     "job_num", "load_yaml", "measures_speed", "objective_direction", "objective_values", "open_manifest",

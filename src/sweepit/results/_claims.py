@@ -1,6 +1,6 @@
 """What long-lived workers of one sweep share, through files alone (no driver, no server): who runs which job,
-and who is still alive. Used by both kinds of worker on Slurm: Optuna's (`sweepit.search._worker_loop`, trials
-asked from the study) and packed grids' (`sweepit.slurm._pack_worker`, jobs of a fixed list).
+and who is still alive; and what a worker's engine (`sweepit.slurm._engine`) asks of a source of work: a packed
+grid's plan (`sweepit.slurm._pack_worker.GridSource`) or an Optuna study (`sweepit.search.StudySource`).
 
 - A job is a worker's once it has created `<sweep dir>/.workers/<space>/<num>` exclusively (`claim`): one
   atomic create, also on NFS, so two workers never run the same job.
@@ -14,14 +14,45 @@ import contextlib
 import os
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any, Protocol
 
 from sweepit._files import atomic_write
 from sweepit.results._paths import SweepPaths
 
 HEARTBEAT_S = 5.0
 STALE_S = 45.0             # a worker silent this long is taken as dead (a busy shared file system may lag)
+WAIT = "wait"              # a source's answer: nothing to take now, but ask again (a job may come back)
+
+
+@dataclass
+class Work:
+    """One job a source handed to a worker, already claimed for it."""
+
+    num: int
+    overrides: list[str]
+    env: dict[str, str] = field(default_factory=dict)  # the job's hydra.job.env_set additions
+    job_dir: str | None = None  # planned by the driver (a grid's), else set once the job's config is composed
+    trial: int | None = None    # a study's trial number (the job's `trial.json` says it)
+    token: Any = None           # the source's own handle of the work (a study's trial)
+
+
+class WorkSource(Protocol):
+    """Where a worker's engine takes its jobs from; every method is called in the worker's main thread."""
+
+    ahead: int  # jobs taken beyond the free slots (their configs composed while the others run)
+
+    def open(self, worker: str) -> None: ...  # at the worker's start: what its earlier life held, given back
+
+    def take(self) -> Work | str | None: ...  # the next job, claimed; WAIT; None when nothing is left
+
+    def refused(self, work: Work, error: Exception) -> bool: ...  # its config cannot be made: True when recorded
+
+    def ended(self, work: Work, returned: Any) -> None: ...  # after its result.json is written
+
+    def give_back(self, work: Work) -> None: ...  # taken and not run to its end: for a worker to take again
 
 
 def claimed(folder: Path) -> set[int]:

@@ -262,7 +262,7 @@ class Search:
         if self.grid:
             total = min(total, grid_size(self.space))
         n_counted = sum(is_counted(t) for t in study.get_trials(deepcopy=False))
-        log.info(f"Optuna study {self.info['study_name']!r} ({self._objectives()}) in "
+        log.info(f"Optuna study {self.info['study_name']!r} ({self.objectives()}) in "
                  f"{self.info['storage']}: {n_counted} of {total} trials done before"
                  + (f", {n_recovered} recovered" if n_recovered else "") + f"; sampler {short_name(self.sampler)}, "
                  f"pruner {short_name(self.pruner, PRUNER_CLASSES)}, {n_jobs} in flight; space "
@@ -270,7 +270,7 @@ class Search:
         runner: AsyncLauncher = as_runner(launcher, n_jobs)
         returns: list[Any] = []
         in_flight: dict[int, Any] = {}   # job number -> trial
-        next_job = self._next_free_job()
+        next_job = self.next_free_job()
         stop: str | None = None
         interrupted = False  # the stop is a trial interrupted (Ctrl-C, SIGTERM, scancel): no failure of the search
         try:
@@ -281,16 +281,16 @@ class Search:
                     next_job = job + 1
                     trial.set_user_attr("job_num", job)
                     n_counted += 1
-                    if self.extend is not None and not self._before_start(self.extend, trial, "custom_search_space"):
-                        stop = stop or self._failure_stop()
+                    if self.extend is not None and not self.before_start(self.extend, trial, "custom_search_space"):
+                        stop = stop or self.failure_stop()
                         continue
                     overrides = self.space.overrides(trial.params)
                     trial.set_user_attr("overrides", overrides)
-                    if check is not None and not self._before_start(lambda t: check(t.user_attrs["overrides"]), trial,
+                    if check is not None and not self.before_start(lambda t: check(t.user_attrs["overrides"]), trial,
                                                                     "config"):
-                        stop = stop or self._failure_stop()
+                        stop = stop or self.failure_stop()
                         continue
-                    job_overrides = [*overrides, *self.env_overrides(job, self._trial_env(trial.number))]
+                    job_overrides = [*overrides, *self.env_overrides(job, self.trial_env(trial.number))]
                     log.info(f"trial {trial.number} -> job {job}: {' '.join(overrides)}")
                     runner.start(job_overrides, job)
                     in_flight[job] = trial
@@ -301,7 +301,7 @@ class Search:
                         log.warning(f"the launcher returned job {job}, which this search did not start; ignored")
                         continue
                     trial = in_flight.pop(job)
-                    why = self._tell(trial, job, ret)
+                    why = self.tell_job(trial, job, ret)
                     if why is not None:  # interrupted: Ctrl-C, SIGTERM, scancel stop the sweep
                         n_counted -= 1
                         interrupted = interrupted or stop is None
@@ -310,7 +310,7 @@ class Search:
                                         f"on hydra.sweep.dir={self.sweep_dir}.")
                     if ret is not None:
                         returns.append(ret)
-                stop = stop or self._failure_stop()
+                stop = stop or self.failure_stop()
         except BaseException:
             for trial in in_flight.values():
                 interrupt(study, trial.number, trial._trial_id)
@@ -318,12 +318,12 @@ class Search:
         finally:
             runner.close()
             write_results(self.sweep_dir, study, self.info)
-        self._print_end()
+        self.print_end()
         if stop is not None:
             raise (SweepStoppedError if interrupted else SweepFailedError)(stop)
         return returns
 
-    def _before_start(self, step: Callable[[Any], None], trial: Any, what: str) -> bool:
+    def before_start(self, step: Callable[[Any], None], trial: Any, what: str) -> bool:
         """False, after telling the trial FAIL with the reason, when `step(trial)` raised: the user's
         custom_search_space, or composing the job's config."""
         try:
@@ -339,11 +339,11 @@ class Search:
             return False
         return True
 
-    def _trial_env(self, number: int) -> dict[str, str]:
+    def trial_env(self, number: int) -> dict[str, str]:
         return {ENV_STORAGE: str(self.info["storage"]), ENV_STUDY: str(self.info["study_name"]),
                 ENV_TRIAL: str(number)}
 
-    def _tell(self, trial: Any, job: int, ret: Any) -> str | None:
+    def tell_job(self, trial: Any, job: int, ret: Any) -> str | None:
         """Tell Optuna what became of the trial's job and log it; what stopped it when it was interrupted."""
         outcome = read_outcome(self.sweep_dir, job, ret, self.options.metrics, len(self.directions))
         state = tell(self.study, trial.number, trial._trial_id, outcome, self.options.diverged_value)
@@ -358,10 +358,10 @@ class Search:
             return None
         return outcome.error.splitlines()[0][:200] if outcome.error else "no error recorded"
 
-    def _next_free_job(self) -> int:
+    def next_free_job(self) -> int:
         return max(job_folders(self.sweep_dir), default=-1) + 1
 
-    def _failure_stop(self) -> str | None:
+    def failure_stop(self) -> str | None:
         failed, finished = failure_rate(self.study)
         rate, min_trials = self.options.max_failure_rate, self.options.failure_rate_min_trials
         if finished < max(1, min_trials) or failed <= rate * finished:
@@ -371,17 +371,17 @@ class Search:
                 "not count). Read the `error` column of trials.csv and the jobs' stderr.log, fix the cause, and run "
                 "the same command again to resume; or raise hydra.sweeper.max_failure_rate.")
 
-    def _objectives(self) -> str:
+    def objectives(self) -> str:
         names = self.options.metrics or ([self.metric] if not self.multi else
                                          [f"returned[{i}]" for i in range(len(self.directions))])
         return ", ".join(f"{d} {n}" for d, n in zip(self.directions, names, strict=False))
 
-    def _print_end(self) -> None:
+    def print_end(self) -> None:
         """The sweep's table (its "best" in the study's direction, read from optuna_study.yaml) and the study's best."""
         print(summarize(self.sweep_dir), flush=True)
         if self.multi:
             front = self.study.best_trials
-            print(f"Optuna: {len(front)} trial(s) on the Pareto front ({self._objectives()}): "
+            print(f"Optuna: {len(front)} trial(s) on the Pareto front ({self.objectives()}): "
                   + ", ".join(f"trial {t.number} (job {t.user_attrs.get('job_num')})" for t in front)
                   + f"; in {self.sweep_dir / OPTIMIZATION_RESULTS_FILE} and {self.sweep_dir / BEST_PARAMS_FILE}",
                   flush=True)

@@ -1,8 +1,8 @@
 """Worker mode: N long-lived jobs each loop ask -> run -> tell against the study's shared storage, as Optuna's own
-docs scale a study over many nodes. Hydra-free: the caller says how to prepare and run one trial's job.
+docs scale a study over many nodes. Here is the study's side, Hydra-free: the source of work that a worker's engine
+(sweepit.slurm's, one for packed grids and studies) takes trials from, and the driver (`drive`).
 
-    worker = Worker(search, index=0, worker_id="1234_0", job_base=0, prepare=compose, run=run_job)
-    worker.run()      # until n_trials count in the study (none left RUNNING) or the failure budget is spent
+    source = StudySource(search, index=0, job_base=0)   # for sweepit.slurm's worker engine: take() -> Work
 
 The rules, shared by every worker through the storage alone (no driver needed):
 - n_trials counts the whole study (`is_counted`). A worker stops asking once that many are counted; a trial it
@@ -10,8 +10,9 @@ The rules, shared by every worker through the storage alone (no driver needed):
   with exactly n_trials. It then waits while other trials run, since one of them may come back (below).
 - Job numbers are claimed in `<sweep dir>/.workers/jobs/<num>` (an exclusive create, atomic on NFS too), from the
   first number free when the driver submitted the workers: jobs are numbered as the per-trial mode numbers them.
-- A worker stopped by a signal (scancel, time limit, preemption: SIGTERM or submitit's requeue) tells its trial
-  `interrupted` (FAIL, its parameters enqueued) before it exits: another worker, or the requeued one, retries it.
+- A worker stopped by a signal (scancel, time limit, preemption: SIGTERM or submitit's requeue) stops its trial's
+  job, which records itself `interrupted`: the trial is told so (FAIL, its parameters enqueued) before the worker
+  exits; another worker, or the requeued one, retries it.
 - A worker that dies without a word (SIGKILL, a lost node) leaves its trial RUNNING; its heartbeat file
   (`.workers/<worker_id>.alive`, touched every HEARTBEAT_S) goes stale, and after STALE_S another worker records
   the trial from its result, or interrupts it so it is retried (`recover_trial`, as a resumed driver does). One
@@ -24,11 +25,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sweepit.errors import SweepFailedError
-from sweepit.results import WORKER_STALE_S, Heartbeat, SweepPaths, claim, silent_s
+from sweepit.results import WAIT, WORKER_STALE_S, SweepPaths, Work, claim, silent_s
 from sweepit.search._pruning import PRUNER_CLASSES
 from sweepit.search._results import write_results
 from sweepit.search._samplers import build_sampler, grid_size, short_name
@@ -37,14 +39,7 @@ from sweepit.search._study import STATUS_ATTR, interrupt, is_counted, recover, r
 
 log = logging.getLogger(__name__)
 WORKER_ATTR = "worker"     # trial user attribute: the Slurm id of the worker that runs it
-WAIT_S = 2.0               # how often an idle worker looks at the study again
 SEED_STRIDE = 100_003      # seeded samplers: each worker its own stream, or they would ask the same points
-
-# prepare(job_num, overrides, env) -> anything run() takes (the job's config); raises when it cannot be made.
-Prepare = Callable[[int, list[str], Mapping[str, str]], Any]
-# run(job_num, prepared, trial_number) -> what the launcher would return for the job (read_outcome's `ret`).
-Run = Callable[[int, Any, int], Any]
-
 
 def total_trials(search: Search) -> int:
     """n_trials, capped at the grid's size for the grid sampler (as Search.run counts)."""
@@ -71,65 +66,67 @@ def attach(search: Search, index: int) -> Any:
     return study
 
 
-class Worker:
-    """One worker's loop; see the module's docstring for the rules."""
+class StudySource:
+    """A study's work for one worker's engine (`sweepit.slurm`'s): each job a trial asked from the study, with a job
+    number claimed for it; see the module's docstring for the rules."""
 
-    def __init__(self, search: Search, index: int, worker_id: str, job_base: int, prepare: Prepare, run: Run,
-                 wait_s: float = WAIT_S, stale_s: float = WORKER_STALE_S) -> None:
-        self.search, self.index, self.worker_id = search, index, worker_id
-        self.prepare, self.run_job = prepare, run
+    ahead = 0  # a trial is asked once a slot is free: the sampler sees every result told before it
+
+    def __init__(self, search: Search, index: int, job_base: int, stale_s: float = WORKER_STALE_S) -> None:
+        self.search, self.index, self.next_job, self.stale_s = search, index, job_base, stale_s
         self.dir = SweepPaths(search.sweep_dir).workers
-        self.next_job = job_base
-        self.wait_s, self.stale_s = wait_s, stale_s
+        self.worker, self.total = "", 0
+        self.study: Any = None
         self.n_run = 0
 
-    def run(self) -> int:
-        """Trials until the study has n_trials and none running, or the failure budget is spent; how many ran."""
-        study = attach(self.search, self.index)
-        total = total_trials(self.search)
-        with Heartbeat(self.search.sweep_dir, self.worker_id):
-            while True:
-                self._reclaim(study)
-                stop = self.search._failure_stop()
-                if stop is not None:
-                    log.warning(f"worker {self.worker_id}: {stop}")
-                    break
-                trials = study.get_trials(deepcopy=False)
-                if sum(is_counted(t) for t in trials) >= total:
-                    if any(t.state.name == "RUNNING" for t in trials):  # one of them may come back: wait for it
-                        time.sleep(self.wait_s)
-                        continue
-                    break
-                trial = study.ask(self.search.space.distributions)
-                if self._surplus(study, trial, total):
-                    continue
-                self._run_trial(trial)
-        log.info(f"worker {self.worker_id}: done after {self.n_run} trial(s)")
-        return self.n_run
+    def open(self, worker: str) -> None:
+        self.worker = worker
+        self.study = attach(self.search, self.index)
+        self.total = total_trials(self.search)
 
-    # -- one trial ---------------------------------------------------------------------------------------------
-    def _run_trial(self, trial: Any) -> None:
-        search = self.search
-        job = self._claim_job()
-        trial.set_user_attr("job_num", job)
-        trial.set_user_attr(WORKER_ATTR, self.worker_id)
-        if search.extend is not None and not search._before_start(search.extend, trial, "custom_search_space"):
-            return
-        overrides = search.space.overrides(trial.params)
-        trial.set_user_attr("overrides", overrides)
-        prepared: list[Any] = []
-        env = search._trial_env(trial.number)
-        if not search._before_start(lambda t: prepared.append(self.prepare(job, overrides, env)), trial, "config"):
-            return
-        log.info(f"worker {self.worker_id}: trial {trial.number} -> job {job}: {' '.join(overrides)}")
-        try:
-            ret = self.run_job(job, prepared[0], trial.number)
-        except BaseException:  # a signal stopped this worker (scancel, time limit, requeue): retried elsewhere
-            with contextlib.suppress(Exception):
-                interrupt(search.study, trial.number, trial._trial_id)
-            raise
+    def take(self) -> Work | str | None:
+        """The next trial's job; WAIT while n_trials count but some still run (one of them may come back); None
+        when the study is done or its failure budget is spent."""
+        search, study = self.search, self.study
+        while True:
+            self._reclaim()
+            stop = search.failure_stop()
+            if stop is not None:
+                log.warning(f"worker {self.worker}: {stop}")
+                return None
+            trials = study.get_trials(deepcopy=False)
+            if sum(is_counted(t) for t in trials) >= self.total:
+                return WAIT if any(t.state.name == "RUNNING" for t in trials) else None
+            trial = study.ask(search.space.distributions)
+            if self._surplus(trial):
+                continue
+            job = self._claim_job()
+            trial.set_user_attr("job_num", job)
+            trial.set_user_attr(WORKER_ATTR, self.worker)
+            if search.extend is not None and not search.before_start(search.extend, trial, "custom_search_space"):
+                continue
+            overrides = search.space.overrides(trial.params)
+            trial.set_user_attr("overrides", overrides)
+            log.info(f"worker {self.worker}: trial {trial.number} -> job {job}: {' '.join(overrides)}")
+            return Work(job, overrides, search.trial_env(trial.number), trial=trial.number, token=trial)
+
+    def refused(self, work: Work, error: Exception) -> bool:
+        """Its job's config cannot be made: the trial fails, the worker goes on."""
+        def fail(trial: Any) -> None:
+            raise error
+
+        self.search.before_start(fail, work.token, "config")
+        return True
+
+    def ended(self, work: Work, returned: Any) -> None:
         self.n_run += 1
-        search._tell(trial, job, ret)
+        self.search.tell_job(work.token, work.num, _Returned(returned))
+
+    def give_back(self, work: Work) -> None:
+        """Stopped (a signal, a requeue): the trial is interrupted, its parameters enqueued for another worker."""
+        trial = work.token
+        with contextlib.suppress(Exception):
+            interrupt(self.study, trial.number, trial._trial_id)
 
     def _claim_job(self) -> int:
         while not claim(SweepPaths(self.search.sweep_dir).trial_claims / str(self.next_job)):
@@ -137,34 +134,40 @@ class Worker:
         self.next_job += 1
         return self.next_job - 1
 
-    def _surplus(self, study: Any, trial: Any, total: int) -> bool:
+    def _surplus(self, trial: Any) -> bool:
         """True (and the trial told FAIL as `surplus`) when n_trials counted trials were asked before it."""
-        before = [t for t in study.get_trials(deepcopy=False) if t.number < trial.number and is_counted(t)]
-        if len(before) < total:
+        before = [t for t in self.study.get_trials(deepcopy=False) if t.number < trial.number and is_counted(t)]
+        if len(before) < self.total:
             return False
         from optuna.trial import TrialState
 
         trial.set_user_attr(STATUS_ATTR, "surplus")
-        study.tell(trial.number, state=TrialState.FAIL)
+        self.study.tell(trial.number, state=TrialState.FAIL)
         return True
 
-    # -- workers that died without a word ---------------------------------------------------------------------------
-    def _reclaim(self, study: Any) -> None:
+    def _reclaim(self) -> None:
         """RUNNING trials of workers whose heartbeat went stale: recorded from their result, or retried."""
-        now = time.time()
+        now, study = time.time(), self.study
         for trial in study.get_trials(deepcopy=False):
             if trial.state.name != "RUNNING" or trial.datetime_start is None:
                 continue
             owner = trial.user_attrs.get(WORKER_ATTR)
-            if owner == self.worker_id or now - trial.datetime_start.timestamp() < self.stale_s:
+            if owner == self.worker or now - trial.datetime_start.timestamp() < self.stale_s:
                 continue
             silent = silent_s(self.search.sweep_dir, str(owner))
             if silent < self.stale_s or not claim(self.dir / f"reclaimed-{trial._trial_id}"):
                 continue
             status = recover_trial(study, trial, self.search.sweep_dir, self.search.options.diverged_value,
                                    self.search.options.metrics)
-            log.warning(f"worker {self.worker_id}: trial {trial.number} of worker {owner} (silent for "
+            log.warning(f"worker {self.worker}: trial {trial.number} of worker {owner} (silent for "
                         f"{silent:.0f} s) recorded as {status}")
+
+
+@dataclass
+class _Returned:
+    """What the trial's job returned, as `Search.tell_job` reads a launcher's return (`return_value`)."""
+
+    return_value: Any
 
 
 # -- the driver's side -------------------------------------------------------------------------------------------
@@ -192,7 +195,7 @@ def drive(search: Search, array: WorkerArray, n_workers: int, make_task: Callabl
                                           search.options.metrics)
     n_counted = sum(is_counted(t) for t in study.get_trials(deepcopy=False))
     n_new = 0 if alive else max(0, min(n_workers, total - n_counted))
-    log.info(f"Optuna study {search.info['study_name']!r} ({search._objectives()}) in {search.info['storage']}: "
+    log.info(f"Optuna study {search.info['study_name']!r} ({search.objectives()}) in {search.info['storage']}: "
              f"{n_counted} of {total} trials done before" + (f", {n_recovered} recovered" if n_recovered else "")
              + f"; sampler {short_name(search.sampler)}, pruner {short_name(search.pruner, PRUNER_CLASSES)}; "
              + ("following the workers still running from before" if alive else
@@ -208,8 +211,8 @@ def drive(search: Search, array: WorkerArray, n_workers: int, make_task: Callabl
     write_results(search.sweep_dir, study, search.info)
     if stopped is not None:
         raise SweepFailedError(stopped)
-    search._print_end()
-    stop = search._failure_stop()
+    search.print_end()
+    stop = search.failure_stop()
     n_counted = sum(is_counted(t) for t in study.get_trials(deepcopy=False))
     if stop is None and n_counted < total:
         stop = (f"the Optuna workers ended with {n_counted} of {total} trials done (trials whose worker was stopped "

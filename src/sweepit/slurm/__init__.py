@@ -10,8 +10,9 @@ hydra/launcher=slurm).
 from __future__ import annotations
 
 from sweepit.errors import SlurmError
-from sweepit.slurm._optuna_workers import WorkerSweep, worker_id, write_trial_record
-from sweepit.slurm._pack_worker import PackedWorker, PackSpec, PlannedEntry
+from sweepit.slurm._engine import Engine, worker_id
+from sweepit.slurm._optuna_workers import WorkerSweep
+from sweepit.slurm._pack_worker import PackedWorker, PackSpec
 from sweepit.slurm._request import ClusterFacts, Request, SlurmOptions
 from sweepit.slurm._slurm_sweep import Outcome, SlurmSweep, check_one_by_one
 from sweepit.slurm._status import report_is_current, status_report, sweep_status
@@ -19,7 +20,7 @@ from sweepit.slurm._submit import PlannedJob
 from sweepit.slurm._task_files import failed_task, rank_failure, record_task, record_task_error
 
 __all__ = [
-    "ClusterFacts", "Outcome", "PackSpec", "PackedWorker", "PlannedEntry", "PlannedJob", "Request", "SlurmError",
+    "ClusterFacts", "Engine", "Outcome", "PackSpec", "PackedWorker", "PlannedJob", "Request", "SlurmError",
     "SlurmOptions", "SlurmSweep", "WorkerSweep", "check_one_by_one", "failed_task", "rank_failure", "record_task",
-    "record_task_error", "report_is_current", "status_report", "sweep_status", "worker_id", "write_trial_record"
+    "record_task_error", "report_is_current", "status_report", "sweep_status", "worker_id"
 ]

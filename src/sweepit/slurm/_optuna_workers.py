@@ -1,7 +1,7 @@
 """Worker mode on Slurm: N long-lived workers in one job array, each running trial after trial in its own task
 (the loop itself is the caller's: `sweepit.search._worker_loop`); the driver only submits them and follows.
 
-A worker writes `<job dir>/.slurm/trial.json` as it starts a trial's job (`write_trial_record`); the driver, and
+A worker writes `<job dir>/.slurm/trial.json` as it starts a trial's job (`sweepit.slurm._engine`); the driver, and
 `sweepit status` when no driver runs, adopt each such directory as a job of `sweep.json` whose Slurm id is its
 worker's (`adopt_trials`). So the follower, `sweepit status`, `sweepit report` and the results table see worker
 trials as they see per-trial jobs: a job's own result.json settles it, and a trial whose worker Slurm ended
@@ -16,13 +16,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sweepit._files import atomic_write
 from sweepit._host import now_iso
 from sweepit.errors import ConfigError
 from sweepit.results import JobEntry, JobPaths, Manifest, Progress, job_num, open_manifest, write_manifest
@@ -33,19 +31,6 @@ from sweepit.slurm._submit import PlannedJob, Task, fresh_folder, job_name, link
 
 log = logging.getLogger(__name__)
 WORKER_TRIAL = "worker_trial"  # manifest extra of a worker's job: its trial number (no return value to wait for)
-
-
-def worker_id() -> str:
-    """This Slurm task's job id as submitit and squeue print it: `123_4` in an array, else `123`."""
-    array, index = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
-    return f"{array}_{index}" if array and index else os.environ.get("SLURM_JOB_ID", f"local-{os.getpid()}")
-
-
-def write_trial_record(job_dir: Path, num: int, overrides: list[str], trial_number: int) -> None:
-    """Called by a worker as it starts a trial's job, before the job writes anything."""
-    record = {"num": num, "overrides": overrides, "trial": trial_number, "worker": worker_id(),
-              "started_at": now_iso()}
-    atomic_write(JobPaths(job_dir).trial, json.dumps(record) + "\n", fsync=False)
 
 
 def adopt_trials(m: Manifest) -> list[int]:

@@ -1,16 +1,13 @@
-"""One worker of a packed sweep (`hydra.launcher.workers=N`), inside its Slurm allocation: it claims the sweep's
-jobs of its resource request one after another and runs each in a process forked from its warm interpreter (the
-local launcher's pool, `slots` at once), until no job is left, its time is up, or Slurm stops it.
+"""The work of a packed sweep's workers (`hydra.launcher.workers=N`): each worker (`sweepit.slurm._engine`, inside
+its Slurm allocation) claims the sweep's jobs of its resource request one after another, until no job is left, its
+time is up, or Slurm stops it.
 
 The plan is a file the driver writes before it submits the workers (`.workers/pack-<generation>.json`: each job's
 number, overrides, directory and request); a job is a worker's once it has created `.workers/pack-<generation>/<num>`
 (`sweepit.results._claims.claim`). Each job gets its own directory as any other job: `.hydra/`, `stdout.log`,
 `stderr.log` (its own output, not the worker's), `metrics.jsonl`, `result.json`; a job that dies without a result
-gets one written here (`record_end`, as the local launcher's driver writes it).
-
-Wall time: after its first round of `slots` jobs (the allocation holds at least one job's time limit), the worker
-starts a job only when the job's expected time (the mean of the jobs it has run, else the job's own time limit) fits
-in what is left of its allocation; otherwise it ends, and the driver gives the jobs left to fresh workers.
+gets one written by the engine (`record_end`, as the local launcher's driver writes it). A worker ends when the
+next job would not fit in its time (the engine's wall-time rule); the driver gives the jobs left to fresh workers.
 """
 
 from __future__ import annotations
@@ -21,19 +18,17 @@ import logging
 import os
 import secrets
 import shutil
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 from sweepit._files import atomic_write
 from sweepit._host import now_iso
-from sweepit.local import ChildSpec, GpuPool, Job, Pool, Reply, child_main, record_end
-from sweepit.results import Heartbeat, JobPaths, SweepPaths, claim, result_status, start_clean
-from sweepit.slurm import _cluster as cluster
-from sweepit.slurm._task_files import record_task
+from sweepit.local import Job, Reply
+from sweepit.results import JobPaths, SweepPaths, Work, claim, result_status
+from sweepit.slurm._engine import Engine
 
 log = logging.getLogger(__name__)
 RECORDED_BY = "sweepit packed worker"
@@ -112,54 +107,6 @@ def scan_claims(sweep_dir: Path, generation: int, known: dict[int, str], markers
     return new, present
 
 
-def allocation_end(job_id: str, fallback_s: float) -> float:
-    """When this worker's allocation ends (epoch seconds): Slurm's EndTime, else `fallback_s`."""
-    end = cluster.end_time(job_id)
-    return end if end is not None else fallback_s
-
-
-class _Hooks:
-    """The pool's hooks inside a worker: compose each job, record its start and end in its own directory."""
-
-    def __init__(self, spec: PackSpec, compose: Callable[[Job, PlannedEntry], None], worker: str) -> None:
-        self.spec, self.compose, self.worker = spec, compose, worker
-        self.entries: dict[int, PlannedEntry] = {}
-        self.started_at: dict[int, str] = {}
-        self.walls: list[float] = []
-        self.n_run = 0
-
-    def prepare(self, job: Job) -> bool:
-        self.compose(job, self.entries[job.num])
-        return True
-
-    def before_fork(self, job: Job) -> None:
-        start_clean(job.job_dir)  # a stale result of an earlier run must not stand for this one
-        shutil.rmtree(JobPaths(job.job_dir).tasks, ignore_errors=True)
-        record_task(job.job_dir, 0)
-
-    def started(self, job: Job) -> None:
-        self.started_at[job.num] = now_iso()
-        log.info(f"worker {self.worker}: job {job.num} started ({' '.join(job.overrides)})")
-
-    def ended(self, job: Job) -> None:
-        status = record_end(job, self.started_at.get(job.num), self.spec.stderr_tail_lines, RECORDED_BY)
-        self.n_run += 1
-        if status in ("completed", "diverged", "pruned") and job.wall_time_s is not None:
-            self.walls.append(job.wall_time_s)
-        log.info(f"worker {self.worker}: job {job.num} {status} after {job.wall_time_s or 0:.1f} s")
-        job.config = None  # a worker of thousands of jobs keeps none of their configs
-
-    def tick(self) -> None:
-        pass
-
-    def before_echo(self) -> None:
-        pass
-
-    def expected_s(self) -> float:
-        """A job's expected time: the mean of those this worker ran, else the jobs' time limit."""
-        return sum(self.walls) / len(self.walls) if self.walls else self.spec.job_timeout_min * 60.0
-
-
 def release(sweep_dir: Path, generation: int, num: int) -> None:
     """Give job `num` back: any worker may claim it again (the driver follows it as queued meanwhile). A marker says
     so to the driver, which may see the job claimed again before it sees it unclaimed."""
@@ -169,72 +116,46 @@ def release(sweep_dir: Path, generation: int, num: int) -> None:
     claim(folder / f"{RELEASED}{num}-{secrets.token_hex(4)}")
 
 
-class PackedWorker:
-    """One worker's loop (`run`), and its stop before Slurm requeues it (`stop_for_requeue`)."""
+class GridSource:
+    """A packed grid's work: the jobs of one request in the plan, each claimed in the plan's claims folder (one job
+    ahead of the free slots, so that its config is composed while the others run)."""
 
-    def __init__(self, spec: PackSpec, worker: str, compose: Callable[[Job, PlannedEntry], None],
-                 body: Callable[[Job], Reply], clock: Callable[[], float] = time.time) -> None:
-        self.spec, self.worker, self.clock = spec, worker, clock
-        self.sweep_dir = Path(spec.sweep_dir)
+    ahead = 1
+
+    def __init__(self, spec: PackSpec) -> None:
+        self.spec, self.sweep_dir = spec, Path(spec.sweep_dir)
         self.claims = SweepPaths(self.sweep_dir).claims(spec.generation)
-        self.hooks = _Hooks(spec, compose, worker)
+        self.entries: list[PlannedEntry] = []
+        self.cursor, self.rescanned, self.worker = 0, False, ""
 
-        def child(job: Job, child_spec: ChildSpec, conn: Connection) -> None:
-            child_main(child_spec, conn, lambda: body(job))
-
-        self.pool = Pool(spec.slots, GpuPool([]), use_gpus=False, threads=spec.threads, echo=False,
-                         term_grace_s=spec.term_grace_s, child=child, hooks=self.hooks, clock_ticks=False)
-
-    def run(self) -> int:
-        """Claim and run this worker's jobs until none is left or the next would not fit in its time; how many ran."""
-        spec, hooks, pool = self.spec, self.hooks, self.pool
-        end = allocation_end(self.worker, self.clock() + spec.timeout_min * 60.0)
-        entries = [e for e in read_plan(self.sweep_dir, spec.generation) if e.shape == spec.shape]
+    def open(self, worker: str) -> None:
+        self.worker = worker
+        self.entries = [e for e in read_plan(self.sweep_dir, self.spec.generation) if e.shape == self.spec.shape]
         self.claims.mkdir(parents=True, exist_ok=True)
-        self._release_own_unfinished({e.num: e for e in entries})
-        cursor, out_of_time, rescanned = 0, False, False
-        log.info(f"worker {self.worker}: {len(entries)} job(s) of request {spec.shape} in the plan, {spec.slots} at a "
-                 f"time, until {time.strftime('%H:%M:%S', time.localtime(end))}")
-        with Heartbeat(self.sweep_dir, self.worker):
-            pool.open()
-            try:
-                while True:
-                    # One job more than the slots is claimed, so that its config is composed while the others run.
-                    while pool.stop_signal is None and len(pool.running) + len(pool.queue) < spec.slots + 1:
-                        # The first round of jobs always starts (the allocation is at least one job's time limit); a
-                        # job that waits for a slot starts about one expected time from now.
-                        waits = len(pool.running) + len(pool.queue) >= spec.slots
-                        need = hooks.expected_s() * (2 if waits else 1)
-                        if len(hooks.entries) >= spec.slots and self.clock() + need > end:
-                            out_of_time = True
-                            break
-                        entry = None
-                        while cursor < len(entries) and entry is None:
-                            candidate = entries[cursor]
-                            cursor += 1
-                            if self._claim(candidate.num):
-                                entry = candidate
-                            if cursor == len(entries) and entry is None and not rescanned:
-                                cursor, rescanned = 0, True  # once more from the start: jobs given back since
-                        if entry is None:
-                            break
-                        # Its task file, written as it starts, tells the driver when it runs (not when claimed).
-                        shutil.rmtree(JobPaths(Path(entry.job_dir)).tasks, ignore_errors=True)
-                        hooks.entries[entry.num] = entry
-                        pool.submit(Job(num=entry.num, overrides=list(entry.overrides)))
-                    if not pool.busy():
-                        break
-                    pool.step()
-            finally:
-                for job in pool.queue:  # claimed, never started (out of time, or stopped): for others to run
-                    release(self.sweep_dir, spec.generation, job.num)
-                pool.close()
-        why = (f"the next job (expected {hooks.expected_s():.0f} s) would not fit in its time left" if out_of_time
-               else "no job left")
-        if pool.stop_signal is not None:
-            why = "stopped by a signal"
-        log.info(f"worker {self.worker}: done after {hooks.n_run} job(s): {why}")
-        return hooks.n_run
+        self._release_own_unfinished({e.num: e for e in self.entries})
+        log.info(f"worker {worker}: {len(self.entries)} job(s) of request {self.spec.shape} in the plan, "
+                 f"{self.spec.slots} at a time")
+
+    def take(self) -> Work | None:
+        while self.cursor < len(self.entries):
+            entry = self.entries[self.cursor]
+            self.cursor += 1
+            if self._claim(entry.num):
+                # Its task file, written as it starts, tells the driver when it runs (not when claimed).
+                shutil.rmtree(JobPaths(Path(entry.job_dir)).tasks, ignore_errors=True)
+                return Work(entry.num, list(entry.overrides), dict(entry.env), entry.job_dir)
+            if self.cursor == len(self.entries) and not self.rescanned:
+                self.cursor, self.rescanned = 0, True  # once more from the start: jobs given back since
+        return None
+
+    def refused(self, work: Work, error: Exception) -> bool:
+        return False  # a config that composed on the driver and not here: the worker's node differs, it stops
+
+    def ended(self, work: Work, returned: Any) -> None:
+        pass  # its result.json is all the driver reads
+
+    def give_back(self, work: Work) -> None:
+        release(self.sweep_dir, self.spec.generation, work.num)
 
     def _claim(self, num: int) -> bool:
         if not claim(self.claims / str(num), f"{self.worker} {now_iso()}"):
@@ -258,21 +179,13 @@ class PackedWorker:
                 log.info(f"worker {self.worker}: job {num}, which this worker ran before Slurm requeued it, is "
                          "claimable again")
 
-    def stop_for_requeue(self) -> None:
-        """USR2 (time limit, preemption) or a requeue: stop the running jobs (SIGTERM: they record themselves
-        `interrupted`; their last epoch checkpoint stays) and give them back to be claimed again."""
-        pool = self.pool
-        running = list(pool.running.values())
-        for job in running:
-            job.stopped = True
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(job.pid or 0, signal.SIGTERM)
-        deadline = time.monotonic() + self.spec.term_grace_s
-        for job in running:
-            if job.proc is not None:
-                job.proc.join(max(0.0, deadline - time.monotonic()))
-        pool._kill_all()  # SIGKILL what is left, then record each job (the pool's hooks)
-        for job in running:
-            release(self.sweep_dir, self.spec.generation, job.num)
-        log.info(f"worker {self.worker}: stopped for a requeue; job(s) {', '.join(str(j.num) for j in running) or '-'} "
-                 "given back to be run again")
+
+class PackedWorker(Engine):
+    """One worker of a packed grid: the engine over the plan's jobs of its request."""
+
+    def __init__(self, spec: PackSpec, worker: str, compose: Callable[[Job, Work], None],
+                 body: Callable[[Job], Reply], clock: Callable[[], float] = time.time) -> None:
+        super().__init__(GridSource(spec), worker, Path(spec.sweep_dir), compose, body, recorded_by=RECORDED_BY,
+                         slots=spec.slots, threads=spec.threads, timeout_min=spec.timeout_min,
+                         job_timeout_min=spec.job_timeout_min, term_grace_s=spec.term_grace_s,
+                         stderr_tail_lines=spec.stderr_tail_lines, clock=clock)

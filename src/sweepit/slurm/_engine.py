@@ -1,0 +1,196 @@
+"""The one engine of long-lived Slurm workers, for packed grids (`hydra.launcher.workers=N`) and Optuna workers
+(`hydra.sweeper.workers=N`): a loop over a source of work, each job run in a process forked from the worker's warm
+interpreter (the local launcher's pool, `slots` at once).
+
+A source (`sweepit.results.WorkSource`) hands out work already claimed for this worker: a grid's source claims the
+jobs of a plan file (`sweepit.slurm._pack_worker.GridSource`), a study's asks Optuna for a trial and claims a job
+number for it (`sweepit.search.StudySource`). Around each job the engine does the same for both: a heartbeat while
+the worker lives, the job's directory made clean, its task file (when it started), `trial.json` for a trial, the
+job's record when it died without one (`record_end`), then the source is told how it ended. A job claimed and never
+started, or stopped for a requeue, is given back to the source, which lets another worker (or this one, requeued)
+run it again.
+
+`run` (a job's body in the forked process) is the one place where a job is run.
+
+Wall time (`job_timeout_min`, packed grids): after its first round of `slots` jobs (the allocation holds at least
+one job's time limit), the worker starts a job only when the job's expected time (the mean of the jobs it has run,
+else the job's own time limit) fits in what is left of its allocation; otherwise it ends, and the driver gives the
+jobs left to fresh workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from sweepit._files import atomic_write
+from sweepit._host import now_iso
+from sweepit.local import ChildSpec, GpuPool, Job, Pool, Reply, child_main, record_end
+from sweepit.results import WAIT, Heartbeat, JobPaths, Work, WorkSource, start_clean
+from sweepit.slurm import _cluster as cluster
+from sweepit.slurm._task_files import record_task
+
+log = logging.getLogger(__name__)
+WAIT_S = 2.0  # how often an idle worker asks its source again when it said WAIT
+
+
+def worker_id() -> str:
+    """This Slurm task's job id as submitit and squeue print it: `123_4` in an array, else `123`."""
+    array, index = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    return f"{array}_{index}" if array and index else os.environ.get("SLURM_JOB_ID", f"local-{os.getpid()}")
+
+
+def write_trial_record(job_dir: Path, num: int, overrides: list[str], trial_number: int, worker: str) -> None:
+    """Written as a trial's job starts, before the job writes anything: the driver and `sweepit status` adopt the
+    directory as a job of the worker's Slurm id (`sweepit.slurm._optuna_workers.adopt_trials`)."""
+    record = {"num": num, "overrides": overrides, "trial": trial_number, "worker": worker, "started_at": now_iso()}
+    atomic_write(JobPaths(job_dir).trial, json.dumps(record) + "\n", fsync=False)
+
+
+class Engine:
+    """One worker: `run` until its source has nothing left (or its time is up, or a signal stops it);
+    `stop_for_requeue` before Slurm requeues it."""
+
+    def __init__(self, source: WorkSource, worker: str, sweep_dir: Path, compose: Callable[[Job, Work], None],
+                 run: Callable[[Job], Reply], *, recorded_by: str, slots: int = 1, threads: int = 1,
+                 timeout_min: float | None = None, job_timeout_min: float | None = None, term_grace_s: float = 5.0,
+                 stderr_tail_lines: int = 50, clock: Callable[[], float] = time.time, wait_s: float = WAIT_S) -> None:
+        self.source, self.worker, self.sweep_dir = source, worker, Path(sweep_dir)
+        self.compose, self.recorded_by = compose, recorded_by
+        self.slots, self.timeout_min, self.job_timeout_min = slots, timeout_min, job_timeout_min
+        self.term_grace_s, self.stderr_tail_lines = term_grace_s, stderr_tail_lines
+        self.clock, self.wait_s = clock, wait_s
+        self.works: dict[int, Work] = {}
+        self.n_taken = 0
+        self.started_at: dict[int, str] = {}
+        self.walls: list[float] = []
+        self.n_run = 0
+
+        def child(job: Job, child_spec: ChildSpec, conn: Connection) -> None:
+            child_main(child_spec, conn, lambda: run(job))
+
+        self.pool = Pool(slots, GpuPool([]), use_gpus=False, threads=threads, echo=False, term_grace_s=term_grace_s,
+                         child=child, hooks=self, clock_ticks=False)
+
+    def run(self) -> int:
+        """Take and run work until the source has none, or the next job would not fit in the worker's time; how
+        many jobs ran."""
+        source, pool = self.source, self.pool
+        end = None
+        if self.job_timeout_min is not None:
+            fallback = self.clock() + (self.timeout_min or 0) * 60.0
+            end = cluster.end_time(self.worker) or fallback
+        out_of_time = False
+        with Heartbeat(self.sweep_dir, self.worker):
+            source.open(self.worker)
+            pool.open()
+            try:
+                while True:
+                    waiting = False
+                    while pool.stop_signal is None and len(pool.running) + len(pool.queue) < self.slots + source.ahead:
+                        if end is not None and self._out_of_time(end):
+                            out_of_time = True
+                            break
+                        work = source.take()
+                        if work is None or work is WAIT:
+                            waiting = work is WAIT
+                            break
+                        assert isinstance(work, Work)
+                        self.works[work.num] = work
+                        self.n_taken += 1
+                        pool.submit(Job(num=work.num, overrides=list(work.overrides)))
+                    if pool.busy():
+                        pool.step()
+                    elif waiting and pool.stop_signal is None:
+                        time.sleep(self.wait_s)
+                    else:
+                        break
+            finally:
+                for job in pool.queue:  # taken, never started (out of time, or stopped): for others to run
+                    source.give_back(self.works.pop(job.num))
+                pool.close()
+        why = (f"the next job (expected {self.expected_s():.0f} s) would not fit in its time left" if out_of_time
+               else "no job left")
+        log.info(f"worker {self.worker}: done after {self.n_run} job(s): "
+                 + ("stopped by a signal" if pool.stop_signal is not None else why))
+        return self.n_run
+
+    def _out_of_time(self, end: float) -> bool:
+        """The first round of jobs always starts (the allocation is at least one job's time limit); a job that waits
+        for a slot starts about one expected time from now."""
+        waits = len(self.pool.running) + len(self.pool.queue) >= self.slots
+        need = self.expected_s() * (2 if waits else 1)
+        return self.n_taken >= self.slots and self.clock() + need > end
+
+    def expected_s(self) -> float:
+        """A job's expected time: the mean of those this worker ran, else the jobs' time limit."""
+        return sum(self.walls) / len(self.walls) if self.walls else (self.job_timeout_min or 0) * 60.0
+
+    # -- the pool's hooks ----------------------------------------------------------------------------------------
+    def prepare(self, job: Job) -> bool:
+        work = self.works[job.num]
+        try:
+            self.compose(job, work)
+        except Exception as e:
+            if not self.source.refused(work, e):
+                raise
+            self.works.pop(job.num)
+            return False
+        work.job_dir = str(job.job_dir)
+        return True
+
+    def before_fork(self, job: Job) -> None:
+        start_clean(job.job_dir)  # a stale result of an earlier run must not stand for this one
+        shutil.rmtree(JobPaths(job.job_dir).tasks, ignore_errors=True)
+        work = self.works[job.num]
+        if work.trial is not None:
+            write_trial_record(job.job_dir, job.num, list(work.overrides), work.trial, self.worker)
+        record_task(job.job_dir, 0)
+
+    def started(self, job: Job) -> None:
+        self.started_at[job.num] = now_iso()
+        log.info(f"worker {self.worker}: job {job.num} started ({' '.join(job.overrides)})")
+
+    def ended(self, job: Job) -> None:
+        status = record_end(job, self.started_at.get(job.num), self.stderr_tail_lines, self.recorded_by)
+        self.n_run += 1
+        if status in ("completed", "diverged", "pruned") and job.wall_time_s is not None:
+            self.walls.append(job.wall_time_s)
+        log.info(f"worker {self.worker}: job {job.num} {status} after {job.wall_time_s or 0:.1f} s")
+        self.source.ended(self.works.pop(job.num), job.reply.value if job.reply is not None else None)
+        job.config = None  # a worker of thousands of jobs keeps none of their configs
+
+    def tick(self) -> None:
+        pass
+
+    def before_echo(self) -> None:
+        pass
+
+    def stop_for_requeue(self) -> None:
+        """USR2 (time limit, preemption) or a requeue: stop the running jobs (SIGTERM: they record themselves
+        `interrupted`; their last epoch checkpoint stays) and give them back to be taken again."""
+        pool = self.pool
+        running = list(pool.running.values())
+        for job in running:
+            job.stopped = True
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(job.pid or 0, signal.SIGTERM)
+        deadline = time.monotonic() + self.term_grace_s
+        for job in running:
+            if job.proc is not None:
+                job.proc.join(max(0.0, deadline - time.monotonic()))
+        works = {job.num: self.works.get(job.num) for job in running}
+        pool._kill_all()  # SIGKILL what is left, then record each job (the hooks: the source hears it ended)
+        for work in works.values():
+            if work is not None:
+                self.source.give_back(work)
+        log.info(f"worker {self.worker}: stopped for a requeue; job(s) {', '.join(str(j.num) for j in running) or '-'} "
+                 "given back to be run again")
