@@ -1,21 +1,14 @@
-"""The one engine of long-lived Slurm workers, for packed grids (`hydra.launcher.workers=N`) and Optuna workers
-(`hydra.sweeper.workers=N`): a loop over a source of work, each job run in a process forked from the worker's warm
-interpreter (the local launcher's pool, `slots` at once).
+"""The one engine of long-lived Slurm workers, packed grids' (`hydra.launcher.workers=N`) and Optuna's
+(`hydra.sweeper.workers=N`): a loop over a source of work (`sweepit.results.WorkSource`: a grid's plan, claimed job by
+job, `GridSource`; a study, asked trial by trial, `sweepit.search.StudySource`), each job forked from the worker's
+warm interpreter (the local launcher's pool, `slots` at once) and run by `run`, the one place where a job is run.
 
-A source (`sweepit.results.WorkSource`) hands out work already claimed for this worker: a grid's source claims the
-jobs of a plan file (`sweepit.slurm._pack_worker.GridSource`), a study's asks Optuna for a trial and claims a job
-number for it (`sweepit.search.StudySource`). Around each job the engine does the same for both: a heartbeat while
-the worker lives, the job's directory made clean, its task file (when it started), `trial.json` for a trial, the
-job's record when it died without one (`record_end`), then the source is told how it ended. A job claimed and never
-started, or stopped for a requeue, is given back to the source, which lets another worker (or this one, requeued)
-run it again.
+Around each job, the same for both: a heartbeat while the worker lives, the job's directory cleaned, its task file,
+`trial.json` for a trial, its record when it died without one (`record_end`), then the source hears how it ended. A
+job taken and never started, or stopped for a requeue, is given back to the source for a worker to take again.
 
-`run` (a job's body in the forked process) is the one place where a job is run.
-
-Wall time (`job_timeout_min`, packed grids): after its first round of `slots` jobs (the allocation holds at least
-one job's time limit), the worker starts a job only when the job's expected time (the mean of the jobs it has run,
-else the job's own time limit) fits in what is left of its allocation; otherwise it ends, and the driver gives the
-jobs left to fresh workers.
+Wall time (`job_timeout_min`, packed grids): after its first round of `slots` jobs, the worker starts a job only when
+the job's expected time (the mean of those it ran, else the jobs' time limit) fits in what is left of its allocation.
 """
 
 from __future__ import annotations

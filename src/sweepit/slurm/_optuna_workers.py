@@ -63,6 +63,19 @@ def adopt_trials(m: Manifest) -> list[int]:
     return sorted(new)
 
 
+def add_workers(m: Manifest, ids: list[str], folder: Path, request: str, shape: int = 0) -> None:
+    """The one schema of `manifest.workers`, for packed and Optuna workers alike: every worker's id and logs, the
+    workers' job name (set by the caller) and each array submitted (its shape, ids, request, when, its folder)."""
+    workers = m.workers
+    workers.setdefault("ids", []).extend(ids)
+    for i in ids:
+        stdout, stderr = log_paths(folder, i)
+        workers.setdefault("stdout", {})[i], workers.setdefault("stderr", {})[i] = str(stdout), str(stderr)
+    workers.setdefault("arrays", {})[ids[0].split("_", 1)[0]] = {
+        "shape": shape, "ids": ids, "submitted_at": now_iso(), "request": request, "submitit_folder": str(folder)}
+    write_manifest(m)
+
+
 def alive_workers(m: Manifest) -> set[str]:
     """The ids of the manifest's workers (Optuna's or a packed sweep's) that are queued or running; all of them when
     Slurm cannot be asked."""
@@ -140,12 +153,8 @@ class WorkerSweep:
         params = sbatch_parameters(self.request, o, name)
         params["array_parallelism"] = max(len(tasks), 1)  # every worker at once: they are the parallelism
         ids = submit(tasks, params, folder, o.max_num_timeout, o.python)
-        logs = {i: log_paths(folder, i) for i in ids}
-        self.manifest.workers = {
-            "ids": ids, "job_name": name, "submitit_folder": str(folder), "submitted_at": now_iso(),
-            "stdout": {i: str(p[0]) for i, p in logs.items()}, "stderr": {i: str(p[1]) for i, p in logs.items()},
-            "request": self.request.describe()}
-        write_manifest(self.manifest)
+        self.manifest.workers = {"job_name": name}
+        add_workers(self.manifest, ids, folder, self.request.describe())
         log.info(f"Submitted {len(ids)} Optuna worker(s) to Slurm in 1 sbatch call (job {ids[0].split('_')[0]}); "
                  f"sweep dir {self.sweep_dir}")
         return ids
@@ -188,15 +197,20 @@ class WorkerSweep:
         finally:
             progress.close()
             write_manifest(m)
-        return None if stop is None else self.stopped(signal.Signals(stop).name)
+        return None if stop is None else stopped(self.detached(), signal.Signals(stop).name)
 
     def detached(self) -> str:
         ids = list(self.manifest.workers.get("ids") or []) if self.manifest else []
-        array = ids[0].split("_", 1)[0] if ids else "?"
-        return (f"Not waiting (hydra.launcher.wait=false): the Optuna workers (Slurm job {array}) run the study on "
-                f"their own.\n  follow:  sweepit status {self.sweep_dir}\n  resume:  sweepit resume {self.sweep_dir}"
-                f"\n  cancel:  scancel {array}")
+        return detached("Optuna workers", "the study", [ids[0].split("_", 1)[0]] if ids else ["?"], self.sweep_dir)
 
-    def stopped(self, why: str) -> str:
-        return f"stopped following the workers ({why}); they go on running the study.\n" + "\n".join(
-            self.detached().splitlines()[1:])
+
+def detached(workers: str, work: str, arrays: list[str], sweep_dir: Path) -> str:
+    """What a driver that does not wait (hydra.launcher.wait=false) says of the workers it leaves running."""
+    return (f"Not waiting (hydra.launcher.wait=false): the {workers} (Slurm job(s) {' '.join(arrays)}) run {work} on "
+            f"their own.\n  follow:  sweepit status {sweep_dir} --watch\n  resume:  sweepit resume {sweep_dir}\n"
+            f"  cancel:  scancel {' '.join(arrays)}")
+
+
+def stopped(detached: str, why: str) -> str:
+    """What a driver stopped by a signal says: the workers go on."""
+    return f"stopped following the workers ({why}); they go on running.\n" + "\n".join(detached.splitlines()[1:])

@@ -41,7 +41,7 @@ from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._follow import Follower
 from sweepit.slurm._job_states import LOST, PACKED, Seen
 from sweepit.slurm._limits import Room, dry_run_lines, held_for_limit, open_room
-from sweepit.slurm._optuna_workers import alive_workers
+from sweepit.slurm._optuna_workers import add_workers, alive_workers, detached, stopped
 from sweepit.slurm._pack_worker import PackSpec, PlannedEntry, release, scan_claims, write_plan
 from sweepit.slurm._request import Request, gpu_hours, sbatch_parameters
 from sweepit.slurm._submit import (
@@ -49,7 +49,6 @@ from sweepit.slurm._submit import (
     Task,
     fresh_folder,
     job_name,
-    log_paths,
     next_folder,
     sbatch_script,
     submit,
@@ -227,7 +226,7 @@ class PackedSweep:
                            "result_grace_s": self.options.result_grace_s}
         write_plan(self.sweep_dir, generation, entries, [s.request.describe() for s in self.shapes])
         m.workers = {PACKED: True, "generation": generation, "ids": [], "job_name": job_name(self.options),
-                     "stdout": {}, "stderr": {}, "arrays": {}, "slots": self.options.slots}
+                     "slots": self.options.slots}
         write_manifest(m)
         left = {s.index: sum(1 for j in s.jobs if j.num not in skipped) for s in self.shapes}
         self.room = open_room(self.options) if to_run else None
@@ -265,15 +264,8 @@ class PackedSweep:
         name = str(m.workers["job_name"])
         ids = submit([self.make_worker(spec) for _ in range(n_workers)], self._params(shape, name, n_workers), folder,
                      o.max_num_timeout, o.python)
-        for i in ids:
-            stdout, stderr = log_paths(folder, i)
-            m.workers["stdout"][i], m.workers["stderr"][i] = str(stdout), str(stderr)
-        m.workers["ids"].extend(ids)
-        array = ids[0].split("_", 1)[0]
-        m.workers["arrays"][array] = {"shape": shape.index, "ids": ids, "submitted_at": now_iso(),
-                                      "request": shape.worker.describe()}
-        shape.arrays.append(array)
-        write_manifest(m)
+        add_workers(m, ids, folder, shape.worker.describe(), shape.index)
+        shape.arrays.append(ids[0].split("_", 1)[0])
         return ids
 
     # -- following ------------------------------------------------------------------------------------------------
@@ -299,19 +291,12 @@ class PackedSweep:
             progress.close()
             write_manifest(m)
         if stop is not None:
-            raise SweepStoppedError(self._stopped(signal.Signals(stop).name))
+            raise SweepStoppedError(stopped(self._detached(), signal.Signals(stop).name))
         return {**follower.statuses, **following.given_up}
 
-    # -- what the driver says -----------------------------------------------------------------------------------
     def _detached(self) -> str:
-        arrays = [a for s in self.shapes for a in s.arrays]
-        return (f"Not waiting (hydra.launcher.wait=false): the packed workers (Slurm job(s) {' '.join(arrays)}) run "
-                f"the sweep's jobs on their own.\n  follow:  sweepit status {self.sweep_dir} --watch\n"
-                f"  resume:  sweepit resume {self.sweep_dir}\n  cancel:  scancel {' '.join(arrays)}")
-
-    def _stopped(self, why: str) -> str:
-        return (f"stopped following the packed workers ({why}); they go on running the sweep's jobs.\n"
-                + "\n".join(self._detached().splitlines()[1:]))
+        return detached("packed workers", "the sweep's jobs", [a for s in self.shapes for a in s.arrays],
+                        self.sweep_dir)
 
 
 # Slurm states of a worker that ended while running a job, after which the job is given to another worker (at most
