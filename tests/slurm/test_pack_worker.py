@@ -1,5 +1,6 @@
-"""A packed sweep's worker loop on its own, without Slurm: claims, the wall-time rule, records, jobs given back
-(`sweepit.slurm._pack_worker`). The jobs are forked as on a node; the clock is the test's."""
+"""A packed sweep's worker on its own, without Slurm: the worker engine over a plan's claims, the wall-time rule,
+records, jobs given back (`sweepit.slurm._pack_worker`, `sweepit.slurm._engine`). The jobs are forked as on a node;
+the clock is the test's."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from sweepit.local import Job, Reply
-from sweepit.results import SweepPaths
+from sweepit.results import SweepPaths, Work
 from sweepit.slurm._pack import worker_request
 from sweepit.slurm._pack_worker import (
     PackedWorker,
@@ -31,7 +32,7 @@ def plan(sweep: Path, n: int, shape: int = 0) -> list[PlannedEntry]:
     return entries
 
 
-def compose(job: Job, entry: PlannedEntry) -> None:
+def compose(job: Job, entry: Work) -> None:
     job.config = OmegaConf.create({"x": entry.num})
     job.job_dir = Path(entry.job_dir)
     job.job_dir.mkdir(parents=True, exist_ok=True)

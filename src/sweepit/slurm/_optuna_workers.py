@@ -1,5 +1,6 @@
 """Worker mode on Slurm: N long-lived workers in one job array, each running trial after trial in its own task
-(the loop itself is the caller's: `sweepit.search._worker_loop`); the driver only submits them and follows.
+(the worker engine, `sweepit.slurm._engine`, over `sweepit.search.StudySource`); the driver only submits them and
+follows.
 
 A worker writes `<job dir>/.slurm/trial.json` as it starts a trial's job (`sweepit.slurm._engine`); the driver, and
 `sweepit status` when no driver runs, adopt each such directory as a job of `sweep.json` whose Slurm id is its
