@@ -86,7 +86,7 @@ def worker_phases(sweep_dir: Path, t0: float) -> dict[str, Any] | None:
     import re
     from datetime import datetime
 
-    line = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]\[sweepit\.slurm\._pack_worker\] worker \S+: "
+    line = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]\[sweepit\.slurm\._engine\] worker \S+: "
                       r"job (\d+) (started|\w+ after)")
     starts, runs, gaps = [], [], []
     for log in sweep_dir.glob(".submitit/*/*_log.err"):
