@@ -27,6 +27,7 @@ from hydra_plugins.sweepit._compose import ComposedConfigs
 from hydra_plugins.sweepit._hydra import job_dir, record, record_task, run_hydra_job
 from sweepit._signals import interrupt_on_sigterm
 from sweepit.local import Job, Reply
+from sweepit.results import Status
 from sweepit.results._job_files import start_clean
 from sweepit.search import Search
 from sweepit.search._search import no_env
@@ -94,7 +95,7 @@ class WorkerTask:
                 ret = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=config,
                               job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
             except BaseException as e:  # SIGTERM (scancel, time limit) or submitit's requeue: interrupted
-                session.finish("interrupted" if self._requeueing else _session.status_of(e), error=e)
+                session.finish(Status.INTERRUPTED if self._requeueing else _session.status_of(e), error=e)
                 raise
             record(session, ret)
         finally:

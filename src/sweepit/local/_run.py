@@ -16,17 +16,10 @@ from sweepit._files import remove_temporaries
 from sweepit.errors import ConfigError
 from sweepit.local._capture import STDERR_LOG, tail_lines
 from sweepit.local._pool import Job
-from sweepit.results._job_files import has_result, read_record, start_clean, write_result, write_result_if_absent
+from sweepit.results import Recorder, State, Status
+from sweepit.results._job_files import JobRecord, record_failure, start_clean, write_result
 from sweepit.results._live import LiveReader, sweep_eta_s
-from sweepit.results._manifest import (
-    FAILED_STATUSES,
-    Manifest,
-    failure_report,
-    is_finished,
-    now_iso,
-    result_status,
-    write_manifest,
-)
+from sweepit.results._manifest import Manifest, failure_report, is_finished, now_iso, result_status, write_manifest
 from sweepit.results._progress import Progress
 
 _LOOK_S = 1.0  # how often the running jobs' metrics are read for the ETA
@@ -75,7 +68,7 @@ class SweepRun:
         entry = self.manifest.jobs[job.num]
         entry.job_dir = str(job.job_dir)
         if self.resume and is_finished(job.job_dir):
-            entry.state = result_status(job.job_dir) or "completed"
+            entry.state = result_status(job.job_dir) or Status.COMPLETED
             write_manifest(self.manifest, [job.num])
             self.skipped.add(job.num)
             self.progress.skip()
@@ -83,12 +76,10 @@ class SweepRun:
         try:
             self.check(job)
         except ConfigError as e:
-            write_result(job.job_dir, {"status": "failed", "objective": None, "error": str(e),
-                                       "recorded_by": "sweepit local launcher", "ended_at": now_iso()})
-            self.statuses[job.num] = entry.state = "failed"
+            self.statuses[job.num] = entry.state = record_failure(job.job_dir, str(e), Recorder.LOCAL)
             write_manifest(self.manifest, [job.num])
             self.progress.start()
-            self.progress.finish(job.num, "failed", None)
+            self.progress.finish(job.num, Status.FAILED, None)
             return False
         return True
 
@@ -98,7 +89,7 @@ class SweepRun:
 
     def started(self, job: Job) -> None:
         entry = self.manifest.jobs[job.num]
-        entry.state, entry.pid = "running", job.pid
+        entry.state, entry.pid = State.RUNNING, job.pid
         entry.started_at = self._started_at[job.num] = now_iso()
         entry.ended_at = None
         entry.extra = {"gpus": job.gpus} if job.gpus else {}
@@ -120,7 +111,7 @@ class SweepRun:
         if self.progress.done == 0 and time.monotonic() - self._looked >= _LOOK_S:
             self._looked = time.monotonic()
             running = [self._live.look(Path(e.job_dir)) for e in self.manifest.jobs.values()
-                       if e.state == "running" and e.job_dir]
+                       if e.state == State.RUNNING and e.job_dir]
             self.progress.early_eta(sweep_eta_s(running, self.progress.queued, max(1, self.progress.running)))
         self.progress.draw()
         self.heartbeat()
@@ -130,56 +121,35 @@ class SweepRun:
 
     def record(self, job: Job) -> str:
         """The job's status; writes `result.json` when the job left none (its own one is kept as it is)."""
-        return record_end(job, self._started_at.get(job.num), self.stderr_tail_lines, "sweepit local launcher")
+        return record_end(job, self._started_at.get(job.num), self.stderr_tail_lines, Recorder.LOCAL)
 
     def failure_report(self, jobs: list[Job], stop_signal: int | None, fail_on_error: bool) -> str | None:
         """The message of the error that ends a sweep with failures, or None when it ends cleanly."""
         return failure_report(self.manifest, jobs, self.statuses, self.skipped, stop_signal, fail_on_error)
 
 
-def record_end(job: Job, started_at: str | None, stderr_tail_lines: int, recorded_by: str) -> str:
+def record_end(job: Job, started_at: str | None, stderr_tail_lines: int, recorded_by: Recorder) -> str:
     """How a forked job ended, as its status; writes `result.json` when the job left none (its own one is kept as
     it is, with the tail of its stderr added to a failure its session recorded). The local launcher's driver and a
     packed Slurm worker (sweepit.slurm._pack_worker) both record their jobs with it."""
-    own = read_record(job.job_dir).result or None  # unreadable: the driver's record of the job's end replaces it
-    if own is not None and "status" in own:
-        if own["status"] in FAILED_STATUSES and own.get("recorded_by") == "sweepit" and "stderr_tail" not in own:
-            # Recorded by the job's own session (error and traceback): the driver adds what it alone knows.
-            own["stderr_tail"] = tail_lines(job.job_dir / STDERR_LOG, stderr_tail_lines)
-            write_result(job.job_dir, own)
-        return str(own["status"])
     reply = job.reply
-    result: dict[str, Any] = {
-        "objective": None, "hostname": socket.gethostname(), "pid": job.pid, "wall_time_s": job.wall_time_s,
-        "started_at": started_at, "ended_at": now_iso(), "recorded_by": recorded_by,
-    }
-    for key in ("metric", "direction"):
-        value = OmegaConf.select(job.config, key, default=None)
-        if value is not None:
-            result[key] = str(value)
-    if reply is not None and reply.status == "completed":
+    facts: dict[str, Any] = {key: str(value) for key in ("metric", "direction")
+                             if (value := OmegaConf.select(job.config, key, default=None)) is not None}
+    if reply is not None and reply.status == Status.COMPLETED:
         # An app that does not write result.json itself (not sweepit's train.py): record its return value.
-        result.update(status="completed", objective=_number(reply.value))
-        return _write(job, result)
-    if job.stopped or (reply is not None and reply.status == "interrupted"):
-        result.update(status="interrupted", error=reply.error if reply else "stopped by the sweep driver")
+        status, facts["objective"] = Status.COMPLETED, _number(reply.value)
+    elif job.stopped or (reply is not None and reply.status == Status.INTERRUPTED):
+        status, facts["error"] = Status.INTERRUPTED, reply.error if reply else "stopped by the sweep driver"
     elif reply is not None:
-        result.update(status="failed", error=reply.error, traceback=reply.traceback)
+        status = Status.FAILED
+        facts.update(error=reply.error, traceback=reply.traceback)
     else:
-        result.update(status="failed", error=describe_exit(job.exit_code, job.stopped))
+        status, facts["error"] = Status.FAILED, describe_exit(job.exit_code, job.stopped)
     if reply is None and job.exit_code is not None and job.exit_code < 0:
-        result["exit_signal"] = signal.Signals(-job.exit_code).name
+        facts["exit_signal"] = signal.Signals(-job.exit_code).name
     elif reply is None:
-        result["exit_code"] = job.exit_code
-    result["stderr_tail"] = tail_lines(job.job_dir / STDERR_LOG, stderr_tail_lines)
-    return _write(job, result)
-
-
-def _write(job: Job, result: dict[str, Any]) -> str:
-    """Record how a job that left no readable result ended; return its status. A result of the job's own
-    that appears meanwhile (from a process of the job that outlived it) is kept, and its status returned."""
-    if has_result(job.job_dir):
-        write_result(job.job_dir, result)  # unreadable: what the driver knows replaces it
-    elif not write_result_if_absent(job.job_dir, result):
-        return result_status(job.job_dir) or str(result["status"])
-    return str(result["status"])
+        facts["exit_code"] = job.exit_code
+    record = JobRecord.of(status, recorded_by, hostname=socket.gethostname(), pid=job.pid,
+                          wall_time_s=job.wall_time_s, started_at=started_at, ended_at=now_iso(), **facts)
+    return write_result(job.job_dir, record, replace=False,
+                        stderr_tail=lambda: tail_lines(job.job_dir / STDERR_LOG, stderr_tail_lines))

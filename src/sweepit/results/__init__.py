@@ -8,9 +8,17 @@ The report (`<sweep>/report/`: CSV, Markdown, plots, HTML) is a room of its own 
 
 from __future__ import annotations
 
-from sweepit.results._job_files import METRICS_FILE, RESULT_FILE, read_metrics, read_result
-from sweepit.results._status import STATUSES, objective_direction, sweep_direction, sweeper_value
+from sweepit.results._job_files import METRICS_FILE, RESULT_FILE, JobRecord, read_metrics, read_result
+from sweepit.results._status import (
+    STATUSES,
+    Recorder,
+    State,
+    Status,
+    objective_direction,
+    sweep_direction,
+    sweeper_value,
+)
 from sweepit.results._summary import JobRow, collect, summarize
 
-__all__ = ["METRICS_FILE", "RESULT_FILE", "STATUSES", "JobRow", "collect", "objective_direction",
-           "read_metrics", "read_result", "summarize", "sweep_direction", "sweeper_value"]
+__all__ = ["METRICS_FILE", "RESULT_FILE", "STATUSES", "JobRecord", "JobRow", "Recorder", "State", "Status", "collect",
+           "objective_direction", "read_metrics", "read_result", "summarize", "sweep_direction", "sweeper_value"]

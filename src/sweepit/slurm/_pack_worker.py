@@ -34,6 +34,7 @@ from sweepit.local._pool import Job, Pool
 from sweepit.local._resources import GpuPool
 from sweepit.local._run import record_end
 from sweepit.local._worker import ChildSpec, Reply, child_main
+from sweepit.results import Recorder, Status
 from sweepit.results._claims import Heartbeat, claim, claims_dir, workers_dir
 from sweepit.results._job_files import start_clean
 from sweepit.results._manifest import result_status
@@ -41,7 +42,6 @@ from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._task_files import TASK_DIR, record_task
 
 log = logging.getLogger(__name__)
-RECORDED_BY = "sweepit packed worker"
 RELEASED = "released-"   # `released-<num>-<token>` in the claims folder: job `num` was given back
 
 
@@ -152,9 +152,9 @@ class _Hooks:
         log.info(f"worker {self.worker}: job {job.num} started ({' '.join(job.overrides)})")
 
     def ended(self, job: Job) -> None:
-        status = record_end(job, self.started_at.get(job.num), self.spec.stderr_tail_lines, RECORDED_BY)
+        status = record_end(job, self.started_at.get(job.num), self.spec.stderr_tail_lines, Recorder.PACKED_WORKER)
         self.n_run += 1
-        if status in ("completed", "diverged", "pruned") and job.wall_time_s is not None:
+        if status in (Status.COMPLETED, Status.DIVERGED, Status.PRUNED) and job.wall_time_s is not None:
             self.walls.append(job.wall_time_s)
         log.info(f"worker {self.worker}: job {job.num} {status} after {job.wall_time_s or 0:.1f} s")
         job.config = None  # a worker of thousands of jobs keeps none of their configs
@@ -268,7 +268,7 @@ class PackedWorker:
             return
         for num in sorted(nums):
             entry = entries.get(num)
-            if entry is not None and result_status(Path(entry.job_dir)) in (None, "interrupted"):
+            if entry is not None and result_status(Path(entry.job_dir)) in (None, Status.INTERRUPTED):
                 release(self.sweep_dir, self.spec.generation, num)
                 log.info(f"worker {self.worker}: job {num}, which this worker ran before Slurm requeued it, is "
                          "claimable again")

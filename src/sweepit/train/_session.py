@@ -14,13 +14,13 @@ import time
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from sweepit._host import now_iso
 from sweepit.errors import ConfigError, DivergedError
 from sweepit.results._job_files import (
-    CORRUPT,
+    JobRecord,
     MetricsLog,
     as_number,
     read_metrics,
@@ -28,7 +28,7 @@ from sweepit.results._job_files import (
     returned_fields,
     write_result,
 )
-from sweepit.results._status import objective_direction
+from sweepit.results._status import FAILED_STATUSES, Recorder, State, Status, objective_direction
 from sweepit.train._rank import SINGLE, Rank, from_environment
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ class Session:
     config: Any = None                               # the job's config (an OmegaConf object or a mapping)
     rank: Rank | None = None                         # None: from the environment (Slurm, torchrun) at first use
     rows: list[dict[str, Any]] = field(default_factory=list)
-    started_at: str = field(default_factory=lambda: now())
+    started_at: str = field(default_factory=now_iso)
     t0: float = field(default_factory=time.perf_counter)
     _log: MetricsLog | None = None
     _trial: Any = None                               # the pruning callback, once opened (None: no study)
@@ -135,7 +135,7 @@ class Session:
             return
         record = read_record(self.job_dir)
         result = record.result or None
-        final = str(result.get("status")) if result and result.get("status") else status or "interrupted"
+        final = str(result.get("status")) if result and result.get("status") else status or Status.INTERRUPTED
         for tracker in trackers:
             try:
                 tracker.finish(final, result)
@@ -238,16 +238,15 @@ class Session:
         return state
 
     # -- the end -------------------------------------------------------------------------------------------
-    def outcome(self, status: str, returned: Any = _NOTHING, error: BaseException | None = None) -> dict[str, Any]:
+    def outcome(self, status: Status, returned: Any = _NOTHING, error: BaseException | None = None) -> JobRecord:
         """The `result.json` of a task that wrote none: status, objective, final metrics, best epoch, times."""
         metric, direction = self.metric, self.direction
         rows = self.rows or (read_metrics(self.job_dir)[0] if self.job_dir is not None else [])
-        result: dict[str, Any] = {
-            "status": status, "objective": None,
-            "epochs_completed": len(rows), "started_at": self.started_at, "ended_at": now(),
-            "wall_time_s": time.perf_counter() - self.t0, "hostname": socket.gethostname(), "pid": os.getpid(),
-            "world_size": self.the_rank.world_size, "recorded_by": "sweepit",
-        }
+        record = JobRecord.of(
+            status, Recorder.SESSION, epochs_completed=len(rows), started_at=self.started_at, ended_at=now_iso(),
+            wall_time_s=time.perf_counter() - self.t0, hostname=socket.gethostname(), pid=os.getpid(),
+            world_size=self.the_rank.world_size)
+        result = record.result
         # What the config says about the objective, and nothing it does not: readers apply one default.
         result.update({k: str(v) for k, v in (("metric", metric), ("direction", self.value("direction"))) if v})
         if rows:
@@ -259,29 +258,28 @@ class Session:
             pick = max if direction == "maximize" else min
             best = pick(scored, key=lambda r: float(r[key]))
             result.update(best_epoch=best.get("epoch"), best_value=best[key])
-        if status == "completed":
+        if status == Status.COMPLETED:
             result.update(returned_fields(None if returned is _NOTHING else returned))
             if result["objective"] is None and scored:
                 result["objective"] = float(scored[-1][key])
-        elif status == "pruned":  # stopped early: no objective to compare (docs/results.md); `final` keeps its last
+        elif status == Status.PRUNED:  # stopped early: no objective to compare (docs/results.md); `final` has its last
             result.update(returned_fields(None if returned is _NOTHING else returned), objective=None)
-        elif status == "diverged":
+        elif status == Status.DIVERGED:
             result["objective"] = None
             result["error"] = str(error) if error is not None else "the loss stopped being finite"
-        if error is not None and status in ("failed", "interrupted"):
+        if error is not None and status in FAILED_STATUSES:
             result["error"] = f"{type(error).__name__}: {error}"
             result["traceback"] = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-        return result
+        return record
 
-    def finish(self, status: str, returned: Any = _NOTHING, error: BaseException | None = None) -> None:
-        """Rank 0 writes `result.json` unless the task wrote its own (sweepit's train.py does)."""
+    def finish(self, status: Status, returned: Any = _NOTHING, error: BaseException | None = None) -> None:
+        """Rank 0 writes `result.json` unless the task wrote its own (sweepit's train.py does; a corrupt one,
+        half-written by the task, is replaced by this record)."""
         if self.job_dir is None or not self.is_main:
             return
-        if status == "completed" and self.told_to_stop:
-            status = "pruned"  # the task returned because should_stop() said so
-        if read_record(self.job_dir).status not in (None, CORRUPT):
-            return  # the task's own (a corrupt one, half-written by the task, is replaced by this record)
-        write_result(self.job_dir, self.outcome(status, returned, error))
+        if status == Status.COMPLETED and self.told_to_stop:
+            status = Status.PRUNED  # the task returned because should_stop() said so
+        write_result(self.job_dir, self.outcome(status, returned, error), replace=False)
 
 
 @dataclass(frozen=True)
@@ -344,7 +342,7 @@ def active() -> Session:
     if _active is not None and _active.job_dir == here:
         return _active
     if _active is not None:
-        end(_active, "ended")  # the last job of this process has ended: its trackers with it
+        end(_active, State.ENDED)  # the last job of this process has ended: its trackers with it
     _active = Session(job_dir=here, implicit=True)
     if not _exit_hook:  # no launcher ends the last one (a single run of a user's own loop): it ends at exit
         atexit.register(_end_implicit)
@@ -354,7 +352,7 @@ def active() -> Session:
 
 def _end_implicit() -> None:
     if _active is not None and _active.implicit:
-        end(_active, "ended")
+        end(_active, State.ENDED)
 
 
 def job_dir_from_environment() -> Path | None:
@@ -375,17 +373,17 @@ def leave_process_group() -> None:
         distributed.abandon_process_group()
 
 
-def status_of(error: BaseException) -> str:
+def status_of(error: BaseException) -> Status:
     """The status a job that raised `error` ends with: optuna.TrialPruned is `pruned` (Optuna's own way to
     prune from inside a trial), DivergedError `diverged`, KeyboardInterrupt `interrupted`, anything else `failed`."""
     if isinstance(error, DivergedError):
-        return "diverged"
+        return Status.DIVERGED
     if isinstance(error, KeyboardInterrupt):
-        return "interrupted"
+        return Status.INTERRUPTED
     optuna_exceptions = sys.modules.get("optuna.exceptions")
     if optuna_exceptions is not None and isinstance(error, optuna_exceptions.TrialPruned):
-        return "pruned"
-    return "failed"
+        return Status.PRUNED
+    return Status.FAILED
 
 
 def timing_summary(rows: list[dict[str, Any]]) -> dict[str, float | None]:
@@ -401,11 +399,6 @@ def timing_summary(rows: list[dict[str, Any]]) -> dict[str, float | None]:
     if out:
         out["timed_epochs"] = len(timed)
     return out
-
-
-def now() -> str:
-    """The time a job's result.json records (UTC, to the second)."""
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def _plain(value: Any) -> Any:
