@@ -27,6 +27,7 @@ from sweepit.local._pool import Job, Pool
 from sweepit.local._resources import GpuPool, cpu_count, resolve_n_workers, resolve_threads, visible_gpus
 from sweepit.local._run import SweepRun
 from sweepit.local._worker import ChildSpec, Reply, child_main
+from sweepit.results import State
 from sweepit.results._lock import SweepLock
 from sweepit.results._manifest import JobEntry, Manifest, is_finished, open_manifest, write_manifest
 from sweepit.results._progress import Progress
@@ -287,8 +288,8 @@ class LocalSweep:
         gc.unfreeze()
         progress.close()
         for entry in manifest.jobs.values():
-            if entry.state == "queued":
-                entry.state = "not started"  # the sweep was stopped first
+            if entry.state == State.QUEUED:
+                entry.state = State.NOT_STARTED  # the sweep was stopped first
         try:
             write_manifest(manifest)
         except OutputWriteError:

@@ -14,13 +14,13 @@ from pathlib import Path
 from sweepit.errors import SweepitError
 from sweepit.results._job_files import WEIGHT_FILES
 from sweepit.results._lock import SweepLock, describe_holder
-from sweepit.results._status import sweep_direction
+from sweepit.results._status import Status, sweep_direction
 from sweepit.results._summary import best_row, collect
 from sweepit.results._summary import size_text as _mb
 
 CHECKPOINT = "checkpoint.pt"  # sweepit.train's checkpoint file (results/ never imports torch)
 RANK_STATES = "checkpoint.rank*.pt"  # beside it, the random states of the ranks > 0 of a multi-rank job
-_FINISHED = ("completed", "pruned", "diverged")
+_FINISHED = (Status.COMPLETED, Status.PRUNED, Status.DIVERGED)
 
 
 @dataclass

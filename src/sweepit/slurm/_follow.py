@@ -20,6 +20,7 @@ from typing import Any
 
 from sweepit._signals import StopSignals
 from sweepit.errors import SlurmError
+from sweepit.results import State
 from sweepit.results._job_files import ResultGrace, read_record
 from sweepit.results._live import LiveReader, sweep_eta_s
 from sweepit.results._manifest import FAILED_STATUSES, JobEntry, Manifest, write_manifest
@@ -58,7 +59,8 @@ class Follower:
         self.stderr_tail_lines = stderr_tail_lines
         self.statuses: dict[int, str] = {}
         self.stop_signal: int | None = None
-        self._phase = {n: "running" if manifest.jobs[n].state == "running" else "queued" for n in nums}
+        self._phase: dict[int, str] = {n: State.RUNNING if manifest.jobs[n].state == State.RUNNING else State.QUEUED
+                                       for n in nums}
         self._dead = ResultGrace(result_grace_s)  # its own result may be a moment late on a shared file system
         self._returning: dict[int, tuple[float, str]] = {}  # result in, return value not yet: (since, status)
         self._unreachable = False    # the controller did not answer at the last look (said once, and when back)
@@ -77,7 +79,7 @@ class Follower:
         """Follow one more job (submitted after the follower was made: the Optuna sweeper's trials; a packed job once
         a worker claims it, `counted` among the queued jobs of the progress line already)."""
         self.pending[num] = None
-        self._phase[num] = "queued"
+        self._phase[num] = State.QUEUED
         if not counted:
             self.progress.queued += 1
 
@@ -86,16 +88,16 @@ class Follower:
         worker claims it)."""
         if num in self.pending:
             del self.pending[num]
-            if self._phase.get(num) == "running":
+            if self._phase.get(num) == State.RUNNING:
                 self.progress.running -= 1
                 self.progress.queued += 1
-            self._phase[num] = "queued"
+            self._phase[num] = State.QUEUED
             self._returning.pop(num, None)
 
     def run(self) -> None:
         """Follow until every job has ended, or a SIGINT/SIGTERM says to stop following (the jobs go on)."""
         for n in self.pending:
-            if self._phase[n] == "running":
+            if self._phase[n] == State.RUNNING:
                 self.progress.start()
 
         def going() -> bool:
@@ -153,7 +155,7 @@ class Follower:
             self._tell_reasons(pending_reasons({n: s for n, s in seen.items() if n in self.pending}))
         if self.progress.done == 0:  # before the first job ends: an ETA from the running jobs' epochs
             running = [self._live.look(Path(self.manifest.jobs[n].job_dir)) for n in self.pending
-                       if self._phase[n] == "running" and self.manifest.jobs[n].job_dir]
+                       if self._phase[n] == State.RUNNING and self.manifest.jobs[n].job_dir]
             self.progress.early_eta(sweep_eta_s(running, self.progress.queued, max(1, self.progress.running)))
         self.progress.draw()
 
@@ -235,21 +237,21 @@ class Follower:
     def _advance(self, num: int, s: Seen) -> None:
         phase = self._phase[num]
         if s.final:
-            if phase == "queued":
+            if phase == State.QUEUED:
                 self.progress.start()
-                self._phase[num] = "running"
+                self._phase[num] = State.RUNNING
             entry = self.manifest.jobs[num]
             if s.state in FAILED_STATUSES or not slurm_id(entry) or _has_returned(entry):
                 self._end(num, s.state)
             else:
                 self._returning.setdefault(num, (time.monotonic(), s.state))
-        elif s.state == "running" and phase == "queued":
+        elif s.state == State.RUNNING and phase == State.QUEUED:
             self.progress.start()
-            self._phase[num] = "running"
-        elif s.state == "queued" and phase == "running":  # requeued (time limit, preemption)
+            self._phase[num] = State.RUNNING
+        elif s.state == State.QUEUED and phase == State.RUNNING:  # requeued (time limit, preemption)
             self.progress.running -= 1
             self.progress.queued += 1
-            self._phase[num] = "queued"
+            self._phase[num] = State.QUEUED
 
     def _end(self, num: int, state: str) -> None:
         result = _read(Path(self.manifest.jobs[num].job_dir))

@@ -20,6 +20,7 @@ from typing import Any
 from sweepit._host import now_iso
 from sweepit.errors import QueueLimitError, SlurmError
 from sweepit.local._capture import STDERR_LOG, STDOUT_LOG
+from sweepit.results import State
 from sweepit.results._job_files import start_clean
 from sweepit.results._manifest import JobEntry, Manifest, write_manifest
 from sweepit.slurm._limits import Room, dry_run_lines, held_for_limit, refused_for_limit
@@ -173,7 +174,7 @@ def submit_jobs(jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, max
             link_task_logs(job.job_dir, [log_paths(folder, job_id, task) for task in range(n_tasks)])
             array_id, _, index = job_id.partition("_")
             entry = manifest.jobs[job.num]
-            entry.state, entry.pid, entry.started_at, entry.ended_at = "queued", None, None, None
+            entry.state, entry.pid, entry.started_at, entry.ended_at = State.QUEUED, None, None, None
             entry.extra = {
                 "slurm_job_id": job_id, "slurm_array_job_id": array_id,
                 "slurm_array_index": int(index) if index else None, "slurm_job_name": name,
@@ -229,7 +230,7 @@ class Feeder:
     def _hold(self, why: str) -> None:
         for job in self.held:
             entry = self.manifest.jobs[job.num]
-            entry.state, entry.extra = "queued", {"held": why}
+            entry.state, entry.extra = State.QUEUED, {"held": why}
         write_manifest(self.manifest, [j.num for j in self.held])
         log.warning(f"sweepit: {len(self.held)} job(s) held back: {why}")
         self._said = why
@@ -238,7 +239,7 @@ class Feeder:
         """The driver does not follow (wait=false): the held jobs are `not started`, for `sweepit resume`."""
         for job in self.held:
             entry = self.manifest.jobs[job.num]
-            entry.state = "not started"
+            entry.state = State.NOT_STARTED
             entry.extra.pop("held", None)
         write_manifest(self.manifest, [j.num for j in self.held])
 
