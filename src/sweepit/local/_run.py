@@ -17,7 +17,7 @@ from sweepit.errors import ConfigError
 from sweepit.local._capture import STDERR_LOG, tail_lines
 from sweepit.local._pool import Job
 from sweepit.results import Recorder, State, Status
-from sweepit.results._job_files import JobRecord, record_failure, start_clean, write_result
+from sweepit.results._job_files import JobRecord, as_number, record_failure, start_clean, write_result
 from sweepit.results._live import LiveReader, sweep_eta_s
 from sweepit.results._manifest import Manifest, failure_report, is_finished, now_iso, result_status, write_manifest
 from sweepit.results._progress import Progress
@@ -36,10 +36,6 @@ def describe_exit(exit_code: int | None, stopped: bool) -> str:
             hint = " (the kernel's out-of-memory killer sends SIGKILL: check the job's memory)"
         return f"died from signal {name}{hint}"
     return f"exited with code {exit_code} before reporting a result (os._exit, or a crash in native code)"
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 class SweepRun:
@@ -98,7 +94,8 @@ class SweepRun:
 
     def ended(self, job: Job) -> None:
         remove_temporaries(job.job_dir)  # of writes the job's death cut short (its processes are gone)
-        status = self.record(job)
+        # The job's own result.json is kept; one is written for a job that left none.
+        status = record_end(job, self._started_at.get(job.num), self.stderr_tail_lines, Recorder.LOCAL)
         self.release(job)
         self.statuses[job.num] = status
         entry = self.manifest.jobs[job.num]
@@ -119,10 +116,6 @@ class SweepRun:
     def before_echo(self) -> None:
         self.progress.clear()
 
-    def record(self, job: Job) -> str:
-        """The job's status; writes `result.json` when the job left none (its own one is kept as it is)."""
-        return record_end(job, self._started_at.get(job.num), self.stderr_tail_lines, Recorder.LOCAL)
-
     def failure_report(self, jobs: list[Job], stop_signal: int | None, fail_on_error: bool) -> str | None:
         """The message of the error that ends a sweep with failures, or None when it ends cleanly."""
         return failure_report(self.manifest, jobs, self.statuses, self.skipped, stop_signal, fail_on_error)
@@ -137,7 +130,7 @@ def record_end(job: Job, started_at: str | None, stderr_tail_lines: int, recorde
                              if (value := OmegaConf.select(job.config, key, default=None)) is not None}
     if reply is not None and reply.status == Status.COMPLETED:
         # An app that does not write result.json itself (not sweepit's train.py): record its return value.
-        status, facts["objective"] = Status.COMPLETED, _number(reply.value)
+        status, facts["objective"] = Status.COMPLETED, as_number(reply.value)
     elif job.stopped or (reply is not None and reply.status == Status.INTERRUPTED):
         status, facts["error"] = Status.INTERRUPTED, reply.error if reply else "stopped by the sweep driver"
     elif reply is not None:

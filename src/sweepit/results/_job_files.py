@@ -250,6 +250,11 @@ class JobRecord:
         return error_line(self.error)
 
     @property
+    def wall_time_s(self) -> float | None:
+        """How long this attempt of the job ran (`total_wall_time_s`: all of them)."""
+        return as_number(self.result.get("wall_time_s"))
+
+    @property
     def recorded_by(self) -> str | None:
         """A `Recorder` when sweepit wrote the record for the job; None when the job wrote it (sweepit's loop, an
         app)."""

@@ -1,12 +1,5 @@
 """A job's outcome in one word (`Status`), where a job stands before it has one (`State`), who recorded it
-(`Recorder`), and the one rule that turns an outcome into what a sweeper receives.
-
-    completed    trained to the end (or the task returned): the objective, or the task's own return value
-    pruned       stopped early by the Optuna pruner: the value is the last reported one, told as PRUNED
-    diverged     the loss stopped being finite: a result, not an error; the sweeper gets the worst value
-    failed       raised, crashed, was killed, or Slurm ended it: no value
-    interrupted  stopped by the sweep driver (Ctrl-C, scancel): no value; a resume runs it again
-"""
+(`Recorder`), and the one rule that turns an outcome into what a sweeper receives."""
 
 from __future__ import annotations
 
@@ -25,18 +18,15 @@ class _Word(str, Enum):
     def __str__(self) -> str:
         return str(self.value)
 
-    def __format__(self, spec: str) -> str:
-        return format(str(self.value), spec)
-
 
 class Status(_Word):
     """How a job ended: `result.json`'s `status`, and its job's state in `sweep.json` from then on."""
 
-    COMPLETED = "completed"
-    PRUNED = "pruned"
-    DIVERGED = "diverged"
-    FAILED = "failed"
-    INTERRUPTED = "interrupted"
+    COMPLETED = "completed"      # trained to the end (or the task returned): the objective, or the task's return value
+    PRUNED = "pruned"            # stopped early by the Optuna pruner: its last reported value, told as PRUNED
+    DIVERGED = "diverged"        # the loss stopped being finite: a result, not an error; the sweeper gets the worst
+    FAILED = "failed"            # raised, crashed, was killed, or Slurm ended it: no value
+    INTERRUPTED = "interrupted"  # stopped by the sweep driver (Ctrl-C, scancel): no value; a resume runs it again
 
 
 class State(_Word):

@@ -145,8 +145,8 @@ def with_result(row: Row) -> Row:
     row.objective = float(objective) if isinstance(objective, int | float) else None
     if row.status in (Status.FAILED, Status.INTERRUPTED) and read.error:
         row.note = read.error_line
-    elif isinstance(attempts := result.get("attempts"), int) and attempts > 1 and not row.note:
-        row.note = f"{attempts} attempts"  # its time is theirs together
+    elif read.attempts > 1 and not row.note:
+        row.note = f"{read.attempts} attempts"  # its time is theirs together
     return row
 
 

@@ -254,9 +254,7 @@ class Follower:
             self._phase[num] = State.QUEUED
 
     def _end(self, num: int, state: str) -> None:
-        result = _read(Path(self.manifest.jobs[num].job_dir))
-        wall = result.get("wall_time_s")
-        self.progress.finish(num, state, float(wall) if isinstance(wall, int | float) else None)
+        self.progress.finish(num, state, read_record(self.manifest.jobs[num].job_dir).wall_time_s)
         self.statuses[num] = state
         del self.pending[num]
         self._phase[num] = "done"
@@ -264,7 +262,7 @@ class Follower:
 
     def _report_dead(self, num: int, s: Seen) -> None:
         entry = self.manifest.jobs[num]
-        error = str(_read(Path(entry.job_dir)).get("error", ""))
+        error = read_record(entry.job_dir).error
         self.progress.clear()
         print(f"sweepit: job {num} [{' '.join(own_overrides(entry.overrides))}] {s.state}: {error} (stderr: "
               f"{entry.extra.get('stderr')})", file=sys.stderr, flush=True)
@@ -275,7 +273,3 @@ def _has_returned(entry: JobEntry) -> bool:
         return True  # a job run by a worker: its worker returns when all are done
     path = result_pickle(entry)
     return path is not None and path.exists()
-
-
-def _read(job_dir: Path) -> dict[str, Any]:
-    return read_record(job_dir).result

@@ -160,7 +160,7 @@ def _decide(entry: JobEntry, status: str | None, queued: QueueRow | None, accoun
         return Seen(state=State.RUNNING if row is not None and row.state == "COMPLETING" else entry.state,
                     slurm_state=row.state if row is not None else "", node=row.node if row is not None else "")
     # A job that SIGTERM stopped recorded itself `interrupted`; Slurm knows why (scancel, time limit, node failure).
-    retell = status == Status.INTERRUPTED and _stopped_by_sigterm(entry)
+    retell = status == Status.INTERRUPTED and _retold(entry, read_record(entry.job_dir).result)
     return Seen(state=status or _status_for(ended.state), slurm_state=ended.state,
                 node=ended.node or (queued.node if queued is not None else ""),
                 exit_code=accounted.reason if accounted is not None else "", final=True,
@@ -174,10 +174,6 @@ def _said_before_it_went(entry: JobEntry) -> str:
         return "CANCELLED"
     said = _SLURMSTEPD.findall(stderr_tail(entry, 20))
     return _SLURMSTEPD_STATE[said[-1] or None] if said else LOST
-
-
-def _stopped_by_sigterm(entry: JobEntry) -> bool:
-    return _retold(entry, read_record(entry.job_dir).result)
 
 
 def _retold(entry: JobEntry, own: dict[str, Any]) -> bool:

@@ -27,7 +27,7 @@ from sweepit.train._devices import cuda_available
 from sweepit.train._distributed import spawn_local
 from sweepit.train._loop import EpochCallback, Outcome, train
 from sweepit.train._rank import SINGLE, Rank, from_environment
-from sweepit.train._session import timing_summary
+from sweepit.train._session import epoch_facts
 
 
 @lru_cache(maxsize=1)
@@ -85,19 +85,11 @@ def run_job(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None = None) -> f
         checkpoint = session.checkpoint_path
         if checkpoint is not None and not cfg.trainer.get("keep_checkpoint", False):
             _checkpoint.remove(checkpoint)
-        result.update(outcome.info)
-        result.update(timing_summary(outcome.rows))
-        rows = outcome.rows
-        final = rows[-1]
-        objective = float(final[cfg.metric])
-        better = max if cfg.direction == "maximize" else min
-        best = better(rows, key=lambda r: r[cfg.metric])
+        objective = float(outcome.rows[-1][cfg.metric])
         # A pruned job was stopped early: its last value (in `final`) is no objective to compare with the others'.
-        result.update(
-            status=Status.PRUNED if outcome.stopped_early else Status.COMPLETED,
-            objective=None if outcome.stopped_early else objective, final=final,
-            epochs_completed=len(rows), best_epoch=best["epoch"], best_value=best[cfg.metric],
-        )
+        result.update(outcome.info, **epoch_facts(outcome.rows, str(cfg.metric), str(cfg.direction)),
+                      status=Status.PRUNED if outcome.stopped_early else Status.COMPLETED,
+                      objective=None if outcome.stopped_early else objective)
         return objective
     except DivergedError as e:
         rows = rows_so_far()

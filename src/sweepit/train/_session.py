@@ -134,11 +134,10 @@ class Session:
         if not trackers:
             return
         record = read_record(self.job_dir)
-        result = record.result or None
-        final = str(result.get("status")) if result and result.get("status") else status or Status.INTERRUPTED
+        final = str(record.status if record.ended else status or Status.INTERRUPTED)
         for tracker in trackers:
             try:
-                tracker.finish(final, result)
+                tracker.finish(final, record.result or None)
             except Exception as e:  # the job's own outcome is recorded already: a tracker must not change it
                 log.warning(f"sweepit: {type(tracker).__name__} could not record the end of the run: "
                             f"{type(e).__name__}: {e}")
@@ -243,21 +242,14 @@ class Session:
         metric, direction = self.metric, self.direction
         rows = self.rows or (read_metrics(self.job_dir)[0] if self.job_dir is not None else [])
         record = JobRecord.of(
-            status, Recorder.SESSION, epochs_completed=len(rows), started_at=self.started_at, ended_at=now_iso(),
+            status, Recorder.SESSION, started_at=self.started_at, ended_at=now_iso(),
             wall_time_s=time.perf_counter() - self.t0, hostname=socket.gethostname(), pid=os.getpid(),
-            world_size=self.the_rank.world_size)
+            world_size=self.the_rank.world_size, **epoch_facts(rows, metric, direction))
         result = record.result
         # What the config says about the objective, and nothing it does not: readers apply one default.
         result.update({k: str(v) for k, v in (("metric", metric), ("direction", self.value("direction"))) if v})
-        if rows:
-            result["final"] = rows[-1]
-            result.update(timing_summary(rows))
         key = metric or ""
         scored = [r for r in rows if as_number(r.get(key)) is not None] if metric else []
-        if scored:
-            pick = max if direction == "maximize" else min
-            best = pick(scored, key=lambda r: float(r[key]))
-            result.update(best_epoch=best.get("epoch"), best_value=best[key])
         if status == Status.COMPLETED:
             result.update(returned_fields(None if returned is _NOTHING else returned))
             if result["objective"] is None and scored:
@@ -384,6 +376,19 @@ def status_of(error: BaseException) -> Status:
     if optuna_exceptions is not None and isinstance(error, optuna_exceptions.TrialPruned):
         return Status.PRUNED
     return Status.FAILED
+
+
+def epoch_facts(rows: list[dict[str, Any]], metric: str | None, direction: str) -> dict[str, Any]:
+    """What a job's record says of its epochs: how many, the last one's metrics (`final`), its times
+    (`timing_summary`), and the epoch where `metric` was best."""
+    facts: dict[str, Any] = {"epochs_completed": len(rows)}
+    if rows:
+        facts.update(final=rows[-1], **timing_summary(rows))
+    scored = [r for r in rows if as_number(r.get(metric)) is not None] if metric else []
+    if metric and scored:
+        best = (max if direction == "maximize" else min)(scored, key=lambda r: float(r[metric]))
+        facts.update(best_epoch=best.get("epoch"), best_value=best[metric])
+    return facts
 
 
 def timing_summary(rows: list[dict[str, Any]]) -> dict[str, float | None]:
