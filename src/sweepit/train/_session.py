@@ -248,16 +248,14 @@ class Session:
         result = record.result
         # What the config says about the objective, and nothing it does not: readers apply one default.
         result.update({k: str(v) for k, v in (("metric", metric), ("direction", self.value("direction"))) if v})
-        key = metric or ""
-        scored = [r for r in rows if as_number(r.get(key)) is not None] if metric else []
         if status == Status.COMPLETED:
             result.update(returned_fields(None if returned is _NOTHING else returned))
-            if result["objective"] is None and scored:
-                result["objective"] = float(scored[-1][key])
+            if result["objective"] is None and metric:  # the last reported value
+                result["objective"] = next((v for r in reversed(rows) if (v := as_number(r.get(metric))) is not None),
+                                           None)
         elif status == Status.PRUNED:  # stopped early: no objective to compare (docs/results.md); `final` has its last
             result.update(returned_fields(None if returned is _NOTHING else returned), objective=None)
         elif status == Status.DIVERGED:
-            result["objective"] = None
             result["error"] = str(error) if error is not None else "the loss stopped being finite"
         if error is not None and status in FAILED_STATUSES:
             result["error"] = f"{type(error).__name__}: {error}"
