@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sweepit.results._job_files import read_result, start_clean, write_result, write_result_if_absent
+from sweepit.results._job_files import read_result, start_clean, write_result
 from sweepit.results._summary import format_table, read_job
 
 
@@ -41,6 +41,7 @@ def test_each_run_again_keeps_the_last_runs_record_and_log_links_and_the_record_
     start_clean(job)
     assert sorted(p.name for p in job.iterdir()) == ["result.1.json", "result.2.json", "stderr.log", "stdout.1.log",
                                                      "stdout.2.log"]  # (the link to nothing: the next submission's)
-    assert write_result_if_absent(job, {"status": "failed", "wall_time_s": 1.0})  # a record of its death counts too
+    assert write_result(job, {"status": "failed", "wall_time_s": 1.0}, replace=False) == "failed"  # a record of its
+    # death counts too
     third = read_result(job) or {}
     assert third["attempts"] == 3 and third["total_wall_time_s"] == pytest.approx(9.0)

@@ -22,7 +22,6 @@ from sweepit.results._job_files import (
     RESULT_GRACE_S,
     read_result,
     write_result,
-    write_result_if_absent,
 )
 from sweepit.results._manifest import JobEntry, Manifest, is_finished, read_manifest, write_manifest
 from sweepit_testing import REPO, SWEEPIT
@@ -109,11 +108,11 @@ def test_status_waits_the_sweeps_own_grace(tmp_path: Path) -> None:
 
 def test_a_record_of_death_never_replaces_a_result_that_is_there(tmp_path: Path) -> None:
     write_result(tmp_path, {"status": "completed", "objective": 1.0})
-    assert not write_result_if_absent(tmp_path, {"status": "failed"})
+    assert write_result(tmp_path, {"status": "failed"}, replace=False) == "completed"  # the status that stands
     assert read_result(tmp_path) == {"status": "completed", "objective": 1.0}
     assert sorted(p.name for p in tmp_path.iterdir()) == [RESULT_FILE]
     (tmp_path / RESULT_FILE).unlink()
-    assert write_result_if_absent(tmp_path, {"status": "failed"})
+    assert write_result(tmp_path, {"status": "failed"}, replace=False) == "failed"
     assert read_result(tmp_path) == {"status": "failed"}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from omegaconf import DictConfig
 
 from sweepit.errors import ConfigError, DataMissingError
+from sweepit.results import Status
 from sweepit.results._job_files import read_metrics, read_result
 from sweepit.train import _session
 from sweepit.train._job import run_job
@@ -33,6 +35,21 @@ def test_completed_job_leaves_metrics_and_result(compose_cfg: Callable[..., Dict
     for key in ("wall_time_s", "device", "world_size", "code_version", "n_params", "effective_lr"):
         assert key in result, key
     assert {"w", "b", "train_loss", "val_loss", "epoch_time_s", "samples_per_s"} <= set(rows[-1])
+
+
+def test_a_jobs_record_writes_its_times_as_sweep_json_does(compose_cfg: Callable[..., DictConfig],
+                                                           tmp_path: Path) -> None:
+    """One timestamp format in a sweep's records: UTC, to the millisecond (`now_iso`), in result.json as in
+    sweep.json, whether sweepit's loop or the session of a task that wrote none recorded the job."""
+    run_job(compose_cfg(*LINREG), tmp_path / "loop")
+    (tmp_path / "task").mkdir()
+    session = _session.begin(tmp_path / "task", {"metric": "loss"})
+    session.finish(Status.COMPLETED, returned=1.0)
+    _session.end(session)
+    for job in ("loop", "task"):
+        result = read_result(tmp_path / job) or {}
+        for key in ("started_at", "ended_at"):
+            assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00", result[key]), (job, key, result[key])
 
 
 def test_linreg_recovers_the_line(compose_cfg: Callable[..., DictConfig], tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ from sweepit.results import (
     HYDRA_FILE,
     MULTIRUN_FILE,
     OVERRIDES_FILE,
+    Status,
     SweepLock,
     SweepPaths,
     read_record,
@@ -225,9 +226,9 @@ def run_hydra_job(hydra_context: HydraContext, task_function: TaskFunction, conf
         ret = run_forked_job(hydra_context, task_function, config)
         status, error = record(session, ret)
         if error is None:
-            reply = Reply(status="completed", value=picklable(ret.return_value))
-        elif status == "pruned":
-            reply = Reply(status="pruned", error=f"{type(error).__name__}: {error}")
+            reply = Reply(status=Status.COMPLETED, value=picklable(ret.return_value))
+        elif status == Status.PRUNED:
+            reply = Reply(status=Status.PRUNED, error=f"{type(error).__name__}: {error}")
         else:
             reply = failure(status, error)
         reply.working_dir, reply.task_name = ret.working_dir, ret.task_name
@@ -322,12 +323,12 @@ def _uses_hydra_resolver(sweep: DictConfig) -> bool:
     return False
 
 
-def record(session: Session, ret: JobReturn) -> tuple[str, BaseException | None]:
+def record(session: Session, ret: JobReturn) -> tuple[Status, BaseException | None]:
     """The job's status and error from Hydra's JobReturn, recorded in result.json when the task wrote none
     (optuna.TrialPruned raised by the task is `pruned`). A task that raised leaves its process group undestroyed."""
     if ret.status == JobStatus.COMPLETED:
-        session.finish("completed", returned=ret.return_value)
-        return "completed", None
+        session.finish(Status.COMPLETED, returned=ret.return_value)
+        return Status.COMPLETED, None
     value = ret._return_value
     error = value if isinstance(value, BaseException) else RuntimeError(repr(value))
     status = status_of(error)
@@ -518,17 +519,17 @@ class SlurmTask:
             error: BaseException | None
             if failed is not None:  # its error came from a peer that failed first (a collective's lost connection)
                 error = RankFailedError(rank_failure(failed))
-                session.finish("failed", error=error)
-                status = "failed"
+                session.finish(Status.FAILED, error=error)
+                status = Status.FAILED
             else:
                 status, error = record(session, ret)
-            if rank != 0 and status == "failed" and error is not None:
+            if rank != 0 and status == Status.FAILED and error is not None:
                 record_task_error(job_dir, rank, error)  # before this task exits: the cause, for the others
         finally:
             end_session(session)  # after result.json: the session's trackers close with the job's status
         if error is None:
             return picklable(ret.return_value)
-        if status == "pruned":
+        if status == Status.PRUNED:
             return None  # optuna.TrialPruned: a result, and the Slurm job ends COMPLETED
         raise error
 

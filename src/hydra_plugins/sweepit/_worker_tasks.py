@@ -26,11 +26,9 @@ from omegaconf import DictConfig, open_dict
 from hydra_plugins.sweepit._compose import ComposedConfigs
 from hydra_plugins.sweepit._hydra import job_dir, run_hydra_job
 from sweepit.local import Job, Reply
-from sweepit.results import Work
+from sweepit.results import Recorder, Work
 from sweepit.search import Search, StudySource, no_env
 from sweepit.slurm import Engine, PackedWorker, PackSpec, worker_id
-
-RECORDED_BY = "sweepit optuna worker"
 
 
 def for_workers(search: Search) -> Search:
@@ -74,7 +72,7 @@ class WorkerTask:
             assert self.search is not None
             source = StudySource(self.search, self.index, self.job_base)
             self._engine = Engine(source, worker_id(), self.sweep_dir, self._compose, self._body,
-                                  recorded_by=RECORDED_BY, threads=len(os.sched_getaffinity(0)))
+                                  recorded_by=Recorder.OPTUNA_WORKER, threads=len(os.sched_getaffinity(0)))
         return self._engine.run()
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:

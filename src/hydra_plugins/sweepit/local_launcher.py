@@ -25,6 +25,7 @@ from hydra_plugins.sweepit._hydra import (
 )
 from sweepit.errors import SweepFailedError
 from sweepit.local import Job, LocalOptions, LocalSweep, Reply
+from sweepit.results import Status
 
 log = logging.getLogger(__name__)
 THREADS_KEY = "trainer.threads"  # sweepit's training config: a job's own torch threads (0: the launcher's choice)
@@ -92,7 +93,7 @@ class LocalLauncher(SweepitLauncher):
     def _job_return(self, job: Job, status: str | None) -> JobReturn:
         reply = job.reply
         returned: dict[str, Any] = {}
-        if reply is not None and reply.status == "completed":
+        if reply is not None and reply.status == Status.COMPLETED:
             returned = {"returned": reply.value, "has_returned": True}
         return job_return(job.overrides, job.config, job.job_dir, status,
                           working_dir=reply.working_dir if reply else None,

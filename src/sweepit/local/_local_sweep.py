@@ -31,6 +31,7 @@ from sweepit.results import (
     JobEntry,
     Manifest,
     Progress,
+    State,
     SweepLock,
     is_finished,
     open_manifest,
@@ -292,8 +293,8 @@ class LocalSweep:
         gc.unfreeze()
         progress.close()
         for entry in manifest.jobs.values():
-            if entry.state == "queued":
-                entry.state = "not started"  # the sweep was stopped first
+            if entry.state == State.QUEUED:
+                entry.state = State.NOT_STARTED  # the sweep was stopped first
         try:
             write_manifest(manifest)
         except OutputWriteError:

@@ -18,20 +18,22 @@ from sweepit.errors import ConfigError
 from sweepit.local._capture import STDERR_LOG, tail_lines
 from sweepit.local._pool import Job
 from sweepit.results import (
-    FAILED_STATUSES,
+    JobRecord,
     LiveReader,
     Manifest,
     Progress,
+    Recorder,
+    State,
+    Status,
+    as_number,
     failure_report,
-    has_result,
     is_finished,
-    read_record,
+    record_failure,
     result_status,
     start_clean,
     sweep_eta_s,
     write_manifest,
     write_result,
-    write_result_if_absent,
 )
 
 _LOOK_S = 1.0  # how often the running jobs' metrics are read for the ETA
@@ -48,10 +50,6 @@ def describe_exit(exit_code: int | None, stopped: bool) -> str:
             hint = " (the kernel's out-of-memory killer sends SIGKILL: check the job's memory)"
         return f"died from signal {name}{hint}"
     return f"exited with code {exit_code} before reporting a result (os._exit, or a crash in native code)"
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 class SweepRun:
@@ -80,7 +78,7 @@ class SweepRun:
         entry = self.manifest.jobs[job.num]
         entry.job_dir = str(job.job_dir)
         if self.resume and is_finished(job.job_dir):
-            entry.state = result_status(job.job_dir) or "completed"
+            entry.state = result_status(job.job_dir) or Status.COMPLETED
             write_manifest(self.manifest, [job.num])
             self.skipped.add(job.num)
             self.progress.skip()
@@ -88,12 +86,10 @@ class SweepRun:
         try:
             self.check(job)
         except ConfigError as e:
-            write_result(job.job_dir, {"status": "failed", "objective": None, "error": str(e),
-                                       "recorded_by": "sweepit local launcher", "ended_at": now_iso()})
-            self.statuses[job.num] = entry.state = "failed"
+            self.statuses[job.num] = entry.state = record_failure(job.job_dir, str(e), Recorder.LOCAL)
             write_manifest(self.manifest, [job.num])
             self.progress.start()
-            self.progress.finish(job.num, "failed", None)
+            self.progress.finish(job.num, Status.FAILED, None)
             return False
         return True
 
@@ -103,7 +99,7 @@ class SweepRun:
 
     def started(self, job: Job) -> None:
         entry = self.manifest.jobs[job.num]
-        entry.state, entry.pid = "running", job.pid
+        entry.state, entry.pid = State.RUNNING, job.pid
         entry.started_at = self._started_at[job.num] = now_iso()
         entry.ended_at = None
         entry.extra = {"gpus": job.gpus} if job.gpus else {}
@@ -112,7 +108,8 @@ class SweepRun:
 
     def ended(self, job: Job) -> None:
         remove_temporaries(job.job_dir)  # of writes the job's death cut short (its processes are gone)
-        status = self.record(job)
+        # The job's own result.json is kept; one is written for a job that left none.
+        status = record_end(job, self._started_at.get(job.num), self.stderr_tail_lines, Recorder.LOCAL)
         self.release(job)
         self.statuses[job.num] = status
         entry = self.manifest.jobs[job.num]
@@ -125,7 +122,7 @@ class SweepRun:
         if self.progress.done == 0 and time.monotonic() - self._looked >= _LOOK_S:
             self._looked = time.monotonic()
             running = [self._live.look(Path(e.job_dir)) for e in self.manifest.jobs.values()
-                       if e.state == "running" and e.job_dir]
+                       if e.state == State.RUNNING and e.job_dir]
             self.progress.early_eta(sweep_eta_s(running, self.progress.queued, max(1, self.progress.running)))
         self.progress.draw()
         self.heartbeat()
@@ -133,58 +130,33 @@ class SweepRun:
     def before_echo(self) -> None:
         self.progress.clear()
 
-    def record(self, job: Job) -> str:
-        """The job's status; writes `result.json` when the job left none (its own one is kept as it is)."""
-        return record_end(job, self._started_at.get(job.num), self.stderr_tail_lines, "sweepit local launcher")
-
     def failure_report(self, jobs: list[Job], stop_signal: int | None, fail_on_error: bool) -> str | None:
         """The message of the error that ends a sweep with failures, or None when it ends cleanly."""
         return failure_report(self.manifest, jobs, self.statuses, self.skipped, stop_signal, fail_on_error)
 
 
-def record_end(job: Job, started_at: str | None, stderr_tail_lines: int, recorded_by: str) -> str:
+def record_end(job: Job, started_at: str | None, stderr_tail_lines: int, recorded_by: Recorder) -> str:
     """How a forked job ended, as its status; writes `result.json` when the job left none (its own one is kept as
     it is, with the tail of its stderr added to a failure its session recorded). The local launcher's driver and a
     packed Slurm worker (sweepit.slurm._pack_worker) both record their jobs with it."""
-    own = read_record(job.job_dir).result or None  # unreadable: the driver's record of the job's end replaces it
-    if own is not None and "status" in own:
-        if own["status"] in FAILED_STATUSES and own.get("recorded_by") == "sweepit" and "stderr_tail" not in own:
-            # Recorded by the job's own session (error and traceback): the driver adds what it alone knows.
-            own["stderr_tail"] = tail_lines(job.job_dir / STDERR_LOG, stderr_tail_lines)
-            write_result(job.job_dir, own)
-        return str(own["status"])
     reply = job.reply
-    result: dict[str, Any] = {
-        "objective": None, "hostname": socket.gethostname(), "pid": job.pid, "wall_time_s": job.wall_time_s,
-        "started_at": started_at, "ended_at": now_iso(), "recorded_by": recorded_by,
-    }
-    for key in ("metric", "direction"):
-        value = OmegaConf.select(job.config, key, default=None)
-        if value is not None:
-            result[key] = str(value)
-    if reply is not None and reply.status == "completed":
+    facts: dict[str, Any] = {key: str(value) for key in ("metric", "direction")
+                             if (value := OmegaConf.select(job.config, key, default=None)) is not None}
+    if reply is not None and reply.status == Status.COMPLETED:
         # An app that does not write result.json itself (not sweepit's train.py): record its return value.
-        result.update(status="completed", objective=_number(reply.value))
-        return _write(job, result)
-    if job.stopped or (reply is not None and reply.status == "interrupted"):
-        result.update(status="interrupted", error=reply.error if reply else "stopped by the sweep driver")
+        status, facts["objective"] = Status.COMPLETED, as_number(reply.value)
+    elif job.stopped or (reply is not None and reply.status == Status.INTERRUPTED):
+        status, facts["error"] = Status.INTERRUPTED, reply.error if reply else "stopped by the sweep driver"
     elif reply is not None:
-        result.update(status="failed", error=reply.error, traceback=reply.traceback)
+        status = Status.FAILED
+        facts.update(error=reply.error, traceback=reply.traceback)
     else:
-        result.update(status="failed", error=describe_exit(job.exit_code, job.stopped))
+        status, facts["error"] = Status.FAILED, describe_exit(job.exit_code, job.stopped)
     if reply is None and job.exit_code is not None and job.exit_code < 0:
-        result["exit_signal"] = signal.Signals(-job.exit_code).name
+        facts["exit_signal"] = signal.Signals(-job.exit_code).name
     elif reply is None:
-        result["exit_code"] = job.exit_code
-    result["stderr_tail"] = tail_lines(job.job_dir / STDERR_LOG, stderr_tail_lines)
-    return _write(job, result)
-
-
-def _write(job: Job, result: dict[str, Any]) -> str:
-    """Record how a job that left no readable result ended; return its status. A result of the job's own
-    that appears meanwhile (from a process of the job that outlived it) is kept, and its status returned."""
-    if has_result(job.job_dir):
-        write_result(job.job_dir, result)  # unreadable: what the driver knows replaces it
-    elif not write_result_if_absent(job.job_dir, result):
-        return result_status(job.job_dir) or str(result["status"])
-    return str(result["status"])
+        facts["exit_code"] = job.exit_code
+    record = JobRecord.of(status, recorded_by, hostname=socket.gethostname(), pid=job.pid,
+                          wall_time_s=job.wall_time_s, started_at=started_at, ended_at=now_iso(), **facts)
+    return write_result(job.job_dir, record, replace=False,
+                        stderr_tail=lambda: tail_lines(job.job_dir / STDERR_LOG, stderr_tail_lines))

@@ -21,6 +21,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from sweepit._signals import interrupt_on_stop_signals, release_stop_signals
+from sweepit.results import Status
 
 _PR_SET_PDEATHSIG = 1
 
@@ -29,7 +30,7 @@ _PR_SET_PDEATHSIG = 1
 class Reply:
     """What a job sends back before it exits. A job that dies first sends nothing: the driver looks at how."""
 
-    status: str                      # completed | pruned | failed | interrupted
+    status: Status                   # completed | pruned | failed | interrupted
     value: Any = None                # the task function's return value, when it pickles (else its repr)
     error: str = ""                  # `Type: message` of what the job raised
     traceback: str = ""
@@ -102,7 +103,7 @@ def picklable(value: Any) -> Any:
     return value
 
 
-def failure(status: str, e: BaseException) -> Reply:
+def failure(status: Status, e: BaseException) -> Reply:
     """The reply of a job that raised `e`; its traceback also goes to the job's stderr."""
     tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
     sys.stderr.write(f"Error executing job: {tb}")
@@ -118,9 +119,9 @@ def child_main(spec: ChildSpec, conn: Connection, body: Callable[[], Reply]) -> 
         release_stop_signals()
         reply = body()
     except KeyboardInterrupt as e:
-        reply = failure("interrupted", e)
+        reply = failure(Status.INTERRUPTED, e)
     except BaseException as e:  # SystemExit, and errors in the body's own set-up
-        reply = failure("failed", e)
+        reply = failure(Status.FAILED, e)
     sys.stdout.flush()
     sys.stderr.flush()
     # If the driver is gone or the reply cannot travel, the driver reads the exit status instead.

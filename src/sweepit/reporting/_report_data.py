@@ -20,6 +20,7 @@ from sweepit.results import (
     OVERRIDES_FILE,
     JobPaths,
     JobRow,
+    State,
     SweepPaths,
     UnreadKeys,
     app_command,
@@ -215,14 +216,14 @@ def _read_job(num: int, job_dir: Path, entry: dict[str, Any] | None, with_metric
     overrides = override_values(str(item) for item in listed) if isinstance(listed, list) and listed else None
     if overrides is None:
         overrides = read_overrides(job_dir)
-    job = with_result(JobReport(num=num, job_dir=job_dir, overrides=overrides, status="pending"))
+    job = with_result(JobReport(num=num, job_dir=job_dir, overrides=overrides, status=State.PENDING))
     if not job.overrides and not JobPaths(job_dir).overrides.is_file():
         job.add_note(f"no {HYDRA_DIR}/{OVERRIDES_FILE}")
     if with_metrics:
         _read_epochs(job)
-    if job.status == "pending":  # no result.json: the launcher's manifest knows whether it runs or waits
+    if job.status == State.PENDING:  # no result.json: the launcher's manifest knows whether it runs or waits
         state = str(entry.get("state", "")) if entry else ""
-        job.status = state or "running"
+        job.status = state or State.RUNNING
         if state not in ("", *LAUNCH_STATES):
             job.add_note("no result.json")
     return job
@@ -253,7 +254,7 @@ def _queued_job(entry: dict[str, Any]) -> JobReport:
     """A job the manifest lists but that has no directory yet."""
     overrides = override_values(str(item) for item in entry.get("overrides") or [])
     job = JobReport(num=int(entry["num"]), job_dir=Path(str(entry.get("job_dir", ""))), overrides=overrides,
-                    status=str(entry.get("state") or "queued"))
+                    status=str(entry.get("state") or State.QUEUED))
     if job.status not in LAUNCH_STATES:  # it ended, by its record, but its folder is gone
         job.add_note("no result.json")
     return job

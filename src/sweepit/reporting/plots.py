@@ -15,6 +15,7 @@ import numpy as np
 
 from sweepit._files import atomic_write
 from sweepit.reporting._report_data import METRICS_DRAWN, JobReport, Sweep, finite
+from sweepit.results import Status
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -238,7 +239,7 @@ def objective_heatmap(sweep: Sweep, path: Path) -> str:
             continue  # its overrides could not be read
         i, k = ia[job.overrides[a]], ib[job.overrides[b]]
         score = finite(job.objective)
-        if job.status == "completed" and score is not None:
+        if job.status == Status.COMPLETED and score is not None:
             total[i, k] += score
             count[i, k] += 1
         else:
@@ -296,7 +297,7 @@ def objective_by_param(sweep: Sweep, path: Path, max_params: int = 4) -> str:
         raise ValueError("no swept parameter")
     fig = figure(max(6.0, 4.5 * len(keys)), 7.0)
     # One pass over the jobs per quantity (100,000 jobs in a large sweep), then arrays.
-    objective = np.array([j.objective if j.status == "completed" and finite(j.objective) is not None else np.nan
+    objective = np.array([j.objective if j.status == Status.COMPLETED and finite(j.objective) is not None else np.nan
                           for j in sweep.jobs], dtype=float)
     epoch_time = np.array([np.nan if (t := j.epoch_time_s) is None else t for j in sweep.jobs], dtype=float)
     n_done = int(np.count_nonzero(~np.isnan(objective)))

@@ -15,6 +15,7 @@ from pathlib import Path
 from sweepit.reporting._report_data import JobReport, Sweep, finite
 from sweepit.reporting.sections import Figure, Section, SectionBuilder
 from sweepit.reporting.table import Table
+from sweepit.results import Status
 
 # Adding devices that buys less than this fraction of the ideal extra speed is called a plateau.
 PLATEAU_GAIN = 0.25
@@ -50,7 +51,7 @@ def scaling_points(sweep: Sweep) -> list[ScalingPoint]:
     groups: dict[int, list[tuple[float, float]]] = {}
     for job in sweep.jobs:
         time_s, rate = job.epoch_time_s, _throughput(job)
-        if job.status == "completed" and time_s is not None and rate is not None:
+        if job.status == Status.COMPLETED and time_s is not None and rate is not None:
             groups.setdefault(job.n_gpus, []).append((time_s, rate))
     points = [
         ScalingPoint(n, len(v), statistics.fmean(t for t, _ in v), _std([t for t, _ in v]),
@@ -67,7 +68,7 @@ def scaling_points(sweep: Sweep) -> list[ScalingPoint]:
 
 def device_name(sweep: Sweep) -> str:
     """What the device counts count: `GPUs`, or `CPU ranks` where every completed job ran on CPU."""
-    done = [j for j in sweep.jobs if j.status == "completed"]
+    done = [j for j in sweep.jobs if j.status == Status.COMPLETED]
     return "CPU ranks" if done and all(j.on_cpu for j in done) else "GPUs"
 
 

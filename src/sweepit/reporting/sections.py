@@ -13,7 +13,7 @@ from pathlib import Path
 from sweepit.reporting import linreg, plots
 from sweepit.reporting._report_data import Sweep
 from sweepit.reporting.table import Table, best_lines, reproduce_command, results_table
-from sweepit.results import JobPaths, load_yaml, read_study_file
+from sweepit.results import JobPaths, Status, load_yaml, read_study_file
 
 
 @dataclass
@@ -81,7 +81,7 @@ class ParamsSection(SectionBuilder):
     title = "Objective per parameter"
 
     def build(self, sweep: Sweep, out_dir: Path) -> Section | None:
-        if not sweep.swept or sweep.measures_speed or not any(j.status == "completed" for j in sweep.jobs):
+        if not sweep.swept or sweep.measures_speed or not any(j.status == Status.COMPLETED for j in sweep.jobs):
             return None  # a speed study's device counts and repeats are the scaling section's
         if read_study_file(sweep.sweep_dir) is not None:
             return None  # sampled values are not a grid: the Optuna section's slice and contour plots show them

@@ -14,11 +14,11 @@ from pathlib import Path
 from sweepit.errors import SweepitError
 from sweepit.results._lock import SweepLock, describe_holder
 from sweepit.results._paths import RANK_STATES, WEIGHT_FILES, JobPaths
-from sweepit.results._status import sweep_direction
+from sweepit.results._status import Status, sweep_direction
 from sweepit.results._summary import best_row, collect
 from sweepit.results._summary import size_text as _mb
 
-_FINISHED = ("completed", "pruned", "diverged")
+_FINISHED = (Status.COMPLETED, Status.PRUNED, Status.DIVERGED)
 
 
 @dataclass

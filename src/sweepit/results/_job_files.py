@@ -1,5 +1,5 @@
 """A job's directory, `<num>_<overrides>` under its sweep's, and what a job leaves there: `metrics.jsonl` (one
-object per epoch) and `result.json`.
+object per epoch) and `result.json`, its record (`JobRecord`: `read_record` reads it, `write_result` writes it).
 
 Both are written atomically (temporary file, then rename), so a killed job never leaves half a file.
 """
@@ -12,12 +12,15 @@ import math
 import os
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sweepit._files import atomic_write
+from sweepit._host import now_iso
 from sweepit.results._paths import METRICS_FILE, RESULT_FILE, STDERR_LOG, STDOUT_LOG
+from sweepit.results._status import FAILED_STATUSES, Recorder, State, Status
 
 # How long a job seen ended without result.json is given for its own to show up before a record of its death is
 # written: on a shared file system a file another node wrote a moment ago can take a second or two to appear.
@@ -118,12 +121,6 @@ def with_attempts(job_dir: Path | str, result: dict[str, Any]) -> dict[str, Any]
     return {**result, "attempts": n + 1, **({"total_wall_time_s": sum(known)} if known else {})}
 
 
-def write_result(job_dir: Path, result: dict[str, Any]) -> Path:
-    path = Path(job_dir) / RESULT_FILE
-    atomic_write(path, json.dumps(_jsonable(with_attempts(job_dir, result)), indent=2, sort_keys=True) + "\n")
-    return path
-
-
 def has_result(job_dir: Path) -> bool:
     """Whether the job has a `result.json` at all, readable or not."""
     return (Path(job_dir) / RESULT_FILE).exists()
@@ -146,18 +143,6 @@ def start_clean(job_dir: Path) -> None:
         for name in last:
             os.replace(job_dir / name, job_dir / attempt_file(name, attempt))
     (job_dir / METRICS_FILE).unlink(missing_ok=True)
-
-
-def write_result_if_absent(job_dir: Path, result: dict[str, Any]) -> bool:
-    """Write `result.json` only where there is none, in one step: the record of a job that died without one
-    never replaces the job's own, however late that came. True when written, False when one was there."""
-    path = Path(job_dir) / RESULT_FILE
-    try:
-        atomic_write(path, json.dumps(_jsonable(with_attempts(job_dir, result)), indent=2, sort_keys=True) + "\n",
-                     replace=False)
-    except FileExistsError:
-        return False
-    return True
 
 
 class ResultGrace:
@@ -221,18 +206,29 @@ def error_line(error: str, limit: int = ERROR_LINE_CHARS) -> str:
     return f"{head} {fix}".strip()
 
 
-CORRUPT = "corrupt"  # what every reader shows for a result.json that cannot be read (a resume runs the job again)
+CORRUPT = State.CORRUPT  # what every reader shows for a result.json that cannot be read
 
 
 @dataclass
 class JobRecord:
     """What a job left in its `result.json`, as every reader sees it: the training session and both launchers that
     write it, the Slurm follower, the Optuna sweeper, `sweepit status`, `summary`, `report` and a resume.
-    `read_record` is the one reading rule; `write_result` and `write_result_if_absent` the one way to write."""
+    `read_record` is the one reading rule, `write_result` the one writer; `JobRecord.of` makes one to write. Its
+    facts are read from `result`, the file's keys as written (an app's own keys among them), so that a record of any
+    sweepit version reads."""
 
-    status: str | None               # its status; None: no result.json yet; CORRUPT: it cannot be read
+    status: str | None               # a Status (or an app's own word); None: no result.json yet; CORRUPT; UNKNOWN
     result: dict[str, Any] = field(default_factory=dict)  # the file's keys (status, objective, error, times, ...)
     problem: str = ""                # why it cannot be read
+
+    @classmethod
+    def of(cls, status: Status, recorded_by: Recorder | None = None, **facts: Any) -> JobRecord:
+        """A record to write: how the job ended, its objective (none unless `facts` say), who recorded it when the
+        job did not, and what else is known (`error` with its fix, `traceback`, times, Slurm's word, ...)."""
+        result: dict[str, Any] = {"status": status, "objective": None, **facts}
+        if recorded_by is not None:
+            result["recorded_by"] = recorded_by
+        return cls(status, result)
 
     @property
     def objective(self) -> float | None:
@@ -247,8 +243,77 @@ class JobRecord:
     def error_line(self) -> str:
         return error_line(self.error)
 
+    @property
+    def wall_time_s(self) -> float | None:
+        """How long this attempt of the job ran (`total_wall_time_s`: all of them)."""
+        return as_number(self.result.get("wall_time_s"))
+
+    @property
+    def recorded_by(self) -> str | None:
+        """A `Recorder` when sweepit wrote the record for the job; None when the job wrote it (sweepit's loop, an
+        app)."""
+        value = self.result.get("recorded_by")
+        return None if value is None else str(value)
+
+    @property
+    def attempts(self) -> int:
+        """How many times the job ran (`sweepit resume`, a retry), this run included."""
+        n = self.result.get("attempts")
+        return n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
+
+    @property
+    def ended(self) -> bool:
+        """Whether the record says how the job ended: one that cannot be read, or says no status, is no record."""
+        return self.status not in (None, "", CORRUPT, State.UNKNOWN)
+
     def get(self, key: str, default: Any = None) -> Any:
         return self.result.get(key, default)
+
+
+def write_result(job_dir: Path | str, record: JobRecord | dict[str, Any], *, replace: bool = True,
+                 stderr_tail: Callable[[], str] | None = None,
+                 retell: Callable[[JobRecord], bool] | None = None) -> str:
+    """The one writer of `result.json`, with its attempts (`with_attempts`); returns the status that stands.
+
+    `replace=False` is the record of a job's end by someone who watched it (its session, its driver, Slurm's follower,
+    the sweeper), with the merge rules: the job's own record wins (one there that says how the job ended is kept,
+    however late it came; one that cannot be read or says no status is replaced); a stderr tail is added (to a failed
+    or interrupted record written here, and to one the job's session wrote, `stderr_tail()` when it has none); what
+    Slurm says is told (an own record that `retell` accepts, the job's stop by Slurm's signal, takes this record's
+    facts on top of its own, its words kept as `job_error`). `replace=True`: the record is the job's whole story
+    (written by the job itself, or of a job that never ran)."""
+    job_dir = Path(job_dir)
+    new = dict(record.result if isinstance(record, JobRecord) else record)
+    status = str(new.get("status", State.UNKNOWN))
+    own = JobRecord(None) if replace else read_record(job_dir)
+    if own.ended and not (retell is not None and retell(own)):
+        if stderr_tail is not None and own.status in FAILED_STATUSES and own.recorded_by == Recorder.SESSION \
+                and "stderr_tail" not in own.result:
+            _write(job_dir, {**own.result, "stderr_tail": stderr_tail()})
+        return str(own.status)
+    if stderr_tail is not None and status in FAILED_STATUSES and "stderr_tail" not in new:
+        new["stderr_tail"] = stderr_tail()
+    if own.ended:  # retold
+        new = {**own.result, **({"job_error": own.error} if own.error else {}), **new}
+    if not _write(job_dir, new, replace=replace or own.status is not None):
+        return read_record(job_dir).status or status  # the job's own, which came meanwhile
+    return status
+
+
+def _write(job_dir: Path, result: dict[str, Any], replace: bool = True) -> bool:
+    """Write `result.json` (`replace=False`: only where there is none, in one step); False when one was there."""
+    text = json.dumps(_jsonable(with_attempts(job_dir, result)), indent=2, sort_keys=True) + "\n"
+    try:
+        atomic_write(job_dir / RESULT_FILE, text, replace=replace)
+    except FileExistsError:
+        return False
+    return True
+
+
+def record_failure(job_dir: Path | str, error: str, recorded_by: Recorder) -> Status:
+    """Record that a job failed before it ran (its config refused, no worker ever started it): `error` is all."""
+    write_result(job_dir, JobRecord.of(Status.FAILED, recorded_by, error=error, ended_at=now_iso()))
+    return Status.FAILED
 
 
 def total_wall_time_s(result: dict[str, Any]) -> float | None:
@@ -259,7 +324,8 @@ def total_wall_time_s(result: dict[str, Any]) -> float | None:
 
 def read_record(job_dir: Path | str | None) -> JobRecord:
     """The one reading rule: a result.json that is truncated, not a JSON object or unreadable for the system is
-    CORRUPT, with the reason; one without a status is `unknown`; no directory or no file is status None."""
+    CORRUPT, with the reason; one without a status is UNKNOWN; no directory or no file is status None. A status
+    sweepit writes reads as its `Status`."""
     if job_dir is None:
         return JobRecord(None)
     try:
@@ -268,7 +334,11 @@ def read_record(job_dir: Path | str | None) -> JobRecord:
         return JobRecord(CORRUPT, problem=f"{RESULT_FILE} unreadable: {e}")
     if result is None:
         return JobRecord(None)
-    return JobRecord(str(result.get("status", "unknown")), result)
+    status = str(result.get("status", State.UNKNOWN))
+    return JobRecord(_STATUS_OF.get(status, status), result)
+
+
+_STATUS_OF: dict[str, str] = {s.value: s for s in Status}
 
 
 class MetricsLog:

@@ -25,7 +25,7 @@ from sweepit.results._job_files import RESULT_FILE, STDERR_LOG, has_result, read
 from sweepit.results._journal import Journal, append_records, compact_now, read_journal, start_journal
 from sweepit.results._overrides import driver_env, override_key, shell_line
 from sweepit.results._paths import MANIFEST_FILE, SweepPaths
-from sweepit.results._status import FAILED_STATUSES, FINISHED_STATUSES, STATUSES
+from sweepit.results._status import FAILED_STATUSES, FINISHED_STATUSES, STATUSES, State, Status
 
 MANIFEST_VERSION = 2  # 2: `generation`, continued by sweep.journal
 __all__ = ["FAILED_STATUSES", "FINISHED_STATUSES"]  # re-exported for the launchers
@@ -42,7 +42,7 @@ class JobEntry:
     num: int
     overrides: list[str]
     job_dir: str                     # absolute
-    state: str = "queued"            # queued | running | not started | a result.json status
+    state: str = State.QUEUED        # queued | running | not started | a result.json status
     pid: int | None = None
     started_at: str | None = None    # ISO 8601, UTC
     ended_at: str | None = None
@@ -287,10 +287,11 @@ def settle_orphans(m: Manifest) -> list[int]:
         return []  # a Slurm job stays in Slurm's hands and runs without its driver
     changed = []
     for n, e in m.jobs.items():
-        if e.state == "queued":
-            e.state = "not started"
-        elif e.state == "running" and result_status(Path(e.job_dir)) is None and not (e.pid and process_alive(e.pid)):
-            e.state = "interrupted"
+        if e.state == State.QUEUED:
+            e.state = State.NOT_STARTED
+        elif e.state == State.RUNNING and result_status(Path(e.job_dir)) is None and not (
+                e.pid and process_alive(e.pid)):
+            e.state = Status.INTERRUPTED
         else:
             continue
         changed.append(n)
@@ -339,10 +340,10 @@ def failure_report(manifest: Manifest, jobs: Sequence[LaunchedJob], statuses: di
     if stop_signal is None and (not (bad or lost) or not fail_on_error):
         return None
     if stop_signal is not None:  # the jobs the stop interrupted need no line each: the stop is their error
-        bad = [j for j in bad if statuses.get(j.num) != "interrupted"]
+        bad = [j for j in bad if statuses.get(j.num) != Status.INTERRUPTED]
     counts: dict[str, int] = {}
     for j in jobs:
-        status = "finished before" if j.num in skipped else statuses.get(j.num, "not started")
+        status = "finished before" if j.num in skipped else statuses.get(j.num, State.NOT_STARTED)
         counts[status] = counts.get(status, 0) + 1
     tally = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     if stop_signal is not None:

@@ -1,26 +1,66 @@
-"""A job's outcome in one word, and the one rule that turns it into what a sweeper receives.
-
-    completed    trained to the end (or the task returned): the objective, or the task's own return value
-    pruned       stopped early by the Optuna pruner: the value is the last reported one, told as PRUNED
-    diverged     the loss stopped being finite: a result, not an error; the sweeper gets the worst value
-    failed       raised, crashed, was killed, or Slurm ended it: no value
-    interrupted  stopped by the sweep driver (Ctrl-C, scancel): no value; a resume runs it again
-"""
+"""A job's outcome in one word (`Status`), where a job stands before it has one (`State`), who recorded it
+(`Recorder`), and the one rule that turns an outcome into what a sweeper receives."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
 
 from sweepit.results._study_file import read_study_file
 
-STATUSES = ("completed", "pruned", "diverged", "failed", "interrupted")
+
+class _Word(str, Enum):
+    """A word records and tables hold: a str equal to its value, written (JSON, f-strings) as the value alone."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class Status(_Word):
+    """How a job ended: `result.json`'s `status`, and its job's state in `sweep.json` from then on."""
+
+    COMPLETED = "completed"      # trained to the end (or the task returned): the objective, or the task's return value
+    PRUNED = "pruned"            # stopped early by the Optuna pruner: its last reported value, told as PRUNED
+    DIVERGED = "diverged"        # the loss stopped being finite: a result, not an error; the sweeper gets the worst
+    FAILED = "failed"            # raised, crashed, was killed, or Slurm ended it: no value
+    INTERRUPTED = "interrupted"  # stopped by the sweep driver (Ctrl-C, scancel): no value; a resume runs it again
+
+
+class State(_Word):
+    """What a job is when no status says how it ended: before it ends (sweep.json's `state`, a table's row), or
+    when its record tells none."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    NOT_STARTED = "not started"  # its sweep stopped before the job started (a resume runs it)
+    PENDING = "pending"          # no result.json yet, and no launcher's manifest says more
+    UNKNOWN = "unknown"          # its result.json says no status
+    CORRUPT = "corrupt"          # its result.json cannot be read (a resume runs the job again)
+    ENDED = "ended"              # what its trackers are told when its session ended without a status (a single run)
+
+
+class Recorder(_Word):
+    """Who wrote a `result.json` that the job did not write itself (`recorded_by`)."""
+
+    SESSION = "sweepit"                          # the job's session, for a task that wrote none
+    LOCAL = "sweepit local launcher"
+    SLURM = "sweepit slurm launcher"
+    PACKED_DRIVER = "sweepit slurm launcher (packed)"
+    PACKED_WORKER = "sweepit packed worker"
+    OPTUNA_WORKER = "sweepit optuna worker"
+    SWEEPER = "sweepit's Optuna sweeper, from the job's return value"
+
+
+STATUSES = tuple(Status)
 # A resume never runs these again: a diverged job is a result (same seed, same divergence), not an error.
-FINISHED_STATUSES = ("completed", "diverged")
+FINISHED_STATUSES = (Status.COMPLETED, Status.DIVERGED)
 # Statuses that make a sweep exit non-zero (unless the launcher is told otherwise).
-FAILED_STATUSES = ("failed", "interrupted")
+FAILED_STATUSES = (Status.FAILED, Status.INTERRUPTED)
+# The states of a job that has not ended (any other is how it ended, which its result.json says).
+LAUNCH_STATES = (State.QUEUED, State.RUNNING, State.NOT_STARTED)
 DIRECTIONS = ("maximize", "minimize")
 DEFAULT_DIRECTION = "minimize"  # Optuna's default, and Hydra's Optuna plugin's
 _NOTHING = object()
@@ -74,9 +114,9 @@ def sweeper_value(status: str | None, objective: Any = None, direction: str | No
         return None
     if returned is not _NOTHING:
         return returned
-    if status == "diverged":
+    if status == Status.DIVERGED:
         return worst(direction or DEFAULT_DIRECTION)
-    if status == "completed":
+    if status == Status.COMPLETED:
         return objective
     return None
 

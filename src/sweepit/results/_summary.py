@@ -23,6 +23,9 @@ from sweepit.results._overrides import (
 )
 from sweepit.results._paths import JobPaths
 from sweepit.results._status import (
+    LAUNCH_STATES,
+    State,
+    Status,
     measures_speed,
     objective_values,
     pareto_front,
@@ -128,8 +131,8 @@ def read_job(job_dir: Path, overrides: dict[str, str] | None = None, num: int | 
     """The job's row from its result.json; its overrides from `.hydra/overrides.yaml` unless given (from sweep.json,
     which saves a YAML parse a job); its number from the folder's name unless given (from sweep.json)."""
     num = job_num(job_dir) if num is None else num
-    return with_result(JobRow(num=-1 if num is None else num, job_dir=job_dir,
-                              overrides=read_overrides(job_dir) if overrides is None else overrides, status="pending"))
+    return with_result(JobRow(num=-1 if num is None else num, job_dir=job_dir, status=State.PENDING,
+                              overrides=read_overrides(job_dir) if overrides is None else overrides))
 
 
 def with_result(row: Row) -> Row:
@@ -141,10 +144,10 @@ def with_result(row: Row) -> Row:
     result = read.result
     objective = result.get("objective")
     row.objective = float(objective) if isinstance(objective, int | float) else None
-    if row.status in ("failed", "interrupted") and read.error:
+    if row.status in (Status.FAILED, Status.INTERRUPTED) and read.error:
         row.note = read.error_line
-    elif isinstance(attempts := result.get("attempts"), int) and attempts > 1 and not row.note:
-        row.note = f"{attempts} attempts"  # its time is theirs together
+    elif read.attempts > 1 and not row.note:
+        row.note = f"{read.attempts} attempts"  # its time is theirs together
     return row
 
 
@@ -160,7 +163,7 @@ def collect(sweep_dir: Path) -> list[JobRow]:
 def best_row(rows: list[JobRow], direction: str) -> JobRow | None:
     """The completed job with the best finite objective (`direction`: from `sweep_direction`); the first one on
     ties, as Optuna's journal storage picks its best trial."""
-    scored = [r for r in rows if r.status == "completed" and r.objective is not None
+    scored = [r for r in rows if r.status == Status.COMPLETED and r.objective is not None
               and math.isfinite(r.objective)]
     if not scored:
         return None
@@ -274,10 +277,6 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
     return "\n".join(parts)
 
 
-# The sweep.json states of a job that has not ended (any other is how it ended, which its result.json says).
-LAUNCH_STATES = ("queued", "running", "not started")
-
-
 def _every_job(sweep_dir: Path, head: dict[str, Any], listed: Iterator[dict[str, Any]]) -> Iterator[JobRow]:
     """Each job's row once, in job order (`sweep_jobs`): from its folder, with sweep.json's overrides when it lists
     the job (which saves a YAML parse) and its state while there is no result.json; from its record alone while
@@ -290,9 +289,9 @@ def _every_job(sweep_dir: Path, head: dict[str, Any], listed: Iterator[dict[str,
         else:
             assert entry is not None
             row = JobRow(num=num, job_dir=Path(str(entry.get("job_dir") or "")), overrides=overrides or {},
-                         status="pending")
-        state = str(entry.get("state") or "queued") if entry else ""
-        if row.status == "pending" and state:
+                         status=State.PENDING)
+        state = str(entry.get("state") or State.QUEUED) if entry else ""
+        if row.status == State.PENDING and state:
             row.status = state  # the launcher's word: queued, running, or how it ended (with the file missing)
             if state not in LAUNCH_STATES:
                 row.note = "no result.json"  # as the report says
@@ -334,13 +333,13 @@ class _Tally:
         weights = result.get("weights")
         if isinstance(weights, dict) and weights:
             self.weights.append(sum(n for n in weights.values() if isinstance(n, int)))
-        if self.multi and row.status == "completed":
+        if self.multi and row.status == Status.COMPLETED:
             self.completed.append(row)
         if not self.limit or len(self.first) < self.limit:
             self.first.append(row)
         if not self.limit:
             return
-        scored = row.status == "completed" and row.objective is not None and math.isfinite(row.objective)
+        scored = row.status == Status.COMPLETED and row.objective is not None and math.isfinite(row.objective)
         if scored:
             assert row.objective is not None
             for direction, sign in (("maximize", 1.0), ("minimize", -1.0)):
@@ -397,7 +396,7 @@ def size_text(n_bytes: int) -> str:
 def pareto_rows(rows: list[JobRow], directions: list[str], metrics: list[str] | None
                 ) -> list[tuple[JobRow, list[float]]]:
     """The completed jobs on the Pareto front of a multi-objective study, with their values."""
-    scored = [(r, v) for r in rows if r.status == "completed"
+    scored = [(r, v) for r in rows if r.status == Status.COMPLETED
               and (v := objective_values(r.result, metrics, len(directions))) is not None]
     return [scored[i] for i in pareto_front([v for _, v in scored], directions)]
 

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from sweepit.results._overrides import load_yaml
 from sweepit.results._paths import JobPaths
-from sweepit.results._status import REPEAT_KEY
+from sweepit.results._status import REPEAT_KEY, Status
 
 
 class _Job(Protocol):
@@ -59,7 +59,7 @@ class UnreadKeys:
         return found
 
     def add(self, job: _Job) -> None:
-        if job.status != "completed" or self._read.issuperset(job.overrides):
+        if job.status != Status.COMPLETED or self._read.issuperset(job.overrides):
             return  # once every key of a sweep is known to be read (soon, in most), a job costs this test alone
         metrics = _metrics(job.result)
         if metrics is None:

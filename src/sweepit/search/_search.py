@@ -27,6 +27,7 @@ from sweepit.results import (
     DIRECTIONS,
     OPTIMIZATION_RESULTS_FILE,
     TRIALS_FILE,
+    Status,
     SweepPaths,
     error_line,
     job_folders,
@@ -332,7 +333,7 @@ class Search:
             error = " ".join(str(e).split()) or type(e).__name__
             if what == "custom_search_space":
                 error = f"custom_search_space raised {type(e).__name__}: {error}"
-            tell(self.study, trial.number, trial._trial_id, Outcome("failed", None, None, error),
+            tell(self.study, trial.number, trial._trial_id, Outcome(Status.FAILED, None, None, error),
                  self.options.diverged_value)
             reason = "its job's config cannot be made" if what == "config" else "the custom search space raised"
             log.warning(f"trial {trial.number} failed before it started: {reason} ({error[:300]}); the search goes on")
@@ -354,7 +355,7 @@ class Search:
                  + (f", values {shown}" if self.multi and shown is not None else "")
                  + (f": {error_line(outcome.error)}" if outcome.error else "")
                  + ("" if best is None else f" (best {best.value:.4g}, trial {best.number})"))
-        if outcome.status != "interrupted":
+        if outcome.status != Status.INTERRUPTED:
             return None
         return outcome.error.splitlines()[0][:200] if outcome.error else "no error recorded"
 

@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from sweepit.results import read_record
+from sweepit.results import Status, read_record
 from sweepit.search._trials import Outcome, find_job_dir, read_outcome
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 STATUS_ATTR = "sweepit_status"
 # FAIL trials that count nowhere: cut short by a stopped driver or worker (retried), or asked by a worker after
 # n_trials were (worker mode: two workers asked at once).
-NOT_COUNTED = ("interrupted", "surplus")
+NOT_COUNTED = (Status.INTERRUPTED, "surplus")
 
 
 def _trial_state() -> Any:
@@ -46,7 +46,8 @@ def is_counted(trial: Any) -> bool:
 
 def is_failure(trial: Any) -> bool:
     """FAIL trials that count against `max_failure_rate`: not diverged, not interrupted."""
-    return trial.state == _trial_state().FAIL and trial.user_attrs.get(STATUS_ATTR) not in ("diverged", *NOT_COUNTED)
+    return trial.state == _trial_state().FAIL and trial.user_attrs.get(STATUS_ATTR) not in (Status.DIVERGED,
+                                                                                             *NOT_COUNTED)
 
 
 def failure_rate(study: Any) -> tuple[int, int]:
@@ -71,23 +72,23 @@ def tell(study: Any, trial_number: int, trial_id: int, outcome: Outcome, diverge
     value = outcome.value
     finite = value is not None and math.isfinite(value)
     if len(study.directions) > 1:  # several objectives: the values, all of them, or FAIL (diverged too)
-        if outcome.status == "completed" and outcome.values is not None:
+        if outcome.status == Status.COMPLETED and outcome.values is not None:
             study.tell(trial_number, outcome.values)
             return "COMPLETE"
-        if outcome.status == "completed" and outcome.error:
+        if outcome.status == Status.COMPLETED and outcome.error:
             trial.set_user_attr("error", outcome.error[:500])
         finite = False
         diverged_value = None
-    if outcome.status == "completed" and finite:
+    if outcome.status == Status.COMPLETED and finite:
         study.tell(trial_number, value)
         return "COMPLETE"
-    if outcome.status == "pruned":
+    if outcome.status == Status.PRUNED:
         study.tell(trial_number, state=ts.PRUNED)
         return "PRUNED"
-    if outcome.status == "diverged" and diverged_value is not None:
+    if outcome.status == Status.DIVERGED and diverged_value is not None:
         study.tell(trial_number, float(diverged_value))
         return "COMPLETE"
-    if outcome.status == "interrupted":
+    if outcome.status == Status.INTERRUPTED:
         interrupt(study, trial_number, trial_id)
         return "FAIL"
     study.tell(trial_number, state=ts.FAIL)
@@ -102,7 +103,7 @@ def interrupt(study: Any, trial_number: int, trial_id: int) -> None:
     frozen = study._storage.get_trial(trial_id)
     if frozen.state.is_finished():
         return
-    optuna.trial.Trial(study, trial_id).set_user_attr(STATUS_ATTR, "interrupted")
+    optuna.trial.Trial(study, trial_id).set_user_attr(STATUS_ATTR, Status.INTERRUPTED)
     study.tell(trial_number, state=ts.FAIL)
     if frozen.params:
         study.enqueue_trial(dict(frozen.params), user_attrs={"retry_of": trial_number})
@@ -128,7 +129,7 @@ def recover_trial(study: Any, trial: Any, sweep_dir: Path, diverged_value: float
         job_dir = find_job_dir(sweep_dir, trial.user_attrs["job_num"])
     record = read_record(job_dir or None)
     status = record.status or ""
-    if status in ("completed", "pruned", "diverged", "failed"):
+    if status in (Status.COMPLETED, Status.PRUNED, Status.DIVERGED, Status.FAILED):
         outcome = Outcome(status, record.objective, Path(str(job_dir)))
         if metrics or len(study.directions) > 1:
             outcome = read_outcome(sweep_dir, int(trial.user_attrs.get("job_num", -1)), None, metrics,
@@ -138,4 +139,4 @@ def recover_trial(study: Any, trial: Any, sweep_dir: Path, diverged_value: float
         return status
     interrupt(study, trial.number, trial._trial_id)
     log.info(f"trial {trial.number}: interrupted by the earlier run; its parameters will be tried again")
-    return "interrupted"
+    return Status.INTERRUPTED

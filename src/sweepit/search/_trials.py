@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from sweepit.results import (
-    CORRUPT,
     JobRecord,
+    Recorder,
+    Status,
     job_folders,
     objective_values,
     read_record,
     returned_fields,
-    write_result_if_absent,
+    write_result,
 )
 
 log = logging.getLogger(__name__)
@@ -106,7 +107,7 @@ def _consecutive(items: list[tuple[int, list[str]]]) -> list[list[tuple[int, lis
 class Outcome:
     """What became of one trial's job."""
 
-    status: str                       # completed | pruned | diverged | failed | interrupted
+    status: str                       # a Status
     value: float | None               # the objective, when there is one
     job_dir: Path | None
     error: str = ""
@@ -137,11 +138,11 @@ def read_outcome(sweep_dir: Path, num: int, ret: Any, metrics: list[str] | None 
     the objective values are read as `objective_values` says."""
     job_dir = find_job_dir(sweep_dir, num, ret)
     record = read_record(job_dir)
-    if record.status in (None, "", CORRUPT, "unknown"):
+    if not record.ended:
         recorded = _recorded(job_dir, ret)
         if recorded is None:
-            return Outcome("failed", None, job_dir, "the launcher returned no result for the job")
-        record = JobRecord(str(recorded["status"]), recorded)
+            return Outcome(Status.FAILED, None, job_dir, "the launcher returned no result for the job")
+        record = recorded
     result = record.result
     value = record.objective
     outcome = Outcome(str(record.status), value, job_dir, record.error)
@@ -149,30 +150,29 @@ def read_outcome(sweep_dir: Path, num: int, ret: Any, metrics: list[str] | None 
         outcome.values = objective_values(result, metrics, n_values) or _returned(ret, n_values)
         if n_values == 1:
             outcome.value = outcome.values[0] if outcome.values else None
-        if outcome.values is None and outcome.status == "completed":
+        if outcome.values is None and outcome.status == Status.COMPLETED:
             outcome.error = _missing(result, metrics, n_values)
-    elif value is None and outcome.status == "completed" and not outcome.error:
+    elif value is None and outcome.status == Status.COMPLETED and not outcome.error:
         outcome.error = f"the job returned {result.get('returned', 'nothing')}, not a number"  # the trial FAILs
     return outcome
 
 
-def _recorded(job_dir: Path | None, ret: Any) -> dict[str, Any] | None:
+def _recorded(job_dir: Path | None, ret: Any) -> JobRecord | None:
     """The `result.json` of a job that wrote none, from its JobReturn (written to its directory when it has one);
     None without a JobReturn."""
     if ret is None:
         return None
     try:
         value = ret.return_value  # raises the job's exception when it failed
-        result: dict[str, Any] = {"status": "completed", "objective": None, **returned_fields(value)}
+        record = JobRecord.of(Status.COMPLETED, Recorder.SWEEPER, **returned_fields(value))
     except BaseException as e:
-        result = {"status": "failed", "objective": None, "error": f"{type(e).__name__}: {e}"}
-    result["recorded_by"] = "sweepit's Optuna sweeper, from the job's return value"
+        record = JobRecord.of(Status.FAILED, Recorder.SWEEPER, error=f"{type(e).__name__}: {e}")
     if job_dir is not None and job_dir.is_dir():
         try:
-            write_result_if_absent(job_dir, result)
+            write_result(job_dir, record, replace=False)
         except OSError as e:  # the study has the value; the table will say the job is pending
             log.warning(f"could not record job {job_dir.name}'s result: {e}")
-    return result
+    return record
 
 
 def _returned(ret: Any, n: int) -> list[float] | None:

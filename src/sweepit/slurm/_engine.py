@@ -27,7 +27,7 @@ from pathlib import Path
 from sweepit._files import atomic_write
 from sweepit._host import now_iso
 from sweepit.local import ChildSpec, GpuPool, Job, Pool, Reply, child_main, record_end
-from sweepit.results import WAIT, Heartbeat, JobPaths, Work, WorkSource, start_clean
+from sweepit.results import WAIT, Heartbeat, JobPaths, Recorder, Status, Work, WorkSource, start_clean
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._task_files import record_task
 
@@ -53,7 +53,7 @@ class Engine:
     `stop_for_requeue` before Slurm requeues it."""
 
     def __init__(self, source: WorkSource, worker: str, sweep_dir: Path, compose: Callable[[Job, Work], None],
-                 run: Callable[[Job], Reply], *, recorded_by: str, slots: int = 1, threads: int = 1,
+                 run: Callable[[Job], Reply], *, recorded_by: Recorder, slots: int = 1, threads: int = 1,
                  timeout_min: float | None = None, job_timeout_min: float | None = None, term_grace_s: float = 5.0,
                  stderr_tail_lines: int = 50, clock: Callable[[], float] = time.time, wait_s: float = WAIT_S) -> None:
         self.source, self.worker, self.sweep_dir = source, worker, Path(sweep_dir)
@@ -155,7 +155,7 @@ class Engine:
     def ended(self, job: Job) -> None:
         status = record_end(job, self.started_at.get(job.num), self.stderr_tail_lines, self.recorded_by)
         self.n_run += 1
-        if status in ("completed", "diverged", "pruned") and job.wall_time_s is not None:
+        if status in (Status.COMPLETED, Status.DIVERGED, Status.PRUNED) and job.wall_time_s is not None:
             self.walls.append(job.wall_time_s)
         log.info(f"worker {self.worker}: job {job.num} {status} after {job.wall_time_s or 0:.1f} s")
         self.source.ended(self.works.pop(job.num), job.reply.value if job.reply is not None else None)

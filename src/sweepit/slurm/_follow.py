@@ -27,6 +27,7 @@ from sweepit.results import (
     Manifest,
     Progress,
     ResultGrace,
+    State,
     own_overrides,
     read_record,
     sweep_eta_s,
@@ -65,7 +66,8 @@ class Follower:
         self.stderr_tail_lines = stderr_tail_lines
         self.statuses: dict[int, str] = {}
         self.stop_signal: int | None = None
-        self._phase = {n: "running" if manifest.jobs[n].state == "running" else "queued" for n in nums}
+        self._phase: dict[int, str] = {n: State.RUNNING if manifest.jobs[n].state == State.RUNNING else State.QUEUED
+                                       for n in nums}
         self._dead = ResultGrace(result_grace_s)  # its own result may be a moment late on a shared file system
         self._returning: dict[int, tuple[float, str]] = {}  # result in, return value not yet: (since, status)
         self._unreachable = False    # the controller did not answer at the last look (said once, and when back)
@@ -84,7 +86,7 @@ class Follower:
         """Follow one more job (submitted after the follower was made: the Optuna sweeper's trials; a packed job once
         a worker claims it, `counted` among the queued jobs of the progress line already)."""
         self.pending[num] = None
-        self._phase[num] = "queued"
+        self._phase[num] = State.QUEUED
         if not counted:
             self.progress.queued += 1
 
@@ -93,16 +95,16 @@ class Follower:
         worker claims it)."""
         if num in self.pending:
             del self.pending[num]
-            if self._phase.get(num) == "running":
+            if self._phase.get(num) == State.RUNNING:
                 self.progress.running -= 1
                 self.progress.queued += 1
-            self._phase[num] = "queued"
+            self._phase[num] = State.QUEUED
             self._returning.pop(num, None)
 
     def run(self) -> None:
         """Follow until every job has ended, or a SIGINT/SIGTERM says to stop following (the jobs go on)."""
         for n in self.pending:
-            if self._phase[n] == "running":
+            if self._phase[n] == State.RUNNING:
                 self.progress.start()
 
         def going() -> bool:
@@ -160,7 +162,7 @@ class Follower:
             self._tell_reasons(pending_reasons({n: s for n, s in seen.items() if n in self.pending}))
         if self.progress.done == 0:  # before the first job ends: an ETA from the running jobs' epochs
             running = [self._live.look(Path(self.manifest.jobs[n].job_dir)) for n in self.pending
-                       if self._phase[n] == "running" and self.manifest.jobs[n].job_dir]
+                       if self._phase[n] == State.RUNNING and self.manifest.jobs[n].job_dir]
             self.progress.early_eta(sweep_eta_s(running, self.progress.queued, max(1, self.progress.running)))
         self.progress.draw()
 
@@ -242,26 +244,24 @@ class Follower:
     def _advance(self, num: int, s: Seen) -> None:
         phase = self._phase[num]
         if s.final:
-            if phase == "queued":
+            if phase == State.QUEUED:
                 self.progress.start()
-                self._phase[num] = "running"
+                self._phase[num] = State.RUNNING
             entry = self.manifest.jobs[num]
             if s.state in FAILED_STATUSES or not slurm_id(entry) or _has_returned(entry):
                 self._end(num, s.state)
             else:
                 self._returning.setdefault(num, (time.monotonic(), s.state))
-        elif s.state == "running" and phase == "queued":
+        elif s.state == State.RUNNING and phase == State.QUEUED:
             self.progress.start()
-            self._phase[num] = "running"
-        elif s.state == "queued" and phase == "running":  # requeued (time limit, preemption)
+            self._phase[num] = State.RUNNING
+        elif s.state == State.QUEUED and phase == State.RUNNING:  # requeued (time limit, preemption)
             self.progress.running -= 1
             self.progress.queued += 1
-            self._phase[num] = "queued"
+            self._phase[num] = State.QUEUED
 
     def _end(self, num: int, state: str) -> None:
-        result = _read(Path(self.manifest.jobs[num].job_dir))
-        wall = result.get("wall_time_s")
-        self.progress.finish(num, state, float(wall) if isinstance(wall, int | float) else None)
+        self.progress.finish(num, state, read_record(self.manifest.jobs[num].job_dir).wall_time_s)
         self.statuses[num] = state
         del self.pending[num]
         self._phase[num] = "done"
@@ -269,7 +269,7 @@ class Follower:
 
     def _report_dead(self, num: int, s: Seen) -> None:
         entry = self.manifest.jobs[num]
-        error = str(_read(Path(entry.job_dir)).get("error", ""))
+        error = read_record(entry.job_dir).error
         self.progress.clear()
         print(f"sweepit: job {num} [{' '.join(own_overrides(entry.overrides))}] {s.state}: {error} (stderr: "
               f"{entry.extra.get('stderr')})", file=sys.stderr, flush=True)
@@ -280,7 +280,3 @@ def _has_returned(entry: JobEntry) -> bool:
         return True  # a job run by a worker: its worker returns when all are done
     path = result_pickle(entry)
     return path is not None and path.exists()
-
-
-def _read(job_dir: Path) -> dict[str, Any]:
-    return read_record(job_dir).result

@@ -25,24 +25,26 @@ from sweepit.results import (
     RESULT_GRACE_S,
     JobEntry,
     JobPaths,
+    JobRecord,
     Manifest,
+    Recorder,
     ResultGrace,
+    State,
+    Status,
     SweepPaths,
     claimed,
     read_metrics,
     read_record,
     result_status,
     write_result,
-    write_result_if_absent,
 )
 from sweepit.slurm import _cluster as slurm_queue
 from sweepit.slurm._cluster import ACTIVE_STATES, FINAL_STATES, QueueRow
 from sweepit.slurm._task_files import failed_task, rank_failure
 
 LOST = "LOST"                        # neither squeue nor sacct knows the job any more
-RECORDED_BY = "sweepit slurm launcher"
 # Manifest states of jobs still in Slurm's hands.
-LIVE_STATES = ("queued", "running")
+LIVE_STATES = (State.QUEUED, State.RUNNING)
 CANCELLED_BY_DRIVER = "cancelled_by_driver"  # manifest extra: when the driver itself scancel'ed the job
 # Manifest extra of a job of a packed sweep (hydra.launcher.workers=N): the index of its request in the plan. Such a
 # job has the Slurm id of the worker that claimed it, none before; a worker runs it once, so its result is final.
@@ -134,14 +136,14 @@ def _settles(status: str, entry: JobEntry) -> bool:
     """Whether a job's own result settles its outcome whatever Slurm says. A failed or interrupted job may be
     requeued; a packed job's failure is its own (its worker runs it once), but one interrupted may be given back
     (its worker stopped for a requeue) while its worker is still in Slurm's hands."""
-    return status not in FAILED_STATUSES or (entry.extra.get(PACKED) is not None and status != "interrupted")
+    return status not in FAILED_STATUSES or (entry.extra.get(PACKED) is not None and status != Status.INTERRUPTED)
 
 
 def pending_reasons(seen: dict[int, Seen]) -> str:
     """Why queued jobs wait, as squeue says: `2 Resources (jobs 0, 1), 1 PartitionTimeLimit (job 2)`."""
     by_reason: dict[str, list[int]] = {}
     for num, s in sorted(seen.items()):
-        if s.state == "queued" and s.reason:
+        if s.state == State.QUEUED and s.reason:
             by_reason.setdefault(s.reason, []).append(num)
     return ", ".join(f"{len(nums)} {reason} (job{'s' if len(nums) > 1 else ''} {', '.join(map(str, nums[:8]))}"
                      f"{', ...' if len(nums) > 8 else ''})" for reason, nums in by_reason.items())
@@ -152,16 +154,16 @@ def _decide(entry: JobEntry, status: str | None, queued: QueueRow | None, accoun
     if status is not None and _settles(status, entry):
         return Seen(state=status, slurm_state=(queued or accounted or QueueRow("", "", "")).state, final=True)
     if _waits_for_a_worker(entry):
-        return Seen(state="queued")  # no worker has claimed it yet
+        return Seen(state=State.QUEUED)  # no worker has claimed it yet
     if slurm_id(entry) is None:
-        return Seen(state=status or "not started", final=True)  # never submitted
+        return Seen(state=status or State.NOT_STARTED, final=True)  # never submitted
     if queued is not None and queued.state in ACTIVE_STATES:
         # A failed result.json here is one of a run that Slurm has requeued since.
-        state = "running" if queued.state in ("RUNNING", "SIGNALING") else "queued"
+        state = State.RUNNING if queued.state in ("RUNNING", "SIGNALING") else State.QUEUED
         packed = entry.extra.get(PACKED) is not None
-        if state == "running" and packed and not JobPaths(Path(entry.job_dir)).task_file(0).exists():
-            state = "queued"  # claimed by a running worker, waiting for one of its slots
-        reason = queued.reason if state == "queued" and queued.reason not in ("None", "(null)") else ""
+        if state == State.RUNNING and packed and not JobPaths(Path(entry.job_dir)).task_file(0).exists():
+            state = State.QUEUED  # claimed by a running worker, waiting for one of its slots
+        reason = queued.reason if state == State.QUEUED and queued.reason not in ("None", "(null)") else ""
         return Seen(state=state, slurm_state=queued.state, node=queued.node, reason=reason)
     ended = _ended(queued, accounted)
     if ended is None:
@@ -169,10 +171,10 @@ def _decide(entry: JobEntry, status: str | None, queued: QueueRow | None, accoun
             said = _said_before_it_went(entry)
             return Seen(state=status or _status_for(said), slurm_state=said, final=True, dead=status is None)
         row = queued or accounted  # ending (COMPLETING), or squeue did not answer this time
-        return Seen(state="running" if row is not None and row.state == "COMPLETING" else entry.state,
+        return Seen(state=State.RUNNING if row is not None and row.state == "COMPLETING" else entry.state,
                     slurm_state=row.state if row is not None else "", node=row.node if row is not None else "")
     # A job that SIGTERM stopped recorded itself `interrupted`; Slurm knows why (scancel, time limit, node failure).
-    retell = status == "interrupted" and _stopped_by_sigterm(entry)
+    retell = status == Status.INTERRUPTED and _retold(entry, read_record(entry.job_dir).result)
     return Seen(state=status or _status_for(ended.state), slurm_state=ended.state,
                 node=ended.node or (queued.node if queued is not None else ""),
                 exit_code=accounted.reason if accounted is not None else "", final=True,
@@ -188,14 +190,10 @@ def _said_before_it_went(entry: JobEntry) -> str:
     return _SLURMSTEPD_STATE[said[-1] or None] if said else LOST
 
 
-def _stopped_by_sigterm(entry: JobEntry) -> bool:
-    return _retold(entry, read_record(entry.job_dir).result)
-
-
 def _retold(entry: JobEntry, own: dict[str, Any]) -> bool:
     """Whether a job's own record is of its stop by a signal whose cause Slurm knows (and the record does not say
     yet): SIGTERM from Slurm to a job's task, or a packed job stopped with its worker."""
-    if "slurm_state" in own or own.get("status") != "interrupted":
+    if "slurm_state" in own or own.get("status") != Status.INTERRUPTED:
         return False
     return SLURM_STOP in str(own.get("error", "")) or entry.extra.get(PACKED) is not None
 
@@ -215,9 +213,9 @@ def _ended(queued: QueueRow | None, accounted: QueueRow | None) -> QueueRow | No
     return None
 
 
-def _status_for(slurm_state: str) -> str:
+def _status_for(slurm_state: str) -> Status:
     """The result.json status of a job Slurm ended: stopped by someone is `interrupted`, anything else `failed`."""
-    return "interrupted" if slurm_state in ("CANCELLED", "PREEMPTED") else "failed"
+    return Status.INTERRUPTED if slurm_state in ("CANCELLED", "PREEMPTED") else Status.FAILED
 
 
 def explain(slurm_state: str, job_id: str, exit_code: str = "", timeout_min: Any = None) -> str:
@@ -250,33 +248,18 @@ def record_dead(entry: JobEntry, seen: Seen, stderr_tail: str) -> str:
     one that came in the meantime included, is never replaced: then its status is returned."""
     job_id = slurm_id(entry) or "?"
     failed = failed_task(Path(entry.job_dir))  # a task of a multi-task job that failed first: the cause
-    status = "failed" if failed else _status_for(seen.slurm_state)
     remove_temporaries(Path(entry.job_dir))  # of writes its end cut short: Slurm says its processes are gone
     rows, _ = read_metrics(Path(entry.job_dir))
-    own = dict(read_record(entry.job_dir).result)
-    if own.get("error"):
-        own["job_error"] = own["error"]  # the job's own words, e.g. that SIGTERM stopped it
     said = explain(seen.slurm_state, job_id, seen.exit_code, entry.extra.get("timeout_min"))
-    result: dict[str, Any] = {
-        **own, "status": status, "objective": None,
-        "error": f"{rank_failure(failed)}; the job {said}" if failed else said,
-        "slurm_state": seen.slurm_state, "slurm_job_id": job_id, "node": seen.node or None,
-        "epochs_completed": len(rows), "started_at": entry.started_at, "ended_at": now_iso(),
-        "recorded_by": RECORDED_BY, "recorded_on": socket.gethostname(), "stderr_tail": stderr_tail,
-    }
-    for key in ("metric", "direction"):
-        if entry.extra.get(key) is not None:
-            result[key] = entry.extra[key]
-    if rows:
-        result["final"] = rows[-1]
-    if seen.exit_code:
-        result["slurm_exit_code"] = seen.exit_code
-    if _retold(entry, own):
-        write_result(Path(entry.job_dir), result)  # the job's own SIGTERM record, told what Slurm says it was
-        return status
-    if not write_result_if_absent(Path(entry.job_dir), result):
-        return result_status(Path(entry.job_dir)) or status
-    return status
+    record = JobRecord.of(
+        Status.FAILED if failed else _status_for(seen.slurm_state), Recorder.SLURM,
+        error=f"{rank_failure(failed)}; the job {said}" if failed else said,
+        slurm_state=seen.slurm_state, slurm_job_id=job_id, node=seen.node or None, epochs_completed=len(rows),
+        started_at=entry.started_at, ended_at=now_iso(), recorded_on=socket.gethostname(),
+        **{key: entry.extra[key] for key in ("metric", "direction") if entry.extra.get(key) is not None},
+        **({"final": rows[-1]} if rows else {}), **({"slurm_exit_code": seen.exit_code} if seen.exit_code else {}))
+    return write_result(entry.job_dir, record, replace=False, stderr_tail=lambda: stderr_tail,
+                        retell=lambda own: _retold(entry, own.result))
 
 
 def apply(entry: JobEntry, seen: Seen) -> bool:
@@ -296,7 +279,7 @@ def apply(entry: JobEntry, seen: Seen) -> bool:
         entry.extra.pop("slurm_reason", None)
     if seen.node:
         entry.extra["node"] = seen.node
-    if seen.state == "running" and entry.started_at is None:
+    if seen.state == State.RUNNING and entry.started_at is None:
         entry.started_at = now_iso()
     if seen.final and entry.ended_at is None and slurm_id(entry):
         entry.ended_at = now_iso()

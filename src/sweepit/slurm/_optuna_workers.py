@@ -24,7 +24,7 @@ from typing import Any
 
 from sweepit._host import now_iso
 from sweepit.errors import ConfigError
-from sweepit.results import JobEntry, JobPaths, Manifest, Progress, job_num, open_manifest, write_manifest
+from sweepit.results import JobEntry, JobPaths, Manifest, Progress, State, job_num, open_manifest, write_manifest
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._follow import Follower
 from sweepit.slurm._limits import open_room, wait_for_room
@@ -53,7 +53,7 @@ def adopt_trials(m: Manifest) -> list[int]:
             wid = str(record.get("worker"))
             stdout, stderr = workers.get("stdout", {}).get(wid), workers.get("stderr", {}).get(wid)
             m.jobs[num] = JobEntry(num=num, overrides=list(record.get("overrides") or []), job_dir=str(path),
-                                   state="running", started_at=record.get("started_at"), extra={
+                                   state=State.RUNNING, started_at=record.get("started_at"), extra={
                                        "slurm_job_id": wid, "slurm_array_job_id": wid.split("_", 1)[0],
                                        "slurm_job_name": workers.get("job_name"), "stdout": stdout,
                                        "stderr": stderr, WORKER_TRIAL: record.get("trial")})
@@ -181,7 +181,7 @@ class WorkerSweep:
 
         follower.on_poll = poll
         for num, entry in sorted(m.jobs.items()):  # an earlier driver's trials that had not ended when it stopped
-            if entry.extra.get(WORKER_TRIAL) is not None and entry.state in ("queued", "running"):
+            if entry.extra.get(WORKER_TRIAL) is not None and entry.state in (State.QUEUED, State.RUNNING):
                 follower.add(num)
         def look() -> bool:
             for num in adopt_trials(m):

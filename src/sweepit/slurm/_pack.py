@@ -28,14 +28,17 @@ from sweepit.results import (
     JobPaths,
     Manifest,
     Progress,
+    Recorder,
+    State,
+    Status,
     failure_report,
     is_finished,
     open_manifest,
+    record_failure,
     result_status,
     start_clean,
     summarize,
     write_manifest,
-    write_result,
 )
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._follow import Follower
@@ -58,7 +61,6 @@ if TYPE_CHECKING:
     from sweepit.slurm._slurm_sweep import SlurmSweep
 
 log = logging.getLogger(__name__)
-RECORDED_BY = "sweepit slurm launcher (packed)"
 
 
 @dataclass
@@ -178,7 +180,7 @@ class PackedSweep:
             skipped = {j.num for j in jobs if o.resume and is_finished(j.job_dir)}
             # Workers of an earlier driver are followed while a job of theirs has no result yet; once each has one they
             # are only ending (a resume right after a sweep with failures: its failed jobs run in a new generation).
-            unended = any(result_status(j.job_dir) in (None, "interrupted") for j in jobs if j.num not in skipped)
+            unended = any(result_status(j.job_dir) in (None, Status.INTERRUPTED) for j in jobs if j.num not in skipped)
             alive = alive_workers(m) if unended else set()
             if alive:
                 generation = int(m.workers["generation"])
@@ -208,7 +210,7 @@ class PackedSweep:
             entry = m.jobs.setdefault(job.num, JobEntry(job.num, job.overrides, str(job.job_dir)))
             entry.job_dir = str(job.job_dir)
             if job.num in skipped:
-                entry.state = result_status(job.job_dir) or "completed"
+                entry.state = result_status(job.job_dir) or Status.COMPLETED
         shape_of = {j.num: s.index for s in self.shapes for j in s.jobs}
         entries = []
         for job in to_run:
@@ -217,7 +219,7 @@ class PackedSweep:
             entries.append(PlannedEntry(job.num, list(job.overrides), str(job.job_dir), shape_of[job.num],
                                         dict(job.env_set)))
             entry = m.jobs[job.num]
-            entry.state, entry.pid, entry.started_at, entry.ended_at = "queued", None, None, None
+            entry.state, entry.pid, entry.started_at, entry.ended_at = State.QUEUED, None, None, None
             entry.extra = {PACKED: shape_of[job.num], "generation": generation,
                            "stdout": str(JobPaths(job.job_dir).stdout), "stderr": str(JobPaths(job.job_dir).stderr),
                            "gpus": job.request.n_gpus if job.request else None,
@@ -352,7 +354,7 @@ class _Following:
             entry.extra.update(slurm_job_id=worker, slurm_array_job_id=worker.split("_", 1)[0],
                                slurm_job_name=m.workers.get("job_name"))
             # Queued until the follower sees it started: a worker claims one job ahead of a free slot.
-            entry.state, entry.started_at, entry.ended_at = "queued", None, None
+            entry.state, entry.started_at, entry.ended_at = State.QUEUED, None, None
             self.ran.add(worker.split("_", 1)[0])
             if num not in follower.pending:
                 follower.add(num, counted=True)
@@ -365,7 +367,7 @@ class _Following:
         entry = self.m.jobs[num]
         for key in ("slurm_job_id", "slurm_array_job_id", "slurm_job_name", "slurm_state", "node"):
             entry.extra.pop(key, None)
-        entry.state, entry.started_at, entry.ended_at = "queued", None, None
+        entry.state, entry.started_at, entry.ended_at = State.QUEUED, None, None
         self.follower.drop(num)
         self.adopted.pop(num, None)
 
@@ -373,7 +375,7 @@ class _Following:
         """The follower's hook for a job that has ended: True (and the job given back) when its worker ended under it
         for a reason another worker need not share (RETRY_STATES), at most MAX_RETRIES times."""
         entry = self.m.jobs[num]
-        if entry.extra.get(PACKED) is None or not seen.final or not (seen.dead or seen.state == "interrupted"):
+        if entry.extra.get(PACKED) is None or not seen.final or not (seen.dead or seen.state == Status.INTERRUPTED):
             return False
         retries = int(entry.extra.get("retries") or 0)
         if seen.slurm_state not in RETRY_STATES or retries >= MAX_RETRIES:
@@ -418,8 +420,7 @@ class _Following:
                                   f"{self.sweep.shapes[index].request.describe()} not started (`sweepit resume "
                                   f"{self.sweep.sweep_dir}` runs them)")
                 for num in nums:
-                    self.m.jobs[num].state = "not started"
-                    self.given_up[num] = "not started"
+                    self.m.jobs[num].state = self.given_up[num] = State.NOT_STARTED
                     self.follower.progress.skip()
                 write_manifest(self.m, nums)
                 continue
@@ -469,10 +470,8 @@ class _Following:
 
     def _give_up(self, num: int, error: str) -> None:
         entry = self.m.jobs[num]
-        write_result(Path(entry.job_dir), {"status": "failed", "objective": None, "error": error,
-                                           "recorded_by": RECORDED_BY, "ended_at": now_iso()})
-        entry.state, entry.ended_at = "failed", now_iso()
-        self.given_up[num] = "failed"
+        entry.state = self.given_up[num] = record_failure(entry.job_dir, error, Recorder.PACKED_DRIVER)
+        entry.ended_at = now_iso()
         self.follower.progress.start()
-        self.follower.progress.finish(num, "failed", None)
+        self.follower.progress.finish(num, Status.FAILED, None)
         write_manifest(self.m, [num])

@@ -27,11 +27,18 @@ from typing import Any
 from sweepit._files import atomic_write
 from sweepit._host import now_iso
 from sweepit.local import Job, Reply
-from sweepit.results import JobPaths, SweepPaths, Work, claim, result_status
+from sweepit.results import (
+    JobPaths,
+    Recorder,
+    Status,
+    SweepPaths,
+    Work,
+    claim,
+    result_status,
+)
 from sweepit.slurm._engine import Engine
 
 log = logging.getLogger(__name__)
-RECORDED_BY = "sweepit packed worker"
 RELEASED = "released-"   # `released-<num>-<token>` in the claims folder: job `num` was given back
 
 
@@ -174,7 +181,7 @@ class GridSource:
             return
         for num in sorted(nums):
             entry = entries.get(num)
-            if entry is not None and result_status(Path(entry.job_dir)) in (None, "interrupted"):
+            if entry is not None and result_status(Path(entry.job_dir)) in (None, Status.INTERRUPTED):
                 release(self.sweep_dir, self.spec.generation, num)
                 log.info(f"worker {self.worker}: job {num}, which this worker ran before Slurm requeued it, is "
                          "claimable again")
@@ -185,7 +192,8 @@ class PackedWorker(Engine):
 
     def __init__(self, spec: PackSpec, worker: str, compose: Callable[[Job, Work], None],
                  body: Callable[[Job], Reply], clock: Callable[[], float] = time.time) -> None:
-        super().__init__(GridSource(spec), worker, Path(spec.sweep_dir), compose, body, recorded_by=RECORDED_BY,
-                         slots=spec.slots, threads=spec.threads, timeout_min=spec.timeout_min,
-                         job_timeout_min=spec.job_timeout_min, term_grace_s=spec.term_grace_s,
+        super().__init__(GridSource(spec), worker, Path(spec.sweep_dir), compose, body,
+                         recorded_by=Recorder.PACKED_WORKER, slots=spec.slots, threads=spec.threads,
+                         timeout_min=spec.timeout_min, job_timeout_min=spec.job_timeout_min,
+                         term_grace_s=spec.term_grace_s,
                          stderr_tail_lines=spec.stderr_tail_lines, clock=clock)

@@ -26,6 +26,8 @@ from sweepit.results import (
     JobEntry,
     Manifest,
     Progress,
+    State,
+    Status,
     SweepLock,
     failure_report,
     is_finished,
@@ -152,7 +154,7 @@ class SlurmSweep:
         skipped, adopted, to_submit = self._sort_out(jobs, manifest)
         for job in to_submit:
             manifest.jobs[job.num] = JobEntry(num=job.num, overrides=job.overrides, job_dir=str(job.job_dir),
-                                              state="not started")
+                                              state=State.NOT_STARTED)
         write_manifest(manifest)
         feeder = Feeder(to_submit, manifest, o, max_array_size, self.make_task,
                         open_room(o) if to_submit else None)
@@ -204,7 +206,7 @@ class SlurmSweep:
             if is_finished(job.job_dir):
                 skipped.append(job)
                 entry = manifest.jobs.setdefault(job.num, JobEntry(job.num, job.overrides, str(job.job_dir)))
-                entry.state = result_status(job.job_dir) or "completed"
+                entry.state = result_status(job.job_dir) or Status.COMPLETED
             elif s is not None and not s.final and not s.dead:
                 adopted.append(job)  # queued or running from an earlier submission: follow it, do not submit again
             else:
@@ -228,7 +230,7 @@ class SlurmSweep:
             self._room = open_room(o)
         manifest, follower, _ = self._open
         manifest.jobs[job.num] = JobEntry(num=job.num, overrides=job.overrides, job_dir=str(job.job_dir),
-                                          state="not started")
+                                          state=State.NOT_STARTED)
         said = False
         while True:
             if self._room is not None:  # the sweep's own jobs that end (the follower's looks) free room
@@ -299,7 +301,7 @@ class SlurmSweep:
             if left and not self._cancelled:
                 self._cancel_in_flight(manifest, follower, "the search stopped")
             for n in left:
-                manifest.jobs[n].state, manifest.jobs[n].ended_at = "interrupted", now_iso()
+                manifest.jobs[n].state, manifest.jobs[n].ended_at = Status.INTERRUPTED, now_iso()
         finally:
             progress.close()
             write_manifest(manifest)

@@ -13,6 +13,7 @@ from sweepit.results import (
     JobRow,
     LiveReader,
     Manifest,
+    State,
     SweepLock,
     format_duration,
     format_table,
@@ -58,7 +59,7 @@ def status_table(m: Manifest, live: LiveReader | None = None, shown: list[int] |
         row = read_job(Path(e.job_dir), overrides) if has_dir else JobRow(num, Path(e.job_dir), overrides, "")
         row.num = num
         row.status = e.state
-        progress = live.look(Path(e.job_dir)) if has_dir and e.state == "running" else None
+        progress = live.look(Path(e.job_dir)) if has_dir and e.state == State.RUNNING else None
         reason = f"({e.extra['slurm_reason']})" if e.extra.get("slurm_reason") else ""
         where = " ".join(x for x in (slurm_id(e), e.extra.get("slurm_state"), reason, e.extra.get("node")) if x)
         held = f"not submitted yet: {e.extra['held']}" if e.extra.get("held") else ""
@@ -102,9 +103,9 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
         write_manifest(m, changed)  # with a live driver, it alone writes the sweep's records
     lines = [status_table(m, live, shown),
              f"sweep directory: {m.sweep_dir} (launcher: {m.launcher})"] + ([note] if note else [])
-    running = [e for e in m.jobs.values() if e.state == "running" and e.job_dir]
+    running = [e for e in m.jobs.values() if e.state == State.RUNNING and e.job_dir]
     if running:
-        queued = sum(e.state == "queued" for e in m.jobs.values())
+        queued = sum(e.state == State.QUEUED for e in m.jobs.values())
         eta = sweep_eta_s([live.look(Path(e.job_dir)) for e in running], queued, len(running))
         if eta is not None:
             lines.append(f"ETA {format_duration(eta)} at the running jobs' pace ({len(running)} running, {queued} "
@@ -118,7 +119,7 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
                         | set(m.workers.get("arrays") or {}), key=int)
         lines.append(f"{len(live_jobs)} job(s) still queued or running in Slurm: look again with `sweepit status "
                      f"{m.sweep_dir}`; cancel with `scancel {' '.join(arrays)}`.")
-    redo = [e for e in m.jobs.values() if e.state not in LIVE_STATES and e.state not in ("completed", "diverged")]
+    redo = [e for e in m.jobs.values() if e.state not in LIVE_STATES and e.state not in FINISHED_STATUSES]
     if redo:
         lines.append(f"{len(redo)} job(s) did not complete: `sweepit resume {m.sweep_dir}` runs only those again.")
     workers = bool(m.workers) and m.launcher == "slurm" and workers_alive(m)
@@ -148,7 +149,7 @@ def _settle_unclaimed(m: Manifest) -> list[int]:
     if not waiting or (m.workers.get(PACKED) and workers_alive(m)):
         return []
     for n in waiting:
-        m.jobs[n].state = "not started"
+        m.jobs[n].state = State.NOT_STARTED
         m.jobs[n].extra.pop("held", None)
     return waiting
 

@@ -25,6 +25,7 @@ from sweepit.results import (
     JobEntry,
     JobPaths,
     Manifest,
+    State,
     SweepPaths,
     start_clean,
     write_manifest,
@@ -179,7 +180,7 @@ def submit_jobs(jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, max
             link_task_logs(job.job_dir, [log_paths(folder, job_id, task) for task in range(n_tasks)])
             array_id, _, index = job_id.partition("_")
             entry = manifest.jobs[job.num]
-            entry.state, entry.pid, entry.started_at, entry.ended_at = "queued", None, None, None
+            entry.state, entry.pid, entry.started_at, entry.ended_at = State.QUEUED, None, None, None
             entry.extra = {
                 "slurm_job_id": job_id, "slurm_array_job_id": array_id,
                 "slurm_array_index": int(index) if index else None, "slurm_job_name": name,
@@ -235,7 +236,7 @@ class Feeder:
     def _hold(self, why: str) -> None:
         for job in self.held:
             entry = self.manifest.jobs[job.num]
-            entry.state, entry.extra = "queued", {"held": why}
+            entry.state, entry.extra = State.QUEUED, {"held": why}
         write_manifest(self.manifest, [j.num for j in self.held])
         log.warning(f"sweepit: {len(self.held)} job(s) held back: {why}")
         self._said = why
@@ -244,7 +245,7 @@ class Feeder:
         """The driver does not follow (wait=false): the held jobs are `not started`, for `sweepit resume`."""
         for job in self.held:
             entry = self.manifest.jobs[job.num]
-            entry.state = "not started"
+            entry.state = State.NOT_STARTED
             entry.extra.pop("held", None)
         write_manifest(self.manifest, [j.num for j in self.held])
 

@@ -16,13 +16,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from sweepit._files import atomic_write
-from sweepit.results import MLFLOW_RUN_FILE
+from sweepit.results import MLFLOW_RUN_FILE, State, Status
 from sweepit.trackers._base import RunInfo, Tracker
 
 _PARAMS_PER_CALL = 100        # MLflow's log_batch limit
 _PARAM_CHARS = 6000           # MLflow's longest parameter value
 # sweepit's outcome -> MLflow's run status
-_STATUS = {"completed": "FINISHED", "pruned": "FINISHED", "ended": "FINISHED", "interrupted": "KILLED"}
+_STATUS: dict[str, str] = {Status.COMPLETED: "FINISHED", Status.PRUNED: "FINISHED", State.ENDED: "FINISHED",
+                           Status.INTERRUPTED: "KILLED"}
 
 
 class MLflow(Tracker):
@@ -69,7 +70,7 @@ class MLflow(Tracker):
         params = [Param(k, str(v)[:_PARAM_CHARS]) for k, v in run.params.items()]
         for i in range(0, len(params), _PARAMS_PER_CALL):
             client.log_batch(self.run_id, params=params[i:i + _PARAMS_PER_CALL])
-        client.log_batch(self.run_id, tags=[RunTag("sweepit.status", "running")])
+        client.log_batch(self.run_id, tags=[RunTag("sweepit.status", State.RUNNING)])
 
     def log(self, metrics: Mapping[str, float], epoch: int) -> None:
         import time

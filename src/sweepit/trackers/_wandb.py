@@ -16,7 +16,7 @@ from typing import Any
 
 from sweepit._files import atomic_write
 from sweepit.errors import ConfigError
-from sweepit.results import WANDB_RUN_FILE
+from sweepit.results import WANDB_RUN_FILE, State, Status
 from sweepit.trackers._base import RunInfo, Tracker
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class WandB(Tracker):
             self.run.summary["objective"] = float(result["objective"])
         run_dir = self.run.dir
         offline = self.mode == "offline"
-        self.run.finish(exit_code=0 if status in ("completed", "pruned", "ended") else 1)
+        self.run.finish(exit_code=0 if status in (Status.COMPLETED, Status.PRUNED, State.ENDED) else 1)
         self.run = None
         if offline:
             from pathlib import Path

@@ -17,16 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import sweepit
+from sweepit._host import now_iso
 from sweepit.errors import DivergedError
-from sweepit.results import read_metrics, worst, write_result
+from sweepit.results import Status, read_metrics, worst, write_result
 from sweepit.train import _checkpoint, _session, _weights
 from sweepit.train._checks import check_config
 from sweepit.train._devices import cuda_available
 from sweepit.train._distributed import spawn_local
 from sweepit.train._loop import EpochCallback, Outcome, train
 from sweepit.train._rank import SINGLE, Rank, from_environment
-from sweepit.train._session import now as _now
-from sweepit.train._session import timing_summary
+from sweepit.train._session import epoch_facts
 
 
 @lru_cache(maxsize=1)
@@ -64,8 +64,8 @@ def run_job(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None = None) -> f
     session, began = _session.join(job_dir, cfg, rank or SINGLE)  # the launcher's, under sweepit's launchers
     t0 = time.perf_counter()
     result: dict[str, Any] = {
-        "status": "failed", "objective": None, "metric": str(cfg.metric), "direction": str(cfg.direction),
-        "started_at": _now(), "hostname": socket.gethostname(), "pid": os.getpid(),
+        "status": Status.FAILED, "objective": None, "metric": str(cfg.metric), "direction": str(cfg.direction),
+        "started_at": now_iso(), "hostname": socket.gethostname(), "pid": os.getpid(),
         "code_version": code_version(), "world_size": int(cfg.trainer.gpus),
     }
 
@@ -84,23 +84,15 @@ def run_job(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None = None) -> f
         checkpoint = session.checkpoint_path
         if checkpoint is not None and not cfg.trainer.get("keep_checkpoint", False):
             _checkpoint.remove(checkpoint)
-        result.update(outcome.info)
-        result.update(timing_summary(outcome.rows))
-        rows = outcome.rows
-        final = rows[-1]
-        objective = float(final[cfg.metric])
-        better = max if cfg.direction == "maximize" else min
-        best = better(rows, key=lambda r: r[cfg.metric])
+        objective = float(outcome.rows[-1][cfg.metric])
         # A pruned job was stopped early: its last value (in `final`) is no objective to compare with the others'.
-        result.update(
-            status="pruned" if outcome.stopped_early else "completed",
-            objective=None if outcome.stopped_early else objective, final=final,
-            epochs_completed=len(rows), best_epoch=best["epoch"], best_value=best[cfg.metric],
-        )
+        result.update(outcome.info, **epoch_facts(outcome.rows, str(cfg.metric), str(cfg.direction)),
+                      status=Status.PRUNED if outcome.stopped_early else Status.COMPLETED,
+                      objective=None if outcome.stopped_early else objective)
         return objective
     except DivergedError as e:
         rows = rows_so_far()
-        result.update(status="diverged", error=str(e), epochs_completed=len(rows))
+        result.update(status=Status.DIVERGED, error=str(e), epochs_completed=len(rows))
         if rows:
             result["final"] = rows[-1]
         print(f"sweepit: job diverged: {e}; recorded with the worst objective", flush=True)
@@ -113,7 +105,7 @@ def run_job(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None = None) -> f
         raise
     finally:
         result["wall_time_s"] = time.perf_counter() - t0
-        result["ended_at"] = _now()
+        result["ended_at"] = now_iso()
         weights = _weights.sizes(job_dir)
         if weights:
             result["weights"] = weights  # file -> bytes: what `sweepit clean` can free
@@ -138,10 +130,10 @@ def _train_rank(cfg: Any, on_epoch: EpochCallback | None, job_dir: Path, rank: R
     """One local rank of a multi-rank job, in its own forked process and session (rank 0's trackers end
     here: the supervising process writes result.json only after the ranks are gone)."""
     session = _session.begin(job_dir, cfg, rank)
-    status = "interrupted"
+    status: str = Status.INTERRUPTED
     try:
         outcome = train(cfg, on_epoch, rank=rank, session=session)
-        status = "pruned" if outcome.stopped_early else "completed"
+        status = Status.PRUNED if outcome.stopped_early else Status.COMPLETED
         return outcome
     except BaseException as e:
         status = _session.status_of(e)

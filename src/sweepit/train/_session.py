@@ -14,15 +14,19 @@ import time
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from sweepit._host import now_iso
 from sweepit.errors import ConfigError, DivergedError
 from sweepit.results import (
-    CORRUPT,
+    FAILED_STATUSES,
     JobPaths,
+    JobRecord,
     MetricsLog,
+    Recorder,
+    State,
+    Status,
     as_number,
     objective_direction,
     read_metrics,
@@ -43,7 +47,7 @@ class Session:
     config: Any = None                               # the job's config (an OmegaConf object or a mapping)
     rank: Rank | None = None                         # None: from the environment (Slurm, torchrun) at first use
     rows: list[dict[str, Any]] = field(default_factory=list)
-    started_at: str = field(default_factory=lambda: now())
+    started_at: str = field(default_factory=now_iso)
     t0: float = field(default_factory=time.perf_counter)
     _log: MetricsLog | None = None
     _trial: Any = None                               # the pruning callback, once opened (None: no study)
@@ -135,11 +139,10 @@ class Session:
         if not trackers:
             return
         record = read_record(self.job_dir)
-        result = record.result or None
-        final = str(result.get("status")) if result and result.get("status") else status or "interrupted"
+        final = str(record.status if record.ended else status or Status.INTERRUPTED)
         for tracker in trackers:
             try:
-                tracker.finish(final, result)
+                tracker.finish(final, record.result or None)
             except Exception as e:  # the job's own outcome is recorded already: a tracker must not change it
                 log.warning(f"sweepit: {type(tracker).__name__} could not record the end of the run: "
                             f"{type(e).__name__}: {e}")
@@ -237,50 +240,39 @@ class Session:
         return state
 
     # -- the end -------------------------------------------------------------------------------------------
-    def outcome(self, status: str, returned: Any = _NOTHING, error: BaseException | None = None) -> dict[str, Any]:
+    def outcome(self, status: Status, returned: Any = _NOTHING, error: BaseException | None = None) -> JobRecord:
         """The `result.json` of a task that wrote none: status, objective, final metrics, best epoch, times."""
         metric, direction = self.metric, self.direction
         rows = self.rows or (read_metrics(self.job_dir)[0] if self.job_dir is not None else [])
-        result: dict[str, Any] = {
-            "status": status, "objective": None,
-            "epochs_completed": len(rows), "started_at": self.started_at, "ended_at": now(),
-            "wall_time_s": time.perf_counter() - self.t0, "hostname": socket.gethostname(), "pid": os.getpid(),
-            "world_size": self.the_rank.world_size, "recorded_by": "sweepit",
-        }
+        record = JobRecord.of(
+            status, Recorder.SESSION, started_at=self.started_at, ended_at=now_iso(),
+            wall_time_s=time.perf_counter() - self.t0, hostname=socket.gethostname(), pid=os.getpid(),
+            world_size=self.the_rank.world_size, **epoch_facts(rows, metric, direction))
+        result = record.result
         # What the config says about the objective, and nothing it does not: readers apply one default.
         result.update({k: str(v) for k, v in (("metric", metric), ("direction", self.value("direction"))) if v})
-        if rows:
-            result["final"] = rows[-1]
-            result.update(timing_summary(rows))
-        key = metric or ""
-        scored = [r for r in rows if as_number(r.get(key)) is not None] if metric else []
-        if scored:
-            pick = max if direction == "maximize" else min
-            best = pick(scored, key=lambda r: float(r[key]))
-            result.update(best_epoch=best.get("epoch"), best_value=best[key])
-        if status == "completed":
+        if status == Status.COMPLETED:
             result.update(returned_fields(None if returned is _NOTHING else returned))
-            if result["objective"] is None and scored:
-                result["objective"] = float(scored[-1][key])
-        elif status == "pruned":  # stopped early: no objective to compare (docs/results.md); `final` keeps its last
+            if result["objective"] is None and metric:  # the last reported value
+                result["objective"] = next((v for r in reversed(rows) if (v := as_number(r.get(metric))) is not None),
+                                           None)
+        elif status == Status.PRUNED:  # stopped early: no objective to compare (docs/results.md); `final` has its last
             result.update(returned_fields(None if returned is _NOTHING else returned), objective=None)
-        elif status == "diverged":
-            result["objective"] = None
+        elif status == Status.DIVERGED:
             result["error"] = str(error) if error is not None else "the loss stopped being finite"
-        if error is not None and status in ("failed", "interrupted"):
+        if error is not None and status in FAILED_STATUSES:
             result["error"] = f"{type(error).__name__}: {error}"
             result["traceback"] = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-        return result
+        return record
 
-    def finish(self, status: str, returned: Any = _NOTHING, error: BaseException | None = None) -> None:
-        """Rank 0 writes `result.json` unless the task wrote its own (sweepit's train.py does)."""
+    def finish(self, status: Status, returned: Any = _NOTHING, error: BaseException | None = None) -> None:
+        """Rank 0 writes `result.json` unless the task wrote its own (sweepit's train.py does; a corrupt one,
+        half-written by the task, is replaced by this record)."""
         if self.job_dir is None or not self.is_main:
             return
-        if status == "completed" and self.told_to_stop:
-            status = "pruned"  # the task returned because should_stop() said so
-        if read_record(self.job_dir).status not in (None, CORRUPT):
-            return  # the task's own (a corrupt one, half-written by the task, is replaced by this record)
-        write_result(self.job_dir, self.outcome(status, returned, error))
+        if status == Status.COMPLETED and self.told_to_stop:
+            status = Status.PRUNED  # the task returned because should_stop() said so
+        write_result(self.job_dir, self.outcome(status, returned, error), replace=False)
 
 
 @dataclass(frozen=True)
@@ -343,7 +335,7 @@ def active() -> Session:
     if _active is not None and _active.job_dir == here:
         return _active
     if _active is not None:
-        end(_active, "ended")  # the last job of this process has ended: its trackers with it
+        end(_active, State.ENDED)  # the last job of this process has ended: its trackers with it
     _active = Session(job_dir=here, implicit=True)
     if not _exit_hook:  # no launcher ends the last one (a single run of a user's own loop): it ends at exit
         atexit.register(_end_implicit)
@@ -353,7 +345,7 @@ def active() -> Session:
 
 def _end_implicit() -> None:
     if _active is not None and _active.implicit:
-        end(_active, "ended")
+        end(_active, State.ENDED)
 
 
 def job_dir_from_environment() -> Path | None:
@@ -374,17 +366,30 @@ def leave_process_group() -> None:
         distributed.abandon_process_group()
 
 
-def status_of(error: BaseException) -> str:
+def status_of(error: BaseException) -> Status:
     """The status a job that raised `error` ends with: optuna.TrialPruned is `pruned` (Optuna's own way to
     prune from inside a trial), DivergedError `diverged`, KeyboardInterrupt `interrupted`, anything else `failed`."""
     if isinstance(error, DivergedError):
-        return "diverged"
+        return Status.DIVERGED
     if isinstance(error, KeyboardInterrupt):
-        return "interrupted"
+        return Status.INTERRUPTED
     optuna_exceptions = sys.modules.get("optuna.exceptions")
     if optuna_exceptions is not None and isinstance(error, optuna_exceptions.TrialPruned):
-        return "pruned"
-    return "failed"
+        return Status.PRUNED
+    return Status.FAILED
+
+
+def epoch_facts(rows: list[dict[str, Any]], metric: str | None, direction: str) -> dict[str, Any]:
+    """What a job's record says of its epochs: how many, the last one's metrics (`final`), its times
+    (`timing_summary`), and the epoch where `metric` was best."""
+    facts: dict[str, Any] = {"epochs_completed": len(rows)}
+    if rows:
+        facts.update(final=rows[-1], **timing_summary(rows))
+    scored = [r for r in rows if as_number(r.get(metric)) is not None] if metric else []
+    if metric and scored:
+        best = (max if direction == "maximize" else min)(scored, key=lambda r: float(r[metric]))
+        facts.update(best_epoch=best.get("epoch"), best_value=best[metric])
+    return facts
 
 
 def timing_summary(rows: list[dict[str, Any]]) -> dict[str, float | None]:
@@ -400,11 +405,6 @@ def timing_summary(rows: list[dict[str, Any]]) -> dict[str, float | None]:
     if out:
         out["timed_epochs"] = len(timed)
     return out
-
-
-def now() -> str:
-    """The time a job's result.json records (UTC, to the second)."""
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def _plain(value: Any) -> Any:
