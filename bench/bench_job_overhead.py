@@ -65,7 +65,7 @@ def run_job_ms(n_jobs: int) -> dict[str, float]:
     from omegaconf import open_dict
 
     from hydra_plugins.sweepit._compose import ComposedConfigs
-    from hydra_plugins.sweepit._hydra import run_forked_job
+    from hydra_plugins.sweepit._runner import run_forked_job
 
     class NoCallbacks:
         def on_job_start(self, **_: Any) -> None: ...

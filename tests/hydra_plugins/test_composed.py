@@ -13,7 +13,8 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf, open_dict
 
 from hydra_plugins.sweepit._compose import ComposedConfigs, LoadedConfigs, hydra_parse, parse_number
-from hydra_plugins.sweepit._hydra import _uses_hydra_resolver, job_dir, job_return
+from hydra_plugins.sweepit._launcher import job_dir
+from hydra_plugins.sweepit._runner import job_return, uses_hydra_resolver
 from sweepit_testing import CONF
 
 SWEEP_JOBS = [
@@ -93,7 +94,7 @@ def test_a_job_whose_directory_read_hydras_config_still_gives_its_job_return(tmp
         config = ComposedConfigs(copy.deepcopy(loader)).take(master, ["lr=0.3"])
         with open_dict(config):
             config.hydra.job.num = 0
-        assert _uses_hydra_resolver(config.hydra.sweep)  # the default goes through HydraConfig
+        assert uses_hydra_resolver(config.hydra.sweep)  # the default goes through HydraConfig
         flag = config.hydra._get_node_flag("readonly")
         directory = job_dir(config, tmp_path)
         assert config.hydra._get_node_flag("readonly") == flag

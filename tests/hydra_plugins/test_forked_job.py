@@ -17,7 +17,7 @@ from hydra.types import HydraContext, RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hydra_plugins.sweepit._compose import ComposedConfigs
-from hydra_plugins.sweepit._hydra import run_forked_job
+from hydra_plugins.sweepit._runner import run_forked_job
 from sweepit_testing import CONF
 
 

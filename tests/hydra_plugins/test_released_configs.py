@@ -12,7 +12,7 @@ import pytest
 from hydra.test_utils.test_utils import TSweepRunner
 from omegaconf import DictConfig, OmegaConf
 
-from hydra_plugins.sweepit._hydra import SavedConfig, SavedJobReturn, release_config
+from hydra_plugins.sweepit._runner import SavedConfig, SavedJobReturn, release_config
 
 pytestmark = pytest.mark.usefixtures("hydra_default_version_base")
 

@@ -164,7 +164,7 @@ def test_a_group_the_users_code_leaves_open_is_destroyed_at_exit(tmp_path: Path)
 
 FAILING_RANK_SCRIPT = RANK_SCRIPT + """
 from hydra.core.utils import JobReturn, JobStatus
-from hydra_plugins.sweepit._hydra import record
+from hydra_plugins.sweepit._runner import record
 from sweepit.train import _session
 ret = JobReturn(status=JobStatus.FAILED if rank == 1 else JobStatus.COMPLETED)
 ret._return_value = RuntimeError("rank 1's own error") if rank == 1 else 0.5

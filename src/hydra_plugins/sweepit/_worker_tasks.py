@@ -24,7 +24,8 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
 from hydra_plugins.sweepit._compose import ComposedConfigs
-from hydra_plugins.sweepit._hydra import job_dir, run_hydra_job
+from hydra_plugins.sweepit._launcher import job_dir
+from hydra_plugins.sweepit._runner import run_hydra_job
 from sweepit.local import Job, Reply
 from sweepit.results import Recorder, Work
 from sweepit.search import Search, StudySource, no_env

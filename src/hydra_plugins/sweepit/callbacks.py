@@ -36,7 +36,7 @@ class SweepSummary(Callback):
         session, self._session = self._session, None
         if session is None:
             return
-        from hydra_plugins.sweepit._hydra import record
+        from hydra_plugins.sweepit._runner import record
         from sweepit.train import end_session
 
         try:

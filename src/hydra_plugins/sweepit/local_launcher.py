@@ -15,14 +15,8 @@ from typing import Any
 from hydra.core.utils import JobReturn
 from omegaconf import OmegaConf
 
-from hydra_plugins.sweepit._hydra import (
-    SweepitLauncher,
-    compact_errors,
-    job_return,
-    plain_options,
-    release_config,
-    run_hydra_job,
-)
+from hydra_plugins.sweepit._launcher import SweepitLauncher, compact_errors, plain_options
+from hydra_plugins.sweepit._runner import job_return, release_config, run_hydra_job
 from sweepit.errors import SweepFailedError
 from sweepit.local import Job, LocalOptions, LocalSweep, Reply
 from sweepit.results import Status

@@ -22,7 +22,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from hydra_plugins.sweepit._hydra import SweepitLauncher, compact_errors, plain_options
+from hydra_plugins.sweepit._launcher import SweepitLauncher, compact_errors, plain_options
 from hydra_plugins.sweepit._space import parse_space, space_params
 from sweepit._targets import locate
 from sweepit.errors import ConfigError, SweepFailedError

@@ -17,17 +17,8 @@ from hydra.core.utils import JobReturn
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
-from hydra_plugins.sweepit._hydra import (
-    LaunchError,
-    SavedConfig,
-    SlurmTask,
-    SweepitLauncher,
-    compact_errors,
-    expect_saved_config,
-    job_return,
-    plain_options,
-    saved,
-)
+from hydra_plugins.sweepit._launcher import LaunchError, SweepitLauncher, compact_errors, plain_options
+from hydra_plugins.sweepit._runner import SavedConfig, SlurmTask, expect_saved_config, job_return, saved
 from hydra_plugins.sweepit._worker_tasks import WorkerTask, for_workers
 from sweepit.errors import ConfigError
 from sweepit.slurm import (

@@ -1,14 +1,6 @@
-"""Hydra glue shared by sweepit's plugins: composing each job's config once, the job's directory, running
-the Hydra job in a forked worker or a Slurm task, and the JobReturn a sweeper gets back.
-
-Composing: Hydra's sweepers call `hydra_context.config_loader.load_sweep_config` for every job of a batch
-before `launch()`, then drop the result; the launcher composes the very same config in the same process.
-`ComposedConfigs` (in `_compose`) takes the loader's place at `setup()`, composes once per choice of config
-groups, and keeps the configs the sweeper composed for the launcher.
-
-Exiting: a final garbage collection over every object torch created is most of what an interpreter with
-torch does to shut down, on every sweep; `light_exit` freezes the heap once every atexit
-handler ran, and memory goes back to the system as the process ends anyway.
+"""The job side of sweepit's Hydra plugins: running one Hydra job in the process it runs in (a process forked for
+it by the local launcher or a worker, or a Slurm task), recording how it ended, and what the job saves of its config
+for the driver's JobReturn.
 
 Slurm tasks: every task of a job (one per GPU) runs the same pickled `SlurmTask`; the training code finds
 its rank in SLURM_PROCID and friends, and only rank 0 writes the job's files. Each task also leaves
@@ -19,202 +11,31 @@ requeues the job and exits, and the requeued job resumes from the last epoch in 
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import gc
 import os
 import sys
-from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from hydra.core.utils import JobReturn, JobStatus, configure_log, setup_globals
-from hydra.errors import CompactHydraException
-from hydra.plugins.launcher import Launcher
+from hydra.core.utils import JobReturn, JobStatus, configure_log
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from hydra_plugins.sweepit._compose import ComposedConfigs, copy_config, pickled
+from hydra_plugins.sweepit._compose import copy_config, pickled
 from sweepit._files import atomic_write
 from sweepit._signals import interrupt_on_sigterm
-from sweepit.errors import RankFailedError, SweepFailedError, SweepitError, SweepStoppedError
+from sweepit.errors import RankFailedError
 from sweepit.local import Reply, failure, picklable
 from sweepit.results import (
     CONFIG_FILE,
     HYDRA_FILE,
-    MULTIRUN_FILE,
     OVERRIDES_FILE,
     Status,
-    SweepLock,
-    SweepPaths,
     read_record,
     remove_result,
     sweeper_value,
 )
 from sweepit.slurm import failed_task, rank_failure, record_task, record_task_error
 from sweepit.train import Session, begin_session, end_session, leave_process_group, status_of
-
-_registered = False
-
-
-class SweepFailed(SweepFailedError, CompactHydraException):
-    """A compact Hydra exception: Hydra prints the message alone, without a traceback, and exits with 1."""
-
-
-class LaunchError(SweepitError, CompactHydraException):
-    """Bad input, an unreachable Slurm, another driver on the sweep directory: found before a job runs; Hydra
-    prints the message alone."""
-
-
-def plain_options(params: Mapping[str, Any]) -> dict[str, Any]:
-    """A plugin's keys as its engine's option dataclass takes them: Hydra hands lists and dicts over as config
-    nodes, which become plain (resolved) containers; everything else is passed as it is."""
-    return {str(k): OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
-            for k, v in params.items()}
-
-
-@contextlib.contextmanager
-def compact_errors() -> Iterator[None]:
-    """sweepit's errors as compact Hydra exceptions: Hydra prints the message alone, without a traceback
-    (HYDRA_FULL_ERROR=1 shows it). A sweep stopped by a signal is no error: sweepit's message alone and exit
-    status 1, without Hydra's hint of a stack trace to see."""
-    try:
-        yield
-    except SweepStoppedError as e:
-        sys.stdout.flush()
-        print(e, file=sys.stderr, flush=True)
-        raise SystemExit(1) from None
-    except (SweepFailed, LaunchError):
-        raise
-    except SweepFailedError as e:
-        raise SweepFailed(str(e)) from None
-    except SweepitError as e:
-        raise LaunchError(str(e)) from None
-
-
-def light_exit() -> None:
-    """Freeze the heap at exit (registered once, before the other atexit handlers so that it runs last)."""
-    global _registered
-    if not _registered:
-        atexit.register(gc.freeze)
-        _registered = True
-
-
-def setup_driver(hydra_context: Any) -> ComposedConfigs:
-    """A launcher's share of the driver: the loader wrapper in the (sweeper-shared) context, and the quick exit."""
-    light_exit()
-    return ComposedConfigs.install(hydra_context)
-
-
-
-class SweepitLauncher(Launcher):
-    """What sweepit's two launchers share: the Hydra context and task, the config composer, the driver's logging,
-    and the two knobs a sweeper may switch off on `self.options` (sweepit's Optuna sweeper does: failed trials
-    are its business, and it prints one table at the end)."""
-
-    options: Any
-    _sweep: Any = None  # the engine's run of start()/wait_any() (LocalSweep, SlurmSweep), between them and close()
-
-    def __init__(self) -> None:
-        self.config: DictConfig | None = None
-        self.task_function: TaskFunction | None = None
-        self.hydra_context: HydraContext | None = None
-        # Environment variables a sweeper gives job `num` (the Optuna sweeper: its trial), set through the job's
-        # hydra.job.env_set when it is composed: never an override, so they stay out of the job's overrides,
-        # its JobReturn, sweep.json and the printed tables.
-        self.job_env: dict[int, dict[str, str]] = {}
-
-    def close(self) -> None:
-        """End the run of start()/wait_any() (`self._sweep`, each launcher's engine): jobs still in flight are
-        stopped (the local launcher kills them, the Slurm launcher cancels them) and the manifest is written."""
-        if self._sweep is None:
-            return
-        try:
-            self._sweep.close()
-        finally:
-            self._sweep = None
-            self.composed.clear()
-
-    @property
-    def fail_on_error(self) -> bool:
-        return bool(self.options.fail_on_error)
-
-    @fail_on_error.setter
-    def fail_on_error(self, value: bool) -> None:
-        self.options.fail_on_error = value
-
-    @property
-    def print_summary(self) -> bool:
-        return bool(self.options.print_summary)
-
-    @print_summary.setter
-    def print_summary(self, value: bool) -> None:
-        self.options.print_summary = value
-
-    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
-        self.config = config
-        self.hydra_context = hydra_context
-        self.task_function = task_function
-        # The sweeper shares this context: the configs it composes to validate a batch are kept for launch().
-        self.composed = setup_driver(hydra_context)
-        # One driver per sweep directory, from now to this process's exit: between a sweeper's batches too.
-        self.lock: SweepLock | None = None
-        # Hydra makes the sweep directory after this (with multirun.yaml): a dry run takes it away again if it is new.
-        self.new_sweep_dir = not Path(str(config.hydra.sweep.dir)).exists()
-        if not getattr(self.options, "dry_run", False):
-            self.lock = SweepLock(Path(str(config.hydra.sweep.dir)).absolute())
-            with compact_errors():
-                self.lock.acquire()
-            atexit.register(self.lock.release)
-
-    def end_dry_run(self) -> None:
-        """Remove the sweep directory Hydra made for a dry run (or that a refused sweep's lock made), when it holds
-        nothing but Hydra's multirun.yaml: no sweep is left behind (`sweepit ls` listed it as a sweep of 0 jobs)."""
-        assert self.config is not None
-        sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        if not self.new_sweep_dir or not sweep_dir.is_dir():
-            return
-        if self.lock is not None:
-            self.lock.release()
-        if {p.name for p in sweep_dir.iterdir()} <= {MULTIRUN_FILE}:
-            SweepPaths(sweep_dir).multirun.unlink(missing_ok=True)
-            with contextlib.suppress(OSError):
-                sweep_dir.rmdir()
-
-    def sweep_dir(self) -> Path:
-        """Hydra's logging in the driver; the sweep's directory (its `${now:}` resolved once)."""
-        assert self.config is not None
-        setup_globals()
-        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
-        return Path(str(self.config.hydra.sweep.dir)).absolute()
-
-    def compose_job(self, num: int, overrides: list[str], sweep_dir: Path) -> tuple[DictConfig, Path]:
-        """The job's full config, as Hydra's own launchers compose it, and the directory it will run in."""
-        assert self.config is not None
-        config = self.composed.take(self.config, overrides)
-        with open_dict(config):
-            config.hydra.job.id = num
-            config.hydra.job.num = num
-            for key, value in self.job_env.pop(num, {}).items():
-                config.hydra.job.env_set[key] = value
-        return config, job_dir(config, sweep_dir)
-
-
-def job_dir(config: DictConfig, sweep_dir: Path) -> Path:
-    """`hydra.sweep.dir/hydra.sweep.subdir` as Hydra's run_job resolves it (the subdir may use hydra.job.*);
-    `sweep_dir` is the sweep's, resolved once (its `${now:}` is cached, so every job's is the same)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if not _uses_hydra_resolver(config.hydra.sweep):
-        return sweep_dir / str(OmegaConf.select(config, "hydra.sweep.subdir"))  # no HydraConfig: setting it copies
-    hydra_config = HydraConfig.instance()
-    saved, flag = hydra_config.cfg, config.hydra._get_node_flag("readonly")
-    hydra_config.set_config(config)  # which also marks `config.hydra` read-only, in place
-    try:
-        return sweep_dir / str(OmegaConf.select(config, "hydra.sweep.subdir"))
-    finally:
-        hydra_config.cfg = saved
-        OmegaConf.set_readonly(config.hydra, flag)  # the driver's copy stays as it was: its JobReturn sets a key
 
 
 def run_hydra_job(hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig,
@@ -258,7 +79,7 @@ def run_forked_job(hydra_context: HydraContext, task_function: TaskFunction, con
     old_cwd = os.getcwd()
     hydra_config = HydraConfig.instance()
     saved = hydra_config.cfg
-    if _uses_hydra_resolver(config.hydra.sweep):
+    if uses_hydra_resolver(config.hydra.sweep):
         hydra_config.set_config(config)  # the directory's `${hydra:...}` reads it
     output_dir = str(OmegaConf.select(config, "hydra.sweep.dir"))
     output_dir = os.path.join(output_dir, str(OmegaConf.select(config, "hydra.sweep.subdir")))
@@ -313,7 +134,7 @@ def run_forked_job(hydra_context: HydraContext, task_function: TaskFunction, con
             os.chdir(old_cwd)
 
 
-def _uses_hydra_resolver(sweep: DictConfig) -> bool:
+def uses_hydra_resolver(sweep: DictConfig) -> bool:
     """Whether `hydra.sweep.dir` or `.subdir` may call Hydra's `${hydra:...}` resolver, which reads HydraConfig:
     any interpolation but `${now:...}` and `${hydra.<key>}` (another key may call it)."""
     for key in sweep:
