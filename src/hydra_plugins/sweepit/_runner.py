@@ -1,6 +1,6 @@
-"""The job side of sweepit's Hydra plugins: running one Hydra job in the process it runs in (a process forked for
-it by the local launcher or a worker, or a Slurm task), recording how it ended, and what the job saves of its config
-for the driver's JobReturn.
+"""The job side of sweepit's Hydra plugins: `JobRunner`, the one runner of a job in the process it runs in (a process
+forked for it by the local launcher or by a worker, or a task of a Slurm job), which records how the job ended; and
+what a job saves of its config, read back for the driver's JobReturn.
 
 Slurm tasks: every task of a job (one per GPU) runs the same pickled `SlurmTask`; the training code finds
 its rank in SLURM_PROCID and friends, and only rank 0 writes the job's files. Each task also leaves
@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from hydra.core.utils import JobReturn, JobStatus, configure_log
 from hydra.types import HydraContext, TaskFunction
@@ -38,14 +38,41 @@ from sweepit.slurm import failed_task, rank_failure, record_task, record_task_er
 from sweepit.train import Session, begin_session, end_session, leave_process_group, status_of
 
 
-def run_hydra_job(hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig,
-                  job_dir_: Path) -> Reply:
-    """The body of a forked local job: Hydra's run_job (output dir, .hydra/, logging, callbacks) around the task,
-    in a session of sweepit's API (what the task reports; its result.json when it writes none)."""
-    session = begin_session(job_dir_, config)
-    try:
-        ret = run_forked_job(hydra_context, task_function, config)
-        status, error = record(session, ret)
+class Ended(NamedTuple):
+    """How a job ended, as it was recorded: its status, the error it ended with (None: completed), and Hydra's
+    JobReturn of its task."""
+
+    status: Status
+    error: BaseException | None
+    ret: JobReturn
+
+
+class JobRunner:
+    """The one runner of a job, in the process the job runs in: begin the job's session, run Hydra's job steps around
+    the task, record how the job ended (result.json when the task wrote none), end the session. It takes a composed
+    config, so whatever forks a job calls it alike: the local launcher's pool, a worker, every task of a Slurm job
+    (`rank`: rank 0 writes the job's files, the others leave their error for it; None: a process of its own). A job
+    of another launcher is recorded and ended by `record`, through sweepit's callback."""
+
+    def __init__(self, hydra_context: HydraContext, task_function: TaskFunction, rank: int | None = None) -> None:
+        self.hydra_context, self.task_function, self.rank = hydra_context, task_function, rank
+        self.requeueing = False  # stopped by submitit to be requeued: what the job leaves now is not its end
+        self.finished = False    # the task has returned: a stop signal no longer stops the job
+
+    def __call__(self, config: DictConfig, job_dir: Path) -> Ended:
+        session = begin_session(job_dir, config)
+        try:
+            ret = self._steps(config)
+        except BaseException as e:  # KeyboardInterrupt (the job was stopped), SystemExit (submitit's requeue)
+            stopped = JobReturn(status=JobStatus.FAILED, _return_value=e)
+            record(session, stopped, self.rank, requeued=self.requeueing)
+            raise
+        self.finished = True
+        return record(session, ret, self.rank)
+
+    def reply(self, config: DictConfig, job_dir: Path) -> Reply:
+        """The job run in a process forked for it, and what that process sends back to the one that forked it."""
+        status, error, ret = self(config, job_dir)
         if error is None:
             reply = Reply(status=Status.COMPLETED, value=picklable(ret.return_value))
         elif status == Status.PRUNED:
@@ -54,10 +81,49 @@ def run_hydra_job(hydra_context: HydraContext, task_function: TaskFunction, conf
             reply = failure(status, error)
         reply.working_dir, reply.task_name = ret.working_dir, ret.task_name
         return reply
-    except BaseException as e:  # KeyboardInterrupt (the driver stopped the job), SystemExit
-        leave_process_group()
-        session.finish(status_of(e), error=e)
-        raise
+
+    def _steps(self, config: DictConfig) -> JobReturn:
+        """Hydra's job steps around the task, chosen here for every job: a process of the job's own runs them with
+        fewer config copies (`run_forked_job`); a Slurm task runs Hydra's own `run_job`, where rank 0 alone writes
+        `.hydra/` and sets up logging."""
+        if self.rank is None:
+            return run_forked_job(self.hydra_context, self.task_function, config)
+        from hydra.core.utils import run_job
+
+        if self.rank != 0:  # one copy of .hydra/ and of the job's log file, written by rank 0
+            with read_write(config.hydra), open_dict(config.hydra):
+                config.hydra.output_subdir = None
+        return run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=config,
+                       job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir",
+                       configure_logging=self.rank == 0)
+
+
+def record(session: Session, ret: JobReturn, rank: int | None = None, requeued: bool = False) -> Ended:
+    """How the job ended (Hydra's JobReturn of its task, or of what the job raised), recorded in result.json when the
+    task wrote none (optuna.TrialPruned is `pruned`); then its session ends, after result.json, so that its trackers
+    close with the job's status. A job that failed leaves its process group undestroyed. Rank 0 of a Slurm job whose
+    other task failed first records that task's error; another rank leaves its own failure for rank 0 to tell."""
+    try:
+        if ret.status == JobStatus.COMPLETED:
+            session.finish(Status.COMPLETED, returned=ret.return_value)
+            return Ended(Status.COMPLETED, None, ret)
+        value = ret._return_value
+        error = value if isinstance(value, BaseException) else RuntimeError(repr(value))
+        leave_process_group()  # the task's own process group (sweepit.context().init_process_group())
+        task_dir = session.job_dir if rank is not None else None  # a Slurm task's job: where its tasks leave errors
+        if requeued and task_dir is not None:
+            # The job carries on when requeued: the SystemExit that stops this run is not its end, nor is the result
+            # the task wrote as it stopped.
+            remove_result(task_dir)
+            return Ended(status_of(error), error, ret)
+        failed = failed_task(task_dir, but=0) if task_dir is not None and rank == 0 else None
+        if failed is not None:  # its error came from a peer that failed first (a collective's lost connection)
+            error = RankFailedError(rank_failure(failed))
+        status = status_of(error)
+        session.finish(status, error=error)
+        if task_dir is not None and rank and status == Status.FAILED:
+            record_task_error(task_dir, rank, error)  # before this task exits: the cause, for the others
+        return Ended(status, error, ret)
     finally:
         end_session(session)
 
@@ -142,20 +208,6 @@ def uses_hydra_resolver(sweep: DictConfig) -> bool:
         if "${hydra:" in raw or raw.count("${") > raw.count("${now:") + raw.count("${hydra."):
             return True
     return False
-
-
-def record(session: Session, ret: JobReturn) -> tuple[Status, BaseException | None]:
-    """The job's status and error from Hydra's JobReturn, recorded in result.json when the task wrote none
-    (optuna.TrialPruned raised by the task is `pruned`). A task that raised leaves its process group undestroyed."""
-    if ret.status == JobStatus.COMPLETED:
-        session.finish(Status.COMPLETED, returned=ret.return_value)
-        return Status.COMPLETED, None
-    value = ret._return_value
-    error = value if isinstance(value, BaseException) else RuntimeError(repr(value))
-    status = status_of(error)
-    leave_process_group()  # the task's own process group (sweepit.context().init_process_group())
-    session.finish(status, error=error)
-    return status, error
 
 
 class SavedConfig:
@@ -286,68 +338,36 @@ def split_hydra(config: DictConfig, job_dir_: Path) -> tuple[DictConfig, DictCon
     return config, hydra_cfg
 
 
+def restore_hydra(singleton_state: dict[Any, Any]) -> None:
+    """Hydra's singletons (its config search path, plugins, job runtime) as the driver had them, in a process that
+    unpickled a task. A copy: set_state adds the Plugins singleton to the dict it is given, and the task is pickled
+    again on requeue, where plugin classes must not travel."""
+    from hydra.core.singleton import Singleton
+    from hydra.core.utils import setup_globals
+
+    Singleton.set_state({**singleton_state, "instances": dict(singleton_state["instances"])})
+    setup_globals()
+
+
 class SlurmTask:
+    """What every task of a Slurm job runs (pickled by submitit): the job's runner, on the task's rank."""
+
     def __init__(self, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig,
                  singleton_state: dict[Any, Any], job_dir: str) -> None:
-        self.hydra_context = hydra_context
-        self.task_function = task_function
+        self.runner = JobRunner(hydra_context, task_function)
         self.config = config
         self.singleton_state = singleton_state
         self.job_dir = job_dir
-        self._requeueing = False
-        self._finished = False
 
     def __call__(self) -> Any:
-        from hydra.core.singleton import Singleton
-        from hydra.core.utils import run_job, setup_globals
-
-        self._requeueing = self._finished = False  # this object comes back from the checkpoint pickle
+        runner = self.runner
+        runner.requeueing = runner.finished = False  # this object comes back from the checkpoint pickle
         # After submitit's own handlers (it ignores SIGTERM): scancel stops the job now, not after KillWait.
-        interrupt_on_sigterm(unless=lambda: self._requeueing or self._finished)
-        job_dir = Path(self.job_dir)
-        rank = int(os.environ.get("SLURM_PROCID", "0"))
-        # A copy: set_state adds the Plugins singleton to the dict it is given, and this object is pickled again
-        # on requeue, where plugin classes must not travel.
-        Singleton.set_state({**self.singleton_state, "instances": dict(self.singleton_state["instances"])})
-        setup_globals()
-        record_task(job_dir, rank)
-        config = self.config
-        if rank != 0:  # one copy of .hydra/ and of the job's log file, written by rank 0
-            with read_write(config.hydra), open_dict(config.hydra):
-                config.hydra.output_subdir = None
-        session = begin_session(job_dir, config)
-        try:
-            try:
-                ret = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=config,
-                              job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir",
-                              configure_logging=rank == 0)
-            except BaseException as e:
-                leave_process_group()
-                if self._requeueing and rank == 0:
-                    # The result says `failed` with the SystemExit that submitit raises to stop this run; the job
-                    # is requeued and carries on, so that result is not the job's.
-                    remove_result(job_dir)
-                elif rank != 0:
-                    if not isinstance(e, KeyboardInterrupt):  # its own failure, not a stop: the others' cause
-                        record_task_error(job_dir, rank, e)
-                else:
-                    failed = failed_task(job_dir, but=0)  # stopped because another task failed: its error
-                    cause: BaseException = RankFailedError(rank_failure(failed)) if failed else e
-                    session.finish(status_of(cause), error=cause)
-                raise
-            self._finished = True
-            failed = failed_task(job_dir, but=0) if rank == 0 and ret.status == JobStatus.FAILED else None
-            error: BaseException | None
-            if failed is not None:  # its error came from a peer that failed first (a collective's lost connection)
-                error = RankFailedError(rank_failure(failed))
-                session.finish(Status.FAILED, error=error)
-                status = Status.FAILED
-            else:
-                status, error = record(session, ret)
-            if rank != 0 and status == Status.FAILED and error is not None:
-                record_task_error(job_dir, rank, error)  # before this task exits: the cause, for the others
-        finally:
-            end_session(session)  # after result.json: the session's trackers close with the job's status
+        interrupt_on_sigterm(unless=lambda: runner.requeueing or runner.finished)
+        runner.rank = int(os.environ.get("SLURM_PROCID", "0"))
+        restore_hydra(self.singleton_state)
+        record_task(Path(self.job_dir), runner.rank)
+        status, error, ret = runner(self.config, Path(self.job_dir))
         if error is None:
             return picklable(ret.return_value)
         if status == Status.PRUNED:
@@ -358,8 +378,7 @@ class SlurmTask:
         """Called by submitit on rank 0 when USR2 arrives: the same job again, unless it has just finished."""
         import submitit
 
-        if self._finished:
+        if self.runner.finished:
             return None  # its result is written; submitit then ends it instead of requeuing
-        self._requeueing = True
+        self.runner.requeueing = True
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
-

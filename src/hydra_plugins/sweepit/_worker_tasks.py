@@ -25,7 +25,7 @@ from omegaconf import DictConfig, open_dict
 
 from hydra_plugins.sweepit._compose import ComposedConfigs
 from hydra_plugins.sweepit._launcher import job_dir
-from hydra_plugins.sweepit._runner import run_hydra_job
+from hydra_plugins.sweepit._runner import JobRunner, restore_hydra
 from sweepit.local import Job, Reply
 from sweepit.results import Recorder, Work
 from sweepit.search import Search, StudySource, no_env
@@ -57,14 +57,10 @@ class WorkerTask:
         self._composer: ComposedConfigs | None = None
 
     def __call__(self) -> int:
-        from hydra.core.singleton import Singleton
-        from hydra.core.utils import setup_globals
-
         from sweepit.local import DEFAULT_PRELOAD, preload
 
         logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
-        Singleton.set_state({**self.singleton_state, "instances": dict(self.singleton_state["instances"])})
-        setup_globals()
+        restore_hydra(self.singleton_state)
         preload(DEFAULT_PRELOAD)  # once per worker, so that each job starts warm (see LocalOptions.preload)
         self._composer = ComposedConfigs(self.hydra_context.config_loader)  # a job's config in ms, not 50
         if self.spec is not None:
@@ -109,4 +105,4 @@ class WorkerTask:
         """The one place a worker's job is run, in its forked process."""
         # Slurm's USR2 reaches every process of the allocation: the worker alone answers it (it stops its jobs).
         signal.signal(signal.SIGUSR2, signal.SIG_IGN)
-        return run_hydra_job(self.hydra_context, self.task_function, job.config, job.job_dir)
+        return JobRunner(self.hydra_context, self.task_function).reply(job.config, job.job_dir)

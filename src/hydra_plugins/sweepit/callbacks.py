@@ -29,7 +29,7 @@ class SweepSummary(Callback):
         job_dir = Path(str(config.hydra.runtime.output_dir))
         running = current_session()
         if running is not None and not running.implicit and running.job_dir == job_dir:
-            return  # a sweepit launcher began this job's session
+            return  # sweepit's job runner began this job's session (_runner.JobRunner)
         self._session = begin_session(job_dir, config)
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
@@ -37,12 +37,8 @@ class SweepSummary(Callback):
         if session is None:
             return
         from hydra_plugins.sweepit._runner import record
-        from sweepit.train import end_session
 
-        try:
-            record(session, job_return)
-        finally:
-            end_session(session)
+        record(session, job_return)  # and the session ends
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         launcher = config.hydra.launcher

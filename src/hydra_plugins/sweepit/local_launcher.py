@@ -16,7 +16,7 @@ from hydra.core.utils import JobReturn
 from omegaconf import OmegaConf
 
 from hydra_plugins.sweepit._launcher import SweepitLauncher, compact_errors, plain_options
-from hydra_plugins.sweepit._runner import job_return, release_config, run_hydra_job
+from hydra_plugins.sweepit._runner import JobRunner, job_return, release_config
 from sweepit.errors import SweepFailedError
 from sweepit.local import Job, LocalOptions, LocalSweep, Reply
 from sweepit.results import Status
@@ -52,7 +52,7 @@ class LocalLauncher(SweepitLauncher):
 
     def _body(self, job: Job) -> Reply:
         assert self.hydra_context is not None and self.task_function is not None
-        return run_hydra_job(self.hydra_context, self.task_function, job.config, job.job_dir)
+        return JobRunner(self.hydra_context, self.task_function).reply(job.config, job.job_dir)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         sweep = self._new_sweep()
