@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus, configure_log
 from hydra.types import HydraContext, TaskFunction
@@ -37,14 +37,7 @@ from sweepit.results import (
 from sweepit.slurm import failed_task, rank_failure, record_task, record_task_error
 from sweepit.train import Session, begin_session, end_session, leave_process_group, status_of
 
-
-class Ended(NamedTuple):
-    """How a job ended, as it was recorded: its status, the error it ended with (None: completed), and Hydra's
-    JobReturn of its task."""
-
-    status: Status
-    error: BaseException | None
-    ret: JobReturn
+Ended = tuple[Status, BaseException | None, JobReturn]  # how a job ended: its status, its error (None: completed)
 
 
 class JobRunner:
@@ -106,7 +99,7 @@ def record(session: Session, ret: JobReturn, rank: int | None = None, requeued: 
     try:
         if ret.status == JobStatus.COMPLETED:
             session.finish(Status.COMPLETED, returned=ret.return_value)
-            return Ended(Status.COMPLETED, None, ret)
+            return Status.COMPLETED, None, ret
         value = ret._return_value
         error = value if isinstance(value, BaseException) else RuntimeError(repr(value))
         leave_process_group()  # the task's own process group (sweepit.context().init_process_group())
@@ -115,7 +108,7 @@ def record(session: Session, ret: JobReturn, rank: int | None = None, requeued: 
             # The job carries on when requeued: the SystemExit that stops this run is not its end, nor is the result
             # the task wrote as it stopped.
             remove_result(task_dir)
-            return Ended(status_of(error), error, ret)
+            return status_of(error), error, ret
         failed = failed_task(task_dir, but=0) if task_dir is not None and rank == 0 else None
         if failed is not None:  # its error came from a peer that failed first (a collective's lost connection)
             error = RankFailedError(rank_failure(failed))
@@ -123,7 +116,7 @@ def record(session: Session, ret: JobReturn, rank: int | None = None, requeued: 
         session.finish(status, error=error)
         if task_dir is not None and rank and status == Status.FAILED:
             record_task_error(task_dir, rank, error)  # before this task exits: the cause, for the others
-        return Ended(status, error, ret)
+        return status, error, ret
     finally:
         end_session(session)
 
