@@ -78,12 +78,6 @@ def light_exit() -> None:
         _registered = True
 
 
-def setup_driver(hydra_context: Any) -> ComposedConfigs:
-    """A launcher's share of the driver: the loader wrapper in the (sweeper-shared) context, and the quick exit."""
-    light_exit()
-    return ComposedConfigs.install(hydra_context)
-
-
 class SweepitLauncher(Launcher):
     """What sweepit's two launchers share: the Hydra context and task, the config composer, the driver's logging,
     and the two knobs a sweeper may switch off on `self.options` (sweepit's Optuna sweeper does: failed trials
@@ -132,8 +126,9 @@ class SweepitLauncher(Launcher):
         self.config = config
         self.hydra_context = hydra_context
         self.task_function = task_function
+        light_exit()
         # The sweeper shares this context: the configs it composes to validate a batch are kept for launch().
-        self.composed = setup_driver(hydra_context)
+        self.composed = ComposedConfigs.install(hydra_context)
         # One driver per sweep directory, from now to this process's exit: between a sweeper's batches too.
         self.lock: SweepLock | None = None
         # Hydra makes the sweep directory after this (with multirun.yaml): a dry run takes it away again if it is new.
@@ -168,13 +163,18 @@ class SweepitLauncher(Launcher):
     def compose_job(self, num: int, overrides: list[str], sweep_dir: Path) -> tuple[DictConfig, Path]:
         """The job's full config, as Hydra's own launchers compose it, and the directory it will run in."""
         assert self.config is not None
-        config = self.composed.take(self.config, overrides)
-        with open_dict(config):
-            config.hydra.job.id = num
-            config.hydra.job.num = num
-            for key, value in self.job_env.pop(num, {}).items():
-                config.hydra.job.env_set[key] = value
-        return config, job_dir(config, sweep_dir)
+        return numbered(self.composed.take(self.config, overrides), num, self.job_env.pop(num, {}), sweep_dir)
+
+
+def numbered(config: DictConfig, num: int, env: Mapping[str, str], sweep_dir: Path) -> tuple[DictConfig, Path]:
+    """A job's composed config numbered `num`, with the environment a sweeper gives it (`hydra.job.env_set`), and the
+    directory it runs in: the same in the driver and in a worker that composes the job again."""
+    with open_dict(config):
+        config.hydra.job.id = num
+        config.hydra.job.num = num
+        for key, value in env.items():
+            config.hydra.job.env_set[key] = value
+    return config, job_dir(config, sweep_dir)
 
 
 def job_dir(config: DictConfig, sweep_dir: Path) -> Path:

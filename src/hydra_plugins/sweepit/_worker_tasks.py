@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
 from hydra_plugins.sweepit._compose import ComposedConfigs
-from hydra_plugins.sweepit._launcher import job_dir
+from hydra_plugins.sweepit._launcher import numbered
 from hydra_plugins.sweepit._runner import JobRunner, restore_hydra
 from sweepit.local import Job, Reply
 from sweepit.results import Recorder, Work
@@ -90,12 +90,7 @@ class WorkerTask:
         (the driver's planned one, when it planned one)."""
         assert self._composer is not None, "composed in the worker that __call__ set up"
         config = self._composer.compose(self.config, list(work.overrides))
-        with open_dict(config):
-            config.hydra.job.id = work.num
-            config.hydra.job.num = work.num
-            for key, value in work.env.items():
-                config.hydra.job.env_set[key] = value
-        job.config, job.job_dir = config, job_dir(config, self.sweep_dir)
+        job.config, job.job_dir = numbered(config, work.num, work.env, self.sweep_dir)
         job.job_dir.mkdir(parents=True, exist_ok=True)
         if work.job_dir is not None and str(job.job_dir) != work.job_dir:
             raise RuntimeError(f"job {work.num} composes to directory {job.job_dir} in this worker, but the driver "
