@@ -1,5 +1,6 @@
 """`sweepit status DIR`: a sweep's state brought up to date (from Slurm for a Slurm sweep, else from its results)
-and told as a table, with what to run next. Read through sweepit.slurm's `status_report`, `sweep_status`."""
+and told as a table, with what to run next. It serves local and Slurm sweeps alike, so it sits above both engines;
+sweepit.reporting's `__init__` does not import it, so that a report loads no Slurm code."""
 
 from __future__ import annotations
 
@@ -26,8 +27,7 @@ from sweepit.results import (
     sweep_eta_s,
     write_manifest,
 )
-from sweepit.slurm._job_states import LIVE_STATES, PACKED, refresh, slurm_id
-from sweepit.slurm._optuna_workers import adopt_trials, workers_alive
+from sweepit.slurm import LIVE_STATES, PACKED, adopt_trials, refresh, slurm_id, workers_alive
 
 
 def shown_jobs(m: Manifest, max_rows: int = MAX_ROWS) -> list[int]:
