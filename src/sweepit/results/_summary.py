@@ -26,6 +26,7 @@ from sweepit.results._status import (
     LAUNCH_STATES,
     State,
     Status,
+    counts_text,
     measures_speed,
     objective_values,
     pareto_front,
@@ -259,7 +260,7 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
         parts.append(f"the best {len(shown)} of {tally.n} jobs by {metric} ({direction}); "
                      f"`sweepit summary {sweep_dir} --rows 0` lists every job:")
     parts += [format_table(shown, keys), "",
-              f"{tally.n} jobs: " + ", ".join(f"{n} {s}" for s, n in sorted(tally.counts.items()))]
+              f"{tally.n} jobs: {counts_text(tally.counts)}"]
     fixed = {k: v for k, v in tally.first_overrides.items() if k not in set(keys)}
     if fixed and tally.n > 1:
         parts.append("same in every job: " + " ".join(f"{k}={v}" for k, v in fixed.items()))
