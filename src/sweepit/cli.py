@@ -63,7 +63,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from sweepit.slurm import status_report
+    from sweepit.reporting.sweep_status import status_report
 
     if args.watch is None:
         print(status_report(Path(args.sweep_dir), max_rows=args.rows))
@@ -81,7 +81,7 @@ def _watch(sweep_dir: Path, every_s: float, max_rows: int) -> int:
     if code is not None:
         return code
     from sweepit.reporting import try_build_report
-    from sweepit.slurm import report_is_current
+    from sweepit.reporting.sweep_status import report_is_current
 
     if not report_is_current(sweep_dir):
         try_build_report(sweep_dir)
@@ -93,8 +93,8 @@ def _watch_until_ended(sweep_dir: Path, every_s: float, max_rows: int) -> int | 
     import time
     from datetime import datetime
 
+    from sweepit.reporting.sweep_status import sweep_status
     from sweepit.results import LiveReader
-    from sweepit.slurm import sweep_status
 
     live_reader = LiveReader()
     try:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from sweepit.reporting import load_sweep
+from sweepit.reporting.sweep_status import sweep_status
 from sweepit.results import MANIFEST_FILE, SWEEP_JOURNAL_FILE, SweepPaths, _journal
 from sweepit.results._claims import claim
 from sweepit.results._job_files import write_result
@@ -27,7 +28,6 @@ from sweepit.results._manifest import (
     read_manifest,
     write_manifest,
 )
-from sweepit.slurm import sweep_status
 
 
 def _sweep(tmp_path: Path, n_jobs: int = 3) -> Manifest:

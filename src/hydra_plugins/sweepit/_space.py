@@ -21,7 +21,7 @@ from typing import Any
 from hydra._internal.deprecation_warning import deprecation_warning
 
 from sweepit.errors import ConfigError
-from sweepit.search import Param, SearchSpace
+from sweepit.search import Param, SearchSpace, spelled
 
 _TAGS = {"log", "int"}
 _PRIMITIVE = (str, int, float, bool, type(None))
@@ -134,7 +134,7 @@ def from_search_space(search_space: Mapping[str, Any]) -> dict[str, str]:
             if not isinstance(choices, Sequence) or isinstance(choices, str) or not choices:
                 raise ConfigError(f"{where}.choices must be a non-empty list for type categorical, but got "
                                   f"{choices!r}; e.g. choices: [adam, sgd].")
-            params[str(key)] = f"choice({','.join(_literal(c) for c in choices)})"
+            params[str(key)] = f"choice({','.join(spelled(c) for c in choices)})"
             continue
         if kind not in ("int", "float"):
             raise ConfigError(f"{where}.type must be int, float or categorical, but got {kind!r}; write it as "
@@ -154,9 +154,3 @@ def from_search_space(search_space: Mapping[str, Any]) -> dict[str, str]:
     return params
 
 
-def _literal(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return repr(value) if isinstance(value, float) else str(value)

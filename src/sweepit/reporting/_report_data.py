@@ -78,19 +78,21 @@ class JobReport(JobRow):
         """Final metrics: `result.json`'s `final`, else the last epoch logged so far."""
         return self.final or (self.epochs[-1] if self.epochs else {})
 
-    @property
-    def epoch_time_s(self) -> float | None:
-        """Mean epoch time, the first (warm-up) epoch left out when there are more: result.json's
-        `epoch_time_s_mean` (the same mean, as the job computed it), else from its epochs."""
-        recorded = finite(self.result.get("epoch_time_s_mean"))
+    def warm_mean(self, key: str) -> float | None:
+        """The mean of an epoch metric (`epoch_time_s`, `samples_per_s`), the first (warm-up) epoch left out when
+        there are more: result.json's `<key>_mean` (the same mean, as the job computed it), else from its epochs."""
+        recorded = finite(self.result.get(f"{key}_mean"))
         if recorded is not None:
             return recorded
-        times = [t for t in (finite(r.get("epoch_time_s")) for r in self.epochs) if t is not None]
-        if len(times) > 1:
-            times = times[1:]
-        if times:
-            return sum(times) / len(times)
-        return finite(self.last.get("epoch_time_s"))
+        values = [v for v in (finite(r.get(key)) for r in self.epochs) if v is not None]
+        values = values[1:] if len(values) > 1 else values
+        return sum(values) / len(values) if values else None
+
+    @property
+    def epoch_time_s(self) -> float | None:
+        """Mean epoch time (`warm_mean`), else the final metrics' when no epoch was logged."""
+        mean = self.warm_mean("epoch_time_s")
+        return mean if mean is not None else finite(self.last.get("epoch_time_s"))
 
     @property
     def wall_time_s(self) -> float | None:

@@ -12,7 +12,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from sweepit.reporting._report_data import JobReport, Sweep, finite
+from sweepit.reporting._report_data import Sweep
 from sweepit.reporting.sections import Figure, Section, SectionBuilder
 from sweepit.reporting.table import Table
 from sweepit.results import Status
@@ -33,15 +33,6 @@ class ScalingPoint:
     efficiency: float = math.nan
 
 
-def _throughput(job: JobReport) -> float | None:
-    mean = finite(job.result.get("samples_per_s_mean"))
-    if mean is not None:
-        return mean
-    rates = [r for r in (finite(e.get("samples_per_s")) for e in job.epochs) if r is not None]
-    rates = rates[1:] if len(rates) > 1 else rates
-    return sum(rates) / len(rates) if rates else None
-
-
 def _std(values: list[float]) -> float:
     return statistics.stdev(values) if len(values) > 1 else 0.0
 
@@ -50,7 +41,7 @@ def scaling_points(sweep: Sweep) -> list[ScalingPoint]:
     """One point per device count, from the jobs that completed."""
     groups: dict[int, list[tuple[float, float]]] = {}
     for job in sweep.jobs:
-        time_s, rate = job.epoch_time_s, _throughput(job)
+        time_s, rate = job.epoch_time_s, job.warm_mean("samples_per_s")
         if job.status == Status.COMPLETED and time_s is not None and rate is not None:
             groups.setdefault(job.n_gpus, []).append((time_s, rate))
     points = [

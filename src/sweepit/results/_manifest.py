@@ -13,6 +13,7 @@ import re
 import shlex
 import signal
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -25,7 +26,7 @@ from sweepit.results._job_files import RESULT_FILE, STDERR_LOG, has_result, read
 from sweepit.results._journal import Journal, append_records, compact_now, read_journal, start_journal
 from sweepit.results._overrides import driver_env, override_key, shell_line
 from sweepit.results._paths import MANIFEST_FILE, SweepPaths
-from sweepit.results._status import FAILED_STATUSES, FINISHED_STATUSES, STATUSES, State, Status
+from sweepit.results._status import FAILED_STATUSES, FINISHED_STATUSES, STATUSES, State, Status, counts_text
 
 MANIFEST_VERSION = 2  # 2: `generation`, continued by sweep.journal
 __all__ = ["FAILED_STATUSES", "FINISHED_STATUSES"]  # re-exported for the launchers
@@ -341,11 +342,8 @@ def failure_report(manifest: Manifest, jobs: Sequence[LaunchedJob], statuses: di
         return None
     if stop_signal is not None:  # the jobs the stop interrupted need no line each: the stop is their error
         bad = [j for j in bad if statuses.get(j.num) != Status.INTERRUPTED]
-    counts: dict[str, int] = {}
-    for j in jobs:
-        status = "finished before" if j.num in skipped else statuses.get(j.num, State.NOT_STARTED)
-        counts[status] = counts.get(status, 0) + 1
-    tally = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    tally = counts_text(Counter("finished before" if j.num in skipped else statuses.get(j.num, State.NOT_STARTED)
+                                for j in jobs))
     if stop_signal is not None:
         lines = [f"sweep stopped by {signal.Signals(stop_signal).name}: {tally} (of {len(jobs)} jobs launched); what "
                  "finished is kept."]

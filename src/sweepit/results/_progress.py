@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TextIO
 
 from sweepit.results._manifest import FAILED_STATUSES
+from sweepit.results._status import counts_text
 
 _CLEAR = "\r\033[K"
 
@@ -83,7 +84,7 @@ class Progress:
         total = self.done + self.running + self.queued + self.skipped
         parts = [f"{self.done + self.skipped}/{total} done"]
         if self.bad:
-            parts[0] += " (" + ", ".join(f"{n} {s}" for s, n in sorted(self.bad.items())) + ")"
+            parts[0] += f" ({counts_text(self.bad)})"
         if self.skipped:
             parts.append(f"{self.skipped} skipped (finished before)")
         parts += [f"{self.running} running", f"{self.queued} queued"]

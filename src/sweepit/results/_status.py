@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
@@ -66,6 +66,11 @@ DEFAULT_DIRECTION = "minimize"  # Optuna's default, and Hydra's Optuna plugin's
 _NOTHING = object()
 # The swept key that repeats a point (sweeps/scaling.yaml's, to average a shared machine's noise): no parameter.
 REPEAT_KEY = "repeat"
+
+
+def counts_text(counts: Mapping[str, int]) -> str:
+    """Jobs counted by status, as every table and stop message tells them: `2 completed, 1 failed`."""
+    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
 
 
 class _Job(Protocol):

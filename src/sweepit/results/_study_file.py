@@ -14,12 +14,12 @@ from typing import Any
 import yaml
 
 from sweepit._files import atomic_write
-from sweepit.results._paths import STUDY_FILE
+from sweepit.results._paths import SweepPaths
 
 
 def write_study_file(sweep_dir: Path, info: dict[str, Any]) -> Path:
     """`info`: storage, study_name, metric, direction, sampler, pruner, space, command (the single-run prefix)."""
-    path = Path(sweep_dir) / STUDY_FILE
+    path = SweepPaths(sweep_dir).study_file
     text = ("# The Optuna study of this sweep: optuna.load_study(study_name=..., storage=...); "
             "optuna-dashboard <storage>\n" + yaml.safe_dump(info, sort_keys=False))
     atomic_write(path, text)
@@ -29,7 +29,7 @@ def write_study_file(sweep_dir: Path, info: dict[str, Any]) -> Path:
 def read_study_file(sweep_dir: Path) -> dict[str, Any] | None:
     """The record, or None for a sweep without a study (or an unreadable record)."""
     try:
-        data = yaml.safe_load((Path(sweep_dir) / STUDY_FILE).read_text())
+        data = yaml.safe_load(SweepPaths(sweep_dir).study_file.read_text())
     except (OSError, yaml.YAMLError):
         return None
     return data if isinstance(data, dict) and data.get("storage") and data.get("study_name") else None

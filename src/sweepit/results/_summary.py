@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import math
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,6 +26,7 @@ from sweepit.results._status import (
     LAUNCH_STATES,
     State,
     Status,
+    counts_text,
     measures_speed,
     objective_values,
     pareto_front,
@@ -61,6 +62,7 @@ class JobRow:
 
 
 Row = TypeVar("Row", bound=JobRow)
+T = TypeVar("T")
 
 
 def read_overrides(job_dir: Path) -> dict[str, str]:
@@ -120,11 +122,21 @@ def sweep_jobs(sweep_dir: Path, head: dict[str, Any], listed: Iterable[dict[str,
 def job_folders(sweep_dir: Path) -> dict[int, Path | None]:
     """Every job's number and folder (`sweep_jobs`); from the `<num>_...` folders alone when sweep.json cannot be
     read."""
+    def folders(head: dict[str, Any], listed: Iterator[dict[str, Any]]) -> dict[int, Path | None]:
+        return {num: folder for num, folder, _ in sweep_jobs(sweep_dir, head, listed)}
+
+    return _over_manifest(sweep_dir, folders)
+
+
+def _over_manifest(sweep_dir: Path, read: Callable[[dict[str, Any], Iterator[dict[str, Any]]], T]) -> T:
+    """`read(head, listed)` of sweep.json's sweep fields and job records (`iter_manifest`); when sweep.json cannot
+    be read, `read({}, nothing)`: the jobs are then the `<num>_...` folders alone (sweep.json is optional; a damaged
+    one is `sweepit status`'s to explain)."""
     try:
         head, listed = iter_manifest(sweep_dir)
-        return {num: folder for num, folder, _ in sweep_jobs(sweep_dir, head, listed)}
+        return read(head, listed)
     except (OSError, ValueError):
-        return {num: folder for num, folder, _ in sweep_jobs(sweep_dir, {}, ())}
+        return read({}, iter(()))
 
 
 def read_job(job_dir: Path, overrides: dict[str, str] | None = None, num: int | None = None) -> JobRow:
@@ -153,11 +165,7 @@ def with_result(row: Row) -> Row:
 
 def collect(sweep_dir: Path) -> list[JobRow]:
     """Every job of the sweep (`sweep_jobs`), in job-number order."""
-    try:
-        head, listed = iter_manifest(sweep_dir)
-        return list(_every_job(sweep_dir, head, listed))
-    except (OSError, ValueError):  # sweep.json is optional; a damaged one is `sweepit status`'s to explain
-        return list(_every_job(sweep_dir, {}, iter(())))
+    return _over_manifest(sweep_dir, lambda head, listed: list(_every_job(sweep_dir, head, listed)))
 
 
 def best_row(rows: list[JobRow], direction: str) -> JobRow | None:
@@ -233,15 +241,14 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
     study = read_study_file(sweep_dir) or {}
     directions = study.get("directions")
     multi = isinstance(directions, list) and len(directions) > 1
-    try:
-        manifest, listed = iter_manifest(sweep_dir)
+
+    def tally_of(head: dict[str, Any], listed: Iterator[dict[str, Any]]) -> tuple[dict[str, Any], _Tally]:
         tally = _Tally(max_rows, multi)
-        for row in _every_job(sweep_dir, manifest, listed):
+        for row in _every_job(sweep_dir, head, listed):
             tally.add(row)
-    except (OSError, ValueError):  # sweep.json is optional; a damaged one is `sweepit status`'s to explain
-        manifest, tally = {}, _Tally(max_rows, multi)
-        for row in _every_job(sweep_dir, {}, iter(())):
-            tally.add(row)
+        return head, tally
+
+    manifest, tally = _over_manifest(sweep_dir, tally_of)
     if not tally.n:
         return f"No jobs found in {sweep_dir}."
     direction = sweep_direction(sweep_dir, [tally.direction])
@@ -253,7 +260,7 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
         parts.append(f"the best {len(shown)} of {tally.n} jobs by {metric} ({direction}); "
                      f"`sweepit summary {sweep_dir} --rows 0` lists every job:")
     parts += [format_table(shown, keys), "",
-              f"{tally.n} jobs: " + ", ".join(f"{n} {s}" for s, n in sorted(tally.counts.items()))]
+              f"{tally.n} jobs: {counts_text(tally.counts)}"]
     fixed = {k: v for k, v in tally.first_overrides.items() if k not in set(keys)}
     if fixed and tally.n > 1:
         parts.append("same in every job: " + " ".join(f"{k}={v}" for k, v in fixed.items()))

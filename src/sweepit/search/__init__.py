@@ -15,12 +15,12 @@ from sweepit.search._pruning import PRUNERS, pruning_callback
 from sweepit.search._results import best_command, best_trial, load_study_of, trials_table, write_results
 from sweepit.search._samplers import SAMPLERS
 from sweepit.search._search import JobDefaults, Search, SearchOptions, no_env
-from sweepit.search._space import Param, SearchSpace
+from sweepit.search._space import Param, SearchSpace, spelled
 from sweepit.search._trials import AsyncLauncher, BatchLauncher
 from sweepit.search._worker_loop import StudySource, drive
 
 __all__ = [
     "PRUNERS", "SAMPLERS", "AsyncLauncher", "BatchLauncher", "JobDefaults", "Param", "Search", "SearchOptions",
     "SearchSpace", "StudySource", "best_command", "best_trial", "drive", "load_study_of", "no_env", "pruning_callback",
-    "trials_table", "write_results"
+    "spelled", "trials_table", "write_results"
 ]

@@ -113,7 +113,7 @@ class SearchSpace:
         """Fixed overrides, then one per searched parameter, then `name=value` for each value drawn outside the
         space (a custom search space's conditional parameters; the name may start with + or ++)."""
         names = {p.name for p in self.params}
-        extra = [f"{name}={_spelled(value)}" for name, value in values.items() if name not in names]
+        extra = [f"{name}={spelled(value)}" for name, value in values.items() if name not in names]
         return [*self.fixed, *(p.override(values[p.name]) for p in self.params), *extra]
 
     def first_point(self) -> dict[str, Any]:
@@ -140,7 +140,7 @@ class SearchSpace:
         return ", ".join(f"{p.name}={p.spelled}" for p in self.params) or "(none)"
 
 
-def _spelled(value: Any) -> str:
+def spelled(value: Any) -> str:
     """A value as Hydra's override grammar reads it back."""
     if value is None:
         return "null"

@@ -1,8 +1,10 @@
 """`sweepit status DIR`: a sweep's state brought up to date (from Slurm for a Slurm sweep, else from its results)
-and told as a table, with what to run next. Read through sweepit.slurm's `status_report`, `sweep_status`."""
+and told as a table, with what to run next. It serves local and Slurm sweeps alike, so it sits above both engines;
+sweepit.reporting's `__init__` does not import it, so that a report loads no Slurm code."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from sweepit.results import (
@@ -15,6 +17,7 @@ from sweepit.results import (
     Manifest,
     State,
     SweepLock,
+    counts_text,
     format_duration,
     format_table,
     override_values,
@@ -26,8 +29,7 @@ from sweepit.results import (
     sweep_eta_s,
     write_manifest,
 )
-from sweepit.slurm._job_states import LIVE_STATES, PACKED, refresh, slurm_id
-from sweepit.slurm._optuna_workers import adopt_trials, workers_alive
+from sweepit.slurm import LIVE_STATES, PACKED, adopt_trials, refresh, slurm_id, workers_alive
 
 
 def shown_jobs(m: Manifest, max_rows: int = MAX_ROWS) -> list[int]:
@@ -66,10 +68,7 @@ def status_table(m: Manifest, live: LiveReader | None = None, shown: list[int] |
         row.note = "; ".join(x for x in (progress.text() if progress else "", f"slurm {where}" if where else "",
                                          held, row.note) if x)
         rows.append(row)
-    counts: dict[str, int] = {}
-    for e in m.jobs.values():
-        counts[e.state] = counts.get(e.state, 0) + 1
-    tally = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    tally = counts_text(Counter(e.state for e in m.jobs.values()))
     listed = {row.num for row in rows}
     done = sum(n not in listed and e.state in FINISHED_STATUSES for n, e in m.jobs.items())
     left = len(m.jobs) - len(rows) - done  # more unfinished jobs than rows: the first ones are listed
