@@ -1,11 +1,8 @@
-"""The one driver of long-lived Slurm workers (the worker engine's, `sweepit.slurm._engine`), for packed grids
-(`sweepit.slurm._pack.PackedSweep`) and Optuna studies (`sweepit.slurm._optuna_workers.WorkerSweep`): it submits
-arrays of workers, keeps `sweep.json`'s `workers` (one schema for both), follows the jobs the workers take with the
-one follow loop (`Follower`), and says how to follow, resume or cancel workers it leaves running.
-
-What differs stays with the kind of work: where a job's entry comes from (a grid's plan and its claims; a study's
-`trial.json`), when following ends (every planned job ended; every worker ended) and what is done for a worker that
-ended early (a grid's jobs retried or given to fresh workers; a study's trials retried by the workers themselves).
+"""The one driver of the worker engine's Slurm workers (`sweepit.slurm._engine`), for packed grids (`_pack.PackedSweep`)
+and Optuna studies (`_optuna_workers.WorkerSweep`): it submits arrays of workers into `sweep.json`'s `workers`, follows
+the jobs they take, and says how to follow, resume or cancel workers it leaves running. What the kind of work keeps:
+where a job's entry comes from (a grid's claims; a study's `trial.json`), when following ends, and what is done for
+a worker that ended early (a grid's jobs retried or given to fresh workers; a study's retried by the workers).
 """
 
 from __future__ import annotations
@@ -70,19 +67,14 @@ class WorkerDriver:
         self.sweep = sweep
         self.options = sweep.options
         self.sweep_dir: Path = sweep.sweep_dir
-        self.manifest: Manifest | None = None
-
-    @property
-    def m(self) -> Manifest:
-        assert self.manifest is not None, "begin() before submitting or following"
-        return self.manifest
+        self.m: Manifest  # read by begin()
 
     def begin(self) -> Manifest:
         """Hold the sweep's lock and read its manifest."""
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
         self.sweep.lock.acquire()
-        self.manifest = open_manifest(self.sweep_dir, launcher="slurm")
-        return self.manifest
+        self.m = open_manifest(self.sweep_dir, launcher="slurm")
+        return self.m
 
     def params(self, request: Request, n_workers: int, name: str, cores: int | None = None) -> dict[str, Any]:
         """sbatch's parameters of an array of `n_workers` (`cores`: each worker's cpus_per_task, when not the
@@ -129,7 +121,7 @@ class WorkerDriver:
 
     def detached(self) -> str:
         """What a driver that does not wait (hydra.launcher.wait=false) says of the workers it leaves running."""
-        workers = self.manifest.workers if self.manifest is not None else {}
+        workers = self.m.workers
         arrays = list(workers.get("arrays") or dict.fromkeys(str(i).split("_", 1)[0] for i in workers.get("ids") or []))
         return (f"Not waiting (hydra.launcher.wait=false): the {self.workers} (Slurm job(s) "
                 f"{' '.join(arrays) or '?'}) run {self.work} on their own.\n"
