@@ -122,14 +122,13 @@ class WorkerSweep(WorkerDriver):
             if entry.extra.get(WORKER_TRIAL) is not None and entry.state in (State.QUEUED, State.RUNNING):
                 follower.add(num)
 
-        def look() -> bool:
-            for num in adopt_trials(m):
-                follower.add(num)
-            if follower.pending or workers_alive(m):
-                return True
-            new = adopt_trials(m)  # a last look: a trial may have started since
+        def adopt() -> bool:
+            new = adopt_trials(m)
             for num in new:
                 follower.add(num)
             return bool(new)
+
+        def look() -> bool:  # once every worker has ended, a last look: a trial may have started since
+            return adopt() or bool(follower.pending) or workers_alive(m) or adopt()
 
         return self.follow_until(follower, look, going=lambda: True)  # the workers end it, seen at a look

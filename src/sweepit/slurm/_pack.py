@@ -213,9 +213,10 @@ class PackedSweep(WorkerDriver):
         left = {s.index: sum(1 for j in s.jobs if j.num not in skipped) for s in self.shapes}
         self.room = open_room(self.options) if to_run else None
         free = self.room.free() if self.room is not None else None
-        calls = 0
+        calls = wanted = 0
         for shape in self.shapes:
             n = min(shape.n_workers, math.ceil(left[shape.index] / self.options.slots))
+            wanted += n
             if free is not None:
                 n = min(n, free)
                 free -= n
@@ -231,12 +232,9 @@ class PackedSweep(WorkerDriver):
         log.info(f"Submitted {len(to_run)} of {len(jobs)} job(s) packed into {n_workers} worker(s) in {calls} sbatch "
                  f"call(s)" + (f"; {len(skipped)} finished before (skipped)" if skipped else "")
                  + (f"; more workers as the queue limit allows ({self.room.full()})"
-                    if self.room is not None and n_workers < self._wanted(left) else "")
+                    if self.room is not None and n_workers < wanted else "")
                  + f"; sweep dir {self.sweep_dir}")
         return generation
-
-    def _wanted(self, left: dict[int, int]) -> int:
-        return sum(min(s.n_workers, math.ceil(left[s.index] / self.options.slots)) for s in self.shapes)
 
     def submit_workers(self, shape: Shape, generation: int, n_workers: int) -> list[str]:
         o = self.options
