@@ -15,11 +15,9 @@ from __future__ import annotations
 import logging
 import math
 import shutil
-import signal
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sweepit._host import now_iso
 from sweepit.errors import ConfigError, QueueLimitError, SweepFailedError, SweepStoppedError
@@ -33,7 +31,6 @@ from sweepit.results import (
     Status,
     failure_report,
     is_finished,
-    open_manifest,
     record_failure,
     result_status,
     start_clean,
@@ -44,18 +41,10 @@ from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._follow import Follower
 from sweepit.slurm._job_states import LOST, PACKED, Seen
 from sweepit.slurm._limits import Room, dry_run_lines, held_for_limit, open_room
-from sweepit.slurm._optuna_workers import add_workers, alive_workers, detached, stopped
 from sweepit.slurm._pack_worker import PackSpec, PlannedEntry, release, scan_claims, write_plan
-from sweepit.slurm._request import Request, gpu_hours, sbatch_parameters
-from sweepit.slurm._submit import (
-    PlannedJob,
-    Task,
-    fresh_folder,
-    job_name,
-    next_folder,
-    sbatch_script,
-    submit,
-)
+from sweepit.slurm._request import Request, gpu_hours
+from sweepit.slurm._submit import PlannedJob, Task, job_name
+from sweepit.slurm._worker_driver import WorkerDriver, alive_workers
 
 if TYPE_CHECKING:
     from sweepit.slurm._slurm_sweep import SlurmSweep
@@ -74,7 +63,6 @@ class Shape:
     n_workers: int
     cores: int | None              # cpus_per_task of a worker: slots x the job's tasks x cpus_per_task
     threads: int                   # torch threads of one job
-    arrays: list[str] = field(default_factory=list)  # the arrays submitted for it, oldest first
 
     def describe(self, slots: int) -> str:
         return (f"{len(self.jobs)} job(s) with {self.request.describe()}: {self.n_workers} worker(s) of "
@@ -90,14 +78,15 @@ def worker_request(r: Request, timeout_min: int) -> Request:
     return Request(nodes=1, tasks_per_node=1, timeout_min=timeout_min, gpus_per_node=r.gpus_on_node or None)
 
 
-class PackedSweep:
+class PackedSweep(WorkerDriver):
     """The driver of a packed sweep: `dry_run(jobs)` or `run(jobs)`, as SlurmSweep's. `make_worker(spec)` is what
     each worker's Slurm task runs (pickled by submitit)."""
 
+    workers = "packed workers"
+    work = "the sweep's jobs"
+
     def __init__(self, sweep: SlurmSweep, make_worker: Callable[[PackSpec], Task]) -> None:
-        self.sweep = sweep
-        self.options = sweep.options
-        self.sweep_dir: Path = sweep.sweep_dir
+        super().__init__(sweep)
         self.make_worker = make_worker
         self.shapes: list[Shape] = []
         self.max_array_size = 0
@@ -142,22 +131,15 @@ class PackedSweep:
         self.shapes = shapes
         return shapes
 
-    def _params(self, shape: Shape, name: str, n_workers: int) -> dict[str, Any]:
-        o = replace(self.options, cpus_per_task=shape.cores) if shape.cores else self.options
-        params = sbatch_parameters(shape.worker, o, name)
-        params["array_parallelism"] = max(1, n_workers)  # every worker at once: they are the parallelism
-        return params
-
     def dry_run(self, jobs: list[PlannedJob]) -> str:
         """What `run` would submit: each array's sbatch script, the workers, slots and jobs per worker, and the
         GPU-hours if every worker ran to its time limit."""
-        o, name = self.options, job_name(self.options)
+        o = self.options
         out = []
         for i, shape in enumerate(self.plan(jobs)):
             out.append(f"# {shape.describe(o.slots)}: 1 sbatch call (jobs "
                        f"{', '.join(str(j.num) for j in shape.jobs[:20])}{', ...' if len(shape.jobs) > 20 else ''})")
-            out.append(sbatch_script(self._params(shape, name, shape.n_workers), next_folder(self.sweep_dir, i),
-                                     shape.n_workers, o.python))
+            out.append(self.script(shape.worker, shape.n_workers, i, shape.cores))
         hours = gpu_hours([s.worker for s in self.shapes for _ in range(s.n_workers)])
         n_workers = sum(s.n_workers for s in self.shapes)
         out += dry_run_lines(o)
@@ -173,10 +155,8 @@ class PackedSweep:
         table, when jobs failed (and `fail_on_error`) or on Ctrl-C."""
         self.plan(jobs)
         o = self.options
-        self.sweep_dir.mkdir(parents=True, exist_ok=True)
-        self.sweep.lock.acquire()
+        m = self.begin()
         try:
-            m = open_manifest(self.sweep_dir, launcher="slurm")
             skipped = {j.num for j in jobs if o.resume and is_finished(j.job_dir)}
             # Workers of an earlier driver are followed while a job of theirs has no result yet; once each has one they
             # are only ending (a resume right after a sweep with failures: its failed jobs run in a new generation).
@@ -193,7 +173,7 @@ class PackedSweep:
             if self.sweep.own_lock:
                 self.sweep.lock.release()
         if statuses is None:
-            print(self._detached(), flush=True)
+            print(self.detached(), flush=True)
             return None
         if o.print_summary:
             print(summarize(self.sweep_dir), flush=True)
@@ -233,15 +213,16 @@ class PackedSweep:
         left = {s.index: sum(1 for j in s.jobs if j.num not in skipped) for s in self.shapes}
         self.room = open_room(self.options) if to_run else None
         free = self.room.free() if self.room is not None else None
-        calls = 0
+        calls = wanted = 0
         for shape in self.shapes:
             n = min(shape.n_workers, math.ceil(left[shape.index] / self.options.slots))
+            wanted += n
             if free is not None:
                 n = min(n, free)
                 free -= n
             if n:
                 try:
-                    self._submit_workers(m, shape, generation, n)
+                    self.submit_workers(shape, generation, n)
                 except QueueLimitError as e:
                     log.warning("sweepit: " + held_for_limit(e, bool(m.workers["ids"]),
                                                              f"the workers of {shape.request.describe()}"))
@@ -251,33 +232,23 @@ class PackedSweep:
         log.info(f"Submitted {len(to_run)} of {len(jobs)} job(s) packed into {n_workers} worker(s) in {calls} sbatch "
                  f"call(s)" + (f"; {len(skipped)} finished before (skipped)" if skipped else "")
                  + (f"; more workers as the queue limit allows ({self.room.full()})"
-                    if self.room is not None and n_workers < self._wanted(left) else "")
+                    if self.room is not None and n_workers < wanted else "")
                  + f"; sweep dir {self.sweep_dir}")
         return generation
 
-    def _wanted(self, left: dict[int, int]) -> int:
-        return sum(min(s.n_workers, math.ceil(left[s.index] / self.options.slots)) for s in self.shapes)
-
-    def _submit_workers(self, m: Manifest, shape: Shape, generation: int, n_workers: int) -> list[str]:
+    def submit_workers(self, shape: Shape, generation: int, n_workers: int) -> list[str]:
         o = self.options
         spec = PackSpec(str(self.sweep_dir), generation, shape.index, o.slots, shape.threads,
                         shape.worker.timeout_min, shape.request.timeout_min, stderr_tail_lines=o.stderr_tail_lines)
-        folder = fresh_folder(self.sweep_dir)
-        name = str(m.workers["job_name"])
-        ids = submit([self.make_worker(spec) for _ in range(n_workers)], self._params(shape, name, n_workers), folder,
-                     o.max_num_timeout, o.python)
-        add_workers(m, ids, folder, shape.worker.describe(), shape.index)
-        shape.arrays.append(ids[0].split("_", 1)[0])
-        return ids
+        return self.submit_array([self.make_worker(spec) for _ in range(n_workers)], shape.worker, shape.index,
+                                 shape.cores)
 
     # -- following ------------------------------------------------------------------------------------------------
     def _follow(self, m: Manifest, jobs: list[PlannedJob], skipped: set[int], generation: int) -> dict[int, str]:
         """Follow until every job of the plan has ended (or a stop signal: then raise); each job's status."""
-        o = self.options
         progress = Progress(len(jobs))
         progress.skip(len(skipped))
-        follower = Follower(m, [], progress, o.poll_interval_s, o.result_grace_s, o.stderr_tail_lines)
-        follower.on_poll = self.sweep.lock.touch
+        follower = self.follower(progress)
         following = _Following(self, m, generation, [j.num for j in jobs if j.num not in skipped], follower)
         def look() -> bool:
             if not following.going():
@@ -286,19 +257,10 @@ class PackedSweep:
             following.top_up()
             return True
 
-        try:
-            progress.draw()
-            stop = follower.follow(look=look, going=following.going)
-        finally:
-            progress.close()
-            write_manifest(m)
+        stop = self.follow_until(follower, look, following.going)
         if stop is not None:
-            raise SweepStoppedError(stopped(self._detached(), signal.Signals(stop).name))
+            raise SweepStoppedError(stop)
         return {**follower.statuses, **following.given_up}
-
-    def _detached(self) -> str:
-        return detached("packed workers", "the sweep's jobs", [a for s in self.shapes for a in s.arrays],
-                        self.sweep_dir)
 
 
 # Slurm states of a worker that ended while running a job, after which the job is given to another worker (at most
@@ -322,9 +284,6 @@ class _Following:
         self.given_up: dict[int, str] = {}
         self.refused: set[str] | None = None  # the workers in the queue when sbatch last refused more for a limit
         self.shape_of = {j.num: s.index for s in sweep.shapes for j in s.jobs}
-        self.arrays_of: dict[int, list[str]] = {}
-        for array, info in (m.workers.get("arrays") or {}).items():
-            self.arrays_of.setdefault(int(info["shape"]), []).append(array)
         follower.retry = self.retry
         for num in todo:  # claimed under an earlier driver of this generation: followed again
             if m.jobs[num].extra.get("slurm_job_id"):
@@ -401,7 +360,7 @@ class _Following:
         alive = alive_workers(self.m)
         room = self.sweep.room
         for index, nums in by_shape.items():
-            arrays = self.arrays_of.get(index, [])
+            arrays = [a for a, info in (self.m.workers.get("arrays") or {}).items() if int(info["shape"]) == index]
             shape = self.sweep.shapes[index]
             wanted = min(shape.n_workers, math.ceil(len(nums) / self.sweep.options.slots))
             n_alive = sum(i.split("_", 1)[0] in arrays for i in alive)
@@ -444,7 +403,7 @@ class _Following:
         if self.refused is not None and self.refused <= alive_workers(self.m):
             return  # refused for a limit, and none of the workers then in the queue has ended since: no room yet
         try:
-            ids = self.sweep._submit_workers(self.m, shape, self.generation, n)
+            ids = self.sweep.submit_workers(shape, self.generation, n)
         except QueueLimitError as e:
             alive = alive_workers(self.m)
             why = held_for_limit(e, bool(alive), "more workers")
@@ -454,7 +413,6 @@ class _Following:
             return
         self.refused = None
         array = ids[0].split("_", 1)[0]
-        self.arrays_of.setdefault(shape.index, []).append(array)
         why = "left unclaimed by workers that ended" if fresh else "waiting for workers"
         self.follower.say(f"sweepit: {n_jobs} job(s) of request {shape.request.describe()} {why}: {n} "
                           f"{'fresh' if fresh else 'more'} worker(s) submitted (Slurm job {array})")
