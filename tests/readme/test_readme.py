@@ -293,6 +293,7 @@ def _metric_cells(lines: list[str]) -> dict[str, list[str]]:
     return {row[0]: [row[header.index(c)] for c in METRIC_COLUMNS] for row in rows}
 
 
+@pytest.mark.slow  # it reads the set-up command's sweep: `make test-fast` would make the fresh install for it
 def test_the_readme_sample_run_has_this_machines_digits(installed: Installed) -> None:
     """The README says its sample table is one run on a machine it names, and that the same seed, torch build,
     threads and CPU give the same metrics: on that machine, the set-up command's sweep prints its digits."""
