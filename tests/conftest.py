@@ -24,6 +24,11 @@ def pytest_configure(config: pytest.Config) -> None:
     path = os.environ.get("PATH", "").split(os.pathsep)
     if path[:1] != [here]:
         os.environ["PATH"] = os.pathsep.join([here, *path])
+    # The suite runs more processes than cores. An idle OpenMP thread of torch (libgomp) spins on its core before it
+    # sleeps, taking the CPU that the other processes wait for; a passive one sleeps at once. No result changes, only
+    # who gets the cores. Every process the tests start inherits it (the README's commands and Slurm jobs too),
+    # unless the run sets its own.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 @pytest.fixture
@@ -77,18 +82,23 @@ def run_order(items: list[pytest.Item]) -> list[pytest.Item]:
     only wait for it. So the tests sharing the cluster (they mostly wait on it: a job's queue, its time limit, a node
     down) come after the first COMPUTING_FIRST of the computing ones, spread evenly among the rest, so that waiting
     and computing overlap to the end. The README's tests (the longest computing ones: each runs a command in a copy
-    of its own) are spread among the computing ones before that (last in the order, they ended the run a minute after
-    the rest), and a test marked `waits_minutes` goes first of its kind (the same). Measured on the 2-core machine:
-    docs/development.md."""
+    of its own) are spread among the second half of the computing ones before that (last in the order, they ended
+    the run a minute after the rest); the first of them, which makes the README's fresh install for all, goes before
+    every computing test, so that the install runs beside the first half (spread among them, the other processes sat
+    idle waiting for it). A test marked `waits_minutes` goes first of its kind (the same). Measured on the 2-core
+    machine: docs/development.md."""
 
     def long_first(tests: list[pytest.Item]) -> list[pytest.Item]:
         return sorted(tests, key=lambda item: item.get_closest_marker("waits_minutes") is None)  # stable
 
     alone, sharing, computing = ([i for i in items if cluster_use(i) == k] for k in ("alone", "sharing", "computing"))
     readme = [i for i in computing if i.path.parent.name == "readme"]
+    install = [i for i in readme if "installed" in getattr(i, "fixturenames", ())][:1]
+    readme = [i for i in readme if i not in install]
     computing = [i for i in computing if i.path.parent.name != "readme"]
     first = round(len(computing) * COMPUTING_FIRST)
-    return long_first(alone) + _spread(computing[:first], readme) + _spread(computing[first:], long_first(sharing))
+    return (long_first(alone) + install + computing[:first // 2] + _spread(computing[first // 2:first], readme)
+            + _spread(computing[first:], long_first(sharing)))
 
 
 def _spread(many: list[pytest.Item], few: list[pytest.Item]) -> list[pytest.Item]:

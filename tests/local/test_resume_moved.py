@@ -46,8 +46,9 @@ def test_resume_after_the_repository_moved(tmp_path: Path) -> None:
     """The sweep ran from a copy of the repository that then moved: `sweepit resume`, run from the new place,
     finds train.py there."""
     repo = tmp_path / "repo"
-    shutil.copytree(REPO, repo, ignore=shutil.ignore_patterns(".git", ".venv", "outputs", "__pycache__", "tests",
-                                                               "bench", "examples"))
+    # Not a checkout's venvs (.venv-floors too), caches or built site: they are not the repository.
+    shutil.copytree(REPO, repo, ignore=shutil.ignore_patterns(".git", ".venv*", ".*_cache", "site", "outputs",
+                                                               "__pycache__", "tests", "bench", "examples"))
     sweep = repo / "outputs" / "moved"
     proc = subprocess.run([sys.executable, str(repo / "train.py"), "-m", "task=linreg", "epochs=1", "lr=0.01,-1",
                            f"hydra.sweep.dir={sweep}", "hydra.callbacks.summary.report=false"], cwd=repo,

@@ -34,9 +34,10 @@ from readme_commands import README, readme_commands, sample_output
 from sweepit.results._summary import collect
 from sweepit_testing import REPO, require_slurm, wait_until, write_mnist_subset
 
+MNIST_TRAIN = 200  # MNIST's training images in the data path: a few steps an epoch, all that the checks need
 # The README's placeholders, and what fills each in here (the only words of a command a test may change).
 PLACEHOLDERS = {
-    "/data/mnist": "a folder of MNIST's four IDX files (here its first 600 training and 100 test images)",
+    "/data/mnist": f"a folder of MNIST's four IDX files (here its first {MNIST_TRAIN} training and 100 test images)",
     "/scratch/stripes": "where the example's on-disk data goes (a temporary folder)",
     "<time>": "the time stamp of the sweep the commands before made",
     "<timestamp>": "the time stamp of the sweep the commands before made",
@@ -201,7 +202,7 @@ def shell(installed: Installed, tmp_path: Path) -> Shell:
 
 @pytest.fixture(scope="module")
 def mnist(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return str(write_mnist_subset(tmp_path_factory.mktemp("mnist"), 600, 100))
+    return str(write_mnist_subset(tmp_path_factory.mktemp("mnist"), MNIST_TRAIN, 100))
 
 
 @pytest.fixture
@@ -292,6 +293,7 @@ def _metric_cells(lines: list[str]) -> dict[str, list[str]]:
     return {row[0]: [row[header.index(c)] for c in METRIC_COLUMNS] for row in rows}
 
 
+@pytest.mark.slow  # it reads the set-up command's sweep: `make test-fast` would make the fresh install for it
 def test_the_readme_sample_run_has_this_machines_digits(installed: Installed) -> None:
     """The README says its sample table is one run on a machine it names, and that the same seed, torch build,
     threads and CPU give the same metrics: on that machine, the set-up command's sweep prints its digits."""
@@ -358,7 +360,7 @@ def test_a_batch_size_range_on_mnist(shell: Shell, mnist: str) -> None:
     assert "8 jobs: 8 completed" in out
     rows = collect(sweep)
     assert sorted(int(r.overrides["batch_size"]) for r in rows) == list(range(32, 257, 32))
-    assert {r.result["n_train"] for r in rows} == {600}, "the MNIST in data.root, not another data set"
+    assert {r.result["n_train"] for r in rows} == {MNIST_TRAIN}, "the MNIST in data.root, not another data set"
 
 
 # -- Sweep your own code ------------------------------------------------------------------------------------------
@@ -588,7 +590,8 @@ def test_the_optuna_search(shell: Shell) -> None:
 
 # -- The studies ----------------------------------------------------------------------------------------------------
 # Long studies shrunk through make's ARGS (the README: "extra overrides in ARGS"), from the environment.
-SHRUNK = {"scaling": "data.n_synthetic=600 epochs=2 repeat=0", "optimizers": "epochs=3"}
+SHRUNK = {"scaling": "data.n_synthetic=600 epochs=2 repeat=0", "optimizers": "epochs=3", "optuna_lr": "epochs=2",
+          "optimizer_lr": "epochs=2"}
 STUDY_JOBS = {"optimizers": 40, "optuna_lr": 40, "scaling": 2, "optimizer_lr": 20, "mnist_best": 1, "batch_size": 9}
 
 

@@ -122,7 +122,8 @@ def test_the_progress_line_has_an_eta_before_the_first_job_ends(tmp_path: Path) 
 def test_status_shows_each_running_jobs_epoch_and_eta_and_watch_follows_to_the_end(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    driver = subprocess.Popen([sys.executable, str(REPO / "train.py"), "-m", "task=digits", "epochs=300",
+    epochs = 100  # long enough for a look, polled every half second, to find two jobs mid-training and one queued
+    driver = subprocess.Popen([sys.executable, str(REPO / "train.py"), "-m", "task=digits", f"epochs={epochs}",
                                "trainer.threads=1", "lr=0.01,0.02,0.03", "hydra.launcher.n_workers=2",
                                "hydra.callbacks.summary.report=false", f"hydra.sweep.dir={sweep}"],
                               cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -133,10 +134,10 @@ def test_status_shows_each_running_jobs_epoch_and_eta_and_watch_follows_to_the_e
             if (sweep / "sweep.json").is_file():
                 text = subprocess.run([sys.executable, "-m", "sweepit.cli", "status", str(sweep)],
                                       capture_output=True, text=True, timeout=60).stdout
-                if re.search(r"running .* \d+/300 val_acc=\S+ ETA \d+:\d\d", text):
+                if re.search(rf"running .* \d+/{epochs} val_acc=\S+ ETA \d+:\d\d", text):
                     break
             time.sleep(0.5)
-        assert re.search(r"running .* \d+/300 val_acc=\S+ ETA \d+:\d\d", text), text
+        assert re.search(rf"running .* \d+/{epochs} val_acc=\S+ ETA \d+:\d\d", text), text
         assert re.search(r"^ETA \d+:\d\d at the running jobs' pace \(2 running, 1 queued\)", text, re.M), text
         assert "a driver follows this sweep" in text  # a look while the driver runs writes nothing
         watch = subprocess.run([sys.executable, "-m", "sweepit.cli", "status", str(sweep), "--watch", "0.5"],
