@@ -61,10 +61,9 @@ LR_LOW, LR_HIGH = 1e-4, 1.0
 METHODS = ("tpe+hyperband", "tpe", "random")
 OUT = Path(__file__).resolve().parent / "out" / "optuna"
 REPO = Path(__file__).resolve().parents[1]
-# What each method adds to the study's command (the study itself is TPE + Hyperband). Without pruning, the study's
-# Hyperband keys must go too (null: NopPruner takes no arguments and refuses any it is given).
-NO_PRUNER = ["hydra/sweeper/pruner=none", "hydra.sweeper.pruner.min_resource=null",
-             "hydra.sweeper.pruner.reduction_factor=null"]
+# What each method adds to the study's command (the study itself is TPE + Hyperband, whose keys the study leaves to
+# the pruner's group: choosing another pruner replaces them).
+NO_PRUNER = ["hydra/sweeper/pruner=none"]
 SWEEPER_METHODS = {
     "tpe+hyperband": [],
     "tpe": NO_PRUNER,
