@@ -16,8 +16,8 @@ import pytest
 
 from hydra_plugins.sweepit.callbacks import SweepSummary
 from sweepit.cli import main as sweepit_main
+from sweepit.results import State
 from sweepit.results._job_files import (
-    CORRUPT,
     RESULT_FILE,
     RESULT_GRACE_S,
     read_result,
@@ -128,9 +128,9 @@ def test_status_summary_and_report_read_a_bad_result_alike(tmp_path: Path, conte
     for command in ("status", "summary", "report"):
         assert sweepit_main([command, str(sweep)]) == 0
         seen[command] = _row(capsys.readouterr().out)
-    assert {status for status, _ in seen.values()} == {CORRUPT}, seen
+    assert {status for status, _ in seen.values()} == {State.CORRUPT}, seen
     assert all("result.json unreadable" in note for _, note in seen.values()), seen
-    assert read_manifest(sweep).jobs[0].state == CORRUPT
+    assert read_manifest(sweep).jobs[0].state == State.CORRUPT
     assert not is_finished(job_dir)  # a resume runs it again
 
 

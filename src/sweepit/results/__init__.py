@@ -13,7 +13,6 @@ from sweepit.results._claims import STALE_S as WORKER_STALE_S
 from sweepit.results._claims import WAIT, Heartbeat, Work, WorkSource, claim, claimed, silent_s
 from sweepit.results._clean import clean
 from sweepit.results._job_files import (
-    CORRUPT,
     RESULT_GRACE_S,
     JobRecord,
     MetricsLog,
@@ -140,7 +139,7 @@ from sweepit.results._summary import (
 from sweepit.results._unread import UnreadKeys
 
 __all__ = [
-    "BEST_PARAMS_FILE", "BEST_WEIGHTS", "CHECKPOINT_FILE", "CONFIG_FILE", "CORRUPT", "DIRECTIONS", "FAILED_STATUSES",
+    "BEST_PARAMS_FILE", "BEST_WEIGHTS", "CHECKPOINT_FILE", "CONFIG_FILE", "DIRECTIONS", "FAILED_STATUSES",
     "FINISHED_STATUSES", "HEARTBEAT_S", "HYDRA_DIR", "HYDRA_FILE", "LAST_WEIGHTS", "LAUNCH_STATES", "LOCK_FILE",
     "LOCK_HEARTBEAT_S", "MANIFEST_FILE", "MAX_ROWS", "METRICS_FILE", "MLFLOW_RUN_FILE", "MULTIRUN_FILE",
     "OPTIMIZATION_RESULTS_FILE", "OVERRIDES_FILE", "RANK_STATES", "RECORDS_FILE", "REPORT_CSV", "REPORT_DIR",

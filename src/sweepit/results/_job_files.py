@@ -206,9 +206,6 @@ def error_line(error: str, limit: int = ERROR_LINE_CHARS) -> str:
     return f"{head} {fix}".strip()
 
 
-CORRUPT = State.CORRUPT  # what every reader shows for a result.json that cannot be read
-
-
 @dataclass
 class JobRecord:
     """What a job left in its `result.json`, as every reader sees it: the training session and both launchers that
@@ -217,7 +214,7 @@ class JobRecord:
     facts are read from `result`, the file's keys as written (an app's own keys among them), so that a record of any
     sweepit version reads."""
 
-    status: str | None               # a Status (or an app's own word); None: no result.json yet; CORRUPT; UNKNOWN
+    status: str | None               # a Status or State (or an app's own word); None: no result.json yet
     result: dict[str, Any] = field(default_factory=dict)  # the file's keys (status, objective, error, times, ...)
     problem: str = ""                # why it cannot be read
 
@@ -264,7 +261,7 @@ class JobRecord:
     @property
     def ended(self) -> bool:
         """Whether the record says how the job ended: one that cannot be read, or says no status, is no record."""
-        return self.status not in (None, "", CORRUPT, State.UNKNOWN)
+        return self.status not in (None, "", State.CORRUPT, State.UNKNOWN)
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.result.get(key, default)
@@ -331,7 +328,7 @@ def read_record(job_dir: Path | str | None) -> JobRecord:
     try:
         result = read_result(Path(job_dir))
     except (ValueError, OSError) as e:
-        return JobRecord(CORRUPT, problem=f"{RESULT_FILE} unreadable: {e}")
+        return JobRecord(State.CORRUPT, problem=f"{RESULT_FILE} unreadable: {e}")
     if result is None:
         return JobRecord(None)
     status = str(result.get("status", State.UNKNOWN))
