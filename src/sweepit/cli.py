@@ -6,8 +6,9 @@ import argparse
 import gc
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from sweepit.errors import SweepitError
 from sweepit.results import MAX_ROWS
@@ -39,12 +40,11 @@ def _ls(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from sweepit.reporting import REPORT_DIR, REPORT_PAGE, load_sweep, section_text, write_report
+    from sweepit.reporting import load_sweep, section_text, write_report
     from sweepit.reporting.table import best_lines, to_text
+    from sweepit.results import REPORT_PAGE, SweepPaths
 
     sweep_dir = Path(args.sweep_dir)
-    if not sweep_dir.is_dir():
-        raise SweepitError(f"a sweep directory must exist, but {sweep_dir} does not; list sweeps with `sweepit ls`.")
     sweep = load_sweep(sweep_dir)
     gc.freeze()  # the jobs read live until the end: the collector need not walk them again while plotting
     if not sweep.jobs:
@@ -52,7 +52,7 @@ def _report(args: argparse.Namespace) -> int:
                            "holds none; list sweeps with `sweepit ls`.")
     sections = write_report(sweep)
     table = next(s.table for s in sections if s.table is not None)
-    out = sweep_dir / REPORT_DIR
+    out = SweepPaths(sweep_dir).report
     print(to_text(table, max_rows=args.rows), "", sweep.counts_line(), *sweep.unread, *best_lines(sweep), sep="\n")
     for section in sections[1:]:  # further tables (GPU scaling, ...) with their findings
         if section.table is not None:
@@ -63,67 +63,52 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from sweepit.reporting.sweep_status import status_report
+    from sweepit.reporting.sweep_status import report_is_current, sweep_status
 
+    sweep_dir = Path(args.sweep_dir)
     if args.watch is None:
-        print(status_report(Path(args.sweep_dir), max_rows=args.rows))
+        print(sweep_status(sweep_dir, max_rows=args.rows)[0])
         return 0
     if args.watch <= 0:
         raise SweepitError(f"--watch takes the seconds between looks, a number > 0, but got {args.watch:g}.")
-    return _watch(Path(args.sweep_dir), args.watch, args.rows)
+    if _watch(sweep_dir, args.watch, args.rows) and not report_is_current(sweep_dir):
+        from sweepit.reporting import try_build_report
 
-
-def _watch(sweep_dir: Path, every_s: float, max_rows: int) -> int:
-    """Look again every `every_s` until the sweep ends (or Ctrl-C), then write its report as a driver does at the
-    end of the sweep it follows. On a terminal the table is redrawn in place (rich); elsewhere (a log file, CI)
-    each look that changed anything is printed, with its time."""
-    code = _watch_until_ended(sweep_dir, every_s, max_rows)
-    if code is not None:
-        return code
-    from sweepit.reporting import try_build_report
-    from sweepit.reporting.sweep_status import report_is_current
-
-    if not report_is_current(sweep_dir):
-        try_build_report(sweep_dir)
+        try_build_report(sweep_dir)  # as a driver does at the end of the sweep it follows
     return 0
 
 
-def _watch_until_ended(sweep_dir: Path, every_s: float, max_rows: int) -> int | None:
-    """None once the sweep has ended; 0 when watching was stopped (Ctrl-C) before."""
+def _watch(sweep_dir: Path, every_s: float, max_rows: int) -> bool:
+    """Look again every `every_s` until the sweep ends (True) or Ctrl-C stops watching (False). On a terminal the
+    table is redrawn in place (rich); elsewhere (a log file, CI) each look that changed anything is printed."""
     import time
+    from contextlib import nullcontext
     from datetime import datetime
+
+    from rich.live import Live
+    from rich.text import Text
 
     from sweepit.reporting.sweep_status import sweep_status
     from sweepit.results import LiveReader
 
-    live_reader = LiveReader()
+    live_reader, last = LiveReader(), ""
+    live = Live(auto_refresh=False, vertical_overflow="visible") if sys.stdout.isatty() else None
     try:
-        if sys.stdout.isatty():
-            from rich.console import Console
-            from rich.live import Live
-            from rich.text import Text
-
-            console = Console()
-            with Live(console=console, auto_refresh=False, vertical_overflow="visible") as live:
-                while True:
-                    text, going = sweep_status(sweep_dir, live_reader, max_rows)
-                    stamp = datetime.now().strftime("%H:%M:%S")
+        with live or nullcontext():
+            while True:
+                text, going = sweep_status(sweep_dir, live_reader, max_rows)
+                stamp = datetime.now().strftime("%H:%M:%S")
+                if live is not None:
                     hint = f"every {every_s:g} s; Ctrl-C stops watching (the sweep goes on)" if going else "ended"
                     live.update(Text(f"{text}\n[{stamp}] {hint}", no_wrap=True, overflow="ellipsis"), refresh=True)
-                    if not going:
-                        return None
-                    time.sleep(every_s)
-        last = ""
-        while True:
-            text, going = sweep_status(sweep_dir, live_reader, max_rows)
-            if text != last:
-                print(f"[{datetime.now().strftime('%H:%M:%S')}]\n{text}\n", flush=True)
-                last = text
-            if not going:
-                return None
-            time.sleep(every_s)
+                elif text != last:
+                    print(f"[{stamp}]\n{text}\n", flush=True)
+                    last = text
+                if not going:
+                    return True
+                time.sleep(every_s)
     except KeyboardInterrupt:
-        return 0
+        return False
 
 
 def _resume(args: argparse.Namespace) -> int:
@@ -203,52 +188,51 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"sweepit {sweepit.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("summary", help="print the results table of a sweep directory")
+    def command(parent: Any, name: str, func: Callable[[argparse.Namespace], int], help: str) -> Any:
+        p = parent.add_parser(name, help=help)
+        p.set_defaults(func=func)
+        return p
+
+    p = command(sub, "summary", _summary, help="print the results table of a sweep directory")
     p.add_argument("sweep_dir", help="e.g. outputs/multirun/2026-11-21_10-00-00")
     p.add_argument("--rows", type=_rows, default=MAX_ROWS,
                    help=f"jobs listed at most (0: all; default {MAX_ROWS}): beyond, the best ones by objective, best "
                         "first")
-    p.set_defaults(func=_summary)
 
-    p = sub.add_parser("ls", help="list the sweeps under a directory, newest first, with counts and best job")
+    p = command(sub, "ls", _ls, help="list the sweeps under a directory, newest first, with counts and best job")
     p.add_argument("root", nargs="?", default="outputs", help="where to look (default: outputs)")
-    p.set_defaults(func=_ls)
 
-    p = sub.add_parser("report", help="write DIR/report/: results.csv, summary.md, PNG plots and index.html")
+    p = command(sub, "report", _report, help="write DIR/report/: results.csv, summary.md, PNG plots and index.html")
     p.add_argument("sweep_dir", help="e.g. outputs/optimizer_lr/2026-11-21_10-00-00")
     p.add_argument("--rows", type=_rows, default=MAX_ROWS,
                    help=f"table rows printed in the terminal (0: all; default {MAX_ROWS})")
-    p.set_defaults(func=_report)
 
-    p = sub.add_parser("status", help="refresh a sweep's job states (from Slurm and the results) and print the table, "
-                                      "with each running job's epoch, metric and ETA")
+    p = command(sub, "status", _status, help="refresh a sweep's job states (from Slurm and the results) and print the "
+                                            "table, with each running job's epoch, metric and ETA")
     p.add_argument("sweep_dir", help="a sweep directory holding sweep.json")
     p.add_argument("--watch", nargs="?", type=float, const=5.0, default=None, metavar="SECONDS",
                    help="look again every SECONDS (default 5) until the sweep ends; redrawn in place on a terminal")
     p.add_argument("--rows", type=_rows, default=MAX_ROWS,
                    help=f"jobs listed at most (0: all; default {MAX_ROWS}): beyond, those that did not finish, the "
                         "finished ones counted")
-    p.set_defaults(func=_status)
 
-    p = sub.add_parser("resume", help="run again only the jobs of a sweep that did not complete, in the same directory")
+    p = command(sub, "resume", _resume,
+                help="run again only the jobs of a sweep that did not complete, in the same directory")
     p.add_argument("sweep_dir", help="a sweep directory holding sweep.json")
     p.add_argument("--wait", action=argparse.BooleanOptionalAction, default=None,
                    help="Slurm: follow the jobs until they end (--wait, the default) or submit and exit (--no-wait)")
-    p.set_defaults(func=_resume)
 
-    p = sub.add_parser("clean", help="delete trained weights (model_*.pt) of every job but the best, and checkpoints "
-                                     "of finished jobs")
+    p = command(sub, "clean", _clean, help="delete trained weights (model_*.pt) of every job but the best, and "
+                                          "checkpoints of finished jobs")
     p.add_argument("sweep_dir", help="a sweep directory")
     p.add_argument("--all", action="store_true", help="the best job's weights too")
     p.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
-    p.set_defaults(func=_clean)
 
     data = sub.add_parser("data", help="data sets").add_subparsers(dest="data_command", required=True, metavar="ACTION")
-    p = data.add_parser("download", help="fetch a data set from its public mirror and verify checksums")
+    p = command(data, "download", _download, help="fetch a data set from its public mirror and verify checksums")
     p.add_argument("dataset", choices=["mnist", "cifar10"])
     p.add_argument("--root", required=True, help="directory to put the files in (then set data.root to it)")
     p.add_argument("--base-url", default=None, help="a mirror to fetch from instead of the public one")
-    p.set_defaults(func=_download)
     return parser
 
 

@@ -1,11 +1,5 @@
-"""Reports of a sweep directory: `results.csv`, `summary.md`, PNG plots and a self-contained `index.html`.
-
-    from sweepit.reporting import build_report
-    build_report("outputs/optimizer_lr/2026-11-21_10-00-00")   # -> .../report/
-
-Partial and broken sweeps are reported as they are: a running job shows its state, a corrupt file becomes a
-note in its row. matplotlib is imported only when plots are drawn.
-"""
+"""Reports of a sweep directory in `<sweep>/report/`: `results.csv`, `summary.md`, PNG plots and a self-contained
+`index.html`. Partial and broken sweeps are reported as they are; matplotlib is imported only when plots are drawn."""
 
 from __future__ import annotations
 
@@ -15,7 +9,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sweepit._files import atomic_write
-from sweepit.errors import SweepitError
 from sweepit.reporting._report_data import JobReport, Sweep, load_sweep
 from sweepit.reporting.listing import find_sweeps, format_listing
 from sweepit.reporting.optuna_section import OptunaSection
@@ -29,30 +22,27 @@ from sweepit.reporting.sections import (
     Section,
     SectionBuilder,
 )
-from sweepit.results import REPORT_CSV, REPORT_DIR, REPORT_PAGE, REPORT_SUMMARY, SweepPaths, write_records
+from sweepit.results import REPORT_CSV, REPORT_PAGE, REPORT_SUMMARY, SweepPaths, write_records
 
 # The report's sections, in order; to add one, subclass SectionBuilder (sections.py) and append an instance.
 DEFAULT_SECTIONS: list[SectionBuilder] = [ResultsSection(), CurvesSection(), ParamsSection(), LinregSection(),
                                           ScalingSection(), OptunaSection()]
 
 __all__ = [
-    "DEFAULT_SECTIONS", "REPORT_DIR", "REPORT_PAGE", "Figure", "JobReport", "Section", "SectionBuilder", "Sweep",
+    "DEFAULT_SECTIONS", "Figure", "JobReport", "Section", "SectionBuilder", "Sweep",
     "build_report", "find_sweeps", "format_listing", "load_sweep", "section_text", "try_build_report", "write_report",
 ]
 
 
 def write_report(sweep: Sweep, builders: Sequence[SectionBuilder] | None = None) -> list[Section]:
     """Write `results.csv`, the plots, `summary.md` and `index.html` into `<sweep>/report/`; return the sections.
-
-    A section that fails (a plot of odd data) becomes a note on the page and a warning, not an error.
-    """
+    A section that fails (a plot of odd data) becomes a note on the page and a warning, not an error."""
     from sweepit.reporting.html import render_html
     from sweepit.reporting.markdown import render_markdown
     from sweepit.reporting.table import to_csv
 
-    # matplotlib's INFO lines (its font cache built on a fresh machine, "Using categorical units ..." for Optuna's
-    # plots of numeric-looking choices) would print through Hydra's log handler at the end of a sweep; a report
-    # needs none of them (its warnings still show).
+    # matplotlib's INFO lines (its font cache, "Using categorical units ...") would print through Hydra's log handler
+    # at the end of a sweep; its warnings still show.
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
     out_dir = SweepPaths(sweep.sweep_dir).report
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -79,14 +69,8 @@ def write_report(sweep: Sweep, builders: Sequence[SectionBuilder] | None = None)
 
 def build_report(sweep_dir: Path | str, builders: Sequence[SectionBuilder] | None = None) -> Path:
     """Report the sweep in `sweep_dir`; returns the report directory (open its `index.html`)."""
-    _build(Path(sweep_dir), builders)
-    return Path(sweep_dir) / REPORT_DIR
-
-
-def _build(sweep_dir: Path, builders: Sequence[SectionBuilder] | None = None) -> list[Section]:
-    if not sweep_dir.is_dir():
-        raise SweepitError(f"a sweep directory must exist, but {sweep_dir} does not; list sweeps with `sweepit ls`.")
-    return write_report(load_sweep(sweep_dir), builders)
+    write_report(load_sweep(Path(sweep_dir)), builders)
+    return SweepPaths(Path(sweep_dir)).report
 
 
 def section_text(section: Section) -> str:
@@ -101,12 +85,12 @@ def try_build_report(sweep_dir: Path | str) -> Path | None:
     """build_report for the end of a sweep, which also prints the sections that are the sweep's answer (a speed
     study's scaling table): never raises; a failure prints a warning and returns None."""
     try:
-        sections = _build(Path(sweep_dir))
+        sections = write_report(load_sweep(Path(sweep_dir)))
     except Exception as e:
         print(f"sweepit: warning: no report written for {sweep_dir}: {type(e).__name__}: {e}",
               file=sys.stderr, flush=True)
         return None
-    out = Path(sweep_dir) / REPORT_DIR
+    out = SweepPaths(Path(sweep_dir)).report
     for section in sections:
         if section.printed:
             print(f"\n{section_text(section)}\n", flush=True)

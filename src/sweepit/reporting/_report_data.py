@@ -1,18 +1,19 @@
-"""A sweep directory read for reporting: summary's job rows plus per-epoch metrics, states and the sweep's config.
-
-Nothing here raises on a broken job: a missing or corrupt file becomes a note in that job's row.
-"""
+"""A sweep directory read for reporting: results' job rows plus per-epoch metrics, states and the sweep's config.
+Nothing here raises on a broken job: a missing or corrupt file becomes a note in that job's row."""
 
 from __future__ import annotations
 
 import math
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sweepit._files import collector_paused
+from sweepit.errors import SweepitError
 from sweepit.results import (
     HYDRA_DIR,
     LAUNCH_STATES,
@@ -49,6 +50,7 @@ from sweepit.results import (
 # learning-curve plot draws: a 100,000-job sweep's two million metrics lines are not read to draw 200 curves.
 READ_ALL_METRICS_UP_TO = 2000
 METRICS_DRAWN = 200  # the learning curves' cap (plots.MAX_CURVES)
+T = TypeVar("T")
 
 
 def finite(value: Any) -> float | None:
@@ -56,6 +58,12 @@ def finite(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if math.isfinite(value) else None
+
+
+def best_first(items: Iterable[T], objective: Callable[[T], Any], direction: str) -> list[T]:
+    """The items with a finite objective, best first (ties in their order)."""
+    sign = -1.0 if direction == "maximize" else 1.0
+    return sorted((x for x in items if finite(objective(x)) is not None), key=lambda x: sign * objective(x))
 
 
 @dataclass
@@ -114,11 +122,15 @@ class JobReport(JobRow):
         device = self.result.get("device")
         return (self._configured()[1] if device is None else str(device)) == "cpu"
 
+    def config(self) -> dict[str, Any]:
+        """The job's `.hydra/config.yaml`; {} when it cannot be read."""
+        config = load_yaml(JobPaths(self.job_dir).config)
+        return config if isinstance(config, dict) else {}
+
     def _configured(self) -> tuple[int, str]:
         """`trainer.gpus` and `device` from the job's config (read once)."""
         if self._config is None:
-            config = load_yaml(JobPaths(self.job_dir).config)
-            config = config if isinstance(config, dict) else {}
+            config = self.config()
             trainer = config.get("trainer")
             gpus = trainer.get("gpus") if isinstance(trainer, dict) else None
             self._config = (gpus if isinstance(gpus, int) and gpus > 0 else 1, str(config.get("device", "")))
@@ -135,10 +147,6 @@ class JobReport(JobRow):
         best = self.result.get("best_epoch")
         return best if isinstance(best, int) else None
 
-    @property
-    def label(self) -> str:
-        return f"job {self.num}"
-
 
 @dataclass
 class Sweep:
@@ -154,7 +162,6 @@ class Sweep:
     config_dir: str | None = None     # Hydra's --config-dir, relative to where the sweep ran when inside it
     launcher: str = ""
     app: str = "python train.py"      # the shell words that run the sweep's app alone where it ran (`app_command`)
-    job_config: dict[str, Any] = field(default_factory=dict)  # the first job's .hydra/config.yaml
     records: str = ""                 # the digest of sweep.json's job records read (`records_digest`)
 
     @cached_property
@@ -175,23 +182,17 @@ class Sweep:
         """A sentence per swept key that looks unread (the end-of-sweep summary's rule: `UnreadKeys`)."""
         return UnreadKeys.of(self.jobs).lines()
 
-    @property
-    def counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for job in self.jobs:
-            counts[job.status] = counts.get(job.status, 0) + 1
-        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
-
     def counts_line(self) -> str:
-        return f"{len(self.jobs)} jobs: " + ", ".join(f"{n} {s}" for s, n in self.counts.items())
+        """`4 jobs: 3 completed, 1 failed`, the most frequent status first."""
+        counts = sorted(Counter(job.status for job in self.jobs).items(), key=lambda kv: (-kv[1], kv[0]))
+        return f"{len(self.jobs)} jobs: " + ", ".join(f"{n} {s}" for s, n in counts)
 
     def job_label(self, job: JobReport, width: int = 60, short: bool = False) -> str:
         """The job's swept overrides, `key=value` joined, shortened to `width` characters; `short`: numbers to 4
         significant digits (a legend's labels: Optuna samples 17-digit floats)."""
         text = " ".join(f"{k}={short_value(job.overrides.get(k, '')) if short else job.overrides.get(k, '')}"
-                        for k in self.swept) or job.label
+                        for k in self.swept) or f"job {job.num}"
         return text if len(text) <= width else text[: width - 1] + "…"
-
 
     def typed_swept(self, job: JobReport) -> str:
         """The job's swept overrides as they were typed (`+model.hidden=64`: pasteable), else its label."""
@@ -200,8 +201,8 @@ class Sweep:
 
 
 def _manifest_jobs(sweep_dir: Path) -> tuple[dict[int, dict[str, Any]], dict[str, Any]]:
-    """sweep.json's jobs by number (its journal folded in) and its top level; empty when absent or unreadable
-    (it is optional)."""
+    """sweep.json's jobs by number (its journal folded in) and its top level; empty when it cannot be read (it is
+    optional)."""
     try:
         data, _, _ = read_manifest_data(sweep_dir)
     except (OSError, ValueError):
@@ -212,21 +213,27 @@ def _manifest_jobs(sweep_dir: Path) -> tuple[dict[int, dict[str, Any]], dict[str
     return out, data
 
 
-def _read_job(num: int, job_dir: Path, entry: dict[str, Any] | None, with_metrics: bool) -> JobReport:
-    # sweep.json's overrides when it lists the job: a YAML parse a job saved (the same values: the launcher's).
+def _read_job(num: int, job_dir: Path | None, entry: dict[str, Any] | None, with_metrics: bool) -> JobReport:
+    """A job from its folder, with sweep.json's overrides when it lists the job (the launcher's: a YAML parse a job
+    saved), or from its sweep.json record alone while it has no folder; without result.json, the launcher's record
+    says whether it runs or waits."""
     listed = entry.get("overrides") if entry else None
     overrides = override_values(str(item) for item in listed) if isinstance(listed, list) and listed else None
-    if overrides is None:
-        overrides = read_overrides(job_dir)
-    job = with_result(JobReport(num=num, job_dir=job_dir, overrides=overrides, status=State.PENDING))
-    if not job.overrides and not JobPaths(job_dir).overrides.is_file():
-        job.add_note(f"no {HYDRA_DIR}/{OVERRIDES_FILE}")
-    if with_metrics:
-        _read_epochs(job)
-    if job.status == State.PENDING:  # no result.json: the launcher's manifest knows whether it runs or waits
-        state = str(entry.get("state", "")) if entry else ""
-        job.status = state or State.RUNNING
-        if state not in ("", *LAUNCH_STATES):
+    if job_dir is None:
+        assert entry is not None  # sweep_jobs yields no folder only for a job sweep.json lists
+        job = JobReport(num=num, job_dir=Path(str(entry.get("job_dir") or "")), overrides=overrides or {},
+                        status=State.PENDING)
+    else:
+        overrides = read_overrides(job_dir) if overrides is None else overrides
+        job = with_result(JobReport(num=num, job_dir=job_dir, overrides=overrides, status=State.PENDING))
+        if not job.overrides and not JobPaths(job_dir).overrides.is_file():
+            job.add_note(f"no {HYDRA_DIR}/{OVERRIDES_FILE}")
+        if with_metrics:
+            _read_epochs(job)
+    if job.status == State.PENDING:
+        state = str(entry.get("state") or "") if entry else ""
+        job.status = state or (State.RUNNING if job_dir is not None else State.QUEUED)
+        if job.status not in LAUNCH_STATES:  # it ended, by its record, but its result.json (or folder) is gone
             job.add_note("no result.json")
     return job
 
@@ -240,26 +247,6 @@ def _read_epochs(job: JobReport) -> None:
         job.add_note(note)
     if len(notes) > 3:
         job.add_note(f"{len(notes) - 3} more bad lines in {METRICS_FILE}")
-
-
-def _read_needed_epochs(jobs: list[JobReport], direction: str) -> None:
-    """A large sweep's metrics.jsonl files that the report needs (see READ_ALL_METRICS_UP_TO)."""
-    sign = -1.0 if direction == "maximize" else 1.0
-    best = sorted((j for j in jobs if finite(j.objective) is not None), key=lambda j: sign * (j.objective or 0.0))
-    needed = {id(j) for j in best[:METRICS_DRAWN]}
-    for job in jobs:
-        if id(job) in needed or not job.final or finite(job.result.get("epoch_time_s_mean")) is None:
-            _read_epochs(job)
-
-
-def _queued_job(entry: dict[str, Any]) -> JobReport:
-    """A job the manifest lists but that has no directory yet."""
-    overrides = override_values(str(item) for item in entry.get("overrides") or [])
-    job = JobReport(num=int(entry["num"]), job_dir=Path(str(entry.get("job_dir", ""))), overrides=overrides,
-                    status=str(entry.get("state") or State.QUEUED))
-    if job.status not in LAUNCH_STATES:  # it ended, by its record, but its folder is gone
-        job.add_note("no result.json")
-    return job
 
 
 def _created_at(sweep_dir: Path, manifest: dict[str, Any]) -> datetime:
@@ -278,25 +265,17 @@ def _created_at(sweep_dir: Path, manifest: dict[str, Any]) -> datetime:
     return datetime.fromtimestamp(0, tz=timezone.utc)
 
 
-def load_sweep(sweep_dir: Path, with_metrics: bool = True) -> Sweep:
+@collector_paused()
+def load_sweep(sweep_dir: Path | str, with_metrics: bool = True) -> Sweep:
     """Every job of the sweep (job directories, plus jobs sweep.json lists that have none yet), in job order."""
-    with collector_paused():
-        return _load_sweep(Path(sweep_dir), with_metrics)
-
-
-def _load_sweep(sweep_dir: Path, with_metrics: bool) -> Sweep:
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise SweepitError(f"a sweep directory must exist, but {sweep_dir} does not; list sweeps with `sweepit ls`.")
     entries, manifest = _manifest_jobs(sweep_dir)
     found = list(sweep_jobs(sweep_dir, manifest, (entries[n] for n in sorted(entries))))
     read_all = with_metrics and sum(folder is not None for _, folder, _ in found) <= READ_ALL_METRICS_UP_TO
-    jobs = [_read_job(num, folder, entry, read_all) if folder is not None else _queued_job(entry or {"num": num})
-            for num, folder, entry in found]
-
-    job_config: dict[str, Any] = {}
-    for job in jobs[:5]:
-        data = load_yaml(JobPaths(job.job_dir).config)
-        if isinstance(data, dict):
-            job_config = data
-            break
+    jobs = [_read_job(num, folder, entry, read_all) for num, folder, entry in found]
+    job_config = next((config for job in jobs[:5] if (config := job.config())), {})
     study = job_config.get("study")
     if not isinstance(study, str):
         multirun = load_yaml(SweepPaths(sweep_dir).multirun)
@@ -304,8 +283,11 @@ def _load_sweep(sweep_dir: Path, with_metrics: bool) -> Sweep:
     metric = next((str(j.result["metric"]) for j in jobs if "metric" in j.result), None)
     # The Optuna sweeper's direction when it ran the sweep, else the jobs' configs': the study's "best" is ours.
     direction = sweep_direction(sweep_dir, [*(j.result.get("direction") for j in jobs), job_config.get("direction")])
-    if with_metrics and not read_all:
-        _read_needed_epochs(jobs, direction)
+    if with_metrics and not read_all:  # a large sweep: the metrics that a report draws or lacks otherwise
+        drawn = {id(j) for j in best_first(jobs, lambda j: j.objective, direction)[:METRICS_DRAWN]}
+        for job in jobs:
+            if id(job) in drawn or not job.final or finite(job.result.get("epoch_time_s_mean")) is None:
+                _read_epochs(job)
     config_name, config_dir = config_source(sweep_dir, (j.job_dir for j in jobs))
     rows: list[JobRow] = list(jobs)
     swept = swept_keys(rows) if len(jobs) > 1 else []
@@ -316,9 +298,8 @@ def _load_sweep(sweep_dir: Path, with_metrics: bool) -> Sweep:
         direction=direction,
         created_at=_created_at(sweep_dir, manifest),
         swept=swept,
-        fixed=fixed_overrides(rows, swept) if len(jobs) > 1 else dict(jobs[0].overrides) if jobs else {},
+        fixed=fixed_overrides(rows, swept),
         config_name=config_name, config_dir=config_dir,
-        launcher=str(manifest.get("launcher", "")), job_config=job_config, app=app_command(manifest, sweep_dir),
+        launcher=str(manifest.get("launcher", "")), app=app_command(manifest, sweep_dir),
         records=records_digest(entries.values()),
     )
-

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sweepit._files import atomic_write
-from sweepit.reporting._report_data import METRICS_DRAWN, JobReport, Sweep, finite
+from sweepit.reporting._report_data import METRICS_DRAWN, JobReport, Sweep, best_first, finite
 from sweepit.results import Status
 
 if TYPE_CHECKING:
@@ -48,19 +48,13 @@ def save(fig: Figure, path: Path) -> Path:
     return atomic_write(path, buffer.getvalue(), fsync=False)
 
 
-def ranked(sweep: Sweep, jobs: list[JobReport]) -> list[JobReport]:
-    """Best objective first; jobs without a finite objective keep job order after them."""
-    sign = -1.0 if sweep.direction == "maximize" else 1.0
-    scored = sorted((j for j in jobs if finite(j.objective) is not None), key=lambda j: sign * (j.objective or 0.0))
-    return scored + [j for j in jobs if finite(j.objective) is None]
-
-
 def cap(sweep: Sweep, jobs: list[JobReport], limit: int = MAX_CURVES) -> tuple[list[JobReport], str]:
     """Few jobs in job order (for the legend); many ranked best first, at most `limit` of them."""
     if len(jobs) <= _FEW:
         return jobs, ""
     note = f"the best {limit} of {len(jobs)} jobs are drawn" if len(jobs) > limit else ""
-    return ranked(sweep, jobs)[:limit], note
+    ranked = best_first(jobs, lambda j: j.objective, sweep.direction)  # then those without one, in job order
+    return (ranked + [j for j in jobs if finite(j.objective) is None])[:limit], note
 
 
 def colour_key(sweep: Sweep, jobs: list[JobReport]) -> tuple[str, list[str]] | None:

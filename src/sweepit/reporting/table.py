@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from sweepit.reporting._report_data import JobReport, Sweep, finite
+from sweepit.reporting._report_data import JobReport, Sweep, best_first, finite
 from sweepit.results import rerun_command, short_value, speed_study_line, typed_overrides
 
 # Final metrics shown first, in this order; other scalars follow in the order the training loop logs them.
@@ -28,10 +28,6 @@ class Table:
     rows: list[list[Any]]             # raw values: str, int, float or None
     best: int | None = None           # index of the best job's row
     statuses: list[str] | None = None  # one per row, for styling
-
-    def column(self, name: str) -> list[Any]:
-        i = self.columns.index(name)
-        return [row[i] for row in self.rows]
 
 
 def final_metric_keys(jobs: list[JobReport]) -> list[str]:
@@ -121,10 +117,8 @@ def kept_rows(table: Table, direction: str) -> tuple[list[int], str]:
     n = len(table.rows)
     if n <= MAX_PAGE_ROWS or "objective" not in table.columns:
         return list(range(n)), ""
-    objective = table.column("objective")
-    sign = -1.0 if direction == "maximize" else 1.0
-    scored = sorted((i for i, v in enumerate(objective) if finite(v) is not None), key=lambda i: sign * objective[i])
-    kept = sorted(scored[:MAX_PAGE_ROWS])
+    at = table.columns.index("objective")
+    kept = sorted(best_first(range(n), lambda i: table.rows[i][at], direction)[:MAX_PAGE_ROWS])
     return kept, (f"The best {len(kept):,} of {n:,} jobs by objective ({direction}), in job order; results.csv "
                   "has every job.")
 
