@@ -1,6 +1,6 @@
-"""`sweepit status DIR`: a sweep's state brought up to date (from Slurm for a Slurm sweep, else from its results)
-and told as a table, with what to run next. It serves local and Slurm sweeps alike, so it sits above both engines;
-sweepit.reporting's `__init__` does not import it, so that a report loads no Slurm code."""
+"""`sweepit status DIR`: a sweep's state brought up to date (from Slurm for a Slurm sweep, else from its results) and
+told as a table, with what to run next. It serves local and Slurm sweeps alike, so it sits above both engines; the
+room's `__init__` does not import it, so that a report loads no Slurm code."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from pathlib import Path
 from sweepit.results import (
     FINISHED_STATUSES,
     MAX_ROWS,
-    REPORT_DIR,
     REPORT_PAGE,
     JobRow,
     LiveReader,
     Manifest,
     State,
     SweepLock,
+    SweepPaths,
     counts_text,
     format_duration,
     format_table,
@@ -32,29 +32,11 @@ from sweepit.results import (
 from sweepit.slurm import LIVE_STATES, PACKED, adopt_trials, refresh, slurm_id, workers_alive
 
 
-def shown_jobs(m: Manifest, max_rows: int = MAX_ROWS) -> list[int]:
-    """The jobs `sweepit status` lists: every job when there are at most `max_rows` (0: no limit); else the first
-    `max_rows` of those that did not finish (running, queued, failed, ...), the finished ones counted only."""
-    nums = sorted(m.jobs)
-    if max_rows <= 0 or len(nums) <= max_rows:
-        return nums
-    return [n for n in nums if m.jobs[n].state not in FINISHED_STATUSES][:max_rows]
-
-
-def to_refresh(m: Manifest, shown: list[int]) -> list[int]:
-    """The jobs whose state is asked again (their results, Slurm): those listed, and every job the manifest does
-    not record as finished. A completed or diverged job's result is replaced only by a resume, whose driver
-    records it, so a large sweep's finished jobs cost nothing to look at."""
-    return sorted(set(shown) | {n for n, e in m.jobs.items() if e.state not in FINISHED_STATUSES})
-
-
-def status_table(m: Manifest, live: LiveReader | None = None, shown: list[int] | None = None) -> str:
-    """The results table of the jobs `shown` (default: every job in the manifest), with its Slurm job id and
-    state in the note, and for a running job how far it is (`3/15 val_acc=0.91 ETA 0:42`, from its files); the
-    counts by state cover every job."""
-    live = live or LiveReader()
+def _table(m: Manifest, live: LiveReader, shown: list[int]) -> str:
+    """The results table of the jobs `shown`, with the Slurm job id and state in the note, and for a running job how
+    far it is (`3/15 val_acc=0.91 ETA 0:42`, from its files); the counts by state cover every job."""
     rows: list[JobRow] = []
-    for num in sorted(m.jobs) if shown is None else shown:
+    for num in shown:
         e = m.jobs[num]
         has_dir = bool(e.job_dir) and Path(e.job_dir).is_dir()
         overrides = override_values(e.overrides)
@@ -69,7 +51,7 @@ def status_table(m: Manifest, live: LiveReader | None = None, shown: list[int] |
                                          held, row.note) if x)
         rows.append(row)
     tally = counts_text(Counter(e.state for e in m.jobs.values()))
-    listed = {row.num for row in rows}
+    listed = set(shown)
     done = sum(n not in listed and e.state in FINISHED_STATUSES for n, e in m.jobs.items())
     left = len(m.jobs) - len(rows) - done  # more unfinished jobs than rows: the first ones are listed
     hidden = " and ".join(f"{n} {what}" for n, what in ((done, "finished"), (left, "unfinished")) if n)
@@ -78,29 +60,28 @@ def status_table(m: Manifest, live: LiveReader | None = None, shown: list[int] |
     return f"{format_table(rows)}\n\n{len(m.jobs)} jobs: {tally}{more}"
 
 
-def status_report(sweep_dir: Path, live: LiveReader | None = None, max_rows: int = MAX_ROWS) -> str:
-    """What `sweepit status DIR` prints: the refreshed table, the counts and what to run next."""
-    return sweep_status(sweep_dir, live, max_rows)[0]
-
-
 def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int = MAX_ROWS) -> tuple[str, bool]:
-    """`status_report`'s text, and whether the sweep is still going (a job queued or running, or a driver
-    holding it): `sweepit status --watch` looks again until it is not. `live` keeps what was read of the
-    running jobs' metrics between looks. At most `max_rows` jobs are listed (`shown_jobs`)."""
+    """What `sweepit status DIR` prints (the refreshed table, the counts, what to run next), and whether the sweep is
+    still going (a job queued or running, or a driver holding it): `--watch` looks again until it is not. `live` keeps
+    what was read of the running jobs' metrics between looks."""
     live = live or LiveReader()
     m = read_manifest(sweep_dir)
     driver = SweepLock(Path(m.sweep_dir)).holder()
     adopted = adopt_trials(m)  # Optuna worker mode: the trials workers started since the manifest was written
-    shown = shown_jobs(m, max_rows)
-    # A live driver records what ends (its journal is read with the manifest): the jobs shown are looked at again,
-    # the others counted as it recorded them, unread. Without one, every job not finished is.
-    changed, note = refresh(m, record=driver is None, nums=shown if driver is not None else to_refresh(m, shown))
+    unfinished = [n for n in sorted(m.jobs) if m.jobs[n].state not in FINISHED_STATUSES]
+    # Beyond `max_rows` jobs (0: no limit) the first `max_rows` of those that did not finish, the finished counted.
+    shown = sorted(m.jobs) if max_rows <= 0 or len(m.jobs) <= max_rows else unfinished[:max_rows]
+    # A live driver records what ends (its journal is read with the manifest): the jobs shown are looked at again, the
+    # others counted as it recorded them. Without one, the jobs shown and every job not finished are: a finished job's
+    # record is replaced only by a resume, whose driver records it.
+    nums = shown if driver is not None else sorted(set(shown) | set(unfinished))
+    changed, note = refresh(m, record=driver is None, nums=nums)
     changed += adopted
-    if driver is None:
+    if driver is None:  # with a live driver, it alone writes the sweep's records
         changed += settle_orphans(m) + _settle_unclaimed(m)
-    if changed and driver is None:
-        write_manifest(m, changed)  # with a live driver, it alone writes the sweep's records
-    lines = [status_table(m, live, shown),
+        if changed:
+            write_manifest(m, changed)
+    lines = [_table(m, live, shown),
              f"sweep directory: {m.sweep_dir} (launcher: {m.launcher})"] + ([note] if note else [])
     running = [e for e in m.jobs.values() if e.state == State.RUNNING and e.job_dir]
     if running:
@@ -130,7 +111,7 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
                      f"{' '.join(arrays)} run {what}; cancel them with `scancel {' '.join(arrays)}`.")
     going = bool(live_jobs) or driver is not None or workers
     if not going and not report_is_current(Path(m.sweep_dir), m):
-        report_dir = Path(m.sweep_dir) / REPORT_DIR
+        report_dir = SweepPaths(Path(m.sweep_dir)).report
         ended = ("the sweep has ended without a report (its config writes none: sweepit's summary callback is not "
                  "among its hydra.callbacks)"
                  if not (report_dir / REPORT_PAGE).exists() and reports_at_end(Path(m.sweep_dir)) is False
