@@ -37,8 +37,7 @@ __all__ = [
 def write_report(sweep: Sweep, builders: Sequence[SectionBuilder] | None = None) -> list[Section]:
     """Write `results.csv`, the plots, `summary.md` and `index.html` into `<sweep>/report/`; return the sections.
     A section that fails (a plot of odd data) becomes a note on the page and a warning, not an error."""
-    from sweepit.reporting.html import render_html
-    from sweepit.reporting.markdown import render_markdown
+    from sweepit.reporting.pages import render_html, render_markdown
     from sweepit.reporting.table import to_csv
 
     # matplotlib's INFO lines (its font cache, "Using categorical units ...") would print through Hydra's log handler

@@ -60,6 +60,10 @@ def finite(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def best_first(items: Iterable[T], objective: Callable[[T], Any], direction: str) -> list[T]:
     """The items with a finite objective, best first (ties in their order)."""
     sign = -1.0 if direction == "maximize" else 1.0
@@ -192,7 +196,7 @@ class Sweep:
         significant digits (a legend's labels: Optuna samples 17-digit floats)."""
         text = " ".join(f"{k}={short_value(job.overrides.get(k, '')) if short else job.overrides.get(k, '')}"
                         for k in self.swept) or f"job {job.num}"
-        return text if len(text) <= width else text[: width - 1] + "…"
+        return clip(text, width)
 
     def typed_swept(self, job: JobReport) -> str:
         """The job's swept overrides as they were typed (`+model.hidden=64`: pasteable), else its label."""

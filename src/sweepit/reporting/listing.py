@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from sweepit.reporting._report_data import Sweep, load_sweep
+from sweepit.reporting.table import aligned
 from sweepit.results import HYDRA_DIR, REPORT_DIR, SweepPaths, job_num
 
 # outputs/<study>/<timestamp>/ is two levels down; a little more for hand-made layouts.
@@ -62,7 +63,4 @@ def list_sweeps(root: Path) -> list[Sweep]:
 
 def format_listing(sweeps: list[Sweep]) -> str:
     header = ["sweep", "study", "started", "jobs", "best", "best overrides"]
-    body = [_row(s) for s in sweeps]
-    widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
-                     for line in [header, *body])
+    return "\n".join(aligned(header, [_row(s) for s in sweeps], rule=False))

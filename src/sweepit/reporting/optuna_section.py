@@ -244,8 +244,7 @@ class OptunaSection(SectionBuilder):
         columns, rows = trials_table(study)
         keep = [i for i, c in enumerate(columns) if c not in ("job_dir", "datetime_start", "datetime_complete")]
         table = Table([columns[i] for i in keep], [[r[i] for i in keep] for r in rows],
-                      best=None if best is None else next((i for i, r in enumerate(rows) if r[0] == best.number), None),
-                      statuses=[str(r[2] or r[1]).lower() for r in rows])
+                      best=None if best is None else next((i for i, r in enumerate(rows) if r[0] == best.number), None))
         return Section(self.title, text=text, command=command, table=table, figures=figures, notes=notes)
 
 

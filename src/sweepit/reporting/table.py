@@ -1,4 +1,4 @@
-"""The results table (one row per job) as CSV, Markdown and terminal text, and the command that reproduces a job."""
+"""The results table (one row per job) as CSV and terminal text, and the command that reproduces a job."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from sweepit.reporting._report_data import JobReport, Sweep, best_first, finite
+from sweepit.reporting._report_data import JobReport, Sweep, best_first, clip, finite
 from sweepit.results import rerun_command, short_value, speed_study_line, typed_overrides
 
 # Final metrics shown first, in this order; other scalars follow in the order the training loop logs them.
@@ -27,7 +27,6 @@ class Table:
     columns: list[str]
     rows: list[list[Any]]             # raw values: str, int, float or None
     best: int | None = None           # index of the best job's row
-    statuses: list[str] | None = None  # one per row, for styling
 
 
 def final_metric_keys(jobs: list[JobReport]) -> list[str]:
@@ -56,8 +55,7 @@ def results_table(sweep: Sweep) -> Table:
     inside = f"{sweep.sweep_dir}{os.sep}"
     rows = [_row(sweep, job, metrics, inside, gpus) for job in sweep.jobs]
     best = sweep.best
-    return Table(columns, rows, best=None if best is None else sweep.jobs.index(best),
-                 statuses=[job.status for job in sweep.jobs])
+    return Table(columns, rows, best=None if best is None else sweep.jobs.index(best))
 
 
 def _row(sweep: Sweep, job: JobReport, metrics: list[str], inside: str, gpus: bool) -> list[Any]:
@@ -91,24 +89,26 @@ def to_csv(table: Table) -> str:
     return out.getvalue()
 
 
-def to_text(table: Table, max_rows: int = 0, drop: tuple[str, ...] = ("job_dir",), cell_width: int = 60) -> str:
-    """An aligned table for the terminal; the first `max_rows` rows (0: all) and a line saying how many were left.
-    Cells are cut to `cell_width`, but for the note: the last column, already short (an error keeps its fix)."""
-    keep = [i for i, c in enumerate(table.columns) if c not in drop]
-    header = [table.columns[i] for i in keep]
+def to_text(table: Table, max_rows: int = 0) -> str:
+    """An aligned table for the terminal without the job's folder; the first `max_rows` rows (0: all) and a line
+    saying how many were left. Cells are cut to 60 characters, but for the note (an error keeps its fix)."""
+    keep = [i for i, c in enumerate(table.columns) if c != "job_dir"]
     shown = table.rows if max_rows <= 0 else table.rows[:max_rows]
-    widths_at = [0 if table.columns[i] == "note" else cell_width for i in keep]
-    body = [[_clip(fmt(row[i]), w) for i, w in zip(keep, widths_at, strict=True)] for row in shown]
-    widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in [header, *body]]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    body = [[fmt(row[i]) if table.columns[i] == "note" else clip(fmt(row[i]), 60) for i in keep] for row in shown]
+    lines = aligned([table.columns[i] for i in keep], body)
     if len(shown) < len(table.rows):
         lines.append(f"... {len(table.rows) - len(shown)} more rows in results.csv")
     return "\n".join(lines)
 
 
-def _clip(text: str, width: int) -> str:
-    return text if width <= 0 or len(text) <= width else text[: width - 1] + "…"
+def aligned(header: list[str], body: list[list[str]], rule: bool = True) -> list[str]:
+    """The lines of a terminal table: columns as wide as their widest cell, two spaces apart; `rule`: dashes under
+    the header."""
+    widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in [header, *body]]
+    if rule:
+        lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
 
 
 def kept_rows(table: Table, direction: str) -> tuple[list[int], str]:
@@ -121,21 +121,6 @@ def kept_rows(table: Table, direction: str) -> tuple[list[int], str]:
     kept = sorted(best_first(range(n), lambda i: table.rows[i][at], direction)[:MAX_PAGE_ROWS])
     return kept, (f"The best {len(kept):,} of {n:,} jobs by objective ({direction}), in job order; results.csv "
                   "has every job.")
-
-
-def to_markdown(table: Table, direction: str = "minimize") -> str:
-    def cell(value: Any) -> str:
-        return fmt(value).replace("|", "\\|").replace("\n", " ")
-
-    kept, said = kept_rows(table, direction)
-    lines = ([said, ""] if said else []) + ["| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
-    for i in kept:
-        row = table.rows[i]
-        cells = [cell(v) for v in row]
-        if i == table.best:
-            cells = [f"**{c}**" for c in cells]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
 
 def reproduce_command(sweep: Sweep, job: JobReport) -> str:

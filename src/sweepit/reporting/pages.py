@@ -1,10 +1,12 @@
-"""`index.html`: one self-contained page (styles inline, PNGs embedded as data: URIs) to open or copy off a cluster."""
+"""The sections as pages: `summary.md` (figures linked) and `index.html`, one self-contained page (styles inline, PNGs
+embedded as data: URIs) to open or copy off a cluster."""
 
 from __future__ import annotations
 
 import base64
 from html import escape
 from pathlib import Path
+from typing import Any
 
 from sweepit.reporting._report_data import Sweep
 from sweepit.reporting.sections import Figure, Section
@@ -37,7 +39,44 @@ figcaption { color: #555; font-size: 13px; }
 """
 
 
-def _table(table: Table, direction: str = "minimize") -> str:
+def render_markdown(sweep: Sweep, sections: list[Section]) -> str:
+    lines = [f"# Sweep `{sweep.study}`", "",
+             f"`{sweep.sweep_dir}`, started {sweep.created_at.astimezone():%Y-%m-%d %H:%M}"
+             + (f", launcher `{sweep.launcher}`" if sweep.launcher else ""), ""]
+    for section in sections:
+        lines += [f"## {section.title}", ""]
+        for paragraph in section.text:
+            lines += [paragraph, ""]
+        if section.command:
+            lines += ["The best configuration, as one run:", "", "```bash", section.command, "```", ""]
+        if section.table is not None:
+            lines += [_markdown_table(section.table, sweep.direction), ""]
+        for figure in section.figures:
+            lines += [f"![{figure.caption}]({figure.path.name})", ""]
+            if figure.caption:
+                lines += [f"*{figure.caption}*", ""]
+        lines += [f"> {note}" for note in section.notes]
+        if section.notes:
+            lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _markdown_table(table: Table, direction: str) -> str:
+    def cell(value: Any) -> str:
+        return fmt(value).replace("|", "\\|").replace("\n", " ")
+
+    kept, said = kept_rows(table, direction)
+    lines = ([said, ""] if said else []) + ["| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
+    for i in kept:
+        row = table.rows[i]
+        cells = [cell(v) for v in row]
+        if i == table.best:
+            cells = [f"**{c}**" for c in cells]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _table(table: Table, direction: str) -> str:
     # So that a table of twenty columns fits a 1280-pixel window, the last ones (wall time, GPU-hours, the job's
     # folder) without a scrollbar: a column name may break after `_` or `.` (`epoch_time_s`, `trainer.gpus`), and a
     # job's note (an error and its fix) is a row of its own under the job's, the table's width.
