@@ -1,17 +1,12 @@
-"""The Optuna report section: Optuna's own plots (optimization history, intermediate values, slice, contour,
-parameter importances, parallel coordinates; the Pareto front for several objectives) as PNG, best parameters
-as YAML with the command that reproduces them, and the trials table (CSV).
-
-Applies to sweeps run by the Optuna sweeper (their directory holds `optuna_study.yaml`). The plots come from
-`optuna.visualization.matplotlib`, so continuous parameters sit on numeric axes (log where sampled so) and
-each plot reads as Optuna's docs show it; pruned trials show in the history (at their last report) and in the
-intermediate values. Importances use Optuna's PED-ANOVA evaluator, which needs no extra package.
-"""
+"""The Optuna report section of a sweep whose directory holds `optuna_study.yaml`: Optuna's own plots (from
+`optuna.visualization.matplotlib`: numeric axes, log where sampled so; the Pareto front for several objectives) as PNG,
+the best parameters with the command that reproduces them, and the trials table."""
 
 from __future__ import annotations
 
 import math
 import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -23,17 +18,19 @@ from sweepit.reporting.table import Table
 from sweepit.results import BEST_PARAMS_FILE, TRIALS_FILE, read_study_file
 from sweepit.search import best_command, best_trial, load_study_of, trials_table, write_results
 
-_STATE_COLORS = {"COMPLETE": "tab:blue", "PRUNED": "tab:orange", "FAIL": "tab:red", "RUNNING": "tab:grey"}
 
-
-def _complete(study: Any) -> list[Any]:
+def _complete(study: Any, n: int = 1) -> list[Any]:
+    """The complete trials with a finite value; ValueError when there are fewer than `n`."""
     from optuna.trial import TrialState
 
-    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             if t.value is not None and math.isfinite(t.value)]
+    if len(done) < n:
+        raise ValueError(f"needs {n} complete trial(s)")
+    return done
 
 
-def _optuna_figure(draw: Any, path: Path, width_in: float | None = None, height_in: float | None = None) -> Any:
+def _optuna_figure(draw: Any, path: Path, width_in: float, height_in: float) -> None:
     """Run one of optuna.visualization.matplotlib's plots on the Agg canvas, save its figure as PNG, close it.
     Their plots use pyplot's figures: each is closed once saved, so a report of many sweeps holds none."""
     import matplotlib
@@ -53,12 +50,10 @@ def _optuna_figure(draw: Any, path: Path, width_in: float | None = None, height_
         try:
             for ax in fig.axes:
                 _log_axis_labels(ax)
-            if width_in and height_in:
-                fig.set_size_inches(width_in, height_in)
+            fig.set_size_inches(width_in, height_in)
             fig.savefig(path, format="png", dpi=100, bbox_inches="tight")  # legends inside the saved image
         finally:
             plt.close(fig)
-    return axes
 
 
 def _log_axis_labels(ax: Any) -> None:
@@ -84,27 +79,17 @@ def history_plot(study: Any, metric: str, path: Path) -> None:
 
     def draw() -> Any:
         ax = plot_optimization_history(study, target_name=metric)
-        pruned = [(t.number, _last(t)) for t in study.get_trials(deepcopy=False) if t.state.name == "PRUNED"]
-        kept = [(n, v) for n, v in pruned if v is not None and math.isfinite(v)]
+        pruned = [(t.number, float(t.intermediate_values[max(t.intermediate_values)]))
+                  for t in study.get_trials(deepcopy=False) if t.state.name == "PRUNED" and t.intermediate_values]
+        kept = [(n, v) for n, v in pruned if math.isfinite(v)]
         if kept:
-            ax.scatter([n for n, _ in kept], [v for _, v in kept], s=18, marker="x", color=_STATE_COLORS["PRUNED"],
+            ax.scatter([n for n, _ in kept], [v for _, v in kept], s=18, marker="x", color="tab:orange",
                        label="pruned (last reported value)", zorder=3)
             ax.legend(fontsize="small")
         return ax
 
-    _needs_complete(study)
+    _complete(study)
     _optuna_figure(draw, path, 7, 4)
-
-
-def _last(trial: Any) -> float | None:
-    if not trial.intermediate_values:
-        return None
-    return float(trial.intermediate_values[max(trial.intermediate_values)])
-
-
-def _needs_complete(study: Any, n: int = 1) -> None:
-    if len(_complete(study)) < n:
-        raise ValueError(f"needs {n} complete trial(s)")
 
 
 def intermediate_plot(study: Any, path: Path) -> None:
@@ -120,7 +105,6 @@ def slice_plot(study: Any, metric: str, path: Path) -> None:
     """The objective against each parameter, continuous ones on numeric (log where sampled so) axes."""
     from optuna.visualization.matplotlib import plot_slice
 
-    _needs_complete(study)
     n = len({k for t in _complete(study) for k in t.params})
     _optuna_figure(lambda: plot_slice(study, target_name=metric), path, 3.2 * max(1, n) + 1, 3.6)
 
@@ -134,10 +118,10 @@ def contour_plot(study: Any, metric: str, importances: dict[str, float], path: P
     if importlib.util.find_spec("scipy") is None:
         raise ValueError("Optuna's contour plot interpolates with scipy, which is not installed: "
                          "pip install -e '.[search]' (or pip install scipy)")
-    params = list(importances)[:2] or sorted({k for t in _complete(study) for k in t.params})[:2]
+    params = list(importances)[:2] or sorted({k for t in _complete(study, 0) for k in t.params})[:2]
     if len(params) < 2:
         raise ValueError("needs two parameters")
-    _needs_complete(study, 2)
+    _complete(study, 2)
     _optuna_figure(lambda: plot_contour(study, params=params, target_name=metric), path, 6, 5)
 
 
@@ -158,7 +142,6 @@ def parallel_plot(study: Any, metric: str, path: Path) -> None:
     """Optuna's parallel coordinates: one line per complete trial across the parameters and the objective."""
     from optuna.visualization.matplotlib import plot_parallel_coordinate
 
-    _needs_complete(study)
     n = len({k for t in _complete(study) for k in t.params})
     _optuna_figure(lambda: plot_parallel_coordinate(study, target_name=metric), path, 2.0 + 1.6 * (n + 1), 4.2)
 
@@ -197,9 +180,7 @@ class OptunaSection(SectionBuilder):
         study = load_study_of(sweep.sweep_dir)
         metric = str(info.get("metric") or sweep.metric)
         write_results(sweep.sweep_dir, study, info, out_dir)
-        counts: dict[str, int] = {}
-        for t in study.get_trials(deepcopy=False):
-            counts[t.state.name.lower()] = counts.get(t.state.name.lower(), 0) + 1
+        counts = Counter(t.state.name.lower() for t in study.get_trials(deepcopy=False))
         text = [f"study {study.study_name!r} in {info['storage']}: " + ", ".join(f"{n} {s}" for s, n in counts.items())
                 + f"; sampler {_name(info.get('sampler'))}, pruner {_name(info.get('pruner'))}.",
                 "Space: " + ", ".join(f"{k}={v}" for k, v in (info.get("space") or {}).items()),
@@ -249,7 +230,5 @@ class OptunaSection(SectionBuilder):
 
 
 def _name(spec: Any) -> str:
-    """A sampler's or pruner's name as recorded: `{name: tpe}` (older studies) or `{_target_: ...TPESampler}`."""
-    if not isinstance(spec, dict):
-        return "-"
-    return str(spec.get("name") or str(spec.get("_target_", "-")).rsplit(".", 1)[-1])
+    """The class name of a sampler or pruner as the study recorded it (`{_target_: ...TPESampler}`)."""
+    return str(spec.get("_target_", "-")).rsplit(".", 1)[-1] if isinstance(spec, dict) else "-"
