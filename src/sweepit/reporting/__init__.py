@@ -10,13 +10,13 @@ from pathlib import Path
 
 from sweepit._files import atomic_write
 from sweepit.reporting._report_data import JobReport, Sweep, load_sweep
+from sweepit.reporting.linreg import LinregSection
 from sweepit.reporting.listing import find_sweeps, format_listing
 from sweepit.reporting.optuna_section import OptunaSection
 from sweepit.reporting.scaling import ScalingSection
 from sweepit.reporting.sections import (
     CurvesSection,
     Figure,
-    LinregSection,
     ParamsSection,
     ResultsSection,
     Section,

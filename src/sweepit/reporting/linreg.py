@@ -1,4 +1,4 @@
-"""The linreg figure: each job's fitted line y = w x + b against the data and the true line, and the loss curves."""
+"""The linreg section: each job's fitted line y = w x + b against the data and the true line, and the loss curves."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import numpy as np
 
 from sweepit.reporting._report_data import JobReport, Sweep, finite
 from sweepit.reporting.plots import Palette, cap, draw_lines, epoch_axis, figure, save
+from sweepit.reporting.sections import Figure, Section, SectionBuilder
 
 
 def _linreg_data(config: dict[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
@@ -26,11 +27,11 @@ def _linreg_data(config: dict[str, Any]) -> tuple[np.ndarray, np.ndarray] | None
         return None
 
 
-def linreg_fit(sweep: Sweep, jobs: list[JobReport], config: dict[str, Any], path: Path, max_fits: int = 50) -> str:
-    """Left: the data, the true line and each job's fitted line y = w x + b. Right: loss per epoch."""
+def linreg_fit(sweep: Sweep, jobs: list[JobReport], config: dict[str, Any], path: Path) -> str:
+    """Left: the data, the true line and the fitted lines of (at most 50) jobs. Right: loss per epoch."""
     from matplotlib.collections import LineCollection
 
-    drawn, note = cap(sweep, jobs, max_fits)
+    drawn, note = cap(sweep, jobs, 50)
     fig = figure(13, 5)
     ax_fit, ax_loss = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     palette = Palette(sweep, drawn)
@@ -63,3 +64,23 @@ def linreg_fit(sweep: Sweep, jobs: list[JobReport], config: dict[str, Any], path
     save(fig, path)
     notes = [n for n in (note, "" if data is not None else "the data points could not be regenerated") if n]
     return "; ".join(notes)
+
+
+class LinregSection(SectionBuilder):
+    """Jobs of task linreg log the fitted `w` and `b` each epoch: their lines against the data."""
+
+    title = "Linear regression fits"
+
+    def build(self, sweep: Sweep, out_dir: Path) -> Section | None:
+        jobs = [j for j in sweep.jobs if "w" in j.last and "b" in j.last]
+        if not jobs:
+            return None
+        nums = {j.num for j in jobs}
+        best = sweep.best if sweep.best is not None and sweep.best.num in nums else jobs[0]
+        path = out_dir / "linreg_fit.png"
+        note = linreg_fit(sweep, jobs, best.config(), path)
+        notes = [note] if note else []
+        if any(k.startswith("task.true_") for k in sweep.swept):
+            notes.append(f"the true line and data are those of job {best.num}; the sweep varies them")
+        return Section(self.title, figures=[Figure(path, "fitted lines against the data; loss per epoch")],
+                       notes=notes)

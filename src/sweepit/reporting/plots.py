@@ -1,8 +1,5 @@
-"""PNG figures of a sweep, drawn with matplotlib's object API (the Agg canvas, no pyplot state).
-
-matplotlib is imported inside the functions, so `import sweepit.reporting` and `sweepit ls` stay quick.
-Each function returns a caption note (what was left out), or raises when the sweep has nothing to draw.
-"""
+"""PNG figures of a sweep, drawn with matplotlib's object API (the Agg canvas, no pyplot state), imported inside the
+functions so that `import sweepit.reporting` and `sweepit ls` stay quick. Each returns a note of what was left out."""
 
 from __future__ import annotations
 
@@ -103,28 +100,27 @@ class Palette:
         from matplotlib.cm import ScalarMappable
         from matplotlib.lines import Line2D
 
-        if self.few or self.by is not None:
-            if self.few:
-                title = "job"
-                handles = [Line2D([], [], color=self.color(j), label=f"{j.num}: {sweep.job_label(j, 60, short=True)}")
-                           for j in jobs]
-            else:
-                assert self.by is not None
-                title, values = self.by
-                handles = [Line2D([], [], color=self._tab(i), label=v[:30]) for i, v in enumerate(values)]
-                if self.best is not None:
-                    handles.append(Line2D([], [], color="black", linewidth=2.5, label=f"best: job {self.best.num}"))
-            if fig.get_layout_engine() is None:
-                # At the figure's right edge, and the axes end where it begins, however long its labels are (at a
-                # fixed place, labels of three swept keys or Optuna's 17-digit floats would run off the figure).
-                legend = fig.legend(handles=handles, loc="upper right", bbox_to_anchor=(0.995, 0.93),
-                                    fontsize="small", title=title)
-                width = legend.get_window_extent(fig.canvas.get_renderer()).width / fig.bbox.width  # type: ignore[attr-defined]
-                fig.subplots_adjust(right=max(0.45, 0.99 - width - 0.02))
-            else:
-                fig.legend(handles=handles, loc="outside right upper", fontsize="small", title=title)
+        if self.few:
+            title = "job"
+            handles = [Line2D([], [], color=self.color(j), label=f"{j.num}: {sweep.job_label(j, 60, short=True)}")
+                       for j in jobs]
+        elif self.by is not None:
+            title, values = self.by
+            handles = [Line2D([], [], color=self._tab(i), label=v[:30]) for i, v in enumerate(values)]
+            if self.best is not None:
+                handles.append(Line2D([], [], color="black", linewidth=2.5, label=f"best: job {self.best.num}"))
         else:
             fig.colorbar(ScalarMappable(norm=self.norm, cmap=self.cmap), ax=axes, label=sweep.metric, shrink=0.8)
+            return
+        if fig.get_layout_engine() is None:
+            # At the figure's right edge, and the axes end where it begins, however long its labels are (at a fixed
+            # place, labels of three swept keys or Optuna's 17-digit floats would run off the figure).
+            legend = fig.legend(handles=handles, loc="upper right", bbox_to_anchor=(0.995, 0.93), fontsize="small",
+                                title=title)
+            width = legend.get_window_extent(fig.canvas.get_renderer()).width / fig.bbox.width  # type: ignore[attr-defined]
+            fig.subplots_adjust(right=max(0.45, 0.99 - width - 0.02))
+        else:
+            fig.legend(handles=handles, loc="outside right upper", fontsize="small", title=title)
 
 
 def _series(job: JobReport, key: str) -> np.ndarray:
@@ -182,10 +178,7 @@ def epoch_axis(ax: Axes) -> None:
 
 def learning_curves(sweep: Sweep, path: Path) -> str:
     """Loss and accuracy per epoch, one panel per metric (train/val), one line per job."""
-    jobs = [j for j in sweep.jobs if j.epochs]
-    if not jobs:
-        raise ValueError("no job has logged an epoch yet")
-    drawn, note = cap(sweep, jobs)
+    drawn, note = cap(sweep, [j for j in sweep.jobs if j.epochs])
     keys = [k for k in ("train_loss", "val_loss", "train_acc", "val_acc")
             if any(k in r for j in drawn for r in j.epochs)]
     ncols = 2
@@ -284,11 +277,10 @@ def _axis(ax: Axes, values: list[str], numeric: bool) -> dict[str, float]:
     return dict(zip(values, nums, strict=True))
 
 
-def objective_by_param(sweep: Sweep, path: Path, max_params: int = 4) -> str:
-    """Per swept parameter: the objective and the epoch time against its value (a line through the means)."""
-    keys = sweep.swept[:max_params]
-    if not keys:
-        raise ValueError("no swept parameter")
+def objective_by_param(sweep: Sweep, path: Path) -> str:
+    """Per swept parameter (the first 4): the objective and the epoch time against its value (a line through the
+    means)."""
+    keys = sweep.swept[:4]
     fig = figure(max(6.0, 4.5 * len(keys)), 7.0)
     # One pass over the jobs per quantity (100,000 jobs in a large sweep), then arrays.
     objective = np.array([j.objective if j.status == Status.COMPLETED and finite(j.objective) is not None else np.nan

@@ -1,8 +1,5 @@
-"""A report is a list of sections; each builder decides whether its section applies to a sweep.
-
-To add one (the scaling table, Optuna's plots), subclass `SectionBuilder` and append an instance to
-`sweepit.reporting.DEFAULT_SECTIONS`: the Markdown summary and the HTML page render every section the same way.
-"""
+"""A report is a list of sections; each builder decides whether its section applies to a sweep. To add one, subclass
+`SectionBuilder` and append an instance to `sweepit.reporting.DEFAULT_SECTIONS`: both pages render every section."""
 
 from __future__ import annotations
 
@@ -10,10 +7,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sweepit.reporting import linreg, plots
+from sweepit.reporting import plots
 from sweepit.reporting._report_data import Sweep
 from sweepit.reporting.table import Table, best_lines, reproduce_command, results_table
-from sweepit.results import JobPaths, Status, load_yaml, read_study_file
+from sweepit.results import Status, read_study_file
 
 
 @dataclass
@@ -94,24 +91,3 @@ class ParamsSection(SectionBuilder):
             note = plots.objective_by_param(sweep, path)
             caption = f"{sweep.metric} and epoch time (first epoch excluded) against " + ", ".join(sweep.swept)
         return Section(self.title, figures=[Figure(path, caption)], notes=[note] if note else [])
-
-
-class LinregSection(SectionBuilder):
-    """Jobs of task linreg log the fitted `w` and `b` each epoch: their lines against the data."""
-
-    title = "Linear regression fits"
-
-    def build(self, sweep: Sweep, out_dir: Path) -> Section | None:
-        jobs = [j for j in sweep.jobs if "w" in j.last and "b" in j.last]
-        if not jobs:
-            return None
-        nums = {j.num for j in jobs}
-        best = sweep.best if sweep.best is not None and sweep.best.num in nums else jobs[0]
-        config = load_yaml(JobPaths(best.job_dir).config)
-        path = out_dir / "linreg_fit.png"
-        note = linreg.linreg_fit(sweep, jobs, config if isinstance(config, dict) else {}, path)
-        notes = [note] if note else []
-        if any(k.startswith("task.true_") for k in sweep.swept):
-            notes.append(f"the true line and data are those of job {best.num}; the sweep varies them")
-        return Section(self.title, figures=[Figure(path, "fitted lines against the data; loss per epoch")],
-                       notes=notes)
