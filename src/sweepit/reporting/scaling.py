@@ -1,15 +1,12 @@
-"""The GPU-scaling report: epoch time, throughput, speedup and efficiency per device count.
-
-Epoch times leave out each job's first (warm-up) epoch, as the courses time them; repeats of a device
-count are averaged and their spread shown. Speedup is against the smallest device count in the sweep.
-"""
+"""The GPU-scaling section: epoch time (each job's warm-up epoch left out, as the courses time it), throughput, speedup
+and efficiency per device count, over the repeats of each; speedup is against the smallest device count."""
 
 from __future__ import annotations
 
 import itertools
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 
 from sweepit.reporting._report_data import Sweep
@@ -57,12 +54,6 @@ def scaling_points(sweep: Sweep) -> list[ScalingPoint]:
     return points
 
 
-def device_name(sweep: Sweep) -> str:
-    """What the device counts count: `GPUs`, or `CPU ranks` where every completed job ran on CPU."""
-    done = [j for j in sweep.jobs if j.status == Status.COMPLETED]
-    return "CPU ranks" if done and all(j.on_cpu for j in done) else "GPUs"
-
-
 def scaling_flags(points: list[ScalingPoint], devices: str = "GPUs") -> list[str]:
     """Plain-words warnings where adding devices slows training down or buys little. A slowdown is one only where
     the epoch times differ by more than their spread between repeats (their standard deviations together: the
@@ -87,16 +78,6 @@ def scaling_flags(points: list[ScalingPoint], devices: str = "GPUs") -> list[str
 def _time(p: ScalingPoint) -> str:
     """`4.86 s`, or with repeats `4.86 ± 0.31 s`."""
     return f"{p.epoch_time_s:.3g} ± {p.epoch_time_std_s:.2g} s" if p.n_jobs > 1 else f"{p.epoch_time_s:.3g} s"
-
-
-def scaling_table(points: list[ScalingPoint], devices: str = "GPUs") -> Table:
-    columns = ["ranks" if devices == "CPU ranks" else "gpus", "jobs", "epoch_time_s", "epoch_time_std_s",
-               "samples_per_s", "samples_per_s_std", "speedup", "efficiency"]
-    rows: list[list[object]] = [
-        [p.n_gpus, p.n_jobs, p.epoch_time_s, p.epoch_time_std_s, p.samples_per_s, p.samples_per_s_std,
-         p.speedup, p.efficiency] for p in points
-    ]
-    return Table(columns, rows)
 
 
 def scaling_plot(points: list[ScalingPoint], path: Path, devices: str = "GPUs") -> None:
@@ -131,7 +112,8 @@ class ScalingSection(SectionBuilder):
         points = scaling_points(sweep)
         if len(points) < 2:
             return None
-        devices = device_name(sweep)
+        done = [j for j in sweep.jobs if j.status == Status.COMPLETED]  # their ranks are no GPUs when all ran on CPU
+        devices = "CPU ranks" if done and all(j.on_cpu for j in done) else "GPUs"
         path = out_dir / "scaling.png"
         scaling_plot(points, path, devices)
         flags = scaling_flags(points, devices)
@@ -142,6 +124,8 @@ class ScalingSection(SectionBuilder):
         text += flags or ["No plateau: every step up in devices cut the epoch time by at least "
                           f"{PLATEAU_GAIN:.0%} of the ideal gain."]
         title = self.title if devices == "GPUs" else f"Scaling over {devices}"
-        return Section(title, text=text, table=scaling_table(points, devices), printed=True,
+        columns = ["gpus" if devices == "GPUs" else "ranks", "jobs", *[f.name for f in fields(ScalingPoint)][2:]]
+        table = Table(columns, [list(astuple(p)) for p in points])
+        return Section(title, text=text, table=table, printed=True,
                        figures=[Figure(path, f"epoch time, throughput and speedup (dashed: ideal) per {devices[:-1]} "
                                               "count")])
