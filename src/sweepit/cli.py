@@ -32,10 +32,8 @@ def _ls(args: argparse.Namespace) -> int:
         raise SweepitError(f"the directory to list must exist, but {root} does not; sweeps go to outputs/ "
                            "under the directory train.py ran in.")
     sweeps = list_sweeps(root)
-    if not sweeps:
-        print(f"No sweeps under {root} (a sweep directory holds multirun.yaml, sweep.json or job directories).")
-        return 0
-    print(format_listing(sweeps))
+    print(format_listing(sweeps) if sweeps else
+          f"No sweeps under {root} (a sweep directory holds multirun.yaml, sweep.json or job directories).")
     return 0
 
 

@@ -25,6 +25,7 @@ from sweepit.results import (
     SweepPaths,
     UnreadKeys,
     app_command,
+    as_number,
     best_row,
     config_source,
     fixed_overrides,
@@ -54,10 +55,9 @@ T = TypeVar("T")
 
 
 def finite(value: Any) -> float | None:
-    """`value` as a float when it is a finite number, else None."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
+    """`value` as a float when it is a finite number (results' `as_number`), else None."""
+    number = as_number(value)
+    return number if number is not None and math.isfinite(number) else None
 
 
 def clip(text: str, width: int) -> str:
@@ -212,9 +212,8 @@ def _manifest_jobs(sweep_dir: Path) -> tuple[dict[int, dict[str, Any]], dict[str
     except (OSError, ValueError):
         return {}, {}
     jobs = data.get("jobs")
-    entries = jobs.values() if isinstance(jobs, dict) else jobs if isinstance(jobs, list) else []
-    out = {int(e["num"]): e for e in entries if isinstance(e, dict) and isinstance(e.get("num"), int)}
-    return out, data
+    entries = jobs if isinstance(jobs, list) else []
+    return {e["num"]: e for e in entries if isinstance(e, dict) and isinstance(e.get("num"), int)}, data
 
 
 def _read_job(num: int, job_dir: Path | None, entry: dict[str, Any] | None, with_metrics: bool) -> JobReport:
