@@ -25,25 +25,17 @@ def is_sweep(path: Path) -> bool:
         return False
 
 
-def find_sweeps(root: Path) -> list[Path]:
-    """Sweep directories at or under `root` (not inside another sweep)."""
-    root = Path(root)
-    if is_sweep(root):
-        return [root]
-    found: list[Path] = []
-    frontier = [(root, 0)]
-    while frontier:
-        path, depth = frontier.pop()
-        try:
-            children = sorted(e.path for e in os.scandir(path) if e.is_dir() and e.name not in _SKIP)
-        except OSError:
-            continue
-        for child in map(Path, children):
-            if is_sweep(child):
-                found.append(child)
-            elif depth + 1 < _MAX_DEPTH:
-                frontier.append((child, depth + 1))
-    return found
+def find_sweeps(root: Path, depth: int = 0) -> list[Path]:
+    """Sweep directories at or under `root` (not inside another sweep), `_MAX_DEPTH` levels down at most."""
+    if is_sweep(Path(root)):
+        return [Path(root)]
+    if depth == _MAX_DEPTH:
+        return []
+    try:
+        children = sorted(e.path for e in os.scandir(root) if e.is_dir() and e.name not in _SKIP)
+    except OSError:
+        return []
+    return [s for child in children for s in find_sweeps(Path(child), depth + 1)]
 
 
 def _row(sweep: Sweep) -> list[str]:
