@@ -29,7 +29,6 @@ from sweepit.slurm import (
     SlurmOptions,
     SlurmSweep,
     WorkerSweep,
-    check_one_by_one,
 )
 
 
@@ -96,10 +95,6 @@ class SlurmLauncher(SweepitLauncher):
         return [self._job_return(j, outcomes[j.num]) for j in jobs]
 
     # -- one job at a time, as a sweeper asks: the Optuna sweeper's AsyncLauncher protocol ---------------------
-    def check_one_by_one(self) -> None:
-        """Refuse the options a search of jobs one at a time cannot use, before the search writes anything."""
-        check_one_by_one(self.options)
-
     def start(self, overrides: Sequence[str], job_num: int) -> None:
         """Submit the job `job_num` now (one sbatch call); `wait_any` follows it with the others in flight."""
         if self._sweep is None:
