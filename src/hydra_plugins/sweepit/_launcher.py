@@ -11,11 +11,11 @@ import contextlib
 import functools
 import gc
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hydra.core.utils import configure_log, setup_globals
+from hydra.core.utils import JobReturn, configure_log, setup_globals
 from hydra.errors import CompactHydraException
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
@@ -75,6 +75,9 @@ class SweepitLauncher(Launcher):
     are its business, and it prints one table at the end)."""
 
     options: Any
+    job_type: type  # the engine's job (sweepit.local.Job, sweepit.slurm.PlannedJob)
+    _new_sweep: Callable[[], Any]  # the engine's run of jobs in the sweep directory (LocalSweep, SlurmSweep)
+    _job_return: Callable[[Any, Any], JobReturn]  # what a sweeper gets for a job, from how the engine says it ended
     _sweep: Any = None  # the engine's run of start()/wait_any() (LocalSweep, SlurmSweep), between them and close()
 
     def __init__(self) -> None:
@@ -85,6 +88,20 @@ class SweepitLauncher(Launcher):
         # hydra.job.env_set when it is composed: never an override, so they stay out of the job's overrides,
         # its JobReturn, sweep.json and the printed tables.
         self.job_env: dict[int, dict[str, str]] = {}
+
+    # -- one job at a time, as a sweeper asks: the Optuna sweeper's AsyncLauncher protocol ---------------------
+    def start(self, overrides: Sequence[str], job_num: int) -> None:
+        """Start the job `job_num` (queued for a free worker, or submitted); `wait_any` follows it."""
+        if self._sweep is None:
+            self._sweep = self._new_sweep()
+        with compact_errors():
+            self._sweep.start(self.job_type(num=job_num, overrides=list(overrides)))
+
+    def wait_any(self, timeout_s: float | None = None) -> list[tuple[int, JobReturn]]:
+        """Drive the engine until a started job ends; `(job_num, JobReturn)` of each. On Slurm, Ctrl-C cancels the
+        jobs in flight, and a second one stops waiting for Slurm to end them."""
+        assert self._sweep is not None, "start() a job before wait_any()"
+        return [(job.num, self._job_return(job, end)) for job, end in self._sweep.wait_any(timeout_s)]
 
     def close(self) -> None:
         """End the run of start()/wait_any() (`self._sweep`, each launcher's engine): jobs still in flight are

@@ -345,8 +345,8 @@ def restore_hydra(singleton_state: dict[Any, Any]) -> None:
 class SlurmTask:
     """What every task of a Slurm job runs (pickled by submitit): the job's runner, on the task's rank."""
 
-    def __init__(self, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig,
-                 singleton_state: dict[Any, Any], job_dir: str) -> None:
+    def __init__(self, hydra_context: HydraContext, task_function: TaskFunction, singleton_state: dict[Any, Any],
+                 config: DictConfig, job_dir: str) -> None:
         self.runner = JobRunner(hydra_context, task_function)
         self.config = config
         self.singleton_state = singleton_state

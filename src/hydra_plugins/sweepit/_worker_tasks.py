@@ -46,8 +46,8 @@ class WorkerTask:
     engine over a packed grid's plan (`spec`) or an Optuna study (`search`), each job composed in the worker and run
     in a process forked from it."""
 
-    def __init__(self, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig,
-                 singleton_state: dict[Any, Any], spec: PackSpec | None = None, search: Search | None = None,
+    def __init__(self, hydra_context: HydraContext, task_function: TaskFunction, singleton_state: dict[Any, Any],
+                 config: DictConfig, spec: PackSpec | None = None, search: Search | None = None,
                  index: int = 0, job_base: int = 0) -> None:
         self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
         self.singleton_state = singleton_state

@@ -26,6 +26,8 @@ THREADS_KEY = "trainer.threads"  # sweepit's training config: a job's own torch 
 
 
 class LocalLauncher(SweepitLauncher):
+    job_type = Job
+
     def __init__(self, **options: Any) -> None:
         super().__init__()
         self.options = LocalOptions(**plain_options(options))  # the schema's keys (LocalOptions'), Hydra-checked
@@ -70,19 +72,6 @@ class LocalLauncher(SweepitLauncher):
         finally:
             self.composed.clear()
         return [self._job_return(j, statuses.get(j.num)) for j in jobs]
-
-    # -- one job at a time, as a sweeper asks: the Optuna sweeper's AsyncLauncher protocol ---------------------
-    def start(self, overrides: Sequence[str], job_num: int) -> None:
-        """Queue the job `job_num`; it starts as soon as a worker is free, while `wait_any` drives the pool."""
-        if self._sweep is None:
-            self._sweep = self._new_sweep()
-        with compact_errors():
-            self._sweep.start(Job(num=job_num, overrides=list(overrides)))
-
-    def wait_any(self, timeout_s: float | None = None) -> list[tuple[int, JobReturn]]:
-        """Run the pool until a started job ends (see LocalSweep.wait_any); `(job_num, JobReturn)` of each."""
-        assert self._sweep is not None, "start() a job before wait_any()"
-        return [(job.num, self._job_return(job, status)) for job, status in self._sweep.wait_any(timeout_s)]
 
     def _job_return(self, job: Job, status: str | None) -> JobReturn:
         reply = job.reply

@@ -33,6 +33,8 @@ from sweepit.slurm import (
 
 
 class SlurmLauncher(SweepitLauncher):
+    job_type = PlannedJob
+
     def __init__(self, **params: Any) -> None:
         super().__init__()
         # A bad value is raised at setup(), not here: Hydra wraps whatever a plugin's constructor raises in
@@ -64,21 +66,23 @@ class SlurmLauncher(SweepitLauncher):
         return SlurmSweep(self.options, sweep_dir, compose=compose, make_task=self._task, lock=self.lock,
                           facts=self.facts, make_worker=self._packed_task, release_config=release)
 
-    def _task(self, job: PlannedJob) -> SlurmTask:
-        """What each Slurm task of the job runs: Hydra's run_job around the task function, in the job's directory."""
+    def _context(self) -> tuple[HydraContext, TaskFunction, dict[Any, Any]]:
+        """What a task pickled for a Slurm job carries of the driver's Hydra: the context (the loader without the
+        driver's composer), the task function, and Hydra's singletons (its search path, plugins, job runtime)."""
         from hydra.core.singleton import Singleton
 
         assert self.hydra_context is not None and self.task_function is not None
         context = HydraContext(config_loader=self.composed.loader, callbacks=self.hydra_context.callbacks)
-        return SlurmTask(context, self.task_function, job.config, Singleton.get_state(), str(job.job_dir))
+        return context, self.task_function, Singleton.get_state()
+
+    def _task(self, job: PlannedJob) -> SlurmTask:
+        """What each Slurm task of the job runs: Hydra's run_job around the task function, in the job's directory."""
+        return SlurmTask(*self._context(), job.config, str(job.job_dir))
 
     def _packed_task(self, spec: PackSpec) -> WorkerTask:
         """What each worker of a packed sweep runs: jobs composed in the worker, each forked from it."""
-        from hydra.core.singleton import Singleton
-
-        assert self.hydra_context is not None and self.task_function is not None and self.config is not None
-        context = HydraContext(config_loader=self.composed.loader, callbacks=self.hydra_context.callbacks)
-        return WorkerTask(context, self.task_function, self.config, Singleton.get_state(), spec=spec)
+        assert self.config is not None
+        return WorkerTask(*self._context(), self.config, spec=spec)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         sweep = self._new_sweep()
@@ -94,22 +98,11 @@ class SlurmLauncher(SweepitLauncher):
             self.composed.clear()
         return [self._job_return(j, outcomes[j.num]) for j in jobs]
 
-    # -- one job at a time, as a sweeper asks: the Optuna sweeper's AsyncLauncher protocol ---------------------
     def start(self, overrides: Sequence[str], job_num: int) -> None:
-        """Submit the job `job_num` now (one sbatch call); `wait_any` follows it with the others in flight."""
-        if self._sweep is None:
-            self._sweep = self._new_sweep()
         try:
-            with compact_errors():
-                self._sweep.start(PlannedJob(num=job_num, overrides=list(overrides)))
+            super().start(overrides, job_num)
         finally:
-            self.composed.clear()
-
-    def wait_any(self, timeout_s: float | None = None) -> list[tuple[int, JobReturn]]:
-        """Follow the jobs in flight until one ends (see SlurmSweep.wait_any); `(job_num, JobReturn)` of each.
-        Ctrl-C cancels the jobs in flight; a second one stops waiting for Slurm to end them."""
-        assert self._sweep is not None, "start() a job before wait_any()"
-        return [(job.num, self._job_return(job, outcome)) for job, outcome in self._sweep.wait_any(timeout_s)]
+            self.composed.clear()  # submitted: its config is composed, and none kept is wanted any more
 
     # -- Optuna worker mode: long-lived workers that run the study themselves --------------------------------------
     def worker_sweep(self, first: Sequence[str]) -> WorkerSweep:
@@ -124,12 +117,8 @@ class SlurmLauncher(SweepitLauncher):
 
     def worker_task(self, search: Any, index: int, job_base: int) -> WorkerTask:
         """What worker `index` runs: the search's loop, each trial's job composed and run in the worker."""
-        from hydra.core.singleton import Singleton
-
-        assert self.hydra_context is not None and self.task_function is not None and self.config is not None
-        context = HydraContext(config_loader=self.composed.loader, callbacks=self.hydra_context.callbacks)
-        return WorkerTask(context, self.task_function, self.config, Singleton.get_state(), search=for_workers(search),
-                          index=index, job_base=job_base)
+        assert self.config is not None
+        return WorkerTask(*self._context(), self.config, search=for_workers(search), index=index, job_base=job_base)
 
     def _job_return(self, job: PlannedJob, outcome: Outcome) -> JobReturn:
         if isinstance(job.config, SavedConfig) and not saved(job.config):  # a packed job that never ran
