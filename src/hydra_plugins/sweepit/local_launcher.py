@@ -1,8 +1,6 @@
-"""sweepit's local launcher (`hydra/launcher=local`): each job in its own forked process, a few at a time.
-
-The driver imports Hydra, the app and the `preload` modules once, then forks one process per job, so a
-job costs a fork instead of a Python + torch start (the engine: `sweepit.local`). Heavy modules are imported
-in `launch()` only, so Hydra's plugin scan and `--help` stay fast.
+"""sweepit's local launcher (`hydra/launcher=local`): each job in its own process forked from the driver (the
+engine: `sweepit.local`), so a job costs a fork instead of a Python + torch start. Heavy modules are imported in
+`launch()` only, so Hydra's plugin scan and `--help` stay fast.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""sweepit's Slurm launcher (`hydra/launcher=slurm` or a cluster profile): every job of the sweep as its own
-Slurm job, submitted through submitit and followed by the driver (the engine: `sweepit.slurm.SlurmSweep`).
-
-This class holds only what needs Hydra: composing each job's config, the pickled task each Slurm task runs,
-the JobReturn a sweeper gets, and compact Hydra errors (Hydra prints the message alone). Heavy modules
-(submitit, torch) are imported when jobs are submitted, so Hydra's plugin scan stays fast.
+"""sweepit's Slurm launcher (`hydra/launcher=slurm` or a cluster profile): every job of the sweep as its own Slurm
+job, submitted and followed by the engine, `sweepit.slurm.SlurmSweep`; this class holds only what needs Hydra.
+submitit and torch are imported when jobs are submitted, so Hydra's plugin scan stays fast.
 """
 
 from __future__ import annotations
