@@ -264,15 +264,15 @@ class SavedJobReturn(JobReturn):
 
 
 def job_return(overrides: list[str], config: DictConfig | SavedConfig, job_dir_: Path, status: str | None,
-               returned: Any = None, has_returned: bool = False, working_dir: str | None = None,
+               returned: dict[str, Any] | None = None, working_dir: str | None = None,
                task_name: str | None = None) -> JobReturn:
     """What Hydra's sweeper gets for a job, as Hydra's own launchers return it. `config` is taken apart, not copied:
     the driver is done with it. Failed jobs come back as COMPLETED with None (reached only with
-    fail_on_error=false), because Hydra's BasicSweeper re-raises the error of any FAILED job and would end the sweep."""
+    fail_on_error=false), because Hydra's BasicSweeper re-raises the error of any FAILED job and would end the sweep.
+    `returned`: {"returned": what the task returned}, when it did."""
     record = read_record(job_dir_)
     status = status or str(record.status)
-    extra = {"returned": returned} if has_returned else {}
-    value = sweeper_value(status, record.get("objective"), record.get("direction"), **extra)
+    value = sweeper_value(status, record.get("objective"), record.get("direction"), **(returned or {}))
     if isinstance(config, SavedConfig):
         saved = SavedJobReturn(config, overrides=list(overrides), working_dir=working_dir or str(
             job_dir_ if config.chdir else Path.cwd()), task_name=task_name or config.task_name,

@@ -73,9 +73,7 @@ class LocalLauncher(SweepitLauncher):
 
     def _job_return(self, job: Job, status: str | None) -> JobReturn:
         reply = job.reply
-        returned: dict[str, Any] = {}
-        if reply is not None and reply.status == Status.COMPLETED:
-            returned = {"returned": reply.value, "has_returned": True}
-        return job_return(job.overrides, job.config, job.job_dir, status,
-                          working_dir=reply.working_dir if reply else None,
-                          task_name=reply.task_name if reply else None, **returned)
+        if reply is None:
+            return job_return(job.overrides, job.config, job.job_dir, status)
+        returned = {"returned": reply.value} if reply.status == Status.COMPLETED else {}
+        return job_return(job.overrides, job.config, job.job_dir, status, returned, reply.working_dir, reply.task_name)

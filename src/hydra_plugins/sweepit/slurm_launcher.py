@@ -120,5 +120,5 @@ class SlurmLauncher(SweepitLauncher):
     def _job_return(self, job: PlannedJob, outcome: Outcome) -> JobReturn:
         if isinstance(job.config, SavedConfig) and not saved(job.config):  # a packed job that never ran
             job.config, _ = self.compose_job(job.num, job.overrides, job.job_dir.parent)  # (its directory is known)
-        returned = {"returned": outcome.returned, "has_returned": True} if outcome.has_returned else {}
-        return job_return(job.overrides, job.config, job.job_dir, outcome.status, **returned)
+        returned = {"returned": outcome.returned} if outcome.has_returned else {}
+        return job_return(job.overrides, job.config, job.job_dir, outcome.status, returned)
