@@ -156,7 +156,7 @@ class ComposedConfigs:
             else:
                 cfg.hydra.overrides.task.append(override.input_line)
                 app_overrides.append(override)
-        # The base holds the runtime fields that are the same for all of its jobs (see _runtime).
+        # The base holds the runtime fields that are the same for all of its jobs (see _base).
         with open_dict(cfg.hydra):
             for key in cfg.hydra.job.env_copy:
                 cfg.hydra.job.env_set[key] = os.environ[key]

@@ -53,7 +53,7 @@ class WorkerTask:
         logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
         restore_hydra(self.singleton_state)
         preload(DEFAULT_PRELOAD)  # once per worker, so that each job starts warm (see LocalOptions.preload)
-        self._composer = ComposedConfigs(self.hydra_context.config_loader)  # a job's config in ms, not 50
+        self._composer = ComposedConfigs(self.hydra_context.config_loader)  # composed once per choice of groups
         if self.spec is not None:
             self._engine = PackedWorker(self.spec, worker_id(), compose=self._compose, body=self._body)
         else:

@@ -42,9 +42,8 @@ class SweepSummary(Callback):
             return  # nothing ran yet: `sweepit status` / `sweepit report` later
         sweep_dir = Path(config.hydra.sweep.dir)
         # sweepit's launchers and its Optuna sweeper print the table themselves: once is enough.
-        ours = [str(node.get("_target_", "")).startswith("hydra_plugins.sweepit")
-                for node in (config.hydra.launcher, config.hydra.sweeper)]
-        if not any(ours):
+        if not any(str(node.get("_target_", "")).startswith("hydra_plugins.sweepit")
+                   for node in (config.hydra.launcher, config.hydra.sweeper)):
             from sweepit.results import summarize
 
             print(summarize(sweep_dir), flush=True)

@@ -35,11 +35,10 @@ class OptunaInputError(ConfigError, CompactHydraException):
 class OptunaSweeper(Sweeper):
     def __init__(self, params: dict[str, str] | None = None, search_space: Any = None,
                  custom_search_space: str | None = None, **options: Any) -> None:
-        # The other keys are the search engine's (SearchOptions itself), which Hydra's schema has checked.
+        # The other keys are the search engine's (SearchOptions itself), which Hydra's schema has checked; the sampler
+        # and pruner are nodes of their schemas, never null, which plain_options turns into dicts.
         try:
-            plain = plain_options(options)
-            plain.update({k: _plain(plain[k]) for k in ("sampler", "pruner") if k in plain})
-            self.options = SearchOptions(**plain)
+            self.options = SearchOptions(**plain_options(options))
         except ConfigError as e:
             raise OptunaInputError(str(e)) from None
         self.params = None if params is None else dict(params)
@@ -148,6 +147,6 @@ def _job_defaults(config: DictConfig) -> JobDefaults:
 
 
 def _plain(node: Any) -> dict[str, Any]:
-    """A sub-config (DictConfig or dict) as a plain dict."""
+    """A sub-config (DictConfig or dict) as a plain dict; {} for anything else (the schema types search_space Any)."""
     data = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
     return {str(k): v for k, v in data.items()} if isinstance(data, dict) else {}
