@@ -103,11 +103,11 @@ class SlurmLauncher(SweepitLauncher):
 
     # -- Optuna worker mode: long-lived workers that run the study themselves --------------------------------------
     def worker_sweep(self, first: Sequence[str]) -> WorkerSweep:
-        """The workers' array, planned from the config of the search's first point (its request, checked)."""
+        """The workers' array, planned from the config of the search's first point (its request, checked; the
+        sweeper maps the errors)."""
         sweep = WorkerSweep(self._new_sweep())
         try:
-            with compact_errors():
-                sweep.plan(PlannedJob(num=0, overrides=list(first)))
+            sweep.plan(PlannedJob(num=0, overrides=list(first)))
         finally:
             self.composed.clear()
         return sweep
