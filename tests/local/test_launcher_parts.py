@@ -48,7 +48,7 @@ def test_local_launcher_config_composes_and_instantiates(conf_dir: Path) -> None
     }
     if conf_dir == ROOT_CONF:
         assert launcher.options.preload == DEFAULT_PRELOAD and launcher.options.n_workers == 0
-        assert launcher.fail_on_error
+        assert launcher.options.fail_on_error
 
 
 def test_project_config_defaults_to_the_local_launcher() -> None:

@@ -1,10 +1,8 @@
-"""sweepit's Hydra plugins: the local launcher (`hydra/launcher=local`), the Slurm launcher
-(`hydra/launcher=slurm` and cluster profiles, found by any app through the search-path plugin), the Optuna
-sweeper and callbacks.
+"""sweepit's Hydra plugins: the local and Slurm launchers, the Optuna sweeper, the callbacks, the search path.
 
-Hydra imports this package when it looks for plugins, before any config is composed, in every process that runs
-an app (the driver, and a job's own under any launcher): the `${sweepit.job_dir:num,overrides}` resolver of the
-configs' `hydra.sweep.subdir` is registered here, so that it resolves whichever launcher runs the job.
+Hydra imports this package when it looks for plugins, in every process that runs an app (the driver, and a job's
+own under any launcher): the resolver of the configs' `hydra.sweep.subdir` is registered here, so that it resolves
+whichever launcher runs the job.
 """
 
 from omegaconf import OmegaConf

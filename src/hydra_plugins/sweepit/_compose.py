@@ -1,25 +1,12 @@
 """Each job's config, as Hydra's `ConfigLoaderImpl.load_sweep_config` composes it, at a fraction of the cost.
 
-Hydra composes every job from scratch: parse the overrides, build the defaults tree, load and merge every
-config file, then apply the value overrides and fill in the job's `hydra.*` fields. Of those steps only the
-defaults tree and the merge depend on which options of the config groups a job picks, and they take most of
-the time. `ComposedConfigs` therefore composes once per
-distinct choice of config groups (a "base": the group overrides, in their order, of the sweep's hydra
-overrides and the job's) and gives each job a copy of its base (unpickled: faster than a deep copy) with
-the rest of Hydra's steps applied, in Hydra's order and with Hydra's own functions: `_apply_overrides_to_config`
-for the value overrides (`lr=0.1`, `+key=v`, `++key=v`, `~key`), then `hydra.overrides.*`, `hydra.runtime.*`
-(those that are the same for every job of a base are filled in once, in the base), `hydra.job.override_dirname`
-and `config_name`, then the master config's resolver cache.
-
-An override is a group override by Hydra's own rule (`defaults_list.Overrides`): its key names a config
-group of the search path and its value is not a dict. A value override never changes the defaults tree:
-the tree's own interpolations see group choices only. Jobs that this cannot reproduce exactly are composed
-by Hydra itself: an override of `hydra.searchpath` (it changes which groups exist) or of `hydra.runtime.*`
-(a base has those filled in already), a sweep left in a job's overrides, a loader that is not Hydra 1.3's
-`ConfigLoaderImpl`, and any error (Hydra then raises its own).
-
-`LoadedConfigs` keeps each config file as loaded (Hydra reads and parses every file again for each compose
-otherwise), keyed by the search path it came from, and hands out deep copies (Hydra edits what it loads).
+Of Hydra's compose steps only the defaults tree and the merge of the config files depend on which options of the
+config groups a job picks, and they take most of the time. `ComposedConfigs` composes them once per such choice (a
+"base") and gives each job a copy of its base with the rest of Hydra's steps applied, in Hydra's order and with
+Hydra's own functions. An override is a group override by Hydra's rule (`defaults_list.Overrides`): its key names
+a config group and its value is not a dict. Jobs this cannot reproduce exactly are composed by Hydra itself: an
+override of `hydra.searchpath` or `hydra.runtime.*`, a sweep left in a job's overrides, a loader that is not Hydra
+1.3's `ConfigLoaderImpl`, and any error (Hydra then raises its own).
 """
 
 from __future__ import annotations
@@ -41,20 +28,17 @@ log = logging.getLogger(__name__)
 MAX_KEPT = 256  # configs of about 0.25 MB each: at most ~64 MB; later jobs are composed when they start
 MAX_BASES = 64  # distinct choices of config groups kept composed (about 0.25 MB each)
 MAX_PARSED = 4096  # parsed override strings kept (an Optuna lr is a new string every trial: bounded, not a leak)
-# `key=number` with the number one INT or FLOAT token of Hydra's override grammar (OverrideLexer.g4), without the
-# underscores it also allows: what a sweeper writes for `seed=range(0,N)` or a sampled `lr`, a new string for every
-# job, which Hydra's costly parser would parse each time; such an override is Hydra's parse of `key=0` with the value
-# replaced (int() or float() of the token, as Hydra's visitor converts it).
+# `key=number`, the number one INT or FLOAT token of Hydra's override grammar (OverrideLexer.g4) without underscores:
+# what a sweeper writes for `seed=range(0,N)` or a sampled `lr`, a new string for every job, which Hydra's costly
+# parser would parse each time. Such an override is Hydra's parse of `key=0` with the value replaced.
 _NUMBER = re.compile(r"(?P<head>(?:\+\+|\+)?[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)*)="
                      r"(?P<value>[+-]?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)")
 
 
 class LoadedConfigs:
-    """A config repository (Hydra's `IConfigRepository`) that loads each config file once per search path.
-
-    Hydra wraps its repository in a fresh `CachingConfigRepository` for every compose, deep-copying it; the
-    copy made by `__deepcopy__` shares the files loaded so far. `load_config` returns a copy of what was
-    loaded, because composing changes the loaded results in place."""
+    """A config repository (Hydra's `IConfigRepository`) that loads each config file once per search path. Hydra
+    deep-copies its repository for every compose: the copy shares the files loaded so far. `load_config` returns a
+    copy, because composing changes the loaded results in place."""
 
     def __init__(self, repository: Any, loaded: dict[tuple[Any, ...], Any] | None = None) -> None:
         self.repository = repository
@@ -75,29 +59,19 @@ class LoadedConfigs:
         return getattr(self.repository, name)
 
 
-@dataclass
-class _Base:
-    """A config composed from a defaults tree, before any value override (Hydra's state right after
-    `_compose_config_from_defaults_list` and the struct flag, with the job-independent `hydra.runtime` fields
-    filled in)."""
-
-    config: DictConfig
-    pickled: Pickled | None  # `config` pickled once (`pickled`), for its jobs' copies
-
-    def copy(self) -> DictConfig:
-        """A copy of the config for one job to edit."""
-        return copy_config(self.config, self.pickled)
+# A config composed from a defaults tree, before any value override (Hydra's state right after
+# `_compose_config_from_defaults_list` and the struct flag, with the job-independent `hydra.runtime` fields filled
+# in), and the same pickled once, for its jobs' copies.
+_Base = tuple[DictConfig, "Pickled | None"]
 
 
 class ComposedConfigs:
-    """Hydra's config loader, wrapped: `load_sweep_config` composes a job as Hydra does, once per choice of
-    config groups (see the module's docstring), and keeps up to `max_kept` configs for the launcher's `take`
-    (Hydra's sweepers compose every job of a batch before `launch()`, then drop the result)."""
+    """Hydra's config loader, wrapped: `load_sweep_config` composes a job as Hydra does, and keeps up to MAX_KEPT
+    configs for the launcher's `take` (Hydra's sweepers compose every job of a batch before `launch()`)."""
 
-    def __init__(self, loader: Any, max_kept: int = MAX_KEPT, max_bases: int = MAX_BASES) -> None:
+    def __init__(self, loader: Any) -> None:
         self.loader = loader
-        self.max_kept = max_kept
-        self.max_bases = max_bases
+        self.max_bases = MAX_BASES
         self._kept: dict[tuple[int, tuple[str, ...]], DictConfig] = {}
         self._bases: dict[tuple[Any, ...], _Base] = {}
         self._group_repos: dict[Any, Any] = {}   # config_name -> the repository that says which groups exist
@@ -115,7 +89,7 @@ class ComposedConfigs:
 
     @classmethod
     def install(cls, hydra_context: Any) -> ComposedConfigs:
-        """Put the wrapper in place of the context's loader (once) and return it; launchers call this at setup()."""
+        """Put the wrapper in place of the context's loader (once: it duck-types Hydra's) and return it."""
         if not isinstance(hydra_context.config_loader, cls):
             hydra_context.config_loader = cls(hydra_context.config_loader)
         loader: ComposedConfigs = hydra_context.config_loader
@@ -123,7 +97,7 @@ class ComposedConfigs:
 
     def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
         config = self.compose(master_config, sweep_overrides)
-        if len(self._kept) < self.max_kept:
+        if len(self._kept) < MAX_KEPT:
             self._kept[(id(master_config), tuple(sweep_overrides))] = config
         return config
 
@@ -170,7 +144,7 @@ class ComposedConfigs:
         is_value = [isinstance(o.value(), dict) or not self._is_group(config_name, o.key_or_group) for o in parsed]
         groups = [o for o, value in zip(parsed, is_value, strict=True) if not value]
         base = self._base(config_name, groups)
-        cfg = base.copy()
+        cfg = copy_config(*base)
 
         # From here on, Hydra's ConfigLoaderImpl._load_configuration_impl, step by step.
         ConfigLoaderImpl._apply_overrides_to_config([o for o, value in zip(parsed, is_value, strict=True) if value],
@@ -182,7 +156,7 @@ class ComposedConfigs:
             else:
                 cfg.hydra.overrides.task.append(override.input_line)
                 app_overrides.append(override)
-        # The base holds the runtime fields that are the same for all of its jobs (see _runtime).
+        # The base holds the runtime fields that are the same for all of its jobs (see _base).
         with open_dict(cfg.hydra):
             for key in cfg.hydra.job.env_copy:
                 cfg.hydra.job.env_set[key] = os.environ[key]
@@ -233,6 +207,7 @@ class ComposedConfigs:
         base = self._bases.get(key)
         if base is not None:
             return base
+        from hydra import __version__, version
         from hydra._internal.config_repository import CachingConfigRepository
         from hydra._internal.defaults_list import create_defaults_list
         from hydra.conf import ConfigSourceInfo
@@ -245,10 +220,15 @@ class ComposedConfigs:
         cfg = self.loader._compose_config_from_defaults_list(defaults=defaults_list.defaults, repo=repo)
         OmegaConf.set_struct(cfg, True)
         OmegaConf.set_readonly(cfg.hydra, False)
-        sources = [ConfigSourceInfo(path=x.path, schema=x.scheme(), provider=x.provider) for x in repo.get_sources()]
+        # The `hydra.runtime` fields Hydra fills in after the value overrides that do not depend on the job (setting
+        # `config_sources`, a list of structured nodes, is the costly one).
         with open_dict(cfg.hydra):
-            _runtime(cfg, dict(defaults_list.overrides.known_choices), sources)
-        base = _Base(cfg, pickled(cfg))
+            cfg.hydra.runtime.choices.update(dict(defaults_list.overrides.known_choices))
+            cfg.hydra.runtime.version = __version__
+            cfg.hydra.runtime.version_base = version.getbase()
+            cfg.hydra.runtime.config_sources = [ConfigSourceInfo(path=x.path, schema=x.scheme(), provider=x.provider)
+                                                for x in repo.get_sources()]
+        base = cfg, pickled(cfg)
         if len(self._bases) >= self.max_bases:
             del self._bases[next(iter(self._bases))]  # the oldest choice
         self._bases[key] = base
@@ -283,8 +263,8 @@ def parse_number(line: str, templates: dict[str, Any]) -> Any:
 class Pickled:
     """A config pickled for copies in this process (or a child forked from it): its bytes, and the classes that do
     not pickle by name here, referred to by their place in `classes`. Hydra's plugin scan executes a plugin's module
-    again, so a structured config composed before the scan (a Slurm worker's, from the driver's pickled ConfigStore)
-    holds a class that its module no longer names: pickle refuses it ("not the same object")."""
+    again, so a structured config composed before the scan (a Slurm worker's) holds a class that its module no
+    longer names, which pickle refuses."""
 
     data: bytes
     classes: tuple[type, ...] = ()
@@ -336,14 +316,3 @@ def copy_config(config: DictConfig, pickled_config: Pickled | None) -> DictConfi
     unpickler = pickle.Unpickler(io.BytesIO(pickled_config.data))
     unpickler.persistent_load = pickled_config.classes.__getitem__  # type: ignore[method-assign]
     return unpickler.load()
-
-
-def _runtime(cfg: DictConfig, known_choices: dict[str, Any], sources: list[Any]) -> None:
-    """The `hydra.runtime` fields Hydra fills in after the value overrides that do not depend on the job (setting
-    `config_sources`, a list of structured nodes, is the costly one)."""
-    from hydra import __version__, version
-
-    cfg.hydra.runtime.choices.update(known_choices)
-    cfg.hydra.runtime.version = __version__
-    cfg.hydra.runtime.version_base = version.getbase()
-    cfg.hydra.runtime.config_sources = sources

@@ -1,27 +1,21 @@
-"""The launcher side of sweepit's Hydra plugins, in the driver: what both launchers share (`SweepitLauncher`: the
-Hydra context, each job's config composed once and its directory), and sweepit's errors as compact Hydra ones.
+"""What sweepit's two launchers share in the driver (`SweepitLauncher`), and sweepit's errors as compact Hydra ones.
 
-Composing: Hydra's sweepers call `hydra_context.config_loader.load_sweep_config` for every job of a batch
-before `launch()`, then drop the result; the launcher composes the very same config in the same process.
-`ComposedConfigs` (in `_compose`) takes the loader's place at `setup()`, composes once per choice of config
-groups, and keeps the configs the sweeper composed for the launcher.
-
-Exiting: a final garbage collection over every object torch created is most of what an interpreter with
-torch does to shut down, on every sweep; `light_exit` freezes the heap once every atexit
-handler ran, and memory goes back to the system as the process ends anyway.
+Hydra's sweepers compose every job of a batch before `launch()`, then drop the result; `ComposedConfigs` takes
+the loader's place at `setup()` and keeps those configs for the launcher, which composes the very same ones.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import gc
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hydra.core.utils import configure_log, setup_globals
+from hydra.core.utils import JobReturn, configure_log, setup_globals
 from hydra.errors import CompactHydraException
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
@@ -31,8 +25,6 @@ from hydra_plugins.sweepit._compose import ComposedConfigs
 from hydra_plugins.sweepit._runner import uses_hydra_resolver
 from sweepit.errors import SweepFailedError, SweepitError, SweepStoppedError
 from sweepit.results import MULTIRUN_FILE, SweepLock, SweepPaths
-
-_registered = False
 
 
 class SweepFailed(SweepFailedError, CompactHydraException):
@@ -70,12 +62,11 @@ def compact_errors() -> Iterator[None]:
         raise LaunchError(str(e)) from None
 
 
+@functools.cache
 def light_exit() -> None:
-    """Freeze the heap at exit (registered once, before the other atexit handlers so that it runs last)."""
-    global _registered
-    if not _registered:
-        atexit.register(gc.freeze)
-        _registered = True
+    """Freeze the heap at exit: a final garbage collection over every object torch created is most of what an
+    interpreter with torch does to shut down. Registered once, before the other atexit handlers, so it runs last."""
+    atexit.register(gc.freeze)
 
 
 class SweepitLauncher(Launcher):
@@ -84,6 +75,9 @@ class SweepitLauncher(Launcher):
     are its business, and it prints one table at the end)."""
 
     options: Any
+    job_type: type  # the engine's job (sweepit.local.Job, sweepit.slurm.PlannedJob)
+    _new_sweep: Callable[[], Any]  # the engine's run of jobs in the sweep directory (LocalSweep, SlurmSweep)
+    _job_return: Callable[[Any, Any], JobReturn]  # what a sweeper gets for a job, from how the engine says it ended
     _sweep: Any = None  # the engine's run of start()/wait_any() (LocalSweep, SlurmSweep), between them and close()
 
     def __init__(self) -> None:
@@ -95,6 +89,20 @@ class SweepitLauncher(Launcher):
         # its JobReturn, sweep.json and the printed tables.
         self.job_env: dict[int, dict[str, str]] = {}
 
+    # -- one job at a time, as a sweeper asks: the Optuna sweeper's AsyncLauncher protocol ---------------------
+    def start(self, overrides: Sequence[str], job_num: int) -> None:
+        """Start the job `job_num` (queued for a free worker, or submitted); `wait_any` follows it."""
+        if self._sweep is None:
+            self._sweep = self._new_sweep()
+        with compact_errors():
+            self._sweep.start(self.job_type(num=job_num, overrides=list(overrides)))
+
+    def wait_any(self, timeout_s: float | None = None) -> list[tuple[int, JobReturn]]:
+        """Drive the engine until a started job ends; `(job_num, JobReturn)` of each. On Slurm, Ctrl-C cancels the
+        jobs in flight, and a second one stops waiting for Slurm to end them."""
+        assert self._sweep is not None, "start() a job before wait_any()"
+        return [(job.num, self._job_return(job, end)) for job, end in self._sweep.wait_any(timeout_s)]
+
     def close(self) -> None:
         """End the run of start()/wait_any() (`self._sweep`, each launcher's engine): jobs still in flight are
         stopped (the local launcher kills them, the Slurm launcher cancels them) and the manifest is written."""
@@ -105,22 +113,6 @@ class SweepitLauncher(Launcher):
         finally:
             self._sweep = None
             self.composed.clear()
-
-    @property
-    def fail_on_error(self) -> bool:
-        return bool(self.options.fail_on_error)
-
-    @fail_on_error.setter
-    def fail_on_error(self, value: bool) -> None:
-        self.options.fail_on_error = value
-
-    @property
-    def print_summary(self) -> bool:
-        return bool(self.options.print_summary)
-
-    @print_summary.setter
-    def print_summary(self, value: bool) -> None:
-        self.options.print_summary = value
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config = config

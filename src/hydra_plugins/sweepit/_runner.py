@@ -1,12 +1,6 @@
-"""The job side of sweepit's Hydra plugins: `JobRunner`, the one runner of a job in the process it runs in (a process
-forked for it by the local launcher or by a worker, or a task of a Slurm job), which records how the job ended; and
-what a job saves of its config, read back for the driver's JobReturn.
-
-Slurm tasks: every task of a job (one per GPU) runs the same pickled `SlurmTask`; the training code finds
-its rank in SLURM_PROCID and friends, and only rank 0 writes the job's files. Each task also leaves
-`.slurm/task-<rank>.json` in the job directory (where it ran, which GPUs it saw). Slurm sends USR2
-`signal_delay_s` before the time limit (or on preemption); submitit then calls `checkpoint()` on rank 0,
-requeues the job and exits, and the requeued job resumes from the last epoch in `checkpoint.pt`.
+"""The job side of sweepit's Hydra plugins: `JobRunner`, the one runner of a job in the process it runs in, which
+records how the job ended; the task every Slurm task of a job runs; and what a job saves of its config, read back
+for the driver's JobReturn.
 """
 
 from __future__ import annotations
@@ -41,11 +35,9 @@ Ended = tuple[Status, BaseException | None, JobReturn]  # how a job ended: its s
 
 
 class JobRunner:
-    """The one runner of a job, in the process the job runs in: begin the job's session, run Hydra's job steps around
-    the task, record how the job ended (result.json when the task wrote none), end the session. It takes a composed
-    config, so whatever forks a job calls it alike: the local launcher's pool, a worker, every task of a Slurm job
-    (`rank`: rank 0 writes the job's files, the others leave their error for it; None: a process of its own). A job
-    of another launcher is recorded and ended by `record`, through sweepit's callback."""
+    """Begin the job's session, run Hydra's job steps around the task, record how the job ended, end the session.
+    `rank`: a task of a Slurm job (rank 0 writes the job's files, the others leave their error for it); None: a
+    process of the job's own. A job of another launcher is recorded by `record`, through sweepit's callback."""
 
     def __init__(self, hydra_context: HydraContext, task_function: TaskFunction, rank: int | None = None) -> None:
         self.hydra_context, self.task_function, self.rank = hydra_context, task_function, rank
@@ -93,9 +85,8 @@ class JobRunner:
 
 def record(session: Session, ret: JobReturn, rank: int | None = None, requeued: bool = False) -> Ended:
     """How the job ended (Hydra's JobReturn of its task, or of what the job raised), recorded in result.json when the
-    task wrote none (optuna.TrialPruned is `pruned`); then its session ends, after result.json, so that its trackers
-    close with the job's status. A job that failed leaves its process group undestroyed. Rank 0 of a Slurm job whose
-    other task failed first records that task's error; another rank leaves its own failure for rank 0 to tell."""
+    task wrote none; the session ends after that, so that its trackers close with the job's status. Rank 0 of a Slurm
+    job whose other task failed first records that task's error; another rank leaves its own for rank 0 to tell."""
     try:
         if ret.status == JobStatus.COMPLETED:
             session.finish(Status.COMPLETED, returned=ret.return_value)
@@ -122,15 +113,10 @@ def record(session: Session, ret: JobReturn, rank: int | None = None, requeued: 
 
 
 def run_forked_job(hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> JobReturn:
-    """Hydra 1.3's `run_job` (`hydra.core.utils`) for a job in a forked process of its own, which owns `config`
-    and sends no JobReturn back: the same steps in the same order (output directory, HydraConfig, working
-    directory, logging, the three files of `.hydra/`, env_set, callbacks, the task), with fewer config copies.
-
-    Hydra's `run_job` sets HydraConfig twice (each a masked copy of the hydra node), deep-copies the whole config
-    for the task and the hydra node again for the JobReturn. Here HydraConfig is set once when the output
-    directory resolves without it (no `${hydra:...}` in `hydra.sweep`), the task's config is copied by pickling
-    (faster than a deep copy), and the JobReturn's `hydra_cfg` is HydraConfig's copy itself, which nothing
-    else uses in this process. `bench/bench_job_overhead.py` times it against Hydra's own (bench/RESULTS.md)."""
+    """Hydra 1.3's `run_job` for a job in a forked process of its own, which owns `config` and sends no JobReturn
+    back: the same steps in the same order, with fewer config copies. HydraConfig is set once when the output
+    directory resolves without it, the task's config is copied by pickling, and the JobReturn's `hydra_cfg` is
+    HydraConfig's copy itself, which nothing else uses in this process (`bench/bench_job_overhead.py`)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.utils import JobRuntime, _flush_loggers, env_override
 
@@ -204,10 +190,9 @@ def uses_hydra_resolver(sweep: DictConfig) -> bool:
 
 
 class SavedConfig:
-    """What the driver keeps of a job's config once the job ended and saved it (Hydra's run_job writes
-    `<job dir>/<hydra.output_subdir>/config.yaml` and `hydra.yaml` as the job starts): a sweep of 100,000 jobs
-    cannot hold 100,000 composed configs (about 0.1 MB each). A sweeper that asks its JobReturn for `cfg` or
-    `hydra_cfg` gets them read back from those files."""
+    """What the driver keeps of a job's config once the job saved it (`<job dir>/<hydra.output_subdir>/`): a sweep of
+    100,000 jobs cannot hold 100,000 composed configs. A sweeper that asks its JobReturn for `cfg` or `hydra_cfg`
+    gets them read back from those files."""
 
     __slots__ = ("_saved_dir", "chdir", "task_name")
 
@@ -241,8 +226,7 @@ def saved(config: Any) -> bool:
 
 
 class _SavedFile:
-    """A JobReturn field read from the job's saved `filename` the first time it is asked for, unless set; each
-    field on its own (setting `cfg` leaves `hydra_cfg` to be read)."""
+    """A JobReturn field read from the job's saved `filename` the first time it is asked for, unless set."""
 
     def __init__(self, filename: str) -> None:
         self.filename = filename
@@ -280,19 +264,15 @@ class SavedJobReturn(JobReturn):
 
 
 def job_return(overrides: list[str], config: DictConfig | SavedConfig, job_dir_: Path, status: str | None,
-               returned: Any = None, has_returned: bool = False, working_dir: str | None = None,
+               returned: dict[str, Any] | None = None, working_dir: str | None = None,
                task_name: str | None = None) -> JobReturn:
-    """What Hydra's sweeper gets for a job, as Hydra's own launchers return it: `cfg` the task's config
-    without the `hydra` node, `hydra_cfg` that node (with the job's output_dir), the overrides as given,
-    and the task's own return value (`sweeper_value`). `config` is taken apart, not copied: it is the
-    driver's copy of the job's config, and the driver is done with it; a config released once the job saved it
-    (`release_config`) comes back from the job's files, read when the sweeper asks for it. Failed jobs come back
-    as COMPLETED with None (reached only with fail_on_error=false), because Hydra's BasicSweeper re-raises the
-    error of any FAILED job and would end the sweep."""
+    """What Hydra's sweeper gets for a job, as Hydra's own launchers return it. `config` is taken apart, not copied:
+    the driver is done with it. Failed jobs come back as COMPLETED with None (reached only with
+    fail_on_error=false), because Hydra's BasicSweeper re-raises the error of any FAILED job and would end the sweep.
+    `returned`: {"returned": what the task returned}, when it did."""
     record = read_record(job_dir_)
     status = status or str(record.status)
-    extra = {"returned": returned} if has_returned else {}
-    value = sweeper_value(status, record.get("objective"), record.get("direction"), **extra)
+    value = sweeper_value(status, record.get("objective"), record.get("direction"), **(returned or {}))
     if isinstance(config, SavedConfig):
         saved = SavedJobReturn(config, overrides=list(overrides), working_dir=working_dir or str(
             job_dir_ if config.chdir else Path.cwd()), task_name=task_name or config.task_name,
@@ -317,8 +297,7 @@ def _chdir(hydra_cfg: DictConfig) -> bool:
 
 
 def split_hydra(config: DictConfig, job_dir_: Path) -> tuple[DictConfig, DictConfig]:
-    """(the task's config, `{"hydra": ...}`) from a job's composed config, in place (not two deep copies,
-    which cost more). The hydra part says where the job ran (`hydra.runtime.output_dir`)."""
+    """(the task's config, `{"hydra": ...}` with the job's output_dir) from a job's composed config, in place."""
     if "hydra" not in config:  # taken apart before (a JobReturn asked for twice)
         return config, OmegaConf.create({"hydra": {"runtime": {"output_dir": str(job_dir_)}}})
     with read_write(config), open_dict(config):
@@ -332,9 +311,8 @@ def split_hydra(config: DictConfig, job_dir_: Path) -> tuple[DictConfig, DictCon
 
 
 def restore_hydra(singleton_state: dict[Any, Any]) -> None:
-    """Hydra's singletons (its config search path, plugins, job runtime) as the driver had them, in a process that
-    unpickled a task. A copy: set_state adds the Plugins singleton to the dict it is given, and the task is pickled
-    again on requeue, where plugin classes must not travel."""
+    """Hydra's singletons as the driver had them, in a process that unpickled a task. A copy: set_state adds the
+    Plugins singleton to the dict it is given, and the task is pickled again on requeue, where plugins must not go."""
     from hydra.core.singleton import Singleton
     from hydra.core.utils import setup_globals
 
@@ -343,10 +321,12 @@ def restore_hydra(singleton_state: dict[Any, Any]) -> None:
 
 
 class SlurmTask:
-    """What every task of a Slurm job runs (pickled by submitit): the job's runner, on the task's rank."""
+    """What every task of a Slurm job runs (pickled by submitit): the job's runner, on the task's rank. Slurm sends
+    USR2 before the time limit (or on preemption); submitit then calls `checkpoint()` on rank 0 and requeues the job,
+    which resumes from its last epoch."""
 
-    def __init__(self, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig,
-                 singleton_state: dict[Any, Any], job_dir: str) -> None:
+    def __init__(self, hydra_context: HydraContext, task_function: TaskFunction, singleton_state: dict[Any, Any],
+                 config: DictConfig, job_dir: str) -> None:
         self.runner = JobRunner(hydra_context, task_function)
         self.config = config
         self.singleton_state = singleton_state

@@ -1,15 +1,6 @@
-"""The Optuna sweeper's search space, read from Hydra's override grammar into sweepit's `SearchSpace`.
-
-    choice(a,b,c) or a,b,c    -> categorical          range(1,10,2)      -> int (or float) with that step
-    interval(0.1, 1)          -> float                tag(log, ...)      -> the same on a log scale
-    int(interval(8, 64))      -> int                  shuffle(...)       -> categorical (order is Optuna's)
-    tag(int, interval(8, 64)) -> int                  a plain value      -> fixed, passed to every job
-
-`int(interval(...))` and `tag(log, int(interval(...)))` are the released hydra-optuna-sweeper's spelling of an
-integer distribution: Hydra's `int()` cast leaves the interval's ends ints, and ints at both ends make one.
-
-A malformed entry raises ConfigError that names it, before any trial starts. The grammar is Hydra's, so it
-is read here; the space itself and its checks are Hydra-free (`sweepit.search.Param`).
+"""The Optuna sweeper's search space, read from Hydra's override grammar into sweepit's `SearchSpace`
+(docs/optuna.md lists the forms). The grammar is Hydra's, so it is read here; the space and its checks are
+Hydra-free (`sweepit.search.Param`).
 """
 
 from __future__ import annotations
@@ -68,6 +59,7 @@ def _param(override: Any) -> Param:
                           f"{sorted(tags - _TAGS)}; e.g. {name}=tag(log, interval(1e-4, 1)).")
     log = "log" in tags
     if override.is_interval_sweep():
+        # int(interval(...)), the released plugin's spelling: Hydra's int() cast leaves both ends ints.
         integer = "int" in tags or (_is_int(sweep.start) and _is_int(sweep.end))
         return Param.interval(name, prefix, spelled, float(sweep.start), float(sweep.end), log=log, integer=integer)
     if override.is_range_sweep() and sweep.shuffle:  # shuffle(range(...)): its values, as a categorical
@@ -99,10 +91,8 @@ UPGRADE_URL = "https://hydra.cc/docs/upgrades/1.1_to_1.2/changes_to_sweeper_conf
 
 
 def space_params(params: Mapping[str, str] | None, search_space: Mapping[str, Any] | None) -> dict[str, str]:
-    """The search space's `hydra.sweeper.params`, as the released plugin reads them: the deprecated
-    `hydra.sweeper.search_space` when it is the only one given (a UserWarning, through Hydra's deprecation_warning,
-    that also shows the `params` to write instead), `params` alone when both are (a UserWarning too). Given is not
-    None, as the released plugin tests it: `search_space: {}` beside `params` is warned about too."""
+    """The search space's `hydra.sweeper.params`, as the released plugin reads them (a search space given beside
+    them is warned about even when empty, as there); the deprecated `search_space` alone is read as `params`."""
     if search_space is None:
         return dict(params or {})
     if params is not None:

@@ -1,14 +1,7 @@
-"""What long-lived workers run on Slurm (`WorkerTask`): sweepit.slurm's worker engine, over the jobs of a packed
-grid's plan (`hydra.launcher.workers=N`) or the trials of an Optuna study (`hydra.sweeper.workers=N`); each job is
-composed in the worker and run in a process forked from it, as the local launcher runs jobs.
-
-A trial's config is composed from the sweep's config and the trial's overrides as the driver composes it in
-per-trial mode, in a job directory numbered as there (`<num>_<overrides>`, `.hydra/`, result.json, metrics.jsonl),
-so that the results table, `sweepit status` and `sweepit report` read worker trials unchanged.
-
-Requeue (time limit, preemption): submitit calls `checkpoint()` on USR2; the running jobs are stopped and given
-back (a grid's job claimable again, a trial told `interrupted` with its parameters enqueued), and the requeued
-worker goes on.
+"""What long-lived workers run on Slurm (`WorkerTask`): sweepit.slurm's worker engine over a packed grid's plan
+(`hydra.launcher.workers=N`) or an Optuna study (`hydra.sweeper.workers=N`). Each job is composed in the worker as
+the driver composes it (the same directory, so every reader of a sweep reads worker jobs unchanged) and run in a
+process forked from it. On requeue the running jobs are stopped and given back, and the requeued worker goes on.
 """
 
 from __future__ import annotations
@@ -42,12 +35,10 @@ def for_workers(search: Search) -> Search:
 
 
 class WorkerTask:
-    """One long-lived worker, a picklable callable that submitit runs as one task of the workers' array: the worker
-    engine over a packed grid's plan (`spec`) or an Optuna study (`search`), each job composed in the worker and run
-    in a process forked from it."""
+    """One long-lived worker, pickled: submitit runs it as one task of the workers' array."""
 
-    def __init__(self, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig,
-                 singleton_state: dict[Any, Any], spec: PackSpec | None = None, search: Search | None = None,
+    def __init__(self, hydra_context: HydraContext, task_function: TaskFunction, singleton_state: dict[Any, Any],
+                 config: DictConfig, spec: PackSpec | None = None, search: Search | None = None,
                  index: int = 0, job_base: int = 0) -> None:
         self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
         self.singleton_state = singleton_state
@@ -62,7 +53,7 @@ class WorkerTask:
         logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
         restore_hydra(self.singleton_state)
         preload(DEFAULT_PRELOAD)  # once per worker, so that each job starts warm (see LocalOptions.preload)
-        self._composer = ComposedConfigs(self.hydra_context.config_loader)  # a job's config in ms, not 50
+        self._composer = ComposedConfigs(self.hydra_context.config_loader)  # composed once per choice of groups
         if self.spec is not None:
             self._engine = PackedWorker(self.spec, worker_id(), compose=self._compose, body=self._body)
         else:
@@ -97,7 +88,6 @@ class WorkerTask:
                                f"planned {work.job_dir}: is the app's config the same on this node?")
 
     def _body(self, job: Job) -> Reply:
-        """The one place a worker's job is run, in its forked process."""
         # Slurm's USR2 reaches every process of the allocation: the worker alone answers it (it stops its jobs).
         signal.signal(signal.SIGUSR2, signal.SIG_IGN)
         return JobRunner(self.hydra_context, self.task_function).reply(job.config, job.job_dir)

@@ -11,13 +11,9 @@ from omegaconf import DictConfig
 
 
 class SweepSummary(Callback):
-    """What sweepit adds to a sweep whatever launcher runs it.
-
-    Each job: under a launcher that is not sweepit's (Hydra's `basic` runs every job in one process), a session
-    of sweepit's API for that job alone, and its `result.json` from what the task returned when the task wrote
-    none; sweepit's own launchers do this themselves, and the callback leaves their jobs alone.
-    The end of a multirun: the results table (sweepit's own launchers and sweeper print it themselves) and
-    `<sweep dir>/report/` (turn off with `hydra.callbacks.summary.report=false`)."""
+    """What sweepit adds to a sweep whatever launcher runs it: under another launcher (Hydra's `basic` runs every
+    job in one process), each job's session and its record, as sweepit's launchers make them themselves; at the end
+    of a multirun, the results table and `<sweep dir>/report/` (`hydra.callbacks.summary.report=false`: none)."""
 
     def __init__(self, report: bool = True) -> None:
         self.report = report
@@ -46,9 +42,8 @@ class SweepSummary(Callback):
             return  # nothing ran yet: `sweepit status` / `sweepit report` later
         sweep_dir = Path(config.hydra.sweep.dir)
         # sweepit's launchers and its Optuna sweeper print the table themselves: once is enough.
-        ours = [str(node.get("_target_", "")).startswith("hydra_plugins.sweepit")
-                for node in (config.hydra.launcher, config.hydra.sweeper)]
-        if not any(ours):
+        if not any(str(node.get("_target_", "")).startswith("hydra_plugins.sweepit")
+                   for node in (config.hydra.launcher, config.hydra.sweeper)):
             from sweepit.results import summarize
 
             print(summarize(sweep_dir), flush=True)

@@ -1,16 +1,7 @@
-"""Config schemas of sweepit's plugins, registered in Hydra's ConfigStore:
-
-    hydra/launcher=local            LocalLauncherConf    each job in a forked worker process (the default here)
-    hydra/launcher=sweepit_slurm    SlurmLauncherConf    each job a Slurm job; the cluster profiles extend it
-    hydra/sweeper=optuna            OptunaSweeperConf    adaptive search
-    hydra/sweeper/sampler=tpe ...   TPESamplerConf ...   its sampler (every keyword of the Optuna class)
-    hydra/sweeper/pruner=none ...   NopPrunerConf ...    its pruner
-
-The launchers' and the sweeper's keys are their engines' option dataclasses (LocalOptions, SlurmOptions,
-SearchOptions: Hydra-free, each in its room), which these schemas extend with `_target_` and the keys only Hydra has:
-a key, its type, its default and its comment exist once. The samplers and pruners are Hydra's alone and live here.
-Every field is commented with its unit; risky defaults say why they are what they are. docs/configuration.md is
-generated from these comments (`make config-reference`).
+"""Config schemas of sweepit's plugins, registered in Hydra's ConfigStore. The launchers' and the sweeper's keys are
+their engines' option dataclasses (LocalOptions, SlurmOptions, SearchOptions: Hydra-free, each in its room), which
+these schemas extend with `_target_` and the keys only Hydra has; the samplers and pruners are Hydra's alone and
+live here. docs/configuration.md is generated from the comments on the fields (`make config-reference`).
 """
 
 # No `from __future__ import annotations` here: Hydra's plugin scan executes this module before it is in
@@ -26,30 +17,20 @@ from sweepit.search import SearchOptions
 from sweepit.slurm import SlurmOptions
 
 
-# -- local ------------------------------------------------------------------------------------------------
-# The keys, their types, defaults and meanings are the engine's (sweepit/local/_local_sweep.py: LocalOptions).
 @dataclass
 class LocalLauncherConf(LocalOptions):
     _target_: str = "hydra_plugins.sweepit.local_launcher.LocalLauncher"
 
 
-# -- Slurm -------------------------------------------------------------------------------------------------
-# The keys, their types, defaults and meanings are the engine's (sweepit/slurm/_request.py: SlurmOptions).
 @dataclass
 class SlurmLauncherConf(SlurmOptions):
     _target_: str = "hydra_plugins.sweepit.slurm_launcher.SlurmLauncher"
     job_name: str = "${hydra.job.name}"  # the app's name (squeue's NAME column), with a per-submission suffix
 
 
-# -- Optuna ------------------------------------------------------------------------------------------------
-#   python train.py -m hydra/sweeper=optuna 'optimizer=choice(adam,sgd,rmsprop)' 'lr=tag(log, interval(1e-4, 1))' \
-#       hydra.sweeper.n_trials=40 hydra/sweeper/sampler=tpe hydra.sweeper.sampler.n_startup_trials=5
-#
-# Samplers and pruners are config groups of `_target_` nodes, as in Hydra's released Optuna plugin:
-# hydra/sweeper/sampler=tpe|random|cmaes|gp|qmc|grid|nsgaii|nsgaiii, hydra/sweeper/pruner=none|median|percentile|
-# successive_halving|hyperband|threshold|patient|wilcoxon. Each node holds every keyword of its Optuna class (those of
-# Optuna 4 and 5; null: Optuna's default, and a null keyword the installed Optuna lacks is left out). A keyword that
-# takes an object (independent_sampler, wrapped_pruner, ...) takes a node with its own `_target_`.
+# Samplers and pruners are config groups of `_target_` nodes, as in Hydra's released Optuna plugin (SAMPLER_CONFS,
+# PRUNER_CONFS). Each holds every keyword of its Optuna class, those of Optuna 4 and 5 (null: Optuna's default; a null
+# keyword the installed Optuna lacks is left out); a keyword that takes an object takes a node with its own `_target_`.
 @dataclass
 class SamplerConf:
     _target_: str = MISSING
@@ -267,8 +248,6 @@ PRUNER_CONFS: dict[str, type] = {
 
 @dataclass
 class OptunaSweeperConf(SearchOptions):
-    # The keys the search engine takes, their types, defaults and meanings are the engine's
-    # (sweepit/search/_search.py: SearchOptions); here are those that only Hydra has.
     _target_: str = "hydra_plugins.sweepit.optuna_sweeper.OptunaSweeper"
     # The sampler and pruner nodes reach the sweeper as configs: it builds them (seeded again on resume, the
     # grid from the space), in the driver and, for the pruner, in every job.

@@ -1,8 +1,6 @@
-"""sweepit's local launcher (`hydra/launcher=local`): each job in its own forked process, a few at a time.
-
-The driver imports Hydra, the app and the `preload` modules once, then forks one process per job, so a
-job costs a fork instead of a Python + torch start (the engine: `sweepit.local`). Heavy modules are imported
-in `launch()` only, so Hydra's plugin scan and `--help` stay fast.
+"""sweepit's local launcher (`hydra/launcher=local`): each job in its own process forked from the driver (the
+engine: `sweepit.local`), so a job costs a fork instead of a Python + torch start. Heavy modules are imported in
+`launch()` only, so Hydra's plugin scan and `--help` stay fast.
 """
 
 from __future__ import annotations
@@ -26,6 +24,8 @@ THREADS_KEY = "trainer.threads"  # sweepit's training config: a job's own torch 
 
 
 class LocalLauncher(SweepitLauncher):
+    job_type = Job
+
     def __init__(self, **options: Any) -> None:
         super().__init__()
         self.options = LocalOptions(**plain_options(options))  # the schema's keys (LocalOptions'), Hydra-checked
@@ -71,24 +71,9 @@ class LocalLauncher(SweepitLauncher):
             self.composed.clear()
         return [self._job_return(j, statuses.get(j.num)) for j in jobs]
 
-    # -- one job at a time, as a sweeper asks: the Optuna sweeper's AsyncLauncher protocol ---------------------
-    def start(self, overrides: Sequence[str], job_num: int) -> None:
-        """Queue the job `job_num`; it starts as soon as a worker is free, while `wait_any` drives the pool."""
-        if self._sweep is None:
-            self._sweep = self._new_sweep()
-        with compact_errors():
-            self._sweep.start(Job(num=job_num, overrides=list(overrides)))
-
-    def wait_any(self, timeout_s: float | None = None) -> list[tuple[int, JobReturn]]:
-        """Run the pool until a started job ends (see LocalSweep.wait_any); `(job_num, JobReturn)` of each."""
-        assert self._sweep is not None, "start() a job before wait_any()"
-        return [(job.num, self._job_return(job, status)) for job, status in self._sweep.wait_any(timeout_s)]
-
     def _job_return(self, job: Job, status: str | None) -> JobReturn:
         reply = job.reply
-        returned: dict[str, Any] = {}
-        if reply is not None and reply.status == Status.COMPLETED:
-            returned = {"returned": reply.value, "has_returned": True}
-        return job_return(job.overrides, job.config, job.job_dir, status,
-                          working_dir=reply.working_dir if reply else None,
-                          task_name=reply.task_name if reply else None, **returned)
+        if reply is None:
+            return job_return(job.overrides, job.config, job.job_dir, status)
+        returned = {"returned": reply.value} if reply.status == Status.COMPLETED else {}
+        return job_return(job.overrides, job.config, job.job_dir, status, returned, reply.working_dir, reply.task_name)

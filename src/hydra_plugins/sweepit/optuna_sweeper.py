@@ -1,11 +1,6 @@
-"""sweepit's Optuna sweeper (`hydra/sweeper=optuna`): asynchronous trials, pruning, resumable studies.
-
-The search itself is `sweepit.search.Search` (ask a trial, start its job, tell Optuna as soon as any job ends);
-this class holds what is Hydra's: the search space in Hydra's override grammar, the check that a job's
-overrides compose, the launcher Hydra configured, the single-run command, how a job learns its trial (sweepit's
-launchers take its environment beside its overrides, so that nothing of the search's own leaks into a job's
-overrides, JobReturn or tables; any other launcher gets `hydra.job.env_set` overrides, Hydra's only channel), and
-compact Hydra errors. optuna is imported in `sweep()` only, so Hydra's plugin
+"""sweepit's Optuna sweeper (`hydra/sweeper=optuna`): the search itself is `sweepit.search.Search`; this class holds
+what is Hydra's (the space in Hydra's override grammar, the check that a job's overrides compose, the launcher, the
+single-run command, a job's trial as its environment). optuna is imported in `sweep()` only, so that Hydra's plugin
 scan stays fast.
 """
 
@@ -25,9 +20,10 @@ from omegaconf import DictConfig, OmegaConf
 from hydra_plugins.sweepit._launcher import SweepitLauncher, compact_errors, plain_options
 from hydra_plugins.sweepit._space import parse_space, space_params
 from sweepit._targets import locate
-from sweepit.errors import ConfigError, SweepFailedError
+from sweepit.errors import ConfigError
 from sweepit.results import SweepPaths, app_command, driver_argv, driver_env, hydra_quote, rerun_command
 from sweepit.search import JobDefaults, Search, SearchOptions
+from sweepit.slurm import SlurmOptions, check_one_by_one
 
 _ENV_SET = "++hydra.job.env_set."
 
@@ -36,18 +32,13 @@ class OptunaInputError(ConfigError, CompactHydraException):
     """Bad sweeper input; Hydra prints the message alone, without a traceback."""
 
 
-class SearchStopped(SweepFailedError, CompactHydraException):
-    """The search stopped before n_trials: the failure rate went over `max_failure_rate`, or jobs were interrupted."""
-
-
 class OptunaSweeper(Sweeper):
     def __init__(self, params: dict[str, str] | None = None, search_space: Any = None,
                  custom_search_space: str | None = None, **options: Any) -> None:
-        # The other keys are the search engine's (SearchOptions itself), which Hydra's schema has checked.
+        # The other keys are the search engine's (SearchOptions itself), which Hydra's schema has checked; the sampler
+        # and pruner are nodes of their schemas, never null, which plain_options turns into dicts.
         try:
-            plain = plain_options(options)
-            plain.update({k: _plain(plain[k]) for k in ("sampler", "pruner") if k in plain})
-            self.options = SearchOptions(**plain)
+            self.options = SearchOptions(**plain_options(options))
         except ConfigError as e:
             raise OptunaInputError(str(e)) from None
         self.params = None if params is None else dict(params)
@@ -65,46 +56,35 @@ class OptunaSweeper(Sweeper):
             hydra_context=hydra_context, task_function=task_function, config=config)
         # sweepit's launchers: failed trials are the search's business (max_failure_rate), and it prints
         # one summary at the end instead of one per batch.
-        for name in ("fail_on_error", "print_summary"):
-            if hasattr(self.launcher, name):
-                setattr(self.launcher, name, False)
+        if isinstance(self.launcher, SweepitLauncher):
+            self.launcher.options.fail_on_error = self.launcher.options.print_summary = False
 
     def sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and self.hydra_context is not None and self.launcher is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
-        try:
+        with compact_errors():  # bad input, and a stopped search (Ctrl-C), end with sweepit's message alone
             params = space_params(self.params, self.search_space)
             space = parse_space(params, list(arguments), self.hydra_context.config_loader)
             if space.params:
                 self.validate_batch_is_legal([space.overrides(space.first_point())])  # unknown keys, bad values
-            one_by_one = getattr(self.launcher, "check_one_by_one", None)
-            if one_by_one is not None and not self.options.workers:
+            launcher_options = getattr(self.launcher, "options", None)
+            if isinstance(launcher_options, SlurmOptions) and not self.options.workers:
                 try:
-                    one_by_one()  # before the study is opened: nothing is written
+                    check_one_by_one(launcher_options)  # before the study is opened: nothing is written
                 except ConfigError:
                     self.launcher.end_dry_run()  # nor is the folder the sweep's lock made kept
                     raise
             search = Search(self.options, space, sweep_dir, _job_defaults(self.config), command=self._command(),
                             env_overrides=self._job_env, extend=self._extend())
             search.open()
-        except ConfigError as e:
-            if isinstance(e, CompactHydraException):
-                raise
-            raise OptunaInputError(str(e)) from None
-        OmegaConf.save(self.config, SweepPaths(sweep_dir).multirun)
-        if self.options.workers:
-            self._run_workers(search, space.overrides(space.first_point()) if space.params else [])
-            return [[]]
-        try:
+            OmegaConf.save(self.config, SweepPaths(sweep_dir).multirun)
+            if self.options.workers:
+                self._run_workers(search, space.overrides(space.first_point()) if space.params else [])
+                return [[]]
             # Each trial's config is composed before its job starts (and kept for the launcher): a value that does
             # not compose fails that trial alone.
-            with compact_errors():  # a stopped search (Ctrl-C) ends with its message alone
-                returns: list[JobReturn] = search.run(
-                    self.launcher, check=lambda overrides: self.validate_batch_is_legal([overrides]))
-        except SweepFailedError as e:
-            if isinstance(e, CompactHydraException):
-                raise
-            raise SearchStopped(str(e)) from None
+            returns: list[JobReturn] = search.run(
+                self.launcher, check=lambda overrides: self.validate_batch_is_legal([overrides]))
         return [returns]
 
     def _run_workers(self, search: Search, first: list[str]) -> None:
@@ -125,13 +105,7 @@ class OptunaSweeper(Sweeper):
             launcher.end_dry_run()
             return
         job_base = search.next_free_job()
-        try:
-            with compact_errors():
-                drive(search, array, self.options.workers, lambda i: launcher.worker_task(search, i, job_base))
-        except SweepFailedError as e:
-            if isinstance(e, CompactHydraException):
-                raise
-            raise SearchStopped(str(e)) from None
+        drive(search, array, self.options.workers, lambda i: launcher.worker_task(search, i, job_base))
 
     def _extend(self) -> Any:
         """`hydra.sweeper.custom_search_space`: the user's `fn(cfg, trial)`, called with the sweep's config."""
@@ -173,6 +147,6 @@ def _job_defaults(config: DictConfig) -> JobDefaults:
 
 
 def _plain(node: Any) -> dict[str, Any]:
-    """A sub-config (DictConfig or dict) as a plain dict."""
+    """A sub-config (DictConfig or dict) as a plain dict; {} for anything else (the schema types search_space Any)."""
     data = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
     return {str(k): v for k, v in data.items()} if isinstance(data, dict) else {}

@@ -1,8 +1,5 @@
-"""Puts sweepit's config files on every Hydra app's search path, so that any app with sweepit installed
-(not only this repository's train.py) can pick `hydra/launcher=slurm` or a cluster profile.
-
-Hydra finds this class in its plugin scan of `hydra_plugins`; the files are under `conf/` next to this module
-and come with the package. An app's own config directory is searched first, so its files win.
+"""Puts sweepit's config files (under `conf/`, in the package) on every Hydra app's search path, so that any app
+with sweepit installed can pick `hydra/launcher=slurm` or a cluster profile; an app's own config directory wins.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""sweepit's Slurm launcher (`hydra/launcher=slurm` or a cluster profile): every job of the sweep as its own
-Slurm job, submitted through submitit and followed by the driver (the engine: `sweepit.slurm.SlurmSweep`).
-
-This class holds only what needs Hydra: composing each job's config, the pickled task each Slurm task runs,
-the JobReturn a sweeper gets, and compact Hydra errors (Hydra prints the message alone). Heavy modules
-(submitit, torch) are imported when jobs are submitted, so Hydra's plugin scan stays fast.
+"""sweepit's Slurm launcher (`hydra/launcher=slurm` or a cluster profile): every job of the sweep as its own Slurm
+job, submitted and followed by the engine, `sweepit.slurm.SlurmSweep`; this class holds only what needs Hydra.
+submitit and torch are imported when jobs are submitted, so Hydra's plugin scan stays fast.
 """
 
 from __future__ import annotations
@@ -29,11 +26,12 @@ from sweepit.slurm import (
     SlurmOptions,
     SlurmSweep,
     WorkerSweep,
-    check_one_by_one,
 )
 
 
 class SlurmLauncher(SweepitLauncher):
+    job_type = PlannedJob
+
     def __init__(self, **params: Any) -> None:
         super().__init__()
         # A bad value is raised at setup(), not here: Hydra wraps whatever a plugin's constructor raises in
@@ -65,21 +63,23 @@ class SlurmLauncher(SweepitLauncher):
         return SlurmSweep(self.options, sweep_dir, compose=compose, make_task=self._task, lock=self.lock,
                           facts=self.facts, make_worker=self._packed_task, release_config=release)
 
-    def _task(self, job: PlannedJob) -> SlurmTask:
-        """What each Slurm task of the job runs: Hydra's run_job around the task function, in the job's directory."""
+    def _context(self) -> tuple[HydraContext, TaskFunction, dict[Any, Any]]:
+        """What a task pickled for a Slurm job carries of the driver's Hydra: the context (the loader without the
+        driver's composer), the task function, and Hydra's singletons (its search path, plugins, job runtime)."""
         from hydra.core.singleton import Singleton
 
         assert self.hydra_context is not None and self.task_function is not None
         context = HydraContext(config_loader=self.composed.loader, callbacks=self.hydra_context.callbacks)
-        return SlurmTask(context, self.task_function, job.config, Singleton.get_state(), str(job.job_dir))
+        return context, self.task_function, Singleton.get_state()
+
+    def _task(self, job: PlannedJob) -> SlurmTask:
+        """What each Slurm task of the job runs: Hydra's run_job around the task function, in the job's directory."""
+        return SlurmTask(*self._context(), job.config, str(job.job_dir))
 
     def _packed_task(self, spec: PackSpec) -> WorkerTask:
         """What each worker of a packed sweep runs: jobs composed in the worker, each forked from it."""
-        from hydra.core.singleton import Singleton
-
-        assert self.hydra_context is not None and self.task_function is not None and self.config is not None
-        context = HydraContext(config_loader=self.composed.loader, callbacks=self.hydra_context.callbacks)
-        return WorkerTask(context, self.task_function, self.config, Singleton.get_state(), spec=spec)
+        assert self.config is not None
+        return WorkerTask(*self._context(), self.config, spec=spec)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         sweep = self._new_sweep()
@@ -95,49 +95,30 @@ class SlurmLauncher(SweepitLauncher):
             self.composed.clear()
         return [self._job_return(j, outcomes[j.num]) for j in jobs]
 
-    # -- one job at a time, as a sweeper asks: the Optuna sweeper's AsyncLauncher protocol ---------------------
-    def check_one_by_one(self) -> None:
-        """Refuse the options a search of jobs one at a time cannot use, before the search writes anything."""
-        check_one_by_one(self.options)
-
     def start(self, overrides: Sequence[str], job_num: int) -> None:
-        """Submit the job `job_num` now (one sbatch call); `wait_any` follows it with the others in flight."""
-        if self._sweep is None:
-            self._sweep = self._new_sweep()
         try:
-            with compact_errors():
-                self._sweep.start(PlannedJob(num=job_num, overrides=list(overrides)))
+            super().start(overrides, job_num)
         finally:
-            self.composed.clear()
-
-    def wait_any(self, timeout_s: float | None = None) -> list[tuple[int, JobReturn]]:
-        """Follow the jobs in flight until one ends (see SlurmSweep.wait_any); `(job_num, JobReturn)` of each.
-        Ctrl-C cancels the jobs in flight; a second one stops waiting for Slurm to end them."""
-        assert self._sweep is not None, "start() a job before wait_any()"
-        return [(job.num, self._job_return(job, outcome)) for job, outcome in self._sweep.wait_any(timeout_s)]
+            self.composed.clear()  # submitted: its config is composed, and none kept is wanted any more
 
     # -- Optuna worker mode: long-lived workers that run the study themselves --------------------------------------
     def worker_sweep(self, first: Sequence[str]) -> WorkerSweep:
-        """The workers' array, planned from the config of the search's first point (its request, checked)."""
+        """The workers' array, planned from the config of the search's first point (its request, checked; the
+        sweeper maps the errors)."""
         sweep = WorkerSweep(self._new_sweep())
         try:
-            with compact_errors():
-                sweep.plan(PlannedJob(num=0, overrides=list(first)))
+            sweep.plan(PlannedJob(num=0, overrides=list(first)))
         finally:
             self.composed.clear()
         return sweep
 
     def worker_task(self, search: Any, index: int, job_base: int) -> WorkerTask:
         """What worker `index` runs: the search's loop, each trial's job composed and run in the worker."""
-        from hydra.core.singleton import Singleton
-
-        assert self.hydra_context is not None and self.task_function is not None and self.config is not None
-        context = HydraContext(config_loader=self.composed.loader, callbacks=self.hydra_context.callbacks)
-        return WorkerTask(context, self.task_function, self.config, Singleton.get_state(), search=for_workers(search),
-                          index=index, job_base=job_base)
+        assert self.config is not None
+        return WorkerTask(*self._context(), self.config, search=for_workers(search), index=index, job_base=job_base)
 
     def _job_return(self, job: PlannedJob, outcome: Outcome) -> JobReturn:
         if isinstance(job.config, SavedConfig) and not saved(job.config):  # a packed job that never ran
             job.config, _ = self.compose_job(job.num, job.overrides, job.job_dir.parent)  # (its directory is known)
-        returned = {"returned": outcome.returned, "has_returned": True} if outcome.has_returned else {}
-        return job_return(job.overrides, job.config, job.job_dir, outcome.status, **returned)
+        returned = {"returned": outcome.returned} if outcome.has_returned else {}
+        return job_return(job.overrides, job.config, job.job_dir, outcome.status, returned)
