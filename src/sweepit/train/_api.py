@@ -1,21 +1,6 @@
-"""What any training function calls to get sweepit's guarantees: five calls, whatever its model, data and loop.
-
-    job = sweepit.context()                       # rank, world size, device, job directory sweepit assigned
-    state = sweepit.load_checkpoint()             # None, or what the last save_checkpoint() got
-    for epoch in range(first, epochs + 1):
-        ...
-        sweepit.report({"train_loss": ..., "val_acc": ...}, epoch=epoch)   # metrics.jsonl, result.json, Optuna
-        if sweepit.should_stop():                 # the Optuna pruner says this trial is not worth finishing
-            break
-        sweepit.save_checkpoint({"model": ..., "optimizer": ..., "epoch": epoch})
-
-A *session* holds one job's state in the job's process: its directory, config, rank, the metrics reported
-so far and its Optuna trial. sweepit's launchers begin one around the task function and, when the task
-wrote no `result.json` itself, finish it with one (status, objective, final metrics, best epoch). Under
-any other launcher, or a single run, the first call begins a session in Hydra's output directory; outside
-Hydra nothing is written and the calls only keep the metrics in memory. Only rank 0 writes files and
-talks to Optuna; every rank may call everything (`should_stop` is a collective when ranks run).
-"""
+"""The five calls any training function makes to get sweepit's guarantees, whatever its model, data and loop
+(docs/own-code.md). They act on the job's session (sweepit.train._session); only rank 0 writes files and talks to
+Optuna, every rank may call everything."""
 
 from __future__ import annotations
 
@@ -60,7 +45,6 @@ class JobContext:
                            self.device, backend)
 
 
-# -- the public calls --------------------------------------------------------------------------------------------
 def report(metrics: Mapping[str, Any], epoch: int | None = None) -> None:
     """Record one epoch's metrics: a line of `metrics.jsonl` (the learning curves, the summary table, the
     report), and, under the Optuna sweeper, the objective (the config's `metric`) as the trial's value at
