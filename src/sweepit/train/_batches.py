@@ -1,9 +1,6 @@
-"""Batches for the loop, from data in memory (index slices on the device) or streamed Datasets (a DataLoader).
-
-Both give each rank its share of every global batch of `batch_size x world` samples, in an order that
-depends only on the seed, and apply the same device-side steps to the inputs: augmentation (rotation,
-shift, zoom, training only), resizing to `task.image_size`, and the channels-last layout.
-"""
+"""Batches for the loop, from data in memory (index slices on the device) or streamed Datasets (a DataLoader): each
+rank's share of every global batch, in an order that depends only on the seed, with the same device-side steps
+(augmentation, resizing to `task.image_size`, channels-last)."""
 
 from __future__ import annotations
 
@@ -13,7 +10,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 from torch.utils.data import DataLoader, Subset
 from torch.utils.data.distributed import DistributedSampler
 
@@ -141,26 +137,3 @@ class Batches:
             yield self.prepare(xb.to(self.device, non_blocking=True).float(), False), yb.to(self.device)
 
 
-@torch.no_grad()
-def evaluate(model: nn.Module, batches: Batches, loss_fn: nn.Module, regression: bool, world: int
-             ) -> dict[str, float]:
-    """Loss and accuracy on the validation split, summed over the ranks."""
-    model.eval()
-    inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
-    sums = torch.zeros(3, device=batches.device, dtype=torch.float64)
-    for xb, yb in batches.val():
-        out = inner(xb)
-        target = yb.view_as(out) if regression and yb.shape != out.shape and yb.numel() == out.numel() else yb
-        sums[0] += loss_fn(out, target) * len(yb)
-        sums[2] += len(yb)
-        if not regression:
-            sums[1] += (out.argmax(1) == yb).sum()
-    if world > 1:
-        import torch.distributed as dist
-
-        dist.all_reduce(sums)
-    loss_sum, correct, seen = (float(v) for v in sums)
-    row = {"val_loss": loss_sum / seen if seen else float("nan")}
-    if not regression:
-        row["val_acc"] = correct / seen if seen else float("nan")
-    return row

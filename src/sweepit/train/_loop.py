@@ -1,12 +1,6 @@
-"""The training loop: one model, one optimizer, one metrics row per epoch, reported through sweepit's own API.
-
-Data in memory (the built-in sets, a user's tensors) stays on the device and batches are index slices there;
-a user's Datasets are streamed through a DataLoader. With a world of N ranks (sweepit.train._distributed),
-each global batch of N x batch_size samples is split into N shards, gradients are averaged by
-DistributedDataParallel, and the metrics are summed over ranks. Each epoch goes to `sweepit.report`
-(metrics.jsonl, Optuna), the pruner's answer to `should_stop`, the state to `save_checkpoint`: the same
-calls a user's own loop makes.
-"""
+"""The training loop: one model, one optimizer, one metrics row per epoch, reported through sweepit's own API (the
+calls a user's own loop makes). With N ranks each global batch of N x batch_size samples is split into N shards,
+DistributedDataParallel averages the gradients and the metrics are summed over ranks."""
 
 from __future__ import annotations
 
@@ -22,12 +16,11 @@ from torch import nn
 
 from sweepit.errors import ConfigError, DivergedError
 from sweepit.train import _session, _weights
-from sweepit.train._batches import Batches, epoch_seed, evaluate
-from sweepit.train._build import build_loss, build_model, check_output, load_data
+from sweepit.train._batches import Batches, epoch_seed
+from sweepit.train._build import build_loss, build_model, build_optimizer, check_output, load_data, target_node
 from sweepit.train._checks import check_metric
 from sweepit.train._devices import check_precision, device_for, make_deterministic, use_device
 from sweepit.train._distributed import abandon_process_group, destroy_process_group, init_process_group
-from sweepit.train._optim import build_optimizer
 from sweepit.train._rank import SINGLE, Rank
 
 # Called after each epoch with (epoch, metrics row) on rank 0; returning True stops training (benchmarks).
@@ -47,20 +40,17 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _all_reduce(values: torch.Tensor, world: int, op: Any = None) -> torch.Tensor:
+def _all_reduce(values: torch.Tensor, world: int, maximum: bool = False) -> torch.Tensor:
     if world > 1:
-        dist.all_reduce(values, op=op or dist.ReduceOp.SUM)
+        dist.all_reduce(values, op=dist.ReduceOp.MAX if maximum else dist.ReduceOp.SUM)
     return values
 
 
 def train(cfg: Any, on_epoch: EpochCallback | None = None, log: Callable[[str], None] = print,
           rank: Rank = SINGLE, session: _session.Session | None = None) -> Outcome:
-    """Train as `cfg` says, as `rank` of its world. Raises DivergedError when the loss stops being finite.
-
-    Metrics, pruning and checkpoints go through `session` (the job's; without one, a session of its own that
-    writes only where Hydra or $SWEEPIT_JOB_DIR say). With `trainer.checkpoint`, the state is saved every
-    `trainer.checkpoint_every` epochs and training resumes from a checkpoint of the same configuration.
-    """
+    """Train as `cfg` says, as `rank` of its world. Raises DivergedError when the loss stops being finite. Metrics,
+    pruning and checkpoints go through `session` (the job's; without one, one of its own where Hydra or
+    $SWEEPIT_JOB_DIR say)."""
     own = session is None
     session = session or _session.begin(_session.job_dir_from_environment(), cfg, rank)
     log = log if rank.is_main else (lambda _: None)
@@ -179,7 +169,7 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
                 sums[1] += (logits.argmax(1) == yb).sum()
         _sync(device)
         epoch_time = torch.tensor([time.perf_counter() - t0], device=device, dtype=torch.float64)
-        epoch_time_s = float(_all_reduce(epoch_time, world, dist.ReduceOp.MAX if world > 1 else None))
+        epoch_time_s = float(_all_reduce(epoch_time, world, maximum=True))
         loss_sum, correct, seen, first_losses = (float(v) for v in _all_reduce(sums, world))
         if initial_loss is None:
             initial_loss = first_losses / world
@@ -217,8 +207,7 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
             session.save_checkpoint({"epoch": epoch, "model": _unwrap(model).state_dict(),
                                      "optimizer": optimizer.state_dict(), "initial_loss": initial_loss})
         stop = float(session.pruner_says_stop() or (on_epoch is not None and on_epoch(epoch, row)))
-        if float(_all_reduce(torch.tensor([stop], device=device), world,
-                             dist.ReduceOp.MAX if world > 1 else None)) > 0:
+        if float(_all_reduce(torch.tensor([stop], device=device), world, maximum=True)) > 0:
             out.stopped_early = True
             break
     if save_model in ("last", "both") and weights_dir is not None and out.rows:
@@ -234,11 +223,28 @@ def _fit(y: torch.Tensor, output: torch.Tensor, regression: bool) -> torch.Tenso
     return y
 
 
-def _model_label(cfg: Any) -> str:
-    from omegaconf import OmegaConf
+@torch.no_grad()
+def evaluate(model: nn.Module, batches: Batches, loss_fn: nn.Module, regression: bool, world: int) -> dict[str, float]:
+    """Loss and accuracy on the validation split, summed over the ranks."""
+    model.eval()
+    inner = _unwrap(model)
+    sums = torch.zeros(3, device=batches.device, dtype=torch.float64)
+    for xb, yb in batches.val():
+        out = inner(xb)
+        sums[0] += loss_fn(out, _fit(yb, out, regression)) * len(yb)
+        sums[2] += len(yb)
+        if not regression:
+            sums[1] += (out.argmax(1) == yb).sum()
+    loss_sum, correct, seen = (float(v) for v in _all_reduce(sums, world))
+    row = {"val_loss": loss_sum / seen if seen else float("nan")}
+    if not regression:
+        row["val_acc"] = correct / seen if seen else float("nan")
+    return row
 
-    target = OmegaConf.select(cfg, "model._target_", default=None) if OmegaConf.is_config(cfg) else None
-    return str(target) if target else str(cfg.task.model)
+
+def _model_label(cfg: Any) -> str:
+    node = target_node(cfg, "model")
+    return str(node["_target_"]) if node else str(cfg.task.model)
 
 
 def schedule_factor(schedule: str, epoch: int, epochs: int, warmup_epochs: int) -> float:
