@@ -203,10 +203,7 @@ class Session:
         from sweepit.train import _checkpoint
 
         self._saves += 1
-        if self.is_main:
-            _checkpoint.save(path, state, self.rows, self._config_hash(), self._saves)
-        else:
-            _checkpoint.save_rank(path, self.the_rank.rank, self._config_hash(), self._saves)
+        _checkpoint.save(path, self._config_hash(), self._saves, self.the_rank.rank, state, self.rows)
 
     def load_checkpoint(self) -> Any:
         path = self.checkpoint_path
