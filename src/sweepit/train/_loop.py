@@ -15,6 +15,7 @@ import torch.distributed as dist
 from torch import nn
 
 from sweepit.errors import ConfigError, DivergedError
+from sweepit.results import BEST_WEIGHTS, LAST_WEIGHTS
 from sweepit.train import _session, _weights
 from sweepit.train._batches import Batches, epoch_seed
 from sweepit.train._build import build_loss, build_model, build_optimizer, check_output, load_data, target_node
@@ -200,7 +201,7 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
         session.report(row, epoch=epoch)
         if save_model in ("best", "both") and weights_dir is not None and _weights.is_better(
                 row.get(metric), [r.get(metric) for r in out.rows[:-1]], direction):
-            _weights.save(weights_dir / _weights.BEST_FILE, _unwrap(model), epoch, metric, row[metric])
+            _weights.save(weights_dir / BEST_WEIGHTS, _unwrap(model), epoch, metric, row[metric])
         if cfg.trainer.log_every_epoch:
             log(epoch_line(row, epochs))
         if checkpointing and (epoch % every == 0 or epoch == epochs):
@@ -212,7 +213,7 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
             break
     if save_model in ("last", "both") and weights_dir is not None and out.rows:
         last = out.rows[-1]
-        _weights.save(weights_dir / _weights.LAST_FILE, _unwrap(model), int(last["epoch"]), metric, last.get(metric))
+        _weights.save(weights_dir / LAST_WEIGHTS, _unwrap(model), int(last["epoch"]), metric, last.get(metric))
     return out
 
 
