@@ -1,23 +1,14 @@
-"""The courses' models: linear regression, softmax, MLP, a two-conv CNN, and ResNet-18/50 (no torchvision).
-
-Each is a function a config can name as `model._target_` (sweepit.train.models.cnn); `task.model=cnn` is
-the shortcut the built-in tasks use.
-"""
+"""The courses' models: linear regression, softmax, MLP, a two-conv CNN, and ResNet-18/50 (no torchvision). Each is
+a function a config can name as `model._target_`; `task.model=cnn` is the built-in tasks' shortcut."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import ClassVar
 
 import torch
 from torch import nn
-
-
-def _n_inputs(input_shape: Sequence[int]) -> int:
-    n = 1
-    for d in input_shape:
-        n *= int(d)
-    return n
 
 
 # The built-in models, each taking what sweepit fills in (input_shape without the batch dimension:
@@ -29,12 +20,12 @@ def linear(input_shape: Sequence[int], n_outputs: int) -> nn.Module:
 
 def softmax(input_shape: Sequence[int], n_outputs: int) -> nn.Module:
     """A single dense layer; the softmax lives in the cross-entropy loss."""
-    return nn.Sequential(nn.Flatten(), nn.Linear(_n_inputs(input_shape), n_outputs))
+    return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), n_outputs))
 
 
 def mlp(input_shape: Sequence[int], n_outputs: int, hidden: int = 128, dropout: float = 0.0) -> nn.Module:
     """One hidden ReLU layer of `hidden` units, dropout before the classifier."""
-    return nn.Sequential(nn.Flatten(), nn.Linear(_n_inputs(input_shape), int(hidden)), nn.ReLU(),
+    return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), int(hidden)), nn.ReLU(),
                          nn.Dropout(float(dropout)), nn.Linear(int(hidden), n_outputs))
 
 
