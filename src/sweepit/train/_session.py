@@ -223,7 +223,7 @@ class Session:
             self._log.resume_from(self.rows)  # the metrics as they were when the checkpoint was saved
         return state
 
-    def outcome(self, status: Status, returned: Any = _NOTHING, error: BaseException | None = None,
+    def outcome(self, status: Status, returned: Any = None, error: BaseException | None = None,
                 recorded_by: Recorder | None = Recorder.SESSION) -> JobRecord:
         """The job's record: status, objective, final metrics, best epoch, times; recorded by the session for a
         task that wrote none, by nobody else for sweepit's own job (its own record)."""
@@ -237,12 +237,12 @@ class Session:
         # What the config says about the objective, and nothing it does not: readers apply one default.
         result.update({k: str(v) for k, v in (("metric", metric), ("direction", self.value("direction"))) if v})
         if status == Status.COMPLETED:
-            result.update(returned_fields(None if returned is _NOTHING else returned))
+            result.update(returned_fields(returned))
             if result["objective"] is None and metric:  # the last reported value
                 result["objective"] = next((v for r in reversed(rows) if (v := as_number(r.get(metric))) is not None),
                                            None)
         elif status == Status.PRUNED:  # stopped early: no objective to compare (docs/results.md); `final` has its last
-            result.update(returned_fields(None if returned is _NOTHING else returned), objective=None)
+            result.update(returned_fields(returned), objective=None)
         elif status == Status.DIVERGED:
             result["error"] = str(error) if error is not None else "the loss stopped being finite"
         if error is not None and status in FAILED_STATUSES:
@@ -250,7 +250,7 @@ class Session:
             result["traceback"] = "".join(traceback.format_exception(type(error), error, error.__traceback__))
         return record
 
-    def finish(self, status: Status, returned: Any = _NOTHING, error: BaseException | None = None) -> None:
+    def finish(self, status: Status, returned: Any = None, error: BaseException | None = None) -> None:
         """Rank 0 writes `result.json` unless the task wrote its own (sweepit's train.py does; a corrupt one,
         half-written by the task, is replaced by this record)."""
         if self.job_dir is None or not self.is_main:
