@@ -57,16 +57,6 @@ class Batches:
             self.num_workers = int(loader.get("num_workers", 2))
             self.pin_memory = bool(loader.get("pin_memory", True)) and device.type == "cuda"
 
-    @property
-    def n_train(self) -> int:
-        d = self.data
-        return len(d.x_train) if isinstance(d, Splits) else d.n_train
-
-    @property
-    def n_val(self) -> int:
-        d = self.data
-        return len(d.x_val) if isinstance(d, Splits) else d.n_val
-
     def describe(self) -> str:
         streamed = (f" (streamed: {self.num_workers} loader worker(s) per rank"
                     + (", pinned memory)" if self.pin_memory else ")")) if isinstance(self.data, Streamed) else ""
@@ -74,7 +64,7 @@ class Batches:
                 + (" (stratified batches)" if self.stratified else ""))
 
     def steps_per_epoch(self) -> int:
-        return max(1, self.n_train // (self.batch_size * self.world))
+        return max(1, self.data.n_train // (self.batch_size * self.world))
 
     def prepare(self, xb: torch.Tensor, training: bool) -> torch.Tensor:
         if training and self.augment:

@@ -112,7 +112,7 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
         "device": str(device), "world_size": world, "n_params": sum(p.numel() for p in model.parameters()),
         "batch_size": batch_size, "global_batch_size": batch_size * world, "lr": lr,
         "lr_scaling": scaling, "effective_lr": effective_lr, "warmup_epochs": warmup_epochs,
-        "n_train": batches.n_train, "n_val": batches.n_val, "data": data.source, "precision": precision,
+        "n_train": data.n_train, "n_val": data.n_val, "data": data.source, "precision": precision,
         "channels_last": channels_last, "model": _model_label(cfg),
     }
     i = out.info
@@ -176,7 +176,7 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
             initial_loss = first_losses / world
         if seen == 0:
             raise ConfigError(f"an epoch must train on at least one batch, but batch_size={batch_size} x "
-                              f"{world} rank(s) left none of the {batches.n_train} training samples.")
+                              f"{world} rank(s) left none of the {data.n_train} training samples.")
         train_loss = loss_sum / seen
         if not math.isfinite(train_loss):
             raise DivergedError(f"training loss became {train_loss} in epoch {epoch} (lr={effective_lr:g})")

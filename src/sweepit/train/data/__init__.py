@@ -1,8 +1,5 @@
-"""Data sets held as tensors on the training device; batches are sliced there.
-
-`load_splits` is the one entry point: it reads (or generates) a data set, normalises it, splits off
-validation data and moves everything to the device once.
-"""
+"""Data sets held as tensors on the training device, batches sliced there; `load_splits` reads (or generates) a
+built-in set, splits off validation data and moves it to the device once."""
 
 from __future__ import annotations
 
@@ -28,6 +25,14 @@ class Splits:
     @property
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.x_train.shape[1:])
+
+    @property
+    def n_train(self) -> int:
+        return len(self.x_train)
+
+    @property
+    def n_val(self) -> int:
+        return len(self.x_val)
 
 
 def load_splits(cfg: Any, device: torch.device) -> Splits:
