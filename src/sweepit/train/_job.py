@@ -33,13 +33,10 @@ def code_version() -> str:
 
 
 def run_job(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None = None) -> float:
-    """Train one configuration, leave `metrics.jsonl` and `result.json` in `job_dir`, return the objective.
-
-    A diverged job returns the worst objective (a high learning rate is a result, not an error);
-    any other exception is recorded as `failed` in `result.json`, then raised again.
-    With `trainer.gpus=N` > 1 the job trains on N ranks: one per task under Slurm or torchrun, else N
-    local processes; only rank 0 writes the job's files, and every rank resumes from the same checkpoint.
-    """
+    """Train one configuration, leave `metrics.jsonl` and `result.json` in `job_dir`, return the objective. A diverged
+    job returns the worst objective (a high learning rate is a result, not an error); any other exception is recorded,
+    then raised again. With `trainer.gpus=N` > 1 it trains on N ranks: one per task under Slurm or torchrun, else N
+    local processes; only rank 0 writes the job's files."""
     job_dir = Path(job_dir)
     rank = from_environment()
     session, began = _session.join(job_dir, cfg, rank or SINGLE)  # the launcher's, under sweepit's launchers
