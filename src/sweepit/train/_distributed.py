@@ -136,18 +136,14 @@ def _read_messages(readers: list[multiprocessing.connection.Connection], listeni
             value.append(payload)
     if failures:
         _, rank, error = min(failures, key=lambda f: (f[0], f[1]))
-        raise _failure(rank, world, error)
-
-
-def _failure(rank: int, world: int, error: object) -> BaseException:
-    if isinstance(error, BaseException) and (rank == 0 or isinstance(error, KeyboardInterrupt)):
-        return error  # rank 0's own, or a stop (Ctrl-C, preemption), which is no rank's failure
-    what = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
-    return RankFailedError(f"rank {rank} of {world} failed: {what} (its traceback is in the job's stderr.log)")
+        if isinstance(error, BaseException) and (rank == 0 or isinstance(error, KeyboardInterrupt)):
+            raise error  # rank 0's own, or a stop (Ctrl-C, preemption), which is no rank's failure
+        what = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
+        raise RankFailedError(f"rank {rank} of {world} failed: {what} (its traceback is in the job's stderr.log)")
 
 
 def _rank_main(target: Callable[[Rank], object], rank: Rank, writer: multiprocessing.connection.Connection,
-               threads: int = 1) -> None:
+               threads: int) -> None:
     torch.set_num_threads(threads)
     try:
         value = target(rank)
