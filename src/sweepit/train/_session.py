@@ -355,27 +355,17 @@ def epoch_facts(rows: list[dict[str, Any]], metric: str | None, direction: str) 
     """What a job's record says of its epochs: how many, the last one's metrics, their times, the best epoch."""
     facts: dict[str, Any] = {"epochs_completed": len(rows)}
     if rows:
-        facts.update(final=rows[-1], **timing_summary(rows))
+        facts["final"] = rows[-1]
+    timed = rows[1:] if len(rows) > 1 else rows  # as the courses time it: the first (warm-up) epoch left out
+    for key in ("epoch_time_s", "samples_per_s", "step_time_s"):  # those the rows have (a user's loop: maybe none)
+        values = [v for r in timed if (v := as_number(r.get(key))) is not None]
+        if values:
+            facts.update({f"{key}_mean": sum(values) / len(values), "timed_epochs": len(timed)})
     scored = [r for r in rows if as_number(r.get(metric)) is not None] if metric else []
     if metric and scored:
         best = (max if direction == "maximize" else min)(scored, key=lambda r: float(r[metric]))
         facts.update(best_epoch=best.get("epoch"), best_value=best[metric])
     return facts
-
-
-def timing_summary(rows: list[dict[str, Any]]) -> dict[str, float | None]:
-    """Epoch time and throughput as the courses time them: the first (warm-up) epoch is left out."""
-    timed = rows[1:] if len(rows) > 1 else rows
-    if not timed:
-        return {}
-    out: dict[str, float | None] = {}
-    for key in ("epoch_time_s", "samples_per_s", "step_time_s"):  # those the rows have (a user's loop: maybe none)
-        values = [v for r in timed if (v := as_number(r.get(key))) is not None]
-        if values:
-            out[f"{key}_mean"] = sum(values) / len(values)
-    if out:
-        out["timed_epochs"] = len(timed)
-    return out
 
 
 def _plain(value: Any) -> Any:
