@@ -97,20 +97,17 @@ class Batches:
                 idx = torch.tensor_split(idx, self.world)[self.rank.rank]
                 yield self.prepare(d.x_train[idx], True), d.y_train[idx]
             return
-        for xb, yb in self._loader(d, epoch):
-            xb, yb = xb.to(self.device, non_blocking=True), yb.to(self.device, non_blocking=True)
-            yield self.prepare(xb.float(), True), yb
-
-    def _loader(self, d: Streamed, epoch: int) -> DataLoader[Any]:
         if self.world > 1:
             sampler: Any = DistributedSampler(d.train, num_replicas=self.world, rank=self.rank.rank, shuffle=True,
                                               seed=self.seed, drop_last=True)
             sampler.set_epoch(epoch)
         else:
-            order = torch.randperm(d.n_train, generator=self.batch_g).tolist()
-            sampler = order
-        return DataLoader(d.train, batch_size=self.batch_size, sampler=sampler, num_workers=self.num_workers,
-                          pin_memory=self.pin_memory, persistent_workers=False)
+            sampler = torch.randperm(d.n_train, generator=self.batch_g).tolist()
+        loader = DataLoader(d.train, batch_size=self.batch_size, sampler=sampler, num_workers=self.num_workers,
+                            pin_memory=self.pin_memory)
+        for xb, yb in loader:
+            xb, yb = xb.to(self.device, non_blocking=True), yb.to(self.device, non_blocking=True)
+            yield self.prepare(xb.float(), True), yb
 
     def val(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """This rank's share of the validation data (every world_size-th sample), in evaluation batches."""
