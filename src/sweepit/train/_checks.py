@@ -8,6 +8,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from sweepit.errors import ConfigError
+from sweepit.results import DIRECTIONS
 from sweepit.trackers import check_trackers
 from sweepit.train._build import target_node
 from sweepit.train._devices import cuda_available
@@ -79,7 +80,7 @@ def check_config(cfg: Any) -> None:
             f"metric must name a metric that task {task} reports ({', '.join(allowed)}), "
             f"but got metric={cfg.metric!r}."
         )
-    if cfg.direction not in ("maximize", "minimize"):
+    if cfg.direction not in DIRECTIONS:
         raise ConfigError(f"direction must be maximize or minimize, but got direction={cfg.direction!r}.")
     check_trackers(cfg)  # a missing tracker package fails the job now, not after its first epoch
     device = str(cfg.device)
