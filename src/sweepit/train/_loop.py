@@ -61,9 +61,7 @@ def train(cfg: Any, on_epoch: EpochCallback | None = None, log: Callable[[str], 
     try:
         outcome = _train(cfg, on_epoch if rank.is_main else None, log, session, rank, device)
     except BaseException:
-        # No destroy_process_group: with a peer gone or stuck, NCCL's may block until its watchdog (minutes). The
-        # process ends now; its peers are stopped by the local supervisor or srun's --kill-on-bad-exit.
-        abandon_process_group()
+        abandon_process_group()  # its peers are stopped by the local supervisor or srun's --kill-on-bad-exit
         raise
     finally:
         if own:
@@ -107,14 +105,13 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
     loss_fn = build_loss(cfg, regression)
     batch_size = int(cfg.batch_size)
 
-    out = Outcome()
-    out.info = {
+    out = Outcome(info={
         "device": str(device), "world_size": world, "n_params": sum(p.numel() for p in model.parameters()),
         "batch_size": batch_size, "global_batch_size": batch_size * world, "lr": lr,
         "lr_scaling": scaling, "effective_lr": effective_lr, "warmup_epochs": warmup_epochs,
         "n_train": data.n_train, "n_val": data.n_val, "data": data.source, "precision": precision,
         "channels_last": channels_last, "model": _model_label(cfg),
-    }
+    })
     i = out.info
     log(f"sweepit: task={cfg.task.name} model={i['model']} params={i['n_params']:,} device={device} "
         f"world_size={world} batch={batch_size} (global {i['global_batch_size']}) lr={lr:g} "

@@ -126,12 +126,10 @@ class Session:
         from sweepit.results import METRICS_FILE
 
         job_dir = self.job_dir
-        # Rank 0 of a job that no session has reported for (in this process, or in a forked rank that left
-        # metrics.jsonl) opens its trackers now.
+        # A job that ended before its first report (none here, no metrics.jsonl from a forked rank) is still a run
+        # in rank 0's trackers, with its status, so that their comparisons show every job of the sweep.
         if (self._trackers is None and job_dir is not None and self.is_main and job_dir.resolve() not in _tracked
                 and not (job_dir / METRICS_FILE).exists()):
-            # A job that ended before its first report (diverged or failed in epoch 1) is still a run in the
-            # trackers, with its status, so that their comparisons show every job of the sweep.
             try:
                 self._track(None, 0)
             except Exception as e:
