@@ -10,10 +10,9 @@ import torch
 from omegaconf import DictConfig
 
 from sweepit.train._batches import Batches
-from sweepit.train._build import load_data
+from sweepit.train._build import build_optimizer, load_data
 from sweepit.train._checks import MODELS
 from sweepit.train._loop import train
-from sweepit.train._optim import build_optimizer
 from sweepit.train._rank import Rank
 from sweepit.train.data import Splits
 from sweepit.train.models import build_model

@@ -1,8 +1,5 @@
 """The training loop and the API a training function calls: report metrics, stop when pruned, checkpoint.
-
-`run_job` and `train` (sweepit's own loop) import torch: `train` is loaded on first use, `run_job` imports it as it
-runs, so that `import sweepit` (the API) and an app built on `run_job` stay light until they train.
-"""
+`run_job` and `train` import torch, so they load on first use: `import sweepit` stays light."""
 
 from __future__ import annotations
 

@@ -1,30 +1,16 @@
-"""What any training function calls to get sweepit's guarantees: five calls, whatever its model, data and loop.
-
-    job = sweepit.context()                       # rank, world size, device, job directory sweepit assigned
-    state = sweepit.load_checkpoint()             # None, or what the last save_checkpoint() got
-    for epoch in range(first, epochs + 1):
-        ...
-        sweepit.report({"train_loss": ..., "val_acc": ...}, epoch=epoch)   # metrics.jsonl, result.json, Optuna
-        if sweepit.should_stop():                 # the Optuna pruner says this trial is not worth finishing
-            break
-        sweepit.save_checkpoint({"model": ..., "optimizer": ..., "epoch": epoch})
-
-A *session* holds one job's state in the job's process: its directory, config, rank, the metrics reported
-so far and its Optuna trial. sweepit's launchers begin one around the task function and, when the task
-wrote no `result.json` itself, finish it with one (status, objective, final metrics, best epoch). Under
-any other launcher, or a single run, the first call begins a session in Hydra's output directory; outside
-Hydra nothing is written and the calls only keep the metrics in memory. Only rank 0 writes files and
-talks to Optuna; every rank may call everything (`should_stop` is a collective when ranks run).
-"""
+"""The five calls any training function makes to get sweepit's guarantees, whatever its model, data and loop
+(docs/own-code.md). They act on the job's session (sweepit.train._session); only rank 0 writes files and talks to
+Optuna, every rank may call everything."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweepit.errors import ConfigError
+from sweepit.train._rank import Rank
 from sweepit.train._session import active
 
 if TYPE_CHECKING:
@@ -33,34 +19,22 @@ if TYPE_CHECKING:
 __all__ = ["JobContext", "context", "load_checkpoint", "report", "save_checkpoint", "should_stop"]
 
 
-@dataclass(frozen=True)
-class JobContext:
-    """Where and as what this process trains: its rank in the job's world, its device, the job's directory."""
+@dataclass(frozen=True, kw_only=True)
+class JobContext(Rank):
+    """Where and as what this process trains: its rank in the job's world (rank 0, `is_main`, writes the job's
+    files), its device, the job's directory."""
 
-    rank: int
-    local_rank: int
-    world_size: int
     device: torch.device
     job_dir: Path | None             # None outside a sweep or a Hydra run: nothing is written
-    master_addr: str = "127.0.0.1"
-    master_port: int = 29500
-
-    @property
-    def is_main(self) -> bool:
-        """Rank 0: the process that writes the job's files."""
-        return self.rank == 0
 
     def init_process_group(self, backend: str | None = None) -> None:
         """torch.distributed's process group for this job's ranks (NCCL on CUDA, else gloo), once; a job of
         one rank needs none. Ranks come from Slurm, torchrun, or the local ranks sweepit forked."""
         from sweepit.train._distributed import init_process_group
-        from sweepit.train._rank import Rank
 
-        init_process_group(Rank(self.rank, self.local_rank, self.world_size, self.master_addr, self.master_port),
-                           self.device, backend)
+        init_process_group(self, self.device, backend)
 
 
-# -- the public calls --------------------------------------------------------------------------------------------
 def report(metrics: Mapping[str, Any], epoch: int | None = None) -> None:
     """Record one epoch's metrics: a line of `metrics.jsonl` (the learning curves, the summary table, the
     report), and, under the Optuna sweeper, the objective (the config's `metric`) as the trial's value at
@@ -104,5 +78,4 @@ def context() -> JobContext:
     rank = session.the_rank
     device = device_for(rank, str(session.value("device", "auto")))
     use_device(device)  # the current GPU of this process (pinned memory, collectives), one rank or many
-    return JobContext(rank=rank.rank, local_rank=rank.local_rank, world_size=rank.world_size, device=device,
-                      job_dir=session.job_dir, master_addr=rank.master_addr, master_port=rank.master_port)
+    return JobContext(**asdict(rank), device=device, job_dir=session.job_dir)

@@ -1,9 +1,6 @@
-"""Batches for the loop, from data in memory (index slices on the device) or streamed Datasets (a DataLoader).
-
-Both give each rank its share of every global batch of `batch_size x world` samples, in an order that
-depends only on the seed, and apply the same device-side steps to the inputs: augmentation (rotation,
-shift, zoom, training only), resizing to `task.image_size`, and the channels-last layout.
-"""
+"""Batches for the loop, from data in memory (index slices on the device) or streamed Datasets (a DataLoader): each
+rank's share of every global batch, in an order that depends only on the seed, with the same device-side steps
+(augmentation, resizing to `task.image_size`, channels-last)."""
 
 from __future__ import annotations
 
@@ -13,7 +10,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 from torch.utils.data import DataLoader, Subset
 from torch.utils.data.distributed import DistributedSampler
 
@@ -61,16 +57,6 @@ class Batches:
             self.num_workers = int(loader.get("num_workers", 2))
             self.pin_memory = bool(loader.get("pin_memory", True)) and device.type == "cuda"
 
-    @property
-    def n_train(self) -> int:
-        d = self.data
-        return len(d.x_train) if isinstance(d, Splits) else d.n_train
-
-    @property
-    def n_val(self) -> int:
-        d = self.data
-        return len(d.x_val) if isinstance(d, Splits) else d.n_val
-
     def describe(self) -> str:
         streamed = (f" (streamed: {self.num_workers} loader worker(s) per rank"
                     + (", pinned memory)" if self.pin_memory else ")")) if isinstance(self.data, Streamed) else ""
@@ -78,7 +64,7 @@ class Batches:
                 + (" (stratified batches)" if self.stratified else ""))
 
     def steps_per_epoch(self) -> int:
-        return max(1, self.n_train // (self.batch_size * self.world))
+        return max(1, self.data.n_train // (self.batch_size * self.world))
 
     def prepare(self, xb: torch.Tensor, training: bool) -> torch.Tensor:
         if training and self.augment:
@@ -111,20 +97,17 @@ class Batches:
                 idx = torch.tensor_split(idx, self.world)[self.rank.rank]
                 yield self.prepare(d.x_train[idx], True), d.y_train[idx]
             return
-        for xb, yb in self._loader(d, epoch):
-            xb, yb = xb.to(self.device, non_blocking=True), yb.to(self.device, non_blocking=True)
-            yield self.prepare(xb.float(), True), yb
-
-    def _loader(self, d: Streamed, epoch: int) -> DataLoader[Any]:
         if self.world > 1:
             sampler: Any = DistributedSampler(d.train, num_replicas=self.world, rank=self.rank.rank, shuffle=True,
                                               seed=self.seed, drop_last=True)
             sampler.set_epoch(epoch)
         else:
-            order = torch.randperm(d.n_train, generator=self.batch_g).tolist()
-            sampler = order
-        return DataLoader(d.train, batch_size=self.batch_size, sampler=sampler, num_workers=self.num_workers,
-                          pin_memory=self.pin_memory, persistent_workers=False)
+            sampler = torch.randperm(d.n_train, generator=self.batch_g).tolist()
+        loader = DataLoader(d.train, batch_size=self.batch_size, sampler=sampler, num_workers=self.num_workers,
+                            pin_memory=self.pin_memory)
+        for xb, yb in loader:
+            xb, yb = xb.to(self.device, non_blocking=True), yb.to(self.device, non_blocking=True)
+            yield self.prepare(xb.float(), True), yb
 
     def val(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """This rank's share of the validation data (every world_size-th sample), in evaluation batches."""
@@ -141,26 +124,3 @@ class Batches:
             yield self.prepare(xb.to(self.device, non_blocking=True).float(), False), yb.to(self.device)
 
 
-@torch.no_grad()
-def evaluate(model: nn.Module, batches: Batches, loss_fn: nn.Module, regression: bool, world: int
-             ) -> dict[str, float]:
-    """Loss and accuracy on the validation split, summed over the ranks."""
-    model.eval()
-    inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
-    sums = torch.zeros(3, device=batches.device, dtype=torch.float64)
-    for xb, yb in batches.val():
-        out = inner(xb)
-        target = yb.view_as(out) if regression and yb.shape != out.shape and yb.numel() == out.numel() else yb
-        sums[0] += loss_fn(out, target) * len(yb)
-        sums[2] += len(yb)
-        if not regression:
-            sums[1] += (out.argmax(1) == yb).sum()
-    if world > 1:
-        import torch.distributed as dist
-
-        dist.all_reduce(sums)
-    loss_sum, correct, seen = (float(v) for v in sums)
-    row = {"val_loss": loss_sum / seen if seen else float("nan")}
-    if not regression:
-        row["val_acc"] = correct / seen if seen else float("nan")
-    return row

@@ -1,19 +1,9 @@
-"""The model, data and loss of a job, from a built-in name or any `_target_` (Hydra's instantiate convention).
-
-    model:  _target_: mypkg.nets.MyNet       width: 64          # any nn.Module class, or a function returning one
-    data:   _target_: mypkg.data.make        n_samples: 2000    # returns (train, val): (x, y) tensors or Datasets
-    loss:   _target_: torch.nn.HuberLoss     delta: 0.5         # null: cross-entropy for class labels, else MSE
-
-The node's other keys are the keyword arguments (nested nodes with a `_target_` are built first; `_args_`
-gives positional ones, `_partial_: true` a functools.partial). sweepit fills in the arguments it knows when
-the callable takes them and the node leaves them out: `input_shape` and `n_outputs` for a model, `seed` for
-data. Without a `_target_`, the task's built-in (`task.model`, `data.name`) is built the same way. A mistake
-is one ConfigError that names the key, the value and what is expected; it fails that job only.
-"""
+"""The model, data, loss and optimizer of a job, from a built-in name or any `_target_` (Hydra's instantiate
+convention, docs/own-code.md); a mistake is one ConfigError that names the key, the value and what is expected."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -36,10 +26,16 @@ BUILTIN_MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+def target_node(cfg: Any, key: str) -> dict[str, Any] | None:
+    """The config's `key` node (model, data, loss) when it names a `_target_`: the user's own."""
+    node = plain(OmegaConf.select(cfg, key, default=None)) if OmegaConf.is_config(cfg) else None
+    return node if isinstance(node, dict) and node.get("_target_") else None
+
+
 def model_node(cfg: Any) -> dict[str, Any]:
     """`model` when it has a `_target_`, else the built-in named by `task.model` with its task arguments."""
-    node = plain(OmegaConf.select(cfg, "model", default=None)) if OmegaConf.is_config(cfg) else None
-    if isinstance(node, dict) and node.get("_target_"):
+    node = target_node(cfg, "model")
+    if node is not None:
         return node
     name = OmegaConf.select(cfg, "task.model", default=None) if OmegaConf.is_config(cfg) else None
     if name not in BUILTIN_MODELS:
@@ -50,7 +46,6 @@ def model_node(cfg: Any) -> dict[str, Any]:
 
 
 def builtin_node(name: str, task: Mapping[str, Any]) -> dict[str, Any]:
-    """The `model` node a built-in name stands for, its arguments taken from `task` (hidden, dropout, ...)."""
     target, keys = BUILTIN_MODELS[name]
     defaults = {"hidden": 128, "dropout": 0.0, "image_size": 32}
     return {"_target_": target, **{k: task.get(k, defaults[k]) for k in keys}}
@@ -67,8 +62,8 @@ def build_model(cfg: Any, input_shape: tuple[int, ...], n_outputs: int) -> nn.Mo
 
 def build_loss(cfg: Any, regression: bool) -> nn.Module:
     """The loss: `loss._target_` when set, else cross-entropy for class labels and mean squared error otherwise."""
-    node = plain(OmegaConf.select(cfg, "loss", default=None)) if OmegaConf.is_config(cfg) else None
-    if isinstance(node, dict) and node.get("_target_"):
+    node = target_node(cfg, "loss")
+    if node is not None:
         loss = instantiate(node, "loss")
         if not callable(loss):
             raise ConfigError(f"loss._target_ must build a loss (an nn.Module or a function of (output, target)), "
@@ -90,12 +85,13 @@ class _LossFunction(nn.Module):
 def check_output(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n_outputs: int, regression: bool,
                  cfg: Any) -> None:
     """One forward pass in eval mode (no randomness drawn) on a few samples: the output must fit the labels."""
+    name = f"model._target_={model_node(cfg)['_target_']}"
     was_training = model.training
     model.eval()
     try:
         out = model(x)
     except Exception as e:
-        raise ConfigError(f"the model must take the data's inputs, but {_model_name(cfg)} raised "
+        raise ConfigError(f"the model must take the data's inputs, but {name} raised "
                           f"{type(e).__name__}: {e} on a batch of shape {tuple(x.shape)}. Fix the model's input "
                           "layer (sweepit passes input_shape= to a model whose constructor takes it).") from e
     finally:
@@ -106,26 +102,37 @@ def check_output(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n_outputs: 
         what = f"{n_outputs} classes of the data" if not regression else "the regression targets"
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise ConfigError(f"the model's output must have shape {expected} (batch, one value per output) for the "
-                          f"{what}, but {_model_name(cfg)} gives {got} on {len(x)} inputs of shape "
+                          f"{what}, but {name} gives {got} on {len(x)} inputs of shape "
                           f"{tuple(x.shape[1:])}. Fix its output layer to {n_outputs} outputs (sweepit passes "
                           "n_outputs= to a model whose constructor takes it).")
 
 
-def _model_name(cfg: Any) -> str:
-    node = model_node(cfg)
-    return f"model._target_={node['_target_']}"
-
-
 def load_data(cfg: Any, device: torch.device) -> Any:
-    """The job's data: `data._target_`'s (checked against the contract in sweepit.train.data.custom), tensors
-    moved to `device`; else the built-in data set named by `data.name`."""
+    """The job's data: `data._target_`'s (checked against the contract), else the built-in set `data.name`."""
     from sweepit.train.data import Splits, load_splits, to_device
     from sweepit.train.data.custom import from_user
 
-    node = plain(OmegaConf.select(cfg, "data", default=None)) if OmegaConf.is_config(cfg) else None
-    if not (isinstance(node, dict) and node.get("_target_")):
+    node = target_node(cfg, "data")
+    if node is None:
         return load_splits(cfg, device)
     seed = int(cfg.seed)
     result = instantiate(node, "data", fill={"seed": seed}, skip=DATA_KEYS)
     data = from_user(result, str(node["_target_"]), float(node.get("val_fraction") or 0.0), seed)
     return to_device(data, device) if isinstance(data, Splits) else data
+
+
+ALGORITHMS = ("SGD", "Adagrad", "RMSprop", "Adam", "AdamW", "Adamax", "Adadelta", "NAdam")
+
+
+def build_optimizer(params: Iterable[torch.nn.Parameter], optimizer_cfg: Any, lr: float) -> torch.optim.Optimizer:
+    """The `optimizer` config group's torch optimizer at `lr`."""
+    algorithm = optimizer_cfg["algorithm"]
+    if algorithm not in ALGORITHMS:
+        raise ConfigError(f"optimizer.algorithm must be one of {', '.join(ALGORITHMS)}, but got {algorithm!r}.")
+    kwargs = dict(optimizer_cfg.get("kwargs") or {})
+    if "betas" in kwargs:
+        kwargs["betas"] = tuple(kwargs["betas"])
+    try:
+        return getattr(torch.optim, algorithm)(params, lr=lr, **kwargs)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"optimizer {optimizer_cfg['name']} rejects its settings {kwargs}: {e}") from e

@@ -1,9 +1,6 @@
-"""Epoch-boundary checkpoints: the training function's own state, the metrics so far and every RNG state.
-
-Restoring all of them makes a resumed run end with the same metrics as an uninterrupted one (same seed,
-same device). The file is replaced atomically, so a job killed while saving keeps the previous one.
-torch is imported inside the functions: `import sweepit` stays light.
-"""
+"""Epoch-boundary checkpoints: the training function's own state, the metrics so far and every RNG state, so that a
+resumed run ends with the same metrics as an uninterrupted one; replaced atomically (a job killed while saving keeps
+the previous one). torch is imported inside the functions: `import sweepit` stays light."""
 
 from __future__ import annotations
 
@@ -17,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sweepit._files import atomic_file
+from sweepit.results import RANK_STATES
 
 log = logging.getLogger(__name__)
 
@@ -73,23 +71,16 @@ def rank_path(path: Path, rank: int) -> Path:
     return path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
 
 
-def save(path: Path, state: Any, rows: list[dict[str, Any]], config_hash: str, count: int) -> None:
-    """Rank 0: `state` (anything torch.save takes) with the metrics rows so far and its random states; `count`
-    numbers the saves of the job, so that each rank's states are matched with the checkpoint they belong to."""
+def save(path: Path, config_hash: str, count: int, rank: int = 0, state: Any = None,
+         rows: list[dict[str, Any]] | None = None) -> None:
+    """Rank 0: `state` (anything torch.save takes) with the metrics rows so far and its random states; another rank:
+    its own random states, beside the checkpoint. `count` numbers the saves of the job, so that each rank's states
+    are matched with the checkpoint they belong to."""
     import torch
 
-    record = {"sweepit": {"format": FORMAT, "config_hash": config_hash, "rows": rows, "rng": rng_states(),
-                          "count": count}, "state": state}
-    with atomic_file(path, binary=True) as f:
-        torch.save(record, f)
-
-
-def save_rank(path: Path, rank: int, config_hash: str, count: int) -> None:
-    """Rank `rank` > 0: its own random states, beside the checkpoint rank 0 saves at the same call."""
-    import torch
-
-    record = {"sweepit": {"format": FORMAT, "config_hash": config_hash, "rng": rng_states(), "count": count}}
-    with atomic_file(rank_path(path, rank), binary=True) as f:
+    meta = {"format": FORMAT, "config_hash": config_hash, "rng": rng_states(), "count": count}
+    record = {"sweepit": {**meta, "rows": rows}, "state": state} if rank == 0 else {"sweepit": meta}
+    with atomic_file(path if rank == 0 else rank_path(path, rank), binary=True) as f:
         torch.save(record, f)
 
 
@@ -130,5 +121,5 @@ def load(path: Path, config_hash: str, rank: int = 0) -> tuple[Any, list[dict[st
 
 def remove(path: Path) -> None:
     """The checkpoint and every rank's random states beside it."""
-    for file in [path, *path.parent.glob(f"{path.stem}.rank*{path.suffix}")]:
+    for file in [path, *path.parent.glob(RANK_STATES)]:
         file.unlink(missing_ok=True)

@@ -5,13 +5,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from sweepit.errors import ConfigError
+from sweepit.results import DIRECTIONS
 from sweepit.trackers import check_trackers
+from sweepit.train._build import target_node
 from sweepit.train._devices import cuda_available
 
-TASKS = ("linreg", "digits", "mnist", "cifar10", "custom")
 PRECISIONS = ("fp32", "bf16")
-MODELS = {
+MODELS = {  # the built-in tasks and their models
     "linreg": ("linear",),
     "digits": ("softmax", "mlp", "cnn"),
     "mnist": ("softmax", "mlp", "cnn"),
@@ -23,20 +26,13 @@ CLASSIFICATION_METRICS = ("train_loss", "train_acc", "val_loss", "val_acc")
 TIMING_METRICS = ("epoch_time_s", "samples_per_s")
 
 
-def objective_metrics(task: str, regression: bool | None = None) -> tuple[str, ...]:
-    """Metric names that `metric` may name for this task (or, once the data is loaded, for this kind of data)."""
-    regression = task == "linreg" if regression is None else regression
+def objective_metrics(regression: bool) -> tuple[str, ...]:
     return (REGRESSION_METRICS if regression else CLASSIFICATION_METRICS) + TIMING_METRICS
-
-
-def _target(cfg: Any, key: str) -> Any:
-    node = cfg.get(key) if hasattr(cfg, "get") else getattr(cfg, key, None)
-    return node.get("_target_") if node is not None and hasattr(node, "get") else None
 
 
 def check_metric(cfg: Any, regression: bool) -> None:
     """`metric` must be one the loop reports for this data (classification or regression)."""
-    allowed = objective_metrics(str(cfg.task.name), regression)
+    allowed = objective_metrics(regression)
     if cfg.metric not in allowed:
         kind = "regression targets" if regression else "class labels"
         raise ConfigError(f"metric must name a metric the job reports for data with {kind} ({', '.join(allowed)}), "
@@ -54,10 +50,10 @@ def _number(cfg: Any, key: str) -> float:
 def check_config(cfg: Any) -> None:
     """Raise ConfigError for the first rule the config breaks."""
     task = cfg.task.name
-    if task not in TASKS:
-        raise ConfigError(f"task.name must be one of {', '.join(TASKS)}, but got task.name={task!r}.")
+    if task not in MODELS:
+        raise ConfigError(f"task.name must be one of {', '.join(MODELS)}, but got task.name={task!r}.")
     model = cfg.task.get("model")
-    if not _target(cfg, "model") and model not in MODELS[task]:
+    if not target_node(cfg, "model") and model not in MODELS[task]:
         if task == "custom":
             raise ConfigError("task=custom trains your own model, so model._target_ must name it (any nn.Module "
                               "class or function), but model._target_ is not set. Set for example "
@@ -67,27 +63,24 @@ def check_config(cfg: Any) -> None:
             f"own nn.Module), but got task.model={model!r}. Set for example `task.model={MODELS[task][-1]}`, or "
             f"model._target_={model if model and '.' in str(model) else 'mypkg.nets.MyNet'}."
         )
-    if task == "custom" and not _target(cfg, "data"):
+    if task == "custom" and not target_node(cfg, "data"):
         raise ConfigError("task=custom trains on your own data, so data._target_ must name the function that returns "
                           "it, but data._target_ is not set. Set for example data._target_=mypkg.data.make; it returns "
                           "(train, val), each an (x, y) pair of tensors or a torch Dataset.")
     lr = _number(cfg, "lr")
     if not (math.isfinite(lr) and lr > 0):
         raise ConfigError(f"lr must be a finite number > 0, but got lr={cfg.lr!r}. Set for example `lr=0.01`.")
-    for key in ("batch_size", "epochs"):
-        value = cfg[key]
+    for key in ("batch_size", "epochs", "trainer.gpus"):
+        value = OmegaConf.select(cfg, key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{key} must be an integer >= 1, but got {key}={value!r}.")
-    gpus = cfg.trainer.gpus
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
-        raise ConfigError(f"trainer.gpus must be an integer >= 1, but got trainer.gpus={gpus!r}.")
-    allowed = objective_metrics(task)
-    if not _target(cfg, "data") and task != "custom" and cfg.metric not in allowed:
+    allowed = objective_metrics(task == "linreg")
+    if not target_node(cfg, "data") and task != "custom" and cfg.metric not in allowed:
         raise ConfigError(
             f"metric must name a metric that task {task} reports ({', '.join(allowed)}), "
             f"but got metric={cfg.metric!r}."
         )
-    if cfg.direction not in ("maximize", "minimize"):
+    if cfg.direction not in DIRECTIONS:
         raise ConfigError(f"direction must be maximize or minimize, but got direction={cfg.direction!r}.")
     check_trackers(cfg)  # a missing tracker package fails the job now, not after its first epoch
     device = str(cfg.device)
@@ -125,17 +118,15 @@ _COUNTS = {
 
 
 def _check_counts(cfg: Any) -> None:
-    from omegaconf import OmegaConf
-
     for key, least in _COUNTS.items():
-        value = OmegaConf.select(cfg, key, default=None) if OmegaConf.is_config(cfg) else None
+        value = OmegaConf.select(cfg, key, default=None)
         if value is None:
             continue  # the key is not in this config (a task without it)
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ConfigError(f"{key} must be an integer >= {least}, but got {key}={value!r}. "
                               f"Set for example {key}={max(least, 1)}.")
     for key, low, high in (("task.dropout", 0.0, 1.0), ("trainer.diverge_ratio", 0.0, math.inf)):
-        value = OmegaConf.select(cfg, key, default=None) if OmegaConf.is_config(cfg) else None
+        value = OmegaConf.select(cfg, key, default=None)
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value < high:

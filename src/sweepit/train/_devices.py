@@ -1,17 +1,7 @@
-"""The device a rank trains on, and what sweepit asks of CUDA to choose it, without breaking fork.
-
-- Asking torch whether CUDA is there (`torch.cuda.is_available()`) initialises the CUDA driver unless
-  `PYTORCH_NVML_BASED_CUDA_CHECK=1` is set, and a process forked after that dies at its first CUDA call ("Cannot
-  re-initialize CUDA in forked subprocess"; PyTorch's notes, "Poison fork in multiprocessing"). A job with
-  `trainer.gpus=N` forks its local ranks, so everything the job process asks goes through `cuda_available()`,
-  which asks NVML; `torch.cuda.device_count()` does too when NVML answers.
-- Each rank makes its GPU the current device (`use_device`) before the process group exists: NCCL, the
-  collectives on `torch.cuda.current_device()` and a DataLoader's pin-memory thread otherwise all use GPU 0 of
-  every rank that sees several GPUs.
-- bf16 on a GPU needs compute capability 8.0 (A100, H100): below it (V100) cuDNN has no bf16 convolutions and
-  runs them emulated, far slower than fp32.
-- `trainer.deterministic=true`: the same seed gives the same numbers on the same GPU (`make_deterministic`).
-"""
+"""The device a rank trains on, and what sweepit asks of CUDA to choose it without breaking fork: asking torch
+whether CUDA is there initialises the driver unless PYTORCH_NVML_BASED_CUDA_CHECK=1, and a process forked after that
+dies at its first CUDA call (PyTorch's notes, "Poison fork in multiprocessing"); a job forks its local ranks, so it
+asks through `cuda_available()`."""
 
 from __future__ import annotations
 

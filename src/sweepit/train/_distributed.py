@@ -1,9 +1,5 @@
-"""Data parallelism: the process group and local rank spawning.
-
-A job with `trainer.gpus=N` runs N processes, one per device. Their ranks come from torchrun or Slurm
-(`_rank.from_environment`), or from `spawn_local`, which forks N-1 ranks beside the calling process when
-neither is there. NCCL on CUDA, gloo on CPU.
-"""
+"""Data parallelism: the job's process group (NCCL on CUDA, gloo on CPU), and `spawn_local`, which forks a job's
+ranks beside the calling process when neither torchrun nor Slurm started them."""
 
 from __future__ import annotations
 
@@ -50,14 +46,9 @@ def init_process_group(rank: Rank, device: torch.device, backend: str | None = N
 
 
 def destroy_process_group() -> None:
-    """Destroy the process group, after a pause for gloo's worker threads.
-
-    A gloo worker thread may still be releasing the tensors of the last collective after the collective has
-    returned, and that takes the GIL. When the process exits first, Python ends the thread during its
-    finalization and C++ aborts the process ("terminate called without an active exception", SIGABRT), so a
-    completed job's rank shows up in Slurm as FAILED. A garbage collection and a short pause before the destroy
-    let the thread finish first; this function does both, called by the job or at exit.
-    """
+    """Destroy the process group after a garbage collection and a pause: a gloo worker thread may still be releasing
+    the last collective's tensors, and a process that exits first aborts in C++ (SIGABRT), so that a completed job's
+    rank shows up in Slurm as FAILED."""
     if dist.is_initialized():
         gc.collect()
         time.sleep(GLOO_SETTLE_S)  # the GIL is free meanwhile
@@ -79,12 +70,10 @@ def _free_port() -> int:
 def spawn_local(world_size: int, target: Callable[[Rank], T]) -> T:
     """Run `target(rank)` in `world_size` forked processes on this machine and return rank 0's value.
 
-    This process only supervises: it waits on every rank's exit and message, so when any rank fails the others are
-    killed at once, instead of waiting in a collective for a peer that never comes. The first rank to fail is the
-    cause (its peers fail after it, at the connection it left): rank 0's own exception (such as DivergedError) is
-    raised again here, another rank's as a RankFailedError that names it. The ranks share this process's torch CPU
-    threads (a job's own trainer.threads still wins), so N ranks do not run N times the threads the job was given.
-    """
+    This process only supervises: when any rank fails the others are killed at once, instead of waiting in a
+    collective for a peer that never comes. The first rank to fail is the cause: rank 0's own exception (such as
+    DivergedError) is raised again here, another rank's as a RankFailedError that names it. The ranks share this
+    process's torch CPU threads (a job's own trainer.threads still wins)."""
     threads = max(1, torch.get_num_threads() // world_size)
     port = _free_port()
     ctx = mp.get_context("fork")
@@ -147,18 +136,14 @@ def _read_messages(readers: list[multiprocessing.connection.Connection], listeni
             value.append(payload)
     if failures:
         _, rank, error = min(failures, key=lambda f: (f[0], f[1]))
-        raise _failure(rank, world, error)
-
-
-def _failure(rank: int, world: int, error: object) -> BaseException:
-    if isinstance(error, BaseException) and (rank == 0 or isinstance(error, KeyboardInterrupt)):
-        return error  # rank 0's own, or a stop (Ctrl-C, preemption), which is no rank's failure
-    what = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
-    return RankFailedError(f"rank {rank} of {world} failed: {what} (its traceback is in the job's stderr.log)")
+        if isinstance(error, BaseException) and (rank == 0 or isinstance(error, KeyboardInterrupt)):
+            raise error  # rank 0's own, or a stop (Ctrl-C, preemption), which is no rank's failure
+        what = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
+        raise RankFailedError(f"rank {rank} of {world} failed: {what} (its traceback is in the job's stderr.log)")
 
 
 def _rank_main(target: Callable[[Rank], object], rank: Rank, writer: multiprocessing.connection.Connection,
-               threads: int = 1) -> None:
+               threads: int) -> None:
     torch.set_num_threads(threads)
     try:
         value = target(rank)

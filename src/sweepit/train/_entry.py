@@ -1,9 +1,5 @@
-"""`sweepit.train.run_job` as an app imports it: sweepit's own training job, which imports torch only when it runs.
-
-An app built on it (train.py) then starts without torch wherever it does not train: `--help`, `--cfg`, a refused
-override, the driver of a Slurm sweep. That an app imported it tells the local launcher to warm
-torch before it forks jobs all the same (sweepit.local._local_sweep.preload).
-"""
+"""`sweepit.train.run_job` as an app imports it, without torch until it runs (`--help`, a Slurm sweep's driver); that
+an app imported this module tells the local launcher to warm torch before it forks jobs (TORCH_APP)."""
 
 from __future__ import annotations
 
@@ -15,8 +11,7 @@ if TYPE_CHECKING:
 
 
 def run_job(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None = None) -> float:
-    """Train one configuration in `job_dir` with sweepit's own loop (sweepit.train._job.run_job), return the
-    objective."""
+    """sweepit.train._job.run_job: train one configuration in `job_dir`, return the objective."""
     from sweepit.train._job import run_job as run
 
     return run(cfg, job_dir, on_epoch)

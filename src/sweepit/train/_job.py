@@ -1,32 +1,23 @@
-"""One job of sweepit's own loop, from start to `result.json`: check the config, train, record the outcome.
-
-It runs in a session of the public API (sweepit.train._api): the loop reports each epoch, asks whether to
-stop and checkpoints through it, as a user's own training function does; this module adds the richer
-`result.json` that sweepit's own loop knows how to fill in (device, parameters, timing, code version).
-"""
+"""One job of sweepit's own loop: check the config, train, and leave the job's own `result.json`: its session's
+record with what the loop knows besides (device, parameters, timing, code version)."""
 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-import time
-import traceback
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import sweepit
-from sweepit._host import now_iso
 from sweepit.errors import DivergedError
-from sweepit.results import Status, read_metrics, worst, write_result
+from sweepit.results import JobPaths, Status, worst, write_result
 from sweepit.train import _checkpoint, _session, _weights
 from sweepit.train._checks import check_config
 from sweepit.train._devices import cuda_available
 from sweepit.train._distributed import spawn_local
 from sweepit.train._loop import EpochCallback, Outcome, train
 from sweepit.train._rank import SINGLE, Rank, from_environment
-from sweepit.train._session import epoch_facts
 
 
 @lru_cache(maxsize=1)
@@ -42,76 +33,58 @@ def code_version() -> str:
 
 
 def run_job(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None = None) -> float:
-    """Train one configuration, leave `metrics.jsonl` and `result.json` in `job_dir`, return the objective.
-
-    A diverged job returns the worst objective (a high learning rate is a result, not an error);
-    any other exception is recorded as `failed` in `result.json`, then raised again.
-    With `trainer.gpus=N` > 1 the job trains on N ranks: one per task under Slurm or torchrun, else N
-    local processes; only rank 0 writes the job's files, and every rank resumes from the same checkpoint.
-    """
+    """Train one configuration, leave `metrics.jsonl` and `result.json` in `job_dir`, return the objective. A diverged
+    job returns the worst objective (a high learning rate is a result, not an error); any other exception is recorded,
+    then raised again. With `trainer.gpus=N` > 1 it trains on N ranks: one per task under Slurm or torchrun, else N
+    local processes; only rank 0 writes the job's files."""
     job_dir = Path(job_dir)
     rank = from_environment()
-    if rank is not None and not rank.is_main:
-        session, began = _session.join(job_dir, cfg, rank)
-        try:
+    session, began = _session.join(job_dir, cfg, rank or SINGLE)  # the launcher's, under sweepit's launchers
+    try:
+        if rank is not None and not rank.is_main:
             check_config(cfg)
             rows = train(cfg, rank=rank, session=session).rows
-        finally:
-            if began:
-                _session.end(session)
-        return float(rows[-1][cfg.metric]) if rows else float("nan")
-    job_dir.mkdir(parents=True, exist_ok=True)
-    session, began = _session.join(job_dir, cfg, rank or SINGLE)  # the launcher's, under sweepit's launchers
-    t0 = time.perf_counter()
-    result: dict[str, Any] = {
-        "status": Status.FAILED, "objective": None, "metric": str(cfg.metric), "direction": str(cfg.direction),
-        "started_at": now_iso(), "hostname": socket.gethostname(), "pid": os.getpid(),
-        "code_version": code_version(), "world_size": int(cfg.trainer.gpus),
-    }
+            return float(rows[-1][cfg.metric]) if rows else float("nan")
+        job_dir.mkdir(parents=True, exist_ok=True)
+        return _run_main(cfg, job_dir, on_epoch, rank, session)
+    finally:
+        if began:
+            _session.end(session)  # else the launcher ends it, after its own record of the job
 
-    def rows_so_far() -> list[dict[str, Any]]:
-        # With local ranks, rank 0's rows live in its own (forked) process: read what it wrote.
-        return session.rows or read_metrics(job_dir)[0]
 
+def _run_main(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None, rank: Rank | None,
+              session: _session.Session) -> float:
+    """Rank 0: train (forking the local ranks when no launcher started them) and record how the job ended."""
+    gpus = int(cfg.trainer.gpus)
+    status, objective, outcome = Status.FAILED, None, Outcome()
+    error: BaseException | None = None
     try:
         check_config(cfg)
-        gpus = int(cfg.trainer.gpus)
         if rank is None and gpus > 1:
             _warn_oversubscribed(cfg, gpus)
-            outcome: Outcome = spawn_local(gpus, lambda r: _train_rank(cfg, on_epoch, job_dir, r))
+            outcome = spawn_local(gpus, lambda r: _train_rank(cfg, on_epoch, job_dir, r))
         else:
             outcome = train(cfg, on_epoch, rank=rank or SINGLE, session=session)
-        checkpoint = session.checkpoint_path
-        if checkpoint is not None and not cfg.trainer.get("keep_checkpoint", False):
-            _checkpoint.remove(checkpoint)
+        if not cfg.trainer.get("keep_checkpoint", False):
+            _checkpoint.remove(JobPaths(job_dir).checkpoint)
         objective = float(outcome.rows[-1][cfg.metric])
         # A pruned job was stopped early: its last value (in `final`) is no objective to compare with the others'.
-        result.update(outcome.info, **epoch_facts(outcome.rows, str(cfg.metric), str(cfg.direction)),
-                      status=Status.PRUNED if outcome.stopped_early else Status.COMPLETED,
-                      objective=None if outcome.stopped_early else objective)
+        status = Status.PRUNED if outcome.stopped_early else Status.COMPLETED
         return objective
     except DivergedError as e:
-        rows = rows_so_far()
-        result.update(status=Status.DIVERGED, error=str(e), epochs_completed=len(rows))
-        if rows:
-            result["final"] = rows[-1]
+        status, error = Status.DIVERGED, e
         print(f"sweepit: job diverged: {e}; recorded with the worst objective", flush=True)
         return worst(str(cfg.direction))
     except BaseException as e:
-        result.update(
-            status=_session.status_of(e), error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc(limit=20),
-            epochs_completed=len(rows_so_far()),
-        )
+        status, error = _session.status_of(e), e
         raise
     finally:
-        result["wall_time_s"] = time.perf_counter() - t0
-        result["ended_at"] = now_iso()
+        record = session.outcome(status, objective, error, recorded_by=None)
+        record.result.update({"world_size": gpus, "code_version": code_version(), **outcome.info})
         weights = _weights.sizes(job_dir)
         if weights:
-            result["weights"] = weights  # file -> bytes: what `sweepit clean` can free
-        write_result(job_dir, result)
-        if began:
-            _session.end(session)  # else the launcher ends it, after its own record of the job
+            record.result["weights"] = weights  # file -> bytes: what `sweepit clean` can free
+        write_result(job_dir, record)
 
 
 def _warn_oversubscribed(cfg: Any, gpus: int) -> None:

@@ -1,12 +1,6 @@
-"""The training loop: one model, one optimizer, one metrics row per epoch, reported through sweepit's own API.
-
-Data in memory (the built-in sets, a user's tensors) stays on the device and batches are index slices there;
-a user's Datasets are streamed through a DataLoader. With a world of N ranks (sweepit.train._distributed),
-each global batch of N x batch_size samples is split into N shards, gradients are averaged by
-DistributedDataParallel, and the metrics are summed over ranks. Each epoch goes to `sweepit.report`
-(metrics.jsonl, Optuna), the pruner's answer to `should_stop`, the state to `save_checkpoint`: the same
-calls a user's own loop makes.
-"""
+"""The training loop: one model, one optimizer, one metrics row per epoch, reported through sweepit's own API (the
+calls a user's own loop makes). With N ranks each global batch of N x batch_size samples is split into N shards,
+DistributedDataParallel averages the gradients and the metrics are summed over ranks."""
 
 from __future__ import annotations
 
@@ -21,13 +15,13 @@ import torch.distributed as dist
 from torch import nn
 
 from sweepit.errors import ConfigError, DivergedError
+from sweepit.results import BEST_WEIGHTS, LAST_WEIGHTS
 from sweepit.train import _session, _weights
-from sweepit.train._batches import Batches, epoch_seed, evaluate
-from sweepit.train._build import build_loss, build_model, check_output, load_data
+from sweepit.train._batches import Batches, epoch_seed
+from sweepit.train._build import build_loss, build_model, build_optimizer, check_output, load_data, target_node
 from sweepit.train._checks import check_metric
 from sweepit.train._devices import check_precision, device_for, make_deterministic, use_device
 from sweepit.train._distributed import abandon_process_group, destroy_process_group, init_process_group
-from sweepit.train._optim import build_optimizer
 from sweepit.train._rank import SINGLE, Rank
 
 # Called after each epoch with (epoch, metrics row) on rank 0; returning True stops training (benchmarks).
@@ -47,20 +41,17 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _all_reduce(values: torch.Tensor, world: int, op: Any = None) -> torch.Tensor:
+def _all_reduce(values: torch.Tensor, world: int, maximum: bool = False) -> torch.Tensor:
     if world > 1:
-        dist.all_reduce(values, op=op or dist.ReduceOp.SUM)
+        dist.all_reduce(values, op=dist.ReduceOp.MAX if maximum else dist.ReduceOp.SUM)
     return values
 
 
 def train(cfg: Any, on_epoch: EpochCallback | None = None, log: Callable[[str], None] = print,
           rank: Rank = SINGLE, session: _session.Session | None = None) -> Outcome:
-    """Train as `cfg` says, as `rank` of its world. Raises DivergedError when the loss stops being finite.
-
-    Metrics, pruning and checkpoints go through `session` (the job's; without one, a session of its own that
-    writes only where Hydra or $SWEEPIT_JOB_DIR say). With `trainer.checkpoint`, the state is saved every
-    `trainer.checkpoint_every` epochs and training resumes from a checkpoint of the same configuration.
-    """
+    """Train as `cfg` says, as `rank` of its world. Raises DivergedError when the loss stops being finite. Metrics,
+    pruning and checkpoints go through `session` (the job's; without one, one of its own where Hydra or
+    $SWEEPIT_JOB_DIR say)."""
     own = session is None
     session = session or _session.begin(_session.job_dir_from_environment(), cfg, rank)
     log = log if rank.is_main else (lambda _: None)
@@ -70,9 +61,7 @@ def train(cfg: Any, on_epoch: EpochCallback | None = None, log: Callable[[str], 
     try:
         outcome = _train(cfg, on_epoch if rank.is_main else None, log, session, rank, device)
     except BaseException:
-        # No destroy_process_group: with a peer gone or stuck, NCCL's may block until its watchdog (minutes). The
-        # process ends now; its peers are stopped by the local supervisor or srun's --kill-on-bad-exit.
-        abandon_process_group()
+        abandon_process_group()  # its peers are stopped by the local supervisor or srun's --kill-on-bad-exit
         raise
     finally:
         if own:
@@ -116,14 +105,13 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
     loss_fn = build_loss(cfg, regression)
     batch_size = int(cfg.batch_size)
 
-    out = Outcome()
-    out.info = {
+    out = Outcome(info={
         "device": str(device), "world_size": world, "n_params": sum(p.numel() for p in model.parameters()),
         "batch_size": batch_size, "global_batch_size": batch_size * world, "lr": lr,
         "lr_scaling": scaling, "effective_lr": effective_lr, "warmup_epochs": warmup_epochs,
-        "n_train": batches.n_train, "n_val": batches.n_val, "data": data.source, "precision": precision,
+        "n_train": data.n_train, "n_val": data.n_val, "data": data.source, "precision": precision,
         "channels_last": channels_last, "model": _model_label(cfg),
-    }
+    })
     i = out.info
     log(f"sweepit: task={cfg.task.name} model={i['model']} params={i['n_params']:,} device={device} "
         f"world_size={world} batch={batch_size} (global {i['global_batch_size']}) lr={lr:g} "
@@ -179,13 +167,13 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
                 sums[1] += (logits.argmax(1) == yb).sum()
         _sync(device)
         epoch_time = torch.tensor([time.perf_counter() - t0], device=device, dtype=torch.float64)
-        epoch_time_s = float(_all_reduce(epoch_time, world, dist.ReduceOp.MAX if world > 1 else None))
+        epoch_time_s = float(_all_reduce(epoch_time, world, maximum=True))
         loss_sum, correct, seen, first_losses = (float(v) for v in _all_reduce(sums, world))
         if initial_loss is None:
             initial_loss = first_losses / world
         if seen == 0:
             raise ConfigError(f"an epoch must train on at least one batch, but batch_size={batch_size} x "
-                              f"{world} rank(s) left none of the {batches.n_train} training samples.")
+                              f"{world} rank(s) left none of the {data.n_train} training samples.")
         train_loss = loss_sum / seen
         if not math.isfinite(train_loss):
             raise DivergedError(f"training loss became {train_loss} in epoch {epoch} (lr={effective_lr:g})")
@@ -210,20 +198,19 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
         session.report(row, epoch=epoch)
         if save_model in ("best", "both") and weights_dir is not None and _weights.is_better(
                 row.get(metric), [r.get(metric) for r in out.rows[:-1]], direction):
-            _weights.save(weights_dir / _weights.BEST_FILE, _unwrap(model), epoch, metric, row[metric])
+            _weights.save(weights_dir / BEST_WEIGHTS, _unwrap(model), epoch, metric, row[metric])
         if cfg.trainer.log_every_epoch:
             log(epoch_line(row, epochs))
         if checkpointing and (epoch % every == 0 or epoch == epochs):
             session.save_checkpoint({"epoch": epoch, "model": _unwrap(model).state_dict(),
                                      "optimizer": optimizer.state_dict(), "initial_loss": initial_loss})
         stop = float(session.pruner_says_stop() or (on_epoch is not None and on_epoch(epoch, row)))
-        if float(_all_reduce(torch.tensor([stop], device=device), world,
-                             dist.ReduceOp.MAX if world > 1 else None)) > 0:
+        if float(_all_reduce(torch.tensor([stop], device=device), world, maximum=True)) > 0:
             out.stopped_early = True
             break
     if save_model in ("last", "both") and weights_dir is not None and out.rows:
         last = out.rows[-1]
-        _weights.save(weights_dir / _weights.LAST_FILE, _unwrap(model), int(last["epoch"]), metric, last.get(metric))
+        _weights.save(weights_dir / LAST_WEIGHTS, _unwrap(model), int(last["epoch"]), metric, last.get(metric))
     return out
 
 
@@ -234,11 +221,28 @@ def _fit(y: torch.Tensor, output: torch.Tensor, regression: bool) -> torch.Tenso
     return y
 
 
-def _model_label(cfg: Any) -> str:
-    from omegaconf import OmegaConf
+@torch.no_grad()
+def evaluate(model: nn.Module, batches: Batches, loss_fn: nn.Module, regression: bool, world: int) -> dict[str, float]:
+    """Loss and accuracy on the validation split, summed over the ranks."""
+    model.eval()
+    inner = _unwrap(model)
+    sums = torch.zeros(3, device=batches.device, dtype=torch.float64)
+    for xb, yb in batches.val():
+        out = inner(xb)
+        sums[0] += loss_fn(out, _fit(yb, out, regression)) * len(yb)
+        sums[2] += len(yb)
+        if not regression:
+            sums[1] += (out.argmax(1) == yb).sum()
+    loss_sum, correct, seen = (float(v) for v in _all_reduce(sums, world))
+    row = {"val_loss": loss_sum / seen if seen else float("nan")}
+    if not regression:
+        row["val_acc"] = correct / seen if seen else float("nan")
+    return row
 
-    target = OmegaConf.select(cfg, "model._target_", default=None) if OmegaConf.is_config(cfg) else None
-    return str(target) if target else str(cfg.task.model)
+
+def _model_label(cfg: Any) -> str:
+    node = target_node(cfg, "model")
+    return str(node["_target_"]) if node else str(cfg.task.model)
 
 
 def schedule_factor(schedule: str, epoch: int, epochs: int, warmup_epochs: int) -> float:

@@ -1,7 +1,6 @@
-"""Who this process is in its job (rank, local rank, world size, where the ranks meet), read from the environment
-that torchrun or Slurm set. No torch here: a job that never imports torch (any Hydra app on sweepit's launchers)
-asks its rank when it records its result, also in the seconds between Slurm's SIGTERM and its SIGKILL (KillWait),
-where importing torch can take longer than those seconds on a loaded node: the job would be killed before it wrote."""
+"""Who this process is in its job (rank, local rank, world size, where the ranks meet), from torchrun's or Slurm's
+variables. No torch here: a job records its rank also between Slurm's SIGTERM and SIGKILL (KillWait), where importing
+torch on a loaded node could take longer than that."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """One job's session in its own process: its directory, config, rank, the metrics reported so far, its Optuna
-trial, and the result.json it leaves when the task writes none. The public calls (sweepit.train._api) act on
-the active session; sweepit's launchers and its own loop begin and end them.
-"""
+trial and its record. The public calls (sweepit.train._api) act on the active session."""
 
 from __future__ import annotations
 
@@ -15,6 +13,7 @@ import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from sweepit._host import now_iso
@@ -50,16 +49,14 @@ class Session:
     started_at: str = field(default_factory=now_iso)
     t0: float = field(default_factory=time.perf_counter)
     _log: MetricsLog | None = None
-    _trial: Any = None                               # the pruning callback, once opened (None: no study)
-    _trial_checked: bool = False
+    _trial: Any = _NOTHING                           # the pruning callback, once opened (None: no study)
     _stop: bool = False                              # the pruner's verdict after the latest report
     told_to_stop: bool = False                       # should_stop() said True: a task that returns was pruned
     _trackers: list[Any] | None = None               # the config's experiment trackers, once opened (rank 0)
-    _hash: str | None = None                         # the config's fingerprint, once computed
+    _hash: str | None = None                         # the config as the job started: see _config_hash
     implicit: bool = False                           # begun by a first call, not by a launcher: see active()
     _saves: int = 0                                  # save_checkpoint calls of the job so far (resumed ones too)
 
-    # -- what the session knows from the job's config --------------------------------------------------
     def value(self, key: str, default: Any = None) -> Any:
         from omegaconf import OmegaConf
 
@@ -74,7 +71,6 @@ class Session:
 
     @property
     def metric(self) -> str | None:
-        """The objective's name (the config's `metric`): what pruning and `result.json` read from each report."""
         metric = self.value("metric")
         return None if metric is None else str(metric)
 
@@ -92,7 +88,6 @@ class Session:
     def is_main(self) -> bool:
         return self.the_rank.is_main
 
-    # -- reporting ---------------------------------------------------------------------------------------
     def report(self, metrics: Mapping[str, Any], epoch: int | None = None) -> None:
         epoch = len(self.rows) + 1 if epoch is None else int(epoch)
         if epoch < 1:
@@ -128,9 +123,13 @@ class Session:
     def close_trackers(self, status: str | None = None) -> None:
         """End the trackers' runs with the job's status: its result.json's when it has one, else `status`
         (a job stopped before it recorded one: interrupted)."""
-        if self._trackers is None and self._never_tracked():
-            # A job that ended before its first report (diverged or failed in epoch 1) is still a run in the
-            # trackers, with its status, so that their comparisons show every job of the sweep.
+        from sweepit.results import METRICS_FILE
+
+        job_dir = self.job_dir
+        # A job that ended before its first report (none here, no metrics.jsonl from a forked rank) is still a run
+        # in rank 0's trackers, with its status, so that their comparisons show every job of the sweep.
+        if (self._trackers is None and job_dir is not None and self.is_main and job_dir.resolve() not in _tracked
+                and not (job_dir / METRICS_FILE).exists()):
             try:
                 self._track(None, 0)
             except Exception as e:
@@ -147,23 +146,13 @@ class Session:
                 log.warning(f"sweepit: {type(tracker).__name__} could not record the end of the run: "
                             f"{type(e).__name__}: {e}")
 
-    def _never_tracked(self) -> bool:
-        """True for rank 0 of a job that no session has reported for (in this process, or in a forked rank
-        that left metrics.jsonl)."""
-        from sweepit.results import METRICS_FILE
-
-        job_dir = self.job_dir
-        return (job_dir is not None and self.is_main and job_dir.resolve() not in _tracked
-                and not (job_dir / METRICS_FILE).exists())
-
     def _open_trial(self) -> Any:
-        if not self._trial_checked:
-            self._trial_checked = True
-            metric = self.metric
-            if metric is not None:
+        if self._trial is _NOTHING:
+            self._trial = None
+            if self.metric is not None:
                 from sweepit.search import pruning_callback
 
-                self._trial = pruning_callback(_MetricConfig(metric, self.value("epochs")))
+                self._trial = pruning_callback(SimpleNamespace(metric=self.metric, epochs=self.value("epochs")))
         return self._trial
 
     def pruner_says_stop(self) -> bool:
@@ -183,29 +172,25 @@ class Session:
         self.told_to_stop = self.told_to_stop or stop
         return stop
 
-    # -- checkpoints ---------------------------------------------------------------------------------------
     @property
     def checkpoint_path(self) -> Path | None:
         return None if self.job_dir is None else JobPaths(self.job_dir).checkpoint
 
     def _config_hash(self) -> str:
-        """The fingerprint a checkpoint is saved and loaded with, computed once a job: the
-        config as the job started, which is also what a restarted job computes, even if the task changed it since."""
+        """The fingerprint a checkpoint is saved and loaded with, computed once a job: the config as the job
+        started, which is also what a restarted job computes, even if the task changed it since."""
         if self._hash is None:
-            self._hash = self._fingerprint()
+            from omegaconf import OmegaConf
+
+            from sweepit.train._checkpoint import fingerprint
+
+            config = self.config
+            if OmegaConf.is_config(config):
+                if "hydra" in config:  # the launcher's copy of the job config: the task's part only
+                    config = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
+                config = OmegaConf.to_container(config, resolve=True)
+            self._hash = fingerprint(config if isinstance(config, Mapping) else None)
         return self._hash
-
-    def _fingerprint(self) -> str:
-        from omegaconf import OmegaConf
-
-        from sweepit.train._checkpoint import fingerprint
-
-        config = self.config
-        if OmegaConf.is_config(config):
-            if "hydra" in config:  # the launcher's copy of the job config: the task's part only
-                config = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
-            config = OmegaConf.to_container(config, resolve=True)
-        return fingerprint(config if isinstance(config, Mapping) else None)
 
     def save_checkpoint(self, state: Any) -> None:
         """Rank 0 writes the checkpoint; every other rank only its own random states beside it (a rank's dropout
@@ -216,10 +201,7 @@ class Session:
         from sweepit.train import _checkpoint
 
         self._saves += 1
-        if self.is_main:
-            _checkpoint.save(path, state, self.rows, self._config_hash(), self._saves)
-        else:
-            _checkpoint.save_rank(path, self.the_rank.rank, self._config_hash(), self._saves)
+        _checkpoint.save(path, self._config_hash(), self._saves, self.the_rank.rank, state, self.rows)
 
     def load_checkpoint(self) -> Any:
         path = self.checkpoint_path
@@ -239,25 +221,26 @@ class Session:
             self._log.resume_from(self.rows)  # the metrics as they were when the checkpoint was saved
         return state
 
-    # -- the end -------------------------------------------------------------------------------------------
-    def outcome(self, status: Status, returned: Any = _NOTHING, error: BaseException | None = None) -> JobRecord:
-        """The `result.json` of a task that wrote none: status, objective, final metrics, best epoch, times."""
+    def outcome(self, status: Status, returned: Any = None, error: BaseException | None = None,
+                recorded_by: Recorder | None = Recorder.SESSION) -> JobRecord:
+        """The job's record: status, objective, final metrics, best epoch, times; recorded by the session for a
+        task that wrote none, by nobody else for sweepit's own job (its own record)."""
         metric, direction = self.metric, self.direction
         rows = self.rows or (read_metrics(self.job_dir)[0] if self.job_dir is not None else [])
         record = JobRecord.of(
-            status, Recorder.SESSION, started_at=self.started_at, ended_at=now_iso(),
+            status, recorded_by, started_at=self.started_at, ended_at=now_iso(),
             wall_time_s=time.perf_counter() - self.t0, hostname=socket.gethostname(), pid=os.getpid(),
             world_size=self.the_rank.world_size, **epoch_facts(rows, metric, direction))
         result = record.result
         # What the config says about the objective, and nothing it does not: readers apply one default.
         result.update({k: str(v) for k, v in (("metric", metric), ("direction", self.value("direction"))) if v})
         if status == Status.COMPLETED:
-            result.update(returned_fields(None if returned is _NOTHING else returned))
+            result.update(returned_fields(returned))
             if result["objective"] is None and metric:  # the last reported value
                 result["objective"] = next((v for r in reversed(rows) if (v := as_number(r.get(metric))) is not None),
                                            None)
         elif status == Status.PRUNED:  # stopped early: no objective to compare (docs/results.md); `final` has its last
-            result.update(returned_fields(None if returned is _NOTHING else returned), objective=None)
+            result.update(returned_fields(returned), objective=None)
         elif status == Status.DIVERGED:
             result["error"] = str(error) if error is not None else "the loss stopped being finite"
         if error is not None and status in FAILED_STATUSES:
@@ -265,7 +248,7 @@ class Session:
             result["traceback"] = "".join(traceback.format_exception(type(error), error, error.__traceback__))
         return record
 
-    def finish(self, status: Status, returned: Any = _NOTHING, error: BaseException | None = None) -> None:
+    def finish(self, status: Status, returned: Any = None, error: BaseException | None = None) -> None:
         """Rank 0 writes `result.json` unless the task wrote its own (sweepit's train.py does; a corrupt one,
         half-written by the task, is replaced by this record)."""
         if self.job_dir is None or not self.is_main:
@@ -275,28 +258,20 @@ class Session:
         write_result(self.job_dir, self.outcome(status, returned, error), replace=False)
 
 
-@dataclass(frozen=True)
-class _MetricConfig:
-    metric: str
-    epochs: Any
-
-
 _active: Session | None = None
 _tracked: set[Path] = set()  # job directories whose trackers a session of this process has opened
 _exit_hook = False           # whether the implicit sessions' exit hook is registered (once a process)
 
 
 def begin(job_dir: Path | str | None, config: Any = None, rank: Rank | None = None) -> Session:
-    """Start the session of one job in this process (a launcher, or sweepit's own loop, calls this)."""
     global _active
     _active = Session(job_dir=None if job_dir is None else Path(job_dir), config=config, rank=rank)
     return _active
 
 
 def join(job_dir: Path, config: Any = None, rank: Rank | None = None) -> tuple[Session, bool]:
-    """The session of the job in `job_dir`: the one a launcher began for it in this process (sweepit's launchers,
-    its callback), else a new one; and whether the caller began it (and so ends it). One job, one session: what
-    the job reports, its trial and its trackers are in one place whichever part of sweepit asked first."""
+    """The session a launcher began for the job in `job_dir` in this process, else a new one; and whether the caller
+    began it (and so ends it). One job, one session, whichever part of sweepit asked first."""
     running = current()
     if running is not None and running.job_dir is not None and running.job_dir.resolve() == Path(job_dir).resolve():
         if running.rank is None and rank is not None:
@@ -317,17 +292,14 @@ def end(session: Session | None = None, status: str | None = None) -> None:
 
 
 def current() -> Session | None:
-    """The session a launcher (or a callback) began in this process and has not ended; None if there is none."""
     return _active
 
 
 def active() -> Session:
     """The session of the job running in this process; the first call outside sweepit's launchers begins one
-    in `$SWEEPIT_JOB_DIR`, else Hydra's output directory, else none (metrics kept in memory only).
-
-    Such an implicit session belongs to one job directory: a launcher that runs every job in one process
-    (Hydra's `basic`) moves Hydra's output directory on to the next job, and the next call then ends the old
-    session and begins the new job's, so that no job sees another's metrics, checkpoint or trial."""
+    in `$SWEEPIT_JOB_DIR`, else Hydra's output directory, else none (metrics kept in memory only). Such an implicit
+    session belongs to one job directory: when Hydra's `basic` launcher moves its output directory on to the next
+    job, the next call ends the old session, so that no job sees another's metrics, checkpoint or trial."""
     global _active, _exit_hook
     if _active is not None and not _active.implicit:
         return _active
@@ -358,17 +330,15 @@ def job_dir_from_environment() -> Path | None:
 
 
 def leave_process_group() -> None:
-    """A job that failed leaves its process group as it is: no destroy now nor at this process's exit (NCCL's may
-    block on a peer that failed or is stuck until its watchdog, minutes); the process ends, its sockets with it.
-    Nothing when the job made no group through sweepit (torch is not imported for this)."""
+    """A job that failed leaves its process group as it is (sweepit.train._distributed.abandon_process_group);
+    nothing when the job made no group through sweepit (torch is not imported for this)."""
     distributed = sys.modules.get("sweepit.train._distributed")
     if distributed is not None:
         distributed.abandon_process_group()
 
 
 def status_of(error: BaseException) -> Status:
-    """The status a job that raised `error` ends with: optuna.TrialPruned is `pruned` (Optuna's own way to
-    prune from inside a trial), DivergedError `diverged`, KeyboardInterrupt `interrupted`, anything else `failed`."""
+    """The status a job that raised `error` ends with (optuna.TrialPruned: Optuna's own way to prune a trial)."""
     if isinstance(error, DivergedError):
         return Status.DIVERGED
     if isinstance(error, KeyboardInterrupt):
@@ -380,11 +350,15 @@ def status_of(error: BaseException) -> Status:
 
 
 def epoch_facts(rows: list[dict[str, Any]], metric: str | None, direction: str) -> dict[str, Any]:
-    """What a job's record says of its epochs: how many, the last one's metrics (`final`), its times
-    (`timing_summary`), and the epoch where `metric` was best."""
+    """What a job's record says of its epochs: how many, the last one's metrics, their times, the best epoch."""
     facts: dict[str, Any] = {"epochs_completed": len(rows)}
     if rows:
-        facts.update(final=rows[-1], **timing_summary(rows))
+        facts["final"] = rows[-1]
+    timed = rows[1:] if len(rows) > 1 else rows  # as the courses time it: the first (warm-up) epoch left out
+    for key in ("epoch_time_s", "samples_per_s", "step_time_s"):  # those the rows have (a user's loop: maybe none)
+        values = [v for r in timed if (v := as_number(r.get(key))) is not None]
+        if values:
+            facts.update({f"{key}_mean": sum(values) / len(values), "timed_epochs": len(timed)})
     scored = [r for r in rows if as_number(r.get(metric)) is not None] if metric else []
     if metric and scored:
         best = (max if direction == "maximize" else min)(scored, key=lambda r: float(r[metric]))
@@ -392,23 +366,8 @@ def epoch_facts(rows: list[dict[str, Any]], metric: str | None, direction: str) 
     return facts
 
 
-def timing_summary(rows: list[dict[str, Any]]) -> dict[str, float | None]:
-    """Epoch time and throughput as the courses time them: the first (warm-up) epoch is left out."""
-    timed = rows[1:] if len(rows) > 1 else rows
-    if not timed:
-        return {}
-    out: dict[str, float | None] = {}
-    for key in ("epoch_time_s", "samples_per_s", "step_time_s"):  # those the rows have (a user's loop: maybe none)
-        values = [v for r in timed if (v := as_number(r.get(key))) is not None]
-        if values:
-            out[f"{key}_mean"] = sum(values) / len(values)
-    if out:
-        out["timed_epochs"] = len(timed)
-    return out
-
-
 def _plain(value: Any) -> Any:
-    """A reported value as JSON takes it: tensors and NumPy scalars become Python numbers."""
+    """Tensors and NumPy scalars as Python numbers, for JSON."""
     item = getattr(value, "item", None)
     if callable(item) and getattr(value, "ndim", 0) == 0:
         value = item()

@@ -1,10 +1,5 @@
-"""Trained weights are a result: `model_best.pt` (the epoch where the objective was best) and/or `model_last.pt`
-in the job's directory, as `trainer.save_model` says (best, the default | last | both | none).
-
-Each file is `{"model": state_dict (on the CPU), "epoch", "metric", "value", "sweepit"}`, written atomically by
-rank 0; load it with `torch.load(path)["model"]` into the model the job's `.hydra/config.yaml` describes.
-`sweepit clean DIR` deletes them for every job but the sweep's best.
-"""
+"""Trained weights are a result: `model_best.pt` and/or `model_last.pt` in the job's directory, as
+`trainer.save_model` says (best, the default | last | both | none), written atomically by rank 0 (docs/results.md)."""
 
 from __future__ import annotations
 
@@ -17,10 +12,9 @@ from torch import nn
 import sweepit
 from sweepit._files import atomic_file
 from sweepit.errors import ConfigError
-from sweepit.results import BEST_WEIGHTS, LAST_WEIGHTS, WEIGHT_FILES
+from sweepit.results import WEIGHT_FILES
 
 MODES = ("best", "last", "both", "none")
-BEST_FILE, LAST_FILE = BEST_WEIGHTS, LAST_WEIGHTS
 
 
 def mode(cfg: Any) -> str:

@@ -1,23 +1,14 @@
-"""The courses' models: linear regression, softmax, MLP, a two-conv CNN, and ResNet-18/50 (no torchvision).
-
-Each is a function a config can name as `model._target_` (sweepit.train.models.cnn); `task.model=cnn` is
-the shortcut the built-in tasks use.
-"""
+"""The courses' models: linear regression, softmax, MLP, a two-conv CNN, and ResNet-18/50 (no torchvision). Each is
+a function a config can name as `model._target_`; `task.model=cnn` is the built-in tasks' shortcut."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import ClassVar
 
 import torch
 from torch import nn
-
-
-def _n_inputs(input_shape: Sequence[int]) -> int:
-    n = 1
-    for d in input_shape:
-        n *= int(d)
-    return n
 
 
 # The built-in models, each taking what sweepit fills in (input_shape without the batch dimension:
@@ -29,12 +20,12 @@ def linear(input_shape: Sequence[int], n_outputs: int) -> nn.Module:
 
 def softmax(input_shape: Sequence[int], n_outputs: int) -> nn.Module:
     """A single dense layer; the softmax lives in the cross-entropy loss."""
-    return nn.Sequential(nn.Flatten(), nn.Linear(_n_inputs(input_shape), n_outputs))
+    return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), n_outputs))
 
 
 def mlp(input_shape: Sequence[int], n_outputs: int, hidden: int = 128, dropout: float = 0.0) -> nn.Module:
     """One hidden ReLU layer of `hidden` units, dropout before the classifier."""
-    return nn.Sequential(nn.Flatten(), nn.Linear(_n_inputs(input_shape), int(hidden)), nn.ReLU(),
+    return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), int(hidden)), nn.ReLU(),
                          nn.Dropout(float(dropout)), nn.Linear(int(hidden), n_outputs))
 
 
@@ -86,55 +77,40 @@ class ConvNet(nn.Module):
         return self.classifier(self.features(x))
 
 
-class BasicBlock(nn.Module):
-    expansion = 1
+class Block(nn.Module):
+    """A residual block: two 3x3 convs (ResNet-18's), or with `bottleneck` a 1x1-3x3-1x1 one of 4x the width out
+    (ResNet-50's); a 1x1 conv shortcut where the shape changes."""
 
-    def __init__(self, c_in: int, c: int, stride: int) -> None:
+    def __init__(self, c_in: int, c: int, stride: int, bottleneck: bool) -> None:
         super().__init__()
-        self.body = nn.Sequential(
-            nn.Conv2d(c_in, c, 3, stride, 1, bias=False), nn.BatchNorm2d(c), nn.ReLU(inplace=True),
-            nn.Conv2d(c, c, 3, 1, 1, bias=False), nn.BatchNorm2d(c),
-        )
-        self.shortcut = _shortcut(c_in, c, stride)
+        self.c_out = c_out = c * 4 if bottleneck else c
+        if bottleneck:
+            layers = [nn.Conv2d(c_in, c, 1, bias=False), nn.BatchNorm2d(c), nn.ReLU(inplace=True),
+                      nn.Conv2d(c, c, 3, stride, 1, bias=False), nn.BatchNorm2d(c), nn.ReLU(inplace=True),
+                      nn.Conv2d(c, c_out, 1, bias=False), nn.BatchNorm2d(c_out)]
+        else:
+            layers = [nn.Conv2d(c_in, c, 3, stride, 1, bias=False), nn.BatchNorm2d(c), nn.ReLU(inplace=True),
+                      nn.Conv2d(c, c, 3, 1, 1, bias=False), nn.BatchNorm2d(c)]
+        self.body = nn.Sequential(*layers)
+        self.shortcut: nn.Module = nn.Identity()
+        if stride != 1 or c_in != c_out:
+            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.relu(self.body(x) + self.shortcut(x))
-
-
-class Bottleneck(nn.Module):
-    expansion = 4
-
-    def __init__(self, c_in: int, c: int, stride: int) -> None:
-        super().__init__()
-        c_out = c * self.expansion
-        self.body = nn.Sequential(
-            nn.Conv2d(c_in, c, 1, bias=False), nn.BatchNorm2d(c), nn.ReLU(inplace=True),
-            nn.Conv2d(c, c, 3, stride, 1, bias=False), nn.BatchNorm2d(c), nn.ReLU(inplace=True),
-            nn.Conv2d(c, c_out, 1, bias=False), nn.BatchNorm2d(c_out),
-        )
-        self.shortcut = _shortcut(c_in, c_out, stride)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(self.body(x) + self.shortcut(x))
-
-
-def _shortcut(c_in: int, c_out: int, stride: int) -> nn.Module:
-    if stride == 1 and c_in == c_out:
-        return nn.Identity()
-    return nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
 
 
 class ResNet(nn.Module):
     """ResNet-18/50 (He et al., 2016). `small_input`: 3x3 stem without max-pool, as for 32x32 CIFAR images."""
 
-    LAYOUT: ClassVar[dict[str, tuple[type[BasicBlock] | type[Bottleneck], tuple[int, ...]]]] = {
-        "resnet18": (BasicBlock, (2, 2, 2, 2)),
-        "resnet50": (Bottleneck, (3, 4, 6, 3)),
+    LAYOUT: ClassVar[dict[str, tuple[bool, tuple[int, ...]]]] = {  # bottleneck blocks?, blocks per stage
+        "resnet18": (False, (2, 2, 2, 2)),
+        "resnet50": (True, (3, 4, 6, 3)),
     }
 
     def __init__(self, name: str, n_classes: int, small_input: bool) -> None:
         super().__init__()
-        block, counts = self.LAYOUT[name]
+        bottleneck, counts = self.LAYOUT[name]
         if small_input:
             stem: list[nn.Module] = [nn.Conv2d(3, 64, 3, 1, 1, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True)]
         else:
@@ -145,8 +121,9 @@ class ResNet(nn.Module):
         for i, n in enumerate(counts):
             c = 64 * 2**i
             for j in range(n):
-                layers.append(block(c_in, c, 2 if (j == 0 and i > 0) else 1))
-                c_in = c * block.expansion
+                block = Block(c_in, c, 2 if (j == 0 and i > 0) else 1, bottleneck)
+                layers.append(block)
+                c_in = block.c_out
         self.net = nn.Sequential(*stem, *layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c_in, n_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

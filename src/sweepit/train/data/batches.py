@@ -8,11 +8,8 @@ import torch
 
 
 def stratified_order(y: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """A permutation in which every contiguous chunk holds each class in proportion to its frequency.
-
-    Each sample gets the key (rank within its class, shuffled, + jitter) / class size; sorting by that key
-    spreads each class evenly over the whole epoch.
-    """
+    """A permutation in which every contiguous chunk holds each class in proportion to its frequency: each sample's
+    key is (its rank within its class, shuffled, + jitter) / class size, which spreads each class over the epoch."""
     y_cpu = y.detach().cpu()
     keys = torch.empty(len(y_cpu), dtype=torch.float64)
     for c in torch.unique(y_cpu):

@@ -23,7 +23,9 @@ STD = (0.2470, 0.2435, 0.2616)
 def load(data_cfg: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, str]:
     """Train (50,000) and test (10,000) images as float tensors (N, 3, 32, 32), labels as int64."""
     root = Path(data_cfg.root if data_cfg.root is not None else "data/cifar10")
-    folder = batches_dir(root)
+    folder = root / BATCHES_DIR
+    if not folder.is_dir() and (root / TEST_BATCH).is_file():
+        folder = root  # data.root is that folder itself
     names = (*TRAIN_BATCHES, TEST_BATCH)
     missing = [name for name in names if not (folder / name).is_file()]
     if missing:
@@ -39,13 +41,6 @@ def load(data_cfg: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch
     y_train = torch.cat([y for _, y in train])
     x_test, y_test = _read_batch(folder / TEST_BATCH)
     return x_train, y_train, x_test, y_test, f"CIFAR-10 python batches in {folder.resolve()}"
-
-
-def batches_dir(root: Path) -> Path:
-    """`root/cifar-10-batches-py`, or `root` itself when it already is that folder."""
-    if not (root / BATCHES_DIR).is_dir() and (root / TEST_BATCH).is_file():
-        return root
-    return root / BATCHES_DIR
 
 
 # numpy's array rebuilder, whatever module it lives in for the installed numpy.

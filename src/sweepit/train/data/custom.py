@@ -1,17 +1,5 @@
-"""A user's own data, from `data._target_`: the data contract.
-
-The callable returns the training and validation data, as `(train, val)` or `{"train": ..., "val": ...}`
-(`val` may be None: then `data.val_fraction` of the training data is held out). Each split is either
-
-- an `(x, y)` pair of tensors (or NumPy arrays) that fits in memory: held on the training device, batches
-  are index slices there, as for the built-in data sets (the fast path); or
-- a `torch.utils.data.Dataset` whose items are `(x, y)`: streamed through a DataLoader with
-  `data.loader.num_workers` workers, pinned memory on CUDA, and a sampler that gives each DDP rank its
-  own share of every epoch.
-
-Integer labels make a classification task (classes: `dataset.classes`, else `dataset.targets`, else the
-largest label + 1); float targets a regression. Inputs are converted to float32.
-"""
+"""A user's own data, from `data._target_`, checked against the data contract (docs/own-code.md): `(x, y)` tensors
+are held on the training device like the built-in sets, Datasets are streamed through a DataLoader."""
 
 from __future__ import annotations
 
@@ -111,29 +99,26 @@ def _labels(y: torch.Tensor) -> tuple[torch.Tensor, int]:
     return y.float(), 0
 
 
-def _inputs(x: torch.Tensor) -> torch.Tensor:
-    return x if x.dtype == torch.float32 else x.float()
-
-
 def _in_memory(train: tuple[torch.Tensor, torch.Tensor], val: tuple[torch.Tensor, torch.Tensor] | None,
                val_fraction: float, seed: int, source: str) -> Splits:
-    x, (y, n_classes) = _inputs(train[0]), _labels(train[1])
+    x, (y, n_classes) = train[0].float(), _labels(train[1])
     if val is None:
-        tr, va = _hold_out(y, n_classes, val_fraction, seed)
+        tr, va = _hold_out(y if n_classes else None, len(y), val_fraction, seed)
         x_val, y_val = x[va], y[va]
         x, y = x[tr], y[tr]
     else:
-        x_val, (y_val, n_val_classes) = _inputs(val[0]), _labels(val[1])
+        x_val, (y_val, n_val_classes) = val[0].float(), _labels(val[1])
         n_classes = max(n_classes, n_val_classes) if n_classes else 0
     return Splits(x, y, x_val, y_val, n_classes=n_classes, source=source)
 
 
-def _hold_out(y: torch.Tensor, n_classes: int, val_fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _hold_out(y: torch.Tensor | None, n: int, val_fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Train and validation indices: stratified by class when the labels are classes in memory, else at random."""
     frac = val_fraction or 0.2
-    if n_classes:
+    if y is not None:
         return stratified_split(y, frac, seed)
-    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
-    n_val = max(1, int(len(y) * frac))
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    n_val = max(1, int(n * frac))
     return order[n_val:], order[:n_val]
 
 
@@ -145,9 +130,8 @@ def _streamed(train: Any, val: Any, val_fraction: float, seed: int, source: str)
     x0, y0 = _item(train, 0)
     n_classes = _n_classes(train, y0)
     if val is None:
-        order = torch.randperm(len(train), generator=torch.Generator().manual_seed(seed)).tolist()
-        n_val = max(1, int(len(train) * (val_fraction or 0.2)))
-        train, val = Subset(train, order[n_val:]), Subset(train, order[:n_val])
+        tr, va = _hold_out(None, len(train), val_fraction, seed)
+        train, val = Subset(train, tr.tolist()), Subset(train, va.tolist())
     return Streamed(train, val, n_classes, tuple(torch.as_tensor(x0).shape), source)
 
 

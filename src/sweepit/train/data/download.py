@@ -1,8 +1,5 @@
-"""Fetch MNIST or CIFAR-10 into a folder with urllib: streamed to a temporary file, checked, then renamed.
-
-A file already in place with a good checksum is not fetched again, so the command can be rerun after
-an interruption. Run it where there is internet (a login node); compute nodes then read the folder.
-"""
+"""`sweepit data download`: MNIST or CIFAR-10 into a folder with urllib, each file streamed to a temporary file,
+checked against its published md5, then renamed. A file in place with a good checksum is kept, so a rerun goes on."""
 
 from __future__ import annotations
 
@@ -44,31 +41,24 @@ TIMEOUT_S = 60  # per connection attempt and per read; a stalled mirror fails in
 _CHUNK_BYTES = 1 << 20
 
 
-def download(
-    dataset: str, root: Path, base_url: str | None = None, *, log: Callable[[str], None] = print
-) -> list[Path]:
-    """Fetch `dataset` ("mnist" or "cifar10") into `root` and return the files its loader reads.
-
-    `base_url` replaces the default mirror (the folder URL the file names are appended to). `log` gets
-    one line per file: skipped, or fetched with its size.
-    """
+def download(dataset: str, root: Path, base_url: str | None = None, *, log: Callable[[str], None] = print
+             ) -> list[Path]:
+    """Fetch `dataset` into `root` (`base_url`: another mirror's folder URL) and return the files its loader reads."""
     if dataset not in CHECKSUMS:
         raise ConfigError(
             f"the data set to download must be one of {sorted(CHECKSUMS)}, but got {dataset!r}. "
             "Fix: name one of them, e.g. `sweepit data download mnist --root data/mnist`."
         )
     root.mkdir(parents=True, exist_ok=True)
-    url = base_url or BASE_URLS[dataset]
-    url = url if url.endswith("/") else url + "/"
+    url = (base_url or BASE_URLS[dataset]).rstrip("/") + "/"
     fetched = [_fetch(url + name, root / name, md5s, log) for name, md5s in CHECKSUMS[dataset].items()]
-    if dataset == "cifar10":
-        return _extract_cifar(fetched[0], root, log)
-    return fetched
+    return _extract_cifar(fetched[0], root, log) if dataset == "cifar10" else fetched
 
 
 def _fetch(url: str, dest: Path, md5s: frozenset[str], log: Callable[[str], None]) -> Path:
+    gzipped = dest.name.endswith(".gz") and not dest.name.endswith(".tar.gz")  # a .tar.gz has only its published md5
     if dest.is_file():
-        if _md5_matches(dest, md5s, _is_gzip(dest)):
+        if _md5_ok(dest, md5s, gzipped):
             log(f"{dest}: already present, checksum ok")
             return dest
         log(f"{dest}: present but its checksum is wrong; deleting it and downloading again")
@@ -76,11 +66,9 @@ def _fetch(url: str, dest: Path, md5s: frozenset[str], log: Callable[[str], None
     with atomic_file(dest, binary=True) as out:
         n_bytes = _stream(url, out)
         out.flush()
-        tmp = Path(out.name)
-        if not _md5_matches(tmp, md5s, _is_gzip(dest)):
-            actual = _md5(tmp)
+        if not _md5_ok(Path(out.name), md5s, gzipped):
             raise ChecksumError(
-                f"a download must match its published md5, but {dest.name} from {url} has md5 {actual}, "
+                f"a download must match its published md5, but {dest.name} from {url} has md5 {_md5(Path(out.name))}, "
                 f"expected {' or '.join(sorted(md5s))}; the bad file was deleted. Fix: run the command again "
                 "(the transfer may have been cut), or check the mirror (pass another base URL)."
             )
@@ -89,7 +77,6 @@ def _fetch(url: str, dest: Path, md5s: frozenset[str], log: Callable[[str], None
 
 
 def _stream(url: str, out: IO[bytes]) -> int:
-    """Copy the body at `url` into `out`; network failures become one clear error."""
     n_bytes = 0
     try:
         with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
@@ -113,20 +100,11 @@ def _md5(path: Path, *, gunzip: bool = False) -> str:
     return digest.hexdigest()
 
 
-def _is_gzip(dest: Path) -> bool:
-    """A single gzipped file, whose content md5 counts too (a .tar.gz has only its published md5)."""
-    return dest.name.endswith(".gz") and not dest.name.endswith(".tar.gz")
-
-
-def _md5_matches(path: Path, md5s: frozenset[str], gzipped: bool) -> bool:
-    if _md5(path) in md5s:
-        return True
-    if gzipped:
-        try:
-            return _md5(path, gunzip=True) in md5s
-        except (OSError, EOFError):  # not gzip at all: certainly not the file we want
-            return False
-    return False
+def _md5_ok(path: Path, md5s: frozenset[str], gzipped: bool) -> bool:
+    try:
+        return _md5(path) in md5s or (gzipped and _md5(path, gunzip=True) in md5s)
+    except (OSError, EOFError):  # not gzip at all: certainly not the file we want
+        return False
 
 
 def _extract_cifar(archive: Path, root: Path, log: Callable[[str], None]) -> list[Path]:
@@ -164,6 +142,5 @@ def _extract_cifar(archive: Path, root: Path, log: Callable[[str], None]) -> lis
             target = folder / PurePosixPath(member.name).name
             with atomic_file(target, binary=True) as out:
                 shutil.copyfileobj(source, out, _CHUNK_BYTES)
-    n_files = len(files)
-    log(f"{folder}: extracted {n_files} files")
+    log(f"{folder}: extracted {len(files)} files")
     return targets

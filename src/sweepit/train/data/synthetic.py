@@ -1,10 +1,6 @@
-"""Generated images of a real data set's shape, for benchmarks and tests that must not need the files.
-
-Each class has a fixed, smooth random prototype; a sample is its class's prototype plus pixel noise. The
-signal is scaled so that prototypes stay a fixed number of noise standard deviations apart whatever the
-image size: a model has to average over pixels to classify, so accuracy climbs over the epochs rather
-than being perfect after one step, and pixels stay near mean 0, std 1 like normalised real data.
-"""
+"""Generated images of a real data set's shape, for benchmarks and tests that must not need the files: each class
+a fixed smooth random prototype, a sample its prototype plus pixel noise, the prototypes a fixed number of noise
+standard deviations apart at any image size, so that accuracy climbs over the epochs and pixels stay near N(0, 1)."""
 
 from __future__ import annotations
 
