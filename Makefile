@@ -103,17 +103,14 @@ STUDY_TARGETS := $(filter-out sweep-scaling,$(addprefix sweep-,$(SWEEPS)))
 $(STUDY_TARGETS): sweep-%: sweeps/%.yaml
 	$(PY) train.py -m --config-dir sweeps --config-name $* $(ARGS)
 
-# The scaling study needs GPUs; without any it runs its CPU variant (gloo ranks, one core each, a small CNN
-# on synthetic CIFAR-shaped data) so the target works anywhere, and says so.
-SCALING_CPU := task.model=cnn task.image_size=32 data.synthetic=true data.n_synthetic=6000 device=cpu \
-               trainer.threads=1 epochs=3 trainer.gpus=1,2 repeat=0,1,2
+# The scaling study over the GPUs the local launcher can hand out (1..N), on CIFAR-10 where CIFAR_ROOT (or a
+# data.root in ARGS) holds it, else on synthetic images; without a GPU, its CPU variant. scripts/scaling_plan.py
+# decides and says which, and what a machine of one GPU cannot show; one job at a time, so that timings are alone.
+CIFAR_ROOT ?= data/cifar10
 sweep-scaling: sweeps/scaling.yaml
-	@if [ "$$($(PY) -c 'import torch; print(torch.cuda.device_count())')" = 0 ]; then \
-	  echo "sweepit: no GPU on this machine: running the CPU variant of the scaling study ($(SCALING_CPU))"; \
-	  $(PY) train.py -m --config-dir sweeps --config-name scaling $(SCALING_CPU) hydra.launcher.n_workers=1 $(ARGS); \
-	else \
-	  $(PY) train.py -m --config-dir sweeps --config-name scaling hydra.launcher.n_workers=1 $(ARGS); \
-	fi
+	@plan=$$($(PY) scripts/scaling_plan.py --cifar-root "$(CIFAR_ROOT)" --args "$(ARGS)") && \
+	  echo "$(PY) train.py -m --config-dir sweeps --config-name scaling $$plan hydra.launcher.n_workers=1 $(ARGS)" && \
+	  $(PY) train.py -m --config-dir sweeps --config-name scaling $$plan hydra.launcher.n_workers=1 $(ARGS)
 
 sweep-optuna: sweep-optuna_lr ## Optuna search: optimizer x log-uniform lr on digits (TPE + Hyperband, 4 trials in flight)
 

@@ -10,11 +10,13 @@ Three parts, each the real entry point (`train.py`) in a subprocess, its figures
   DataLoader loop (TensorDataset, shuffle, 4 workers, pinned memory) with the same model, batch, precision
   (bf16 autocast on GPUs of compute capability 8 or more, else fp32) and channels_last; the ratio is
   like for like. Epoch times leave out the first (warm-up) epoch.
-- scaling: the scaling study (sweeps/scaling.yaml, ResNet-50 at 128 px, 1..N GPUs of the node, one job at a
-  time) and its report's speedup and efficiency table.
+- scaling: `make sweep-scaling` as a user runs it (sweeps/scaling.yaml, ResNet-50 at 128 px, 1..N GPUs of the
+  node, one job at a time) and its report's speedup and efficiency table.
 Without --mnist-root / --cifar-root the data are synthetic images of the same shapes (the accuracy target
 then means nothing, and the JSON says so). Without CUDA it stops with a message, except `--smoke`, which runs
 every part tiny on the CPU to check the plumbing (what `make test` does).
+The bench process itself imports no torch: the plain loop and the machine's facts run in child processes, so that
+no CUDA context of its own sits on GPU 0 while the jobs it starts run (a GPU in exclusive-process mode takes one).
 """
 
 from __future__ import annotations
@@ -28,22 +30,33 @@ import time
 from pathlib import Path
 from typing import Any
 
-from machine import machine_info, machine_line, write_json
+from machine import write_json
 
-REPO = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
 TARGET_ACC = 0.994
 OUT = REPO / "outputs" / "bench" / "gpu"
 
 
-def train(args: list[str], sweep_dir: Path, multirun: bool = True) -> Path:
-    """Run train.py; return the sweep (or run) directory. Its output streams through."""
-    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-    cmd = [sys.executable, str(REPO / "train.py"), *(["-m"] if multirun else []), *args, f"{key}={sweep_dir}"]
+def run(cmd: list[str], capture: bool = False) -> str:
+    """Run a command from the repository root, its output streaming through (or captured and returned)."""
     print("$ " + " ".join(cmd), flush=True)
-    proc = subprocess.run(cmd, cwd=REPO)
+    proc = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE if capture else None, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"bench-gpu: the command above failed with exit status {proc.returncode}")
+    return proc.stdout or ""
+
+
+def train(args: list[str], sweep_dir: Path, multirun: bool = True) -> Path:
+    """Run train.py; return the sweep (or run) directory."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    run([sys.executable, str(REPO / "train.py"), *(["-m"] if multirun else []), *args, f"{key}={sweep_dir}"])
     return sweep_dir
+
+
+def machine_facts() -> dict[str, Any]:
+    """machine.py's line and facts, asked in a child process (they import torch and name the GPU)."""
+    return dict(json.loads(run([sys.executable, str(HERE / "machine.py")], capture=True)))
 
 
 def rows_of(job_dir: Path) -> list[dict[str, Any]]:
@@ -74,23 +87,17 @@ def mnist_part(root: str | None, device: str, smoke: bool, work: Path) -> dict[s
             "met": reached is not None, "job_dir": str(job)}
 
 
-def precision_for(device: str) -> str:
-    import torch
-
-    if device == "cuda" and torch.cuda.is_available() and torch.cuda.get_device_capability(0)[0] >= 8:
-        return "bf16"
-    return "fp32"
-
-
-def plain_loop(device: str, precision: str, batch_size: int, steps: int, epochs: int, image_size: int,
-               workers: int) -> list[float]:
-    """The course's loop on the same model and synthetic data: samples/s per epoch."""
+def plain_loop(device: str, batch_size: int, steps: int, epochs: int, image_size: int, workers: int) -> dict[str, Any]:
+    """The course's loop on the same model and synthetic data, in its own process (`--plain-loop`): its precision
+    (bf16 from compute capability 8 on) and samples/s per epoch."""
     import torch
     import torch.nn.functional as F
     from torch.utils.data import DataLoader, TensorDataset
 
     from sweepit.train.models import resnet50
 
+    bf16 = device == "cuda" and torch.cuda.is_available() and torch.cuda.get_device_capability(0)[0] >= 8
+    precision = "bf16" if bf16 else "fp32"
     torch.manual_seed(0)
     n = batch_size * steps
     data = TensorDataset(torch.randn(n, 3, image_size, image_size), torch.randint(0, 10, (n,)))
@@ -114,49 +121,51 @@ def plain_loop(device: str, precision: str, batch_size: int, steps: int, epochs:
         if device == "cuda":
             torch.cuda.synchronize()
         rates.append(n / (time.perf_counter() - t0))
-    return rates
+    return {"precision": precision, "samples_per_s": rates}
 
 
 def throughput_part(root: str | None, device: str, smoke: bool, work: Path) -> dict[str, Any]:
-    precision = precision_for(device)
     batch, steps, epochs, size = (8, 2, 2, 32) if smoke else (128, 50, 4, 32)
+    loop = [device, batch, steps, epochs, size, 0 if smoke else 4]
+    plain = json.loads(run([sys.executable, str(Path(__file__).resolve()), "--plain-loop", json.dumps(loop)],
+                           capture=True).splitlines()[-1])
+    precision = plain["precision"]
     # The synthetic set's training split (80%) is the plain loop's `batch * steps` images.
     n_synthetic = max(40, batch * steps * 5 // 4)
     data = [f"data.root={root}"] if root else ["data.synthetic=true", f"data.n_synthetic={n_synthetic}"]
-    run = train(["task=cifar10", "task.model=resnet50", f"task.image_size={size}", f"batch_size={batch}",
-                 f"epochs={epochs}", f"device={device}", f"trainer.precision={precision}",
-                 "trainer.channels_last=true", "trainer.checkpoint=false", "trainer.save_model=none",
-                 "optimizer=momentum", "lr=0.1", *data, *(["trainer.threads=1"] if smoke else [])],
-                work / "throughput_sweepit", multirun=False)
-    sweepit_rates = [float(r["samples_per_s"]) for r in rows_of(run)]
-    plain = plain_loop(device, precision, batch, steps, epochs, size, 0 if smoke else 4)
+    run_dir = train(["task=cifar10", "task.model=resnet50", f"task.image_size={size}", f"batch_size={batch}",
+                     f"epochs={epochs}", f"device={device}", f"trainer.precision={precision}",
+                     "trainer.channels_last=true", "trainer.checkpoint=false", "trainer.save_model=none",
+                     "optimizer=momentum", "lr=0.1", *data, *(["trainer.threads=1"] if smoke else [])],
+                    work / "throughput_sweepit", multirun=False)
+    sweepit_rates = [float(r["samples_per_s"]) for r in rows_of(run_dir)]
 
     def mean_after_first(rates: list[float]) -> float:
         timed = rates[1:] or rates
         return sum(timed) / len(timed)
 
-    s, p = mean_after_first(sweepit_rates), mean_after_first(plain)
+    s, p = mean_after_first(sweepit_rates), mean_after_first(plain["samples_per_s"])
     return {"precision": precision, "channels_last": True, "batch_size": batch, "image_size": size,
-            "data": root or "synthetic", "sweepit_samples_per_s": sweepit_rates, "plain_samples_per_s": plain,
+            "data": root or "synthetic", "sweepit_samples_per_s": sweepit_rates,
+            "plain_samples_per_s": plain["samples_per_s"],
             "ratio_sweepit_over_plain": s / p, "note": "plain loop on synthetic tensors of the same shape"}
 
 
 def scaling_part(root: str | None, device: str, smoke: bool, work: Path) -> dict[str, Any]:
-    import torch
-
+    """`make sweep-scaling`: its plan (scripts/scaling_plan.py) takes the GPUs there are and the data that is there."""
     from sweepit.reporting import load_sweep
     from sweepit.reporting.scaling import scaling_points
 
-    n = torch.cuda.device_count() if device == "cuda" else 2
-    gpus = ",".join(str(g) for g in range(1, n + 1))
-    data = [f"data.root={root}"] if root else ["data.synthetic=true"]
+    sweep_dir = work / "scaling"
     tiny = (["epochs=2", "task.image_size=32", "task.model=cnn", "batch_size=16", "data.n_synthetic=128",
-             "trainer.threads=1", "repeat=0"] if smoke else [])
-    sweep = train(["--config-dir", str(REPO / "sweeps"), "--config-name", "scaling", f"trainer.gpus={gpus}",
-                   f"device={device}", "hydra.launcher.n_workers=1", "hydra.callbacks.summary.report=false",
-                   *data, *tiny], work / "scaling")
-    points = scaling_points(load_sweep(sweep))
-    return {"gpus": gpus, "data": root or "synthetic",
+             f"device={device}", "trainer.threads=1", "repeat=0"] if smoke else [])
+    args = ["hydra.callbacks.summary.report=false", *tiny, f"hydra.sweep.dir={sweep_dir}"]
+    # On make's command line: under `make bench-gpu ARGS=...` its own ARGS would reach this make through MAKEFLAGS.
+    run(["make", "--no-print-directory", "sweep-scaling", f"PY={sys.executable}", f"ARGS={' '.join(args)}",
+         *([f"CIFAR_ROOT={root}"] if root else [])])
+    sweep = load_sweep(sweep_dir)
+    points = scaling_points(sweep)
+    return {"gpus": ",".join(str(p.n_gpus) for p in points), "data": sweep.jobs[0].result.get("data"),
             "points": [{"gpus": p.n_gpus, "epoch_time_s": p.epoch_time_s, "samples_per_s": p.samples_per_s,
                         "speedup": p.speedup, "efficiency": p.efficiency} for p in points]}
 
@@ -165,8 +174,6 @@ PARTS = {"mnist": mnist_part, "throughput": throughput_part, "scaling": scaling_
 
 
 def main() -> int:
-    import torch
-
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--mnist-root", default=os.environ.get("MNIST_ROOT"), help="MNIST IDX files (else synthetic)")
     p.add_argument("--cifar-root", default=os.environ.get("CIFAR_ROOT"), help="CIFAR-10 batches (else synthetic)")
@@ -174,19 +181,23 @@ def main() -> int:
     p.add_argument("--smoke", action="store_true", help="every part tiny on the CPU: checks the plumbing only")
     p.add_argument("--json", type=Path, default=None, help="write the raw figures, command and machine here")
     p.add_argument("--work", type=Path, default=OUT, help=f"where the runs' outputs go (default {OUT})")
+    p.add_argument("--plain-loop", help=argparse.SUPPRESS)  # the child process of the throughput part
     args = p.parse_args()
+    if args.plain_loop:
+        print(json.dumps(plain_loop(*json.loads(args.plain_loop))))
+        return 0
     parts = [x for x in args.parts.split(",") if x]
     unknown = [x for x in parts if x not in PARTS]
     if unknown:
         p.error(f"--parts takes {', '.join(PARTS)}, but got {', '.join(unknown)}")
-    if not args.smoke and not torch.cuda.is_available():
+    machine = machine_facts()
+    if not args.smoke and machine["info"]["cuda"] is None:
         print("bench-gpu: error: this benchmark measures GPU figures, but torch sees no CUDA device here "
-              f"(torch {torch.__version__}). Run it on a GPU node, e.g. `srun -N1 --gres=gpu:4 make bench-gpu`; "
+              f"(torch {machine['info']['torch']}). Run it on a GPU node, e.g. `srun -N1 --gres=gpu:4 make bench-gpu`; "
               "`--smoke` runs it tiny on the CPU to check that it works.", file=sys.stderr)
         return 2
     device = "cpu" if args.smoke else "cuda"
-    print(machine_line(), flush=True)
-    started = machine_info()
+    print(machine["line"], flush=True)
     out: dict[str, Any] = {"smoke": args.smoke}
     roots = {"mnist": args.mnist_root, "throughput": args.cifar_root, "scaling": args.cifar_root}
     for name in parts:
@@ -206,7 +217,7 @@ def main() -> int:
             print(f"scaling: {point['gpus']} device(s): {point['epoch_time_s']:.3g} s/epoch, speedup "
                   f"{point['speedup']:.2f}, efficiency {point['efficiency']:.0%}")
     if args.json:
-        write_json(args.json, out, started)
+        write_json(args.json, out, machine["info"], machine_facts()["info"])
     return 0
 
 

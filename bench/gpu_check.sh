@@ -4,7 +4,8 @@
 #   pack: copies the pure-Python packages the GPU machine's image lacks (Hydra, OmegaConf, ANTLR's runtime) from
 #         .venv, and MNIST from ../shared/data, into .devpkgs/ and .devdata/.
 #   run:  bench/bench_gpu.py (mnist_best to 99.4% on real MNIST, ResNet-50 throughput against a plain loop, the
-#         scaling study on the GPUs there), then the GPU-paths probes: `make sweep-scaling` as a user types it, and
+#         scaling study through `make sweep-scaling`: on the GPUs there, 1..N), then the GPU-paths probes: `make
+#         sweep-scaling` as a user types it (its report included), and
 #         an app that touches CUDA before the local launcher forks its jobs. Raw output under $OUT (default bench/out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -35,7 +36,7 @@ timeout 420 $PY bench/bench_gpu.py --mnist-root .devdata/mnist --json "$OUT/benc
   --work /tmp/gpu-bench >"$OUT/bench_gpu.log" 2>&1
 echo "bench_gpu rc=$?"; tail -25 "$OUT/bench_gpu.log"
 
-log "probe: make sweep-scaling as typed on a 1-GPU machine"
+log "probe: make sweep-scaling as typed (1..N GPUs, the data there or synthetic: it says which)"
 timeout 150 make sweep-scaling PY=$PY >"$OUT/sweep_scaling.log" 2>&1
 echo "make sweep-scaling rc=$?"; tail -12 "$OUT/sweep_scaling.log"
 

@@ -73,17 +73,23 @@ def code_version() -> str:
     return commit + ("+dirty" if dirty else "")
 
 
-def write_json(path: Path, figures: dict[str, Any], started: dict[str, Any]) -> None:
+def write_json(path: Path, figures: dict[str, Any], started: dict[str, Any], ended: dict[str, Any] | None = None
+               ) -> None:
     """Write a benchmark's raw figures with the exact command, the commit and the machine at start and at end.
 
-    `started` is `machine_info()` taken when the benchmark began, so that the load during the run is bracketed.
+    `started` is `machine_info()` taken when the benchmark began, so that the load during the run is bracketed;
+    `ended`, when given, the one at the end (taken in another process by a benchmark that imports no torch).
     """
     repo = Path(__file__).resolve().parents[1]
     argv = [os.path.relpath(sys.executable, repo) if sys.executable.startswith(str(repo)) else sys.executable,
             os.path.relpath(Path(sys.argv[0]).resolve(), repo), *sys.argv[1:]]
     record = {"command": shlex.join(argv), "code_version": started.get("code_version", code_version()),
               "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "machine_at_start": started, "machine_at_end": machine_info(), **figures}
+              "machine_at_start": started, "machine_at_end": ended or machine_info(), **figures}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1, default=str) + "\n")
     print(f"raw figures: {path}")
+
+
+if __name__ == "__main__":  # for a benchmark whose own process imports no torch (bench_gpu.py)
+    print(json.dumps({"line": machine_line(), "info": machine_info()}, default=str))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,3 +33,20 @@ def test_smoke_runs_every_part_and_writes_the_json(tmp_path: Path) -> None:
     assert [p["gpus"] for p in record["scaling"]["points"]] == [1, 2]
     assert "CIFAR-10 ResNet-50 (fp32, channels_last): sweepit / plain DataLoader loop" in proc.stdout
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["mnist_best", "scaling", "throughput_sweepit"]
+
+
+@pytest.mark.slow
+def test_the_bench_process_imports_no_torch_so_holds_no_cuda_context_while_its_jobs_run(tmp_path: Path) -> None:
+    """Its plain loop ran in the bench process, whose CUDA context stayed on GPU 0 while the scaling jobs ran (they fail
+    on a GPU in exclusive-process mode): the loop and the machine's facts now run in child processes. Python's own
+    import log (-X importtime, not passed to the children) shows what the bench process imported."""
+    out = tmp_path / "gpu.json"
+    proc = subprocess.run([sys.executable, "-X", "importtime", "bench/bench_gpu.py", "--smoke", "--parts", "throughput",
+                           "--json", str(out), "--work", str(tmp_path)], cwd=REPO, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "json" in imported and "torch" not in imported and "machine" in imported, sorted(imported)
+    record = json.loads(out.read_text())
+    assert record["throughput"]["precision"] == "fp32" and len(record["throughput"]["plain_samples_per_s"]) == 2
+    assert record["machine_at_start"]["torch"] == torch.__version__ == record["machine_at_end"]["torch"]
