@@ -17,10 +17,10 @@ from sweepit.search._samplers import SAMPLERS
 from sweepit.search._search import JobDefaults, Search, SearchOptions, no_env
 from sweepit.search._space import Param, SearchSpace, spelled
 from sweepit.search._trials import AsyncLauncher, BatchLauncher
-from sweepit.search._worker_loop import StudySource, drive
+from sweepit.search._worker_loop import StudySource, drive, started_trials
 
 __all__ = [
     "PRUNERS", "SAMPLERS", "AsyncLauncher", "BatchLauncher", "JobDefaults", "Param", "Search", "SearchOptions",
     "SearchSpace", "StudySource", "best_command", "best_trial", "drive", "load_study_of", "no_env", "pruning_callback",
-    "spelled", "trials_table", "write_results"
+    "spelled", "started_trials", "trials_table", "write_results"
 ]

@@ -49,7 +49,7 @@ from sweepit.search._results import best_trial, write_results
 from sweepit.search._samplers import build_sampler, grid_size, is_grid, resolve_sampler, short_name
 from sweepit.search._space import SearchSpace
 from sweepit.search._study import failure_rate, interrupt, is_counted, recover, tell
-from sweepit.search._trials import AsyncLauncher, Outcome, as_runner, read_outcome
+from sweepit.search._trials import AsyncLauncher, Outcome, as_runner, find_job_dir, read_outcome
 
 log = logging.getLogger(__name__)
 
@@ -302,7 +302,7 @@ class Search:
                         log.warning(f"the launcher returned job {job}, which this search did not start; ignored")
                         continue
                     trial = in_flight.pop(job)
-                    why = self.tell_job(trial, job, ret)
+                    why = self.tell_job(trial, find_job_dir(self.sweep_dir, job, ret), ret)
                     if why is not None:  # interrupted: Ctrl-C, SIGTERM, scancel stop the sweep
                         n_counted -= 1
                         interrupted = interrupted or stop is None
@@ -344,9 +344,9 @@ class Search:
         return {ENV_STORAGE: str(self.info["storage"]), ENV_STUDY: str(self.info["study_name"]),
                 ENV_TRIAL: str(number)}
 
-    def tell_job(self, trial: Any, job: int, ret: Any) -> str | None:
+    def tell_job(self, trial: Any, job_dir: Path | None, ret: Any) -> str | None:
         """Tell Optuna what became of the trial's job and log it; what stopped it when it was interrupted."""
-        outcome = read_outcome(self.sweep_dir, job, ret, self.options.metrics, len(self.directions))
+        outcome = read_outcome(job_dir, ret, self.options.metrics, len(self.directions))
         state = tell(self.study, trial.number, trial._trial_id, outcome, self.options.diverged_value)
         best = None if self.multi else best_trial(self.study)
         shown = outcome.values if self.multi else outcome.value

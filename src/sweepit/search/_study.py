@@ -132,8 +132,7 @@ def recover_trial(study: Any, trial: Any, sweep_dir: Path, diverged_value: float
     if status in (Status.COMPLETED, Status.PRUNED, Status.DIVERGED, Status.FAILED):
         outcome = Outcome(status, record.objective, Path(str(job_dir)))
         if metrics or len(study.directions) > 1:
-            outcome = read_outcome(sweep_dir, int(trial.user_attrs.get("job_num", -1)), None, metrics,
-                                   len(study.directions))
+            outcome = read_outcome(Path(str(job_dir)), None, metrics, len(study.directions))
         tell(study, trial.number, trial._trial_id, outcome, diverged_value)
         log.info(f"trial {trial.number}: recorded its finished job ({status}) from {job_dir}")
         return status

@@ -130,13 +130,11 @@ def find_job_dir(sweep_dir: Path, num: int, ret: Any = None) -> Path | None:
         return None
 
 
-def read_outcome(sweep_dir: Path, num: int, ret: Any, metrics: list[str] | None = None, n_values: int = 1
-                 ) -> Outcome:
+def read_outcome(job_dir: Path | None, ret: Any, metrics: list[str] | None = None, n_values: int = 1) -> Outcome:
     """The job's `result.json` is the truth. A job that wrote none (an app without sweepit's callback on a launcher
     that is not sweepit's) gets one here, recorded from its JobReturn as a sweepit launcher would, so that the
     table, `sweepit summary`, the report and the study name the same best job. With `metrics` or `n_values` > 1,
     the objective values are read as `objective_values` says."""
-    job_dir = find_job_dir(sweep_dir, num, ret)
     record = read_record(job_dir)
     if not record.ended:
         recorded = _recorded(job_dir, ret)

@@ -10,6 +10,8 @@ The rules, shared by every worker through the storage alone (no driver needed):
   with exactly n_trials. It then waits while other trials run, since one of them may come back (below).
 - Job numbers are claimed in `<sweep dir>/.workers/jobs/<num>` (an exclusive create, atomic on NFS too), from the
   first number free when the driver submitted the workers: jobs are numbered as the per-trial mode numbers them.
+  As its job starts, the claim records the trial, its worker and its job's directory: the driver and `sweepit status`
+  adopt the job from it (`started_trials`), and so does the trial, for a worker that takes it over.
 - A worker stopped by a signal (scancel, time limit, preemption: SIGTERM or submitit's requeue) stops its trial's
   job, which records itself `interrupted`: the trial is told so (FAIL, its parameters enqueued) before the worker
   exits; another worker, or the requeued one, retries it.
@@ -23,14 +25,18 @@ The rules, shared by every worker through the storage alone (no driver needed):
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
+from sweepit._files import atomic_write
+from sweepit._host import now_iso
 from sweepit.errors import SweepFailedError
-from sweepit.results import WAIT, WORKER_STALE_S, SweepPaths, Work, claim, silent_s
+from sweepit.results import WAIT, WORKER_STALE_S, SweepPaths, Work, claim, claimed, silent_s
 from sweepit.search._pruning import PRUNER_CLASSES
 from sweepit.search._results import write_results
 from sweepit.search._samplers import build_sampler, grid_size, short_name
@@ -108,7 +114,7 @@ class StudySource:
             overrides = search.space.overrides(trial.params)
             trial.set_user_attr("overrides", overrides)
             log.info(f"worker {self.worker}: trial {trial.number} -> job {job}: {' '.join(overrides)}")
-            return Work(job, overrides, search.trial_env(trial.number), trial=trial.number, token=trial)
+            return Work(job, overrides, search.trial_env(trial.number), token=trial)
 
     def refused(self, work: Work, error: Exception) -> bool:
         """Its job's config cannot be made: the trial fails, the worker goes on."""
@@ -118,9 +124,17 @@ class StudySource:
         self.search.before_start(fail, work.token, "config")
         return True
 
+    def started(self, work: Work) -> None:
+        trial = work.token
+        trial.set_user_attr("job_dir", work.job_dir)
+        record = {"worker": self.worker, "trial": trial.number, "overrides": work.overrides, "job_dir": work.job_dir,
+                  "started_at": now_iso()}
+        atomic_write(SweepPaths(self.search.sweep_dir).trial_claims / str(work.num), json.dumps(record) + "\n",
+                     fsync=False)
+
     def ended(self, work: Work, returned: Any) -> None:
         self.n_run += 1
-        self.search.tell_job(work.token, work.num, _Returned(returned))
+        self.search.tell_job(work.token, Path(str(work.job_dir)), _Returned(returned))
 
     def give_back(self, work: Work) -> None:
         """Stopped (a signal, a requeue): the trial is interrupted, its parameters enqueued for another worker."""
@@ -161,6 +175,23 @@ class StudySource:
                                    self.search.options.metrics)
             log.warning(f"worker {self.worker}: trial {trial.number} of worker {owner} (silent for "
                         f"{silent:.0f} s) recorded as {status}")
+
+
+def started_trials(sweep_dir: Path, known: Container[int] = ()) -> dict[int, dict[str, Any]]:
+    """The jobs that workers started trials in, but those in `known`: job number -> its claim's record (`worker`,
+    `trial`, `overrides`, `job_dir`, `started_at`). A claim whose job has not started yet, or whose content this node
+    does not see yet, is left for the next look."""
+    folder = SweepPaths(sweep_dir).trial_claims
+    out: dict[int, dict[str, Any]] = {}
+    for num in sorted(claimed(folder)):
+        if num in known:
+            continue
+        try:
+            record = json.loads((folder / str(num)).read_text())
+        except (OSError, ValueError):
+            continue
+        out[num] = record
+    return out
 
 
 @dataclass
