@@ -1,10 +1,5 @@
-"""How the Optuna sweeper runs trials: one at a time on a launcher that can (no batch barrier), else in batches.
-
-A launcher that implements `AsyncLauncher` (sweepit's local and Slurm launchers) starts each trial's job as soon as
-the sweeper asks for it and reports each job as it ends, so a slow trial never holds the others back.
-Any other Hydra launcher is driven through its batch `launch()`: `n_jobs` trials start together and the
-next batch waits for the slowest of them; the sweeper says so in its log.
-"""
+"""How trials run: one by one on a launcher that can (`AsyncLauncher`: sweepit's, so a slow trial never holds the
+others back), else in batches of `n_jobs` through Hydra's `launch()`; and what became of each trial's job."""
 
 from __future__ import annotations
 
@@ -31,23 +26,18 @@ log = logging.getLogger(__name__)
 
 @runtime_checkable
 class AsyncLauncher(Protocol):
-    """A launcher that runs jobs one by one, as they are asked for.
+    """A launcher that runs jobs one by one, as they are asked for: the sweeper calls `start` for each job (at most
+    `n_jobs` in flight; a launcher with fewer workers queues the rest), `wait_any` whenever it has nothing to start,
+    and `close` once, at the end or on an error. After Ctrl-C the launcher stops its running jobs, returns them from
+    `wait_any`, and then raises KeyboardInterrupt from the next `wait_any`."""
 
-    The sweeper calls `start` for each job (at most `n_jobs` in flight), `wait_any` whenever it has
-    nothing to start, and `close` once, at the end or on an error. A launcher with fewer workers than jobs
-    in flight queues the extra ones. After Ctrl-C the launcher stops its running jobs, returns them from
-    `wait_any`, and then raises KeyboardInterrupt from the next `wait_any`.
-    """
-
-    def start(self, overrides: Sequence[str], job_num: int) -> None:
-        """Start (or queue) the job `job_num` of the sweep with these overrides; returns at once."""
+    def start(self, overrides: Sequence[str], job_num: int) -> None: ...  # returns at once
 
     def wait_any(self, timeout_s: float | None = None) -> list[tuple[int, Any]]:
-        """Block until at least one job ended (or `timeout_s` passed); return `(job_num, JobReturn)` of
-        every job that ended since the last call."""
+        """Block until at least one job ended (or `timeout_s` passed): `(job_num, JobReturn)` of each since the last
+        call."""
 
-    def close(self) -> None:
-        """Stop jobs still running, write the launcher's records (manifest), release resources."""
+    def close(self) -> None: ...  # stop jobs still running, write the launcher's records, release resources
 
 
 class BatchLauncher:
@@ -105,8 +95,6 @@ def _consecutive(items: list[tuple[int, list[str]]]) -> list[list[tuple[int, lis
 
 @dataclass
 class Outcome:
-    """What became of one trial's job."""
-
     status: str                       # a Status
     value: float | None               # the objective, when there is one
     job_dir: Path | None
@@ -131,10 +119,9 @@ def find_job_dir(sweep_dir: Path, num: int, ret: Any = None) -> Path | None:
 
 
 def read_outcome(job_dir: Path | None, ret: Any, metrics: list[str] | None = None, n_values: int = 1) -> Outcome:
-    """The job's `result.json` is the truth. A job that wrote none (an app without sweepit's callback on a launcher
-    that is not sweepit's) gets one here, recorded from its JobReturn as a sweepit launcher would, so that the
-    table, `sweepit summary`, the report and the study name the same best job. With `metrics` or `n_values` > 1,
-    the objective values are read as `objective_values` says."""
+    """What became of a trial's job: its `result.json`. A job that wrote none (an app without sweepit's callback on a
+    launcher that is not sweepit's) gets one here, from its JobReturn as a sweepit launcher records it, so that the
+    table, `sweepit summary`, the report and the study name the same best job."""
     record = read_record(job_dir)
     if not record.ended:
         recorded = _recorded(job_dir, ret)
@@ -156,8 +143,7 @@ def read_outcome(job_dir: Path | None, ret: Any, metrics: list[str] | None = Non
 
 
 def _recorded(job_dir: Path | None, ret: Any) -> JobRecord | None:
-    """The `result.json` of a job that wrote none, from its JobReturn (written to its directory when it has one);
-    None without a JobReturn."""
+    """The record of a job that wrote none, from its JobReturn (written to its directory when it has one)."""
     if ret is None:
         return None
     try:
@@ -186,7 +172,6 @@ def _returned(ret: Any, n: int) -> list[float] | None:
 
 
 def _missing(result: dict[str, Any], metrics: list[str] | None, n: int) -> str:
-    """Why a completed job gave no values: the rule, what it had, and the fix."""
     if metrics:
         have = sorted({*(k for k, v in result.items() if isinstance(v, int | float)),
                        *(result.get("final") or {})})
