@@ -1,17 +1,6 @@
 """The Optuna search, Hydra-free: open (or resume) the study, then ask -> start -> wait_any -> tell over a launcher.
-
-    search = Search(SearchOptions(n_trials=20, n_jobs=4), space, sweep_dir, JobDefaults(metric="val_acc"),
-                    command="python train.py", env_overrides=as_overrides)   # (job_num, env) -> overrides
-    search.open()                  # checks the storage and the study; writes optuna_study.yaml
-    returns = search.run(launcher) # an AsyncLauncher runs trials one by one; any other, in batches of n_jobs
-
-Trials are numbered by the study and jobs by the sweep directory, so running the same search again on the same
-directory (or storage and study name) resumes: numbers go on and nothing is overwritten. A job learns its trial
-from three environment variables (sweepit.search._pruning): `env_overrides(job_num, env)` hands them to the launcher
-and returns the overrides that carry them, if any (the Hydra plugin: none for sweepit's launchers, which set them
-beside the job's overrides; `hydra.job.env_set` overrides for any other launcher, Hydra's only channel).
-optuna is imported when the study opens, so importing this module stays fast.
-"""
+Trials are numbered by the study and jobs by the sweep directory, so the same search run again resumes: numbers go on
+and nothing is overwritten. optuna is imported when the study opens, so importing this module stays fast."""
 
 from __future__ import annotations
 
@@ -49,9 +38,10 @@ from sweepit.search._results import best_trial, write_results
 from sweepit.search._samplers import build_sampler, grid_size, is_grid, resolve_sampler, short_name
 from sweepit.search._space import SearchSpace
 from sweepit.search._study import failure_rate, interrupt, is_counted, recover, tell
-from sweepit.search._trials import AsyncLauncher, Outcome, as_runner, find_job_dir, read_outcome
+from sweepit.search._trials import Outcome, as_runner, find_job_dir, read_outcome
 
 log = logging.getLogger(__name__)
+SEED_STRIDE = 100_003  # seeded samplers: each worker its own stream, or they would ask the same points
 
 
 def _require(ok: bool, message: str) -> None:
@@ -136,8 +126,9 @@ class Search:
                  command: str = "python train.py",
                  env_overrides: Callable[[int, Mapping[str, str]], list[str]] = no_env,
                  extend: Callable[[Any], None] | None = None) -> None:
-        """`extend(trial)`, when given, runs after each trial drew the space's parameters and may draw more through
-        `trial.suggest_*` (conditional ones); each becomes the override `name=value` of the trial's job."""
+        """A job learns its trial from three environment variables: `env_overrides(job_num, env)` hands them to the
+        launcher and returns the overrides that carry them, if any. `extend(trial)` runs after each trial drew the
+        space's parameters and may draw more (conditional ones), each the override `name=value` of its job."""
         _require(bool(space.params) or extend is not None,
                  "the Optuna sweeper needs a search space, but none was given; add one to hydra.sweeper.params or the "
                  "command line, e.g. 'lr=tag(log, interval(1e-4, 1))'.")
@@ -160,8 +151,7 @@ class Search:
         self.info: dict[str, Any] = {}
 
     def _directions(self) -> list[str]:
-        """One direction per objective: a list in hydra.sweeper.direction searches several (a Pareto front), whose
-        values come from `metrics` or from the list each job returns; else `_direction`."""
+        """One direction per objective: a list in hydra.sweeper.direction searches several (a Pareto front)."""
         ours, metrics = self.options.direction, self.options.metrics
         if not isinstance(ours, list | tuple):
             _require(not metrics or len(metrics) == 1,
@@ -188,7 +178,7 @@ class Search:
         return short_name(resolve_pruner(self.options.pruner), PRUNER_CLASSES)
 
     def _direction(self) -> str:
-        """The one rule (sweeper's, else the job config's, else minimize), checked, naming where it came from."""
+        """The one rule (`objective_direction`), checked, naming where it came from."""
         ours, theirs = self.options.direction, self.job.direction
         direction = objective_direction(ours, theirs)
         key = "hydra.sweeper.direction" if ours not in (None, "") else "direction (the job config's)"
@@ -227,10 +217,7 @@ class Search:
         _require(kept == self.directions, f"study {name!r} in {storage_url} must keep its direction, but it is "
                                           f"{' '.join(kept)} and the sweep asks {' '.join(self.directions)}; use "
                                           f"another hydra.sweeper.study_name, or hydra.sweeper.direction={shown}.")
-        seed = self.sampler.get("seed")
-        n_before = len(study.get_trials(deepcopy=False))
-        # A resumed study reseeds, or a seeded sampler would draw the points of the first run again.
-        study.sampler = build_sampler(self.sampler, None if seed is None else int(seed) + n_before, self.space)
+        self.seed_sampler(study)
         study.set_user_attr(PRUNER_ATTR, self.pruner)
         self.info = {"storage": storage_url, "study_name": name, "metric": self.job.metric,
                      "direction": None if self.multi else self.direction, "sampler": self.sampler,
@@ -244,6 +231,37 @@ class Search:
         # Where the summary, the report and `sweepit ls` find the study and the direction of its "best".
         write_study_file(self.sweep_dir, self.info)
         self.study = study
+
+    def attach(self, worker_index: int) -> None:
+        """The study the driver opened, loaded again in a worker, whose seeded sampler draws a stream of its own."""
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.study = optuna.load_study(study_name=str(self.info["study_name"]), pruner=build_pruner(self.pruner),
+                                       storage=open_storage(str(self.info["storage"])))
+        self.seed_sampler(self.study, SEED_STRIDE * (worker_index + 1))
+
+    def seed_sampler(self, study: Any, stride: int = 0) -> None:
+        """A resumed study reseeds, or a seeded sampler would draw the points of the first run again."""
+        seed = self.sampler.get("seed")
+        if seed is not None:
+            seed = int(seed) + len(study.get_trials(deepcopy=False)) + stride
+        study.sampler = build_sampler(self.sampler, seed, self.space)
+
+    def total_trials(self) -> int:
+        """n_trials, at most the grid's size for the grid sampler."""
+        total = self.options.n_trials
+        return min(total, grid_size(self.space)) if self.grid else total
+
+    def n_counted(self) -> int:
+        return sum(is_counted(t) for t in self.study.get_trials(deepcopy=False))
+
+    def opening(self, n_recovered: int, how: str) -> str:
+        """The search's first log line: the study, what was done before, the sampler and pruner, how trials run."""
+        return (f"Optuna study {self.info['study_name']!r} ({self.objectives()}) in {self.info['storage']}: "
+                f"{self.n_counted()} of {self.total_trials()} trials done before"
+                + (f", {n_recovered} recovered" if n_recovered else "") + f"; sampler {short_name(self.sampler)}, "
+                f"pruner {short_name(self.pruner, PRUNER_CLASSES)}; {how}; space {self.space.describe()}")
 
     # -- the search -------------------------------------------------------------------------------------------
     def run(self, launcher: Any, check: Callable[[list[str]], None] | None = None) -> list[Any]:
@@ -259,16 +277,9 @@ class Search:
         assert self.study is not None, "open() the search before run()"
         study, n_jobs = self.study, self.options.n_jobs
         n_recovered = recover(study, self.sweep_dir, self.options.diverged_value, self.options.metrics)
-        total = self.options.n_trials
-        if self.grid:
-            total = min(total, grid_size(self.space))
-        n_counted = sum(is_counted(t) for t in study.get_trials(deepcopy=False))
-        log.info(f"Optuna study {self.info['study_name']!r} ({self.objectives()}) in "
-                 f"{self.info['storage']}: {n_counted} of {total} trials done before"
-                 + (f", {n_recovered} recovered" if n_recovered else "") + f"; sampler {short_name(self.sampler)}, "
-                 f"pruner {short_name(self.pruner, PRUNER_CLASSES)}, {n_jobs} in flight; space "
-                 f"{self.space.describe()}")
-        runner: AsyncLauncher = as_runner(launcher, n_jobs)
+        total, n_counted = self.total_trials(), self.n_counted()
+        log.info(self.opening(n_recovered, f"{n_jobs} in flight"))
+        runner = as_runner(launcher, n_jobs)
         returns: list[Any] = []
         in_flight: dict[int, Any] = {}   # job number -> trial
         next_job = self.next_free_job()
@@ -280,15 +291,9 @@ class Search:
                     trial = study.ask(self.space.distributions)
                     job = max(trial.number, next_job)
                     next_job = job + 1
-                    trial.set_user_attr("job_num", job)
                     n_counted += 1
-                    if self.extend is not None and not self.before_start(self.extend, trial, "custom_search_space"):
-                        stop = stop or self.failure_stop()
-                        continue
-                    overrides = self.space.overrides(trial.params)
-                    trial.set_user_attr("overrides", overrides)
-                    if check is not None and not self.before_start(lambda t: check(t.user_attrs["overrides"]), trial,
-                                                                    "config"):
+                    overrides = self.prepare(trial, job, check)
+                    if overrides is None:
                         stop = stop or self.failure_stop()
                         continue
                     job_overrides = [*overrides, *self.env_overrides(job, self.trial_env(trial.number))]
@@ -323,6 +328,18 @@ class Search:
         if stop is not None:
             raise (SweepStoppedError if interrupted else SweepFailedError)(stop)
         return returns
+
+    def prepare(self, trial: Any, job: int, check: Callable[[list[str]], None] | None = None) -> list[str] | None:
+        """The overrides of the trial's job `job`, recorded on the trial; None, the trial told FAIL, when the custom
+        search space or `check(overrides)` raised."""
+        trial.set_user_attr("job_num", job)
+        if self.extend is not None and not self.before_start(self.extend, trial, "custom_search_space"):
+            return None
+        overrides = self.space.overrides(trial.params)
+        trial.set_user_attr("overrides", overrides)
+        if check is not None and not self.before_start(lambda _: check(overrides), trial, "config"):
+            return None
+        return overrides
 
     def before_start(self, step: Callable[[Any], None], trial: Any, what: str) -> bool:
         """False, after telling the trial FAIL with the reason, when `step(trial)` raised: the user's
