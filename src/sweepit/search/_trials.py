@@ -3,8 +3,8 @@ others back), else in batches of `n_jobs` through Hydra's `launch()`; and what b
 
 from __future__ import annotations
 
+import itertools
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,12 +55,12 @@ class BatchLauncher:
     def wait_any(self, timeout_s: float | None = None) -> list[tuple[int, Any]]:
         pending, self.pending = sorted(self.pending), []
         out: list[tuple[int, Any]] = []
-        for run in _consecutive(pending):
+        # A batch `launch()` numbers its jobs from `initial_job_idx` on: one launch per run of consecutive numbers.
+        for _, group in itertools.groupby(enumerate(pending), key=lambda item: item[1][0] - item[0]):
+            run = [job for _, job in group]
             first = run[0][0]
             try:
                 returns = list(self.launcher.launch([o for _, o in run], initial_job_idx=first))
-            except KeyboardInterrupt:
-                raise
             except Exception as e:  # e.g. a launcher that raises when any job of the batch failed
                 log.warning(f"the launcher raised {type(e).__name__} for jobs {first}-{run[-1][0]}: "
                             f"{str(e).splitlines()[0] if str(e) else ''}; reading their results from their "
@@ -80,17 +80,6 @@ def as_runner(launcher: Any, n_jobs: int) -> AsyncLauncher:
     log.info(f"{type(launcher).__name__} only offers Hydra's batch launch(): trials run in batches of {n_jobs}, "
              "each batch waiting for its slowest trial")
     return BatchLauncher(launcher)
-
-
-def _consecutive(items: list[tuple[int, list[str]]]) -> list[list[tuple[int, list[str]]]]:
-    """Runs of consecutive job numbers: a batch `launch()` numbers its jobs from `initial_job_idx` on."""
-    runs: list[list[tuple[int, list[str]]]] = []
-    for item in items:
-        if runs and runs[-1][-1][0] + 1 == item[0]:
-            runs[-1].append(item)
-        else:
-            runs.append([item])
-    return runs
 
 
 @dataclass
@@ -132,7 +121,7 @@ def read_outcome(job_dir: Path | None, ret: Any, metrics: list[str] | None = Non
     value = record.objective
     outcome = Outcome(str(record.status), value, job_dir, record.error)
     if metrics or n_values > 1:
-        outcome.values = objective_values(result, metrics, n_values) or _returned(ret, n_values)
+        outcome.values = objective_values(result, metrics, n_values)
         if n_values == 1:
             outcome.value = outcome.values[0] if outcome.values else None
         if outcome.values is None and outcome.status == Status.COMPLETED:
@@ -157,18 +146,6 @@ def _recorded(job_dir: Path | None, ret: Any) -> JobRecord | None:
         except OSError as e:  # the study has the value; the table will say the job is pending
             log.warning(f"could not record job {job_dir.name}'s result: {e}")
     return record
-
-
-def _returned(ret: Any, n: int) -> list[float] | None:
-    """The task's own return value as `n` numbers (the released plugin's habit), when the launcher kept it."""
-    try:
-        value = ret.return_value if ret is not None else None
-    except BaseException:
-        return None
-    if isinstance(value, list | tuple) and len(value) == n and all(
-            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in value):
-        return [float(v) for v in value]
-    return None
 
 
 def _missing(result: dict[str, Any], metrics: list[str] | None, n: int) -> str:
