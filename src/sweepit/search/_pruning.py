@@ -109,6 +109,11 @@ class TrialReporter:
         return False
 
 
+def trial_env(info: Mapping[str, Any], number: int) -> dict[str, str]:
+    """The environment of a job of trial `number` of the study `info` (its `storage` and `study_name`)."""
+    return {ENV_STORAGE: str(info["storage"]), ENV_STUDY: str(info["study_name"]), ENV_TRIAL: str(number)}
+
+
 def pruning_callback(cfg: Any, env: Mapping[str, str] | None = None) -> EpochCallback | None:
     """The job's `on_epoch` when the Optuna sweeper launched it (its variables are set), else None. The storage is
     opened at the first epoch's end, inside the job's own error handling, so that an unreachable storage is recorded

@@ -5,6 +5,7 @@ dropped); a spec without `_target_` is the default class with sweepit's defaults
 from __future__ import annotations
 
 import importlib.util
+import math
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -110,10 +111,7 @@ def build(node: Mapping[str, Any], key: str, target: str) -> Any:
 
 
 def grid_size(space: SearchSpace) -> int:
-    n = 1
-    for values in space.grid().values():
-        n *= len(values)
-    return n
+    return math.prod(len(values) for values in space.grid().values())
 
 
 def _no_stop(cls: Any) -> Any:

@@ -24,16 +24,7 @@ from sweepit.results import (
     summarize,
     write_study_file,
 )
-from sweepit.search._pruning import (
-    ENV_STORAGE,
-    ENV_STUDY,
-    ENV_TRIAL,
-    PRUNER_ATTR,
-    PRUNER_CLASSES,
-    build_pruner,
-    open_storage,
-    resolve_pruner,
-)
+from sweepit.search._pruning import PRUNER_ATTR, PRUNER_CLASSES, build_pruner, open_storage, resolve_pruner, trial_env
 from sweepit.search._results import best_trial, write_results
 from sweepit.search._samplers import build_sampler, grid_size, is_grid, resolve_sampler, short_name
 from sweepit.search._space import SearchSpace
@@ -139,6 +130,7 @@ class Search:
         self.metric = job.metric or "objective"
         if options.metrics and not isinstance(options.direction, list | tuple):
             self.metric = options.metrics[0]
+        self.pruner = self._pruner_spec()
         self.directions = self._directions()
         self.direction = self.directions[0]
         self.multi = len(self.directions) > 1
@@ -146,7 +138,6 @@ class Search:
         self.grid = is_grid(self.sampler)
         if self.grid:
             space.grid()  # refuses a continuous space now rather than at the first ask
-        self.pruner = self._pruner_spec()
         self.study: Any = None
         self.info: dict[str, Any] = {}
 
@@ -166,16 +157,14 @@ class Search:
                  f"hydra.sweeper.metrics names one objective per direction, but hydra.sweeper.direction={list(ours)} "
                  f"has {len(ours)} and hydra.sweeper.metrics={list(metrics or [])} {len(metrics or [])}; give both "
                  "the same length.")
-        _require(len(ours) == 1 or self.pruner_name() == "none",
+        pruner = short_name(self.pruner, PRUNER_CLASSES)
+        _require(len(ours) == 1 or pruner == "none",
                  f"Optuna prunes single-objective studies only, but hydra.sweeper.direction={list(ours)} has "
-                 f"{len(ours)} objectives and the pruner is {self.pruner_name()}; use hydra/sweeper/pruner=none.")
+                 f"{len(ours)} objectives and the pruner is {pruner}; use hydra/sweeper/pruner=none.")
         if len(ours) == 1:
             self.options.direction = ours[0]
             return [self._direction()]
         return [str(d) for d in ours]
-
-    def pruner_name(self) -> str:
-        return short_name(resolve_pruner(self.options.pruner), PRUNER_CLASSES)
 
     def _direction(self) -> str:
         """The one rule (`objective_direction`), checked, naming where it came from."""
@@ -296,7 +285,7 @@ class Search:
                     if overrides is None:
                         stop = stop or self.failure_stop()
                         continue
-                    job_overrides = [*overrides, *self.env_overrides(job, self.trial_env(trial.number))]
+                    job_overrides = [*overrides, *self.env_overrides(job, trial_env(self.info, trial.number))]
                     log.info(f"trial {trial.number} -> job {job}: {' '.join(overrides)}")
                     runner.start(job_overrides, job)
                     in_flight[job] = trial
@@ -356,10 +345,6 @@ class Search:
             log.warning(f"trial {trial.number} failed before it started: {reason} ({error[:300]}); the search goes on")
             return False
         return True
-
-    def trial_env(self, number: int) -> dict[str, str]:
-        return {ENV_STORAGE: str(self.info["storage"]), ENV_STUDY: str(self.info["study_name"]),
-                ENV_TRIAL: str(number)}
 
     def tell_job(self, trial: Any, job_dir: Path | None, ret: Any) -> str | None:
         """Tell Optuna what became of the trial's job and log it; what stopped it when it was interrupted."""

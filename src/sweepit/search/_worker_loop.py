@@ -26,6 +26,7 @@ from sweepit._files import atomic_write
 from sweepit._host import now_iso
 from sweepit.errors import SweepFailedError
 from sweepit.results import WAIT, WORKER_STALE_S, SweepPaths, Work, claim, claimed, silent_s
+from sweepit.search._pruning import trial_env
 from sweepit.search._results import write_results
 from sweepit.search._search import Search
 from sweepit.search._study import STATUS_ATTR, interrupt, is_counted, recover, recover_trial
@@ -70,7 +71,7 @@ class StudySource:
             if overrides is None:
                 continue
             log.info(f"worker {self.worker}: trial {trial.number} -> job {job}: {' '.join(overrides)}")
-            return Work(job, overrides, search.trial_env(trial.number), token=trial)
+            return Work(job, overrides, trial_env(search.info, trial.number), token=trial)
 
     def refused(self, work: Work, error: Exception) -> bool:
         """Its job's config cannot be made: the trial fails, the worker goes on."""
