@@ -75,28 +75,35 @@ def build_pruner(spec: Mapping[str, Any]) -> Any:
 
 
 class TrialReporter:
-    """The `on_epoch` callback of one job: reports `metric` at step `epoch` and asks the study's pruner."""
+    """The `on_epoch` callback of one job: reports `metric` at step `epoch` and asks the study's pruner. The storage is
+    opened at the first epoch's end, inside the job's own error handling, so that an unreachable storage is recorded
+    as the job's failure in `result.json`."""
 
     def __init__(self, storage_url: str, study_name: str, trial_number: int, metric: str,
                  n_epochs: int | None = None, log: Callable[[str], None] = print) -> None:
+        self.storage_url, self.study_name, self.trial_number = storage_url, study_name, trial_number
+        self.metric, self.n_epochs, self.log = metric, n_epochs, log
+        self.trial: Any = None
+
+    def _open(self) -> None:
         import optuna
 
-        self.metric, self.n_epochs, self.log = metric, n_epochs, log
-        storage = open_storage(storage_url)
-        study_id = storage.get_study_id_from_name(study_name)
+        storage = open_storage(self.storage_url)
+        study_id = storage.get_study_id_from_name(self.study_name)
         spec = storage.get_study_user_attrs(study_id).get(PRUNER_ATTR) or {}
-        self.study = optuna.load_study(study_name=study_name, storage=storage, pruner=build_pruner(spec))
-        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial_number)
-        self.trial = optuna.trial.Trial(self.study, trial_id)
-        self.trial_number = trial_number
+        study = optuna.load_study(study_name=self.study_name, storage=storage, pruner=build_pruner(spec))
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, self.trial_number)
+        self.trial = optuna.trial.Trial(study, trial_id)
         # Optuna reports and prunes single-objective trials only; a multi-objective job trains without reporting.
-        multi = len(self.study.directions) > 1
+        multi = len(study.directions) > 1
         self.active = storage.get_trial(trial_id).state == optuna.trial.TrialState.RUNNING and not multi
         if not self.active and not multi:
-            log(f"sweepit: trial {trial_number} of study {study_name!r} is finished already; this job trains "
-                  "without reporting to it")
+            self.log(f"sweepit: trial {self.trial_number} of study {self.study_name!r} is finished already; this job "
+                     "trains without reporting to it")
 
     def __call__(self, epoch: int, row: dict[str, Any]) -> bool:
+        if self.trial is None:
+            self._open()
         value = row.get(self.metric)
         if not self.active or not isinstance(value, int | float) or not math.isfinite(value):
             return False
@@ -115,9 +122,7 @@ def trial_env(info: Mapping[str, Any], number: int) -> dict[str, str]:
 
 
 def pruning_callback(cfg: Any, env: Mapping[str, str] | None = None) -> EpochCallback | None:
-    """The job's `on_epoch` when the Optuna sweeper launched it (its variables are set), else None. The storage is
-    opened at the first epoch's end, inside the job's own error handling, so that an unreachable storage is recorded
-    as the job's failure in `result.json`."""
+    """The job's `on_epoch` when the Optuna sweeper launched it (its variables are set), else None."""
     env = os.environ if env is None else env
     if not all(env.get(k) for k in (ENV_STORAGE, ENV_STUDY, ENV_TRIAL)):
         return None
@@ -126,14 +131,6 @@ def pruning_callback(cfg: Any, env: Mapping[str, str] | None = None) -> EpochCal
     except ValueError:
         raise ConfigError(f"{ENV_TRIAL} must be a trial number, but got {env[ENV_TRIAL]!r}; it is set by the "
                           "Optuna sweeper: unset it to train outside a study.") from None
-    storage, study, metric = env[ENV_STORAGE], env[ENV_STUDY], str(cfg.metric)
     epochs = getattr(cfg, "epochs", None)
-    n_epochs = epochs if isinstance(epochs, int) else None
-    reporter: list[TrialReporter] = []
-
-    def on_epoch(epoch: int, row: dict[str, Any]) -> bool:
-        if not reporter:
-            reporter.append(TrialReporter(storage, study, number, metric, n_epochs))
-        return reporter[0](epoch, row)
-
-    return on_epoch
+    return TrialReporter(env[ENV_STORAGE], env[ENV_STUDY], number, str(cfg.metric),
+                         epochs if isinstance(epochs, int) else None)

@@ -351,10 +351,9 @@ class Search:
         outcome = read_outcome(job_dir, ret, self.options.metrics, len(self.directions))
         state = tell(self.study, trial.number, trial._trial_id, outcome, self.options.diverged_value)
         best = None if self.multi else best_trial(self.study)
-        shown = outcome.values if self.multi else outcome.value
         log.info(f"trial {trial.number} {outcome.status} -> {state}"
                  + (f", {self.metric}={outcome.value:.4g}" if outcome.value is not None and not self.multi else "")
-                 + (f", values {shown}" if self.multi and shown is not None else "")
+                 + (f", values {outcome.values}" if self.multi and outcome.values is not None else "")
                  + (f": {error_line(outcome.error)}" if outcome.error else "")
                  + ("" if best is None else f" (best {best.value:.4g}, trial {best.number})"))
         if outcome.status != Status.INTERRUPTED:

@@ -3,6 +3,7 @@ others back), else in batches of `n_jobs` through Hydra's `launch()`; and what b
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 from collections.abc import Sequence
@@ -95,16 +96,12 @@ def find_job_dir(sweep_dir: Path, num: int, ret: Any = None) -> Path | None:
     """The job's directory: from its JobReturn's config when it says, else where its launcher recorded it (or the
     sweep directory's `<num>_*`: `job_folders`)."""
     for cfg in (getattr(ret, "hydra_cfg", None), getattr(ret, "cfg", None)):
-        try:
-            out = cfg.hydra.runtime.output_dir if cfg is not None else None
-        except Exception:
-            out = None
-        if out:
-            return Path(str(out))
-    try:
+        with contextlib.suppress(Exception):
+            if cfg is not None and cfg.hydra.runtime.output_dir:
+                return Path(str(cfg.hydra.runtime.output_dir))
+    with contextlib.suppress(OSError):
         return job_folders(sweep_dir).get(num)
-    except OSError:
-        return None
+    return None
 
 
 def read_outcome(job_dir: Path | None, ret: Any, metrics: list[str] | None = None, n_values: int = 1) -> Outcome:

@@ -1,15 +1,8 @@
-"""Worker mode: N long-lived jobs each loop ask -> run -> tell against the study's shared storage, as Optuna's own
-docs scale a study over many nodes. Here is the study's side, Hydra-free: the source of work that sweepit.slurm's
-worker engine takes trials from (`StudySource`), and the driver (`drive`). Workers share their rules through the
-storage and the sweep's `.workers/` files alone (docs/optuna.md says what survives what):
-- A worker stops asking once n_trials count; a trial asked past that (two workers asked at once) is told FAIL as
-  `surplus` and counts nowhere. It then waits while other trials run, since one of them may come back.
-- Job numbers are claimed in `.workers/jobs/<num>`, numbered on from those of the per-trial mode; as its job starts,
-  the claim records the trial, its worker and its job's directory, from which the driver and `sweepit status` adopt
-  the job (`started_trials`).
-- A RUNNING trial whose worker's heartbeat went stale is recorded from its result, or interrupted so that it is
-  retried (`recover_trial`), by the one worker that first claims `.workers/reclaimed-<trial id>`.
-"""
+"""Worker mode: N long-lived jobs each loop ask -> run -> tell against the study's shared storage. Here is the study's
+side: the source of work of sweepit.slurm's worker engine (`StudySource`) and the driver (`drive`). The workers share
+their rules (docs/optuna.md) through the storage and `.workers/` alone: each job's number is claimed in
+`.workers/jobs/<num>`, whose record, once the job starts, the driver adopts the job from (`started_trials`); a trial
+of a worker whose heartbeat went stale is taken over by the one worker that claims `.workers/reclaimed-<trial id>`."""
 
 from __future__ import annotations
 
