@@ -238,7 +238,6 @@ class Search:
         study.sampler = build_sampler(self.sampler, seed, self.space)
 
     def total_trials(self) -> int:
-        """n_trials, at most the grid's size for the grid sampler."""
         total = self.options.n_trials
         return min(total, grid_size(self.space)) if self.grid else total
 
@@ -246,7 +245,6 @@ class Search:
         return sum(is_counted(t) for t in self.study.get_trials(deepcopy=False))
 
     def opening(self, n_recovered: int, how: str) -> str:
-        """The search's first log line: the study, what was done before, the sampler and pruner, how trials run."""
         return (f"Optuna study {self.info['study_name']!r} ({self.objectives()}) in {self.info['storage']}: "
                 f"{self.n_counted()} of {self.total_trials()} trials done before"
                 + (f", {n_recovered} recovered" if n_recovered else "") + f"; sampler {short_name(self.sampler)}, "
@@ -254,15 +252,11 @@ class Search:
 
     # -- the search -------------------------------------------------------------------------------------------
     def run(self, launcher: Any, check: Callable[[list[str]], None] | None = None) -> list[Any]:
-        """Trials until `n_trials` count in the study; returns what the launcher returned for each job.
-
-        `check(overrides)` (the sweeper composes the job's config) runs before a trial's job starts: when it
-        raises, the trial is told FAIL with that error and counts as a failure, and the search goes on (a bad
-        value among the choices must not end the search, nor be retried as if it had been interrupted).
-
-        Raises SweepFailedError when the search stopped early (failure rate, an interrupted trial). Whatever
-        ends it, trials in flight are told as interrupted (and retried by the next run), the launcher is
-        closed and `best_params.yaml` and `trials.csv` are written."""
+        """Trials until `n_trials` count in the study; returns what the launcher returned for each job. A trial whose
+        job's config `check(overrides)` refuses fails alone: a bad value among the choices must not end the search,
+        nor be retried as if it had been interrupted. Raises SweepFailedError when the search stopped early (failure
+        rate, an interrupted trial); whatever ends it, trials in flight are told as interrupted (and retried by the
+        next run), the launcher is closed and the result files are written."""
         assert self.study is not None, "open() the search before run()"
         study, n_jobs = self.study, self.options.n_jobs
         n_recovered = recover(study, self.sweep_dir, self.options.diverged_value, self.options.metrics)

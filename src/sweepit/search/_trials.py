@@ -75,7 +75,6 @@ class BatchLauncher:
 
 
 def as_runner(launcher: Any, n_jobs: int) -> AsyncLauncher:
-    """The launcher itself when it runs jobs one by one, else `BatchLauncher` over it (and the log says so)."""
     if isinstance(launcher, AsyncLauncher):
         return launcher
     log.info(f"{type(launcher).__name__} only offers Hydra's batch launch(): trials run in batches of {n_jobs}, "
