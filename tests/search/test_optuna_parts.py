@@ -276,10 +276,10 @@ def test_recover_reads_finished_jobs_and_retries_others(tmp_path: Path) -> None:
     assert trials[2].state == TrialState.WAITING
 
 
-def test_read_outcome_without_result_file(tmp_path: Path) -> None:
-    assert read_outcome(tmp_path, 3, None).status == "failed"
+def test_read_outcome_without_result_file() -> None:
+    assert read_outcome(None, None).status == "failed"
     ret = SimpleNamespace(return_value=0.25)
-    assert read_outcome(tmp_path, 3, ret) == Outcome("completed", 0.25, None)
+    assert read_outcome(None, ret) == Outcome("completed", 0.25, None)
 
 
 def test_batch_fallback_launches_consecutive_runs() -> None:

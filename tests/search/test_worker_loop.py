@@ -5,6 +5,7 @@ stopped worker's trial is retried. Each trial's job is forked as on a node."""
 from __future__ import annotations
 
 import copy
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -20,10 +21,10 @@ from omegaconf import OmegaConf
 from optuna.trial import TrialState
 
 from sweepit.local import Job, Reply
-from sweepit.results import Work
+from sweepit.results import Work, open_manifest
 from sweepit.results._job_files import write_result
 from sweepit.search import JobDefaults, Param, Search, SearchOptions, SearchSpace, StudySource, load_study_of
-from sweepit.slurm import Engine
+from sweepit.slurm import Engine, adopt_trials
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -96,6 +97,35 @@ def test_a_silent_workers_trial_is_recovered_by_another(tmp_path: Path) -> None:
     retry = next(t for t in trials.values() if t.user_attrs.get("retry_of") == lost.number)
     assert retry.state == TrialState.COMPLETE and retry.params == trials[lost.number].params
     assert sum(t.state == TrialState.COMPLETE for t in trials.values()) == 3
+
+
+def test_a_killed_workers_trial_is_found_by_its_claim_wherever_its_job_ran(tmp_path: Path) -> None:
+    """A worker killed (SIGKILL) after its trial's job wrote its result, in a directory not named by the job's number
+    (the user's hydra.sweep.subdir): the driver adopts the job from its claim, and another worker records the trial
+    from that result instead of running its parameters again."""
+    search = _search(tmp_path, n_trials=1)
+
+    def compose(job: Job, work: Work) -> None:
+        job.config = OmegaConf.create({"x": work.overrides[0]})
+        job.job_dir = tmp_path / f"trial-{work.num}"
+        job.job_dir.mkdir()
+
+    def killed(job: Job) -> Reply:
+        write_result(job.job_dir, {"status": "completed", "objective": 0.25})
+        os.kill(os.getppid(), signal.SIGKILL)  # the worker dies before it tells the study
+        return Reply("completed")
+
+    engine = Engine(StudySource(copy.copy(search), 0, job_base=0), "w0", tmp_path, compose, killed, recorded_by="test")
+    worker = multiprocessing.get_context("fork").Process(target=engine.run)
+    worker.start()
+    worker.join(timeout=60)
+    assert worker.exitcode == -signal.SIGKILL
+    m = open_manifest(tmp_path, launcher="slurm")
+    m.workers = {"ids": ["w0"]}
+    assert adopt_trials(m) == [0] and m.jobs[0].job_dir == str(tmp_path / "trial-0")
+    assert _worker(search, 1, stale_s=0.0).run() == 0
+    trials = load_study_of(tmp_path).trials
+    assert len(trials) == 1 and trials[0].state == TrialState.COMPLETE and trials[0].value == 0.25
 
 
 def test_a_stopped_worker_interrupts_its_trial(tmp_path: Path) -> None:

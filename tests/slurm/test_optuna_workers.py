@@ -3,7 +3,6 @@ ask -> train -> tell against the study's journal file; the driver submits them w
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -26,7 +25,7 @@ from slurm_launcher_testing import (
     wait_until,
 )
 
-from sweepit.search import load_study_of
+from sweepit.search import load_study_of, started_trials
 
 if TYPE_CHECKING:
     from slurm_cluster_testing import SlurmCluster
@@ -128,9 +127,7 @@ def assert_cut_trial_retried(sweep: Path, job0: Path, n_trials: int) -> list[Any
 
 
 def _wait_for_running_trials(sweep: Path, n: int, timeout_s: float = 90) -> None:
-    wait_until(lambda: sweep.exists() and sum((d / ".slurm" / "trial.json").exists()
-                                              for d in sweep.iterdir() if d.is_dir()) >= n,
-               f"{n} trial(s) to start", timeout_s)
+    wait_until(lambda: len(started_trials(sweep)) >= n, f"{n} trial(s) to start", timeout_s)
 
 
 def test_resume_after_the_driver_is_killed_follows_the_same_workers(tmp_path: Path) -> None:
@@ -170,11 +167,9 @@ def test_a_scancelled_worker_leaves_its_trial_to_the_others(tmp_path: Path, slur
     driver = Driver(APP, sweep, *WORKERS, "x=choice(0,1,2,3)", "hydra.sweeper.n_trials=5", "slow_jobs=[0]",
                     "extra_sleep_s=600")
     try:
-        wait_until(lambda: (sweep / "0_x=0").exists() or any(sweep.glob("0_*/.slurm/trial.json")),
-                   "job 0 to start", 90)
-        job0 = next(sweep.glob("0_*"))
-        wait_until(lambda: (job0 / ".slurm" / "trial.json").exists(), "job 0's trial record", 30)
-        worker = json.loads((job0 / ".slurm" / "trial.json").read_text())["worker"]
+        wait_until(lambda: 0 in started_trials(sweep), "job 0 to start", 90)
+        job0 = Path(started_trials(sweep)[0]["job_dir"])
+        worker = started_trials(sweep)[0]["worker"]
         time.sleep(1)
         scancel(worker)
         code = driver.finish(timeout_s=180)
@@ -194,8 +189,8 @@ def test_a_requeued_worker_retries_its_trial_and_asks_on(tmp_path: Path) -> None
                     "hydra.sweeper.n_trials=3", "hydra/sweeper/sampler=random", "slow_jobs=[0]",
                     "extra_sleep_s=600")
     try:
-        wait_until(lambda: any(sweep.glob("0_*/.slurm/trial.json")), "job 0 to start", 90)
-        job0 = next(sweep.glob("0_*"))
+        wait_until(lambda: 0 in started_trials(sweep), "job 0 to start", 90)
+        job0 = Path(started_trials(sweep)[0]["job_dir"])
         time.sleep(2)
         scancel("--signal=USR2", manifest(sweep).workers["ids"][0])
         code = driver.finish(timeout_s=240)

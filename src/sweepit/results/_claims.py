@@ -35,7 +35,6 @@ class Work:
     overrides: list[str]
     env: dict[str, str] = field(default_factory=dict)  # the job's hydra.job.env_set additions
     job_dir: str | None = None  # planned by the driver (a grid's), else set once the job's config is composed
-    trial: int | None = None    # a study's trial number (the job's `trial.json` says it)
     token: Any = None           # the source's own handle of the work (a study's trial)
 
 
@@ -49,6 +48,8 @@ class WorkSource(Protocol):
     def take(self) -> Work | str | None: ...  # the next job, claimed; WAIT; None when nothing is left
 
     def refused(self, work: Work, error: Exception) -> bool: ...  # its config cannot be made: True when recorded
+
+    def started(self, work: Work) -> None: ...  # its job runs now, in `work.job_dir`
 
     def ended(self, work: Work, returned: Any) -> None: ...  # after its result.json is written
 

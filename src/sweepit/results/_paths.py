@@ -46,7 +46,6 @@ CONFIG_FILE = "config.yaml"  # in HYDRA_DIR: the job's config, as its task got i
 HYDRA_FILE = "hydra.yaml"  # in HYDRA_DIR: Hydra's own config of the job
 OVERRIDES_FILE = "overrides.yaml"  # in HYDRA_DIR: the job's overrides
 TASK_DIR = ".slurm"  # each Slurm task's record and logs
-TRIAL_FILE = "trial.json"  # in TASK_DIR: the Optuna worker that runs the job, and when it started
 WANDB_RUN_FILE = ".wandb_run_id"  # the tracker's run of this job, continued when the job resumes
 MLFLOW_RUN_FILE = ".mlflow_run_id"
 
@@ -94,7 +93,7 @@ class SweepPaths:
 
     @property
     def trial_claims(self) -> Path:
-        """The job numbers claimed by Optuna's workers."""
+        """The job numbers claimed by Optuna's workers, each with its trial's record once its job starts."""
         return self.workers / "jobs"
 
     @property
@@ -170,7 +169,3 @@ class JobPaths:
     def task_log(self, rank: int, kind: str) -> Path:
         """A link to Slurm task `rank`'s own log, `kind` "stdout" or "stderr"."""
         return self.tasks / f"task-{rank}.{kind}.log"
-
-    @property
-    def trial(self) -> Path:
-        return self.tasks / TRIAL_FILE

@@ -1,12 +1,7 @@
-"""Optuna pruning from inside a job: report the objective after each epoch to the job's trial, stop when told.
-
-The Optuna sweeper owns each trial (ask, tell); a job only adds intermediate values. It learns its trial
-from three variables the sweeper sets per job through `hydra.job.env_set` (so they stay out of the job's
-overrides, directory name and reproduce command), and rebuilds the study's pruner from the spec the
-sweeper stored in the study (`sweepit_pruner` user attribute), so driver and jobs prune alike.
-
-Nothing here imports Hydra; optuna is imported only when a job is part of a study.
-"""
+"""Optuna pruning from inside a job: report the objective after each epoch to the job's trial, stop when told. The
+sweeper owns each trial (ask, tell); a job learns its trial from three environment variables (out of its overrides,
+directory name and reproduce command) and rebuilds the pruner the sweeper stored in the study, so both prune alike.
+optuna is imported only when a job is part of a study."""
 
 from __future__ import annotations
 
@@ -32,7 +27,6 @@ PRUNER_CLASSES = {
     "hyperband": "optuna.pruners.HyperbandPruner", "threshold": "optuna.pruners.ThresholdPruner",
     "patient": "optuna.pruners.PatientPruner", "wilcoxon": "optuna.pruners.WilcoxonPruner",
 }
-PRUNERS = tuple(PRUNER_CLASSES)
 PRUNER_KEY = "hydra.sweeper.pruner"
 _DRIVERS = {"postgresql": "psycopg2-binary", "mysql": "PyMySQL"}
 
@@ -41,13 +35,16 @@ def open_storage(url: str) -> Any:
     """An Optuna storage: `sqlite:///...`, `postgresql://...`, `mysql://...`, `redis://...` (journal on
     Redis), or a file path (a journal file, safe on shared cluster file systems; made absolute)."""
     import optuna
+    from optuna.storages.journal import JournalFileBackend, JournalRedisBackend
 
     if "://" not in url:
-        return optuna.storages.JournalStorage(_journal_file(str(Path(url).absolute())))
+        path = Path(url).absolute()
+        if not path.parent.is_dir():
+            raise ConfigError(f"the journal file's folder must exist, but {path.parent} does not; create it or give "
+                              "another path in hydra.sweeper.storage.")
+        return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
     if url.startswith("redis"):
-        backend = getattr(optuna.storages, "journal", None)
-        redis_cls = getattr(backend, "JournalRedisBackend", None) or optuna.storages.JournalRedisStorage
-        return optuna.storages.JournalStorage(redis_cls(url))
+        return optuna.storages.JournalStorage(JournalRedisBackend(url))
     try:
         return optuna.storages.RDBStorage(url)
     except ModuleNotFoundError as e:
@@ -62,66 +59,51 @@ def open_storage(url: str) -> Any:
                           "file in the sweep directory.") from e
 
 
-def _journal_file(path: str) -> Any:
-    """A journal file backend under its Optuna 4.x+ name (`journal.JournalFileBackend`), else the older name."""
-    import optuna
-
-    parent = Path(path).parent
-    if not parent.is_dir():
-        raise ConfigError(f"the journal file's folder must exist, but {parent} does not; create it or give "
-                          "another path in hydra.sweeper.storage.")
-    journal = getattr(optuna.storages, "journal", None)
-    backend = getattr(journal, "JournalFileBackend", None)
-    if backend is not None:
-        return backend(path)
-    return optuna.storages.JournalFileStorage(path)  # Optuna < 4 names, kept for old installs
-
-
 def resolve_pruner(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """`{"_target_": ..., keywords}` from a pruner spec (`_samplers.resolve`; no pruner without `_target_`); a spec
-    resolved before (the one a study stores) comes back unchanged."""
+    """`{"_target_": ..., keywords}` (no pruner without `_target_`); a resolved spec (a study's) stays as it is."""
     from sweepit.search._samplers import resolve
 
     return resolve(spec, PRUNER_CLASSES, "none")
 
 
 def build_pruner(spec: Mapping[str, Any]) -> Any:
-    """An Optuna pruner from a spec (see resolve_pruner); steps are epochs. Unknown names are refused."""
-    from sweepit._targets import instantiate
+    """An Optuna pruner from a spec; steps are epochs."""
+    from sweepit.search._samplers import build
 
     node = resolve_pruner(spec)
-    try:
-        return instantiate(node, PRUNER_KEY)
-    except ValueError as e:  # Optuna's own checks of its arguments (ThresholdPruner without lower or upper, ...)
-        if isinstance(e, ConfigError):
-            raise
-        raise ConfigError(f"{PRUNER_KEY} must hold arguments {node['_target_']} accepts, but it refused "
-                          f"{ {k: v for k, v in node.items() if k != '_target_'} }: {e}") from e
+    return build(node, PRUNER_KEY, node["_target_"])
 
 
 class TrialReporter:
-    """The `on_epoch` callback of one job: reports `metric` at step `epoch` and asks the study's pruner."""
+    """The `on_epoch` callback of one job: reports `metric` at step `epoch` and asks the study's pruner. The storage is
+    opened at the first epoch's end, inside the job's own error handling, so that an unreachable storage is recorded
+    as the job's failure in `result.json`."""
 
     def __init__(self, storage_url: str, study_name: str, trial_number: int, metric: str,
                  n_epochs: int | None = None, log: Callable[[str], None] = print) -> None:
+        self.storage_url, self.study_name, self.trial_number = storage_url, study_name, trial_number
+        self.metric, self.n_epochs, self.log = metric, n_epochs, log
+        self.trial: Any = None
+
+    def _open(self) -> None:
         import optuna
 
-        self.metric, self.n_epochs, self.log = metric, n_epochs, log
-        storage = open_storage(storage_url)
-        study_id = storage.get_study_id_from_name(study_name)
+        storage = open_storage(self.storage_url)
+        study_id = storage.get_study_id_from_name(self.study_name)
         spec = storage.get_study_user_attrs(study_id).get(PRUNER_ATTR) or {}
-        self.study = optuna.load_study(study_name=study_name, storage=storage, pruner=build_pruner(spec))
-        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial_number)
-        self.trial = optuna.trial.Trial(self.study, trial_id)
-        self.trial_number = trial_number
+        study = optuna.load_study(study_name=self.study_name, storage=storage, pruner=build_pruner(spec))
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, self.trial_number)
+        self.trial = optuna.trial.Trial(study, trial_id)
         # Optuna reports and prunes single-objective trials only; a multi-objective job trains without reporting.
-        multi = len(self.study.directions) > 1
+        multi = len(study.directions) > 1
         self.active = storage.get_trial(trial_id).state == optuna.trial.TrialState.RUNNING and not multi
         if not self.active and not multi:
-            log(f"sweepit: trial {trial_number} of study {study_name!r} is finished already; this job trains "
-                  "without reporting to it")
+            self.log(f"sweepit: trial {self.trial_number} of study {self.study_name!r} is finished already; this job "
+                     "trains without reporting to it")
 
     def __call__(self, epoch: int, row: dict[str, Any]) -> bool:
+        if self.trial is None:
+            self._open()
         value = row.get(self.metric)
         if not self.active or not isinstance(value, int | float) or not math.isfinite(value):
             return False
@@ -134,12 +116,13 @@ class TrialReporter:
         return False
 
 
-def pruning_callback(cfg: Any, env: Mapping[str, str] | None = None) -> EpochCallback | None:
-    """The job's `on_epoch` when the Optuna sweeper launched it (its variables are set), else None.
+def trial_env(info: Mapping[str, Any], number: int) -> dict[str, str]:
+    """The environment of a job of trial `number` of the study `info` (its `storage` and `study_name`)."""
+    return {ENV_STORAGE: str(info["storage"]), ENV_STUDY: str(info["study_name"]), ENV_TRIAL: str(number)}
 
-    The storage is opened at the first epoch's end, inside the job's own error handling, so that an
-    unreachable storage is recorded as the job's failure in `result.json`.
-    """
+
+def pruning_callback(cfg: Any, env: Mapping[str, str] | None = None) -> EpochCallback | None:
+    """The job's `on_epoch` when the Optuna sweeper launched it (its variables are set), else None."""
     env = os.environ if env is None else env
     if not all(env.get(k) for k in (ENV_STORAGE, ENV_STUDY, ENV_TRIAL)):
         return None
@@ -148,14 +131,6 @@ def pruning_callback(cfg: Any, env: Mapping[str, str] | None = None) -> EpochCal
     except ValueError:
         raise ConfigError(f"{ENV_TRIAL} must be a trial number, but got {env[ENV_TRIAL]!r}; it is set by the "
                           "Optuna sweeper: unset it to train outside a study.") from None
-    storage, study, metric = env[ENV_STORAGE], env[ENV_STUDY], str(cfg.metric)
     epochs = getattr(cfg, "epochs", None)
-    n_epochs = epochs if isinstance(epochs, int) else None
-    reporter: list[TrialReporter] = []
-
-    def on_epoch(epoch: int, row: dict[str, Any]) -> bool:
-        if not reporter:
-            reporter.append(TrialReporter(storage, study, number, metric, n_epochs))
-        return reporter[0](epoch, row)
-
-    return on_epoch
+    return TrialReporter(env[ENV_STORAGE], env[ENV_STUDY], number, str(cfg.metric),
+                         epochs if isinstance(epochs, int) else None)

@@ -1,13 +1,6 @@
-"""What an Optuna study leaves in its sweep directory besides `optuna_study.yaml` (sweepit.results._study_file):
-`best_params.yaml` (best parameters and the command that reproduces them; with several objectives the Pareto
-front), `trials.csv`, and `optimization_results.yaml` in the released hydra-optuna-sweeper's format (`name`,
-`best_params`, `best_value`; with several objectives `solutions`, each `params` and `values`), so that scripts
-written for that plugin keep working.
-
-    study = load_study_of(sweep_dir)         # plain optuna.Study, or None for a sweep without a study
-
-No Hydra here: the sweeper writes these files at the end of a search, the report rewrites them.
-"""
+"""What an Optuna study leaves in its sweep directory besides `optuna_study.yaml`: `best_params.yaml`, `trials.csv` and
+`optimization_results.yaml` in the released hydra-optuna-sweeper's format, so that scripts written for it keep
+working. The sweeper writes them at the end of a search, the report rewrites them."""
 
 from __future__ import annotations
 
@@ -43,7 +36,7 @@ def _value(trial: Any) -> float | None:
 
 
 def trials_table(study: Any) -> tuple[list[str], list[list[Any]]]:
-    """One row per trial: number, Optuna state, job status, value, parameters, epochs reported, times, job."""
+    """One row per trial (`trials.csv` and the report's table)."""
     trials = study.get_trials(deepcopy=False)
     names: list[str] = []
     for t in trials:
@@ -129,8 +122,7 @@ def optimization_results(study: Any) -> dict[str, Any] | None:
 
 
 def write_results(sweep_dir: Path, study: Any, info: dict[str, Any], out_dir: Path | None = None) -> list[Path]:
-    """`best_params.yaml`, `trials.csv` and `optimization_results.yaml` (once a trial completed) into `out_dir`
-    (default: the sweep directory)."""
+    """The files into `out_dir` (default: the sweep directory); `optimization_results.yaml` once a trial completed."""
     out_dir = Path(sweep_dir) if out_dir is None else out_dir
     paths = [out_dir / BEST_PARAMS_FILE, out_dir / TRIALS_FILE]
     atomic_write(paths[0], best_params_yaml(study, info))

@@ -1,15 +1,11 @@
-"""Optuna samplers and pruners from a spec: a `_target_` node with keywords of the Optuna class.
-
-    {"_target_": "optuna.samplers.TPESampler", "seed": 0, "multivariate": False}
-
-A null keyword is left out (Optuna's default; the nodes list the keywords of Optuna 4 and 5 both, and a null one of
-the other version is dropped); a spec without `_target_` is the default class with sweepit's defaults for it. A
-sampler whose extra package is missing says which to install.
-"""
+"""Optuna samplers and pruners from a spec: a `_target_` node with keywords of the Optuna class. A null keyword is left
+out (Optuna's default: the nodes list the keywords of Optuna 4 and 5 both, and a null one of the other version is
+dropped); a spec without `_target_` is the default class with sweepit's defaults for it."""
 
 from __future__ import annotations
 
 import importlib.util
+import math
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -25,7 +21,6 @@ SAMPLER_CLASSES = {
     "grid": "optuna.samplers.GridSampler", "nsgaii": "optuna.samplers.NSGAIISampler",
     "nsgaiii": "optuna.samplers.NSGAIIISampler",
 }
-SAMPLERS = tuple(SAMPLER_CLASSES)
 # sweepit's defaults where they differ from Optuna's (the config groups carry the same values). tpe: multivariate
 # models optimizer and lr jointly (the best lr depends on the optimizer); constant_liar counts trials in flight as
 # bad, so that parallel asks spread out.
@@ -47,8 +42,6 @@ SAMPLER_KEY = "hydra.sweeper.sampler"
 
 def resolve(spec: Mapping[str, Any], classes: Mapping[str, str], default: str,
             defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """`{"_target_": ..., keywords}` from a spec, its null keywords left out; without `_target_`, `default`'s class
-    with `defaults` (see the module's docstring)."""
     kept = {k: v for k, v in spec.items() if v is not None}
     if "_target_" not in kept:
         return {"_target_": classes[default], **(defaults or {}), **kept}
@@ -56,7 +49,7 @@ def resolve(spec: Mapping[str, Any], classes: Mapping[str, str], default: str,
 
 
 def short_name(spec: Mapping[str, Any], classes: Mapping[str, str] = SAMPLER_CLASSES) -> str:
-    """The short name of a resolved spec's class (`tpe`), else its `_target_`, for logs and the study record."""
+    """The short name of a resolved spec's class (`tpe`), else its `_target_`, for logs."""
     target = str(spec.get("_target_"))
     return next((n for n, t in classes.items() if t == target), target)
 
@@ -73,7 +66,6 @@ def resolve_sampler(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def check_sampler(name: str) -> None:
-    """Refuse a sampler whose packages are not installed, before any trial starts."""
     missing = [pkg for module, pkg in _NEEDS.get(name, {}).items() if importlib.util.find_spec(module) is None]
     if missing:
         raise ConfigError(f"the {name} sampler needs the Python package(s) {', '.join(missing)}, which are not "
@@ -100,24 +92,26 @@ def build_sampler(spec: Mapping[str, Any], seed: int | None, space: SearchSpace)
         node["seed"] = seed
     if is_grid(spec):
         node.update(_target_=_no_stop(cls), search_space=space.grid())
+    with warnings.catch_warnings():
+        # A warning about sweepit's own defaults is not the user's to act on, and an app run with
+        # `python -W error` must not die of it (it does not on the released plugin, whose defaults are Optuna's).
+        warnings.filterwarnings("ignore", _DEFAULTS_WARNING, ExperimentalWarning)
+        return build(node, SAMPLER_KEY, spec["_target_"])
+
+
+def build(node: Mapping[str, Any], key: str, target: str) -> Any:
+    """The Optuna object of a node; Optuna's own checks of its arguments (ValueError) as a ConfigError naming them."""
     try:
-        with warnings.catch_warnings():
-            # A warning about sweepit's own defaults is not the user's to act on, and an app run with
-            # `python -W error` must not die of it (it does not on the released plugin, whose defaults are Optuna's).
-            warnings.filterwarnings("ignore", _DEFAULTS_WARNING, ExperimentalWarning)
-            return instantiate(node, SAMPLER_KEY)
-    except ValueError as e:  # Optuna's own checks of its arguments
-        if isinstance(e, ConfigError):
-            raise
-        raise ConfigError(f"{SAMPLER_KEY} must hold arguments {spec['_target_']} accepts, but it refused "
-                          f"{ {k: v for k, v in node.items() if k not in ('_target_', 'search_space')} }: {e}") from e
+        return instantiate(node, key)
+    except ConfigError:
+        raise
+    except ValueError as e:
+        shown = {k: v for k, v in node.items() if k not in ("_target_", "search_space")}
+        raise ConfigError(f"{key} must hold arguments {target} accepts, but it refused {shown}: {e}") from e
 
 
 def grid_size(space: SearchSpace) -> int:
-    n = 1
-    for values in space.grid().values():
-        n *= len(values)
-    return n
+    return math.prod(len(values) for values in space.grid().values())
 
 
 def _no_stop(cls: Any) -> Any:

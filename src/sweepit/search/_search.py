@@ -1,17 +1,6 @@
 """The Optuna search, Hydra-free: open (or resume) the study, then ask -> start -> wait_any -> tell over a launcher.
-
-    search = Search(SearchOptions(n_trials=20, n_jobs=4), space, sweep_dir, JobDefaults(metric="val_acc"),
-                    command="python train.py", env_overrides=as_overrides)   # (job_num, env) -> overrides
-    search.open()                  # checks the storage and the study; writes optuna_study.yaml
-    returns = search.run(launcher) # an AsyncLauncher runs trials one by one; any other, in batches of n_jobs
-
-Trials are numbered by the study and jobs by the sweep directory, so running the same search again on the same
-directory (or storage and study name) resumes: numbers go on and nothing is overwritten. A job learns its trial
-from three environment variables (sweepit.search._pruning): `env_overrides(job_num, env)` hands them to the launcher
-and returns the overrides that carry them, if any (the Hydra plugin: none for sweepit's launchers, which set them
-beside the job's overrides; `hydra.job.env_set` overrides for any other launcher, Hydra's only channel).
-optuna is imported when the study opens, so importing this module stays fast.
-"""
+Trials are numbered by the study and jobs by the sweep directory, so the same search run again resumes: numbers go on
+and nothing is overwritten. optuna is imported when the study opens, so importing this module stays fast."""
 
 from __future__ import annotations
 
@@ -35,23 +24,15 @@ from sweepit.results import (
     summarize,
     write_study_file,
 )
-from sweepit.search._pruning import (
-    ENV_STORAGE,
-    ENV_STUDY,
-    ENV_TRIAL,
-    PRUNER_ATTR,
-    PRUNER_CLASSES,
-    build_pruner,
-    open_storage,
-    resolve_pruner,
-)
+from sweepit.search._pruning import PRUNER_ATTR, PRUNER_CLASSES, build_pruner, open_storage, resolve_pruner, trial_env
 from sweepit.search._results import best_trial, write_results
 from sweepit.search._samplers import build_sampler, grid_size, is_grid, resolve_sampler, short_name
 from sweepit.search._space import SearchSpace
 from sweepit.search._study import failure_rate, interrupt, is_counted, recover, tell
-from sweepit.search._trials import AsyncLauncher, Outcome, as_runner, read_outcome
+from sweepit.search._trials import Outcome, as_runner, find_job_dir, read_outcome
 
 log = logging.getLogger(__name__)
+SEED_STRIDE = 100_003  # seeded samplers: each worker its own stream, or they would ask the same points
 
 
 def _require(ok: bool, message: str) -> None:
@@ -136,8 +117,9 @@ class Search:
                  command: str = "python train.py",
                  env_overrides: Callable[[int, Mapping[str, str]], list[str]] = no_env,
                  extend: Callable[[Any], None] | None = None) -> None:
-        """`extend(trial)`, when given, runs after each trial drew the space's parameters and may draw more through
-        `trial.suggest_*` (conditional ones); each becomes the override `name=value` of the trial's job."""
+        """A job learns its trial from three environment variables: `env_overrides(job_num, env)` hands them to the
+        launcher and returns the overrides that carry them, if any. `extend(trial)` runs after each trial drew the
+        space's parameters and may draw more (conditional ones), each the override `name=value` of its job."""
         _require(bool(space.params) or extend is not None,
                  "the Optuna sweeper needs a search space, but none was given; add one to hydra.sweeper.params or the "
                  "command line, e.g. 'lr=tag(log, interval(1e-4, 1))'.")
@@ -148,6 +130,7 @@ class Search:
         self.metric = job.metric or "objective"
         if options.metrics and not isinstance(options.direction, list | tuple):
             self.metric = options.metrics[0]
+        self.pruner = self._pruner_spec()
         self.directions = self._directions()
         self.direction = self.directions[0]
         self.multi = len(self.directions) > 1
@@ -155,13 +138,11 @@ class Search:
         self.grid = is_grid(self.sampler)
         if self.grid:
             space.grid()  # refuses a continuous space now rather than at the first ask
-        self.pruner = self._pruner_spec()
         self.study: Any = None
         self.info: dict[str, Any] = {}
 
     def _directions(self) -> list[str]:
-        """One direction per objective: a list in hydra.sweeper.direction searches several (a Pareto front), whose
-        values come from `metrics` or from the list each job returns; else `_direction`."""
+        """One direction per objective: a list in hydra.sweeper.direction searches several (a Pareto front)."""
         ours, metrics = self.options.direction, self.options.metrics
         if not isinstance(ours, list | tuple):
             _require(not metrics or len(metrics) == 1,
@@ -176,19 +157,17 @@ class Search:
                  f"hydra.sweeper.metrics names one objective per direction, but hydra.sweeper.direction={list(ours)} "
                  f"has {len(ours)} and hydra.sweeper.metrics={list(metrics or [])} {len(metrics or [])}; give both "
                  "the same length.")
-        _require(len(ours) == 1 or self.pruner_name() == "none",
+        pruner = short_name(self.pruner, PRUNER_CLASSES)
+        _require(len(ours) == 1 or pruner == "none",
                  f"Optuna prunes single-objective studies only, but hydra.sweeper.direction={list(ours)} has "
-                 f"{len(ours)} objectives and the pruner is {self.pruner_name()}; use hydra/sweeper/pruner=none.")
+                 f"{len(ours)} objectives and the pruner is {pruner}; use hydra/sweeper/pruner=none.")
         if len(ours) == 1:
             self.options.direction = ours[0]
             return [self._direction()]
         return [str(d) for d in ours]
 
-    def pruner_name(self) -> str:
-        return short_name(resolve_pruner(self.options.pruner), PRUNER_CLASSES)
-
     def _direction(self) -> str:
-        """The one rule (sweeper's, else the job config's, else minimize), checked, naming where it came from."""
+        """The one rule (`objective_direction`), checked, naming where it came from."""
         ours, theirs = self.options.direction, self.job.direction
         direction = objective_direction(ours, theirs)
         key = "hydra.sweeper.direction" if ours not in (None, "") else "direction (the job config's)"
@@ -227,10 +206,7 @@ class Search:
         _require(kept == self.directions, f"study {name!r} in {storage_url} must keep its direction, but it is "
                                           f"{' '.join(kept)} and the sweep asks {' '.join(self.directions)}; use "
                                           f"another hydra.sweeper.study_name, or hydra.sweeper.direction={shown}.")
-        seed = self.sampler.get("seed")
-        n_before = len(study.get_trials(deepcopy=False))
-        # A resumed study reseeds, or a seeded sampler would draw the points of the first run again.
-        study.sampler = build_sampler(self.sampler, None if seed is None else int(seed) + n_before, self.space)
+        self.seed_sampler(study)
         study.set_user_attr(PRUNER_ATTR, self.pruner)
         self.info = {"storage": storage_url, "study_name": name, "metric": self.job.metric,
                      "direction": None if self.multi else self.direction, "sampler": self.sampler,
@@ -245,30 +221,48 @@ class Search:
         write_study_file(self.sweep_dir, self.info)
         self.study = study
 
+    def attach(self, worker_index: int) -> None:
+        """The study the driver opened, loaded again in a worker, whose seeded sampler draws a stream of its own."""
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.study = optuna.load_study(study_name=str(self.info["study_name"]), pruner=build_pruner(self.pruner),
+                                       storage=open_storage(str(self.info["storage"])))
+        self.seed_sampler(self.study, SEED_STRIDE * (worker_index + 1))
+
+    def seed_sampler(self, study: Any, stride: int = 0) -> None:
+        """A resumed study reseeds, or a seeded sampler would draw the points of the first run again."""
+        seed = self.sampler.get("seed")
+        if seed is not None:
+            seed = int(seed) + len(study.get_trials(deepcopy=False)) + stride
+        study.sampler = build_sampler(self.sampler, seed, self.space)
+
+    def total_trials(self) -> int:
+        total = self.options.n_trials
+        return min(total, grid_size(self.space)) if self.grid else total
+
+    def n_counted(self) -> int:
+        return sum(is_counted(t) for t in self.study.get_trials(deepcopy=False))
+
+    def opening(self, n_recovered: int, how: str) -> str:
+        return (f"Optuna study {self.info['study_name']!r} ({self.objectives()}) in {self.info['storage']}: "
+                f"{self.n_counted()} of {self.total_trials()} trials done before"
+                + (f", {n_recovered} recovered" if n_recovered else "") + f"; sampler {short_name(self.sampler)}, "
+                f"pruner {short_name(self.pruner, PRUNER_CLASSES)}; {how}; space {self.space.describe()}")
+
     # -- the search -------------------------------------------------------------------------------------------
     def run(self, launcher: Any, check: Callable[[list[str]], None] | None = None) -> list[Any]:
-        """Trials until `n_trials` count in the study; returns what the launcher returned for each job.
-
-        `check(overrides)` (the sweeper composes the job's config) runs before a trial's job starts: when it
-        raises, the trial is told FAIL with that error and counts as a failure, and the search goes on (a bad
-        value among the choices must not end the search, nor be retried as if it had been interrupted).
-
-        Raises SweepFailedError when the search stopped early (failure rate, an interrupted trial). Whatever
-        ends it, trials in flight are told as interrupted (and retried by the next run), the launcher is
-        closed and `best_params.yaml` and `trials.csv` are written."""
+        """Trials until `n_trials` count in the study; returns what the launcher returned for each job. A trial whose
+        job's config `check(overrides)` refuses fails alone: a bad value among the choices must not end the search,
+        nor be retried as if it had been interrupted. Raises SweepFailedError when the search stopped early (failure
+        rate, an interrupted trial); whatever ends it, trials in flight are told as interrupted (and retried by the
+        next run), the launcher is closed and the result files are written."""
         assert self.study is not None, "open() the search before run()"
         study, n_jobs = self.study, self.options.n_jobs
         n_recovered = recover(study, self.sweep_dir, self.options.diverged_value, self.options.metrics)
-        total = self.options.n_trials
-        if self.grid:
-            total = min(total, grid_size(self.space))
-        n_counted = sum(is_counted(t) for t in study.get_trials(deepcopy=False))
-        log.info(f"Optuna study {self.info['study_name']!r} ({self.objectives()}) in "
-                 f"{self.info['storage']}: {n_counted} of {total} trials done before"
-                 + (f", {n_recovered} recovered" if n_recovered else "") + f"; sampler {short_name(self.sampler)}, "
-                 f"pruner {short_name(self.pruner, PRUNER_CLASSES)}, {n_jobs} in flight; space "
-                 f"{self.space.describe()}")
-        runner: AsyncLauncher = as_runner(launcher, n_jobs)
+        total, n_counted = self.total_trials(), self.n_counted()
+        log.info(self.opening(n_recovered, f"{n_jobs} in flight"))
+        runner = as_runner(launcher, n_jobs)
         returns: list[Any] = []
         in_flight: dict[int, Any] = {}   # job number -> trial
         next_job = self.next_free_job()
@@ -280,18 +274,12 @@ class Search:
                     trial = study.ask(self.space.distributions)
                     job = max(trial.number, next_job)
                     next_job = job + 1
-                    trial.set_user_attr("job_num", job)
                     n_counted += 1
-                    if self.extend is not None and not self.before_start(self.extend, trial, "custom_search_space"):
+                    overrides = self.prepare(trial, job, check)
+                    if overrides is None:
                         stop = stop or self.failure_stop()
                         continue
-                    overrides = self.space.overrides(trial.params)
-                    trial.set_user_attr("overrides", overrides)
-                    if check is not None and not self.before_start(lambda t: check(t.user_attrs["overrides"]), trial,
-                                                                    "config"):
-                        stop = stop or self.failure_stop()
-                        continue
-                    job_overrides = [*overrides, *self.env_overrides(job, self.trial_env(trial.number))]
+                    job_overrides = [*overrides, *self.env_overrides(job, trial_env(self.info, trial.number))]
                     log.info(f"trial {trial.number} -> job {job}: {' '.join(overrides)}")
                     runner.start(job_overrides, job)
                     in_flight[job] = trial
@@ -302,7 +290,7 @@ class Search:
                         log.warning(f"the launcher returned job {job}, which this search did not start; ignored")
                         continue
                     trial = in_flight.pop(job)
-                    why = self.tell_job(trial, job, ret)
+                    why = self.tell_job(trial, find_job_dir(self.sweep_dir, job, ret), ret)
                     if why is not None:  # interrupted: Ctrl-C, SIGTERM, scancel stop the sweep
                         n_counted -= 1
                         interrupted = interrupted or stop is None
@@ -324,6 +312,18 @@ class Search:
             raise (SweepStoppedError if interrupted else SweepFailedError)(stop)
         return returns
 
+    def prepare(self, trial: Any, job: int, check: Callable[[list[str]], None] | None = None) -> list[str] | None:
+        """The overrides of the trial's job `job`, recorded on the trial; None, the trial told FAIL, when the custom
+        search space or `check(overrides)` raised."""
+        trial.set_user_attr("job_num", job)
+        if self.extend is not None and not self.before_start(self.extend, trial, "custom_search_space"):
+            return None
+        overrides = self.space.overrides(trial.params)
+        trial.set_user_attr("overrides", overrides)
+        if check is not None and not self.before_start(lambda _: check(overrides), trial, "config"):
+            return None
+        return overrides
+
     def before_start(self, step: Callable[[Any], None], trial: Any, what: str) -> bool:
         """False, after telling the trial FAIL with the reason, when `step(trial)` raised: the user's
         custom_search_space, or composing the job's config."""
@@ -340,19 +340,14 @@ class Search:
             return False
         return True
 
-    def trial_env(self, number: int) -> dict[str, str]:
-        return {ENV_STORAGE: str(self.info["storage"]), ENV_STUDY: str(self.info["study_name"]),
-                ENV_TRIAL: str(number)}
-
-    def tell_job(self, trial: Any, job: int, ret: Any) -> str | None:
+    def tell_job(self, trial: Any, job_dir: Path | None, ret: Any) -> str | None:
         """Tell Optuna what became of the trial's job and log it; what stopped it when it was interrupted."""
-        outcome = read_outcome(self.sweep_dir, job, ret, self.options.metrics, len(self.directions))
+        outcome = read_outcome(job_dir, ret, self.options.metrics, len(self.directions))
         state = tell(self.study, trial.number, trial._trial_id, outcome, self.options.diverged_value)
         best = None if self.multi else best_trial(self.study)
-        shown = outcome.values if self.multi else outcome.value
         log.info(f"trial {trial.number} {outcome.status} -> {state}"
                  + (f", {self.metric}={outcome.value:.4g}" if outcome.value is not None and not self.multi else "")
-                 + (f", values {shown}" if self.multi and shown is not None else "")
+                 + (f", values {outcome.values}" if self.multi and outcome.values is not None else "")
                  + (f": {error_line(outcome.error)}" if outcome.error else "")
                  + ("" if best is None else f" (best {best.value:.4g}, trial {best.number})"))
         if outcome.status != Status.INTERRUPTED:

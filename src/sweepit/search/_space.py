@@ -1,12 +1,5 @@
-"""The search space: one `Param` per searched key (an Optuna distribution) and the overrides every job gets.
-
-    Param.interval("lr", "", "tag(log, interval(1e-4, 1))", 1e-4, 1.0, log=True)   -> float, log scale
-    Param.steps("hidden", "", "range(16,65,16)", [16, 32, 48, 64], step=16)          -> int with that step
-    Param.choice("optimizer", "", "choice(adam,sgd)", ["adam", "sgd"], ["adam", "sgd"])  -> categorical
-
-Each constructor checks its values and raises ConfigError naming the entry; how the entries are written
-(Hydra's override grammar) is read by the Hydra plugin (`hydra_plugins.sweepit._space`), not here.
-"""
+"""The search space: one `Param` per searched key (an Optuna distribution) and the overrides every job gets. How the
+entries are written (Hydra's override grammar) is read by the Hydra plugin (`hydra_plugins.sweepit._space`)."""
 
 from __future__ import annotations
 
@@ -82,11 +75,7 @@ class Param:
             for choice, text in zip(self.choices, self.choice_strings, strict=True):
                 if choice == value and type(choice) is type(value):
                     return f"{self.prefix}{self.name}={text}"
-        return f"{self.prefix}{self.name}={_number(value)}"
-
-    def first_value(self) -> Any:
-        """A value of the parameter (its first choice or its low end), to compose a job before any trial."""
-        return self.choices[0] if self.choices else self.distribution.low
+        return f"{self.prefix}{self.name}={spelled(value)}"
 
 
 @contextmanager
@@ -117,8 +106,9 @@ class SearchSpace:
         return [*self.fixed, *(p.override(values[p.name]) for p in self.params), *extra]
 
     def first_point(self) -> dict[str, Any]:
-        """A point of the space, to check before any trial that a job's overrides compose."""
-        return {p.name: p.first_value() for p in self.params}
+        """A point of the space (each first choice or low end), to check before any trial that a job's overrides
+        compose."""
+        return {p.name: p.choices[0] if p.choices else p.distribution.low for p in self.params}
 
     def grid(self) -> dict[str, list[Any]]:
         """Every value of every parameter, for the grid sampler; refuses continuous ones."""
@@ -146,10 +136,4 @@ def spelled(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
-    return _number(value)
-
-
-def _number(value: Any) -> str:
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)
+    return repr(value) if isinstance(value, float) else str(value)

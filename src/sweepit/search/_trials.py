@@ -1,15 +1,11 @@
-"""How the Optuna sweeper runs trials: one at a time on a launcher that can (no batch barrier), else in batches.
-
-A launcher that implements `AsyncLauncher` (sweepit's local and Slurm launchers) starts each trial's job as soon as
-the sweeper asks for it and reports each job as it ends, so a slow trial never holds the others back.
-Any other Hydra launcher is driven through its batch `launch()`: `n_jobs` trials start together and the
-next batch waits for the slowest of them; the sweeper says so in its log.
-"""
+"""How trials run: one by one on a launcher that can (`AsyncLauncher`: sweepit's, so a slow trial never holds the
+others back), else in batches of `n_jobs` through Hydra's `launch()`; and what became of each trial's job."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,23 +27,18 @@ log = logging.getLogger(__name__)
 
 @runtime_checkable
 class AsyncLauncher(Protocol):
-    """A launcher that runs jobs one by one, as they are asked for.
+    """A launcher that runs jobs one by one, as they are asked for: the sweeper calls `start` for each job (at most
+    `n_jobs` in flight; a launcher with fewer workers queues the rest), `wait_any` whenever it has nothing to start,
+    and `close` once, at the end or on an error. After Ctrl-C the launcher stops its running jobs, returns them from
+    `wait_any`, and then raises KeyboardInterrupt from the next `wait_any`."""
 
-    The sweeper calls `start` for each job (at most `n_jobs` in flight), `wait_any` whenever it has
-    nothing to start, and `close` once, at the end or on an error. A launcher with fewer workers than jobs
-    in flight queues the extra ones. After Ctrl-C the launcher stops its running jobs, returns them from
-    `wait_any`, and then raises KeyboardInterrupt from the next `wait_any`.
-    """
-
-    def start(self, overrides: Sequence[str], job_num: int) -> None:
-        """Start (or queue) the job `job_num` of the sweep with these overrides; returns at once."""
+    def start(self, overrides: Sequence[str], job_num: int) -> None: ...  # returns at once
 
     def wait_any(self, timeout_s: float | None = None) -> list[tuple[int, Any]]:
-        """Block until at least one job ended (or `timeout_s` passed); return `(job_num, JobReturn)` of
-        every job that ended since the last call."""
+        """Block until at least one job ended (or `timeout_s` passed): `(job_num, JobReturn)` of each since the last
+        call."""
 
-    def close(self) -> None:
-        """Stop jobs still running, write the launcher's records (manifest), release resources."""
+    def close(self) -> None: ...  # stop jobs still running, write the launcher's records, release resources
 
 
 class BatchLauncher:
@@ -65,12 +56,12 @@ class BatchLauncher:
     def wait_any(self, timeout_s: float | None = None) -> list[tuple[int, Any]]:
         pending, self.pending = sorted(self.pending), []
         out: list[tuple[int, Any]] = []
-        for run in _consecutive(pending):
+        # A batch `launch()` numbers its jobs from `initial_job_idx` on: one launch per run of consecutive numbers.
+        for _, group in itertools.groupby(enumerate(pending), key=lambda item: item[1][0] - item[0]):
+            run = [job for _, job in group]
             first = run[0][0]
             try:
                 returns = list(self.launcher.launch([o for _, o in run], initial_job_idx=first))
-            except KeyboardInterrupt:
-                raise
             except Exception as e:  # e.g. a launcher that raises when any job of the batch failed
                 log.warning(f"the launcher raised {type(e).__name__} for jobs {first}-{run[-1][0]}: "
                             f"{str(e).splitlines()[0] if str(e) else ''}; reading their results from their "
@@ -84,7 +75,6 @@ class BatchLauncher:
 
 
 def as_runner(launcher: Any, n_jobs: int) -> AsyncLauncher:
-    """The launcher itself when it runs jobs one by one, else `BatchLauncher` over it (and the log says so)."""
     if isinstance(launcher, AsyncLauncher):
         return launcher
     log.info(f"{type(launcher).__name__} only offers Hydra's batch launch(): trials run in batches of {n_jobs}, "
@@ -92,21 +82,8 @@ def as_runner(launcher: Any, n_jobs: int) -> AsyncLauncher:
     return BatchLauncher(launcher)
 
 
-def _consecutive(items: list[tuple[int, list[str]]]) -> list[list[tuple[int, list[str]]]]:
-    """Runs of consecutive job numbers: a batch `launch()` numbers its jobs from `initial_job_idx` on."""
-    runs: list[list[tuple[int, list[str]]]] = []
-    for item in items:
-        if runs and runs[-1][-1][0] + 1 == item[0]:
-            runs[-1].append(item)
-        else:
-            runs.append([item])
-    return runs
-
-
 @dataclass
 class Outcome:
-    """What became of one trial's job."""
-
     status: str                       # a Status
     value: float | None               # the objective, when there is one
     job_dir: Path | None
@@ -118,25 +95,18 @@ def find_job_dir(sweep_dir: Path, num: int, ret: Any = None) -> Path | None:
     """The job's directory: from its JobReturn's config when it says, else where its launcher recorded it (or the
     sweep directory's `<num>_*`: `job_folders`)."""
     for cfg in (getattr(ret, "hydra_cfg", None), getattr(ret, "cfg", None)):
-        try:
-            out = cfg.hydra.runtime.output_dir if cfg is not None else None
-        except Exception:
-            out = None
-        if out:
-            return Path(str(out))
-    try:
+        with contextlib.suppress(Exception):
+            if cfg is not None and cfg.hydra.runtime.output_dir:
+                return Path(str(cfg.hydra.runtime.output_dir))
+    with contextlib.suppress(OSError):
         return job_folders(sweep_dir).get(num)
-    except OSError:
-        return None
+    return None
 
 
-def read_outcome(sweep_dir: Path, num: int, ret: Any, metrics: list[str] | None = None, n_values: int = 1
-                 ) -> Outcome:
-    """The job's `result.json` is the truth. A job that wrote none (an app without sweepit's callback on a launcher
-    that is not sweepit's) gets one here, recorded from its JobReturn as a sweepit launcher would, so that the
-    table, `sweepit summary`, the report and the study name the same best job. With `metrics` or `n_values` > 1,
-    the objective values are read as `objective_values` says."""
-    job_dir = find_job_dir(sweep_dir, num, ret)
+def read_outcome(job_dir: Path | None, ret: Any, metrics: list[str] | None = None, n_values: int = 1) -> Outcome:
+    """What became of a trial's job: its `result.json`. A job that wrote none (an app without sweepit's callback on a
+    launcher that is not sweepit's) gets one here, from its JobReturn as a sweepit launcher records it, so that the
+    table, `sweepit summary`, the report and the study name the same best job."""
     record = read_record(job_dir)
     if not record.ended:
         recorded = _recorded(job_dir, ret)
@@ -147,7 +117,7 @@ def read_outcome(sweep_dir: Path, num: int, ret: Any, metrics: list[str] | None 
     value = record.objective
     outcome = Outcome(str(record.status), value, job_dir, record.error)
     if metrics or n_values > 1:
-        outcome.values = objective_values(result, metrics, n_values) or _returned(ret, n_values)
+        outcome.values = objective_values(result, metrics, n_values)
         if n_values == 1:
             outcome.value = outcome.values[0] if outcome.values else None
         if outcome.values is None and outcome.status == Status.COMPLETED:
@@ -158,8 +128,7 @@ def read_outcome(sweep_dir: Path, num: int, ret: Any, metrics: list[str] | None 
 
 
 def _recorded(job_dir: Path | None, ret: Any) -> JobRecord | None:
-    """The `result.json` of a job that wrote none, from its JobReturn (written to its directory when it has one);
-    None without a JobReturn."""
+    """The record of a job that wrote none, from its JobReturn (written to its directory when it has one)."""
     if ret is None:
         return None
     try:
@@ -175,20 +144,7 @@ def _recorded(job_dir: Path | None, ret: Any) -> JobRecord | None:
     return record
 
 
-def _returned(ret: Any, n: int) -> list[float] | None:
-    """The task's own return value as `n` numbers (the released plugin's habit), when the launcher kept it."""
-    try:
-        value = ret.return_value if ret is not None else None
-    except BaseException:
-        return None
-    if isinstance(value, list | tuple) and len(value) == n and all(
-            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in value):
-        return [float(v) for v in value]
-    return None
-
-
 def _missing(result: dict[str, Any], metrics: list[str] | None, n: int) -> str:
-    """Why a completed job gave no values: the rule, what it had, and the fix."""
     if metrics:
         have = sorted({*(k for k, v in result.items() if isinstance(v, int | float)),
                        *(result.get("final") or {})})

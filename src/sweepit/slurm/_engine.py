@@ -4,7 +4,7 @@ job, `GridSource`; a study, asked trial by trial, `sweepit.search.StudySource`),
 warm interpreter (the local launcher's pool, `slots` at once) and run by `run`, the one place where a job is run.
 
 Around each job, the same for both: a heartbeat while the worker lives, the job's directory cleaned, its task file,
-`trial.json` for a trial, its record when it died without one (`record_end`), then the source hears how it ended. A
+the source told it starts, its record when it died without one (`record_end`), then the source hears how it ended. A
 job taken and never started, or stopped for a requeue, is given back to the source for a worker to take again.
 
 Wall time (`job_timeout_min`, packed grids): after its first round of `slots` jobs, the worker starts a job only when
@@ -14,7 +14,6 @@ the job's expected time (the mean of those it ran, else the jobs' time limit) fi
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -24,7 +23,6 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from sweepit._files import atomic_write
 from sweepit._host import now_iso
 from sweepit.local import ChildSpec, GpuPool, Job, Pool, Reply, child_main, record_end
 from sweepit.results import WAIT, Heartbeat, JobPaths, Recorder, Status, Work, WorkSource, start_clean
@@ -39,13 +37,6 @@ def worker_id() -> str:
     """This Slurm task's job id as submitit and squeue print it: `123_4` in an array, else `123`."""
     array, index = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
     return f"{array}_{index}" if array and index else os.environ.get("SLURM_JOB_ID", f"local-{os.getpid()}")
-
-
-def write_trial_record(job_dir: Path, num: int, overrides: list[str], trial_number: int, worker: str) -> None:
-    """Written as a trial's job starts, before the job writes anything: the driver and `sweepit status` adopt the
-    directory as a job of the worker's Slurm id (`sweepit.slurm._optuna_workers.adopt_trials`)."""
-    record = {"num": num, "overrides": overrides, "trial": trial_number, "worker": worker, "started_at": now_iso()}
-    atomic_write(JobPaths(job_dir).trial, json.dumps(record) + "\n", fsync=False)
 
 
 class Engine:
@@ -143,9 +134,7 @@ class Engine:
     def before_fork(self, job: Job) -> None:
         start_clean(job.job_dir)  # a stale result of an earlier run must not stand for this one
         shutil.rmtree(JobPaths(job.job_dir).tasks, ignore_errors=True)
-        work = self.works[job.num]
-        if work.trial is not None:
-            write_trial_record(job.job_dir, job.num, list(work.overrides), work.trial, self.worker)
+        self.source.started(self.works[job.num])
         record_task(job.job_dir, 0)
 
     def started(self, job: Job) -> None:

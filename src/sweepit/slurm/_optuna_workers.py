@@ -2,9 +2,9 @@
 (the worker engine, `sweepit.slurm._engine`, over `sweepit.search.StudySource`); the driver only submits them and
 follows (`sweepit.slurm._worker_driver`, the one driver of packed and Optuna workers).
 
-A worker writes `<job dir>/.slurm/trial.json` as it starts a trial's job (`sweepit.slurm._engine`); the driver, and
-`sweepit status` when no driver runs, adopt each such directory as a job of `sweep.json` whose Slurm id is its
-worker's (`adopt_trials`). So the follower, `sweepit status`, `sweepit report` and the results table see worker
+A worker's claim of a trial's job records the job's directory as it starts (`sweepit.search.started_trials`); the
+driver, and `sweepit status` when no driver runs, adopt each such job into `sweep.json` with its worker's Slurm id
+(`adopt_trials`). So the follower, `sweepit status`, `sweepit report` and the results table see worker
 trials as they see per-trial jobs: a job's own result.json settles it, and a trial whose worker Slurm ended
 before it wrote one gets one written with Slurm's word (scancel, time limit, node failure).
 
@@ -15,12 +15,12 @@ directory follows the workers still alive instead of submitting new ones.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from pathlib import Path
 
 from sweepit.errors import ConfigError
-from sweepit.results import JobEntry, JobPaths, Manifest, Progress, State, job_num
+from sweepit.results import JobEntry, Manifest, Progress, State
+from sweepit.search import started_trials
 from sweepit.slurm._limits import open_room, wait_for_room
 from sweepit.slurm._submit import PlannedJob, Task, link_logs
 from sweepit.slurm._worker_driver import WorkerDriver, workers_alive
@@ -30,33 +30,24 @@ WORKER_TRIAL = "worker_trial"  # manifest extra of a worker's job: its trial num
 
 
 def adopt_trials(m: Manifest) -> list[int]:
-    """Job directories that workers started and the manifest does not list yet, added as running jobs of their
-    worker (logs linked); their numbers."""
+    """Jobs that workers started and the manifest does not list yet, added as running jobs of their worker (logs
+    linked); their numbers."""
     workers = m.workers
     if not workers:
         return []
-    new: list[int] = []
-    with contextlib.suppress(OSError):
-        for path in Path(m.sweep_dir).iterdir():
-            num = job_num(path) if path.is_dir() else None
-            if num is None or num in m.jobs:
-                continue
-            try:
-                record = json.loads(JobPaths(path).trial.read_text())
-            except (OSError, ValueError):
-                continue
-            wid = str(record.get("worker"))
-            stdout, stderr = workers.get("stdout", {}).get(wid), workers.get("stderr", {}).get(wid)
-            m.jobs[num] = JobEntry(num=num, overrides=list(record.get("overrides") or []), job_dir=str(path),
-                                   state=State.RUNNING, started_at=record.get("started_at"), extra={
-                                       "slurm_job_id": wid, "slurm_array_job_id": wid.split("_", 1)[0],
-                                       "slurm_job_name": workers.get("job_name"), "stdout": stdout,
-                                       "stderr": stderr, WORKER_TRIAL: record.get("trial")})
-            if stdout and stderr:
-                with contextlib.suppress(OSError):
-                    link_logs(path, Path(stdout), Path(stderr))
-            new.append(num)
-    return sorted(new)
+    new = started_trials(Path(m.sweep_dir), m.jobs)
+    for num, record in new.items():
+        wid, path = str(record.get("worker")), str(record.get("job_dir"))
+        stdout, stderr = workers.get("stdout", {}).get(wid), workers.get("stderr", {}).get(wid)
+        m.jobs[num] = JobEntry(num=num, overrides=list(record.get("overrides") or []), job_dir=path,
+                               state=State.RUNNING, started_at=record.get("started_at"), extra={
+                                   "slurm_job_id": wid, "slurm_array_job_id": wid.split("_", 1)[0],
+                                   "slurm_job_name": workers.get("job_name"), "stdout": stdout,
+                                   "stderr": stderr, WORKER_TRIAL: record.get("trial")})
+        if stdout and stderr:
+            with contextlib.suppress(OSError):
+                link_logs(Path(path), Path(stdout), Path(stderr))
+    return list(new)
 
 
 class WorkerSweep(WorkerDriver):

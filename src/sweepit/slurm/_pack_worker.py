@@ -158,6 +158,9 @@ class GridSource:
     def refused(self, work: Work, error: Exception) -> bool:
         return False  # a config that composed on the driver and not here: the worker's node differs, it stops
 
+    def started(self, work: Work) -> None:
+        pass  # its task file tells the driver, which planned its directory
+
     def ended(self, work: Work, returned: Any) -> None:
         pass  # its result.json is all the driver reads
 

@@ -1,7 +1,7 @@
 """The one driver of the worker engine's Slurm workers (`sweepit.slurm._engine`), for packed grids (`_pack.PackedSweep`)
 and Optuna studies (`_optuna_workers.WorkerSweep`): it submits arrays of workers into `sweep.json`'s `workers`, follows
 the jobs they take, and says how to follow, resume or cancel workers it leaves running. What the kind of work keeps:
-where a job's entry comes from (a grid's claims; a study's `trial.json`), when following ends, and what is done for
+where a job's entry comes from (a grid's claims and plan; a study's claims), when following ends, and what is done for
 a worker that ended early (a grid's jobs retried or given to fresh workers; a study's retried by the workers).
 """
 
