@@ -1,10 +1,6 @@
 """What sweeps leave behind and how it is read: result.json and metrics.jsonl, sweep.json, the sweep lock, tables.
 
-    rows = collect("outputs/optimizer_lr/2026-11-21_10-00-00")     # one JobRow per job directory
-    print(summarize(sweep_dir))                                     # the table a sweep prints at its end
-    JobPaths(job_dir).result                                        # where each file of a job (SweepPaths: a sweep) is
-
-The report (`<sweep>/report/`: CSV, Markdown, plots, HTML) is a room of its own above the engines: sweepit.reporting.
+The report (`<sweep>/report/`) is a room of its own above the engines: sweepit.reporting.
 """
 
 from __future__ import annotations
@@ -19,12 +15,10 @@ from sweepit.results._job_files import (
     ResultGrace,
     as_number,
     error_line,
-    has_result,
     job_dir_name,
     job_num,
     read_metrics,
     read_record,
-    read_result,
     record_failure,
     remove_result,
     returned_fields,
@@ -64,20 +58,16 @@ from sweepit.results._overrides import (
 from sweepit.results._paths import (
     BEST_PARAMS_FILE,
     BEST_WEIGHTS,
-    CHECKPOINT_FILE,
     CONFIG_FILE,
     HYDRA_DIR,
     HYDRA_FILE,
     LAST_WEIGHTS,
-    LOCK_FILE,
     MANIFEST_FILE,
     METRICS_FILE,
     MLFLOW_RUN_FILE,
     MULTIRUN_FILE,
     OPTIMIZATION_RESULTS_FILE,
     OVERRIDES_FILE,
-    RANK_STATES,
-    RECORDS_FILE,
     REPORT_CSV,
     REPORT_DIR,
     REPORT_PAGE,
@@ -85,16 +75,10 @@ from sweepit.results._paths import (
     RESULT_FILE,
     STDERR_LOG,
     STDOUT_LOG,
-    STUDY_FILE,
-    STUDY_JOURNAL_FILE,
-    SUBMITIT_DIR,
     SWEEP_JOURNAL_FILE,
-    TASK_DIR,
-    TRIAL_FILE,
     TRIALS_FILE,
     WANDB_RUN_FILE,
     WEIGHT_FILES,
-    WORKERS_DIR,
     JobPaths,
     SweepPaths,
 )
@@ -104,7 +88,7 @@ from sweepit.results._status import (
     DIRECTIONS,
     FAILED_STATUSES,
     FINISHED_STATUSES,
-    STATUSES,
+    LAUNCH_STATES,
     Recorder,
     State,
     Status,
@@ -119,11 +103,9 @@ from sweepit.results._status import (
 )
 from sweepit.results._study_file import read_study_file, write_study_file
 from sweepit.results._summary import (
-    LAUNCH_STATES,
     MAX_ROWS,
     JobRow,
     best_row,
-    collect,
     fixed_overrides,
     format_table,
     job_folders,
@@ -139,23 +121,21 @@ from sweepit.results._summary import (
 from sweepit.results._unread import UnreadKeys
 
 __all__ = [
-    "BEST_PARAMS_FILE", "BEST_WEIGHTS", "CHECKPOINT_FILE", "CONFIG_FILE", "DIRECTIONS", "FAILED_STATUSES",
-    "FINISHED_STATUSES", "HEARTBEAT_S", "HYDRA_DIR", "HYDRA_FILE", "LAST_WEIGHTS", "LAUNCH_STATES", "LOCK_FILE",
-    "LOCK_HEARTBEAT_S", "MANIFEST_FILE", "MAX_ROWS", "METRICS_FILE", "MLFLOW_RUN_FILE", "MULTIRUN_FILE",
-    "OPTIMIZATION_RESULTS_FILE", "OVERRIDES_FILE", "RANK_STATES", "RECORDS_FILE", "REPORT_CSV", "REPORT_DIR",
-    "REPORT_PAGE", "REPORT_SUMMARY", "RESULT_FILE", "RESULT_GRACE_S", "STALE_S", "STATUSES", "STDERR_LOG", "STDOUT_LOG",
-    "STUDY_FILE", "STUDY_JOURNAL_FILE", "SUBMITIT_DIR", "SWEEP_JOURNAL_FILE", "TASK_DIR", "TRIALS_FILE", "TRIAL_FILE",
-    "WAIT", "WANDB_RUN_FILE", "WEIGHT_FILES", "WORKERS_DIR", "WORKER_STALE_S", "Heartbeat", "JobEntry", "JobPaths",
-    "JobRecord", "JobRow", "LiveReader", "Manifest", "MetricsLog", "Progress", "Recorder", "ResultGrace", "State",
-    "Status", "SweepLock", "SweepPaths", "UnreadKeys", "Work", "WorkSource", "app_command", "as_number", "best_row",
-    "claim", "claimed", "clean", "collect", "command_line", "config_source", "counts_text", "driver_argv", "driver_env",
-    "error_line", "failure_report", "fixed_overrides", "format_duration", "format_table", "has_result", "hydra_quote",
-    "is_finished", "job_dir_name", "job_folders", "job_num", "load_yaml", "measures_speed", "objective_direction",
-    "objective_values", "open_manifest", "override_values", "own_key", "own_overrides", "read_job", "read_manifest",
-    "read_manifest_data", "read_metrics", "read_overrides", "read_record", "read_result", "read_study_file",
-    "record_failure",
-    "records_digest", "remove_result", "report_shows", "reports_at_end", "rerun_argv", "rerun_command", "result_status",
-    "returned_fields", "settle_orphans", "short_value", "silent_s", "speed_study_line", "start_clean", "summarize",
-    "sweep_direction", "sweep_eta_s", "sweep_jobs", "sweeper_value", "swept_keys", "total_wall_time_s",
-    "typed_overrides", "with_result", "worst", "write_manifest", "write_records", "write_result", "write_study_file"
+    "BEST_PARAMS_FILE", "BEST_WEIGHTS", "CONFIG_FILE", "DIRECTIONS", "FAILED_STATUSES", "FINISHED_STATUSES",
+    "HYDRA_DIR", "HYDRA_FILE", "LAST_WEIGHTS", "LAUNCH_STATES", "LOCK_HEARTBEAT_S", "MANIFEST_FILE", "MAX_ROWS",
+    "METRICS_FILE", "MLFLOW_RUN_FILE", "MULTIRUN_FILE", "OPTIMIZATION_RESULTS_FILE", "OVERRIDES_FILE", "REPORT_CSV",
+    "REPORT_DIR", "REPORT_PAGE", "REPORT_SUMMARY", "RESULT_FILE", "RESULT_GRACE_S", "STDERR_LOG", "STDOUT_LOG",
+    "SWEEP_JOURNAL_FILE", "TRIALS_FILE", "WAIT", "WANDB_RUN_FILE", "WEIGHT_FILES", "WORKER_STALE_S", "Heartbeat",
+    "JobEntry", "JobPaths", "JobRecord", "JobRow", "LiveReader", "Manifest", "MetricsLog", "Progress", "Recorder",
+    "ResultGrace", "State", "Status", "SweepLock", "SweepPaths", "UnreadKeys", "Work", "WorkSource", "app_command",
+    "as_number", "best_row", "claim", "claimed", "clean", "command_line", "config_source", "counts_text",
+    "driver_argv", "driver_env", "error_line", "failure_report", "fixed_overrides", "format_duration", "format_table",
+    "hydra_quote", "is_finished", "job_dir_name", "job_folders", "job_num", "load_yaml", "measures_speed",
+    "objective_direction", "objective_values", "open_manifest", "override_values", "own_key", "own_overrides",
+    "read_job", "read_manifest", "read_manifest_data", "read_metrics", "read_overrides", "read_record",
+    "read_study_file", "record_failure", "records_digest", "remove_result", "report_shows", "reports_at_end",
+    "rerun_argv", "rerun_command", "result_status", "returned_fields", "settle_orphans", "short_value", "silent_s",
+    "speed_study_line", "start_clean", "summarize", "sweep_direction", "sweep_eta_s", "sweep_jobs", "sweeper_value",
+    "swept_keys", "total_wall_time_s", "typed_overrides", "with_result", "worst", "write_manifest", "write_records",
+    "write_result", "write_study_file"
 ]

@@ -29,7 +29,6 @@ from sweepit.results._paths import MANIFEST_FILE, SweepPaths
 from sweepit.results._status import FAILED_STATUSES, FINISHED_STATUSES, STATUSES, State, Status, counts_text
 
 MANIFEST_VERSION = 2  # 2: `generation`, continued by sweep.journal
-__all__ = ["FAILED_STATUSES", "FINISHED_STATUSES"]  # re-exported for the launchers
 
 # Overrides that a resume sets itself; any earlier value is dropped from the re-run command.
 _RESUME_KEYS = ("hydra.sweep.dir", "hydra.launcher.resume")

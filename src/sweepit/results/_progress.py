@@ -10,8 +10,7 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-from sweepit.results._manifest import FAILED_STATUSES
-from sweepit.results._status import counts_text
+from sweepit.results._status import FAILED_STATUSES, counts_text
 
 _CLEAR = "\r\033[K"
 
