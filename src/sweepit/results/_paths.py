@@ -1,17 +1,12 @@
 """The map of a sweep's and a job's files: every name sweepit (and Hydra, for what sweepit reads of it) gives a file
-or folder of a sweep directory or a job directory, and the path of each given the directory.
-
-    SweepPaths(sweep_dir).manifest         # <sweep>/sweep.json
-    JobPaths(job_dir).task_file(rank=1)    # <job>/.slurm/task-1.json
-
-No other module spells one of these names: a reader, a writer and a glob all take it from here.
-"""
+or folder of a sweep directory or a job directory. No other module spells one of these names."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 # A sweep directory's files.
 MANIFEST_FILE = "sweep.json"
@@ -51,31 +46,31 @@ WANDB_RUN_FILE = ".wandb_run_id"  # the tracker's run of this job, continued whe
 MLFLOW_RUN_FILE = ".mlflow_run_id"
 
 
+class _In:
+    """A path of the directory that a `SweepPaths` or `JobPaths` maps: `SweepPaths(d).manifest` is d / sweep.json."""
+
+    def __init__(self, *names: str) -> None:
+        self.names = names
+
+    def __get__(self, paths: Any, owner: type | None = None) -> Path:
+        return Path(paths.root, *self.names)
+
+
 @dataclass(frozen=True)
 class SweepPaths:
     """The files of one sweep directory."""
 
-    sweep_dir: Path
-
-    @property
-    def manifest(self) -> Path:
-        return Path(self.sweep_dir) / MANIFEST_FILE
-
-    @property
-    def journal(self) -> Path:
-        return Path(self.sweep_dir) / SWEEP_JOURNAL_FILE
-
-    @property
-    def lock(self) -> Path:
-        return Path(self.sweep_dir) / LOCK_FILE
-
-    @property
-    def multirun(self) -> Path:
-        return Path(self.sweep_dir) / MULTIRUN_FILE
-
-    @property
-    def workers(self) -> Path:
-        return Path(self.sweep_dir) / WORKERS_DIR
+    root: Path
+    manifest = _In(MANIFEST_FILE)
+    journal = _In(SWEEP_JOURNAL_FILE)
+    lock = _In(LOCK_FILE)
+    multirun = _In(MULTIRUN_FILE)
+    workers = _In(WORKERS_DIR)
+    trial_claims = _In(WORKERS_DIR, "jobs")  # the job numbers claimed by Optuna's workers
+    submitit = _In(SUBMITIT_DIR)
+    report = _In(REPORT_DIR)
+    study_file = _In(STUDY_FILE)
+    study_journal = _In(STUDY_JOURNAL_FILE)
 
     def heartbeat(self, worker_id: str) -> Path:
         return self.workers / f"{worker_id}.alive"
@@ -92,73 +87,22 @@ class SweepPaths:
         """What one packed worker has taken of a submission."""
         return self.claims(generation) / f"{worker_id}.claimed"
 
-    @property
-    def trial_claims(self) -> Path:
-        """The job numbers claimed by Optuna's workers."""
-        return self.workers / "jobs"
-
-    @property
-    def submitit(self) -> Path:
-        return Path(self.sweep_dir) / SUBMITIT_DIR
-
-    @property
-    def report(self) -> Path:
-        return Path(self.sweep_dir) / REPORT_DIR
-
-    @property
-    def study_file(self) -> Path:
-        return Path(self.sweep_dir) / STUDY_FILE
-
-    @property
-    def study_journal(self) -> Path:
-        return Path(self.sweep_dir) / STUDY_JOURNAL_FILE
-
 
 @dataclass(frozen=True)
 class JobPaths:
     """The files of one job directory."""
 
-    job_dir: Path
-
-    @property
-    def result(self) -> Path:
-        return Path(self.job_dir) / RESULT_FILE
-
-    @property
-    def metrics(self) -> Path:
-        return Path(self.job_dir) / METRICS_FILE
-
-    @property
-    def stdout(self) -> Path:
-        return Path(self.job_dir) / STDOUT_LOG
-
-    @property
-    def stderr(self) -> Path:
-        return Path(self.job_dir) / STDERR_LOG
-
-    @property
-    def checkpoint(self) -> Path:
-        return Path(self.job_dir) / CHECKPOINT_FILE
-
-    @property
-    def hydra(self) -> Path:
-        return Path(self.job_dir) / HYDRA_DIR
-
-    @property
-    def config(self) -> Path:
-        return self.hydra / CONFIG_FILE
-
-    @property
-    def overrides(self) -> Path:
-        return self.hydra / OVERRIDES_FILE
-
-    @property
-    def hydra_config(self) -> Path:
-        return self.hydra / HYDRA_FILE
-
-    @property
-    def tasks(self) -> Path:
-        return Path(self.job_dir) / TASK_DIR
+    root: Path
+    result = _In(RESULT_FILE)
+    metrics = _In(METRICS_FILE)
+    stdout = _In(STDOUT_LOG)
+    stderr = _In(STDERR_LOG)
+    checkpoint = _In(CHECKPOINT_FILE)
+    config = _In(HYDRA_DIR, CONFIG_FILE)
+    overrides = _In(HYDRA_DIR, OVERRIDES_FILE)
+    hydra_config = _In(HYDRA_DIR, HYDRA_FILE)
+    tasks = _In(TASK_DIR)
+    trial = _In(TASK_DIR, TRIAL_FILE)
 
     def task_file(self, rank: int) -> Path:
         """Slurm task `rank`'s record: where it ran, which GPUs it saw, the error it failed with."""
@@ -170,7 +114,3 @@ class JobPaths:
     def task_log(self, rank: int, kind: str) -> Path:
         """A link to Slurm task `rank`'s own log, `kind` "stdout" or "stderr"."""
         return self.tasks / f"task-{rank}.{kind}.log"
-
-    @property
-    def trial(self) -> Path:
-        return self.tasks / TRIAL_FILE
