@@ -121,11 +121,6 @@ def with_attempts(job_dir: Path | str, result: dict[str, Any]) -> dict[str, Any]
     return {**result, "attempts": n + 1, **({"total_wall_time_s": sum(known)} if known else {})}
 
 
-def has_result(job_dir: Path) -> bool:
-    """Whether the job has a `result.json` at all, readable or not."""
-    return (Path(job_dir) / RESULT_FILE).exists()
-
-
 def remove_result(job_dir: Path) -> None:
     """Forget the job's record (a run of it that is being requeued: its record is not the job's)."""
     (Path(job_dir) / RESULT_FILE).unlink(missing_ok=True)

@@ -1,9 +1,6 @@
-"""`sweep.json`: which jobs a sweep launched, where, in which state, and the command that runs it again.
-
-Every launcher (local workers, Slurm) writes the same manifest; each job's `result.json` stays the truth
-about its outcome, so a resume asks the results, not the manifest, which jobs are done. While a sweep runs,
-the jobs that changed are appended to `sweep.journal` (see `_journal`), which every reader here folds in.
-"""
+"""`sweep.json`: which jobs a sweep launched, where, in which state, and the command that runs it again. Each job's
+`result.json` stays the truth about its outcome, so a resume asks the results which jobs are done. The jobs that
+changed since it was written whole are in `sweep.journal` (`_journal`), which every reader here folds in."""
 
 from __future__ import annotations
 
@@ -22,10 +19,10 @@ from typing import IO, Any, Protocol
 from sweepit._files import atomic_file, collector_paused
 from sweepit._host import now_iso, process_alive
 from sweepit.errors import ManifestError
-from sweepit.results._job_files import RESULT_FILE, STDERR_LOG, has_result, read_record
+from sweepit.results._job_files import read_record
 from sweepit.results._journal import Journal, append_records, compact_now, read_journal, start_journal
 from sweepit.results._overrides import driver_env, override_key, shell_line
-from sweepit.results._paths import MANIFEST_FILE, SweepPaths
+from sweepit.results._paths import MANIFEST_FILE, JobPaths, SweepPaths
 from sweepit.results._status import FAILED_STATUSES, FINISHED_STATUSES, STATUSES, State, Status, counts_text
 
 MANIFEST_VERSION = 2  # 2: `generation`, continued by sweep.journal
@@ -66,9 +63,8 @@ class Manifest:
     _disk: _OnDisk | None = field(default=None, init=False, repr=False, compare=False)
 
     def write_json(self, out: IO[str]) -> int:
-        """Sweep fields, then one job per line (readable, and written fast: no indentation pass), into `out` one job
-        at a time (a 100,000-job sweep's text, ~30 MB, is never in memory at once, nor its 100,000 lines); returns the
-        characters written (all ASCII: the bytes)."""
+        """Sweep fields, then one job per line (no indentation pass), into `out` one job at a time (a large sweep's
+        text is never in memory at once); returns the characters written (all ASCII: the bytes)."""
         head = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("jobs", "_disk")}
         n = out.write(json.dumps(head, indent=1)[:-2] + ',\n "jobs": [')
         separator = "\n  "
@@ -76,13 +72,6 @@ class Manifest:
             n += out.write(separator + json.dumps(_job_dict(self.jobs[num])))
             separator = ",\n  "
         return n + out.write("\n ]\n}\n")
-
-    @classmethod
-    def from_data(cls, data: Any) -> Manifest:
-        if not isinstance(data, dict):
-            raise ValueError(f"the manifest must be a JSON object, but is {type(data).__name__}")
-        jobs = [JobEntry(**j) for j in data.pop("jobs", [])]
-        return cls(**data, jobs={j.num: j for j in jobs})
 
 
 @dataclass
@@ -111,8 +100,7 @@ def read_manifest_data(sweep_dir: Path) -> tuple[dict[str, Any], int, Journal]:
     data = json.loads(text)
     if not isinstance(data, dict):
         raise ValueError(f"the manifest must be a JSON object, but is {type(data).__name__}")
-    generation = data.get("generation", 0)
-    journal = read_journal(sweep_dir, generation) if isinstance(generation, int) else Journal()
+    journal = read_journal(sweep_dir, data.get("generation", 0))
     if journal.records:
         jobs = data.get("jobs")
         by_num = {j["num"]: j for j in jobs if isinstance(j, dict)} if isinstance(jobs, list) else {}
@@ -127,33 +115,32 @@ _JOBS_LINE = b' "jobs": ['  # where `Manifest.write_json`'s sweep fields end and
 
 
 def iter_manifest(sweep_dir: Path) -> tuple[dict[str, Any], Iterator[dict[str, Any]]]:
-    """sweep.json's sweep fields, and its job records one at a time with the journal folded in (snapshot order,
-    then jobs only the journal has), without holding every job's objects at once as `read_manifest_data` does:
-    the end-of-sweep table of 100,000 jobs reads it. ({}, nothing) when there is no sweep.json; OSError and
-    ValueError as reading it raises. A file not in `write_json`'s layout is read whole."""
+    """sweep.json's sweep fields, and its job records one at a time with the journal folded in (in job order),
+    without holding every job's objects at once as `read_manifest_data` does (the end-of-sweep table of a large
+    sweep reads it). ({}, nothing) when sweep.json is missing or cannot be read: it is optional to the tables, and a
+    damaged one is `sweepit status`'s to explain. A file not in `write_json`'s layout is read whole."""
     try:
         # Left open for the jobs' generator: they are read from the file the head came from, though a driver may
         # replace sweep.json in the meantime.
         f = open(SweepPaths(sweep_dir).manifest, "rb")  # noqa: SIM115
-    except FileNotFoundError:
+    except OSError:
         return {}, iter(())
-    head_lines: list[bytes] = []
-    for line in f:
-        if line.rstrip(b"\n") == _JOBS_LINE:
-            break
-        head_lines.append(line)
-    else:
-        f.close()
-        data, _, _ = read_manifest_data(sweep_dir)
-        jobs = data.pop("jobs", None)
-        return data, iter(j for j in jobs if isinstance(j, dict)) if isinstance(jobs, list) else iter(())
     try:
+        head_lines: list[bytes] = []
+        for line in f:
+            if line.rstrip(b"\n") == _JOBS_LINE:
+                break
+            head_lines.append(line)
+        else:
+            f.close()
+            data, _, _ = read_manifest_data(sweep_dir)
+            jobs = data.pop("jobs", None)
+            return data, iter(j for j in jobs if isinstance(j, dict)) if isinstance(jobs, list) else iter(())
         head = json.loads(b"".join(head_lines).rstrip().rstrip(b",") + b"}")
-    except ValueError:
+    except (OSError, ValueError):
         f.close()
-        raise
-    generation = head.get("generation", 0) if isinstance(head, dict) else 0
-    journal = read_journal(sweep_dir, generation) if isinstance(generation, int) else Journal()
+        return {}, iter(())
+    journal = read_journal(sweep_dir, head.get("generation", 0))
     if journal.updated_at:
         head["updated_at"] = journal.updated_at
     return head, _jobs_of(f, {job["num"]: job for job in journal.records})
@@ -161,15 +148,15 @@ def iter_manifest(sweep_dir: Path) -> tuple[dict[str, Any], Iterator[dict[str, A
 
 def _jobs_of(f: IO[bytes], journal: dict[int, dict[str, Any]]) -> Iterator[dict[str, Any]]:
     """The snapshot's jobs (in job order, as `write_json` writes them) with the journal's records in their place,
-    and the jobs only the journal has among them, in job order."""
+    and the jobs only the journal has among them, in job order. A line that is not a job's record is skipped."""
     only_journal = iter(sorted(journal))
     later = next(only_journal, None)
     with f:
         for line in f:
-            line = line.strip().rstrip(b",")
-            if not line.startswith(b"{"):
+            try:
+                job = json.loads(line.strip().rstrip(b","))
+            except ValueError:
                 continue
-            job = json.loads(line)
             if not (isinstance(job, dict) and isinstance(job.get("num"), int)):
                 continue
             while later is not None and later < job["num"]:  # passed in the snapshot: the journal's alone
@@ -186,7 +173,8 @@ def read_manifest(sweep_dir: Path) -> Manifest:
     try:
         with collector_paused():  # 100,000 job records
             data, snapshot_bytes, journal = read_manifest_data(sweep_dir)
-            m = Manifest.from_data(data)
+            jobs = [JobEntry(**j) for j in data.pop("jobs", [])]
+            m = Manifest(**data, jobs={j.num: j for j in jobs})
     except FileNotFoundError:
         raise ManifestError(
             f"a sweep directory must hold {MANIFEST_FILE} for `sweepit status` and `sweepit resume`, but {path} does "
@@ -197,20 +185,12 @@ def read_manifest(sweep_dir: Path) -> Manifest:
         raise ManifestError(f"{path} must be a sweepit manifest, but it cannot be read: {e}") from e
     if journal.appendable and Path(m.sweep_dir) == sweep_dir:
         m._disk = _OnDisk(snapshot_bytes, journal.n_bytes)
-    return _rerooted(m, sweep_dir)  # (a moved sweep's next write is whole: the paths on disk are the old ones)
-
-
-def _rerooted(m: Manifest, sweep_dir: Path) -> Manifest:
-    """The manifest of a sweep directory that was moved or copied since it was written: the paths it records
-    under the old place (job directories, Slurm logs) are taken to be under `sweep_dir`, where it is now."""
-    old = m.sweep_dir
-    if Path(old) == sweep_dir:
-        return m
-    moved = rerooter(old, sweep_dir)
-    m.sweep_dir = str(sweep_dir)
-    for entry in m.jobs.values():
-        entry.job_dir = moved(entry.job_dir)
-        entry.extra = {k: moved(v) for k, v in entry.extra.items()}
+    elif Path(m.sweep_dir) != sweep_dir:  # moved or copied since: its paths (job folders, Slurm logs) are here now
+        moved = rerooter(m.sweep_dir, sweep_dir)  # (its next write is whole: the paths on disk are the old ones)
+        m.sweep_dir = str(sweep_dir)
+        for entry in m.jobs.values():
+            entry.job_dir = moved(entry.job_dir)
+            entry.extra = {k: moved(v) for k, v in entry.extra.items()}
     return m
 
 
@@ -336,7 +316,8 @@ def failure_report(manifest: Manifest, jobs: Sequence[LaunchedJob], statuses: di
     bad = [j for j in jobs if statuses.get(j.num) in FAILED_STATUSES]
     # Every reader of the sweep finds a job's record in the folder recorded for it: one ended there without it
     # (the folder moved or deleted since, by the app or by hand) is as good as failed.
-    lost = [j for j in jobs if statuses.get(j.num) in _RECORDED and j.num not in skipped and not has_result(j.job_dir)]
+    lost = [j for j in jobs if statuses.get(j.num) in _RECORDED and j.num not in skipped
+            and not JobPaths(j.job_dir).result.exists()]
     if stop_signal is None and (not (bad or lost) or not fail_on_error):
         return None
     if stop_signal is not None:  # the jobs the stop interrupted need no line each: the stop is their error
@@ -354,11 +335,11 @@ def failure_report(manifest: Manifest, jobs: Sequence[LaunchedJob], statuses: di
     for j in bad[:_MAX_LISTED]:
         what = read_record(j.job_dir).error_line or "no error recorded"
         lines.append(f"  job {j.num} [{' '.join(j.overrides)}]: {statuses[j.num]}: {what}")
-        lines.append(f"    logs: {j.job_dir / STDERR_LOG}")
+        lines.append(f"    logs: {JobPaths(j.job_dir).stderr}")
     if len(bad) > _MAX_LISTED:
         lines.append(f"  ... and {len(bad) - _MAX_LISTED} more (see the table above).")
     for j in lost[:_MAX_LISTED]:
-        lines.append(f"  job {j.num} [{' '.join(j.overrides)}]: {statuses[j.num]}, but {j.job_dir / RESULT_FILE} "
+        lines.append(f"  job {j.num} [{' '.join(j.overrides)}]: {statuses[j.num]}, but {JobPaths(j.job_dir).result} "
                      "is gone (its folder was moved or deleted since); a resume runs it again")
     if len(lost) > _MAX_LISTED:
         lines.append(f"  ... and {len(lost) - _MAX_LISTED} more (see the table above).")

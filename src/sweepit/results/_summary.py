@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import math
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -62,7 +62,6 @@ class JobRow:
 
 
 Row = TypeVar("Row", bound=JobRow)
-T = TypeVar("T")
 
 
 def read_overrides(job_dir: Path) -> dict[str, str]:
@@ -120,23 +119,8 @@ def sweep_jobs(sweep_dir: Path, head: dict[str, Any], listed: Iterable[dict[str,
 
 
 def job_folders(sweep_dir: Path) -> dict[int, Path | None]:
-    """Every job's number and folder (`sweep_jobs`); from the `<num>_...` folders alone when sweep.json cannot be
-    read."""
-    def folders(head: dict[str, Any], listed: Iterator[dict[str, Any]]) -> dict[int, Path | None]:
-        return {num: folder for num, folder, _ in sweep_jobs(sweep_dir, head, listed)}
-
-    return _over_manifest(sweep_dir, folders)
-
-
-def _over_manifest(sweep_dir: Path, read: Callable[[dict[str, Any], Iterator[dict[str, Any]]], T]) -> T:
-    """`read(head, listed)` of sweep.json's sweep fields and job records (`iter_manifest`); when sweep.json cannot
-    be read, `read({}, nothing)`: the jobs are then the `<num>_...` folders alone (sweep.json is optional; a damaged
-    one is `sweepit status`'s to explain)."""
-    try:
-        head, listed = iter_manifest(sweep_dir)
-        return read(head, listed)
-    except (OSError, ValueError):
-        return read({}, iter(()))
+    """Every job's number and folder (`sweep_jobs`)."""
+    return {num: folder for num, folder, _ in sweep_jobs(sweep_dir, *iter_manifest(sweep_dir))}
 
 
 def read_job(job_dir: Path, overrides: dict[str, str] | None = None, num: int | None = None) -> JobRow:
@@ -165,7 +149,7 @@ def with_result(row: Row) -> Row:
 
 def collect(sweep_dir: Path) -> list[JobRow]:
     """Every job of the sweep (`sweep_jobs`), in job-number order."""
-    return _over_manifest(sweep_dir, lambda head, listed: list(_every_job(sweep_dir, head, listed)))
+    return list(_every_job(sweep_dir, *iter_manifest(sweep_dir)))
 
 
 def best_row(rows: list[JobRow], direction: str) -> JobRow | None:
@@ -242,13 +226,10 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
     directions = study.get("directions")
     multi = isinstance(directions, list) and len(directions) > 1
 
-    def tally_of(head: dict[str, Any], listed: Iterator[dict[str, Any]]) -> tuple[dict[str, Any], _Tally]:
-        tally = _Tally(max_rows, multi)
-        for row in _every_job(sweep_dir, head, listed):
-            tally.add(row)
-        return head, tally
-
-    manifest, tally = _over_manifest(sweep_dir, tally_of)
+    manifest, listed = iter_manifest(sweep_dir)
+    tally = _Tally(max_rows, multi)
+    for row in _every_job(sweep_dir, manifest, listed):
+        tally.add(row)
     if not tally.n:
         return f"No jobs found in {sweep_dir}."
     direction = sweep_direction(sweep_dir, [tally.direction])
