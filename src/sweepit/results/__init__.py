@@ -26,7 +26,6 @@ from sweepit.results._job_files import (
     total_wall_time_s,
     write_result,
 )
-from sweepit.results._live import LiveReader, sweep_eta_s
 from sweepit.results._lock import HEARTBEAT_S as LOCK_HEARTBEAT_S
 from sweepit.results._lock import SweepLock
 from sweepit.results._manifest import (
@@ -82,7 +81,7 @@ from sweepit.results._paths import (
     JobPaths,
     SweepPaths,
 )
-from sweepit.results._progress import Progress, format_duration
+from sweepit.results._progress import LiveReader, Progress, format_duration, sweep_eta_s
 from sweepit.results._reported import records_digest, report_shows, reports_at_end, write_records
 from sweepit.results._status import (
     DIRECTIONS,

@@ -19,7 +19,7 @@ from typing import Any
 
 from sweepit._files import atomic_write
 from sweepit._host import now_iso
-from sweepit.results._paths import METRICS_FILE, RESULT_FILE, STDERR_LOG, STDOUT_LOG
+from sweepit.results._paths import METRICS_FILE, RESULT_FILE, STDERR_LOG, STDOUT_LOG, JobPaths
 from sweepit.results._status import FAILED_STATUSES, Recorder, State, Status
 
 # How long a job seen ended without result.json is given for its own to show up before a record of its death is
@@ -123,7 +123,7 @@ def with_attempts(job_dir: Path | str, result: dict[str, Any]) -> dict[str, Any]
 
 def remove_result(job_dir: Path) -> None:
     """Forget the job's record (a run of it that is being requeued: its record is not the job's)."""
-    (Path(job_dir) / RESULT_FILE).unlink(missing_ok=True)
+    JobPaths(job_dir).result.unlink(missing_ok=True)
 
 
 def start_clean(job_dir: Path) -> None:
@@ -337,7 +337,7 @@ class MetricsLog:
     """Appends one JSON line per epoch; each append rewrites the file atomically (epochs are few)."""
 
     def __init__(self, job_dir: Path) -> None:
-        self.path = Path(job_dir) / METRICS_FILE
+        self.path = JobPaths(job_dir).metrics
         self.rows: list[dict[str, Any]] = []
 
     def resume_from(self, rows: list[dict[str, Any]]) -> None:
@@ -354,23 +354,26 @@ class MetricsLog:
 
 def read_metrics(job_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """Per-epoch rows and a note for each line that is not a JSON object (never raises on bad lines)."""
-    path = Path(job_dir) / METRICS_FILE
+    try:
+        return parse_metrics(JobPaths(job_dir).metrics.read_text().splitlines())
+    except FileNotFoundError:
+        return [], []
+
+
+def parse_metrics(lines: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The rows of `metrics.jsonl`'s `lines`, and a note for each line that is not a JSON object."""
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        return rows, notes
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
-            notes.append(f"{path.name} line {i} is not JSON ({e.msg})")
+            notes.append(f"{METRICS_FILE} line {i} is not JSON ({e.msg})")
             continue
         if isinstance(row, dict):
             rows.append(row)
         else:
-            notes.append(f"{path.name} line {i} is not a JSON object")
+            notes.append(f"{METRICS_FILE} line {i} is not a JSON object")
     return rows, notes

@@ -137,13 +137,13 @@ def objective_values(result: dict[str, Any], metrics: list[str] | None, n: int) 
     returned: dict[str, Any] = result["returned"] if isinstance(result.get("returned"), dict) else {}
     if metrics:
         values = [result.get("objective") if name == result.get("metric") else
-                  result.get(name) if _finite(result.get(name)) else
+                  result.get(name) if finite(result.get(name)) else
                   returned[name] if name in returned else final.get(name) for name in metrics]
     elif isinstance(result.get("objectives"), list):
         values = list(result["objectives"])
     elif len(returned) == n:
         values = list(returned.values())  # a dict of n numbers the task returned, in its order
-    if len(values) != n or not all(_finite(v) for v in values):
+    if len(values) != n or not all(finite(v) for v in values):
         return None
     return [float(v) for v in values]
 
@@ -183,5 +183,6 @@ def pareto_front(points: list[list[float]], directions: list[str]) -> list[int]:
     return [i for i, k in enumerate(keys) if not any(dominates(o, k) for j, o in enumerate(keys) if j != i)]
 
 
-def _finite(value: Any) -> bool:
+def finite(value: Any) -> bool:
+    """Whether `value` is a finite int or float (a bool is no number)."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
