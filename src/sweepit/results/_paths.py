@@ -63,7 +63,6 @@ class SweepPaths:
     root: Path
     manifest = _In(MANIFEST_FILE)
     journal = _In(SWEEP_JOURNAL_FILE)
-    lock = _In(LOCK_FILE)
     multirun = _In(MULTIRUN_FILE)
     workers = _In(WORKERS_DIR)
     trial_claims = _In(WORKERS_DIR, "jobs")  # the job numbers claimed by Optuna's workers
