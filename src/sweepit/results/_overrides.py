@@ -62,10 +62,26 @@ def load_yaml(path: Path) -> Any:
 
 
 def typed_overrides(job_dir: Path) -> list[str]:
-    """The job's own overrides as typed (`+`, `++` and `~` kept; Hydra's own `hydra.*` left out), from Hydra's
-    `.hydra/overrides.yaml`; [] when the job has none or never started."""
+    """The job's own overrides as typed (`+`, `++` and `~` kept), from Hydra's `.hydra/overrides.yaml`; [] when the job
+    has none or never started."""
     items = load_yaml(JobPaths(job_dir).overrides)
-    return [str(i) for i in items if own_key(str(i)) is not None] if isinstance(items, list) else []
+    return own_overrides(str(i) for i in items) if isinstance(items, list) else []
+
+
+def own_overrides(overrides: Iterable[str]) -> list[str]:
+    """A job's own overrides: Hydra's `hydra.*` left out."""
+    return [o for o in overrides if own_key(o) is not None]
+
+
+def override_values(overrides: Iterable[str]) -> dict[str, str]:
+    """A job's own `key=value` overrides as {key: value}, `+`, `++` and `~` dropped (one pass: a report reads
+    100,000 jobs' overrides)."""
+    return {key: item.partition("=")[2] for item in overrides if (key := own_key(item)) is not None}
+
+
+def read_overrides(job_dir: Path) -> dict[str, str]:
+    """The job's own overrides as {key: value}, from Hydra's `.hydra/overrides.yaml`."""
+    return override_values(typed_overrides(job_dir))
 
 
 def app_script(manifest: dict[str, Any], sweep_dir: Path | None = None) -> str:
