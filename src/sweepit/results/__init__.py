@@ -98,12 +98,13 @@ from sweepit.results._status import (
     measures_speed,
     objective_direction,
     objective_values,
+    read_study_file,
     speed_study_line,
     sweep_direction,
     sweeper_value,
     worst,
+    write_study_file,
 )
-from sweepit.results._study_file import read_study_file, write_study_file
 from sweepit.results._summary import (
     MAX_ROWS,
     JobRow,

@@ -30,10 +30,10 @@ from sweepit.results._status import (
     measures_speed,
     objective_values,
     pareto_front,
+    read_study_file,
     speed_study_line,
     sweep_direction,
 )
-from sweepit.results._study_file import read_study_file
 from sweepit.results._unread import UnreadKeys
 
 # Columns shown for the final metrics, when a job has them.

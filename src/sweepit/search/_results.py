@@ -1,4 +1,4 @@
-"""What an Optuna study leaves in its sweep directory besides `optuna_study.yaml` (sweepit.results._study_file):
+"""What an Optuna study leaves in its sweep directory besides `optuna_study.yaml` (sweepit.results.write_study_file):
 `best_params.yaml` (best parameters and the command that reproduces them; with several objectives the Pareto
 front), `trials.csv`, and `optimization_results.yaml` in the released hydra-optuna-sweeper's format (`name`,
 `best_params`, `best_value`; with several objectives `solutions`, each `params` and `values`), so that scripts
