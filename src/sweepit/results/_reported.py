@@ -16,7 +16,7 @@ from typing import Any
 
 from sweepit._files import atomic_write
 from sweepit.results._manifest import JobEntry
-from sweepit.results._overrides import load_yaml
+from sweepit.results._overrides import saved_hydra
 from sweepit.results._paths import RECORDS_FILE, REPORT_PAGE, SweepPaths
 
 # The callback that writes a sweep's report when its driver ends (hydra_plugins.sweepit.callbacks.SweepSummary).
@@ -57,9 +57,8 @@ def report_shows(sweep_dir: Path, jobs: Iterable[JobEntry | Mapping[str, Any]]) 
 def reports_at_end(sweep_dir: Path) -> bool | None:
     """Whether the sweep's driver writes its report when the sweep ends: the config Hydra kept (multirun.yaml) has
     sweepit's summary callback, its `report` on. None when there is no multirun.yaml to tell."""
-    data = load_yaml(SweepPaths(sweep_dir).multirun)
-    hydra = data.get("hydra") if isinstance(data, dict) else None
-    if not isinstance(hydra, dict):
+    hydra = saved_hydra(SweepPaths(sweep_dir).multirun)
+    if not hydra:
         return None
     callbacks = hydra.get("callbacks")
     return any(isinstance(c, dict) and c.get("_target_") == SUMMARY_CALLBACK and c.get("report", True) is not False
