@@ -69,7 +69,7 @@ class Manifest:
         n = out.write(json.dumps(head, indent=1)[:-2] + ',\n "jobs": [')
         separator = "\n  "
         for num in sorted(self.jobs):
-            n += out.write(separator + json.dumps(_job_dict(self.jobs[num])))
+            n += out.write(separator + json.dumps(job_dict(self.jobs[num])))
             separator = ",\n  "
         return n + out.write("\n ]\n}\n")
 
@@ -80,7 +80,7 @@ class _OnDisk:
     journal_bytes: int
 
 
-def _job_dict(j: JobEntry) -> dict[str, Any]:
+def job_dict(j: JobEntry) -> dict[str, Any]:
     return {"num": j.num, "overrides": j.overrides, "job_dir": j.job_dir, "state": j.state, "pid": j.pid,
             "started_at": j.started_at, "ended_at": j.ended_at, "extra": j.extra}
 
@@ -94,8 +94,8 @@ def driver_argv() -> list[str]:
 
 
 def read_manifest_data(sweep_dir: Path) -> tuple[dict[str, Any], int, Journal]:
-    """sweep.json's object with the journal folded into its `jobs` (a list in job order), the snapshot's size
-    and the journal read. OSError, ValueError as reading them raises."""
+    """sweep.json's object with the journal folded into its `jobs` (a list in job order), the snapshot's size and
+    the journal read."""
     text = SweepPaths(sweep_dir).manifest.read_bytes()
     data = json.loads(text)
     if not isinstance(data, dict):
@@ -195,8 +195,8 @@ def read_manifest(sweep_dir: Path) -> Manifest:
 
 
 def rerooter(recorded_sweep_dir: Any, sweep_dir: Path) -> Callable[[Any], Any]:
-    """Where a path recorded under `recorded_sweep_dir` (sweep.json's `sweep_dir`) is now that the sweep is in
-    `sweep_dir`: the same place below it (a moved or copied sweep); any other value as it is."""
+    """Where a path recorded under `recorded_sweep_dir` is now that the sweep (moved or copied) is in `sweep_dir`;
+    any other value as it is."""
     old = str(recorded_sweep_dir or "")
     if not old or Path(old) == Path(sweep_dir).absolute():
         return lambda path: path
@@ -223,15 +223,14 @@ def open_manifest(sweep_dir: Path, launcher: str, argv: list[str] | None = None)
 
 
 def write_manifest(m: Manifest, changed: Iterable[int] | None = None) -> Path:
-    """Record the manifest: the jobs `changed` since it was last written or read, as lines appended to the
-    journal; the whole manifest (a new snapshot and an empty journal) when `changed` is None, when the journal
-    has grown as large as the snapshot, or when this copy is not what is on disk. Not fsynced (the jobs'
-    results stay the truth); every write leaves the manifest readable, whatever stops the driver."""
+    """Record the manifest: the jobs `changed` since it was last written or read, appended to the journal; the whole
+    manifest when `changed` is None, when the journal is due to be compacted, or when this copy is not what is on
+    disk. Not fsynced (the jobs' results stay the truth); every write leaves the manifest readable."""
     m.updated_at = now_iso()
     sweep_dir = Path(m.sweep_dir)
     disk = m._disk
     if changed is not None and disk is not None and not compact_now(disk.journal_bytes, disk.snapshot_bytes):
-        records = [_job_dict(m.jobs[n]) for n in sorted(set(changed)) if n in m.jobs]
+        records = [job_dict(m.jobs[n]) for n in sorted(set(changed)) if n in m.jobs]
         if not records:
             return SweepPaths(sweep_dir).manifest
         n_bytes = append_records(sweep_dir, records, m.updated_at)
@@ -248,8 +247,7 @@ def write_manifest(m: Manifest, changed: Iterable[int] | None = None) -> Path:
 
 
 def result_status(job_dir: Path) -> str | None:
-    """The status in the job's `result.json`: None when it has none yet, `corrupt` when it cannot be read (the
-    report's rule, `read_record`)."""
+    """The status in the job's `result.json` (`read_record`'s rule)."""
     return read_record(job_dir).status
 
 
@@ -259,10 +257,9 @@ def is_finished(job_dir: Path) -> bool:
 
 
 def settle_orphans(m: Manifest) -> list[int]:
-    """A local sweep whose driver is gone (killed, out of disk space, the machine rebooted): the jobs it had
-    queued will not start (`not started`, as after a Ctrl-C), and a job it ran whose process is gone without a
-    result is `interrupted` (the driver's death stopped it), instead of `queued` and `running` for ever. A resume
-    runs both again. Returns the numbers of the jobs that changed."""
+    """A local sweep whose driver is gone (killed, the machine rebooted): its queued jobs are `not started` and a job
+    whose process is gone without a result `interrupted`, not `queued` and `running` for ever; returns the numbers of
+    the jobs that changed."""
     if m.launcher != "local":
         return []  # a Slurm job stays in Slurm's hands and runs without its driver
     changed = []
@@ -311,8 +308,8 @@ class LaunchedJob(Protocol):
 
 def failure_report(manifest: Manifest, jobs: Sequence[LaunchedJob], statuses: dict[int, str], skipped: set[int],
                    stop_signal: int | None, fail_on_error: bool) -> str | None:
-    """The message of the error that ends a sweep with failures (which jobs, their errors and logs, how to
-    resume), or None when it ends cleanly. `skipped`: jobs a resume found finished before."""
+    """The message of the error that ends a sweep with failures (which jobs, their errors and logs, how to resume),
+    or None when it ends cleanly. `skipped`: jobs a resume found finished before."""
     bad = [j for j in jobs if statuses.get(j.num) in FAILED_STATUSES]
     # Every reader of the sweep finds a job's record in the folder recorded for it: one ended there without it
     # (the folder moved or deleted since, by the app or by hand) is as good as failed.

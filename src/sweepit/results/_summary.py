@@ -1,4 +1,4 @@
-"""Reads a sweep directory back: one row per job from its overrides and `result.json`, and a text table."""
+"""Reads a sweep directory back: one row per job from its overrides and `result.json`, and the end-of-sweep text."""
 
 from __future__ import annotations
 
@@ -130,8 +130,8 @@ def collect(sweep_dir: Path) -> list[JobRow]:
 
 
 def best_row(rows: list[JobRow], direction: str) -> JobRow | None:
-    """The completed job with the best finite objective (`direction`: from `sweep_direction`); the first one on
-    ties, as Optuna's journal storage picks its best trial."""
+    """The completed job with the best finite objective; the first one on ties, as Optuna's journal storage picks its
+    best trial."""
     scored = [r for r in rows if r.status == Status.COMPLETED and r.objective is not None
               and math.isfinite(r.objective)]
     if not scored:
@@ -351,17 +351,12 @@ def size_text(n_bytes: int) -> str:
     return f"{n_bytes / 1e6:.1f} MB" if n_bytes >= 1e5 else f"{n_bytes / 1e3:.1f} kB"
 
 
-def pareto_rows(rows: list[JobRow], directions: list[str], metrics: list[str] | None
-                ) -> list[tuple[JobRow, list[float]]]:
+def pareto_lines(rows: list[JobRow], directions: list[str], metrics: list[str] | None) -> list[str]:
     """The completed jobs on the Pareto front of a multi-objective study, with their values."""
+    names = metrics or [f"value {i}" for i in range(len(directions))]
     scored = [(r, v) for r in rows if r.status == Status.COMPLETED
               and (v := objective_values(r.result, metrics, len(directions))) is not None]
-    return [scored[i] for i in pareto_front([v for _, v in scored], directions)]
-
-
-def pareto_lines(rows: list[JobRow], directions: list[str], metrics: list[str] | None) -> list[str]:
-    names = metrics or [f"value {i}" for i in range(len(directions))]
-    front = pareto_rows(rows, directions, metrics)
+    front = [scored[i] for i in pareto_front([v for _, v in scored], directions)]
     head = f"Pareto front ({', '.join(f'{d} {n}' for d, n in zip(directions, names, strict=False))}): "
     if not front:
         return [head + "no completed job yet"]
