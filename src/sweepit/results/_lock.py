@@ -76,17 +76,14 @@ class SweepLock:
             holder = self.holder()
             raise SweepLockedError(describe_holder(holder or {}, self.path.parent)) from None
         except OutputWriteError as e:
-            raise OutputWriteError(e.errno, f"{e.strerror}. {self._what_to_do()}") from None
+            sweep_dir = self.path.parent
+            fix = (f"Nothing of the sweep in {sweep_dir} was changed; once it can be written, `sweepit resume "
+                   f"{sweep_dir}` goes on with it." if (sweep_dir / MANIFEST_FILE).exists() else
+                   f"No job was started; once {sweep_dir} can be written, run the same command again, or pick "
+                   "another hydra.sweep.dir.")
+            raise OutputWriteError(e.errno, f"{e.strerror}. {fix}") from None
         self.held = True
         self._touched = time.monotonic()
-
-    def _what_to_do(self) -> str:
-        sweep_dir = self.path.parent
-        if (sweep_dir / MANIFEST_FILE).exists():
-            return (f"Nothing of the sweep in {sweep_dir} was changed; once it can be written, `sweepit resume "
-                    f"{sweep_dir}` goes on with it.")
-        return (f"No job was started; once {sweep_dir} can be written, run the same command again, or pick another "
-                "hydra.sweep.dir.")
 
     def touch(self) -> None:
         """Refresh the lock's time (at most every HEARTBEAT_S), so that other hosts see this driver alive."""

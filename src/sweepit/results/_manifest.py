@@ -209,10 +209,9 @@ def rerooter(recorded_sweep_dir: Any, sweep_dir: Path) -> Callable[[Any], Any]:
     return moved
 
 
-def open_manifest(sweep_dir: Path, launcher: str, argv: list[str] | None = None) -> Manifest:
+def open_manifest(sweep_dir: Path, launcher: str) -> Manifest:
     """The manifest to update for this run: the existing one (its jobs kept) or a new one."""
-    sweep_dir = Path(sweep_dir).absolute()
-    argv = driver_argv() if argv is None else argv
+    sweep_dir, argv = Path(sweep_dir).absolute(), driver_argv()
     try:
         m = read_manifest(sweep_dir)
     except ManifestError:

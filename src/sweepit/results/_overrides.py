@@ -113,10 +113,9 @@ def app_script(manifest: dict[str, Any], sweep_dir: Path | None = None) -> str:
     return f"{name}.py"
 
 
-def driver_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+def driver_env() -> dict[str, str]:
     """The variables of DRIVER_ENV that this process (a sweep's driver) has, which sweep.json records as `env`."""
-    environ = os.environ if environ is None else environ
-    return {k: environ[k] for k in DRIVER_ENV if environ.get(k)}
+    return {k: os.environ[k] for k in DRIVER_ENV if os.environ.get(k)}
 
 
 def app_command(manifest: dict[str, Any], sweep_dir: Path | None = None) -> str:

@@ -131,13 +131,6 @@ class JobProgress:
     epoch_time_s: float | None
     eta_s: float | None              # time left: (epochs - epoch) x epoch time
 
-    @property
-    def job_time_s(self) -> float | None:
-        """The whole job's training time at this pace (for an ETA of jobs not started yet)."""
-        if self.epochs is None or self.epoch_time_s is None:
-            return None
-        return self.epochs * self.epoch_time_s
-
     def text(self) -> str:
         """`3/15 val_acc=0.9123 ETA 0:42` (what is known of it)."""
         parts = [f"{self.epoch}/{self.epochs}" if self.epochs else f"epoch {self.epoch}"]
@@ -219,7 +212,7 @@ def sweep_eta_s(running: list[JobProgress | None], n_queued: int, n_slots: int) 
     if not known:
         return None
     left = max(p.eta_s for p in known if p.eta_s is not None)
-    per_job = [t for p in known if (t := p.job_time_s) is not None]
+    per_job = [p.epochs * p.epoch_time_s for p in known if p.epochs is not None and p.epoch_time_s is not None]
     if n_queued and per_job:
         left += math.ceil(n_queued / max(1, n_slots)) * sum(per_job) / len(per_job)
     return left
