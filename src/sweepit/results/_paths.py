@@ -14,14 +14,11 @@ SWEEP_JOURNAL_FILE = "sweep.journal"  # sweep.json's appended changes since it w
 LOCK_FILE = "sweep.lock"
 MULTIRUN_FILE = "multirun.yaml"  # Hydra's: the sweep's config, written by Hydra's sweepers and sweepit's
 WORKERS_DIR = ".workers"  # what long-lived workers share: claims, plans, heartbeats
-SUBMITIT_DIR = ".submitit"  # submitit's pickles and Slurm logs of each submission
 REPORT_DIR = "report"  # rewritten by each report
 REPORT_PAGE = "index.html"
 REPORT_CSV = "results.csv"
 REPORT_SUMMARY = "summary.md"
 RECORDS_FILE = ".records.json"  # in REPORT_DIR, written after the page: the records the page was built from
-STUDY_FILE = "optuna_study.yaml"  # the study's name, storage, directions and metrics
-STUDY_JOURNAL_FILE = "optuna.journal"  # Optuna's storage of the study when none is given
 BEST_PARAMS_FILE = "best_params.yaml"
 TRIALS_FILE = "trials.csv"
 OPTIMIZATION_RESULTS_FILE = "optimization_results.yaml"  # the layout of Hydra's Optuna sweeper's file
@@ -34,14 +31,12 @@ STDERR_LOG = "stderr.log"
 BEST_WEIGHTS = "model_best.pt"  # trained weights (trainer.save_model): the best epoch's, the last epoch's
 LAST_WEIGHTS = "model_last.pt"
 WEIGHT_FILES = (BEST_WEIGHTS, LAST_WEIGHTS)
-CHECKPOINT_FILE = "checkpoint.pt"
-RANK_STATES = "checkpoint.rank*.pt"  # beside it, the random states of the ranks > 0 of a multi-rank job
+RANK_STATES = "checkpoint.rank*.pt"  # beside checkpoint.pt: the random states of the ranks > 0 of a multi-rank job
 HYDRA_DIR = ".hydra"  # Hydra's `hydra.output_subdir` (its default), where it saves the job's config
 CONFIG_FILE = "config.yaml"  # in HYDRA_DIR: the job's config, as its task got it
 HYDRA_FILE = "hydra.yaml"  # in HYDRA_DIR: Hydra's own config of the job
 OVERRIDES_FILE = "overrides.yaml"  # in HYDRA_DIR: the job's overrides
 TASK_DIR = ".slurm"  # each Slurm task's record and logs
-TRIAL_FILE = "trial.json"  # in TASK_DIR: the Optuna worker that runs the job, and when it started
 WANDB_RUN_FILE = ".wandb_run_id"  # the tracker's run of this job, continued when the job resumes
 MLFLOW_RUN_FILE = ".mlflow_run_id"
 
@@ -66,10 +61,10 @@ class SweepPaths:
     multirun = _In(MULTIRUN_FILE)
     workers = _In(WORKERS_DIR)
     trial_claims = _In(WORKERS_DIR, "jobs")  # the job numbers claimed by Optuna's workers
-    submitit = _In(SUBMITIT_DIR)
+    submitit = _In(".submitit")  # submitit's pickles and Slurm logs of each submission
     report = _In(REPORT_DIR)
-    study_file = _In(STUDY_FILE)
-    study_journal = _In(STUDY_JOURNAL_FILE)
+    study_file = _In("optuna_study.yaml")  # the study's name, storage, directions and metrics
+    study_journal = _In("optuna.journal")  # Optuna's storage of the study when none is given
 
     def heartbeat(self, worker_id: str) -> Path:
         return self.workers / f"{worker_id}.alive"
@@ -96,12 +91,12 @@ class JobPaths:
     metrics = _In(METRICS_FILE)
     stdout = _In(STDOUT_LOG)
     stderr = _In(STDERR_LOG)
-    checkpoint = _In(CHECKPOINT_FILE)
+    checkpoint = _In("checkpoint.pt")
     config = _In(HYDRA_DIR, CONFIG_FILE)
     overrides = _In(HYDRA_DIR, OVERRIDES_FILE)
     hydra_config = _In(HYDRA_DIR, HYDRA_FILE)
     tasks = _In(TASK_DIR)
-    trial = _In(TASK_DIR, TRIAL_FILE)
+    trial = _In(TASK_DIR, "trial.json")  # the Optuna worker that runs the job, and when it started
 
     def task_file(self, rank: int) -> Path:
         """Slurm task `rank`'s record: where it ran, which GPUs it saw, the error it failed with."""

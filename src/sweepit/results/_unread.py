@@ -72,23 +72,18 @@ class UnreadKeys:
                 else:
                     group.n_same += 1
 
-    def keys(self) -> dict[str, int]:
-        """Each key that looks unread, with the number of jobs that show it (in the order keys were first seen)."""
-        found = {}
-        for key, groups in self._groups.items():
-            n = sum(g.n_same + 1 for g in groups.values() if g.n_same)
-            if n:
-                found[key] = n
-        return found
-
     def lines(self) -> list[str]:
-        """A sentence per key that looks unread, with a known key of a similar name when the job's config has one."""
+        """A sentence per key that looks unread (in the order keys were first seen), with the number of jobs that show
+        it and a known key of a similar name when the job's config has one."""
         lines = []
-        for key, n in self.keys().items():
-            group = next(g for g in self._groups[key].values() if g.n_same)
-            close = difflib.get_close_matches(key, [k for k in _config_keys(group.job_dir) if k != key], n=1)
+        for key, groups in self._groups.items():
+            shown = [g for g in groups.values() if g.n_same]
+            if not shown:
+                continue
+            close = difflib.get_close_matches(key, [k for k in _config_keys(shown[0].job_dir) if k != key], n=1)
             fix = (f"did you mean {close[0]}?" if close
-                   else f"check its name in a job's config ({JobPaths(group.job_dir).config})")
+                   else f"check its name in a job's config ({JobPaths(shown[0].job_dir).config})")
+            n = sum(g.n_same + 1 for g in shown)
             lines.append(f"{key} looks unread: the {n} jobs that differ only in {key} ended with identical metrics "
                          f"(Hydra lets `+{key}=...` add a key that nothing reads); {fix}")
         return lines
