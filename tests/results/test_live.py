@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sweepit.results._live import LiveReader, sweep_eta_s
+from sweepit.results import LiveReader, sweep_eta_s
 from sweepit_testing import REPO
 
 

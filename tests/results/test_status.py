@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from sweepit.results import write_study_file
 from sweepit.results._job_files import write_result
 from sweepit.results._status import objective_direction, sweep_direction
-from sweepit.results._study_file import write_study_file
 from sweepit.results._summary import summarize
 
 

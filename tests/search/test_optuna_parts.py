@@ -22,7 +22,7 @@ from hydra_plugins.sweepit._space import parse_space
 from hydra_plugins.sweepit.config import PRUNER_CONFS, SAMPLER_CONFS
 from sweepit.errors import ConfigError
 from sweepit.reporting.optuna_section import OptunaSection
-from sweepit.results._study_file import write_study_file
+from sweepit.results import write_study_file
 from sweepit.search import _samplers as _optuna_samplers
 from sweepit.search._pruning import (
     ENV_STORAGE,

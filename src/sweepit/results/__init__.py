@@ -1,10 +1,6 @@
 """What sweeps leave behind and how it is read: result.json and metrics.jsonl, sweep.json, the sweep lock, tables.
 
-    rows = collect("outputs/optimizer_lr/2026-11-21_10-00-00")     # one JobRow per job directory
-    print(summarize(sweep_dir))                                     # the table a sweep prints at its end
-    JobPaths(job_dir).result                                        # where each file of a job (SweepPaths: a sweep) is
-
-The report (`<sweep>/report/`: CSV, Markdown, plots, HTML) is a room of its own above the engines: sweepit.reporting.
+The report (`<sweep>/report/`) is a room of its own above the engines: sweepit.reporting.
 """
 
 from __future__ import annotations
@@ -19,12 +15,10 @@ from sweepit.results._job_files import (
     ResultGrace,
     as_number,
     error_line,
-    has_result,
     job_dir_name,
     job_num,
     read_metrics,
     read_record,
-    read_result,
     record_failure,
     remove_result,
     returned_fields,
@@ -32,7 +26,6 @@ from sweepit.results._job_files import (
     total_wall_time_s,
     write_result,
 )
-from sweepit.results._live import LiveReader, sweep_eta_s
 from sweepit.results._lock import HEARTBEAT_S as LOCK_HEARTBEAT_S
 from sweepit.results._lock import SweepLock
 from sweepit.results._manifest import (
@@ -56,7 +49,10 @@ from sweepit.results._overrides import (
     config_source,
     driver_env,
     load_yaml,
+    override_values,
     own_key,
+    own_overrides,
+    read_overrides,
     rerun_command,
     short_value,
     typed_overrides,
@@ -64,12 +60,10 @@ from sweepit.results._overrides import (
 from sweepit.results._paths import (
     BEST_PARAMS_FILE,
     BEST_WEIGHTS,
-    CHECKPOINT_FILE,
     CONFIG_FILE,
     HYDRA_DIR,
     HYDRA_FILE,
     LAST_WEIGHTS,
-    LOCK_FILE,
     MANIFEST_FILE,
     METRICS_FILE,
     MLFLOW_RUN_FILE,
@@ -77,7 +71,6 @@ from sweepit.results._paths import (
     OPTIMIZATION_RESULTS_FILE,
     OVERRIDES_FILE,
     RANK_STATES,
-    RECORDS_FILE,
     REPORT_CSV,
     REPORT_DIR,
     REPORT_PAGE,
@@ -85,25 +78,20 @@ from sweepit.results._paths import (
     RESULT_FILE,
     STDERR_LOG,
     STDOUT_LOG,
-    STUDY_FILE,
-    STUDY_JOURNAL_FILE,
-    SUBMITIT_DIR,
     SWEEP_JOURNAL_FILE,
-    TASK_DIR,
     TRIALS_FILE,
     WANDB_RUN_FILE,
     WEIGHT_FILES,
-    WORKERS_DIR,
     JobPaths,
     SweepPaths,
 )
-from sweepit.results._progress import Progress, format_duration
+from sweepit.results._progress import LiveReader, Progress, format_duration, sweep_eta_s
 from sweepit.results._reported import records_digest, report_shows, reports_at_end, write_records
 from sweepit.results._status import (
     DIRECTIONS,
     FAILED_STATUSES,
     FINISHED_STATUSES,
-    STATUSES,
+    LAUNCH_STATES,
     Recorder,
     State,
     Status,
@@ -111,25 +99,21 @@ from sweepit.results._status import (
     measures_speed,
     objective_direction,
     objective_values,
+    read_study_file,
     speed_study_line,
     sweep_direction,
     sweeper_value,
     worst,
+    write_study_file,
 )
-from sweepit.results._study_file import read_study_file, write_study_file
 from sweepit.results._summary import (
-    LAUNCH_STATES,
     MAX_ROWS,
     JobRow,
     best_row,
-    collect,
     fixed_overrides,
     format_table,
     job_folders,
-    override_values,
-    own_overrides,
     read_job,
-    read_overrides,
     summarize,
     sweep_jobs,
     swept_keys,
@@ -138,23 +122,22 @@ from sweepit.results._summary import (
 from sweepit.results._unread import UnreadKeys
 
 __all__ = [
-    "BEST_PARAMS_FILE", "BEST_WEIGHTS", "CHECKPOINT_FILE", "CONFIG_FILE", "DIRECTIONS", "FAILED_STATUSES",
-    "FINISHED_STATUSES", "HEARTBEAT_S", "HYDRA_DIR", "HYDRA_FILE", "LAST_WEIGHTS", "LAUNCH_STATES", "LOCK_FILE",
-    "LOCK_HEARTBEAT_S", "MANIFEST_FILE", "MAX_ROWS", "METRICS_FILE", "MLFLOW_RUN_FILE", "MULTIRUN_FILE",
-    "OPTIMIZATION_RESULTS_FILE", "OVERRIDES_FILE", "RANK_STATES", "RECORDS_FILE", "REPORT_CSV", "REPORT_DIR",
-    "REPORT_PAGE", "REPORT_SUMMARY", "RESULT_FILE", "RESULT_GRACE_S", "STALE_S", "STATUSES", "STDERR_LOG", "STDOUT_LOG",
-    "STUDY_FILE", "STUDY_JOURNAL_FILE", "SUBMITIT_DIR", "SWEEP_JOURNAL_FILE", "TASK_DIR", "TRIALS_FILE",
-    "WAIT", "WANDB_RUN_FILE", "WEIGHT_FILES", "WORKERS_DIR", "WORKER_STALE_S", "Heartbeat", "JobEntry", "JobPaths",
-    "JobRecord", "JobRow", "LiveReader", "Manifest", "MetricsLog", "Progress", "Recorder", "ResultGrace", "State",
-    "Status", "SweepLock", "SweepPaths", "UnreadKeys", "Work", "WorkSource", "app_command", "as_number", "best_row",
-    "claim", "claimed", "clean", "collect", "command_line", "config_source", "counts_text", "driver_argv", "driver_env",
-    "error_line", "failure_report", "fixed_overrides", "format_duration", "format_table", "has_result", "hydra_quote",
-    "is_finished", "job_dir_name", "job_folders", "job_num", "load_yaml", "measures_speed", "objective_direction",
-    "objective_values", "open_manifest", "override_values", "own_key", "own_overrides", "read_job", "read_manifest",
-    "read_manifest_data", "read_metrics", "read_overrides", "read_record", "read_result", "read_study_file",
-    "record_failure",
-    "records_digest", "remove_result", "report_shows", "reports_at_end", "rerun_argv", "rerun_command", "result_status",
-    "returned_fields", "settle_orphans", "short_value", "silent_s", "speed_study_line", "start_clean", "summarize",
-    "sweep_direction", "sweep_eta_s", "sweep_jobs", "sweeper_value", "swept_keys", "total_wall_time_s",
-    "typed_overrides", "with_result", "worst", "write_manifest", "write_records", "write_result", "write_study_file"
+    "BEST_PARAMS_FILE", "BEST_WEIGHTS", "CONFIG_FILE", "DIRECTIONS", "FAILED_STATUSES", "FINISHED_STATUSES",
+    "HYDRA_DIR", "HYDRA_FILE", "LAST_WEIGHTS", "LAUNCH_STATES", "LOCK_HEARTBEAT_S", "MANIFEST_FILE", "MAX_ROWS",
+    "METRICS_FILE", "MLFLOW_RUN_FILE", "MULTIRUN_FILE", "OPTIMIZATION_RESULTS_FILE", "OVERRIDES_FILE",
+    "RANK_STATES", "REPORT_CSV",
+    "REPORT_DIR", "REPORT_PAGE", "REPORT_SUMMARY", "RESULT_FILE", "RESULT_GRACE_S", "STDERR_LOG", "STDOUT_LOG",
+    "SWEEP_JOURNAL_FILE", "TRIALS_FILE", "WAIT", "WANDB_RUN_FILE", "WEIGHT_FILES", "WORKER_STALE_S", "Heartbeat",
+    "JobEntry", "JobPaths", "JobRecord", "JobRow", "LiveReader", "Manifest", "MetricsLog", "Progress", "Recorder",
+    "ResultGrace", "State", "Status", "SweepLock", "SweepPaths", "UnreadKeys", "Work", "WorkSource", "app_command",
+    "as_number", "best_row", "claim", "claimed", "clean", "command_line", "config_source", "counts_text",
+    "driver_argv", "driver_env", "error_line", "failure_report", "fixed_overrides", "format_duration", "format_table",
+    "hydra_quote", "is_finished", "job_dir_name", "job_folders", "job_num", "load_yaml", "measures_speed",
+    "objective_direction", "objective_values", "open_manifest", "override_values", "own_key", "own_overrides",
+    "read_job", "read_manifest", "read_manifest_data", "read_metrics", "read_overrides", "read_record",
+    "read_study_file", "record_failure", "records_digest", "remove_result", "report_shows", "reports_at_end",
+    "rerun_argv", "rerun_command", "result_status", "returned_fields", "settle_orphans", "short_value", "silent_s",
+    "speed_study_line", "start_clean", "summarize", "sweep_direction", "sweep_eta_s", "sweep_jobs", "sweeper_value",
+    "swept_keys", "total_wall_time_s", "typed_overrides", "with_result", "worst", "write_manifest", "write_records",
+    "write_result", "write_study_file"
 ]

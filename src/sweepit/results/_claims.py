@@ -1,12 +1,7 @@
-"""What long-lived workers of one sweep share, through files alone (no driver, no server): who runs which job,
-and who is still alive; and what a worker's engine (`sweepit.slurm._engine`) asks of a source of work: a packed
-grid's plan (`sweepit.slurm._pack_worker.GridSource`) or an Optuna study (`sweepit.search.StudySource`).
-
-- A job is a worker's once it has created `<sweep dir>/.workers/<space>/<num>` exclusively (`claim`): one
-  atomic create, also on NFS, so two workers never run the same job.
-- Each worker touches `<sweep dir>/.workers/<worker id>.alive` every HEARTBEAT_S (`Heartbeat`); a worker
-  silent for STALE_S (`silent_s`) is taken as dead (SIGKILL, a lost node), and what it held may be taken over.
-"""
+"""What long-lived workers of one sweep share through files alone (no driver, no server), and what their engine
+(`sweepit.slurm._engine`) asks of a source of work (a grid's plan, an Optuna study). A job is a worker's once it has
+created its claim exclusively (`claim`: one atomic create, also on NFS); a worker whose heartbeat has been silent for
+STALE_S is taken as dead (SIGKILL, a lost node), and what it held may be taken over."""
 
 from __future__ import annotations
 
@@ -66,9 +61,8 @@ def claimed(folder: Path) -> set[int]:
 
 def claim(path: Path, content: str = "") -> bool:
     """Create `path` exclusively (in one step, through the one atomic write); False when another process did first.
-    A path already there is answered by one stat: a failed attempt writes and removes a temporary file (far dearer
-    than a stat), and workers try many jobs others hold (a last pass for jobs given back tries every job of the
-    plan). The exclusive create still decides every race."""
+    A path already there is answered by one stat, far cheaper than a failed create (workers try many jobs others
+    hold); the exclusive create still decides every race."""
     if path.exists():
         return False
     try:
@@ -89,9 +83,8 @@ def silent_s(sweep_dir: Path, worker_id: str) -> float:
 class Heartbeat:
     """`with Heartbeat(sweep_dir, worker_id):` touches the worker's heartbeat file every HEARTBEAT_S, in a thread."""
 
-    def __init__(self, sweep_dir: Path, worker_id: str, every_s: float = HEARTBEAT_S) -> None:
+    def __init__(self, sweep_dir: Path, worker_id: str) -> None:
         self.path = SweepPaths(sweep_dir).heartbeat(worker_id)
-        self.every_s = every_s
         self._stop = threading.Event()
 
     def __enter__(self) -> Heartbeat:
@@ -101,10 +94,9 @@ class Heartbeat:
             while True:
                 with contextlib.suppress(OSError):
                     self.path.touch()
-                if self._stop.wait(self.every_s):
+                if self._stop.wait(HEARTBEAT_S):
                     return
 
-        self._stop.clear()
         threading.Thread(target=loop, name="sweepit-heartbeat", daemon=True).start()
         return self
 

@@ -1,10 +1,5 @@
-"""`sweepit clean DIR`: free the disk a finished sweep's weights take, keeping the best job's.
-
-Deleted: every job's `model_best.pt` / `model_last.pt` except the best job's (`keep_best=False`: those too),
-and `checkpoint.pt` of jobs that finished (completed, pruned, diverged: a kept checkpoint that nothing resumes).
-A failed or interrupted job's checkpoint stays, since `sweepit resume` continues from it. A sweep whose
-driver still runs is refused: its best job may still change.
-"""
+"""`sweepit clean DIR`: free the disk a finished sweep's weights take, keeping the best job's (docs/results.md says
+what goes); a failed or interrupted job's checkpoint stays, since `sweepit resume` continues from it."""
 
 from __future__ import annotations
 

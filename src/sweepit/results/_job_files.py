@@ -1,8 +1,5 @@
-"""A job's directory, `<num>_<overrides>` under its sweep's, and what a job leaves there: `metrics.jsonl` (one
-object per epoch) and `result.json`, its record (`JobRecord`: `read_record` reads it, `write_result` writes it).
-
-Both are written atomically (temporary file, then rename), so a killed job never leaves half a file.
-"""
+"""A job's directory and what a job leaves there: `metrics.jsonl` (one object per epoch) and `result.json`, its
+record (`JobRecord`). Both are written atomically, so a killed job never leaves half a file."""
 
 from __future__ import annotations
 
@@ -19,15 +16,14 @@ from typing import Any
 
 from sweepit._files import atomic_write
 from sweepit._host import now_iso
-from sweepit.results._paths import METRICS_FILE, RESULT_FILE, STDERR_LOG, STDOUT_LOG
+from sweepit.results._paths import METRICS_FILE, RESULT_FILE, STDERR_LOG, STDOUT_LOG, JobPaths
 from sweepit.results._status import FAILED_STATUSES, Recorder, State, Status
 
 # How long a job seen ended without result.json is given for its own to show up before a record of its death is
 # written: on a shared file system a file another node wrote a moment ago can take a second or two to appear.
 RESULT_GRACE_S = 2.0
-# What each run of a job leaves under its own name. A job run again (`sweepit resume`, a retry) first renames its
-# last run's to attempt n's, `result.<n>.json`, `stdout.<n>.log`, `stderr.<n>.log`: every attempt's record and logs
-# stay, and the plain names are always the latest attempt's.
+# What each run of a job leaves under its own name; a job run again first renames its last run's to attempt n's
+# (`result.<n>.json`, `stdout.<n>.log`), so that the plain names are always the latest attempt's.
 ATTEMPT_FILES = (RESULT_FILE, STDOUT_LOG, STDERR_LOG)
 
 # A job directory's name, in bytes: NAME_MAX (255 on Linux's file systems, Lustre's and GPFS's) less room for a
@@ -37,10 +33,9 @@ _HASH_LEN = 10
 
 
 def job_dir_name(num: int, overrides: str) -> str:
-    """The directory name of job `num` whose overrides read `overrides` (Hydra's `override_dirname`, `a=1,b=x`): one
-    level under the sweep whatever the values hold (`/` is written `%2F`, `%` itself `%25`, control characters
-    likewise), at most MAX_JOB_DIR_NAME bytes (a longer name is cut and ends in `~` and a hash of the whole, so two
-    long names never meet). The same job always gets the same name: a resumed sweep finds its jobs again."""
+    """The directory name of job `num` whose overrides read `overrides` (`a=1,b=x`): one level under the sweep (`/`
+    and `%` quoted), at most MAX_JOB_DIR_NAME bytes (cut, with a hash of the whole, so two long names never meet);
+    the same every time, so that a resumed sweep finds its jobs again."""
     safe = "".join(urllib.parse.quote(c, safe="") if c in "/%" or not c.isprintable() else c for c in overrides)
     name = f"{num}_{safe}"
     encoded = name.encode()
@@ -75,9 +70,8 @@ def as_number(value: Any) -> float | None:
 
 def returned_fields(returned: Any) -> dict[str, Any]:
     """What a task's return value puts in its `result.json`, the one reading of a return value: a number is the
-    `objective`; a list or tuple of numbers the `objectives` of a multi-objective study; a dict of numbers is kept as
-    `returned` (each a metric `hydra.sweeper.metrics` may name); anything else is `returned` as text (the job
-    completed, with no objective)."""
+    `objective`, numbers the `objectives` of a multi-objective study, a dict of numbers `returned` metrics (that
+    `hydra.sweeper.metrics` may name); anything else is `returned` as text (the job completed, with no objective)."""
     if returned is None:
         return {}
     if (value := as_number(returned)) is not None:
@@ -90,13 +84,13 @@ def returned_fields(returned: Any) -> dict[str, Any]:
 
 
 def attempt_file(name: str, attempt: int) -> str:
-    """The name attempt `attempt` of a job keeps its file `name` under once the job runs again: `stdout.1.log`."""
+    """`stdout.1.log`: attempt 1's `stdout.log`."""
     stem, _, suffix = name.rpartition(".")
     return f"{stem}.{attempt}.{suffix}"
 
 
 def earlier_attempts(job_dir: Path | str) -> int:
-    """How many runs of the job came before its latest (each left its files as attempt_file(name, n), n = 1, 2, ...)."""
+    """How many runs of the job came before its latest."""
     n = 0
     while any(os.path.lexists(os.path.join(job_dir, attempt_file(name, n + 1))) for name in ATTEMPT_FILES):
         n += 1
@@ -104,9 +98,8 @@ def earlier_attempts(job_dir: Path | str) -> int:
 
 
 def with_attempts(job_dir: Path | str, result: dict[str, Any]) -> dict[str, Any]:
-    """`result` of a job that ran before with what its record holds about its runs: `attempts` (this one included)
-    and `total_wall_time_s`, the wall time of them all (an earlier run without a readable record counts 0). A job run
-    once has neither: readers take 1 and its `wall_time_s`."""
+    """`result` of a job that ran before with its `attempts` (this one included) and `total_wall_time_s` (an earlier
+    run without a readable record counts 0); a job run once has neither."""
     n = earlier_attempts(job_dir)
     if n == 0:
         return result
@@ -121,20 +114,15 @@ def with_attempts(job_dir: Path | str, result: dict[str, Any]) -> dict[str, Any]
     return {**result, "attempts": n + 1, **({"total_wall_time_s": sum(known)} if known else {})}
 
 
-def has_result(job_dir: Path) -> bool:
-    """Whether the job has a `result.json` at all, readable or not."""
-    return (Path(job_dir) / RESULT_FILE).exists()
-
-
 def remove_result(job_dir: Path) -> None:
     """Forget the job's record (a run of it that is being requeued: its record is not the job's)."""
-    (Path(job_dir) / RESULT_FILE).unlink(missing_ok=True)
+    JobPaths(job_dir).result.unlink(missing_ok=True)
 
 
 def start_clean(job_dir: Path) -> None:
     """A job run again starts without the record and metrics of its last run (a stale failed result must not stand
-    for the new attempt): that run's record and logs are kept as the next attempt's files (ATTEMPT_FILES), its
-    metrics are not (a resumed run restores them from its checkpoint), and its checkpoint stays, to resume from."""
+    for the new attempt): its record and logs are kept as an attempt's, its metrics are not (a resumed run restores
+    them from its checkpoint, which stays)."""
     job_dir = Path(job_dir)
     # A Slurm job's logs are links: one to a log that never came (a job cancelled while queued) is no attempt.
     last = [name for name in ATTEMPT_FILES if (job_dir / name).exists()]
@@ -146,9 +134,8 @@ def start_clean(job_dir: Path) -> None:
 
 
 class ResultGrace:
-    """Which jobs seen ended without a result have waited `grace_s` for it, since each was first seen so: only
-    those get a record of their death. The one rule of the Slurm follower (across its polls) and of `sweepit
-    status` (which waits `wait_s()` and looks again)."""
+    """Which jobs seen ended without a result have waited `grace_s` for it since first seen so: only those get a
+    record of their death (the Slurm follower's rule across its polls, and `sweepit status`'s)."""
 
     def __init__(self, grace_s: float = RESULT_GRACE_S) -> None:
         self.grace_s = grace_s
@@ -159,15 +146,14 @@ class ResultGrace:
         now = time.monotonic() if now is None else now
         return now - self._since.setdefault(num, now) >= self.grace_s
 
-    def wait_s(self, now: float | None = None) -> float:
+    def wait_s(self) -> float:
         """How long until every job seen so far has had its grace (0 when none waits)."""
-        now = time.monotonic() if now is None else now
+        now = time.monotonic()
         return max([0.0, *(since + self.grace_s - now for since in self._since.values())])
 
 
 def read_result(job_dir: Path, name: str = RESULT_FILE) -> dict[str, Any] | None:
-    """The job's result (`name`: an earlier attempt's), or None when it has none yet. A corrupt file raises
-    ValueError."""
+    """The job's result (`name`: an earlier attempt's), or None when it has none yet; ValueError when corrupt."""
     path = os.path.join(job_dir, name)  # (no pathlib: a report reads 100,000 of them)
     try:
         with open(path, "rb") as f:
@@ -187,9 +173,8 @@ FIX = "Fix:"  # what opens the fix of a message of sweepit's (the rule, the valu
 
 
 def error_line(error: str, limit: int = ERROR_LINE_CHARS) -> str:
-    """`error` as one line for a table, a list or a log: its first line, and its fix (from `Fix:`, on whichever line)
-    whole. A longer one loses the middle of what comes before the fix, where a message holds details: its start (the
-    rule) and its end (the value, or where there is no `Fix:` the fix) stay. The one shortening of an error."""
+    """`error` as one line for a table, a list or a log: its first line, and its fix (from `Fix:`, on any line)
+    whole. A longer one loses the middle, where a message holds details: its rule and its value stay."""
     lines = error.strip().splitlines()
     if not lines:
         return ""
@@ -208,11 +193,8 @@ def error_line(error: str, limit: int = ERROR_LINE_CHARS) -> str:
 
 @dataclass
 class JobRecord:
-    """What a job left in its `result.json`, as every reader sees it: the training session and both launchers that
-    write it, the Slurm follower, the Optuna sweeper, `sweepit status`, `summary`, `report` and a resume.
-    `read_record` is the one reading rule, `write_result` the one writer; `JobRecord.of` makes one to write. Its
-    facts are read from `result`, the file's keys as written (an app's own keys among them), so that a record of any
-    sweepit version reads."""
+    """What a job left in its `result.json`, as every reader and writer sees it (`read_record`, `write_result`). Its
+    facts are read from `result`, the file's keys as written (an app's own among them), so that any record reads."""
 
     status: str | None               # a Status or State (or an app's own word); None: no result.json yet
     result: dict[str, Any] = field(default_factory=dict)  # the file's keys (status, objective, error, times, ...)
@@ -220,8 +202,7 @@ class JobRecord:
 
     @classmethod
     def of(cls, status: Status, recorded_by: Recorder | None = None, **facts: Any) -> JobRecord:
-        """A record to write: how the job ended, its objective (none unless `facts` say), who recorded it when the
-        job did not, and what else is known (`error` with its fix, `traceback`, times, Slurm's word, ...)."""
+        """A record to write: how the job ended, who recorded it when the job did not, and what else is known."""
         result: dict[str, Any] = {"status": status, "objective": None, **facts}
         if recorded_by is not None:
             result["recorded_by"] = recorded_by
@@ -229,7 +210,6 @@ class JobRecord:
 
     @property
     def objective(self) -> float | None:
-        """The job's objective when it has a number for one (a bool is not a number)."""
         return as_number(self.result.get("objective"))
 
     @property
@@ -247,14 +227,12 @@ class JobRecord:
 
     @property
     def recorded_by(self) -> str | None:
-        """A `Recorder` when sweepit wrote the record for the job; None when the job wrote it (sweepit's loop, an
-        app)."""
+        """A `Recorder` when sweepit wrote the record for the job; None when the job wrote it."""
         value = self.result.get("recorded_by")
         return None if value is None else str(value)
 
     @property
     def attempts(self) -> int:
-        """How many times the job ran (`sweepit resume`, a retry), this run included."""
         n = self.result.get("attempts")
         return n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
 
@@ -270,15 +248,11 @@ class JobRecord:
 def write_result(job_dir: Path | str, record: JobRecord | dict[str, Any], *, replace: bool = True,
                  stderr_tail: Callable[[], str] | None = None,
                  retell: Callable[[JobRecord], bool] | None = None) -> str:
-    """The one writer of `result.json`, with its attempts (`with_attempts`); returns the status that stands.
-
-    `replace=False` is the record of a job's end by someone who watched it (its session, its driver, Slurm's follower,
-    the sweeper), with the merge rules: the job's own record wins (one there that says how the job ended is kept,
-    however late it came; one that cannot be read or says no status is replaced); a stderr tail is added (to a failed
-    or interrupted record written here, and to one the job's session wrote, `stderr_tail()` when it has none); what
-    Slurm says is told (an own record that `retell` accepts, the job's stop by Slurm's signal, takes this record's
-    facts on top of its own, its words kept as `job_error`). `replace=True`: the record is the job's whole story
-    (written by the job itself, or of a job that never ran)."""
+    """The one writer of `result.json`; returns the status that stands. `replace=True`: the record is the job's whole
+    story (the job's own, or of a job that never ran). `replace=False`: a watcher's record of the job's end, with the
+    merge rules: the job's own record wins, however late it came (one that says no status is replaced); a failed
+    record gets `stderr_tail()` (the job's session's too); an own record that `retell` accepts (its stop by Slurm's
+    signal) takes this record's facts on top, its words kept as `job_error`."""
     job_dir = Path(job_dir)
     new = dict(record.result if isinstance(record, JobRecord) else record)
     status = str(new.get("status", State.UNKNOWN))
@@ -308,21 +282,19 @@ def _write(job_dir: Path, result: dict[str, Any], replace: bool = True) -> bool:
 
 
 def record_failure(job_dir: Path | str, error: str, recorded_by: Recorder) -> Status:
-    """Record that a job failed before it ran (its config refused, no worker ever started it): `error` is all."""
+    """Record that a job failed before it ran (its config refused, no worker started it)."""
     write_result(job_dir, JobRecord.of(Status.FAILED, recorded_by, error=error, ended_at=now_iso()))
     return Status.FAILED
 
 
 def total_wall_time_s(result: dict[str, Any]) -> float | None:
-    """How long the job ran, over all its attempts: `total_wall_time_s`, else (a record that sweepit did not write)
-    its `wall_time_s`."""
+    """How long the job ran, over all its attempts."""
     return as_number(result.get("total_wall_time_s", result.get("wall_time_s")))
 
 
 def read_record(job_dir: Path | str | None) -> JobRecord:
-    """The one reading rule: a result.json that is truncated, not a JSON object or unreadable for the system is
-    CORRUPT, with the reason; one without a status is UNKNOWN; no directory or no file is status None. A status
-    sweepit writes reads as its `Status`."""
+    """The one reading rule: a result.json that cannot be read is CORRUPT, with the reason; one without a status is
+    UNKNOWN; no directory or no file is status None."""
     if job_dir is None:
         return JobRecord(None)
     try:
@@ -342,7 +314,7 @@ class MetricsLog:
     """Appends one JSON line per epoch; each append rewrites the file atomically (epochs are few)."""
 
     def __init__(self, job_dir: Path) -> None:
-        self.path = Path(job_dir) / METRICS_FILE
+        self.path = JobPaths(job_dir).metrics
         self.rows: list[dict[str, Any]] = []
 
     def resume_from(self, rows: list[dict[str, Any]]) -> None:
@@ -358,24 +330,27 @@ class MetricsLog:
 
 
 def read_metrics(job_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Per-epoch rows and a note for each line that is not a JSON object (never raises on bad lines)."""
-    path = Path(job_dir) / METRICS_FILE
+    """Per-epoch rows, and a note for each line that is not a JSON object."""
+    try:
+        return parse_metrics(JobPaths(job_dir).metrics.read_text().splitlines())
+    except FileNotFoundError:
+        return [], []
+
+
+def parse_metrics(lines: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The rows of `metrics.jsonl`'s `lines`, and a note for each line that is not a JSON object."""
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        return rows, notes
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
-            notes.append(f"{path.name} line {i} is not JSON ({e.msg})")
+            notes.append(f"{METRICS_FILE} line {i} is not JSON ({e.msg})")
             continue
         if isinstance(row, dict):
             rows.append(row)
         else:
-            notes.append(f"{path.name} line {i} is not a JSON object")
+            notes.append(f"{METRICS_FILE} line {i} is not a JSON object")
     return rows, notes

@@ -1,16 +1,8 @@
-"""`sweep.journal`: the job records that changed since `sweep.json` was last written whole.
-
-A driver records a job's start and end as one appended line (the job's whole record, as in `sweep.json`),
-instead of rewriting a manifest that holds every job: rewriting it at each of N jobs' starts and ends costs
-O(N^2) over a sweep (100,000 jobs: 200,000 rewrites of a 25 MB file). Once the journal has grown as large
-as the snapshot it continues (`compact_now`), the manifest is written whole again and the journal starts
-afresh, so writing costs at most about twice the bytes of the changes, and reading at most twice the snapshot.
-
-Every reader folds the journal into the snapshot: the last line of a job wins. The journal's first line
-names the generation of the snapshot it continues; a journal of another generation (the driver was killed
-between writing a new snapshot and starting its journal) was folded in already and is ignored. A line cut
-short (the driver killed mid-write) is skipped; the next writer then writes the manifest whole first.
-"""
+"""`sweep.journal`: the job records that changed since `sweep.json` was last written whole, one appended line each,
+instead of rewriting every job's record at each job's start and end (O(N^2) over a sweep). Once it has grown as large
+as the snapshot (`compact_now`), the manifest is written whole again and the journal starts afresh. Its first line
+names the snapshot's generation it continues: a journal of another one (the driver killed between the two writes) was
+folded in already; a line cut short (killed mid-write) is skipped, and the next writer writes the manifest whole."""
 
 from __future__ import annotations
 
@@ -28,8 +20,6 @@ MIN_COMPACT_BYTES = 1 << 20  # below this the journal is not compacted (a small 
 
 @dataclass
 class Journal:
-    """What a reader found in `sweep.journal` for the snapshot of `generation`."""
-
     records: list[dict[str, Any]] = field(default_factory=list)  # job records, oldest first
     updated_at: str | None = None    # the time of the last record
     n_bytes: int = 0

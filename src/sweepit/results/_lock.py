@@ -1,11 +1,7 @@
-"""One driver per sweep directory: `sweep.lock`, which works on a cluster's shared file system.
-
-A second driver on the same directory (a second sweep into the same `hydra.sweep.dir`, `sweepit resume DIR`
-while the first still runs) would reuse job numbers, run jobs twice into the same directories and overwrite
-`sweep.json`. The lock file says who holds it (host, pid, command, since when); the holder refreshes its
-time every `HEARTBEAT_S`. A lock is stale, and is taken over with a message, when its process is gone (same
-host) or when it has not been refreshed for `STALE_S` (another host, where the process cannot be asked).
-"""
+"""One driver per sweep directory (`sweep.lock`, also on a cluster's shared file system): a second one would reuse job
+numbers, run jobs twice into the same directories and overwrite `sweep.json`. The lock says who holds it (host, pid,
+command, since when); a lock is stale, and is taken over with a message, when its process is gone (same host) or when
+it has not been refreshed for `STALE_S` (another host, where the process cannot be asked)."""
 
 from __future__ import annotations
 
@@ -36,41 +32,42 @@ class SweepLock:
         self.held = False
         self._touched = 0.0
 
-    def holder(self) -> dict[str, Any] | None:
-        """The lock's record, when a live driver (not this process) holds it; None when it is free or stale."""
+    def _record(self) -> dict[str, Any] | None:
         try:
             record = json.loads(self.path.read_text())
-            age_s = time.time() - self.path.stat().st_mtime
         except (OSError, ValueError):
             return None
-        if not isinstance(record, dict):
+        return record if isinstance(record, dict) else None
+
+    def holder(self) -> dict[str, Any] | None:
+        """The lock's record, when a live driver (not this process) holds it; None when it is free or stale."""
+        record = self._record()
+        if record is None or _mine(record):
             return None
-        pid, host = record.get("pid"), record.get("host")
-        if pid == os.getpid() and host == socket.gethostname():
-            return None
-        if host == socket.gethostname():
+        if record.get("host") == socket.gethostname():
+            pid = record.get("pid")
             return record if isinstance(pid, int) and process_alive(pid) else None
-        return record if age_s < STALE_S else None
+        try:
+            return record if time.time() - self.path.stat().st_mtime < STALE_S else None
+        except OSError:
+            return None
 
     def acquire(self) -> None:
         """Hold the lock, taking over a stale one; SweepLockedError when a live driver holds it. A process that
         holds it already (a launcher that took it at set-up) just keeps it."""
-        if self._mine():
+        old = self._record()
+        if old is not None and _mine(old):
             self.held = True
             return
         holder = self.holder()
         if holder is not None:
             raise SweepLockedError(describe_holder(holder, self.path.parent))
         stale = self.path.exists()
+        if stale and old is not None:
+            log.warning(f"taking over {self.path}: the driver that held it (pid {old.get('pid')} on "
+                        f"{old.get('host')}, since {old.get('since')}) is gone")
         record = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "since": now_iso(),
                              "argv": list(sys.argv)}) + "\n"
-        if stale:
-            try:
-                old = json.loads(self.path.read_text())
-                log.warning(f"taking over {self.path}: the driver that held it (pid {old.get('pid')} on "
-                            f"{old.get('host')}, since {old.get('since')}) is gone")
-            except (OSError, ValueError):
-                pass
         try:
             # Created in one step where there is none (another driver's, taken a moment ago, stays), replaced over
             # a stale one; either way through the one atomic write, which names the file on a full disk.
@@ -79,25 +76,14 @@ class SweepLock:
             holder = self.holder()
             raise SweepLockedError(describe_holder(holder or {}, self.path.parent)) from None
         except OutputWriteError as e:
-            raise OutputWriteError(e.errno, f"{e.strerror}. {self._what_to_do()}") from None
+            sweep_dir = self.path.parent
+            fix = (f"Nothing of the sweep in {sweep_dir} was changed; once it can be written, `sweepit resume "
+                   f"{sweep_dir}` goes on with it." if (sweep_dir / MANIFEST_FILE).exists() else
+                   f"No job was started; once {sweep_dir} can be written, run the same command again, or pick "
+                   "another hydra.sweep.dir.")
+            raise OutputWriteError(e.errno, f"{e.strerror}. {fix}") from None
         self.held = True
         self._touched = time.monotonic()
-
-    def _what_to_do(self) -> str:
-        sweep_dir = self.path.parent
-        if (sweep_dir / MANIFEST_FILE).exists():
-            return (f"Nothing of the sweep in {sweep_dir} was changed; once it can be written, `sweepit resume "
-                    f"{sweep_dir}` goes on with it.")
-        return (f"No job was started; once {sweep_dir} can be written, run the same command again, or pick another "
-                "hydra.sweep.dir.")
-
-    def _mine(self) -> bool:
-        try:
-            record = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return False
-        return isinstance(record, dict) and record.get("pid") == os.getpid() and \
-            record.get("host") == socket.gethostname()
 
     def touch(self) -> None:
         """Refresh the lock's time (at most every HEARTBEAT_S), so that other hosts see this driver alive."""
@@ -107,15 +93,16 @@ class SweepLock:
                 os.utime(self.path)
 
     def release(self) -> None:
-        if not self.held:
-            return
-        self.held = False
-        try:
-            record = json.loads(self.path.read_text())
-            if record.get("pid") == os.getpid() and record.get("host") == socket.gethostname():
-                self.path.unlink()
-        except (OSError, ValueError):
-            pass
+        if self.held:
+            self.held = False
+            record = self._record()
+            if record is not None and _mine(record):
+                with contextlib.suppress(OSError):
+                    self.path.unlink()
+
+
+def _mine(record: dict[str, Any]) -> bool:
+    return record.get("pid") == os.getpid() and record.get("host") == socket.gethostname()
 
 
 def describe_holder(holder: dict[str, Any], sweep_dir: Path) -> str:

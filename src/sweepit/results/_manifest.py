@@ -1,9 +1,6 @@
-"""`sweep.json`: which jobs a sweep launched, where, in which state, and the command that runs it again.
-
-Every launcher (local workers, Slurm) writes the same manifest; each job's `result.json` stays the truth
-about its outcome, so a resume asks the results, not the manifest, which jobs are done. While a sweep runs,
-the jobs that changed are appended to `sweep.journal` (see `_journal`), which every reader here folds in.
-"""
+"""`sweep.json`: which jobs a sweep launched, where, in which state, and the command that runs it again. Each job's
+`result.json` stays the truth about its outcome, so a resume asks the results which jobs are done. The jobs that
+changed since it was written whole are in `sweep.journal` (`_journal`), which every reader here folds in."""
 
 from __future__ import annotations
 
@@ -22,14 +19,13 @@ from typing import IO, Any, Protocol
 from sweepit._files import atomic_file, collector_paused
 from sweepit._host import now_iso, process_alive
 from sweepit.errors import ManifestError
-from sweepit.results._job_files import RESULT_FILE, STDERR_LOG, has_result, read_record
+from sweepit.results._job_files import read_record
 from sweepit.results._journal import Journal, append_records, compact_now, read_journal, start_journal
 from sweepit.results._overrides import driver_env, override_key, shell_line
-from sweepit.results._paths import MANIFEST_FILE, SweepPaths
+from sweepit.results._paths import MANIFEST_FILE, JobPaths, SweepPaths
 from sweepit.results._status import FAILED_STATUSES, FINISHED_STATUSES, STATUSES, State, Status, counts_text
 
 MANIFEST_VERSION = 2  # 2: `generation`, continued by sweep.journal
-__all__ = ["FAILED_STATUSES", "FINISHED_STATUSES"]  # re-exported for the launchers
 
 # Overrides that a resume sets itself; any earlier value is dropped from the re-run command.
 _RESUME_KEYS = ("hydra.sweep.dir", "hydra.launcher.resume")
@@ -67,23 +63,15 @@ class Manifest:
     _disk: _OnDisk | None = field(default=None, init=False, repr=False, compare=False)
 
     def write_json(self, out: IO[str]) -> int:
-        """Sweep fields, then one job per line (readable, and written fast: no indentation pass), into `out` one job
-        at a time (a 100,000-job sweep's text, ~30 MB, is never in memory at once, nor its 100,000 lines); returns the
-        characters written (all ASCII: the bytes)."""
+        """Sweep fields, then one job per line (no indentation pass), into `out` one job at a time (a large sweep's
+        text is never in memory at once); returns the characters written (all ASCII: the bytes)."""
         head = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("jobs", "_disk")}
         n = out.write(json.dumps(head, indent=1)[:-2] + ',\n "jobs": [')
         separator = "\n  "
         for num in sorted(self.jobs):
-            n += out.write(separator + json.dumps(_job_dict(self.jobs[num])))
+            n += out.write(separator + json.dumps(job_dict(self.jobs[num])))
             separator = ",\n  "
         return n + out.write("\n ]\n}\n")
-
-    @classmethod
-    def from_data(cls, data: Any) -> Manifest:
-        if not isinstance(data, dict):
-            raise ValueError(f"the manifest must be a JSON object, but is {type(data).__name__}")
-        jobs = [JobEntry(**j) for j in data.pop("jobs", [])]
-        return cls(**data, jobs={j.num: j for j in jobs})
 
 
 @dataclass
@@ -92,7 +80,7 @@ class _OnDisk:
     journal_bytes: int
 
 
-def _job_dict(j: JobEntry) -> dict[str, Any]:
+def job_dict(j: JobEntry) -> dict[str, Any]:
     return {"num": j.num, "overrides": j.overrides, "job_dir": j.job_dir, "state": j.state, "pid": j.pid,
             "started_at": j.started_at, "ended_at": j.ended_at, "extra": j.extra}
 
@@ -106,14 +94,13 @@ def driver_argv() -> list[str]:
 
 
 def read_manifest_data(sweep_dir: Path) -> tuple[dict[str, Any], int, Journal]:
-    """sweep.json's object with the journal folded into its `jobs` (a list in job order), the snapshot's size
-    and the journal read. OSError, ValueError as reading them raises."""
+    """sweep.json's object with the journal folded into its `jobs` (a list in job order), the snapshot's size and
+    the journal read."""
     text = SweepPaths(sweep_dir).manifest.read_bytes()
     data = json.loads(text)
     if not isinstance(data, dict):
         raise ValueError(f"the manifest must be a JSON object, but is {type(data).__name__}")
-    generation = data.get("generation", 0)
-    journal = read_journal(sweep_dir, generation) if isinstance(generation, int) else Journal()
+    journal = read_journal(sweep_dir, data.get("generation", 0))
     if journal.records:
         jobs = data.get("jobs")
         by_num = {j["num"]: j for j in jobs if isinstance(j, dict)} if isinstance(jobs, list) else {}
@@ -128,33 +115,32 @@ _JOBS_LINE = b' "jobs": ['  # where `Manifest.write_json`'s sweep fields end and
 
 
 def iter_manifest(sweep_dir: Path) -> tuple[dict[str, Any], Iterator[dict[str, Any]]]:
-    """sweep.json's sweep fields, and its job records one at a time with the journal folded in (snapshot order,
-    then jobs only the journal has), without holding every job's objects at once as `read_manifest_data` does:
-    the end-of-sweep table of 100,000 jobs reads it. ({}, nothing) when there is no sweep.json; OSError and
-    ValueError as reading it raises. A file not in `write_json`'s layout is read whole."""
+    """sweep.json's sweep fields, and its job records one at a time with the journal folded in (in job order),
+    without holding every job's objects at once as `read_manifest_data` does (the end-of-sweep table of a large
+    sweep reads it). ({}, nothing) when sweep.json is missing or cannot be read: it is optional to the tables, and a
+    damaged one is `sweepit status`'s to explain. A file not in `write_json`'s layout is read whole."""
     try:
         # Left open for the jobs' generator: they are read from the file the head came from, though a driver may
         # replace sweep.json in the meantime.
         f = open(SweepPaths(sweep_dir).manifest, "rb")  # noqa: SIM115
-    except FileNotFoundError:
+    except OSError:
         return {}, iter(())
-    head_lines: list[bytes] = []
-    for line in f:
-        if line.rstrip(b"\n") == _JOBS_LINE:
-            break
-        head_lines.append(line)
-    else:
-        f.close()
-        data, _, _ = read_manifest_data(sweep_dir)
-        jobs = data.pop("jobs", None)
-        return data, iter(j for j in jobs if isinstance(j, dict)) if isinstance(jobs, list) else iter(())
     try:
+        head_lines: list[bytes] = []
+        for line in f:
+            if line.rstrip(b"\n") == _JOBS_LINE:
+                break
+            head_lines.append(line)
+        else:
+            f.close()
+            data, _, _ = read_manifest_data(sweep_dir)
+            jobs = data.pop("jobs", None)
+            return data, iter(j for j in jobs if isinstance(j, dict)) if isinstance(jobs, list) else iter(())
         head = json.loads(b"".join(head_lines).rstrip().rstrip(b",") + b"}")
-    except ValueError:
+    except (OSError, ValueError):
         f.close()
-        raise
-    generation = head.get("generation", 0) if isinstance(head, dict) else 0
-    journal = read_journal(sweep_dir, generation) if isinstance(generation, int) else Journal()
+        return {}, iter(())
+    journal = read_journal(sweep_dir, head.get("generation", 0))
     if journal.updated_at:
         head["updated_at"] = journal.updated_at
     return head, _jobs_of(f, {job["num"]: job for job in journal.records})
@@ -162,15 +148,15 @@ def iter_manifest(sweep_dir: Path) -> tuple[dict[str, Any], Iterator[dict[str, A
 
 def _jobs_of(f: IO[bytes], journal: dict[int, dict[str, Any]]) -> Iterator[dict[str, Any]]:
     """The snapshot's jobs (in job order, as `write_json` writes them) with the journal's records in their place,
-    and the jobs only the journal has among them, in job order."""
+    and the jobs only the journal has among them, in job order. A line that is not a job's record is skipped."""
     only_journal = iter(sorted(journal))
     later = next(only_journal, None)
     with f:
         for line in f:
-            line = line.strip().rstrip(b",")
-            if not line.startswith(b"{"):
+            try:
+                job = json.loads(line.strip().rstrip(b","))
+            except ValueError:
                 continue
-            job = json.loads(line)
             if not (isinstance(job, dict) and isinstance(job.get("num"), int)):
                 continue
             while later is not None and later < job["num"]:  # passed in the snapshot: the journal's alone
@@ -187,7 +173,8 @@ def read_manifest(sweep_dir: Path) -> Manifest:
     try:
         with collector_paused():  # 100,000 job records
             data, snapshot_bytes, journal = read_manifest_data(sweep_dir)
-            m = Manifest.from_data(data)
+            jobs = [JobEntry(**j) for j in data.pop("jobs", [])]
+            m = Manifest(**data, jobs={j.num: j for j in jobs})
     except FileNotFoundError:
         raise ManifestError(
             f"a sweep directory must hold {MANIFEST_FILE} for `sweepit status` and `sweepit resume`, but {path} does "
@@ -198,26 +185,18 @@ def read_manifest(sweep_dir: Path) -> Manifest:
         raise ManifestError(f"{path} must be a sweepit manifest, but it cannot be read: {e}") from e
     if journal.appendable and Path(m.sweep_dir) == sweep_dir:
         m._disk = _OnDisk(snapshot_bytes, journal.n_bytes)
-    return _rerooted(m, sweep_dir)  # (a moved sweep's next write is whole: the paths on disk are the old ones)
-
-
-def _rerooted(m: Manifest, sweep_dir: Path) -> Manifest:
-    """The manifest of a sweep directory that was moved or copied since it was written: the paths it records
-    under the old place (job directories, Slurm logs) are taken to be under `sweep_dir`, where it is now."""
-    old = m.sweep_dir
-    if Path(old) == sweep_dir:
-        return m
-    moved = rerooter(old, sweep_dir)
-    m.sweep_dir = str(sweep_dir)
-    for entry in m.jobs.values():
-        entry.job_dir = moved(entry.job_dir)
-        entry.extra = {k: moved(v) for k, v in entry.extra.items()}
+    elif Path(m.sweep_dir) != sweep_dir:  # moved or copied since: its paths (job folders, Slurm logs) are here now
+        moved = rerooter(m.sweep_dir, sweep_dir)  # (its next write is whole: the paths on disk are the old ones)
+        m.sweep_dir = str(sweep_dir)
+        for entry in m.jobs.values():
+            entry.job_dir = moved(entry.job_dir)
+            entry.extra = {k: moved(v) for k, v in entry.extra.items()}
     return m
 
 
 def rerooter(recorded_sweep_dir: Any, sweep_dir: Path) -> Callable[[Any], Any]:
-    """Where a path recorded under `recorded_sweep_dir` (sweep.json's `sweep_dir`) is now that the sweep is in
-    `sweep_dir`: the same place below it (a moved or copied sweep); any other value as it is."""
+    """Where a path recorded under `recorded_sweep_dir` is now that the sweep (moved or copied) is in `sweep_dir`;
+    any other value as it is."""
     old = str(recorded_sweep_dir or "")
     if not old or Path(old) == Path(sweep_dir).absolute():
         return lambda path: path
@@ -230,10 +209,9 @@ def rerooter(recorded_sweep_dir: Any, sweep_dir: Path) -> Callable[[Any], Any]:
     return moved
 
 
-def open_manifest(sweep_dir: Path, launcher: str, argv: list[str] | None = None) -> Manifest:
+def open_manifest(sweep_dir: Path, launcher: str) -> Manifest:
     """The manifest to update for this run: the existing one (its jobs kept) or a new one."""
-    sweep_dir = Path(sweep_dir).absolute()
-    argv = driver_argv() if argv is None else argv
+    sweep_dir, argv = Path(sweep_dir).absolute(), driver_argv()
     try:
         m = read_manifest(sweep_dir)
     except ManifestError:
@@ -244,15 +222,14 @@ def open_manifest(sweep_dir: Path, launcher: str, argv: list[str] | None = None)
 
 
 def write_manifest(m: Manifest, changed: Iterable[int] | None = None) -> Path:
-    """Record the manifest: the jobs `changed` since it was last written or read, as lines appended to the
-    journal; the whole manifest (a new snapshot and an empty journal) when `changed` is None, when the journal
-    has grown as large as the snapshot, or when this copy is not what is on disk. Not fsynced (the jobs'
-    results stay the truth); every write leaves the manifest readable, whatever stops the driver."""
+    """Record the manifest: the jobs `changed` since it was last written or read, appended to the journal; the whole
+    manifest when `changed` is None, when the journal is due to be compacted, or when this copy is not what is on
+    disk. Not fsynced (the jobs' results stay the truth); every write leaves the manifest readable."""
     m.updated_at = now_iso()
     sweep_dir = Path(m.sweep_dir)
     disk = m._disk
     if changed is not None and disk is not None and not compact_now(disk.journal_bytes, disk.snapshot_bytes):
-        records = [_job_dict(m.jobs[n]) for n in sorted(set(changed)) if n in m.jobs]
+        records = [job_dict(m.jobs[n]) for n in sorted(set(changed)) if n in m.jobs]
         if not records:
             return SweepPaths(sweep_dir).manifest
         n_bytes = append_records(sweep_dir, records, m.updated_at)
@@ -269,8 +246,7 @@ def write_manifest(m: Manifest, changed: Iterable[int] | None = None) -> Path:
 
 
 def result_status(job_dir: Path) -> str | None:
-    """The status in the job's `result.json`: None when it has none yet, `corrupt` when it cannot be read (the
-    report's rule, `read_record`)."""
+    """The status in the job's `result.json` (`read_record`'s rule)."""
     return read_record(job_dir).status
 
 
@@ -280,10 +256,9 @@ def is_finished(job_dir: Path) -> bool:
 
 
 def settle_orphans(m: Manifest) -> list[int]:
-    """A local sweep whose driver is gone (killed, out of disk space, the machine rebooted): the jobs it had
-    queued will not start (`not started`, as after a Ctrl-C), and a job it ran whose process is gone without a
-    result is `interrupted` (the driver's death stopped it), instead of `queued` and `running` for ever. A resume
-    runs both again. Returns the numbers of the jobs that changed."""
+    """A local sweep whose driver is gone (killed, the machine rebooted): its queued jobs are `not started` and a job
+    whose process is gone without a result `interrupted`, not `queued` and `running` for ever; returns the numbers of
+    the jobs that changed."""
     if m.launcher != "local":
         return []  # a Slurm job stays in Slurm's hands and runs without its driver
     changed = []
@@ -332,12 +307,13 @@ class LaunchedJob(Protocol):
 
 def failure_report(manifest: Manifest, jobs: Sequence[LaunchedJob], statuses: dict[int, str], skipped: set[int],
                    stop_signal: int | None, fail_on_error: bool) -> str | None:
-    """The message of the error that ends a sweep with failures (which jobs, their errors and logs, how to
-    resume), or None when it ends cleanly. `skipped`: jobs a resume found finished before."""
+    """The message of the error that ends a sweep with failures (which jobs, their errors and logs, how to resume),
+    or None when it ends cleanly. `skipped`: jobs a resume found finished before."""
     bad = [j for j in jobs if statuses.get(j.num) in FAILED_STATUSES]
     # Every reader of the sweep finds a job's record in the folder recorded for it: one ended there without it
     # (the folder moved or deleted since, by the app or by hand) is as good as failed.
-    lost = [j for j in jobs if statuses.get(j.num) in _RECORDED and j.num not in skipped and not has_result(j.job_dir)]
+    lost = [j for j in jobs if statuses.get(j.num) in _RECORDED and j.num not in skipped
+            and not JobPaths(j.job_dir).result.exists()]
     if stop_signal is None and (not (bad or lost) or not fail_on_error):
         return None
     if stop_signal is not None:  # the jobs the stop interrupted need no line each: the stop is their error
@@ -355,11 +331,11 @@ def failure_report(manifest: Manifest, jobs: Sequence[LaunchedJob], statuses: di
     for j in bad[:_MAX_LISTED]:
         what = read_record(j.job_dir).error_line or "no error recorded"
         lines.append(f"  job {j.num} [{' '.join(j.overrides)}]: {statuses[j.num]}: {what}")
-        lines.append(f"    logs: {j.job_dir / STDERR_LOG}")
+        lines.append(f"    logs: {JobPaths(j.job_dir).stderr}")
     if len(bad) > _MAX_LISTED:
         lines.append(f"  ... and {len(bad) - _MAX_LISTED} more (see the table above).")
     for j in lost[:_MAX_LISTED]:
-        lines.append(f"  job {j.num} [{' '.join(j.overrides)}]: {statuses[j.num]}, but {j.job_dir / RESULT_FILE} "
+        lines.append(f"  job {j.num} [{' '.join(j.overrides)}]: {statuses[j.num]}, but {JobPaths(j.job_dir).result} "
                      "is gone (its folder was moved or deleted since); a resume runs it again")
     if len(lost) > _MAX_LISTED:
         lines.append(f"  ... and {len(lost) - _MAX_LISTED} more (see the table above).")

@@ -1,11 +1,10 @@
-"""A job's overrides: their keys, the job's own ones as they were typed (`+model.hidden=64`, `~trainer`), which
-the tables' {key: value} columns drop, and the command that runs one job of a sweep again, alone, from where the
-sweep ran (the environment its jobs needed, the interpreter, the sweep's script, its `--config-dir` and
-`--config-name`, those overrides). The end-of-sweep summary, `sweepit report` and its summary.md print that command,
-and the Optuna sweeper's best_params.yaml its first words."""
+"""A job's overrides: their keys, the job's own ones as they were typed (`+model.hidden=64`, which the tables'
+{key: value} columns drop), and the command that runs one job of a sweep again, alone, from where the sweep ran (the
+environment its jobs needed, the interpreter, the script, its `--config-dir` and `--config-name`, those overrides)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import shlex
@@ -38,9 +37,8 @@ def own_key(item: str) -> str | None:
 
 def short_value(value: str) -> str:
     """An override's value for people (a table's cell, a legend): a float of many digits to 4 significant ones, as
-    the tables print numbers (Optuna's sampled `lr=0.014979790991763152` -> `0.01498`); anything else, an integer
-    (a seed) included, as it is. The typed value stays exact wherever it is pasted or read back (results.csv, the
-    reproduce line)."""
+    the tables print numbers; anything else (an integer seed) as it is. Where it is pasted or read back it stays
+    exact."""
     if "." not in value and "e" not in value.lower():
         return value
     try:
@@ -52,8 +50,7 @@ def short_value(value: str) -> str:
 
 
 def load_yaml(path: Path) -> Any:
-    """The parsed file (libyaml's parser when present: far faster on a large sweep's many small files), or
-    None when it is missing or not YAML."""
+    """The parsed file, or None when it is missing or not YAML."""
     try:
         with open(path) as f:
             return yaml.load(f, Loader=_LOADER)
@@ -61,24 +58,45 @@ def load_yaml(path: Path) -> Any:
         return None
 
 
+def saved_hydra(path: Path) -> dict[str, Any]:
+    """The `hydra` node of a config Hydra saved (multirun.yaml, a job's .hydra/hydra.yaml); {} when there is none."""
+    data = load_yaml(path)
+    hydra = data.get("hydra") if isinstance(data, dict) else None
+    return hydra if isinstance(hydra, dict) else {}
+
+
 def typed_overrides(job_dir: Path) -> list[str]:
-    """The job's own overrides as typed (`+`, `++` and `~` kept; Hydra's own `hydra.*` left out), from Hydra's
-    `.hydra/overrides.yaml`; [] when the job has none or never started."""
+    """The job's own overrides as typed (`+`, `++` and `~` kept), from Hydra's `.hydra/overrides.yaml`; [] when the job
+    has none or never started."""
     items = load_yaml(JobPaths(job_dir).overrides)
-    return [str(i) for i in items if own_key(str(i)) is not None] if isinstance(items, list) else []
+    return own_overrides(str(i) for i in items) if isinstance(items, list) else []
+
+
+def own_overrides(overrides: Iterable[str]) -> list[str]:
+    """A job's own overrides: Hydra's `hydra.*` left out."""
+    return [o for o in overrides if own_key(o) is not None]
+
+
+def override_values(overrides: Iterable[str]) -> dict[str, str]:
+    """A job's own `key=value` overrides as {key: value}, `+`, `++` and `~` dropped (one pass: a report reads
+    100,000 jobs' overrides)."""
+    return {key: item.partition("=")[2] for item in overrides if (key := own_key(item)) is not None}
+
+
+def read_overrides(job_dir: Path) -> dict[str, str]:
+    """The job's own overrides as {key: value}, from Hydra's `.hydra/overrides.yaml`."""
+    return override_values(typed_overrides(job_dir))
 
 
 def app_script(manifest: dict[str, Any], sweep_dir: Path | None = None) -> str:
-    """The app's script from the driver's command line in sweep.json, relative to where it ran when inside it.
-    Without sweep.json (a launcher that is not sweepit's), from what Hydra kept in multirun.yaml: the job's name is
-    the script's, found in the app's config folder or a folder above it (`config_path="conf"` beside the script);
-    `<name>.py` when none is found, train.py when Hydra kept nothing either."""
+    """The app's script from the driver's command line in sweep.json. Without sweep.json (a launcher that is not
+    sweepit's), the job's name that Hydra kept in multirun.yaml is the script's, found in the app's config folder or
+    a folder above it (`config_path="conf"` beside the script)."""
     argv, cwd = manifest.get("argv"), manifest.get("cwd")
     if isinstance(argv, list) and len(argv) > 1 and str(argv[1]).endswith(".py"):
         return _relative(str(argv[1]), cwd)
-    data = load_yaml(SweepPaths(sweep_dir).multirun) if sweep_dir is not None else None
-    hydra = data.get("hydra") if isinstance(data, dict) else None
-    if not isinstance(hydra, dict):
+    hydra = saved_hydra(SweepPaths(sweep_dir).multirun) if sweep_dir is not None else {}
+    if not hydra:
         return "train.py"
     name = str((hydra.get("job") or {}).get("name") or "train")
     runtime = hydra.get("runtime") or {}
@@ -95,16 +113,14 @@ def app_script(manifest: dict[str, Any], sweep_dir: Path | None = None) -> str:
     return f"{name}.py"
 
 
-def driver_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+def driver_env() -> dict[str, str]:
     """The variables of DRIVER_ENV that this process (a sweep's driver) has, which sweep.json records as `env`."""
-    environ = os.environ if environ is None else environ
-    return {k: environ[k] for k in DRIVER_ENV if environ.get(k)}
+    return {k: os.environ[k] for k in DRIVER_ENV if os.environ.get(k)}
 
 
 def app_command(manifest: dict[str, Any], sweep_dir: Path | None = None) -> str:
     """The shell words that run the sweep's app alone from where the sweep ran: the driver's variables its jobs
-    needed (sweep.json's `env`), its interpreter (`python_name`) and script (`app_script`); `python <script>`
-    without sweep.json."""
+    needed (sweep.json's `env`), its interpreter (`python_name`) and script (`app_script`)."""
     argv, env = manifest.get("argv"), manifest.get("env")
     python = python_name(str(argv[0]), manifest.get("cwd")) if isinstance(argv, list) and argv else "python"
     return shell_line([python, app_script(manifest, sweep_dir)], env if isinstance(env, dict) else {})
@@ -118,8 +134,8 @@ def shell_line(argv: list[str], env: Mapping[str, Any]) -> str:
 
 def python_name(interpreter: str, cwd: Any = None) -> str:
     """How a shell here names the Python `interpreter` (a driver's sys.executable): `python` when that name runs it
-    (its venv is active), else its path, relative to `cwd` when inside it (`.venv/bin/python` for a sweep started
-    as `.venv/bin/python train.py -m ...`, where `python` is another Python, without the app's packages)."""
+    (its venv is active), else its path (`.venv/bin/python`: `python` may be another Python, without the app's
+    packages)."""
     if not os.path.isabs(interpreter):
         return interpreter
     found = shutil.which("python")
@@ -134,34 +150,27 @@ def python_name(interpreter: str, cwd: Any = None) -> str:
     return path if os.sep in path else os.path.join(".", path)
 
 
-def _relative(script: str, cwd: Any) -> str:
-    if isinstance(cwd, str) and os.path.isabs(script):
-        rel = os.path.relpath(script, cwd)
-        return script if rel.startswith("..") else rel
-    return script
+def _relative(path: str, cwd: Any) -> str:
+    """`path` relative to `cwd` when inside it."""
+    if isinstance(cwd, str) and os.path.isabs(path):
+        rel = os.path.relpath(path, cwd)
+        return path if rel.startswith("..") else rel
+    return path
 
 
 def config_source(sweep_dir: Path, job_dirs: Iterable[Path]) -> tuple[str, str | None]:
     """`--config-name` and `--config-dir` of the sweep, from multirun.yaml or a job's .hydra/hydra.yaml (the first
     of three that has one)."""
-    data = load_yaml(SweepPaths(sweep_dir).multirun)
-    hydra = data.get("hydra") if isinstance(data, dict) else None
-    for i, job_dir in enumerate(job_dirs):
-        if isinstance(hydra, dict) or i == 3:
-            break
-        data = load_yaml(JobPaths(job_dir).hydra_config)
-        hydra = data.get("hydra") if isinstance(data, dict) else None
-    if not isinstance(hydra, dict):
+    hydra = saved_hydra(SweepPaths(sweep_dir).multirun)
+    for job_dir in itertools.islice(job_dirs, 3):
+        hydra = hydra or saved_hydra(JobPaths(job_dir).hydra_config)
+    if not hydra:
         return "config", None
     name = str((hydra.get("job") or {}).get("config_name") or "config")
     runtime = hydra.get("runtime") or {}
     config_dir = next((str(s.get("path")) for s in runtime.get("config_sources") or []
                        if isinstance(s, dict) and s.get("provider") == "command-line"), None)
-    cwd = runtime.get("cwd")
-    if config_dir and isinstance(cwd, str):
-        rel = os.path.relpath(config_dir, cwd)
-        config_dir = config_dir if rel.startswith("..") else rel
-    return name, config_dir
+    return name, config_dir and _relative(config_dir, runtime.get("cwd"))
 
 
 def rerun_command(app: str, config_name: str, config_dir: str | None, overrides: list[str],

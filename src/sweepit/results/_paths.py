@@ -1,17 +1,12 @@
 """The map of a sweep's and a job's files: every name sweepit (and Hydra, for what sweepit reads of it) gives a file
-or folder of a sweep directory or a job directory, and the path of each given the directory.
-
-    SweepPaths(sweep_dir).manifest         # <sweep>/sweep.json
-    JobPaths(job_dir).task_file(rank=1)    # <job>/.slurm/task-1.json
-
-No other module spells one of these names: a reader, a writer and a glob all take it from here.
-"""
+or folder of a sweep directory or a job directory. No other module spells one of these names."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 # A sweep directory's files.
 MANIFEST_FILE = "sweep.json"
@@ -19,14 +14,11 @@ SWEEP_JOURNAL_FILE = "sweep.journal"  # sweep.json's appended changes since it w
 LOCK_FILE = "sweep.lock"
 MULTIRUN_FILE = "multirun.yaml"  # Hydra's: the sweep's config, written by Hydra's sweepers and sweepit's
 WORKERS_DIR = ".workers"  # what long-lived workers share: claims, plans, heartbeats
-SUBMITIT_DIR = ".submitit"  # submitit's pickles and Slurm logs of each submission
 REPORT_DIR = "report"  # rewritten by each report
 REPORT_PAGE = "index.html"
 REPORT_CSV = "results.csv"
 REPORT_SUMMARY = "summary.md"
 RECORDS_FILE = ".records.json"  # in REPORT_DIR, written after the page: the records the page was built from
-STUDY_FILE = "optuna_study.yaml"  # the study's name, storage, directions and metrics
-STUDY_JOURNAL_FILE = "optuna.journal"  # Optuna's storage of the study when none is given
 BEST_PARAMS_FILE = "best_params.yaml"
 TRIALS_FILE = "trials.csv"
 OPTIMIZATION_RESULTS_FILE = "optimization_results.yaml"  # the layout of Hydra's Optuna sweeper's file
@@ -39,8 +31,7 @@ STDERR_LOG = "stderr.log"
 BEST_WEIGHTS = "model_best.pt"  # trained weights (trainer.save_model): the best epoch's, the last epoch's
 LAST_WEIGHTS = "model_last.pt"
 WEIGHT_FILES = (BEST_WEIGHTS, LAST_WEIGHTS)
-CHECKPOINT_FILE = "checkpoint.pt"
-RANK_STATES = "checkpoint.rank*.pt"  # beside it, the random states of the ranks > 0 of a multi-rank job
+RANK_STATES = "checkpoint.rank*.pt"  # beside checkpoint.pt: the random states of the ranks > 0 of a multi-rank job
 HYDRA_DIR = ".hydra"  # Hydra's `hydra.output_subdir` (its default), where it saves the job's config
 CONFIG_FILE = "config.yaml"  # in HYDRA_DIR: the job's config, as its task got it
 HYDRA_FILE = "hydra.yaml"  # in HYDRA_DIR: Hydra's own config of the job
@@ -50,31 +41,30 @@ WANDB_RUN_FILE = ".wandb_run_id"  # the tracker's run of this job, continued whe
 MLFLOW_RUN_FILE = ".mlflow_run_id"
 
 
+class _In:
+    """A path of the directory that a `SweepPaths` or `JobPaths` maps: `SweepPaths(d).manifest` is d / sweep.json."""
+
+    def __init__(self, *names: str) -> None:
+        self.names = names
+
+    def __get__(self, paths: Any, owner: type | None = None) -> Path:
+        return Path(paths.root, *self.names)
+
+
 @dataclass(frozen=True)
 class SweepPaths:
     """The files of one sweep directory."""
 
-    sweep_dir: Path
-
-    @property
-    def manifest(self) -> Path:
-        return Path(self.sweep_dir) / MANIFEST_FILE
-
-    @property
-    def journal(self) -> Path:
-        return Path(self.sweep_dir) / SWEEP_JOURNAL_FILE
-
-    @property
-    def lock(self) -> Path:
-        return Path(self.sweep_dir) / LOCK_FILE
-
-    @property
-    def multirun(self) -> Path:
-        return Path(self.sweep_dir) / MULTIRUN_FILE
-
-    @property
-    def workers(self) -> Path:
-        return Path(self.sweep_dir) / WORKERS_DIR
+    root: Path
+    manifest = _In(MANIFEST_FILE)
+    journal = _In(SWEEP_JOURNAL_FILE)
+    multirun = _In(MULTIRUN_FILE)
+    workers = _In(WORKERS_DIR)
+    trial_claims = _In(WORKERS_DIR, "jobs")  # the job numbers claimed by Optuna's workers
+    submitit = _In(".submitit")  # submitit's pickles and Slurm logs of each submission
+    report = _In(REPORT_DIR)
+    study_file = _In("optuna_study.yaml")  # the study's name, storage, directions and metrics
+    study_journal = _In("optuna.journal")  # Optuna's storage of the study when none is given
 
     def heartbeat(self, worker_id: str) -> Path:
         return self.workers / f"{worker_id}.alive"
@@ -91,73 +81,21 @@ class SweepPaths:
         """What one packed worker has taken of a submission."""
         return self.claims(generation) / f"{worker_id}.claimed"
 
-    @property
-    def trial_claims(self) -> Path:
-        """The job numbers claimed by Optuna's workers, each with its trial's record once its job starts."""
-        return self.workers / "jobs"
-
-    @property
-    def submitit(self) -> Path:
-        return Path(self.sweep_dir) / SUBMITIT_DIR
-
-    @property
-    def report(self) -> Path:
-        return Path(self.sweep_dir) / REPORT_DIR
-
-    @property
-    def study_file(self) -> Path:
-        return Path(self.sweep_dir) / STUDY_FILE
-
-    @property
-    def study_journal(self) -> Path:
-        return Path(self.sweep_dir) / STUDY_JOURNAL_FILE
-
 
 @dataclass(frozen=True)
 class JobPaths:
     """The files of one job directory."""
 
-    job_dir: Path
-
-    @property
-    def result(self) -> Path:
-        return Path(self.job_dir) / RESULT_FILE
-
-    @property
-    def metrics(self) -> Path:
-        return Path(self.job_dir) / METRICS_FILE
-
-    @property
-    def stdout(self) -> Path:
-        return Path(self.job_dir) / STDOUT_LOG
-
-    @property
-    def stderr(self) -> Path:
-        return Path(self.job_dir) / STDERR_LOG
-
-    @property
-    def checkpoint(self) -> Path:
-        return Path(self.job_dir) / CHECKPOINT_FILE
-
-    @property
-    def hydra(self) -> Path:
-        return Path(self.job_dir) / HYDRA_DIR
-
-    @property
-    def config(self) -> Path:
-        return self.hydra / CONFIG_FILE
-
-    @property
-    def overrides(self) -> Path:
-        return self.hydra / OVERRIDES_FILE
-
-    @property
-    def hydra_config(self) -> Path:
-        return self.hydra / HYDRA_FILE
-
-    @property
-    def tasks(self) -> Path:
-        return Path(self.job_dir) / TASK_DIR
+    root: Path
+    result = _In(RESULT_FILE)
+    metrics = _In(METRICS_FILE)
+    stdout = _In(STDOUT_LOG)
+    stderr = _In(STDERR_LOG)
+    checkpoint = _In("checkpoint.pt")
+    config = _In(HYDRA_DIR, CONFIG_FILE)
+    overrides = _In(HYDRA_DIR, OVERRIDES_FILE)
+    hydra_config = _In(HYDRA_DIR, HYDRA_FILE)
+    tasks = _In(TASK_DIR)
 
     def task_file(self, rank: int) -> Path:
         """Slurm task `rank`'s record: where it ran, which GPUs it saw, the error it failed with."""

@@ -1,17 +1,22 @@
-"""The live progress line of a running sweep: done, running, queued, failed, elapsed time and ETA.
-
-On a terminal the line is redrawn in place; elsewhere (a log file, CI) one line is printed per finished job.
-"""
+"""How far a sweep and its running jobs are: the drivers' live progress line (done, running, queued, failed, elapsed
+time, ETA), redrawn in place on a terminal and one line per finished job elsewhere; and each running job's epoch,
+latest metric and time left, from what it has written so far (read by `sweepit status` and by the drivers' line)."""
 
 from __future__ import annotations
 
+import math
+import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TextIO
 
-from sweepit.results._manifest import FAILED_STATUSES
-from sweepit.results._status import counts_text
+from sweepit.results._job_files import parse_metrics
+from sweepit.results._overrides import load_yaml
+from sweepit.results._paths import JobPaths
+from sweepit.results._status import FAILED_STATUSES, counts_text, finite
 
 _CLEAR = "\r\033[K"
 
@@ -63,8 +68,7 @@ class Progress:
             self._write(f"job {num} {status}{took} | {self.line()}\n")
 
     def early_eta(self, eta_s: float | None) -> None:
-        """The driver's estimate from its running jobs' epoch times (sweepit.results._live), used until the
-        first job ends."""
+        """The running jobs' estimate (`sweep_eta_s`), used until the first job ends."""
         self._early = None if eta_s is None else (eta_s, self.clock())
 
     def eta_s(self) -> float | None:
@@ -116,3 +120,115 @@ class Progress:
             self.stream.flush()
         except (OSError, ValueError):
             pass  # a closed terminal must not stop the sweep
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    epoch: int                       # epochs logged so far
+    epochs: int | None               # the job's total (its config's `epochs`), when known
+    metric: str | None
+    value: float | None              # the metric's latest value
+    epoch_time_s: float | None
+    eta_s: float | None              # time left: (epochs - epoch) x epoch time
+
+    def text(self) -> str:
+        """`3/15 val_acc=0.9123 ETA 0:42` (what is known of it)."""
+        parts = [f"{self.epoch}/{self.epochs}" if self.epochs else f"epoch {self.epoch}"]
+        if self.metric and self.value is not None:
+            parts.append(f"{self.metric}={self.value:.4g}")
+        if self.eta_s is not None:
+            parts.append(f"ETA {format_duration(self.eta_s)}")
+        return " ".join(parts)
+
+
+@dataclass
+class _Seen:
+    offset: int = 0
+    inode: int = 0
+    rows: int = 0
+    times: list[float] = field(default_factory=list)
+    value: float | None = None
+    start: float | None = None  # None until the job's config is read
+    epochs: int | None = None
+    metric: str | None = None
+
+
+class LiveReader:
+    """Each look at a job's `metrics.jsonl` reads only the bytes appended since the last one: following hundreds of
+    running jobs costs little."""
+
+    def __init__(self) -> None:
+        self._seen: dict[Path, _Seen] = {}
+
+    def look(self, job_dir: Path, metric: str | None = None) -> JobProgress | None:
+        """The job's progress; None before its first epoch is written."""
+        job_dir = Path(job_dir)
+        seen = self._seen.setdefault(job_dir, _Seen())
+        if seen.start is None:  # until the job has written its config (Hydra does as it starts)
+            seen.epochs, seen.metric, seen.start = _config_facts(job_dir)
+        metric = metric or seen.metric
+        path = JobPaths(job_dir).metrics
+        try:
+            stat = path.stat()
+            if stat.st_ino != seen.inode or stat.st_size < seen.offset:
+                # A new file (a resumed job rewrites it atomically): read it from the start.
+                seen.inode, seen.offset, seen.rows, seen.times, seen.value = stat.st_ino, 0, 0, [], None
+            with path.open("rb") as f:
+                f.seek(seen.offset)
+                chunk = f.read()
+            mtime = stat.st_mtime
+        except OSError:
+            return None
+        end = chunk.rfind(b"\n") + 1  # a line still being written waits for the next look
+        seen.offset += end
+        for row in parse_metrics(chunk[:end].decode(errors="replace").splitlines())[0]:
+            seen.rows = max(seen.rows, int(row["epoch"]) if finite(row.get("epoch")) else seen.rows + 1)
+            if finite(row.get("epoch_time_s")):
+                seen.times.append(float(row["epoch_time_s"]))
+            if metric and finite(row.get(metric)):
+                seen.value = float(row[metric])
+        if seen.rows == 0:
+            return None
+        # Epoch time: the mean of the rows' `epoch_time_s`, the first (warm-up) epoch left out once there are more; a
+        # loop that reports none is timed by the file itself: (last write - job start) / epochs.
+        timed = seen.times[1:] if len(seen.times) > 1 else seen.times
+        if timed:
+            per_epoch: float | None = sum(timed) / len(timed)
+        elif seen.start is not None and mtime > seen.start:
+            per_epoch = (mtime - seen.start) / seen.rows
+        else:
+            per_epoch = None
+        eta = None
+        if seen.epochs is not None and per_epoch is not None:
+            eta = max(0, seen.epochs - seen.rows) * per_epoch
+        return JobProgress(seen.rows, seen.epochs, metric, seen.value, per_epoch, eta)
+
+
+def sweep_eta_s(running: list[JobProgress | None], n_queued: int, n_slots: int) -> float | None:
+    """Time until a sweep ends, from its running jobs' progress alone (before any job has finished): the
+    longest time left of a running job, plus the queued jobs in waves of `n_slots` at the running jobs'
+    per-job time. None when no running job has an estimate yet."""
+    known = [p for p in running if p is not None and p.eta_s is not None]
+    if not known:
+        return None
+    left = max(p.eta_s for p in known if p.eta_s is not None)
+    per_job = [p.epochs * p.epoch_time_s for p in known if p.epochs is not None and p.epoch_time_s is not None]
+    if n_queued and per_job:
+        left += math.ceil(n_queued / max(1, n_slots)) * sum(per_job) / len(per_job)
+    return left
+
+
+def _config_facts(job_dir: Path) -> tuple[int | None, str | None, float | None]:
+    """The job's `epochs` and `metric` from `.hydra/config.yaml`, and when the job started (that file's time); all
+    None while it is not there whole."""
+    path = JobPaths(job_dir).config
+    config = load_yaml(path)
+    try:
+        start = os.stat(path).st_mtime
+    except OSError:
+        return None, None, None
+    if not isinstance(config, dict):
+        return None, None, None
+    epochs, metric = config.get("epochs"), config.get("metric")
+    return (epochs if isinstance(epochs, int) and not isinstance(epochs, bool) and epochs > 0 else None,
+            metric if isinstance(metric, str) else None, start)

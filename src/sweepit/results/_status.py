@@ -1,5 +1,6 @@
 """A job's outcome in one word (`Status`), where a job stands before it has one (`State`), who recorded it
-(`Recorder`), and the one rule that turns an outcome into what a sweeper receives."""
+(`Recorder`), the one rule that turns an outcome into what a sweeper receives, and the objective's direction, which
+the Optuna sweeper records in `optuna_study.yaml` (read here: every reader of a sweep judges "best" by it)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,15 @@ import math
 from collections.abc import Iterable, Mapping
 from enum import Enum
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from sweepit.results._study_file import read_study_file
+import yaml
+
+from sweepit._files import atomic_write
+from sweepit.results._paths import SweepPaths
+
+if TYPE_CHECKING:
+    from sweepit.results._summary import JobRow
 
 
 class _Word(str, Enum):
@@ -73,21 +80,14 @@ def counts_text(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
 
 
-class _Job(Protocol):
-    overrides: dict[str, str]
-    result: dict[str, Any]
-
-
 def worst(direction: str) -> float:
     """The value a sweeper receives for a job that diverged: the worst one in `direction`."""
     return -math.inf if direction == "maximize" else math.inf
 
 
 def objective_direction(*candidates: Any) -> str:
-    """The first of `candidates` that is set (the sweeper's `direction`, then the job config's), else minimize.
-
-    Every part of sweepit that needs the objective's direction (the Optuna study, the summary's "best",
-    the report) asks this, with the same candidates, so that they cannot disagree."""
+    """The first of `candidates` that is set (the sweeper's `direction`, then the job config's), else minimize: every
+    part of sweepit that needs the direction asks this, with the same candidates, so that they cannot disagree."""
     for value in candidates:
         if value is not None and value != "":
             return str(value)
@@ -95,26 +95,16 @@ def objective_direction(*candidates: Any) -> str:
 
 
 def sweep_direction(sweep_dir: Path, job_directions: Iterable[Any] = ()) -> str:
-    """The direction a sweep directory's "best" is judged in: `objective_direction` over what the sweep recorded.
-
-    The sweeper's direction is the one the Optuna sweeper wrote into `optuna_study.yaml` (the study's own);
-    the job config's is the first of `job_directions` that is set (each job's `result.json` records its
-    config's `direction`; a plain app that has none records none). A sweep with neither (a grid of a plain
-    app under the basic sweeper) is judged by minimize, as Optuna's default is."""
-    study = read_study_file(sweep_dir)
-    recorded = study.get("direction") if study is not None else None
-    return objective_direction(recorded, next((d for d in job_directions if d is not None and d != ""), None))
+    """The direction a sweep directory's "best" is judged in: `objective_direction` of the study's (in
+    `optuna_study.yaml`) and the jobs' (each `result.json` records its config's `direction`)."""
+    return objective_direction((read_study_file(sweep_dir) or {}).get("direction"), *job_directions)
 
 
 def sweeper_value(status: str | None, objective: Any = None, direction: str | None = None,
                   returned: Any = _NOTHING) -> Any:
-    """What a launcher hands the sweeper for a job (`JobReturn.return_value`).
-
-    A job whose task returned gives what it returned (a float, a dict, None: any app's own value; sweepit's
-    train.py returns the objective, or the worst value when it diverged). When the return value is not
-    known (the job died after writing its result), a completed job gives the objective its `result.json`
-    records and a diverged one the worst value. A job that failed or was interrupted gives None, as Hydra's
-    sweepers would raise on a FAILED return and end the whole sweep."""
+    """What a launcher hands the sweeper for a job (`JobReturn.return_value`): what its task returned; when that is
+    not known (the job died after writing its result), its recorded objective, or the worst value when it diverged.
+    A job that failed or was interrupted gives None, as Hydra's sweepers would end the sweep on a FAILED return."""
     if status in FAILED_STATUSES:
         return None
     if returned is not _NOTHING:
@@ -128,31 +118,27 @@ def sweeper_value(status: str | None, objective: Any = None, direction: str | No
 
 def objective_values(result: dict[str, Any], metrics: list[str] | None, n: int) -> list[float] | None:
     """A job's `n` objective values for a multi-objective study, from its `result.json`: each of `metrics` (the
-    config's `metric` is `objective`, the best epoch's; another name a top-level number such as `epoch_time_s_mean`,
-    a number of the dict the task returned, else the last epoch's value in `final`), or without `metrics` the list
-    the task returned (`objectives`), or its dict of `n` numbers.
-    None when a value is missing or not a finite number."""
+    config's `metric` is `objective`; another a top-level number, one the task returned, else the last epoch's), or
+    the numbers the task returned. None when a value is missing or not a finite number."""
     values: list[Any] = []
     final: dict[str, Any] = result["final"] if isinstance(result.get("final"), dict) else {}
     returned: dict[str, Any] = result["returned"] if isinstance(result.get("returned"), dict) else {}
     if metrics:
         values = [result.get("objective") if name == result.get("metric") else
-                  result.get(name) if _finite(result.get(name)) else
+                  result.get(name) if finite(result.get(name)) else
                   returned[name] if name in returned else final.get(name) for name in metrics]
     elif isinstance(result.get("objectives"), list):
         values = list(result["objectives"])
     elif len(returned) == n:
         values = list(returned.values())  # a dict of n numbers the task returned, in its order
-    if len(values) != n or not all(_finite(v) for v in values):
+    if len(values) != n or not all(finite(v) for v in values):
         return None
     return [float(v) for v in values]
 
 
-def measures_speed(rows: Iterable[_Job], swept: list[str]) -> bool:
+def measures_speed(rows: Iterable[JobRow], swept: list[str]) -> bool:
     """Whether the jobs differ in nothing but their device count (one swept key, whose value is each job's world
-    size, on more than one) and its repeats (REPEAT_KEY): a speed study such as sweeps/scaling.yaml, which
-    measures epoch time, speedup and efficiency: its objective, compared between such jobs (on synthetic data in its
-    CPU variant), names no best job."""
+    size) and its repeats: a speed study such as sweeps/scaling.yaml, whose objective names no best job."""
     keys = [k for k in swept if k != REPEAT_KEY]
     if len(keys) != 1:
         return False
@@ -183,5 +169,25 @@ def pareto_front(points: list[list[float]], directions: list[str]) -> list[int]:
     return [i for i, k in enumerate(keys) if not any(dominates(o, k) for j, o in enumerate(keys) if j != i)]
 
 
-def _finite(value: Any) -> bool:
+def finite(value: Any) -> bool:
+    """Whether `value` is a finite int or float (a bool is no number)."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def write_study_file(sweep_dir: Path, info: dict[str, Any]) -> Path:
+    """`optuna_study.yaml`: the study's storage and name, its objective (`metric`, `direction`), sampler, pruner and
+    space, and the single-run command prefix; read without Optuna."""
+    path = SweepPaths(sweep_dir).study_file
+    text = ("# The Optuna study of this sweep: optuna.load_study(study_name=..., storage=...); "
+            "optuna-dashboard <storage>\n" + yaml.safe_dump(info, sort_keys=False))
+    atomic_write(path, text)
+    return path
+
+
+def read_study_file(sweep_dir: Path) -> dict[str, Any] | None:
+    """The record, or None for a sweep without a study (or an unreadable record)."""
+    try:
+        data = yaml.safe_load(SweepPaths(sweep_dir).study_file.read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return data if isinstance(data, dict) and data.get("storage") and data.get("study_name") else None

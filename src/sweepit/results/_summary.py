@@ -1,11 +1,11 @@
-"""Reads a sweep directory back: one row per job from its overrides and `result.json`, and a text table."""
+"""Reads a sweep directory back: one row per job from its overrides and `result.json`, and the end-of-sweep text."""
 
 from __future__ import annotations
 
 import heapq
 import math
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -15,14 +15,14 @@ from sweepit.results._manifest import iter_manifest, rerooter
 from sweepit.results._overrides import (
     app_command,
     config_source,
-    load_yaml,
-    own_key,
+    override_values,
+    read_overrides,
     rerun_command,
     short_value,
     typed_overrides,
 )
-from sweepit.results._paths import JobPaths
 from sweepit.results._status import (
+    FAILED_STATUSES,
     LAUNCH_STATES,
     State,
     Status,
@@ -30,10 +30,10 @@ from sweepit.results._status import (
     measures_speed,
     objective_values,
     pareto_front,
+    read_study_file,
     speed_study_line,
     sweep_direction,
 )
-from sweepit.results._study_file import read_study_file
 from sweepit.results._unread import UnreadKeys
 
 # Columns shown for the final metrics, when a job has them.
@@ -62,29 +62,11 @@ class JobRow:
 
 
 Row = TypeVar("Row", bound=JobRow)
-T = TypeVar("T")
-
-
-def read_overrides(job_dir: Path) -> dict[str, str]:
-    """The job's command-line overrides (`key=value`) from Hydra's `.hydra/overrides.yaml`."""
-    items = load_yaml(JobPaths(job_dir).overrides) or []
-    return override_values(str(item) for item in items)
-
-
-def own_overrides(overrides: Iterable[str]) -> list[str]:
-    """A job's own overrides, as `.hydra/overrides.yaml` holds them."""
-    return [o for o in overrides if own_key(o) is not None]
-
-
-def override_values(overrides: Iterable[str]) -> dict[str, str]:
-    """A job's own `key=value` overrides as {key: value}, `+`, `++` and `~` dropped (one pass: a report reads
-    100,000 jobs' overrides)."""
-    return {key: item.partition("=")[2] for item in overrides if (key := own_key(item)) is not None}
 
 
 def job_dirs(sweep_dir: Path) -> list[tuple[Path, int]]:
     """The directories named `<num>_...` directly under `sweep_dir` with their numbers, unordered (one directory
-    read: no stat a job where the file system says which entries are directories)."""
+    read, no stat a job)."""
     base = Path(sweep_dir)
     with os.scandir(base) as entries:
         return [(base / e.name, n) for e in entries if (n := job_num(Path(e.name))) is not None and e.is_dir()]
@@ -93,12 +75,9 @@ def job_dirs(sweep_dir: Path) -> list[tuple[Path, int]]:
 def sweep_jobs(sweep_dir: Path, head: dict[str, Any], listed: Iterable[dict[str, Any]]
                ) -> Iterator[tuple[int, Path | None, dict[str, Any] | None]]:
     """Every job of a sweep once, in job order: its number, its folder (None while it has none) and its sweep.json
-    record (`listed`, in job order, read with its sweep fields `head`; None where sweep.json does not list it).
-
-    The one map of a sweep's jobs to their folders, for every reader. A job sweep.json lists is in the folder its
-    launcher recorded, whatever the app's `hydra.sweep.subdir` made of the job's values (folders nested where a
-    value holds `/`, a name that does not start with the job's number); a `<num>_...` folder directly under the
-    sweep that sweep.json does not list is a job of a launcher that keeps no record (Hydra's own)."""
+    record (`listed`, in job order, under its sweep fields `head`; None where sweep.json does not list it). The one
+    map of jobs to folders: a listed job is in the folder its launcher recorded, whatever `hydra.sweep.subdir` made of
+    it; a `<num>_...` folder that sweep.json does not list is a job of a launcher that keeps no record (Hydra's)."""
     sweep_dir = Path(sweep_dir)
     moved = rerooter(head.get("sweep_dir"), sweep_dir)
     dirs = sorted(job_dirs(sweep_dir), key=lambda d: d[1])
@@ -120,28 +99,13 @@ def sweep_jobs(sweep_dir: Path, head: dict[str, Any], listed: Iterable[dict[str,
 
 
 def job_folders(sweep_dir: Path) -> dict[int, Path | None]:
-    """Every job's number and folder (`sweep_jobs`); from the `<num>_...` folders alone when sweep.json cannot be
-    read."""
-    def folders(head: dict[str, Any], listed: Iterator[dict[str, Any]]) -> dict[int, Path | None]:
-        return {num: folder for num, folder, _ in sweep_jobs(sweep_dir, head, listed)}
-
-    return _over_manifest(sweep_dir, folders)
-
-
-def _over_manifest(sweep_dir: Path, read: Callable[[dict[str, Any], Iterator[dict[str, Any]]], T]) -> T:
-    """`read(head, listed)` of sweep.json's sweep fields and job records (`iter_manifest`); when sweep.json cannot
-    be read, `read({}, nothing)`: the jobs are then the `<num>_...` folders alone (sweep.json is optional; a damaged
-    one is `sweepit status`'s to explain)."""
-    try:
-        head, listed = iter_manifest(sweep_dir)
-        return read(head, listed)
-    except (OSError, ValueError):
-        return read({}, iter(()))
+    """Every job's number and folder (`sweep_jobs`)."""
+    return {num: folder for num, folder, _ in sweep_jobs(sweep_dir, *iter_manifest(sweep_dir))}
 
 
 def read_job(job_dir: Path, overrides: dict[str, str] | None = None, num: int | None = None) -> JobRow:
-    """The job's row from its result.json; its overrides from `.hydra/overrides.yaml` unless given (from sweep.json,
-    which saves a YAML parse a job); its number from the folder's name unless given (from sweep.json)."""
+    """The job's row from its result.json; its overrides and number, unless given (from sweep.json, which saves a YAML
+    parse a job), from `.hydra/overrides.yaml` and its folder's name."""
     num = job_num(job_dir) if num is None else num
     return with_result(JobRow(num=-1 if num is None else num, job_dir=job_dir, status=State.PENDING,
                               overrides=read_overrides(job_dir) if overrides is None else overrides))
@@ -152,11 +116,8 @@ def with_result(row: Row) -> Row:
     read = read_record(row.job_dir)
     if read.status is None:
         return row
-    row.status, row.result, row.note = read.status, read.result, read.problem
-    result = read.result
-    objective = result.get("objective")
-    row.objective = float(objective) if isinstance(objective, int | float) else None
-    if row.status in (Status.FAILED, Status.INTERRUPTED) and read.error:
+    row.status, row.result, row.note, row.objective = read.status, read.result, read.problem, read.objective
+    if row.status in FAILED_STATUSES and read.error:
         row.note = read.error_line
     elif read.attempts > 1 and not row.note:
         row.note = f"{read.attempts} attempts"  # its time is theirs together
@@ -165,12 +126,12 @@ def with_result(row: Row) -> Row:
 
 def collect(sweep_dir: Path) -> list[JobRow]:
     """Every job of the sweep (`sweep_jobs`), in job-number order."""
-    return _over_manifest(sweep_dir, lambda head, listed: list(_every_job(sweep_dir, head, listed)))
+    return list(_every_job(sweep_dir, *iter_manifest(sweep_dir)))
 
 
 def best_row(rows: list[JobRow], direction: str) -> JobRow | None:
-    """The completed job with the best finite objective (`direction`: from `sweep_direction`); the first one on
-    ties, as Optuna's journal storage picks its best trial."""
+    """The completed job with the best finite objective; the first one on ties, as Optuna's journal storage picks its
+    best trial."""
     scored = [r for r in rows if r.status == Status.COMPLETED and r.objective is not None
               and math.isfinite(r.objective)]
     if not scored:
@@ -179,22 +140,38 @@ def best_row(rows: list[JobRow], direction: str) -> JobRow | None:
     return pick(scored, key=lambda r: r.objective if r.objective is not None else 0.0)
 
 
+class _Keys:
+    """The override keys of jobs seen one at a time (`add`), and which of them are swept: their value differs between
+    jobs (a constant override is printed once, not per row); every key of a single job."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.first: dict[str, str] = {}
+        self.keys: dict[str, None] = {}
+        self.varying: set[str] = set()
+
+    def add(self, overrides: dict[str, str]) -> None:
+        self.n += 1
+        if self.n == 1:
+            self.first = dict(overrides)
+        self.keys.update(dict.fromkeys(overrides))
+        self.varying.update(k for k, v in overrides.items() if v != self.first.get(k))
+        self.varying.update(k for k in self.first if k not in overrides)
+
+    def swept(self) -> list[str]:
+        return list(self.keys) if self.n == 1 else [k for k in self.keys if k in self.varying]
+
+
 def swept_keys(rows: list[JobRow]) -> list[str]:
-    """Override keys whose value differs between jobs (constant overrides are printed once, not per row)."""
-    keys = list(dict.fromkeys(k for r in rows for k in r.overrides))
-    if len(rows) == 1:
-        return keys
-    return [k for k in keys if _varies(rows, k)]
+    keys = _Keys()
+    for row in rows:
+        keys.add(row.overrides)
+    return keys.swept()
 
 
-def _varies(rows: list[JobRow], key: str) -> bool:
-    first = rows[0].overrides.get(key)
-    return any(r.overrides.get(key) != first for r in rows)  # stops at the first job that differs
-
-
-def fixed_overrides(rows: list[JobRow], swept: list[str] | None = None) -> dict[str, str]:
-    """The overrides every job shares (`swept`: swept_keys(rows), when known)."""
-    varying = set(swept_keys(rows) if swept is None else swept) if len(rows) > 1 else set()
+def fixed_overrides(rows: list[JobRow], swept: list[str]) -> dict[str, str]:
+    """The overrides every job shares (`swept`: `swept_keys(rows)`)."""
+    varying = set(swept) if len(rows) > 1 else set()
     return {k: v for k, v in (rows[0].overrides.items() if rows else []) if k not in varying}
 
 
@@ -211,8 +188,8 @@ def _seconds(value: Any) -> str:
 
 
 def format_table(rows: list[JobRow], keys: list[str] | None = None) -> str:
-    """A plain aligned table: job, overrides, status, objective, key final metrics, wall time, note. `keys`: the
-    override columns (default: the keys whose value differs between `rows`)."""
+    """A plain aligned table: job, overrides (`keys`, default the swept ones), status, objective, key final
+    metrics, wall time, note."""
     keys = swept_keys(rows) if keys is None else keys
     metrics = [m for m in KEY_METRICS if any(m in r.final for r in rows)]
     timed = any("epoch_time_s_mean" in r.result for r in rows)
@@ -231,37 +208,30 @@ def format_table(rows: list[JobRow], keys: list[str] | None = None) -> str:
 
 def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
     """The text printed at the end of a sweep: table, counts by status, best job and the command that trains it
-    again, and the sweep directory. Every job counts: those with a directory, and those sweep.json lists that have
-    none yet (`not started` after a stop, `queued` on Slurm).
-
-    A sweep of more than `max_rows` jobs (0: no limit) shows the best `max_rows` of them by objective, best first,
-    and says how many it left out; the counts, the best job and the overrides every job shares still cover every
-    job. The jobs are read one at a time and only the rows shown are kept, so that the summary of 100,000 jobs,
-    which a driver prints at the end, holds a few hundred rows and not 100,000."""
+    again. Every job counts, those sweep.json lists without a directory too. Of more than `max_rows` jobs (0: no
+    limit) it shows the best `max_rows`; the jobs are read one at a time and only the rows shown are kept, so that
+    the summary of a sweep of 100,000 jobs holds a few hundred rows."""
     study = read_study_file(sweep_dir) or {}
     directions = study.get("directions")
     multi = isinstance(directions, list) and len(directions) > 1
 
-    def tally_of(head: dict[str, Any], listed: Iterator[dict[str, Any]]) -> tuple[dict[str, Any], _Tally]:
-        tally = _Tally(max_rows, multi)
-        for row in _every_job(sweep_dir, head, listed):
-            tally.add(row)
-        return head, tally
-
-    manifest, tally = _over_manifest(sweep_dir, tally_of)
+    manifest, listed = iter_manifest(sweep_dir)
+    tally = _Tally(max_rows, multi)
+    for row in _every_job(sweep_dir, manifest, listed):
+        tally.add(row)
     if not tally.n:
         return f"No jobs found in {sweep_dir}."
     direction = sweep_direction(sweep_dir, [tally.direction])
     metric = tally.metric or "objective"
     shown = tally.shown(direction)
-    keys = tally.swept_keys()
+    keys = tally.overrides.swept()
     parts = []
     if len(shown) < tally.n:
         parts.append(f"the best {len(shown)} of {tally.n} jobs by {metric} ({direction}); "
                      f"`sweepit summary {sweep_dir} --rows 0` lists every job:")
     parts += [format_table(shown, keys), "",
               f"{tally.n} jobs: {counts_text(tally.counts)}"]
-    fixed = {k: v for k, v in tally.first_overrides.items() if k not in set(keys)}
+    fixed = {k: v for k, v in tally.overrides.first.items() if k not in set(keys)}
     if fixed and tally.n > 1:
         parts.append("same in every job: " + " ".join(f"{k}={v}" for k, v in fixed.items()))
     parts += tally.unread.lines()
@@ -285,9 +255,8 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
 
 
 def _every_job(sweep_dir: Path, head: dict[str, Any], listed: Iterator[dict[str, Any]]) -> Iterator[JobRow]:
-    """Each job's row once, in job order (`sweep_jobs`): from its folder, with sweep.json's overrides when it lists
-    the job (which saves a YAML parse) and its state while there is no result.json; from its record alone while
-    it has no folder."""
+    """Each job's row once, in job order (`sweep_jobs`): from its folder, with sweep.json's overrides and its state
+    while there is no result.json; from sweep.json's record alone while it has no folder."""
     for num, folder, entry in sweep_jobs(sweep_dir, head, listed):
         given = entry.get("overrides") if entry else None
         overrides = override_values(str(o) for o in given) if isinstance(given, list) else None
@@ -306,10 +275,9 @@ def _every_job(sweep_dir: Path, head: dict[str, Any], listed: Iterator[dict[str,
 
 
 class _Tally:
-    """What `summarize` needs of every job, gathered one job at a time (in job order): counts, the swept keys and
-    the rows to show: every row when `limit` is 0 or the sweep has no more jobs than that, else the `limit` best
-    either way (the direction is known only at the end) and the first `limit` without an objective. The best job
-    is the first of the ranked rows."""
+    """What `summarize` needs of every job, gathered one job at a time: counts, the swept keys and the rows to show:
+    every row when the sweep has no more than `limit` jobs (0: no limit), else the `limit` best either way (the
+    direction is known only at the end) and the first `limit` without an objective."""
 
     def __init__(self, limit: int, multi: bool) -> None:
         self.limit, self.multi = limit, multi
@@ -317,9 +285,7 @@ class _Tally:
         self.counts: dict[str, int] = {}
         self.metric: str | None = None
         self.direction: str | None = None
-        self.first_overrides: dict[str, str] = {}
-        self.keys: dict[str, None] = {}
-        self.varying: set[str] = set()
+        self.overrides = _Keys()
         self.weights: list[int] = []
         self.first: list[JobRow] = []           # every row (no limit), or the first `limit` of them
         self.unscored: list[JobRow] = []        # the first `limit` rows without an objective (with a limit)
@@ -335,7 +301,7 @@ class _Tally:
             self.metric = str(result["metric"])
         if self.direction is None and result.get("direction") not in (None, ""):
             self.direction = result["direction"]
-        self._overrides(row.overrides)
+        self.overrides.add(row.overrides)
         self.unread.add(row)
         weights = result.get("weights")
         if isinstance(weights, dict) and weights:
@@ -364,21 +330,6 @@ class _Tally:
     def all_kept(self) -> bool:
         return not self.limit or self.n <= self.limit
 
-    def _overrides(self, overrides: dict[str, str]) -> None:
-        if self.n == 1:
-            self.first_overrides = dict(overrides)
-            self.keys.update(dict.fromkeys(overrides))
-            return
-        for key, value in overrides.items():
-            self.keys.setdefault(key)
-            if value != self.first_overrides.get(key):
-                self.varying.add(key)
-        self.varying.update(k for k in self.first_overrides if k not in overrides)
-
-    def swept_keys(self) -> list[str]:
-        """As `swept_keys` of every row: the keys whose value differs between jobs (all of them for one job)."""
-        return list(self.keys) if self.n == 1 else [k for k in self.keys if k in self.varying]
-
     def ranked(self, direction: str) -> list[JobRow]:
         """The kept scored rows, best first (the earlier job first on a tie, as `best_row` picks)."""
         return [row for *_, row in sorted(self.top[direction], key=lambda e: e[:3], reverse=True)]
@@ -400,17 +351,12 @@ def size_text(n_bytes: int) -> str:
     return f"{n_bytes / 1e6:.1f} MB" if n_bytes >= 1e5 else f"{n_bytes / 1e3:.1f} kB"
 
 
-def pareto_rows(rows: list[JobRow], directions: list[str], metrics: list[str] | None
-                ) -> list[tuple[JobRow, list[float]]]:
+def pareto_lines(rows: list[JobRow], directions: list[str], metrics: list[str] | None) -> list[str]:
     """The completed jobs on the Pareto front of a multi-objective study, with their values."""
+    names = metrics or [f"value {i}" for i in range(len(directions))]
     scored = [(r, v) for r in rows if r.status == Status.COMPLETED
               and (v := objective_values(r.result, metrics, len(directions))) is not None]
-    return [scored[i] for i in pareto_front([v for _, v in scored], directions)]
-
-
-def pareto_lines(rows: list[JobRow], directions: list[str], metrics: list[str] | None) -> list[str]:
-    names = metrics or [f"value {i}" for i in range(len(directions))]
-    front = pareto_rows(rows, directions, metrics)
+    front = [scored[i] for i in pareto_front([v for _, v in scored], directions)]
     head = f"Pareto front ({', '.join(f'{d} {n}' for d, n in zip(directions, names, strict=False))}): "
     if not front:
         return [head + "no completed job yet"]

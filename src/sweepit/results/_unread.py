@@ -1,29 +1,21 @@
-"""Swept keys that look unread: jobs that differ only in one swept key and end with identical metrics. Hydra lets
-`+lrr=0.01,0.1` add a key that nothing reads, and every job then trains alike; the end-of-sweep summary and the
-report say so, from this one rule.
-
-A key is flagged when some completed jobs differ only in it (the same value of every other override, another value
-of it), and each such job's metrics equal those of its group's first job; one group whose metrics differ clears it.
-Failed, pruned or unfinished jobs say nothing either way, and clock measures differ between runs of the same training,
-so they are not compared. The repeats of a speed study (`repeat`) are meant to train alike."""
+"""Swept keys that look unread: Hydra lets `+lrr=0.01,0.1` add a key that nothing reads, and every job then trains
+alike. A key is flagged when completed jobs that differ only in it end with identical metrics (clock measures left
+out); one group of such jobs whose metrics differ clears it. The end-of-sweep summary and the report use this rule."""
 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from sweepit.results._overrides import load_yaml
 from sweepit.results._paths import JobPaths
 from sweepit.results._status import REPEAT_KEY, Status
 
-
-class _Job(Protocol):
-    job_dir: Path
-    overrides: dict[str, str]
-    status: str
-    result: dict[str, Any]
+if TYPE_CHECKING:
+    from sweepit.results._summary import JobRow
 
 
 @dataclass(slots=True)  # slots: one per group of jobs, many in a large sweep
@@ -52,13 +44,13 @@ class UnreadKeys:
         self._read: set[str] = set()                     # keys some group showed to change the metrics
 
     @classmethod
-    def of(cls, jobs: list[Any]) -> UnreadKeys:
+    def of(cls, jobs: Iterable[JobRow]) -> UnreadKeys:
         found = cls()
         for job in jobs:
             found.add(job)
         return found
 
-    def add(self, job: _Job) -> None:
+    def add(self, job: JobRow) -> None:
         if job.status != Status.COMPLETED or self._read.issuperset(job.overrides):
             return  # once every key of a sweep is known to be read (soon, in most), a job costs this test alone
         metrics = _metrics(job.result)
@@ -80,23 +72,18 @@ class UnreadKeys:
                 else:
                     group.n_same += 1
 
-    def keys(self) -> dict[str, int]:
-        """Each key that looks unread, with the number of jobs that show it (in the order keys were first seen)."""
-        found = {}
-        for key, groups in self._groups.items():
-            n = sum(g.n_same + 1 for g in groups.values() if g.n_same)
-            if n:
-                found[key] = n
-        return found
-
     def lines(self) -> list[str]:
-        """A sentence per key that looks unread, with a known key of a similar name when the job's config has one."""
+        """A sentence per key that looks unread (in the order keys were first seen), with the number of jobs that show
+        it and a known key of a similar name when the job's config has one."""
         lines = []
-        for key, n in self.keys().items():
-            group = next(g for g in self._groups[key].values() if g.n_same)
-            close = difflib.get_close_matches(key, [k for k in _config_keys(group.job_dir) if k != key], n=1)
+        for key, groups in self._groups.items():
+            shown = [g for g in groups.values() if g.n_same]
+            if not shown:
+                continue
+            close = difflib.get_close_matches(key, [k for k in _config_keys(shown[0].job_dir) if k != key], n=1)
             fix = (f"did you mean {close[0]}?" if close
-                   else f"check its name in a job's config ({JobPaths(group.job_dir).config})")
+                   else f"check its name in a job's config ({JobPaths(shown[0].job_dir).config})")
+            n = sum(g.n_same + 1 for g in shown)
             lines.append(f"{key} looks unread: the {n} jobs that differ only in {key} ended with identical metrics "
                          f"(Hydra lets `+{key}=...` add a key that nothing reads); {fix}")
         return lines
