@@ -43,6 +43,11 @@ class QueueRow:
     reason: str = ""                 # squeue: why it pends; sacct: the exit code
     node: str = ""
 
+    @property
+    def in_queue(self) -> bool:
+        """Queued, running, or ending (COMPLETING: its processes are still dying)."""
+        return self.state in ACTIVE_STATES or self.state == "COMPLETING"
+
 
 @dataclass(frozen=True)
 class Partition:
@@ -179,14 +184,20 @@ def scancel(job_ids: Iterable[str]) -> None:
         raise SlurmError(f"`scancel {' '.join(ids)}` must cancel the jobs, but failed: {out.stderr.strip()}")
 
 
-def _base_ids(job_ids: Iterable[str]) -> list[str]:
-    return sorted({j.split("_", 1)[0] for j in job_ids}, key=int)
+def array_id(job_id: str) -> str:
+    """`123` of `123_4`, the array task 4 of job array 123 (and of a plain job `123`)."""
+    return job_id.split("_", 1)[0]
+
+
+def base_ids(job_ids: Iterable[str]) -> list[str]:
+    """The ids to give scancel, squeue or sacct: an array's id stands for all its tasks."""
+    return sorted({array_id(j) for j in job_ids}, key=int)
 
 
 def squeue(job_ids: Iterable[str]) -> dict[str, QueueRow] | None:
     """State of every task of the given jobs that squeue still lists (finished ones for MinJobAge seconds,
     about 5 minutes); None when squeue itself failed (controller unreachable for a moment)."""
-    ids = _base_ids(job_ids)
+    ids = base_ids(job_ids)
     if not ids:
         return {}
     out = _run(["squeue", "-h", "-r", "-t", "all", "-j", ",".join(ids), "-o", "%i|%T|%j|%r|%N"])
@@ -204,7 +215,7 @@ def squeue(job_ids: Iterable[str]) -> dict[str, QueueRow] | None:
 def sacct(job_ids: Iterable[str]) -> dict[str, QueueRow] | None:
     """Accounting's state of each job's latest run (after a requeue, the new one); None when sacct failed
     (no accounting on this cluster)."""
-    ids = _base_ids(job_ids)
+    ids = base_ids(job_ids)
     if not ids:
         return {}
     out = _run(["sacct", "-n", "-X", "-P", "-j", ",".join(ids), "-o", "JobID,State,JobName,ExitCode,NodeList"])

@@ -49,6 +49,7 @@ CANCELLED_BY_DRIVER = "cancelled_by_driver"  # manifest extra: when the driver i
 # Manifest extra of a job of a packed sweep (hydra.launcher.workers=N): the index of its request in the plan. Such a
 # job has the Slurm id of the worker that claimed it, none before; a worker runs it once, so its result is final.
 PACKED = "packed"
+WORKER_TRIAL = "worker_trial"  # manifest extra of an Optuna worker's job: its trial number
 # slurmstepd's last word in the job's stderr log: why Slurm ended it, readable after squeue and sacct forgot it.
 _SLURMSTEPD = re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+"
                          r"(?: DUE TO (TIME LIMIT|PREEMPTION|NODE FAILURE))?")

@@ -1,38 +1,39 @@
-"""Submission: one sbatch call per job array (the jobs of one request, at most MaxArraySize of them), each array
-in a fresh submitit folder `<sweep dir>/.submitit/NNNN/`, never reused: job ids restart at 1 after a
-cluster's cold start, and submitit names its files by job id. Also what a dry run prints instead, and what a
+"""Planning and submission: each job's config and request, then one sbatch call per job array (the jobs of one
+request, at most MaxArraySize of them) in a fresh submitit folder `<sweep dir>/.submitit/NNNN/`, never reused: job ids
+restart at 1 after a cluster's cold start, and submitit names its files by job id. Also a dry run's text, and what a
 job's task returned (submitit's result pickle).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 import shlex
-import shutil
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from sweepit._host import now_iso
-from sweepit.errors import QueueLimitError, SlurmError
+from sweepit.errors import QueueLimitError, SlurmError, SweepFailedError
 from sweepit.results import (
     STDERR_LOG,
     STDOUT_LOG,
     JobEntry,
-    JobPaths,
     Manifest,
     State,
+    SweepLock,
     SweepPaths,
-    start_clean,
+    failure_report,
+    summarize,
     write_manifest,
 )
 from sweepit.slurm._limits import Room, dry_run_lines, held_for_limit, refused_for_limit
-from sweepit.slurm._request import Request, SlurmOptions, gpu_hours, sbatch_parameters
-from sweepit.slurm._task_files import link_task_logs
+from sweepit.slurm._request import ClusterFacts, Request, SlurmOptions, asked, gpu_hours, place, sbatch_parameters
+from sweepit.slurm._task_files import link_task_logs, relink, start_job_dir
 
 log = logging.getLogger(__name__)
 Task = Callable[[], Any]
@@ -54,13 +55,71 @@ class PlannedJob:
         self.metric, self.direction = select_str(self.config, "metric"), select_str(self.config, "direction")
         self.env_set = _env_set(self.config)
 
+    def planned(self, o: SlurmOptions) -> dict[str, Any]:
+        """What sweep.json keeps of the job's plan (`result_grace_s` for `sweepit status`, which has no options)."""
+        r = self.request
+        return {"gpus": r.n_gpus if r else None, "nodes": r.nodes if r else None,
+                "timeout_min": r.timeout_min if r else None, "metric": self.metric, "direction": self.direction,
+                "result_grace_s": o.result_grace_s}
 
-def arrays(jobs: list[PlannedJob], max_array_size: int) -> list[list[PlannedJob]]:
-    """Jobs of the same request together, in job order, cut at `max_array_size`."""
+
+class Planner:
+    """One sweep directory as its drivers share it (the per-job `SlurmSweep`, the workers' `WorkerDriver`): the
+    options, the lock, what Slurm said of itself, and the plan of each job (its config composed, its request checked).
+    `compose(job)` fills in the job's config and directory."""
+
+    def __init__(self, options: SlurmOptions, sweep_dir: Path, compose: Callable[[PlannedJob], None],
+                 lock: SweepLock | None = None, facts: ClusterFacts | None = None,
+                 release_config: Callable[[PlannedJob], None] | None = None) -> None:
+        self.options = options
+        self.sweep_dir = sweep_dir
+        self.compose = compose
+        # Asked at the first plan and kept for the sweep; a launcher passes one for all its batches.
+        self.facts = facts if facts is not None else ClusterFacts()
+        # How the launcher lets go of a job's config once it is planned (it sets job.config to something lighter).
+        self.release_config: Callable[[PlannedJob], None] = release_config or (lambda job: None)
+        # One driver per sweep directory: a lock of the caller's (held for the whole sweep), or one per run.
+        self.own_lock = lock is None
+        self.lock = SweepLock(sweep_dir) if lock is None else lock
+
+    def plan(self, jobs: list[PlannedJob], release: bool = False) -> int:
+        """Compose each job and set its request, checked against the options and the partition (ConfigError,
+        SlurmError); returns the most jobs one array may hold. `release`: let go of each job's config once read (a
+        packed sweep's workers compose the jobs again; 100,000 composed configs would not fit)."""
+        o = self.options
+        asks = []
+        for job in jobs:
+            self.compose(job)
+            asks.append(asked(job.num, _select(job.config, o.gpus_key), _select(job.config, o.timeout_key), o))
+            job.read_config()
+            if release:
+                self.release_config(job)
+        requests, max_array_size = place(asks, o, self.facts)
+        for job, request in zip(jobs, requests, strict=True):
+            job.request = request
+        return max_array_size
+
+    def finish(self, m: Manifest, jobs: list[PlannedJob], statuses: dict[int, str], skipped: set[int]) -> None:
+        """The end of a followed run: the results table, and SweepFailedError when jobs failed (and
+        `fail_on_error`)."""
+        if self.options.print_summary:
+            print(summarize(self.sweep_dir), flush=True)
+        report = failure_report(m, jobs, statuses, skipped, None, self.options.fail_on_error)
+        if report is not None:
+            raise SweepFailedError(report)
+
+
+def by_request(jobs: list[PlannedJob]) -> dict[Request | None, list[PlannedJob]]:
     groups: dict[Request | None, list[PlannedJob]] = {}
     for job in jobs:
         groups.setdefault(job.request, []).append(job)
-    return [group[i:i + max_array_size] for group in groups.values() for i in range(0, len(group), max_array_size)]
+    return groups
+
+
+def arrays(jobs: list[PlannedJob], max_array_size: int) -> list[list[PlannedJob]]:
+    """Jobs of the same request together, in job order, cut at `max_array_size`."""
+    return [group[i:i + max_array_size] for group in by_request(jobs).values()
+            for i in range(0, len(group), max_array_size)]
 
 
 def next_folder(sweep_dir: Path, offset: int = 0) -> Path:
@@ -85,13 +144,9 @@ def sbatch_script(params: dict[str, Any], folder: Path, n_jobs: int, python: str
     """The sbatch script submitit writes for these parameters (an array when n_jobs > 1)."""
     from submitit.slurm.slurm import _make_sbatch_string
 
-    return str(_make_sbatch_string(command=submitit_command(python, str(folder)), folder=folder,
-                                   map_count=n_jobs if n_jobs > 1 else None, **params))
-
-
-def submitit_command(python: str | None, folder: str) -> str:
-    """The command submitit puts in the sbatch script (as SlurmExecutor writes it)."""
-    return " ".join([python or shlex.quote(sys.executable), "-u -m submitit.core._submit", shlex.quote(folder)])
+    command = " ".join([python or shlex.quote(sys.executable), "-u -m submitit.core._submit", shlex.quote(str(folder))])
+    return str(_make_sbatch_string(command=command, folder=folder, map_count=n_jobs if n_jobs > 1 else None,
+                                   **params))
 
 
 def job_name(o: SlurmOptions) -> str:
@@ -105,11 +160,9 @@ def dry_run_text(jobs: list[PlannedJob], sweep_dir: Path, max_array_size: int, o
     name = job_name(o)
     out: list[str] = []
     n_calls = 0
-    groups: dict[Request, list[PlannedJob]] = {}
-    for job in jobs:
-        assert job.request is not None
-        groups.setdefault(job.request, []).append(job)
+    groups = by_request(jobs)
     for request, group in groups.items():
+        assert request is not None
         chunks = arrays(group, max_array_size)
         sizes = ", ".join(str(len(chunk)) for chunk in chunks)
         out.append(f"# {len(group)} job(s) with {request.describe()}: {len(chunks)} sbatch call(s) "
@@ -117,7 +170,7 @@ def dry_run_text(jobs: list[PlannedJob], sweep_dir: Path, max_array_size: int, o
         folder = next_folder(sweep_dir, n_calls)
         out.append(sbatch_script(sbatch_parameters(request, o, name), folder, len(chunks[0]), o.python))
         n_calls += len(chunks)
-    hours = gpu_hours([r for r, group in groups.items() for _ in group])
+    hours = gpu_hours([r for r, group in groups.items() if r is not None for _ in group])
     out += dry_run_lines(o)
     out.append(f"dry run: {len(jobs)} job(s) in {n_calls} sbatch call(s), at most {hours:.2f} GPU-hours (every job "
                "to its time limit); nothing submitted. Drop hydra.launcher.dry_run=true to submit.")
@@ -158,8 +211,7 @@ def submit_jobs(jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, max
     for chunk in arrays(jobs, max_array_size):
         tasks = []
         for job in chunk:
-            start_clean(job.job_dir)  # checkpoint.pt is kept to resume
-            shutil.rmtree(JobPaths(job.job_dir).tasks, ignore_errors=True)
+            start_job_dir(job.job_dir)
             tasks.append(make_task(job))
         folder = fresh_folder(sweep_dir)
         assert chunk[0].request is not None
@@ -185,11 +237,7 @@ def submit_jobs(jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, max
                 "slurm_job_id": job_id, "slurm_array_job_id": array_id,
                 "slurm_array_index": int(index) if index else None, "slurm_job_name": name,
                 "submitit_folder": str(folder), "stdout": str(stdout), "stderr": str(stderr),
-                "submitted_at": submitted_at, "gpus": job.request.n_gpus if job.request else None,
-                "nodes": job.request.nodes if job.request else None,
-                "timeout_min": job.request.timeout_min if job.request else None,
-                "metric": job.metric, "direction": job.direction,
-                "result_grace_s": o.result_grace_s,  # for `sweepit status`, which has no options
+                "submitted_at": submitted_at, **job.planned(o),
             }
         ids.extend(chunk_ids)
         write_manifest(manifest, [job.num for job in chunk])
@@ -250,17 +298,17 @@ class Feeder:
         write_manifest(self.manifest, [j.num for j in self.held])
 
 
-def select_str(config: Any, key: str) -> str | None:
-    from omegaconf import OmegaConf
+def _select(config: Any, key: str | None) -> Any:
+    return None if key is None or config is None else OmegaConf.select(config, key, default=None)
 
-    value = OmegaConf.select(config, key, default=None) if config is not None else None
+
+def select_str(config: Any, key: str) -> str | None:
+    value = _select(config, key)
     return None if value is None else str(value)
 
 
 def _env_set(config: Any) -> dict[str, str]:
-    from omegaconf import OmegaConf
-
-    env = OmegaConf.select(config, "hydra.job.env_set", default=None) if config is not None else None
+    env = _select(config, "hydra.job.env_set")
     plain = OmegaConf.to_container(env) if env is not None else None
     return {str(k): str(v) for k, v in plain.items()} if isinstance(plain, dict) else {}
 
@@ -275,13 +323,10 @@ def log_paths(folder: Path, job_id: str, task: int = 0) -> tuple[Path, Path]:
 
 def link_logs(job_dir: Path, stdout: Path, stderr: Path) -> None:
     """`stdout.log` and `stderr.log` in the job directory point at the Slurm logs, as the local launcher's
-    files are there (relative links, so that the sweep directory can move)."""
+    files are there."""
     job_dir.mkdir(parents=True, exist_ok=True)
-    for name, target in ((STDOUT_LOG, stdout), (STDERR_LOG, stderr)):
-        link = job_dir / name
-        if link.is_symlink() or link.exists():
-            link.unlink()
-        link.symlink_to(os.path.relpath(target, job_dir))
+    relink(job_dir / STDOUT_LOG, stdout)
+    relink(job_dir / STDERR_LOG, stderr)
 
 
 def result_pickle(entry: JobEntry) -> Path | None:
