@@ -32,7 +32,7 @@ from sweepit.results import (
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._follow import Follower
 from sweepit.slurm._job_states import LOST, PACKED, Seen
-from sweepit.slurm._limits import Room, dry_run_lines, held_for_limit, open_room
+from sweepit.slurm._limits import QueueLimits, dry_run_lines, held_for_limit, open_room
 from sweepit.slurm._pack_worker import PackSpec, PlannedEntry, release, scan_claims, write_plan
 from sweepit.slurm._request import Request, gpu_hours
 from sweepit.slurm._submit import PlannedJob, Planner, Task, by_request, job_name
@@ -86,7 +86,7 @@ class PackedSweep(WorkerDriver):
         self.make_worker = make_worker
         self.shapes: list[Shape] = []
         self.shape_of: dict[int, int] = {}    # job -> the index of its shape
-        self.room: Room | None = None         # the user's queue limits (read when workers are first submitted)
+        self.room: QueueLimits | None = None         # the user's queue limits (read when workers are first submitted)
         self.generation = 0                   # the plan and claims followed
         self.todo: dict[int, None] = {}       # the jobs to run, in order (a resume's: those not finished before)
         self.adopted: dict[int, str] = {}     # job -> the text of its claim when adopted (worker, when)

@@ -31,7 +31,7 @@ from sweepit.results import (
 from sweepit.slurm._cluster import base_ids, scancel
 from sweepit.slurm._follow import Follower
 from sweepit.slurm._job_states import CANCELLED_BY_DRIVER, look
-from sweepit.slurm._limits import Room, held_for_limit, open_room, wait_for_room
+from sweepit.slurm._limits import QueueLimits, held_for_limit, open_room, wait_for_room
 from sweepit.slurm._pack import PackedSweep
 from sweepit.slurm._pack_worker import PackSpec
 from sweepit.slurm._request import ClusterFacts, SlurmOptions
@@ -79,7 +79,7 @@ class SlurmSweep(Planner):
         self._open: tuple[Manifest, Follower, Progress] | None = None  # the run of start()/wait_any()
         self._started: dict[int, PlannedJob] = {}
         self._cancelled = False  # the jobs in flight were cancelled (Ctrl-C): wait for Slurm to end them
-        self._room: Room | None = None  # the queue limits of the run of start()/wait_any()
+        self._room: QueueLimits | None = None  # the queue limits of the run of start()/wait_any()
 
     def dry_run(self, jobs: list[PlannedJob]) -> str:
         """What `run` would submit: each request's sbatch script, the job count and the GPU-hours."""

@@ -31,7 +31,7 @@ from sweepit.results import (
     summarize,
     write_manifest,
 )
-from sweepit.slurm._limits import Room, dry_run_lines, held_for_limit, refused_for_limit
+from sweepit.slurm._limits import QueueLimits, dry_run_lines, held_for_limit, refused_for_limit
 from sweepit.slurm._request import ClusterFacts, Request, SlurmOptions, asked, gpu_hours, place, sbatch_parameters
 from sweepit.slurm._task_files import link_task_logs, relink, start_job_dir
 
@@ -251,7 +251,7 @@ class Feeder:
     own jobs free room as they end."""
 
     def __init__(self, jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, max_array_size: int,
-                 make_task: Callable[[PlannedJob], Task], room: Room | None) -> None:
+                 make_task: Callable[[PlannedJob], Task], room: QueueLimits | None) -> None:
         self.held = list(jobs)
         self.manifest, self.o, self.max_array_size, self.make_task, self.room = (manifest, o, max_array_size,
                                                                                  make_task, room)
