@@ -1,14 +1,7 @@
-"""The one engine of long-lived Slurm workers, packed grids' (`hydra.launcher.workers=N`) and Optuna's
-(`hydra.sweeper.workers=N`): a loop over a source of work (`sweepit.results.WorkSource`: a grid's plan, claimed job by
-job, `GridSource`; a study, asked trial by trial, `sweepit.search.StudySource`), each job forked from the worker's
-warm interpreter (the local launcher's pool, `slots` at once) and run by `run`, the one place where a job is run.
-
-Around each job, the same for both: a heartbeat while the worker lives, the job's directory cleaned, its task file,
-`trial.json` for a trial, its record when it died without one (`record_end`), then the source hears how it ended. A
-job taken and never started, or stopped for a requeue, is given back to the source for a worker to take again.
-
-Wall time (`job_timeout_min`, packed grids): after its first round of `slots` jobs, the worker starts a job only when
-the job's expected time (the mean of those it ran, else the jobs' time limit) fits in what is left of its allocation.
+"""The one engine of long-lived Slurm workers, packed grids' and Optuna's: a loop over a source of work
+(`sweepit.results.WorkSource`: a grid's plan, `GridSource`; a study, `sweepit.search.StudySource`), each job forked
+from the worker's warm interpreter (the local launcher's pool, `slots` at once) and run by `run`. A job taken and
+never started, or stopped for a requeue, is given back to the source for a worker to take again.
 """
 
 from __future__ import annotations
@@ -17,7 +10,6 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -27,9 +19,9 @@ from pathlib import Path
 from sweepit._files import atomic_write
 from sweepit._host import now_iso
 from sweepit.local import ChildSpec, GpuPool, Job, Pool, Reply, child_main, record_end
-from sweepit.results import WAIT, Heartbeat, JobPaths, Recorder, Status, Work, WorkSource, start_clean
+from sweepit.results import WAIT, Heartbeat, JobPaths, Recorder, Status, Work, WorkSource
 from sweepit.slurm import _cluster as cluster
-from sweepit.slurm._task_files import record_task
+from sweepit.slurm._task_files import record_task, start_job_dir
 
 log = logging.getLogger(__name__)
 WAIT_S = 2.0  # how often an idle worker asks its source again when it said WAIT
@@ -39,13 +31,6 @@ def worker_id() -> str:
     """This Slurm task's job id as submitit and squeue print it: `123_4` in an array, else `123`."""
     array, index = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
     return f"{array}_{index}" if array and index else os.environ.get("SLURM_JOB_ID", f"local-{os.getpid()}")
-
-
-def write_trial_record(job_dir: Path, num: int, overrides: list[str], trial_number: int, worker: str) -> None:
-    """Written as a trial's job starts, before the job writes anything: the driver and `sweepit status` adopt the
-    directory as a job of the worker's Slurm id (`sweepit.slurm._optuna_workers.adopt_trials`)."""
-    record = {"num": num, "overrides": overrides, "trial": trial_number, "worker": worker, "started_at": now_iso()}
-    atomic_write(JobPaths(job_dir).trial, json.dumps(record) + "\n", fsync=False)
 
 
 class Engine:
@@ -74,8 +59,8 @@ class Engine:
                          child=child, hooks=self, clock_ticks=False)
 
     def run(self) -> int:
-        """Take and run work until the source has none, or the next job would not fit in the worker's time; how
-        many jobs ran."""
+        """Take and run work until the source has none, or the next job would not fit in the worker's time (packed
+        grids, `job_timeout_min`: after its first round of jobs); how many jobs ran."""
         source, pool = self.source, self.pool
         end = None
         if self.job_timeout_min is not None:
@@ -141,11 +126,12 @@ class Engine:
         return True
 
     def before_fork(self, job: Job) -> None:
-        start_clean(job.job_dir)  # a stale result of an earlier run must not stand for this one
-        shutil.rmtree(JobPaths(job.job_dir).tasks, ignore_errors=True)
+        start_job_dir(job.job_dir)  # a stale result of an earlier run must not stand for this one
         work = self.works[job.num]
-        if work.trial is not None:
-            write_trial_record(job.job_dir, job.num, list(work.overrides), work.trial, self.worker)
+        if work.trial is not None:  # before the job writes anything: the driver adopts the directory by it
+            record = {"num": job.num, "overrides": list(work.overrides), "trial": work.trial, "worker": self.worker,
+                      "started_at": now_iso()}
+            atomic_write(JobPaths(job.job_dir).trial, json.dumps(record) + "\n", fsync=False)
         record_task(job.job_dir, 0)
 
     def started(self, job: Job) -> None:

@@ -32,11 +32,11 @@ from sweepit.results import (
     write_manifest,
 )
 from sweepit.slurm import _cluster as cluster
-from sweepit.slurm._cluster import ACTIVE_STATES
 from sweepit.slurm._job_states import (
     PACKED,
     WORKER_TRIAL,
     Seen,
+    _mine,
     apply,
     look,
     pending_reasons,
@@ -97,34 +97,36 @@ class Follower:
         worker claims it)."""
         if num in self.pending:
             del self.pending[num]
-            if self._phase.get(num) == State.RUNNING:
-                self.progress.running -= 1
-                self.progress.queued += 1
-            self._phase[num] = State.QUEUED
+            self._move(num, State.QUEUED)
             self._returning.pop(num, None)
 
     def follow(self, look: Callable[[], bool], going: Callable[[], bool]) -> int | None:
-        """The loop: at each look, `look()` (adopt the jobs that workers started, submit what fits; False: nothing is
-        left to follow), then one poll of Slurm, then the results that come in are taken between looks while
-        `going()`. Returns the stop signal (SIGINT, SIGTERM) that ended it early, else None; the jobs go on either
-        way. The progress line is closed and the manifest written whole (its journal folded in) at the end."""
+        """Follow until `look()` says nothing is left (see `loop`), or a stop signal (SIGINT, SIGTERM): it is returned,
+        else None; the jobs go on either way. The progress line is closed and the manifest written whole (its journal
+        folded in) at the end."""
         with StopSignals() as stop:
             try:
                 self.progress.draw()
-                while stop.first is None and look():
-                    next_look = time.monotonic() + self.poll_interval_s
-                    self.poll()
-                    drawn = time.monotonic()
-                    while stop.first is None and going() and time.monotonic() < next_look:
-                        time.sleep(_TICK_S)
-                        self.settle()
-                        if self.progress.live and time.monotonic() - drawn >= _CLOCK_S:
-                            self.progress.draw()  # the clock
-                            drawn = time.monotonic()
+                self.loop(lambda: stop.first is None and look(), lambda: stop.first is None and going())
             finally:
                 self.progress.close()
                 write_manifest(self.manifest)
         return stop.first
+
+    def loop(self, look: Callable[[], bool], going: Callable[[], bool]) -> None:
+        """The driver's loop, in every mode: at each look, `look()` (adopt the jobs that workers started, submit what
+        fits; False: nothing is left to follow), then one poll of Slurm, then the results that come in are taken
+        between looks while `going()`."""
+        while look():
+            next_look = time.monotonic() + self.poll_interval_s
+            self.poll()
+            drawn = time.monotonic()
+            while going() and time.monotonic() < next_look:
+                time.sleep(_TICK_S)
+                self.settle()
+                if self.progress.live and time.monotonic() - drawn >= _CLOCK_S:
+                    self.progress.draw()  # the clock
+                    drawn = time.monotonic()
 
     def poll(self) -> None:
         """One look at every pending job; records what changed in the manifest. Results on disk are taken
@@ -146,7 +148,8 @@ class Follower:
                 continue
             if s.dead:
                 s.state = record_dead(entry, s, stderr_tail(entry, self.stderr_tail_lines))
-                self._report_dead(num, s)
+                self.say(f"sweepit: job {num} [{' '.join(own_overrides(entry.overrides))}] {s.state}: "
+                         f"{read_record(entry.job_dir).error} (stderr: {entry.extra.get('stderr')})")
             if apply(entry, s):
                 changed.append(num)
             self._advance(num, s)
@@ -230,30 +233,30 @@ class Follower:
         if rows is None:
             return  # squeue did not answer: ask again next time
         for num in late:
-            entry = self.manifest.jobs[num]
-            row = rows.get(slurm_id(entry) or "")
-            mine = row is not None and row.name == entry.extra.get("slurm_job_name", row.name)
-            if not mine or row is None or (row.state not in ACTIVE_STATES and row.state != "COMPLETING"):
+            row = _mine(rows, self.manifest.jobs[num])
+            if row is None or not row.in_queue:
                 self._end(num, self._returning[num][1])
 
     def _advance(self, num: int, s: Seen) -> None:
-        phase = self._phase[num]
+        if s.final or s.state == State.RUNNING:
+            self._move(num, State.RUNNING)  # one seen ended at once has run
+        elif s.state == State.QUEUED:
+            self._move(num, State.QUEUED)  # requeued (time limit, preemption)
         if s.final:
-            if phase == State.QUEUED:
-                self.progress.start()
-                self._phase[num] = State.RUNNING
             entry = self.manifest.jobs[num]
             if s.state in FAILED_STATUSES or not slurm_id(entry) or _has_returned(entry):
                 self._end(num, s.state)
             else:
                 self._returning.setdefault(num, (time.monotonic(), s.state))
-        elif s.state == State.RUNNING and phase == State.QUEUED:
+
+    def _move(self, num: int, phase: str) -> None:
+        """Job `num` counted among the queued or the running jobs of the progress line."""
+        if self._phase.get(num) == State.QUEUED and phase == State.RUNNING:
             self.progress.start()
-            self._phase[num] = State.RUNNING
-        elif s.state == State.QUEUED and phase == State.RUNNING:  # requeued (time limit, preemption)
+        elif self._phase.get(num) == State.RUNNING and phase == State.QUEUED:
             self.progress.running -= 1
             self.progress.queued += 1
-            self._phase[num] = State.QUEUED
+        self._phase[num] = phase
 
     def _end(self, num: int, state: str) -> None:
         self.progress.finish(num, state, read_record(self.manifest.jobs[num].job_dir).wall_time_s)
@@ -262,12 +265,6 @@ class Follower:
         self._phase[num] = "done"
         self._returning.pop(num, None)
 
-    def _report_dead(self, num: int, s: Seen) -> None:
-        entry = self.manifest.jobs[num]
-        error = read_record(entry.job_dir).error
-        self.progress.clear()
-        print(f"sweepit: job {num} [{' '.join(own_overrides(entry.overrides))}] {s.state}: {error} (stderr: "
-              f"{entry.extra.get('stderr')})", file=sys.stderr, flush=True)
 
 
 def _has_returned(entry: JobEntry) -> bool:

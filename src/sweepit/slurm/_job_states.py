@@ -1,9 +1,6 @@
-"""The state of each job of a Slurm sweep, from Slurm (squeue, then sacct) and from the jobs' `result.json`.
-
-Shared by the launcher's follow loop and `sweepit status DIR`; no Hydra here. A job's own result.json is
-the truth about its outcome. A job that Slurm ended without one (scancel, time limit, out of memory, node
-failure) gets one written here, with the Slurm state and the tail of its stderr log, so that the results
-table, `sweepit resume` and the report see every job the same way.
+"""The state of each job of a Slurm sweep, from Slurm (squeue, then sacct) and from the jobs' `result.json`, for the
+launcher's follow loop and `sweepit status DIR`. A job's own result.json is the truth about its outcome; a job Slurm
+ended without one gets one written here, with the Slurm state and its stderr's tail.
 """
 
 from __future__ import annotations

@@ -214,16 +214,18 @@ class SlurmSweep(Planner):
         def ended() -> list[int]:
             return [n for n in self._started if n in follower.statuses]
 
+        def before_deadline() -> bool:
+            return not ended() and (deadline is None or time.monotonic() < deadline)
+
         with StopSignals(on_signal=second_stops) as stop:
-            while not ended() and follower.pending and (deadline is None or time.monotonic() < deadline):
+            def look() -> bool:
+                if not follower.pending or not before_deadline():
+                    return False
                 if stop.first is not None and not self._cancelled:
                     self._cancel_in_flight(manifest, follower, signal.Signals(stop.first).name)
-                next_look = time.monotonic() + self.options.poll_interval_s
-                follower.poll()
-                while ((stop.first is None or self._cancelled) and not ended()
-                       and time.monotonic() < min(next_look, deadline or next_look)):
-                    time.sleep(0.1)
-                    follower.settle()
+                return True
+
+            follower.loop(look, lambda: (stop.first is None or self._cancelled) and before_deadline())
         return [(self._started.pop(n), _outcome(manifest.jobs[n], follower.statuses[n])) for n in ended()]
 
     def _cancel_in_flight(self, manifest: Manifest, follower: Follower, why: str) -> None:
