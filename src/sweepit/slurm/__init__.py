@@ -1,10 +1,8 @@
-"""Slurm sweeps: each job's request, job arrays through submitit, following squeue/sacct (the engine of
-hydra/launcher=slurm).
+"""Slurm sweeps (the engine of hydra/launcher=slurm): each job's request, job arrays through submitit, the drivers
+that follow them in squeue/sacct, and the worker engine of packed grids and Optuna workers.
 
     sweep = SlurmSweep(SlurmOptions.from_params(params), sweep_dir, compose=fill_in_config_and_dir, make_task=task)
     outcomes = sweep.run([PlannedJob(num=0, overrides=["lr=0.1"]), ...])
-
-`sweepit status DIR` (sweepit.reporting.sweep_status) brings a sweep's jobs up to date through `refresh`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """The driver's follow loop, in every mode: every `poll_interval_s`, one squeue call (plus sacct for jobs that are
-ending) and a look at the result.json of every job still out; a job Slurm ended without a result is recorded.
-
-A job whose result is in has ended once its task's return value is too (submitit's result pickle, written a moment
-after the result); one that Slurm ended without one ends without it (the objective in its result.json stands in).
-Not submitit's `job.done()` / `job.result()`: those poll sacct at most every 600 s on Slurm, and wait forever for a
-cancelled job's result where there is no accounting.
+ending) and a look at the result.json of every job still out. A job whose result is in has ended once its task's
+return value (submitit's result pickle) is too, or once Slurm has ended it. Not submitit's `job.done()`: it polls sacct
+at most every 600 s, and waits forever for a cancelled job's result where there is no accounting.
 """
 
 from __future__ import annotations

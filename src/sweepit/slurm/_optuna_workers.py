@@ -1,9 +1,6 @@
-"""Optuna's worker mode on Slurm (`hydra.sweeper.workers=N`): N long-lived workers in one job array, each running
-trial after trial (the worker engine over `sweepit.search.StudySource`); the driver submits and follows them.
-
-A worker writes `<job dir>/.slurm/trial.json` as it starts a trial's job; the driver, and `sweepit status` when no
-driver runs, adopt each such directory as a job of `sweep.json` whose Slurm id is its worker's (`adopt_trials`), so
-that the follower, `sweepit status`, `report` and the results table see worker trials as per-trial jobs.
+"""Optuna's worker mode on Slurm (`hydra.sweeper.workers=N`), the driver's side: N long-lived workers in one array,
+each running trial after trial. Each trial's directory becomes a job of its worker's Slurm id in `sweep.json`, so that
+the follower, `sweepit status` and `report` see worker trials as per-trial jobs.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """Packed sweeps (`hydra.launcher.workers=N`), the driver's side: the jobs of each resource request go to one array of
-at most N long-lived workers (`_pack_worker`), which claim and run them one after another.
-
-A job a worker has claimed becomes, in `sweep.json`, a job of that worker's Slurm id (its `stdout.log`/`stderr.log`
-are its own), so the follower, `sweepit status`, `report` and `resume` read it as any other Slurm job; one that no
-worker has claimed yet is `queued`. Jobs left unclaimed once a request's workers have all ended (the next job would
-not fit in their time) go to fresh workers; an array that ended without starting any job is not replaced: its jobs
-are recorded as failed, with the workers' log to read.
+at most N long-lived workers (`_pack_worker`). A job a worker has claimed becomes, in `sweep.json`, a job of that
+worker's Slurm id, so the follower, `sweepit status`, `report` and `resume` read it as any other Slurm job.
 """
 
 from __future__ import annotations
@@ -18,13 +13,11 @@ from dataclasses import dataclass
 from sweepit._host import now_iso
 from sweepit.errors import ConfigError, QueueLimitError, SweepStoppedError
 from sweepit.results import (
-    JobEntry,
     JobPaths,
     Progress,
     Recorder,
     State,
     Status,
-    is_finished,
     record_failure,
     result_status,
     write_manifest,
@@ -152,24 +145,24 @@ class PackedSweep(WorkerDriver):
         end; each job's status, or None when not waiting (`wait=false`). Raises SweepFailedError, after the results
         table, when jobs failed (and `fail_on_error`) or on Ctrl-C."""
         self.plan(jobs)
-        skipped = {j.num for j in jobs if self.options.resume and is_finished(j.job_dir)}
-        self.todo = dict.fromkeys(j.num for j in jobs if j.num not in skipped)
         try:
+            alive = self.open()
+            skipped = self.sweep.skip_finished(self.m, jobs)
+            self.todo = dict.fromkeys(j.num for j in jobs if j.num not in skipped)
             # Workers of an earlier driver are followed while a job of theirs has no result yet; once each has one they
             # are only ending (a resume right after a sweep with failures: its failed jobs run in a new generation).
-            if self.open() and any(result_status(j.job_dir) in (None, Status.INTERRUPTED)
-                                   for j in jobs if j.num in self.todo):
+            if alive and any(result_status(j.job_dir) in (None, Status.INTERRUPTED)
+                             for j in jobs if j.num in self.todo):
                 self.generation = int(self.m.workers["generation"])
                 log.info(f"Following the packed workers still running from before ({len(alive_workers(self.m))} of "
                          f"them); sweep dir {self.sweep_dir}")
             else:
-                self._submit_plan(jobs, skipped)
+                self._submit_plan(jobs)
             progress = Progress(len(jobs))
             progress.skip(len(skipped))
             stop = self.follow(progress)
         finally:
-            if self.sweep.own_lock:
-                self.sweep.lock.release()
+            self.sweep.end()
         if not self.options.wait:
             return None
         if stop is not None:
@@ -178,16 +171,15 @@ class PackedSweep(WorkerDriver):
         self.sweep.finish(self.m, jobs, statuses, skipped)
         return statuses
 
-    def _submit_plan(self, jobs: list[PlannedJob], skipped: set[int]) -> None:
+    def _submit_plan(self, jobs: list[PlannedJob]) -> None:
         """A new generation: the plan of the jobs to run, their manifest entries, one array of workers per request."""
         m, o = self.m, self.options
         self.generation = int(m.workers.get("generation", 0)) + 1 if m.workers.get(PACKED) else 1
         entries = []
         for job in jobs:
-            entry = m.jobs.setdefault(job.num, JobEntry(job.num, job.overrides, str(job.job_dir)))
+            entry = m.jobs.setdefault(job.num, job.entry())
             entry.job_dir = str(job.job_dir)
-            if job.num in skipped:
-                entry.state = result_status(job.job_dir) or Status.COMPLETED
+            if job.num not in self.todo:
                 continue
             start_job_dir(job.job_dir)
             index = self.shape_of[job.num]
@@ -215,9 +207,9 @@ class PackedSweep(WorkerDriver):
                                                              f"the workers of {shape.request.describe()}"))
                     break
                 calls += 1
-        n_workers = len(m.workers["ids"])
+        n_workers, n_skipped = len(m.workers["ids"]), len(jobs) - len(self.todo)
         log.info(f"Submitted {len(self.todo)} of {len(jobs)} job(s) packed into {n_workers} worker(s) in {calls} "
-                 f"sbatch call(s)" + (f"; {len(skipped)} finished before (skipped)" if skipped else "")
+                 f"sbatch call(s)" + (f"; {n_skipped} finished before (skipped)" if n_skipped else "")
                  + (f"; more workers as the queue limit allows ({self.room.full()})"
                     if self.room is not None and n_workers < wanted else "")
                  + f"; sweep dir {self.sweep_dir}")

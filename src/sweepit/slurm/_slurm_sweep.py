@@ -20,12 +20,8 @@ from sweepit.results import (
     JobEntry,
     Manifest,
     Progress,
-    State,
     Status,
     SweepLock,
-    is_finished,
-    open_manifest,
-    result_status,
     write_manifest,
 )
 from sweepit.slurm._cluster import base_ids, scancel
@@ -76,7 +72,7 @@ class SlurmSweep(Planner):
         super().__init__(options, sweep_dir, compose, lock, facts, release_config)
         self.make_task = make_task
         self.make_worker = make_worker
-        self._open: tuple[Manifest, Follower, Progress] | None = None  # the run of start()/wait_any()
+        self._follower: Follower | None = None  # the run of start()/wait_any()
         self._started: dict[int, PlannedJob] = {}
         self._cancelled = False  # the jobs in flight were cancelled (Ctrl-C): wait for Slurm to end them
         self._room: QueueLimits | None = None  # the queue limits of the run of start()/wait_any()
@@ -99,25 +95,22 @@ class SlurmSweep(Planner):
             statuses = self._packed().run(jobs) or {}
             return {j.num: Outcome(statuses.get(j.num)) for j in jobs}
         max_array_size = self.plan(jobs)
-        self.sweep_dir.mkdir(parents=True, exist_ok=True)
-        self.lock.acquire()
+        manifest = self.begin()
         try:
-            return self._run(jobs, max_array_size)
+            return self._run(jobs, manifest, max_array_size)
         finally:
-            if self.own_lock:
-                self.lock.release()
+            self.end()
 
-    def _run(self, jobs: list[PlannedJob], max_array_size: int) -> dict[int, Outcome]:
+    def _run(self, jobs: list[PlannedJob], manifest: Manifest, max_array_size: int) -> dict[int, Outcome]:
         o = self.options
-        manifest = open_manifest(self.sweep_dir, launcher="slurm")
-        skipped, adopted, to_submit = self._sort_out(jobs, manifest)
+        skipped = self.skip_finished(manifest, jobs)
+        adopted = self._adopt(jobs, manifest, skipped)
+        to_submit = [j for j in jobs if j.num not in skipped and j.num not in adopted]
         for job in to_submit:
-            manifest.jobs[job.num] = JobEntry(num=job.num, overrides=job.overrides, job_dir=str(job.job_dir),
-                                              state=State.NOT_STARTED)
+            manifest.jobs[job.num] = job.entry()
         write_manifest(manifest)
-        feeder = Feeder(to_submit, manifest, o, max_array_size, self.make_task,
-                        open_room(o) if to_submit else None)
-        following = sorted([j.num for j in adopted] + [j.num for j in feeder.feed()])
+        feeder = Feeder(to_submit, manifest, o, max_array_size, self.make_task, open_room(o) if to_submit else None)
+        following = sorted(adopted + [j.num for j in feeder.feed()])
         log.info(_submitted(len(jobs), feeder.ids, len(skipped), len(adopted), self.sweep_dir, len(feeder.held)))
         if not o.wait:
             feeder.leave()
@@ -139,29 +132,16 @@ class SlurmSweep(Planner):
         stop = follower.follow(look, going)
         if stop is not None:
             raise SweepStoppedError(_stopped(manifest, list(follower.pending), stop, self.sweep_dir))
-        self.finish(manifest, jobs, follower.statuses, {j.num for j in skipped})
+        self.finish(manifest, jobs, follower.statuses, skipped)
         return {j.num: _outcome(manifest.jobs[j.num], follower.statuses.get(j.num)) for j in jobs}
 
-    def _sort_out(self, jobs: list[PlannedJob], manifest: Manifest
-                  ) -> tuple[list[PlannedJob], list[PlannedJob], list[PlannedJob]]:
-        """(finished before, still in Slurm's hands, to submit): only a resume skips or adopts jobs."""
+    def _adopt(self, jobs: list[PlannedJob], manifest: Manifest, skipped: set[int]) -> list[int]:
+        """A resume's jobs still queued or running from an earlier submission: followed, not submitted again."""
         if not self.options.resume:
-            return [], [], list(jobs)
-        known = {j.num: manifest.jobs[j.num] for j in jobs
-                 if j.num in manifest.jobs and manifest.jobs[j.num].job_dir == str(j.job_dir)}
-        seen = look(known.values())
-        skipped, adopted, to_submit = [], [], []
-        for job in jobs:
-            s = seen.get(job.num)
-            if is_finished(job.job_dir):
-                skipped.append(job)
-                entry = manifest.jobs.setdefault(job.num, JobEntry(job.num, job.overrides, str(job.job_dir)))
-                entry.state = result_status(job.job_dir) or Status.COMPLETED
-            elif s is not None and not s.final and not s.dead:
-                adopted.append(job)  # queued or running from an earlier submission: follow it, do not submit again
-            else:
-                to_submit.append(job)
-        return skipped, adopted, to_submit
+            return []
+        known = [manifest.jobs[j.num] for j in jobs if j.num not in skipped and j.num in manifest.jobs
+                 and manifest.jobs[j.num].job_dir == str(j.job_dir)]
+        return [num for num, s in look(known).items() if not s.final and not s.dead]
 
     # -- jobs one by one, as a sweeper asks (the Optuna sweeper's AsyncLauncher protocol) -------------------
     def start(self, job: PlannedJob) -> None:
@@ -169,23 +149,17 @@ class SlurmSweep(Planner):
         o = self.options
         check_one_by_one(o)
         max_array_size = self.plan([job])
-        if self._open is None:
-            self.sweep_dir.mkdir(parents=True, exist_ok=True)
-            self.lock.acquire()  # released by close()
-            progress = Progress(0)
-            manifest = open_manifest(self.sweep_dir, launcher="slurm")
-            follower = Follower(manifest, [], progress, o, self.lock.touch)
-            self._open = manifest, follower, progress
+        if self._follower is None:
+            self._follower = Follower(self.begin(), [], Progress(0), o, self.lock.touch)  # the lock: till close()
             self._room = open_room(o)
-        manifest, follower, _ = self._open
-        manifest.jobs[job.num] = JobEntry(num=job.num, overrides=job.overrides, job_dir=str(job.job_dir),
-                                          state=State.NOT_STARTED)
+        follower = self._follower
+        follower.manifest.jobs[job.num] = job.entry()
         said = False
         while True:
             if self._room is not None:  # the sweep's own jobs that end (the follower's looks) free room
                 wait_for_room(self._room, 1, o.poll_interval_s, follower.poll)
             try:
-                submit_jobs([job], manifest, o, max_array_size, self.make_task)
+                submit_jobs([job], follower.manifest, o, max_array_size, self.make_task)
                 break
             except QueueLimitError as e:
                 why = held_for_limit(e, bool(follower.pending), f"trial job {job.num}")
@@ -203,8 +177,8 @@ class SlurmSweep(Planner):
 
         Ctrl-C (or SIGTERM) cancels every job in flight with scancel; they come back as `interrupted` once
         Slurm has ended them, so the sweeper stops with its message. A second one stops waiting for that."""
-        assert self._open is not None, "start() a job before wait_any()"
-        manifest, follower, _ = self._open
+        follower = self._follower
+        assert follower is not None, "start() a job before wait_any()"
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
 
         def second_stops(signum: int) -> None:
@@ -222,15 +196,15 @@ class SlurmSweep(Planner):
                 if not follower.pending or not before_deadline():
                     return False
                 if stop.first is not None and not self._cancelled:
-                    self._cancel_in_flight(manifest, follower, signal.Signals(stop.first).name)
+                    self._cancel_in_flight(follower, signal.Signals(stop.first).name)
                 return True
 
             follower.loop(look, lambda: (stop.first is None or self._cancelled) and before_deadline())
-        return [(self._started.pop(n), _outcome(manifest.jobs[n], follower.statuses[n])) for n in ended()]
+        return [(self._started.pop(n), _outcome(follower.manifest.jobs[n], follower.statuses[n])) for n in ended()]
 
-    def _cancel_in_flight(self, manifest: Manifest, follower: Follower, why: str) -> None:
+    def _cancel_in_flight(self, follower: Follower, why: str) -> None:
         self._cancelled = True
-        left = [n for n in follower.pending if n in self._started]
+        manifest, left = follower.manifest, list(follower.pending)
         ids = [str(manifest.jobs[n].extra["slurm_job_id"]) for n in left if manifest.jobs[n].extra.get("slurm_job_id")]
         if ids:
             scancel(ids)
@@ -243,23 +217,20 @@ class SlurmSweep(Planner):
     def close(self) -> None:
         """End the run of start()/wait_any(). Jobs still in flight (the sweeper stopped on an error) are
         cancelled with scancel, since no one will read their results; the manifest records them."""
-        if self._open is None:
+        follower, self._follower = self._follower, None
+        if follower is None:
             return
-        manifest, follower, progress = self._open
-        self._open = None
-        left = [n for n in follower.pending if n in self._started]
         try:
-            if left and not self._cancelled:
-                self._cancel_in_flight(manifest, follower, "the search stopped")
-            for n in left:
-                manifest.jobs[n].state, manifest.jobs[n].ended_at = Status.INTERRUPTED, now_iso()
+            if follower.pending and not self._cancelled:
+                self._cancel_in_flight(follower, "the search stopped")
+            for n in follower.pending:
+                follower.manifest.jobs[n].state, follower.manifest.jobs[n].ended_at = Status.INTERRUPTED, now_iso()
         finally:
-            progress.close()
-            write_manifest(manifest)
+            follower.progress.close()
+            write_manifest(follower.manifest)
             self._started.clear()
             self._cancelled = False
-            if self.own_lock:
-                self.lock.release()
+            self.end()
 
 
 def _outcome(entry: JobEntry, status: str | None) -> Outcome:

@@ -25,9 +25,13 @@ from sweepit.results import (
     JobEntry,
     Manifest,
     State,
+    Status,
     SweepLock,
     SweepPaths,
     failure_report,
+    is_finished,
+    open_manifest,
+    result_status,
     summarize,
     write_manifest,
 )
@@ -54,6 +58,9 @@ class PlannedJob:
     def read_config(self) -> None:
         self.metric, self.direction = select_str(self.config, "metric"), select_str(self.config, "direction")
         self.env_set = _env_set(self.config)
+
+    def entry(self) -> JobEntry:
+        return JobEntry(num=self.num, overrides=self.overrides, job_dir=str(self.job_dir), state=State.NOT_STARTED)
 
     def planned(self, o: SlurmOptions) -> dict[str, Any]:
         """What sweep.json keeps of the job's plan (`result_grace_s` for `sweepit status`, which has no options)."""
@@ -98,6 +105,25 @@ class Planner:
         for job, request in zip(jobs, requests, strict=True):
             job.request = request
         return max_array_size
+
+    def begin(self) -> Manifest:
+        """Hold the sweep's lock (released by `end`) and read its manifest."""
+        self.sweep_dir.mkdir(parents=True, exist_ok=True)
+        self.lock.acquire()
+        return open_manifest(self.sweep_dir, launcher="slurm")
+
+    def end(self) -> None:
+        if self.own_lock:
+            self.lock.release()
+
+    def skip_finished(self, m: Manifest, jobs: list[PlannedJob]) -> set[int]:
+        """A resume's jobs that finished before: not run again, their entries' states from their results."""
+        skipped = set()
+        for job in jobs:
+            if self.options.resume and is_finished(job.job_dir):
+                skipped.add(job.num)
+                m.jobs.setdefault(job.num, job.entry()).state = result_status(job.job_dir) or Status.COMPLETED
+        return skipped
 
     def finish(self, m: Manifest, jobs: list[PlannedJob], statuses: dict[int, str], skipped: set[int]) -> None:
         """The end of a followed run: the results table, and SweepFailedError when jobs failed (and
@@ -245,10 +271,9 @@ def submit_jobs(jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, max
 
 
 class Feeder:
-    """A sweep's jobs submitted within the user's queue limits (`room`, sweepit.slurm._limits): at every `feed()` as
-    many as there is room for, the rest held (queued in `sweep.json`, without a Slurm id) for a later one; without a
-    room, all at the first. A refusal by sbatch for a limit after some jobs went out holds the rest too: the sweep's
-    own jobs free room as they end."""
+    """A sweep's jobs submitted within the user's queue limits (`room`): at every `feed()` as many as there is room
+    for, the rest held (queued in `sweep.json`, without a Slurm id); a refusal by sbatch for a limit after some jobs
+    went out holds the rest too, since the sweep's own jobs free room as they end."""
 
     def __init__(self, jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, max_array_size: int,
                  make_task: Callable[[PlannedJob], Task], room: QueueLimits | None) -> None:

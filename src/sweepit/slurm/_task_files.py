@@ -1,9 +1,7 @@
 """Each Slurm task's files in its job's directory, under `.slurm/`: `task-<rank>.json` (where it ran, which GPUs it
-saw, and the error it failed with) and, for a job of several tasks, links to every task's own logs.
-
-A job of N tasks (one per GPU) that fails in task k ends at once (srun's `--kill-on-bad-exit`): the other tasks
-are stopped, rank 0 among them, whose record must name k's error rather than its own stop. Task k writes that error
-here before it exits, and whoever records the job (rank 0 at its stop, or the driver when no task could) reads it.
+saw, the error it failed with) and links to every task's own logs. A job of N tasks that fails in task k ends at once
+(srun's `--kill-on-bad-exit`), rank 0 stopped with it: k writes its error here first, so that whoever records the job
+(rank 0, or the driver) names k's error rather than rank 0's stop.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from sweepit._host import now_iso
-from sweepit.results import Manifest, Progress, open_manifest, write_manifest
+from sweepit.results import Manifest, Progress, write_manifest
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._follow import Follower
 from sweepit.slurm._request import Request, sbatch_parameters
@@ -58,9 +58,7 @@ class WorkerDriver:
     def open(self) -> bool:
         """Hold the sweep's lock and read its manifest; True when workers of an earlier driver are still alive (then
         they are followed, and none is submitted)."""
-        self.sweep_dir.mkdir(parents=True, exist_ok=True)
-        self.sweep.lock.acquire()
-        self.m = open_manifest(self.sweep_dir, launcher="slurm")
+        self.m = self.sweep.begin()
         return workers_alive(self.m)
 
     @property
