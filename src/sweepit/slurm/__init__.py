@@ -12,9 +12,9 @@ from sweepit.slurm._engine import Engine, worker_id
 from sweepit.slurm._job_states import LIVE_STATES, PACKED, refresh, slurm_id
 from sweepit.slurm._optuna_workers import WorkerSweep, adopt_trials
 from sweepit.slurm._pack_worker import PackedWorker, PackSpec
+from sweepit.slurm._plan import PlannedJob
 from sweepit.slurm._request import ClusterFacts, Request, SlurmOptions
 from sweepit.slurm._slurm_sweep import Outcome, SlurmSweep, check_one_by_one
-from sweepit.slurm._submit import PlannedJob
 from sweepit.slurm._task_files import failed_task, rank_failure, record_task, record_task_error
 from sweepit.slurm._worker_driver import workers_alive
 

@@ -17,7 +17,8 @@ from sweepit.slurm._cluster import array_id
 from sweepit.slurm._follow import Follower
 from sweepit.slurm._job_states import WORKER_TRIAL
 from sweepit.slurm._limits import open_room, wait_for_room
-from sweepit.slurm._submit import PlannedJob, Task, link_logs
+from sweepit.slurm._plan import PlannedJob
+from sweepit.slurm._submit import Task, link_logs
 from sweepit.slurm._worker_driver import WorkerDriver, worker_job, workers_alive
 
 log = logging.getLogger(__name__)

@@ -27,8 +27,9 @@ from sweepit.slurm._follow import Follower
 from sweepit.slurm._job_states import LOST, PACKED, Seen
 from sweepit.slurm._limits import QueueLimits, dry_run_lines, held_for_limit, open_room
 from sweepit.slurm._pack_worker import PackSpec, PlannedEntry, release, scan_claims, write_plan
+from sweepit.slurm._plan import PlannedJob, Planner, by_request
 from sweepit.slurm._request import Request, gpu_hours
-from sweepit.slurm._submit import PlannedJob, Planner, Task, by_request, job_name
+from sweepit.slurm._submit import Task, job_name
 from sweepit.slurm._task_files import start_job_dir
 from sweepit.slurm._worker_driver import WorkerDriver, alive_workers, worker_job
 

@@ -30,8 +30,9 @@ from sweepit.slurm._job_states import CANCELLED_BY_DRIVER, look
 from sweepit.slurm._limits import QueueLimits, held_for_limit, open_room, wait_for_room
 from sweepit.slurm._pack import PackedSweep
 from sweepit.slurm._pack_worker import PackSpec
+from sweepit.slurm._plan import PlannedJob, Planner
 from sweepit.slurm._request import ClusterFacts, SlurmOptions
-from sweepit.slurm._submit import Feeder, PlannedJob, Planner, Task, dry_run_text, returned, submit_jobs
+from sweepit.slurm._submit import Feeder, Task, dry_run_text, returned, submit_jobs
 
 log = logging.getLogger(__name__)
 

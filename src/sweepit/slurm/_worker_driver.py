@@ -15,8 +15,9 @@ from sweepit._host import now_iso
 from sweepit.results import Manifest, Progress, write_manifest
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._follow import Follower
+from sweepit.slurm._plan import Planner
 from sweepit.slurm._request import Request, sbatch_parameters
-from sweepit.slurm._submit import Planner, Task, fresh_folder, job_name, log_paths, next_folder, sbatch_script, submit
+from sweepit.slurm._submit import Task, fresh_folder, job_name, log_paths, next_folder, sbatch_script, submit
 
 
 def alive_workers(m: Manifest) -> set[str]:
