@@ -1,26 +1,24 @@
-"""Slurm sweeps: each job's request, job arrays through submitit, following squeue/sacct (the engine of
-hydra/launcher=slurm).
+"""Slurm sweeps (the engine of hydra/launcher=slurm): each job's request, job arrays through submitit, the drivers
+that follow them in squeue/sacct, and the worker engine of packed grids and Optuna workers.
 
     sweep = SlurmSweep(SlurmOptions.from_params(params), sweep_dir, compose=fill_in_config_and_dir, make_task=task)
     outcomes = sweep.run([PlannedJob(num=0, overrides=["lr=0.1"]), ...])
-
-`sweepit status DIR` (sweepit.reporting.sweep_status) brings a sweep's jobs up to date through `refresh`.
 """
 
 from __future__ import annotations
 
-from sweepit.errors import SlurmError
 from sweepit.slurm._engine import Engine, worker_id
 from sweepit.slurm._job_states import LIVE_STATES, PACKED, refresh, slurm_id
-from sweepit.slurm._optuna_workers import WorkerSweep, adopt_trials, workers_alive
+from sweepit.slurm._optuna_workers import WorkerSweep, adopt_trials
 from sweepit.slurm._pack_worker import PackedWorker, PackSpec
-from sweepit.slurm._request import ClusterFacts, Request, SlurmOptions
+from sweepit.slurm._plan import PlannedJob
+from sweepit.slurm._request import ClusterFacts, SlurmOptions
 from sweepit.slurm._slurm_sweep import Outcome, SlurmSweep, check_one_by_one
-from sweepit.slurm._submit import PlannedJob
 from sweepit.slurm._task_files import failed_task, rank_failure, record_task, record_task_error
+from sweepit.slurm._worker_driver import workers_alive
 
 __all__ = [
-    "LIVE_STATES", "PACKED", "ClusterFacts", "Engine", "Outcome", "PackSpec", "PackedWorker", "PlannedJob", "Request",
-    "SlurmError", "SlurmOptions", "SlurmSweep", "WorkerSweep", "adopt_trials", "check_one_by_one", "failed_task",
+    "LIVE_STATES", "PACKED", "ClusterFacts", "Engine", "Outcome", "PackSpec", "PackedWorker", "PlannedJob",
+    "SlurmOptions", "SlurmSweep", "WorkerSweep", "adopt_trials", "check_one_by_one", "failed_task",
     "rank_failure", "record_task", "record_task_error", "refresh", "slurm_id", "worker_id", "workers_alive"
 ]

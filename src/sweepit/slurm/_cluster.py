@@ -1,8 +1,6 @@
-"""What Slurm says: is it reachable, its limits (MaxArraySize, GPUs per node), and the state of given jobs.
-
-Only Slurm's client commands (scontrol, sinfo, squeue, sacct) are used, each once per question, so a
-sweep of any size costs one squeue (and at most one sacct) call per look. Job ids are strings as Slurm
-and submitit print them: `123` for a plain job, `123_4` for task 4 of job array 123.
+"""What Slurm says, through its client commands, each once per question (a sweep of any size costs one squeue, and
+at most one sacct, call per look): is it reachable, its limits, and the state of given jobs. Job ids are strings as
+Slurm and submitit print them: `123` for a plain job, `123_4` for task 4 of job array 123.
 """
 
 from __future__ import annotations
@@ -43,14 +41,17 @@ class QueueRow:
     reason: str = ""                 # squeue: why it pends; sacct: the exit code
     node: str = ""
 
+    @property
+    def in_queue(self) -> bool:
+        """Queued, running, or ending (COMPLETING: its processes are still dying)."""
+        return self.state in ACTIVE_STATES or self.state == "COMPLETING"
+
 
 @dataclass(frozen=True)
 class Partition:
     name: str
     gpus_per_node: int               # the most GPUs any node of the partition has
-    n_nodes: int
-    max_nodes_per_job: int | None    # the partition's MaxNodes; None: unlimited
-    cpus_per_node: int
+    job_nodes: int                   # the most nodes one job may get: the partition's, or its MaxNodes
     max_time_min: int | None = None  # the partition's MaxTime in minutes; None: unlimited
     chosen_by: str = "the cluster's default partition"  # where the name came from, for messages
     gpu_partitions: tuple[str, ...] = ()  # the cluster's partitions whose nodes have GPUs, most GPUs first
@@ -132,13 +133,12 @@ def partition(name: str | None, want_gpus: bool = False) -> Partition:
     if name not in names:
         raise ConfigError(f"{key} must name a partition of this cluster ({', '.join(names)}), but got {name!r}. "
                           f"{_suggest(name, names, with_gpus if want_gpus else ())}")
-    mine = [r for r in rows if r[0].rstrip("*") == name]
+    n_nodes = sum(int(r[2]) for r in rows if r[0].rstrip("*") == name)
     info = _run(["scontrol", "show", "partition", name, "-o"]).stdout
-    limit = re.search(r"\bMaxNodes=(\S+)", info)
-    max_nodes = int(limit.group(1)) if limit and limit.group(1).isdigit() else None
+    limit = re.search(r"\bMaxNodes=(\d+)", info)
     max_time = re.search(r"\bMaxTime=(\S+)", info)
-    return Partition(name=name, gpus_per_node=gpus_of[name], n_nodes=sum(int(r[2]) for r in mine),
-                     max_nodes_per_job=max_nodes, cpus_per_node=max(int(r[3].rstrip("+")) for r in mine),
+    return Partition(name=name, gpus_per_node=gpus_of[name],
+                     job_nodes=min(n_nodes, int(limit.group(1)) or n_nodes) if limit else n_nodes,
                      max_time_min=minutes(max_time.group(1)) if max_time else None, chosen_by=chosen_by,
                      gpu_partitions=with_gpus)
 
@@ -179,41 +179,40 @@ def scancel(job_ids: Iterable[str]) -> None:
         raise SlurmError(f"`scancel {' '.join(ids)}` must cancel the jobs, but failed: {out.stderr.strip()}")
 
 
-def _base_ids(job_ids: Iterable[str]) -> list[str]:
-    return sorted({j.split("_", 1)[0] for j in job_ids}, key=int)
+def array_id(job_id: str) -> str:
+    """`123` of `123_4`, the array task 4 of job array 123 (and of a plain job `123`)."""
+    return job_id.split("_", 1)[0]
+
+
+def base_ids(job_ids: Iterable[str]) -> list[str]:
+    """The ids to give scancel, squeue or sacct: an array's id stands for all its tasks."""
+    return sorted({array_id(j) for j in job_ids}, key=int)
 
 
 def squeue(job_ids: Iterable[str]) -> dict[str, QueueRow] | None:
     """State of every task of the given jobs that squeue still lists (finished ones for MinJobAge seconds,
     about 5 minutes); None when squeue itself failed (controller unreachable for a moment)."""
-    ids = _base_ids(job_ids)
-    if not ids:
-        return {}
-    out = _run(["squeue", "-h", "-r", "-t", "all", "-j", ",".join(ids), "-o", "%i|%T|%j|%r|%N"])
-    if out.returncode != 0:
-        # Every id unknown (all purged, or a restarted cluster) is an error to squeue, not an empty answer.
-        return {} if "Invalid job id" in out.stderr else None
-    rows: dict[str, QueueRow] = {}
-    for line in out.stdout.splitlines():
-        parts = line.split("|")
-        if len(parts) == 5:
-            rows[parts[0]] = QueueRow(parts[0], parts[1].split()[0] if parts[1] else "", parts[2], parts[3], parts[4])
-    return rows
+    return _rows(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T|%j|%r|%N"], job_ids)
 
 
 def sacct(job_ids: Iterable[str]) -> dict[str, QueueRow] | None:
     """Accounting's state of each job's latest run (after a requeue, the new one); None when sacct failed
     (no accounting on this cluster)."""
-    ids = _base_ids(job_ids)
+    return _rows(["sacct", "-n", "-X", "-P", "-o", "JobID,State,JobName,ExitCode,NodeList"], job_ids)
+
+
+def _rows(command: list[str], job_ids: Iterable[str]) -> dict[str, QueueRow] | None:
+    ids = base_ids(job_ids)
     if not ids:
         return {}
-    out = _run(["sacct", "-n", "-X", "-P", "-j", ",".join(ids), "-o", "JobID,State,JobName,ExitCode,NodeList"])
+    out = _run([*command, "-j", ",".join(ids)])
     if out.returncode != 0:
-        return None
+        # Every id unknown (all purged, or a restarted cluster) is an error to squeue, not an empty answer.
+        return {} if command[0] == "squeue" and "Invalid job id" in out.stderr else None
     rows: dict[str, QueueRow] = {}
     for line in out.stdout.splitlines():
         parts = line.split("|")
-        if len(parts) == 5 and "[" not in parts[0]:  # `123_[4-9]`: tasks not started yet, not a final word
+        if len(parts) == 5 and "[" not in parts[0]:  # sacct's `123_[4-9]`: tasks not started yet, not a final word
             rows[parts[0]] = QueueRow(parts[0], parts[1].split()[0] if parts[1] else "", parts[2], parts[3], parts[4])
     return rows
 

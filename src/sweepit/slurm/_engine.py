@@ -1,14 +1,7 @@
-"""The one engine of long-lived Slurm workers, packed grids' (`hydra.launcher.workers=N`) and Optuna's
-(`hydra.sweeper.workers=N`): a loop over a source of work (`sweepit.results.WorkSource`: a grid's plan, claimed job by
-job, `GridSource`; a study, asked trial by trial, `sweepit.search.StudySource`), each job forked from the worker's
-warm interpreter (the local launcher's pool, `slots` at once) and run by `run`, the one place where a job is run.
-
-Around each job, the same for both: a heartbeat while the worker lives, the job's directory cleaned, its task file,
-the source told it starts, its record when it died without one (`record_end`), then the source hears how it ended. A
-job taken and never started, or stopped for a requeue, is given back to the source for a worker to take again.
-
-Wall time (`job_timeout_min`, packed grids): after its first round of `slots` jobs, the worker starts a job only when
-the job's expected time (the mean of those it ran, else the jobs' time limit) fits in what is left of its allocation.
+"""The one engine of long-lived Slurm workers, packed grids' and Optuna's: a loop over a source of work
+(`sweepit.results.WorkSource`: a grid's plan, `GridSource`; a study, `sweepit.search.StudySource`), each job forked
+from the worker's warm interpreter (the local launcher's pool, `slots` at once) and run by `run`. A job taken and
+never started, or stopped for a requeue, is given back to the source for a worker to take again.
 """
 
 from __future__ import annotations
@@ -16,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -25,9 +17,9 @@ from pathlib import Path
 
 from sweepit._host import now_iso
 from sweepit.local import ChildSpec, GpuPool, Job, Pool, Reply, child_main, record_end
-from sweepit.results import WAIT, Heartbeat, JobPaths, Recorder, Status, Work, WorkSource, start_clean
+from sweepit.results import WAIT, Heartbeat, Recorder, Status, Work, WorkSource
 from sweepit.slurm import _cluster as cluster
-from sweepit.slurm._task_files import record_task
+from sweepit.slurm._task_files import record_task, start_job_dir
 
 log = logging.getLogger(__name__)
 WAIT_S = 2.0  # how often an idle worker asks its source again when it said WAIT
@@ -65,8 +57,8 @@ class Engine:
                          child=child, hooks=self, clock_ticks=False)
 
     def run(self) -> int:
-        """Take and run work until the source has none, or the next job would not fit in the worker's time; how
-        many jobs ran."""
+        """Take and run work until the source has none, or the next job would not fit in the worker's time (packed
+        grids, `job_timeout_min`: after its first round of jobs); how many jobs ran."""
         source, pool = self.source, self.pool
         end = None
         if self.job_timeout_min is not None:
@@ -132,8 +124,7 @@ class Engine:
         return True
 
     def before_fork(self, job: Job) -> None:
-        start_clean(job.job_dir)  # a stale result of an earlier run must not stand for this one
-        shutil.rmtree(JobPaths(job.job_dir).tasks, ignore_errors=True)
+        start_job_dir(job.job_dir)  # a stale result of an earlier run must not stand for this one
         self.source.started(self.works[job.num])
         record_task(job.job_dir, 0)
 
@@ -170,7 +161,7 @@ class Engine:
             if job.proc is not None:
                 job.proc.join(max(0.0, deadline - time.monotonic()))
         works = {job.num: self.works.get(job.num) for job in running}
-        pool._kill_all()  # SIGKILL what is left, then record each job (the hooks: the source hears it ended)
+        pool.kill_all()  # SIGKILL what is left, then record each job (the hooks: the source hears it ended)
         for work in works.values():
             if work is not None:
                 self.source.give_back(work)

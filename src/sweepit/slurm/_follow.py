@@ -1,12 +1,7 @@
-"""The driver's follow loop: every `poll_interval_s`, one squeue call (plus sacct for jobs that are ending)
-and a look at the result.json of every job still out; a job Slurm ended without a result is recorded.
-
-A job whose result is in has ended once its task's return value is too (submitit's result pickle, written
-as the task returns, a moment after the result): the sweeper gets what the task returned. A job that Slurm
-has ended without one ends without it (the objective in its result.json stands in).
-
-Not submitit's `job.done()` / `job.result()`: those poll sacct at most every 600 s on Slurm, and wait
-forever for a cancelled job's result where there is no accounting.
+"""The driver's follow loop, in every mode: every `poll_interval_s`, one squeue call (plus sacct for jobs that are
+ending) and a look at the result.json of every job still out. A job whose result is in has ended once its task's
+return value (submitit's result pickle) is too, or once Slurm has ended it. Not submitit's `job.done()`: it polls sacct
+at most every 600 s, and waits forever for a cancelled job's result where there is no accounting.
 """
 
 from __future__ import annotations
@@ -34,10 +29,11 @@ from sweepit.results import (
     write_manifest,
 )
 from sweepit.slurm import _cluster as cluster
-from sweepit.slurm._cluster import ACTIVE_STATES
 from sweepit.slurm._job_states import (
     PACKED,
+    WORKER_TRIAL,
     Seen,
+    _mine,
     apply,
     look,
     pending_reasons,
@@ -46,6 +42,7 @@ from sweepit.slurm._job_states import (
     slurm_id,
     stderr_tail,
 )
+from sweepit.slurm._request import SlurmOptions
 from sweepit.slurm._submit import result_pickle
 
 _TICK_S = 0.1    # how soon a signal is acted on
@@ -55,32 +52,34 @@ _LOOK_WAIT_S = 2.0  # how long a poll waits for squeue (it answers in millisecon
 
 
 class Follower:
-    def __init__(self, manifest: Manifest, nums: list[int], progress: Progress, poll_interval_s: float,
-                 result_grace_s: float, stderr_tail_lines: int) -> None:
+    """Follows the jobs `nums` of `manifest` and those `add`ed later; `on_poll` runs at every look (the sweep lock's
+    heartbeat)."""
+
+    def __init__(self, manifest: Manifest, nums: list[int], progress: Progress, o: SlurmOptions,
+                 on_poll: Callable[[], None]) -> None:
         self.manifest = manifest
         # In job order; a dict, so that `n in pending` and a job's end cost O(1) (a list: O(N^2) over a sweep).
         self.pending: dict[int, None] = dict.fromkeys(nums)
         self.progress = progress
-        self.poll_interval_s = poll_interval_s
-        self.result_grace_s = result_grace_s
-        self.stderr_tail_lines = stderr_tail_lines
+        self.poll_interval_s = o.poll_interval_s
+        self.result_grace_s = o.result_grace_s
+        self.stderr_tail_lines = o.stderr_tail_lines
+        self.on_poll = on_poll
         self.statuses: dict[int, str] = {}
-        self.stop_signal: int | None = None
         self._phase: dict[int, str] = {n: State.RUNNING if manifest.jobs[n].state == State.RUNNING else State.QUEUED
                                        for n in nums}
-        self._dead = ResultGrace(result_grace_s)  # its own result may be a moment late on a shared file system
+        for phase in self._phase.values():  # adopted from an earlier driver
+            if phase == State.RUNNING:
+                progress.start()
+        self._dead = ResultGrace(o.result_grace_s)  # its own result may be a moment late on a shared file system
         self._returning: dict[int, tuple[float, str]] = {}  # result in, return value not yet: (since, status)
         self._unreachable = False    # the controller did not answer at the last look (said once, and when back)
         self._reasons = ""           # why queued jobs wait, as last said
         self._looking: tuple[threading.Thread, dict[str, Any]] | None = None  # squeue/sacct in flight
-        self.on_poll: Callable[[], None] = lambda: None  # called at every look: the sweep lock's heartbeat
         # Called for a job seen ended (a dead one after its grace): True when the caller takes the job back (a packed
         # job whose worker died goes to another worker) instead of it ending here.
         self.retry: Callable[[int, Seen], bool] = lambda num, seen: False
         self._live = LiveReader()  # the running jobs' metrics, read incrementally
-        # Whether jobs not followed yet are still to come (held back by the queue limits: submitted at a later look,
-        # by on_poll); the follow loop goes on while so.
-        self.more: Callable[[], bool] = lambda: False
 
     def add(self, num: int, counted: bool = False) -> None:
         """Follow one more job (submitted after the follower was made: the Optuna sweeper's trials; a packed job once
@@ -95,41 +94,36 @@ class Follower:
         worker claims it)."""
         if num in self.pending:
             del self.pending[num]
-            if self._phase.get(num) == State.RUNNING:
-                self.progress.running -= 1
-                self.progress.queued += 1
-            self._phase[num] = State.QUEUED
+            self._move(num, State.QUEUED)
             self._returning.pop(num, None)
 
-    def run(self) -> None:
-        """Follow until every job has ended, or a SIGINT/SIGTERM says to stop following (the jobs go on)."""
-        for n in self.pending:
-            if self._phase[n] == State.RUNNING:
-                self.progress.start()
-
-        def going() -> bool:
-            return bool(self.pending or self.more())
-
-        self.follow(look=going, going=going)
-
     def follow(self, look: Callable[[], bool], going: Callable[[], bool]) -> int | None:
-        """The driver's loop, in every mode (one Slurm job per job, packed workers, Optuna workers): at each look,
-        `look()` (adopt the jobs that workers started, submit what fits; False: nothing is left to follow), then one
-        poll of Slurm, then the results that come in are taken between looks while `going()`. Returns the stop signal
-        (SIGINT, SIGTERM) that ended it early, else None; the jobs go on either way."""
+        """Follow until `look()` says nothing is left (see `loop`), or a stop signal (SIGINT, SIGTERM): it is returned,
+        else None; the jobs go on either way. The progress line is closed and the manifest written whole (its journal
+        folded in) at the end."""
         with StopSignals() as stop:
-            while stop.first is None and look():
-                next_look = time.monotonic() + self.poll_interval_s
-                self.poll()
-                drawn = time.monotonic()
-                while stop.first is None and going() and time.monotonic() < next_look:
-                    time.sleep(_TICK_S)
-                    self.settle()
-                    if self.progress.live and time.monotonic() - drawn >= _CLOCK_S:
-                        self.progress.draw()  # the clock
-                        drawn = time.monotonic()
-        self.stop_signal = stop.first
+            try:
+                self.progress.draw()
+                self.loop(lambda: stop.first is None and look(), lambda: stop.first is None and going())
+            finally:
+                self.progress.close()
+                write_manifest(self.manifest)
         return stop.first
+
+    def loop(self, look: Callable[[], bool], going: Callable[[], bool]) -> None:
+        """The driver's loop, in every mode: at each look, `look()` (adopt the jobs that workers started, submit what
+        fits; False: nothing is left to follow), then one poll of Slurm, then the results that come in are taken
+        between looks while `going()`."""
+        while look():
+            next_look = time.monotonic() + self.poll_interval_s
+            self.poll()
+            drawn = time.monotonic()
+            while going() and time.monotonic() < next_look:
+                time.sleep(_TICK_S)
+                self.settle()
+                if self.progress.live and time.monotonic() - drawn >= _CLOCK_S:
+                    self.progress.draw()  # the clock
+                    drawn = time.monotonic()
 
     def poll(self) -> None:
         """One look at every pending job; records what changed in the manifest. Results on disk are taken
@@ -151,7 +145,8 @@ class Follower:
                 continue
             if s.dead:
                 s.state = record_dead(entry, s, stderr_tail(entry, self.stderr_tail_lines))
-                self._report_dead(num, s)
+                self.say(f"sweepit: job {num} [{' '.join(own_overrides(entry.overrides))}] {s.state}: "
+                         f"{read_record(entry.job_dir).error} (stderr: {entry.extra.get('stderr')})")
             if apply(entry, s):
                 changed.append(num)
             self._advance(num, s)
@@ -235,30 +230,30 @@ class Follower:
         if rows is None:
             return  # squeue did not answer: ask again next time
         for num in late:
-            entry = self.manifest.jobs[num]
-            row = rows.get(slurm_id(entry) or "")
-            mine = row is not None and row.name == entry.extra.get("slurm_job_name", row.name)
-            if not mine or row is None or (row.state not in ACTIVE_STATES and row.state != "COMPLETING"):
+            row = _mine(rows, self.manifest.jobs[num])
+            if row is None or not row.in_queue:
                 self._end(num, self._returning[num][1])
 
     def _advance(self, num: int, s: Seen) -> None:
-        phase = self._phase[num]
+        if s.final or s.state == State.RUNNING:
+            self._move(num, State.RUNNING)  # one seen ended at once has run
+        elif s.state == State.QUEUED:
+            self._move(num, State.QUEUED)  # requeued (time limit, preemption)
         if s.final:
-            if phase == State.QUEUED:
-                self.progress.start()
-                self._phase[num] = State.RUNNING
             entry = self.manifest.jobs[num]
             if s.state in FAILED_STATUSES or not slurm_id(entry) or _has_returned(entry):
                 self._end(num, s.state)
             else:
                 self._returning.setdefault(num, (time.monotonic(), s.state))
-        elif s.state == State.RUNNING and phase == State.QUEUED:
+
+    def _move(self, num: int, phase: str) -> None:
+        """Job `num` counted among the queued or the running jobs of the progress line."""
+        if self._phase.get(num) == State.QUEUED and phase == State.RUNNING:
             self.progress.start()
-            self._phase[num] = State.RUNNING
-        elif s.state == State.QUEUED and phase == State.RUNNING:  # requeued (time limit, preemption)
+        elif self._phase.get(num) == State.RUNNING and phase == State.QUEUED:
             self.progress.running -= 1
             self.progress.queued += 1
-            self._phase[num] = State.QUEUED
+        self._phase[num] = phase
 
     def _end(self, num: int, state: str) -> None:
         self.progress.finish(num, state, read_record(self.manifest.jobs[num].job_dir).wall_time_s)
@@ -267,16 +262,10 @@ class Follower:
         self._phase[num] = "done"
         self._returning.pop(num, None)
 
-    def _report_dead(self, num: int, s: Seen) -> None:
-        entry = self.manifest.jobs[num]
-        error = read_record(entry.job_dir).error
-        self.progress.clear()
-        print(f"sweepit: job {num} [{' '.join(own_overrides(entry.overrides))}] {s.state}: {error} (stderr: "
-              f"{entry.extra.get('stderr')})", file=sys.stderr, flush=True)
 
 
 def _has_returned(entry: JobEntry) -> bool:
-    if entry.extra.get("worker_trial") is not None or entry.extra.get(PACKED) is not None:
+    if entry.extra.get(WORKER_TRIAL) is not None or entry.extra.get(PACKED) is not None:
         return True  # a job run by a worker: its worker returns when all are done
     path = result_pickle(entry)
     return path is not None and path.exists()

@@ -1,9 +1,6 @@
-"""The state of each job of a Slurm sweep, from Slurm (squeue, then sacct) and from the jobs' `result.json`.
-
-Shared by the launcher's follow loop and `sweepit status DIR`; no Hydra here. A job's own result.json is
-the truth about its outcome. A job that Slurm ended without one (scancel, time limit, out of memory, node
-failure) gets one written here, with the Slurm state and the tail of its stderr log, so that the results
-table, `sweepit resume` and the report see every job the same way.
+"""The state of each job of a Slurm sweep, from Slurm (squeue, then sacct) and from the jobs' `result.json`, for the
+launcher's follow loop and `sweepit status DIR`. A job's own result.json is the truth about its outcome; a job Slurm
+ended without one gets one written here, with the Slurm state and its stderr's tail.
 """
 
 from __future__ import annotations
@@ -49,6 +46,7 @@ CANCELLED_BY_DRIVER = "cancelled_by_driver"  # manifest extra: when the driver i
 # Manifest extra of a job of a packed sweep (hydra.launcher.workers=N): the index of its request in the plan. Such a
 # job has the Slurm id of the worker that claimed it, none before; a worker runs it once, so its result is final.
 PACKED = "packed"
+WORKER_TRIAL = "worker_trial"  # manifest extra of an Optuna worker's job: its trial number
 # slurmstepd's last word in the job's stderr log: why Slurm ended it, readable after squeue and sacct forgot it.
 _SLURMSTEPD = re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+"
                          r"(?: DUE TO (TIME LIMIT|PREEMPTION|NODE FAILURE))?")

@@ -1,15 +1,9 @@
-"""How many Slurm jobs a sweep may put in the queue: the user's limits as accounting shows them, and the key for sites
-whose limits it does not show.
-
-Sites cap the jobs one user may have queued or running (QoS `MaxSubmitJobsPerUser`, association `MaxSubmitJobs`;
-each task of a job array counts as one job) and sbatch refuses a whole array that would go over. The driver reads
-those limits once (`sacctmgr`, where accounting answers), takes the tightest of them and `hydra.launcher.max_queued`,
-and submits at most what it leaves room for, counting every job of the user's in the queue (other sweeps' too): the
-rest goes out as earlier jobs end. Limits on jobs *running* at once (`MaxJobsPerUser`, `MaxJobs`) refuse nothing
-(the jobs over it wait, reason `QOSMaxJobsPerUserLimit`), so they are only said.
-
-Not read: partition QoSes and limits set on a parent account (a user's association inherits them); set
-`hydra.launcher.max_queued` to the site's figure there.
+"""How many Slurm jobs a sweep may put in the queue. Sites cap the jobs one user may have queued or running (QoS
+`MaxSubmitJobsPerUser`, association `MaxSubmitJobs`; each array task counts) and sbatch refuses a whole array that
+would go over, so the driver submits at most what the tightest of those limits (read once with `sacctmgr`) and
+`hydra.launcher.max_queued` leave room for, counting the user's other jobs too, and the rest as earlier jobs end.
+Limits on jobs running at once refuse nothing (the jobs wait), so they are only said. Partition QoSes and limits
+of a parent account are not read: `hydra.launcher.max_queued` is for those.
 """
 
 from __future__ import annotations
@@ -20,7 +14,7 @@ import pwd
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sweepit.errors import QueueLimitError, SlurmError
@@ -44,11 +38,12 @@ class Cap:
     name: str  # e.g. "QoS normal's MaxSubmitJobsPerUser=3", "hydra.launcher.max_queued=5"
 
 
-@dataclass(frozen=True)
+@dataclass
 class QueueLimits:
     submit: tuple[Cap, ...] = ()    # on jobs queued or running: the driver keeps under the tightest
     running: tuple[Cap, ...] = ()   # on jobs running at once: only said
     user: str = ""
+    said_full: bool = field(default=False, compare=False)  # that jobs wait for room, until room frees
 
     @property
     def cap(self) -> Cap | None:
@@ -64,16 +59,25 @@ class QueueLimits:
                 "task counts, other sweeps' jobs too): the driver submits the rest as earlier ones end"
                 + (f"; at most {running.jobs} run at once ({running.name})" if running else ""))
 
+    def free(self) -> int:
+        """How many more jobs the sweep may submit now (squeue is asked for the user's jobs each time; 0 while it
+        does not answer)."""
+        assert self.cap is not None
+        n = user_jobs_in_queue(self.user)
+        return 0 if n is None else max(0, self.cap.jobs - n)
 
-def current_user() -> str:
-    return pwd.getpwuid(os.getuid()).pw_name
+    def full(self) -> str:
+        """Why jobs wait to be submitted."""
+        assert self.cap is not None
+        return (f"{self.cap.name} allows {self.cap.jobs} Slurm job(s) of {self.user}'s in the queue at once; they go "
+                "out as earlier ones end")
 
 
 def read_limits(o: SlurmOptions) -> QueueLimits:
     """The user's limits on jobs in the queue: `hydra.launcher.max_queued`, and those of the association (the
     launcher's `account`, else the user's default one) and of the QoS the jobs run under (its `qos`, else the
     association's default) where `sacctmgr` answers."""
-    user, max_queued, qos = current_user(), o.max_queued, o.qos
+    user, max_queued, qos = pwd.getpwuid(os.getuid()).pw_name, o.max_queued, o.qos
     submit: list[Cap] = [Cap(max_queued, f"hydra.launcher.max_queued={max_queued}")] if max_queued else []
     running: list[Cap] = []
     assoc = _association(user, o.account)
@@ -135,33 +139,13 @@ def user_jobs_in_queue(user: str) -> int | None:
     return len(out.stdout.split()) if out.returncode == 0 else None
 
 
-class Room:
-    """How many more jobs the sweep may submit now under `limits` (asks squeue for the user's jobs each time)."""
-
-    def __init__(self, limits: QueueLimits) -> None:
-        assert limits.cap is not None
-        self.limits = limits
-        self.cap: Cap = limits.cap
-        self.said_full = False
-
-    def free(self) -> int:
-        """0 while squeue does not answer (try again at the next look)."""
-        n = user_jobs_in_queue(self.limits.user)
-        return 0 if n is None else max(0, self.cap.jobs - n)
-
-    def full(self) -> str:
-        """Why jobs wait to be submitted."""
-        return (f"{self.cap.name} allows {self.cap.jobs} Slurm job(s) of {self.limits.user}'s in the queue at once; "
-                "they go out as earlier ones end")
-
-
-def open_room(o: SlurmOptions) -> Room | None:
-    """A Room when a limit applies, else None (nothing to count: no squeue call per look)."""
+def open_room(o: SlurmOptions) -> QueueLimits | None:
+    """The user's limits when one applies, else None (nothing to count: no squeue call per look)."""
     limits = read_limits(o)
     if limits.cap is None:
         return None
     log.info(f"sweepit: {limits.describe()}")
-    return Room(limits)
+    return limits
 
 
 def dry_run_lines(o: SlurmOptions) -> list[str]:
@@ -189,7 +173,7 @@ def held_for_limit(error: QueueLimitError, ours_in_queue: bool, what: str) -> st
             "in the queue end")
 
 
-def wait_for_room(room: Room, wanted: int, poll_s: float, on_wait: Callable[[], None] = lambda: None) -> int:
+def wait_for_room(room: QueueLimits, wanted: int, poll_s: float, on_wait: Callable[[], None] = lambda: None) -> int:
     """Block until the room has space for at least one job; how many of `wanted` fit now. `on_wait` runs at each look
     (the follower's poll, so that the sweep's own jobs that end free their place)."""
     while True:

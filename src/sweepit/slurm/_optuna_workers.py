@@ -1,32 +1,28 @@
-"""Worker mode on Slurm: N long-lived workers in one job array, each running trial after trial in its own task
-(the worker engine, `sweepit.slurm._engine`, over `sweepit.search.StudySource`); the driver only submits them and
-follows (`sweepit.slurm._worker_driver`, the one driver of packed and Optuna workers).
-
-A worker's claim of a trial's job records the job's directory as it starts (`sweepit.search.started_trials`); the
-driver, and `sweepit status` when no driver runs, adopt each such job into `sweep.json` with its worker's Slurm id
-(`adopt_trials`). So the follower, `sweepit status`, `sweepit report` and the results table see worker
-trials as they see per-trial jobs: a job's own result.json settles it, and a trial whose worker Slurm ended
-before it wrote one gets one written with Slurm's word (scancel, time limit, node failure).
-
-`sweep.json` keeps the workers' array under `workers` (ids, job name, logs): a driver started again on the
-directory follows the workers still alive instead of submitting new ones.
+"""Optuna's worker mode on Slurm (`hydra.sweeper.workers=N`), the driver's side: N long-lived workers in one array,
+each running trial after trial. A worker's claim of a trial's job records the job's directory as it starts
+(`sweepit.search.started_trials`); each such job becomes a job of its worker's Slurm id in `sweep.json`, so that the
+follower, `sweepit status` and `report` see worker trials as per-trial jobs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from sweepit.errors import ConfigError
-from sweepit.results import JobEntry, Manifest, Progress, State
+from sweepit.results import JobEntry, Manifest, State
 from sweepit.search import started_trials
+from sweepit.slurm._cluster import array_id
+from sweepit.slurm._follow import Follower
+from sweepit.slurm._job_states import WORKER_TRIAL
 from sweepit.slurm._limits import open_room, wait_for_room
-from sweepit.slurm._submit import PlannedJob, Task, link_logs
-from sweepit.slurm._worker_driver import WorkerDriver, workers_alive
+from sweepit.slurm._plan import PlannedJob
+from sweepit.slurm._submit import Task, link_logs
+from sweepit.slurm._worker_driver import WorkerDriver, worker_job, workers_alive
 
 log = logging.getLogger(__name__)
-WORKER_TRIAL = "worker_trial"  # manifest extra of a worker's job: its trial number (no return value to wait for)
 
 
 def adopt_trials(m: Manifest) -> list[int]:
@@ -41,9 +37,8 @@ def adopt_trials(m: Manifest) -> list[int]:
         stdout, stderr = workers.get("stdout", {}).get(wid), workers.get("stderr", {}).get(wid)
         m.jobs[num] = JobEntry(num=num, overrides=list(record.get("overrides") or []), job_dir=path,
                                state=State.RUNNING, started_at=record.get("started_at"), extra={
-                                   "slurm_job_id": wid, "slurm_array_job_id": wid.split("_", 1)[0],
-                                   "slurm_job_name": workers.get("job_name"), "stdout": stdout,
-                                   "stderr": stderr, WORKER_TRIAL: record.get("trial")})
+                                   **worker_job(wid, m), "stdout": stdout, "stderr": stderr,
+                                   WORKER_TRIAL: record.get("trial")})
         if stdout and stderr:
             with contextlib.suppress(OSError):
                 link_logs(Path(path), Path(stdout), Path(stderr))
@@ -77,11 +72,6 @@ class WorkerSweep(WorkerDriver):
                 f"{self.script(self.request, n_workers)}\ndry run: nothing submitted. Drop hydra.launcher.dry_run=true "
                 "to submit.")
 
-    def open(self) -> bool:
-        """Hold the sweep's lock and read its manifest; True when workers of an earlier driver are still alive
-        (then they are followed, and none is submitted)."""
-        return workers_alive(self.begin())
-
     def submit(self, tasks: list[Task]) -> list[str]:
         """One sbatch call: an array of the workers (a plain job for one)."""
         if len(tasks) > self.max_array_size:
@@ -93,33 +83,23 @@ class WorkerSweep(WorkerDriver):
             tasks = tasks[:wait_for_room(room, len(tasks), o.poll_interval_s, self.sweep.lock.touch)]
         self.m.workers = {}
         ids = self.submit_array(tasks, self.request)
-        log.info(f"Submitted {len(ids)} Optuna worker(s) to Slurm in 1 sbatch call (job {ids[0].split('_')[0]}); "
+        log.info(f"Submitted {len(ids)} Optuna worker(s) to Slurm in 1 sbatch call (job {array_id(ids[0])}); "
                  f"sweep dir {self.sweep_dir}")
         return ids
 
-    @property
-    def waits(self) -> bool:
-        return bool(self.options.wait)
-
-    def follow(self) -> str | None:
-        """Follow the trials the workers start until every worker has ended and every trial is recorded; what to
-        say when a stop signal ended the following early, else None."""
-        m = self.m
-        if not self.options.wait:
-            print(self.detached(), flush=True)
-            return None
-        follower = self.follower(Progress(0))
-        for num, entry in sorted(m.jobs.items()):  # an earlier driver's trials that had not ended when it stopped
+    def watch(self, follower: Follower) -> tuple[Callable[[], bool], Callable[[], bool]]:
+        """Until every worker has ended and every trial they started is recorded."""
+        for num, entry in sorted(self.m.jobs.items()):  # an earlier driver's trials that had not ended when it stopped
             if entry.extra.get(WORKER_TRIAL) is not None and entry.state in (State.QUEUED, State.RUNNING):
                 follower.add(num)
 
         def adopt() -> bool:
-            new = adopt_trials(m)
+            new = adopt_trials(self.m)
             for num in new:
                 follower.add(num)
             return bool(new)
 
         def look() -> bool:  # once every worker has ended, a last look: a trial may have started since
-            return adopt() or bool(follower.pending) or workers_alive(m) or adopt()
+            return adopt() or bool(follower.pending) or workers_alive(self.m) or adopt()
 
-        return self.follow_until(follower, look, going=lambda: True)  # the workers end it, seen at a look
+        return look, lambda: True  # the workers end it, seen at a look

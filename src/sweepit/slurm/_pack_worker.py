@@ -1,13 +1,7 @@
-"""The work of a packed sweep's workers (`hydra.launcher.workers=N`): each worker (`sweepit.slurm._engine`, inside
-its Slurm allocation) claims the sweep's jobs of its resource request one after another, until no job is left, its
-time is up, or Slurm stops it.
-
-The plan is a file the driver writes before it submits the workers (`.workers/pack-<generation>.json`: each job's
-number, overrides, directory and request); a job is a worker's once it has created `.workers/pack-<generation>/<num>`
-(`sweepit.results._claims.claim`). Each job gets its own directory as any other job: `.hydra/`, `stdout.log`,
-`stderr.log` (its own output, not the worker's), `metrics.jsonl`, `result.json`; a job that dies without a result
-gets one written by the engine (`record_end`, as the local launcher's driver writes it). A worker ends when the
-next job would not fit in its time (the engine's wall-time rule); the driver gives the jobs left to fresh workers.
+"""A packed grid's work (`hydra.launcher.workers=N`), the plan's and claims' side: the driver writes the plan before it
+submits the workers (`.workers/pack-<generation>.json`: each job's number, overrides, directory and request); a job
+is a worker's once it has created `.workers/pack-<generation>/<num>` (`sweepit.results.claim`), and each job gets its
+own directory, logs and records as any other job.
 """
 
 from __future__ import annotations
@@ -74,11 +68,6 @@ def write_plan(sweep_dir: Path, generation: int, entries: list[PlannedEntry], sh
     atomic_write(SweepPaths(sweep_dir).plan(generation), json.dumps(data, separators=(",", ":")) + "\n")
 
 
-def read_plan(sweep_dir: Path, generation: int) -> list[PlannedEntry]:
-    data = json.loads(SweepPaths(sweep_dir).plan(generation).read_text())
-    return [PlannedEntry(**e) for e in data["jobs"]]
-
-
 def scan_claims(sweep_dir: Path, generation: int, known: dict[int, str], markers: set[str]
                 ) -> tuple[dict[int, tuple[str, str | None, str]], set[int]]:
     """The claims made since the last look: number -> (worker id, when, the claim's text), for jobs not in `known`
@@ -137,7 +126,8 @@ class GridSource:
 
     def open(self, worker: str) -> None:
         self.worker = worker
-        self.entries = [e for e in read_plan(self.sweep_dir, self.spec.generation) if e.shape == self.spec.shape]
+        plan = json.loads(SweepPaths(self.sweep_dir).plan(self.spec.generation).read_text())
+        self.entries = [PlannedEntry(**e) for e in plan["jobs"] if e["shape"] == self.spec.shape]
         self.claims.mkdir(parents=True, exist_ok=True)
         self._release_own_unfinished({e.num: e for e in self.entries})
         log.info(f"worker {worker}: {len(self.entries)} job(s) of request {self.spec.shape} in the plan, "

@@ -1,10 +1,5 @@
-"""What each job asks Slurm for, checked before anything is submitted.
-
-A job's request comes from the launcher's options (`hydra.launcher.*`, under hydra-submitit-launcher's names:
-nodes, tasks_per_node, gpus_per_node, gpus_per_task, gres, timeout_min) unless the job's own config has
-`gpus_key` (`trainer.gpus=N`: N tasks with one GPU each, spread over as few nodes as hold them) or
-`timeout_key` (`timeout_min`). A request with no GPU anywhere is a CPU-only job: its script asks for none.
-Jobs with the same request share a job array.
+"""The Slurm launcher's options, and what each job asks Slurm for (the launcher's request, or its own config's
+`gpus_key` and `timeout_key`), checked before anything is submitted; jobs with the same request share a job array.
 """
 
 from __future__ import annotations
@@ -47,10 +42,8 @@ def _count(value: Any, minimum: int) -> bool:
 
 @dataclass
 class SlurmOptions:
-    """The Slurm launcher's options, `hydra.launcher.*`: the plugin's Hydra schema is this class with a `_target_`
-    (hydra_plugins/sweepit/config.py), and the cluster profiles in the plugin's conf/hydra/launcher/ (slurm,
-    marenostrum5, juwels_booster, cte_power) extend it. Every field is commented with its unit; the configuration
-    reference (docs/configuration.md) is generated from these comments.
+    """`hydra.launcher.*`: the plugin's Hydra schema and cluster profiles extend this class; docs/configuration.md
+    is generated from its field comments and from the paragraphs below.
 
     Keys shared with hydra-submitit-launcher mean what they mean there, so a submitit_slurm config carries over:
     timeout_min, cpus_per_task, gpus_per_node, gpus_per_task, gres, mem_gb, nodes, tasks_per_node, partition,
@@ -261,23 +254,11 @@ def gres_gpus(gres: str | None) -> int:
     return n
 
 
-CPU_ONLY_HINT = ", or hydra.launcher.gpus_key=null for jobs that ask for no GPU (CPU only)"  # after a gpus_key of 0
-
-
-def integer(value: Any, key: str, num: int, minimum: int, or_else: str = "") -> int:
-    if not _count(value, minimum):
-        raise ConfigError(f"{key} must be an integer >= {minimum}, but job {num} has {key}={value!r}. "
-                          f"Set for example {key}={max(minimum, 1)}{or_else}.")
+def integer(value: Any, key: str, num: int, or_else: str = "") -> int:
+    if not _count(value, 1):
+        raise ConfigError(f"{key} must be an integer >= 1, but job {num} has {key}={value!r}. "
+                          f"Set for example {key}=1{or_else}.")
     return int(value)
-
-
-def check_time_limit(num: int, timeout_min: int, o: SlurmOptions, key: str) -> None:
-    if timeout_min * 60 < o.signal_delay_s + SIGNAL_EARLY_S:
-        raise ConfigError(
-            f"{key} must leave room for the checkpoint signal: Slurm sends USR2 hydra.launcher.signal_delay_s="
-            f"{o.signal_delay_s} s before the limit, up to {SIGNAL_EARLY_S} s early, so the limit must be at least "
-            f"{o.signal_delay_s + SIGNAL_EARLY_S} s, but job {num} has {key}={timeout_min} ({timeout_min * 60} s) "
-            f"and would be requeued as soon as it starts. Raise {key}, or lower hydra.launcher.signal_delay_s.")
 
 
 @dataclass
@@ -290,9 +271,10 @@ class Asked:
     own_timeout: bool = False        # the time limit is the job config's
 
 
-def check_keys_exist(num: int, gpus: Any, timeout_min: Any, o: SlurmOptions) -> None:
-    """A `gpus_key` or `timeout_key` of the user's own (not the default) that the job's config does not have is
-    a mistake: left alone, the job would silently take the launcher's request instead."""
+def asked(num: int, gpus: Any, timeout_min: Any, o: SlurmOptions) -> Asked:
+    """Job `num`'s values of `gpus_key` and `timeout_key` (None: absent from its config), checked. A key of the user's
+    own (not the default) that the config does not have is a mistake: the job would silently take the launcher's
+    request instead."""
     for name, key, value, default in (("gpus_key", o.gpus_key, gpus, SlurmOptions.gpus_key),
                                       ("timeout_key", o.timeout_key, timeout_min, SlurmOptions.timeout_key)):
         if key is not None and key != default and value is None:
@@ -302,14 +284,16 @@ def check_keys_exist(num: int, gpus: Any, timeout_min: Any, o: SlurmOptions) -> 
                 f"got {name}={key}, which job {num}'s config does not have. Set it to the key your config uses "
                 f"(sweepit's train.py: {default}), or hydra.launcher.{name}=null to take every job's request from "
                 "hydra.launcher.")
-
-
-def asked(num: int, gpus: Any, timeout_min: Any, o: SlurmOptions) -> Asked:
-    """Job `num`'s values of `gpus_key` and `timeout_key` (None: absent from its config), checked."""
-    check_keys_exist(num, gpus, timeout_min, o)
-    limit = o.timeout_min if timeout_min is None else integer(timeout_min, str(o.timeout_key), num, 1)
-    check_time_limit(num, limit, o, str(o.timeout_key) if timeout_min is not None else "hydra.launcher.timeout_min")
-    return Asked(num, None if gpus is None else integer(gpus, str(o.gpus_key), num, 1, CPU_ONLY_HINT), limit,
+    key = str(o.timeout_key) if timeout_min is not None else "hydra.launcher.timeout_min"
+    limit = o.timeout_min if timeout_min is None else integer(timeout_min, key, num)
+    if limit * 60 < o.signal_delay_s + SIGNAL_EARLY_S:
+        raise ConfigError(
+            f"{key} must leave room for the checkpoint signal: Slurm sends USR2 hydra.launcher.signal_delay_s="
+            f"{o.signal_delay_s} s before the limit, up to {SIGNAL_EARLY_S} s early, so the limit must be at least "
+            f"{o.signal_delay_s + SIGNAL_EARLY_S} s, but job {num} has {key}={limit} ({limit * 60} s) "
+            f"and would be requeued as soon as it starts. Raise {key}, or lower hydra.launcher.signal_delay_s.")
+    cpu_only = ", or hydra.launcher.gpus_key=null for jobs that ask for no GPU (CPU only)"  # after a gpus_key of 0
+    return Asked(num, None if gpus is None else integer(gpus, str(o.gpus_key), num, cpu_only), limit,
                  timeout_min is not None)
 
 
@@ -343,31 +327,24 @@ class ClusterFacts:
     max_array_size: int = cluster.DEFAULT_MAX_ARRAY_SIZE
 
 
-def cluster_facts(o: SlurmOptions, want_gpus: bool, facts: ClusterFacts | None = None) -> ClusterFacts:
-    """`facts` when they were asked already, else Slurm's answers (`scontrol ping`, `sinfo`, `scontrol show
-    partition`, `scontrol show config`), kept in `facts`."""
-    facts = facts if facts is not None else ClusterFacts()
-    if facts.asked:
-        return facts
-    try:
-        cluster.check_reachable()
-        facts.partition = cluster.partition(o.partition, want_gpus=want_gpus)
-    except SlurmError:  # unreachable (a ConfigError, such as a partition it does not have, is not caught)
-        if not o.dry_run:
-            raise
-    if o.max_array_size is not None:
-        facts.max_array_size = o.max_array_size
-    elif facts.partition is not None:
-        facts.max_array_size = cluster.max_array_size()
-    facts.asked = True
-    return facts
-
-
 def place(jobs: list[Asked], o: SlurmOptions, facts: ClusterFacts | None = None) -> tuple[list[Request], int]:
-    """Each job's request, checked against the partition; and the most jobs one array may hold. A dry run away
-    from the cluster goes by the options alone. `facts` keeps what Slurm said for the next call."""
+    """Each job's request, checked against the partition; and the most jobs one array may hold. Slurm is asked once
+    (`scontrol ping`, `sinfo`, `scontrol show partition`, `scontrol show config`), and its answers kept in `facts`
+    for the next call; a dry run away from the cluster goes by the options alone."""
     want_gpus = any(j.gpus for j in jobs) or bool(o.gpus_per_node or o.gpus_per_task or gres_gpus(o.gres))
-    facts = cluster_facts(o, want_gpus, facts)
+    facts = facts if facts is not None else ClusterFacts()
+    if not facts.asked:
+        try:
+            cluster.check_reachable()
+            facts.partition = cluster.partition(o.partition, want_gpus=want_gpus)
+        except SlurmError:  # unreachable (a ConfigError, such as a partition it does not have, is not caught)
+            if not o.dry_run:
+                raise
+        if o.max_array_size is not None:
+            facts.max_array_size = o.max_array_size
+        elif facts.partition is not None:
+            facts.max_array_size = cluster.max_array_size()
+        facts.asked = True
     part = facts.partition
     _say_what_the_job_configs_override(jobs, o)
     requests = [_own_request(j, o, part) if j.gpus is not None else _launcher_request(j, o, part) for j in jobs]
@@ -392,13 +369,6 @@ def _check_max_time(jobs: list[Asked], o: SlurmOptions, part: cluster.Partition)
         "longer limit with hydra.launcher.partition (`sinfo -o '%P %l'` lists the limits).")
 
 
-def _no_gpus(job: Asked, o: SlurmOptions, part: cluster.Partition) -> ConfigError:
-    return ConfigError(
-        f"{o.gpus_key} must ask for GPUs that partition {part.name} ({part.chosen_by}) has, but its nodes have none "
-        f"and job {job.num} sets {o.gpus_key}={job.gpus}. {part.fix_for_gpus()}; or set hydra.launcher.gpus_key=null "
-        "for CPU-only jobs.")
-
-
 def _node_gpus(o: SlurmOptions, part: cluster.Partition | None) -> int:
     node_gpus = o.node_gpus or (part.gpus_per_node if part else None)
     if node_gpus is None:
@@ -414,11 +384,14 @@ def _node_gpus(o: SlurmOptions, part: cluster.Partition | None) -> int:
 def _own_request(job: Asked, o: SlurmOptions, part: cluster.Partition | None) -> Request:
     assert job.gpus is not None and o.gpus_key is not None
     if part is not None and part.gpus_per_node == 0 and o.node_gpus is None:
-        raise _no_gpus(job, o, part)
+        raise ConfigError(
+            f"{o.gpus_key} must ask for GPUs that partition {part.name} ({part.chosen_by}) has, but its nodes have "
+            f"none and job {job.num} sets {o.gpus_key}={job.gpus}. {part.fix_for_gpus()}; or set "
+            "hydra.launcher.gpus_key=null for CPU-only jobs.")
     node_gpus = _node_gpus(o, part)
     node_cap = o.max_nodes
     if part is not None:
-        node_cap = min(node_cap, part.n_nodes, part.max_nodes_per_job or part.n_nodes)
+        node_cap = min(node_cap, part.job_nodes)
         if node_cap < o.max_nodes and job.gpus > node_gpus * node_cap:
             raise ConfigError(
                 f"{o.gpus_key} must be at most the {node_gpus * node_cap} GPUs partition {part.name} offers one job "
@@ -433,9 +406,9 @@ def _launcher_request(job: Asked, o: SlurmOptions, part: cluster.Partition | Non
                 gpus_per_node=o.gpus_per_node or None, gpus_per_task=o.gpus_per_task or None, gres=o.gres)
     if part is None:
         return r
-    node_cap = min(part.n_nodes, part.max_nodes_per_job or part.n_nodes)
-    _require(r.nodes <= node_cap, f"hydra.launcher.nodes must be at most the {node_cap} node(s) partition {part.name} "
-             "gives one job", f"nodes={r.nodes}", "Lower it, or pick a larger partition with hydra.launcher.partition.")
+    _require(r.nodes <= part.job_nodes, f"hydra.launcher.nodes must be at most the {part.job_nodes} node(s) partition "
+             f"{part.name} gives one job", f"nodes={r.nodes}",
+             "Lower it, or pick a larger partition with hydra.launcher.partition.")
     _require(r.gpus_on_node <= part.gpus_per_node, f"the GPUs a job asks for on one node (hydra.launcher."
              f"gpus_per_node, gpus_per_task x tasks_per_node, or gres) must be at most the {part.gpus_per_node} its "
              f"nodes have in partition {part.name}", f"{r.gpus_on_node} (gpus_per_node={o.gpus_per_node}, "
@@ -444,14 +417,12 @@ def _launcher_request(job: Asked, o: SlurmOptions, part: cluster.Partition | Non
     return r
 
 
-_REQUEST_DEFAULTS = {"nodes": 1, "tasks_per_node": 1, "gpus_per_node": None, "gpus_per_task": None, "gres": None}
-
-
 def _say_what_the_job_configs_override(jobs: list[Asked], o: SlurmOptions) -> None:
     """A job's own `gpus_key` and `timeout_key` win over the launcher's keys: those set but left unused are
     named, since a submitit config carried over would otherwise ask for something else than the jobs get."""
     own = [j for j in jobs if j.gpus is not None]
-    unused = [f"{k}={getattr(o, k)}" for k, default in _REQUEST_DEFAULTS.items() if getattr(o, k) not in (default, 0)]
+    unused = [f"{k}={getattr(o, k)}" for k in ("nodes", "tasks_per_node", "gpus_per_node", "gpus_per_task", "gres")
+              if getattr(o, k) not in (getattr(SlurmOptions, k), 0)]
     if own and unused:
         log.warning(f"{o.gpus_key} in the job config sets the request of {len(own)} job(s) ({o.gpus_key}=N: N tasks "
                     f"with one GPU each); these launcher keys apply only to jobs without it: hydra.launcher."

@@ -1,9 +1,5 @@
-"""The driver side of a Slurm sweep: plan each job's request, submit the job arrays, follow them, and say what
-each job ended as and returned.
-
-The launcher says how to prepare a job (compose its config, name its directory) and what each of its Slurm
-tasks runs (a picklable callable); this module does the rest, for a fixed list of jobs (`run`, or `dry_run`)
-or for jobs that come one by one as a sweeper asks (`start`, `wait_any`, `close`).
+"""The driver of a Slurm sweep whose jobs are each a Slurm job: for a fixed list of jobs (`run`, `dry_run`; a packed
+sweep's go to `_pack.PackedSweep`) or for jobs that come one by one as a sweeper asks (`start`, `wait_any`, `close`).
 """
 
 from __future__ import annotations
@@ -16,35 +12,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from sweepit._host import now_iso
 from sweepit._signals import StopSignals
-from sweepit.errors import ConfigError, QueueLimitError, SweepFailedError, SweepStoppedError
+from sweepit.errors import ConfigError, QueueLimitError, SweepStoppedError
 from sweepit.results import (
     FAILED_STATUSES,
     JobEntry,
     Manifest,
     Progress,
-    State,
     Status,
     SweepLock,
-    failure_report,
-    is_finished,
-    open_manifest,
-    read_manifest,
-    result_status,
-    summarize,
     write_manifest,
 )
-from sweepit.slurm._cluster import scancel
+from sweepit.slurm._cluster import base_ids, scancel
 from sweepit.slurm._follow import Follower
 from sweepit.slurm._job_states import CANCELLED_BY_DRIVER, look
-from sweepit.slurm._limits import Room, held_for_limit, open_room, wait_for_room
+from sweepit.slurm._limits import QueueLimits, held_for_limit, open_room, wait_for_room
 from sweepit.slurm._pack import PackedSweep
 from sweepit.slurm._pack_worker import PackSpec
-from sweepit.slurm._request import ClusterFacts, SlurmOptions, asked, place
-from sweepit.slurm._submit import Feeder, PlannedJob, Task, dry_run_text, returned, submit_jobs
+from sweepit.slurm._plan import PlannedJob, Planner
+from sweepit.slurm._request import ClusterFacts, SlurmOptions
+from sweepit.slurm._submit import Feeder, Task, dry_run_text, returned, submit_jobs
 
 log = logging.getLogger(__name__)
 
@@ -74,50 +62,21 @@ def check_one_by_one(o: SlurmOptions) -> None:
                           "the basic sweeper.")
 
 
-class SlurmSweep:
-    """One sweep directory's Slurm run. `compose(job)` fills in the job's config and directory; `make_task(job)`
-    is what each of its Slurm tasks runs (pickled by submitit)."""
+class SlurmSweep(Planner):
+    """One sweep directory's Slurm run. `make_task(job)` is what each of its Slurm tasks runs, `make_worker(spec)` what
+    each worker of a packed sweep runs (`hydra.launcher.workers=N`); both are pickled by submitit."""
 
     def __init__(self, options: SlurmOptions, sweep_dir: Path, compose: Callable[[PlannedJob], None],
                  make_task: Callable[[PlannedJob], Task], lock: SweepLock | None = None,
                  facts: ClusterFacts | None = None, make_worker: Callable[[PackSpec], Task] | None = None,
                  release_config: Callable[[PlannedJob], None] | None = None) -> None:
-        self.options = options
-        # What Slurm said of itself (partition, MaxArraySize): asked at the first plan, kept for the sweep; a
-        # launcher passes one for all its batches.
-        self.facts = facts if facts is not None else ClusterFacts()
-        self.sweep_dir = sweep_dir
-        self.compose = compose
+        super().__init__(options, sweep_dir, compose, lock, facts, release_config)
         self.make_task = make_task
-        self.make_worker = make_worker  # what each worker of a packed sweep runs (hydra.launcher.workers=N)
-        # What the launcher keeps of a job's config once it is planned, when the config is not to be kept (it sets
-        # job.config to something lighter); by default, the config itself.
-        self.release_config: Callable[[PlannedJob], None] = release_config or (lambda job: None)
-        self._open: tuple[Manifest, Follower, Progress] | None = None  # the run of start()/wait_any()
+        self.make_worker = make_worker
+        self._follower: Follower | None = None  # the run of start()/wait_any()
         self._started: dict[int, PlannedJob] = {}
-        # One driver per sweep directory: a lock of the caller's (held for the whole sweep), or one per run.
-        self.own_lock = lock is None
-        self.lock = SweepLock(sweep_dir) if lock is None else lock
         self._cancelled = False  # the jobs in flight were cancelled (Ctrl-C): wait for Slurm to end them
-        self._room: Room | None = None  # the queue limits of the run of start()/wait_any()
-
-    # -- before anything is submitted ----------------------------------------------------------------------
-    def plan(self, jobs: list[PlannedJob], release: bool = False) -> int:
-        """Compose each job and set its request, checked against the options and the partition (ConfigError,
-        SlurmError); returns the most jobs one array may hold. `release`: let go of each job's config once read (a
-        packed sweep's workers compose the jobs again; 100,000 composed configs would not fit), by `release_config`."""
-        o = self.options
-        asks = []
-        for job in jobs:
-            self.compose(job)
-            asks.append(asked(job.num, _select(job.config, o.gpus_key), _select(job.config, o.timeout_key), o))
-            job.read_config()
-            if release:
-                self.release_config(job)
-        requests, max_array_size = place(asks, o, self.facts)
-        for job, request in zip(jobs, requests, strict=True):
-            job.request = request
-        return max_array_size
+        self._room: QueueLimits | None = None  # the queue limits of the run of start()/wait_any()
 
     def dry_run(self, jobs: list[PlannedJob]) -> str:
         """What `run` would submit: each request's sbatch script, the job count and the GPU-hours."""
@@ -133,32 +92,26 @@ class SlurmSweep:
     def run(self, jobs: list[PlannedJob]) -> dict[int, Outcome]:
         """Submit `jobs` and follow them to their end (or detach, `wait=false`); each one's Outcome. Raises
         SweepFailedError, after the results table, when jobs failed (and `fail_on_error`) or on Ctrl-C."""
-        if self.options.workers:
-            statuses = self._packed().run(jobs)
-            if statuses is None:
-                return {j.num: Outcome(None) for j in jobs}
-            manifest = read_manifest(self.sweep_dir)
-            return {j.num: _outcome(manifest.jobs[j.num], statuses.get(j.num)) for j in jobs}
+        if self.options.workers:  # a packed job's worker returns nothing of it: its status is all
+            statuses = self._packed().run(jobs) or {}
+            return {j.num: Outcome(statuses.get(j.num)) for j in jobs}
         max_array_size = self.plan(jobs)
-        self.sweep_dir.mkdir(parents=True, exist_ok=True)
-        self.lock.acquire()
+        manifest = self.begin()
         try:
-            return self._run(jobs, max_array_size)
+            return self._run(jobs, manifest, max_array_size)
         finally:
-            if self.own_lock:
-                self.lock.release()
+            self.end()
 
-    def _run(self, jobs: list[PlannedJob], max_array_size: int) -> dict[int, Outcome]:
+    def _run(self, jobs: list[PlannedJob], manifest: Manifest, max_array_size: int) -> dict[int, Outcome]:
         o = self.options
-        manifest = open_manifest(self.sweep_dir, launcher="slurm")
-        skipped, adopted, to_submit = self._sort_out(jobs, manifest)
+        skipped = self.skip_finished(manifest, jobs)
+        adopted = self._adopt(jobs, manifest, skipped)
+        to_submit = [j for j in jobs if j.num not in skipped and j.num not in adopted]
         for job in to_submit:
-            manifest.jobs[job.num] = JobEntry(num=job.num, overrides=job.overrides, job_dir=str(job.job_dir),
-                                              state=State.NOT_STARTED)
+            manifest.jobs[job.num] = job.entry()
         write_manifest(manifest)
-        feeder = Feeder(to_submit, manifest, o, max_array_size, self.make_task,
-                        open_room(o) if to_submit else None)
-        following = sorted([j.num for j in adopted] + [j.num for j in feeder.feed()])
+        feeder = Feeder(to_submit, manifest, o, max_array_size, self.make_task, open_room(o) if to_submit else None)
+        following = sorted(adopted + [j.num for j in feeder.feed()])
         log.info(_submitted(len(jobs), feeder.ids, len(skipped), len(adopted), self.sweep_dir, len(feeder.held)))
         if not o.wait:
             feeder.leave()
@@ -167,51 +120,29 @@ class SlurmSweep:
             return {j.num: Outcome(None) for j in jobs}
         progress = Progress(len(jobs))
         progress.skip(len(skipped))
-        follower = Follower(manifest, following, progress, o.poll_interval_s, o.result_grace_s, o.stderr_tail_lines)
+        follower = Follower(manifest, following, progress, o, self.lock.touch)
 
-        def on_poll() -> None:
-            self.lock.touch()
+        def going() -> bool:  # jobs held back by the queue limits are submitted at a look
+            return bool(follower.pending or feeder.held)
+
+        def look() -> bool:
             for job in feeder.feed():
                 follower.add(job.num, counted=True)
+            return going()
 
-        follower.on_poll = on_poll
-        follower.more = lambda: bool(feeder.held)
-        try:
-            progress.draw()
-            follower.run()
-        finally:
-            progress.close()
-            write_manifest(manifest)  # whole, journal folded in
-        if follower.stop_signal is not None:
-            raise SweepStoppedError(_stopped(manifest, list(follower.pending), follower.stop_signal, self.sweep_dir))
-        if o.print_summary:
-            print(summarize(self.sweep_dir), flush=True)
-        report = failure_report(manifest, jobs, dict(follower.statuses), {j.num for j in skipped}, None,
-                                o.fail_on_error)
-        if report is not None:
-            raise SweepFailedError(report)
+        stop = follower.follow(look, going)
+        if stop is not None:
+            raise SweepStoppedError(_stopped(manifest, list(follower.pending), stop, self.sweep_dir))
+        self.finish(manifest, jobs, follower.statuses, skipped)
         return {j.num: _outcome(manifest.jobs[j.num], follower.statuses.get(j.num)) for j in jobs}
 
-    def _sort_out(self, jobs: list[PlannedJob], manifest: Manifest
-                  ) -> tuple[list[PlannedJob], list[PlannedJob], list[PlannedJob]]:
-        """(finished before, still in Slurm's hands, to submit): only a resume skips or adopts jobs."""
+    def _adopt(self, jobs: list[PlannedJob], manifest: Manifest, skipped: set[int]) -> list[int]:
+        """A resume's jobs still queued or running from an earlier submission: followed, not submitted again."""
         if not self.options.resume:
-            return [], [], list(jobs)
-        known = {j.num: manifest.jobs[j.num] for j in jobs
-                 if j.num in manifest.jobs and manifest.jobs[j.num].job_dir == str(j.job_dir)}
-        seen = look(known.values())
-        skipped, adopted, to_submit = [], [], []
-        for job in jobs:
-            s = seen.get(job.num)
-            if is_finished(job.job_dir):
-                skipped.append(job)
-                entry = manifest.jobs.setdefault(job.num, JobEntry(job.num, job.overrides, str(job.job_dir)))
-                entry.state = result_status(job.job_dir) or Status.COMPLETED
-            elif s is not None and not s.final and not s.dead:
-                adopted.append(job)  # queued or running from an earlier submission: follow it, do not submit again
-            else:
-                to_submit.append(job)
-        return skipped, adopted, to_submit
+            return []
+        known = [manifest.jobs[j.num] for j in jobs if j.num not in skipped and j.num in manifest.jobs
+                 and manifest.jobs[j.num].job_dir == str(j.job_dir)]
+        return [num for num, s in look(known).items() if not s.final and not s.dead]
 
     # -- jobs one by one, as a sweeper asks (the Optuna sweeper's AsyncLauncher protocol) -------------------
     def start(self, job: PlannedJob) -> None:
@@ -219,24 +150,17 @@ class SlurmSweep:
         o = self.options
         check_one_by_one(o)
         max_array_size = self.plan([job])
-        if self._open is None:
-            self.sweep_dir.mkdir(parents=True, exist_ok=True)
-            self.lock.acquire()  # released by close()
-            progress = Progress(0)
-            manifest = open_manifest(self.sweep_dir, launcher="slurm")
-            follower = Follower(manifest, [], progress, o.poll_interval_s, o.result_grace_s, o.stderr_tail_lines)
-            follower.on_poll = self.lock.touch
-            self._open = manifest, follower, progress
+        if self._follower is None:
+            self._follower = Follower(self.begin(), [], Progress(0), o, self.lock.touch)  # the lock: till close()
             self._room = open_room(o)
-        manifest, follower, _ = self._open
-        manifest.jobs[job.num] = JobEntry(num=job.num, overrides=job.overrides, job_dir=str(job.job_dir),
-                                          state=State.NOT_STARTED)
+        follower = self._follower
+        follower.manifest.jobs[job.num] = job.entry()
         said = False
         while True:
             if self._room is not None:  # the sweep's own jobs that end (the follower's looks) free room
                 wait_for_room(self._room, 1, o.poll_interval_s, follower.poll)
             try:
-                submit_jobs([job], manifest, o, max_array_size, self.make_task)
+                submit_jobs([job], follower.manifest, o, max_array_size, self.make_task)
                 break
             except QueueLimitError as e:
                 why = held_for_limit(e, bool(follower.pending), f"trial job {job.num}")
@@ -254,8 +178,8 @@ class SlurmSweep:
 
         Ctrl-C (or SIGTERM) cancels every job in flight with scancel; they come back as `interrupted` once
         Slurm has ended them, so the sweeper stops with its message. A second one stops waiting for that."""
-        assert self._open is not None, "start() a job before wait_any()"
-        manifest, follower, _ = self._open
+        follower = self._follower
+        assert follower is not None, "start() a job before wait_any()"
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
 
         def second_stops(signum: int) -> None:
@@ -265,21 +189,23 @@ class SlurmSweep:
         def ended() -> list[int]:
             return [n for n in self._started if n in follower.statuses]
 
-        with StopSignals(on_signal=second_stops) as stop:
-            while not ended() and follower.pending and (deadline is None or time.monotonic() < deadline):
-                if stop.first is not None and not self._cancelled:
-                    self._cancel_in_flight(manifest, follower, signal.Signals(stop.first).name)
-                next_look = time.monotonic() + self.options.poll_interval_s
-                follower.poll()
-                while ((stop.first is None or self._cancelled) and not ended()
-                       and time.monotonic() < min(next_look, deadline or next_look)):
-                    time.sleep(0.1)
-                    follower.settle()
-        return [(self._started.pop(n), _outcome(manifest.jobs[n], follower.statuses[n])) for n in ended()]
+        def before_deadline() -> bool:
+            return not ended() and (deadline is None or time.monotonic() < deadline)
 
-    def _cancel_in_flight(self, manifest: Manifest, follower: Follower, why: str) -> None:
+        with StopSignals(on_signal=second_stops) as stop:
+            def look() -> bool:
+                if not follower.pending or not before_deadline():
+                    return False
+                if stop.first is not None and not self._cancelled:
+                    self._cancel_in_flight(follower, signal.Signals(stop.first).name)
+                return True
+
+            follower.loop(look, lambda: (stop.first is None or self._cancelled) and before_deadline())
+        return [(self._started.pop(n), _outcome(follower.manifest.jobs[n], follower.statuses[n])) for n in ended()]
+
+    def _cancel_in_flight(self, follower: Follower, why: str) -> None:
         self._cancelled = True
-        left = [n for n in follower.pending if n in self._started]
+        manifest, left = follower.manifest, list(follower.pending)
         ids = [str(manifest.jobs[n].extra["slurm_job_id"]) for n in left if manifest.jobs[n].extra.get("slurm_job_id")]
         if ids:
             scancel(ids)
@@ -292,27 +218,20 @@ class SlurmSweep:
     def close(self) -> None:
         """End the run of start()/wait_any(). Jobs still in flight (the sweeper stopped on an error) are
         cancelled with scancel, since no one will read their results; the manifest records them."""
-        if self._open is None:
+        follower, self._follower = self._follower, None
+        if follower is None:
             return
-        manifest, follower, progress = self._open
-        self._open = None
-        left = [n for n in follower.pending if n in self._started]
         try:
-            if left and not self._cancelled:
-                self._cancel_in_flight(manifest, follower, "the search stopped")
-            for n in left:
-                manifest.jobs[n].state, manifest.jobs[n].ended_at = Status.INTERRUPTED, now_iso()
+            if follower.pending and not self._cancelled:
+                self._cancel_in_flight(follower, "the search stopped")
+            for n in follower.pending:
+                follower.manifest.jobs[n].state, follower.manifest.jobs[n].ended_at = Status.INTERRUPTED, now_iso()
         finally:
-            progress.close()
-            write_manifest(manifest)
+            follower.progress.close()
+            write_manifest(follower.manifest)
             self._started.clear()
             self._cancelled = False
-            if self.own_lock:
-                self.lock.release()
-
-
-def _select(config: Any, key: str | None) -> Any:
-    return None if key is None else OmegaConf.select(config, key, default=None)
+            self.end()
 
 
 def _outcome(entry: JobEntry, status: str | None) -> Outcome:
@@ -323,14 +242,9 @@ def _outcome(entry: JobEntry, status: str | None) -> Outcome:
     return Outcome(status, has_returned, value)
 
 
-# -- what the driver tells the user ----------------------------------------------------------------------------
-def _arrays(ids: list[str]) -> list[str]:
-    """The Slurm job ids to give scancel: an array's id stands for all its tasks."""
-    return sorted({i.split("_", 1)[0] for i in ids}, key=int)
-
-
+# -- what the driver tells the user (an array's id stands for all its tasks) -------------------------------------
 def _submitted(n_jobs: int, ids: list[str], n_skipped: int, n_adopted: int, sweep_dir: Path, n_held: int = 0) -> str:
-    arrays = _arrays(ids)
+    arrays = base_ids(ids)
     parts = [f"Submitted {len(ids)} of {n_jobs} job(s) to Slurm in {len(arrays)} sbatch call(s)"
              + (f" (job ids {', '.join(arrays)})" if arrays else "")]
     if n_skipped:
@@ -351,13 +265,13 @@ def _detached(manifest: Manifest, nums: list[int], sweep_dir: Path, n_held: int 
     lines += [f"  follow:  sweepit status {sweep_dir} --watch   (to the end, then writes the report)",
               f"  resume:  sweepit resume {sweep_dir}   (submits again only the jobs that did not complete)"]
     if ids:
-        lines.append(f"  cancel:  scancel {' '.join(_arrays(ids))}")
+        lines.append(f"  cancel:  scancel {' '.join(base_ids(ids))}")
     return "\n".join(lines)
 
 
-def _stopped(manifest: Manifest, pending: list[int], signum: int | None, sweep_dir: Path) -> str:
-    name = signal.Signals(signum or signal.SIGINT).name
+def _stopped(manifest: Manifest, pending: list[int], signum: int, sweep_dir: Path) -> str:
+    name = signal.Signals(signum).name
     ids = [str(manifest.jobs[n].extra.get("slurm_job_id")) for n in pending]
     return (f"stopped following the sweep ({name}); its {len(ids)} job(s) still in Slurm go on.\n"
             f"  follow:  sweepit status {sweep_dir}\n"
-            f"  cancel:  scancel {' '.join(_arrays(ids))}")
+            f"  cancel:  scancel {' '.join(base_ids(ids))}")

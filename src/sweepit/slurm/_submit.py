@@ -1,19 +1,15 @@
-"""Submission: one sbatch call per job array (the jobs of one request, at most MaxArraySize of them), each array
-in a fresh submitit folder `<sweep dir>/.submitit/NNNN/`, never reused: job ids restart at 1 after a
-cluster's cold start, and submitit names its files by job id. Also what a dry run prints instead, and what a
-job's task returned (submitit's result pickle).
+"""Submission: one sbatch call per job array (the jobs of one request, at most MaxArraySize of them), each in a fresh
+submitit folder `<sweep dir>/.submitit/NNNN/`, never reused: job ids restart at 1 after a cluster's cold start, and
+submitit names its files by job id. Also a dry run's text, and what a job's task returned (submitit's result pickle).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 import shlex
-import shutil
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,44 +19,24 @@ from sweepit.results import (
     STDERR_LOG,
     STDOUT_LOG,
     JobEntry,
-    JobPaths,
     Manifest,
     State,
     SweepPaths,
-    start_clean,
     write_manifest,
 )
-from sweepit.slurm._limits import Room, dry_run_lines, held_for_limit, refused_for_limit
-from sweepit.slurm._request import Request, SlurmOptions, gpu_hours, sbatch_parameters
-from sweepit.slurm._task_files import link_task_logs
+from sweepit.slurm._limits import QueueLimits, dry_run_lines, held_for_limit, refused_for_limit
+from sweepit.slurm._plan import PlannedJob, by_request
+from sweepit.slurm._request import SlurmOptions, gpu_hours, sbatch_parameters
+from sweepit.slurm._task_files import link_task_logs, relink, start_job_dir
 
 log = logging.getLogger(__name__)
 Task = Callable[[], Any]
 
 
-@dataclass
-class PlannedJob:
-    num: int
-    overrides: list[str]
-    config: Any = None               # the composed job config (a DictConfig, hydra node included)
-    job_dir: Path = Path()
-    request: Request | None = None   # filled in when the sweep is planned
-    # Read from the config when the sweep is planned, for sweep.json (the config may be let go of then).
-    metric: str | None = None
-    direction: str | None = None
-    env_set: dict[str, str] = field(default_factory=dict)  # hydra.job.env_set
-
-    def read_config(self) -> None:
-        self.metric, self.direction = select_str(self.config, "metric"), select_str(self.config, "direction")
-        self.env_set = _env_set(self.config)
-
-
 def arrays(jobs: list[PlannedJob], max_array_size: int) -> list[list[PlannedJob]]:
     """Jobs of the same request together, in job order, cut at `max_array_size`."""
-    groups: dict[Request | None, list[PlannedJob]] = {}
-    for job in jobs:
-        groups.setdefault(job.request, []).append(job)
-    return [group[i:i + max_array_size] for group in groups.values() for i in range(0, len(group), max_array_size)]
+    return [group[i:i + max_array_size] for group in by_request(jobs).values()
+            for i in range(0, len(group), max_array_size)]
 
 
 def next_folder(sweep_dir: Path, offset: int = 0) -> Path:
@@ -85,13 +61,9 @@ def sbatch_script(params: dict[str, Any], folder: Path, n_jobs: int, python: str
     """The sbatch script submitit writes for these parameters (an array when n_jobs > 1)."""
     from submitit.slurm.slurm import _make_sbatch_string
 
-    return str(_make_sbatch_string(command=submitit_command(python, str(folder)), folder=folder,
-                                   map_count=n_jobs if n_jobs > 1 else None, **params))
-
-
-def submitit_command(python: str | None, folder: str) -> str:
-    """The command submitit puts in the sbatch script (as SlurmExecutor writes it)."""
-    return " ".join([python or shlex.quote(sys.executable), "-u -m submitit.core._submit", shlex.quote(folder)])
+    command = " ".join([python or shlex.quote(sys.executable), "-u -m submitit.core._submit", shlex.quote(str(folder))])
+    return str(_make_sbatch_string(command=command, folder=folder, map_count=n_jobs if n_jobs > 1 else None,
+                                   **params))
 
 
 def job_name(o: SlurmOptions) -> str:
@@ -105,11 +77,9 @@ def dry_run_text(jobs: list[PlannedJob], sweep_dir: Path, max_array_size: int, o
     name = job_name(o)
     out: list[str] = []
     n_calls = 0
-    groups: dict[Request, list[PlannedJob]] = {}
-    for job in jobs:
-        assert job.request is not None
-        groups.setdefault(job.request, []).append(job)
+    groups = by_request(jobs)
     for request, group in groups.items():
+        assert request is not None
         chunks = arrays(group, max_array_size)
         sizes = ", ".join(str(len(chunk)) for chunk in chunks)
         out.append(f"# {len(group)} job(s) with {request.describe()}: {len(chunks)} sbatch call(s) "
@@ -117,7 +87,7 @@ def dry_run_text(jobs: list[PlannedJob], sweep_dir: Path, max_array_size: int, o
         folder = next_folder(sweep_dir, n_calls)
         out.append(sbatch_script(sbatch_parameters(request, o, name), folder, len(chunks[0]), o.python))
         n_calls += len(chunks)
-    hours = gpu_hours([r for r, group in groups.items() for _ in group])
+    hours = gpu_hours([r for r, group in groups.items() if r is not None for _ in group])
     out += dry_run_lines(o)
     out.append(f"dry run: {len(jobs)} job(s) in {n_calls} sbatch call(s), at most {hours:.2f} GPU-hours (every job "
                "to its time limit); nothing submitted. Drop hydra.launcher.dry_run=true to submit.")
@@ -158,8 +128,7 @@ def submit_jobs(jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, max
     for chunk in arrays(jobs, max_array_size):
         tasks = []
         for job in chunk:
-            start_clean(job.job_dir)  # checkpoint.pt is kept to resume
-            shutil.rmtree(JobPaths(job.job_dir).tasks, ignore_errors=True)
+            start_job_dir(job.job_dir)
             tasks.append(make_task(job))
         folder = fresh_folder(sweep_dir)
         assert chunk[0].request is not None
@@ -185,11 +154,7 @@ def submit_jobs(jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, max
                 "slurm_job_id": job_id, "slurm_array_job_id": array_id,
                 "slurm_array_index": int(index) if index else None, "slurm_job_name": name,
                 "submitit_folder": str(folder), "stdout": str(stdout), "stderr": str(stderr),
-                "submitted_at": submitted_at, "gpus": job.request.n_gpus if job.request else None,
-                "nodes": job.request.nodes if job.request else None,
-                "timeout_min": job.request.timeout_min if job.request else None,
-                "metric": job.metric, "direction": job.direction,
-                "result_grace_s": o.result_grace_s,  # for `sweepit status`, which has no options
+                "submitted_at": submitted_at, **job.planned(o),
             }
         ids.extend(chunk_ids)
         write_manifest(manifest, [job.num for job in chunk])
@@ -197,13 +162,12 @@ def submit_jobs(jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, max
 
 
 class Feeder:
-    """A sweep's jobs submitted within the user's queue limits (`room`, sweepit.slurm._limits): at every `feed()` as
-    many as there is room for, the rest held (queued in `sweep.json`, without a Slurm id) for a later one; without a
-    room, all at the first. A refusal by sbatch for a limit after some jobs went out holds the rest too: the sweep's
-    own jobs free room as they end."""
+    """A sweep's jobs submitted within the user's queue limits (`room`): at every `feed()` as many as there is room
+    for, the rest held (queued in `sweep.json`, without a Slurm id); a refusal by sbatch for a limit after some jobs
+    went out holds the rest too, since the sweep's own jobs free room as they end."""
 
     def __init__(self, jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, max_array_size: int,
-                 make_task: Callable[[PlannedJob], Task], room: Room | None) -> None:
+                 make_task: Callable[[PlannedJob], Task], room: QueueLimits | None) -> None:
         self.held = list(jobs)
         self.manifest, self.o, self.max_array_size, self.make_task, self.room = (manifest, o, max_array_size,
                                                                                  make_task, room)
@@ -250,21 +214,6 @@ class Feeder:
         write_manifest(self.manifest, [j.num for j in self.held])
 
 
-def select_str(config: Any, key: str) -> str | None:
-    from omegaconf import OmegaConf
-
-    value = OmegaConf.select(config, key, default=None) if config is not None else None
-    return None if value is None else str(value)
-
-
-def _env_set(config: Any) -> dict[str, str]:
-    from omegaconf import OmegaConf
-
-    env = OmegaConf.select(config, "hydra.job.env_set", default=None) if config is not None else None
-    plain = OmegaConf.to_container(env) if env is not None else None
-    return {str(k): str(v) for k, v in plain.items()} if isinstance(plain, dict) else {}
-
-
 def log_paths(folder: Path, job_id: str, task: int = 0) -> tuple[Path, Path]:
     """stdout and stderr of the job's task `task` (rank 0 by default), as submitit names them."""
     from submitit.core.utils import JobPaths
@@ -275,13 +224,10 @@ def log_paths(folder: Path, job_id: str, task: int = 0) -> tuple[Path, Path]:
 
 def link_logs(job_dir: Path, stdout: Path, stderr: Path) -> None:
     """`stdout.log` and `stderr.log` in the job directory point at the Slurm logs, as the local launcher's
-    files are there (relative links, so that the sweep directory can move)."""
+    files are there."""
     job_dir.mkdir(parents=True, exist_ok=True)
-    for name, target in ((STDOUT_LOG, stdout), (STDERR_LOG, stderr)):
-        link = job_dir / name
-        if link.is_symlink() or link.exists():
-            link.unlink()
-        link.symlink_to(os.path.relpath(target, job_dir))
+    relink(job_dir / STDOUT_LOG, stdout)
+    relink(job_dir / STDERR_LOG, stderr)
 
 
 def result_pickle(entry: JobEntry) -> Path | None:

@@ -1,9 +1,7 @@
 """Each Slurm task's files in its job's directory, under `.slurm/`: `task-<rank>.json` (where it ran, which GPUs it
-saw, and the error it failed with) and, for a job of several tasks, links to every task's own logs.
-
-A job of N tasks (one per GPU) that fails in task k ends at once (srun's `--kill-on-bad-exit`): the other tasks
-are stopped, rank 0 among them, whose record must name k's error rather than its own stop. Task k writes that error
-here before it exits, and whoever records the job (rank 0 at its stop, or the driver when no task could) reads it.
+saw, the error it failed with) and links to every task's own logs. A job of N tasks that fails in task k ends at once
+(srun's `--kill-on-bad-exit`), rank 0 stopped with it: k writes its error here first, so that whoever records the job
+(rank 0, or the driver) names k's error rather than rank 0's stop.
 """
 
 from __future__ import annotations
@@ -11,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import traceback
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 
 from sweepit._files import atomic_write
 from sweepit._host import now_iso
-from sweepit.results import JobPaths, error_line
+from sweepit.results import JobPaths, error_line, start_clean
 
 _TASK_ENV = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_PROCID", "SLURM_LOCALID",
              "SLURM_NODEID", "SLURM_NTASKS", "SLURM_STEP_ID", "SLURM_RESTART_COUNT", "CUDA_VISIBLE_DEVICES",
@@ -74,16 +73,25 @@ def rank_failure(failed: tuple[int, str, int]) -> str:
             f"{JobPaths(Path()).task_log(rank, 'stderr')})")
 
 
+def start_job_dir(job_dir: Path) -> None:
+    """A job's run starts without an earlier run's result and task files (its task file says when it started;
+    checkpoint.pt is kept to resume)."""
+    start_clean(job_dir)
+    shutil.rmtree(JobPaths(job_dir).tasks, ignore_errors=True)
+
+
+def relink(link: Path, target: Path) -> None:
+    """`link` as a relative symlink to `target` (so that the sweep directory can move), replacing what was there."""
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(os.path.relpath(target, link.parent))
+
+
 def link_task_logs(job_dir: Path, logs: list[tuple[Path, Path]]) -> None:
-    """`task-<k>.stdout.log` and `task-<k>.stderr.log` for every task k of a job of several (relative links, as the
-    job directory's `stdout.log` and `stderr.log` to rank 0's)."""
+    """`task-<k>.stdout.log` and `task-<k>.stderr.log` for every task k of a job of several."""
     if len(logs) < 2:
         return
-    task_dir = JobPaths(job_dir).tasks
-    task_dir.mkdir(parents=True, exist_ok=True)
+    JobPaths(job_dir).tasks.mkdir(parents=True, exist_ok=True)
     for rank, (stdout, stderr) in enumerate(logs):
-        for kind, target in (("stdout", stdout), ("stderr", stderr)):
-            link = JobPaths(job_dir).task_log(rank, kind)
-            if link.is_symlink() or link.exists():
-                link.unlink()
-            link.symlink_to(os.path.relpath(target, task_dir))
+        relink(JobPaths(job_dir).task_log(rank, "stdout"), stdout)
+        relink(JobPaths(job_dir).task_log(rank, "stderr"), stderr)

@@ -1,8 +1,7 @@
-"""The one driver of the worker engine's Slurm workers (`sweepit.slurm._engine`), for packed grids (`_pack.PackedSweep`)
-and Optuna studies (`_optuna_workers.WorkerSweep`): it submits arrays of workers into `sweep.json`'s `workers`, follows
-the jobs they take, and says how to follow, resume or cancel workers it leaves running. What the kind of work keeps:
-where a job's entry comes from (a grid's claims and plan; a study's claims), when following ends, and what is done for
-a worker that ended early (a grid's jobs retried or given to fresh workers; a study's retried by the workers).
+"""The one driver of the worker engine's Slurm workers, for packed grids (`_pack.PackedSweep`) and Optuna studies
+(`_optuna_workers.WorkerSweep`): it submits arrays of workers into `sweep.json`'s `workers`, follows the jobs they
+take, and says how to follow, resume or cancel workers it leaves running. A kind of work says how the jobs its workers
+take are found and when following ends (`watch`).
 """
 
 from __future__ import annotations
@@ -10,36 +9,19 @@ from __future__ import annotations
 import signal
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sweepit._host import now_iso
-from sweepit.results import Manifest, Progress, open_manifest, write_manifest
+from sweepit.results import Manifest, Progress, write_manifest
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._follow import Follower
+from sweepit.slurm._plan import Planner
 from sweepit.slurm._request import Request, sbatch_parameters
 from sweepit.slurm._submit import Task, fresh_folder, job_name, log_paths, next_folder, sbatch_script, submit
 
-if TYPE_CHECKING:
-    from sweepit.slurm._slurm_sweep import SlurmSweep
-
-
-def add_workers(m: Manifest, ids: list[str], folder: Path, request: str, shape: int = 0) -> None:
-    """The one schema of `manifest.workers`, for packed and Optuna workers alike: every worker's id and logs, the
-    workers' job name and each array submitted (its shape, ids, request, when, its folder)."""
-    workers = m.workers
-    workers.setdefault("ids", []).extend(ids)
-    for i in ids:
-        stdout, stderr = log_paths(folder, i)
-        workers.setdefault("stdout", {})[i], workers.setdefault("stderr", {})[i] = str(stdout), str(stderr)
-    workers.setdefault("arrays", {})[ids[0].split("_", 1)[0]] = {
-        "shape": shape, "ids": ids, "submitted_at": now_iso(), "request": request, "submitit_folder": str(folder)}
-    write_manifest(m)
-
 
 def alive_workers(m: Manifest) -> set[str]:
-    """The ids of the manifest's workers (Optuna's or a packed sweep's) that are queued or running; all of them when
-    Slurm cannot be asked."""
+    """The ids of the manifest's workers that are queued or running; all of them when Slurm cannot be asked."""
     ids = [str(i) for i in m.workers.get("ids") or []]
     if not ids:
         return set()
@@ -47,8 +29,7 @@ def alive_workers(m: Manifest) -> set[str]:
     if rows is None:
         return set(ids)
     name = m.workers.get("job_name")
-    return {i for i in ids if (row := rows.get(i)) is not None and (not name or row.name == name)
-            and (row.state in cluster.ACTIVE_STATES or row.state == "COMPLETING")}
+    return {i for i in ids if (row := rows.get(i)) is not None and (not name or row.name == name) and row.in_queue}
 
 
 def workers_alive(m: Manifest) -> bool:
@@ -56,25 +37,34 @@ def workers_alive(m: Manifest) -> bool:
     return bool(alive_workers(m))
 
 
+def worker_job(worker: str, m: Manifest) -> dict[str, Any]:
+    """The Slurm facts of a job that worker `worker` runs, in its manifest entry."""
+    return {"slurm_job_id": worker, "slurm_array_job_id": cluster.array_id(worker),
+            "slurm_job_name": m.workers.get("job_name")}
+
+
 class WorkerDriver:
-    """The driver's side of a sweep run by workers: `begin` (the sweep's lock and manifest), `submit_array`,
-    `follow_until`, `detached`. A kind of work names its workers and their work for what the driver says."""
+    """The driver's side of a sweep run by workers: `open`, `submit_array`, `follow`. A kind of work names its workers
+    and their work for what the driver says, and sets how their jobs are followed (`watch`)."""
 
     workers = "workers"
     work = "their jobs"
 
-    def __init__(self, sweep: SlurmSweep) -> None:
+    def __init__(self, sweep: Planner) -> None:
         self.sweep = sweep
         self.options = sweep.options
-        self.sweep_dir: Path = sweep.sweep_dir
-        self.m: Manifest  # read by begin()
+        self.sweep_dir = sweep.sweep_dir
+        self.m: Manifest  # read by open()
 
-    def begin(self) -> Manifest:
-        """Hold the sweep's lock and read its manifest."""
-        self.sweep_dir.mkdir(parents=True, exist_ok=True)
-        self.sweep.lock.acquire()
-        self.m = open_manifest(self.sweep_dir, launcher="slurm")
-        return self.m
+    def open(self) -> bool:
+        """Hold the sweep's lock and read its manifest; True when workers of an earlier driver are still alive (then
+        they are followed, and none is submitted)."""
+        self.m = self.sweep.begin()
+        return workers_alive(self.m)
+
+    @property
+    def waits(self) -> bool:
+        return bool(self.options.wait)
 
     def params(self, request: Request, n_workers: int, name: str, cores: int | None = None) -> dict[str, Any]:
         """sbatch's parameters of an array of `n_workers` (`cores`: each worker's cpus_per_task, when not the
@@ -90,30 +80,35 @@ class WorkerDriver:
         return sbatch_script(params, next_folder(self.sweep_dir, index), n_workers, self.options.python)
 
     def submit_array(self, tasks: list[Task], request: Request, shape: int = 0, cores: int | None = None) -> list[str]:
-        """One sbatch call: an array of the workers (a plain job for one), added to `manifest.workers`."""
-        o, m = self.options, self.m
+        """One sbatch call: an array of the workers (a plain job for one), added to `manifest.workers`, the one
+        schema of packed and Optuna workers alike."""
+        o, workers = self.options, self.m.workers
         folder = fresh_folder(self.sweep_dir)
-        name = str(m.workers.setdefault("job_name", job_name(o)))
+        name = str(workers.setdefault("job_name", job_name(o)))
         ids = submit(tasks, self.params(request, len(tasks), name, cores), folder, o.max_num_timeout, o.python)
-        add_workers(m, ids, folder, request.describe(), shape)
+        workers.setdefault("ids", []).extend(ids)
+        for i in ids:
+            stdout, stderr = log_paths(folder, i)
+            workers.setdefault("stdout", {})[i], workers.setdefault("stderr", {})[i] = str(stdout), str(stderr)
+        workers.setdefault("arrays", {})[cluster.array_id(ids[0])] = {
+            "shape": shape, "ids": ids, "submitted_at": now_iso(), "request": request.describe(),
+            "submitit_folder": str(folder)}
+        write_manifest(self.m)
         return ids
 
-    def follower(self, progress: Progress) -> Follower:
-        """The follow loop of the workers' jobs (added as the workers take them); it keeps the sweep's lock alive."""
-        o = self.options
-        follower = Follower(self.m, [], progress, o.poll_interval_s, o.result_grace_s, o.stderr_tail_lines)
-        follower.on_poll = self.sweep.lock.touch
-        return follower
+    def watch(self, follower: Follower) -> tuple[Callable[[], bool], Callable[[], bool]]:
+        """The kind's `look` and `going` of the follow loop (`Follower.follow`)."""
+        raise NotImplementedError
 
-    def follow_until(self, follower: Follower, look: Callable[[], bool], going: Callable[[], bool]) -> str | None:
-        """Follow until `look()` says nothing is left; what to say when a stop signal (SIGINT, SIGTERM) ended the
-        following early, else None. The workers never depend on it."""
-        try:
-            follower.progress.draw()
-            stop = follower.follow(look=look, going=going)
-        finally:
-            follower.progress.close()
-            write_manifest(self.m)
+    def follow(self, progress: Progress | None = None) -> str | None:
+        """Follow the workers' jobs until the kind's look says nothing is left, or say how to follow them when not
+        waiting; what to say when a stop signal (SIGINT, SIGTERM) ended the following early, else None. The workers
+        never depend on it."""
+        if not self.options.wait:
+            print(self.detached(), flush=True)
+            return None
+        follower = Follower(self.m, [], progress or Progress(0), self.options, self.sweep.lock.touch)
+        stop = follower.follow(*self.watch(follower))
         if stop is None:
             return None
         return (f"stopped following the workers ({signal.Signals(stop).name}); they go on running.\n"
@@ -122,7 +117,7 @@ class WorkerDriver:
     def detached(self) -> str:
         """What a driver that does not wait (hydra.launcher.wait=false) says of the workers it leaves running."""
         workers = self.m.workers
-        arrays = list(workers.get("arrays") or dict.fromkeys(str(i).split("_", 1)[0] for i in workers.get("ids") or []))
+        arrays = list(workers.get("arrays") or cluster.base_ids(str(i) for i in workers.get("ids") or []))
         return (f"Not waiting (hydra.launcher.wait=false): the {self.workers} (Slurm job(s) "
                 f"{' '.join(arrays) or '?'}) run {self.work} on their own.\n"
                 f"  follow:  sweepit status {self.sweep_dir} --watch\n  resume:  sweepit resume {self.sweep_dir}\n"
