@@ -181,7 +181,7 @@ class Engine:
             if job.proc is not None:
                 job.proc.join(max(0.0, deadline - time.monotonic()))
         works = {job.num: self.works.get(job.num) for job in running}
-        pool._kill_all()  # SIGKILL what is left, then record each job (the hooks: the source hears it ended)
+        pool.kill_all()  # SIGKILL what is left, then record each job (the hooks: the source hears it ended)
         for work in works.values():
             if work is not None:
                 self.source.give_back(work)
