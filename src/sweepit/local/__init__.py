@@ -6,9 +6,9 @@
 
 from __future__ import annotations
 
-from sweepit.local._local_sweep import DEFAULT_PRELOAD, LocalOptions, LocalSweep, preload
+from sweepit.local._local_sweep import LocalOptions, LocalSweep
 from sweepit.local._pool import Job, Pool
-from sweepit.local._resources import GpuPool
+from sweepit.local._resources import DEFAULT_PRELOAD, GpuPool, preload
 from sweepit.local._run import record_end
 from sweepit.local._worker import ChildSpec, Reply, child_main, failure, picklable
 
