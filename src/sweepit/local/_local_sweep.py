@@ -80,8 +80,9 @@ class LocalOptions:
     # Skip jobs whose result.json in hydra.sweep.dir says completed (or diverged); rerun the others.
     # Set hydra.sweep.dir to the sweep to resume; job numbers and directories stay the same.
     resume: bool = False
-    # Modules imported in the driver before forking, so that each job starts warm (DEFAULT_PRELOAD above says
-    # why these); the default list only for an app that trains with torch (TORCH_APP); [] imports none.
+    # Modules imported in the driver before forking, so that each job starts warm (DEFAULT_PRELOAD in
+    # sweepit/local/_resources.py says why these); the default list only for an app that trains with torch
+    # (TORCH_APP); [] imports none.
     preload: list[str] = field(default_factory=lambda: list(DEFAULT_PRELOAD))
     # Last lines of a failed job's stderr.log copied into its result.json (a segfault's Python stack
     # from faulthandler takes about 30).

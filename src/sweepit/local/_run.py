@@ -9,17 +9,9 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from sweepit._host import now_iso
-from sweepit.local._capture import STDERR_LOG, tail_lines
+from sweepit.local._capture import tail_lines
 from sweepit.local._pool import Job
-from sweepit.results import (
-    JobRecord,
-    Recorder,
-    Status,
-    as_number,
-    write_result,
-)
-
-_LOOK_S = 1.0  # how often the running jobs' metrics are read for the ETA
+from sweepit.results import STDERR_LOG, JobRecord, Recorder, Status, as_number, write_result
 
 
 def describe_exit(exit_code: int | None, stopped: bool) -> str:
