@@ -59,8 +59,7 @@ class WandB(Tracker):
         if result is not None and isinstance(result.get("objective"), int | float):
             self.run.summary["objective"] = float(result["objective"])
         run_dir = self.run.dir
-        offline = self.mode == "offline"
         self.run.finish(exit_code=0 if status in (Status.COMPLETED, Status.PRUNED, State.ENDED) else 1)
         self.run = None
-        if offline:
+        if self.mode == "offline":
             log.info(f"sweepit: W&B run saved offline; upload it with `wandb sync {Path(run_dir).parent}`")
