@@ -18,26 +18,17 @@ from typing import IO, Any
 
 from sweepit.errors import OutputWriteError
 
-
-def _current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+_UMASK = os.umask(0)  # read by setting it, then set back
+os.umask(_UMASK)
 
 
-_UMASK = _current_umask()
-
-
-def remove_temporaries(folder: Path) -> list[Path]:
+def remove_temporaries(folder: Path) -> None:
     """Delete the temporary files of `atomic_file` writes in `folder` that never finished (`.<name>.<random>.tmp`),
     as a process killed mid-write (SIGKILL, out of memory) leaves them. Only for a folder no live process writes
-    to: a driver calls it once the job that owned the folder is gone. Returns what was deleted."""
-    removed = []
+    to: a driver calls it once the job that owned the folder is gone."""
     for tmp in Path(folder).glob(".*.tmp"):
         with contextlib.suppress(OSError):
             tmp.unlink()
-            removed.append(tmp)
-    return removed
 
 
 @contextmanager
@@ -84,12 +75,9 @@ def _fsync_dir(folder: Path) -> None:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:
         return  # a file system that cannot open directories (rare): the file itself is synced
-    try:
+    with contextlib.suppress(OSError):
         os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    os.close(fd)
 
 
 def _clear(e: OSError, path: Path) -> OutputWriteError:

@@ -1,15 +1,9 @@
-"""The one way a sweep driver catches Ctrl-C and SIGTERM: as events it acts on in its own loop.
-
-    with StopSignals() as stop:          # SIGINT and SIGTERM are recorded instead of raising
-        while work_left and not stop.received:
-            ...
-    # the handlers of before are back
-
-A signal can only be caught in the main thread; elsewhere nothing is installed and `received` stays empty.
-"""
+"""The one way a sweep driver catches Ctrl-C and SIGTERM, as events it acts on in its own loop, and how a job
+process turns them into KeyboardInterrupt."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -22,12 +16,10 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class StopSignals:
-    """Records each SIGINT and SIGTERM in `received` (in order) while installed.
-
-    `on_signal(signum)` runs in the handler after the signal is recorded (e.g. to raise KeyboardInterrupt
-    on a second one). `wakeup=True` also makes `wakeup_fd` readable at each signal, for a loop that
-    sleeps in `select` or `multiprocessing.connection.wait` rather than in a sleep it can cut short.
-    """
+    """Records each SIGINT and SIGTERM in `received` (in order) while installed; a signal can only be caught in the
+    main thread, elsewhere nothing is installed. `on_signal(signum)` runs in the handler after the signal is recorded.
+    `wakeup=True` also makes `wakeup_fd` readable at each signal, for a loop that sleeps in `select` or
+    `multiprocessing.connection.wait` rather than in a sleep it can cut short."""
 
     def __init__(self, on_signal: Callable[[int], None] | None = None, wakeup: bool = False) -> None:
         self.on_signal = on_signal
@@ -75,13 +67,9 @@ class StopSignals:
 
     def drain(self) -> None:
         """Empty the wake-up pipe after a wake-up."""
-        if self.wakeup_fd < 0:
-            return
-        try:
+        with contextlib.suppress(BlockingIOError):
             while os.read(self.wakeup_fd, 512):
                 pass
-        except BlockingIOError:
-            pass
 
     def __enter__(self) -> StopSignals:
         return self.install()

@@ -1,12 +1,6 @@
 """`_target_` nodes (Hydra's instantiate convention) without Hydra and without torch: the one way sweepit builds a
 class or function named in a config, for the training code (models, data, losses) and for the search (Optuna
-samplers and pruners).
-
-    instantiate({"_target_": "optuna.samplers.TPESampler", "seed": 0}, "hydra.sweeper.sampler")
-
-The node's other keys are the keyword arguments (nested nodes with a `_target_` are built first; `_args_` gives
-positional ones, `_partial_: true` a functools.partial). A mistake is one ConfigError that names the key, the value
-and what is expected.
+samplers and pruners). A mistake is one ConfigError that names the key, the value and what is expected.
 """
 
 from __future__ import annotations
@@ -52,8 +46,9 @@ def locate(target: Any, key: str) -> Callable[..., Any]:
 
 def instantiate(node: Mapping[str, Any], key: str, fill: Mapping[str, Any] | None = None,
                 skip: tuple[str, ...] = ("_target_",)) -> Any:
-    """Call `node["_target_"]` with the node's other keys (those in `skip` left out); `fill` adds arguments the
-    callable takes and the node does not give. A call that refuses its arguments is a ConfigError."""
+    """Call `node["_target_"]` with the node's other keys (those in `skip` left out; nested `_target_` nodes built
+    first, `_args_` positional, `_partial_: true` a functools.partial); `fill` adds arguments the callable takes and
+    the node does not give."""
     target = locate(node.get("_target_"), f"{key}._target_")
     args = list(node.get("_args_", []))
     kwargs = {k: _build_nested(v, f"{key}.{k}") for k, v in node.items() if k not in (*skip, "_args_", "_partial_")}

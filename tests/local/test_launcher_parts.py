@@ -14,9 +14,8 @@ from hydra.utils import instantiate
 
 from hydra_plugins.sweepit.local_launcher import LocalLauncher
 from sweepit.errors import ConfigError, ManifestError
-from sweepit.local import preload
+from sweepit.local import DEFAULT_PRELOAD, preload
 from sweepit.local._capture import tail_lines
-from sweepit.local._local_sweep import DEFAULT_PRELOAD
 from sweepit.local._resources import GpuPool, resolve_n_workers, resolve_threads, visible_gpus
 from sweepit.local._run import describe_exit
 from sweepit.results._job_files import write_result
@@ -84,7 +83,7 @@ def test_the_default_preload_warms_torch_only_for_an_app_that_trains_with_it(app
     whole list; a list of one's own is imported as given; sweepit's own per-job modules always."""
     code = ("import sys\n" + app_imports + "\n"
             "print('torch' in sys.modules)\n"
-            "from sweepit.local._local_sweep import DEFAULT_PRELOAD, preload\n"
+            "from sweepit.local import DEFAULT_PRELOAD, preload\n"
             "preload(DEFAULT_PRELOAD)\n"
             "print('torch' in sys.modules, 'torch._dynamo' in sys.modules, 'sweepit.train._loop' in sys.modules)\n"
             "print('sweepit.trackers' in sys.modules)\n"

@@ -1,12 +1,8 @@
 """A job's stdout and stderr: `stdout.log` and `stderr.log` in its job directory, and the terminal with one worker.
 
-The job's file descriptors 1 and 2 are replaced, so output written below Python (C extensions, a segfault
-message, subprocesses) is captured too, and nothing already written is lost when the job dies.
-- Several workers: fds 1 and 2 are the log files themselves, opened by the driver and handed over at the
-  fork. The driver copies nothing and is not woken up by output, which counts when short jobs compete for
-  a few cores.
-- One worker: the output must also reach the terminal live, so fds 1 and 2 are pipes and the driver copies
-  what comes through into the files and onto its own stdout and stderr (a tee).
+The job's file descriptors 1 and 2 are replaced, so output written below Python (C extensions, a segfault message,
+subprocesses) is captured too. With several workers they are the log files themselves, so the driver is not woken up
+by output; with one worker they are pipes the driver copies into the files and onto the terminal (a tee).
 """
 
 from __future__ import annotations
@@ -18,8 +14,6 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from sweepit.results import STDERR_LOG, STDOUT_LOG
-
-__all__ = ["STDERR_LOG", "STDOUT_LOG", "JobOutput", "tail_lines"]
 
 _CHUNK = 1 << 16
 
@@ -38,7 +32,7 @@ def _write_through(stream: TextIO, data: bytes) -> None:
 class JobOutput:
     """The job's two descriptors (`child_fds`) and, when echoing, the driver's pipe read ends (`fds()`)."""
 
-    def __init__(self, job_dir: Path, echo: bool, before_echo: Callable[[], None] | None = None) -> None:
+    def __init__(self, job_dir: Path, echo: bool, before_echo: Callable[[], None]) -> None:
         job_dir.mkdir(parents=True, exist_ok=True)
         self._before_echo = before_echo
         self.ends_line = True               # whether the last byte echoed was a newline
@@ -78,8 +72,7 @@ class JobOutput:
             del self._sinks[fd]
             return -1
         file.write(data)
-        if self._before_echo is not None:
-            self._before_echo()
+        self._before_echo()
         _write_through(echo, data)
         self.ends_line = data.endswith(b"\n")
         return len(data)

@@ -1,8 +1,7 @@
 """The driver's event loop: fork a process per job up to the cap, copy its output, notice its end, stop on signals.
 
-No polling: the loop sleeps in one `multiprocessing.connection.wait` on every job's exit sentinel, reply
-pipe and output pipes, and on a wake-up pipe written by the signal handler. It wakes up on its own only
-to redraw the progress clock on a terminal, or to escalate a stop to SIGKILL.
+No polling: the loop sleeps in one `multiprocessing.connection.wait` on every job's exit sentinel, reply pipe and
+output pipes, and on a wake-up pipe written by the signal handler.
 """
 
 from __future__ import annotations
@@ -82,6 +81,7 @@ class Pool:
         self.hooks = hooks
         self.clock_ticks = clock_ticks       # wake up every second to redraw a clock
         self.running: dict[int, Job] = {}
+        self.queue: deque[Job] = deque()
         # Ctrl-C and SIGTERM while the pool runs: the first stops the running jobs in order, another kills them.
         # Off the main thread nothing is caught, and the sweep stops only when its jobs end.
         self.signals = StopSignals(wakeup=True)
@@ -92,35 +92,18 @@ class Pool:
     def stop_signal(self) -> int | None:
         return self.signals.first
 
-    # -- the loop --------------------------------------------------------------------------------------
     def run(self, jobs: list[Job]) -> None:
-        """Run `jobs` in order, on at most `n_workers` workers; on a signal, stop the running ones and return.
-
-        A job is prepared (its config composed) just before it starts, or ahead of time while
-        every worker is busy, so that this work overlaps the jobs instead of delaying the first one.
-        """
-        queue = deque(jobs)
-        self.signals.install()
+        """Run `jobs` in order, on at most `n_workers` workers; on a signal, stop the running ones and return."""
+        self.open()
+        self.queue.extend(jobs)
         try:
-            while self.running or (queue and self.stop_signal is None):
-                if self.stop_signal is not None:
-                    self._stop_running()
-                self._fill(queue)
-                ahead = self._next_unprepared(queue) if self.stop_signal is None else None
-                if self.running:
-                    self._wait_once(0.0 if ahead is not None else self._timeout())
-                if ahead is not None:
-                    self._prepare(ahead)
+            while self.busy():
+                self.step()
         finally:
-            try:
-                self._kill_all()  # only after an error in the loop itself
-            finally:
-                self.signals.restore()
+            self.close()
 
-    # -- an open run: jobs come one by one while others run (the Optuna sweeper, through the launcher) ------
+    # An open run: `submit` adds jobs while others run (the Optuna sweeper through the launcher, a Slurm worker).
     def open(self) -> None:
-        """Start a run with no job list: `submit` adds jobs, each `step` is one turn of `run`'s loop."""
-        self.queue: deque[Job] = deque()
         self.signals.install()
 
     def submit(self, job: Job) -> None:
@@ -131,24 +114,26 @@ class Pool:
         return bool(self.running or (self.queue and self.stop_signal is None))
 
     def step(self) -> None:
-        """Start what fits, then sleep until something happens: a job's output or end, a signal."""
+        """Start what fits, then sleep until something happens: a job's output or end, a signal, a clock tick. A job
+        is prepared (its config composed) just before it starts, or ahead of time while every worker is busy, so
+        that this work overlaps the jobs instead of delaying the first one."""
         if self.stop_signal is not None:
             self._stop_running()
-        self._fill(self.queue)
-        ahead = self._next_unprepared(self.queue) if self.stop_signal is None else None
+        self._fill()
+        ahead = self._next_unprepared() if self.stop_signal is None else None
         if self.running:
             self._wait_once(0.0 if ahead is not None else self._timeout())
         if ahead is not None:
             self._prepare(ahead)
 
     def close(self) -> None:
-        """End an open run: jobs still running are killed (the caller gave up on them), signals restored."""
+        """End a run: jobs still running are killed (after an error, or the caller gave up on them)."""
         try:
-            self._kill_all()
+            self.kill_all()
         finally:
             self.signals.restore()
 
-    def _kill_all(self) -> None:
+    def kill_all(self) -> None:
         """SIGKILL every running job, then finish each: a job whose record cannot be written (a full disk)
         neither spares the others nor leaves them running; the first such error is raised at the end."""
         jobs = list(self.running.values())
@@ -169,40 +154,39 @@ class Pool:
             job.ready = self.hooks.prepare(job)
         return job.ready
 
-    def _next_unprepared(self, queue: deque[Job]) -> Job | None:
-        for i, job in enumerate(queue):
+    def _next_unprepared(self) -> Job | None:
+        for i, job in enumerate(self.queue):
             if i >= self.n_workers:
                 return None
             if job.ready is None:
                 return job
         return None
 
-    def _fill(self, queue: deque[Job]) -> None:
-        while queue and self.stop_signal is None and self._slots_used() < self.n_workers:
-            job = queue[0]
+    def _fill(self) -> None:
+        while self.queue and self.stop_signal is None and self._slots_used() < self.n_workers:
+            job = self.queue[0]
             if not self._prepare(job):
-                queue.popleft()  # finished before (resume), or refused: the hooks recorded it
+                self.queue.popleft()  # finished before (resume), or refused: the hooks recorded it
                 continue
             if self._slots_used() + job.n_slots > self.n_workers:
                 break  # the next job waits for workers to free up
             gpus = self.gpu_pool.take(job.n_gpus) if self.use_gpus else []
             if gpus is None:
                 break  # the next job waits for GPUs to free up
-            self._start(queue.popleft(), gpus)
+            self._start(self.queue.popleft(), gpus)
 
     def _slots_used(self) -> int:
         return sum(job.n_slots for job in self.running.values())
 
-    def _timeout(self) -> float | None:
-        timeouts = []
+    def _timeout(self) -> float:
+        timeouts = [LOCK_HEARTBEAT_S]  # wake up now and then to refresh the sweep lock, even with nothing to draw
         if self._kill_at is not None:
             timeouts.append(max(0.0, self._kill_at - time.monotonic()))
         if self.clock_ticks:
             timeouts.append(_CLOCK_TICK_S)
-        timeouts.append(LOCK_HEARTBEAT_S)  # wake up now and then to refresh the sweep lock, even with nothing to draw
-        return min(timeouts) if timeouts else None
+        return min(timeouts)
 
-    def _wait_once(self, timeout: float | None) -> None:
+    def _wait_once(self, timeout: float) -> None:
         handlers: dict[int, Callable[[], object]] = {}
         if self.signals.wakeup_fd >= 0:
             handlers[self.signals.wakeup_fd] = self.signals.drain
@@ -226,7 +210,6 @@ class Pool:
         if all(job.output is None or job.output.ends_line for job in self.running.values()):
             self.hooks.tick()  # not in the middle of a line a job is echoing
 
-    # -- one job ---------------------------------------------------------------------------------------
     def _start(self, job: Job, gpus: list[str]) -> None:
         job.gpus = gpus
         self.hooks.before_fork(job)

@@ -1,12 +1,35 @@
-"""How many jobs run at once and which GPUs each one owns. Nothing here initialises CUDA: the driver forks."""
+"""What the driver gives its jobs: how many run at once, which GPUs each one owns, and the modules imported before
+they are forked. Nothing here initialises CUDA: the driver forks."""
 
 from __future__ import annotations
 
+import importlib
+import logging
 import os
+import pkgutil
 import shutil
 import subprocess
+import sys
+from collections.abc import Sequence
 
 from sweepit.errors import ConfigError
+
+log = logging.getLogger(__name__)
+_preloaded: set[str] = set()
+
+# Imported once in the driver before any job is forked, so each job starts warm. Nothing here may run torch compute:
+# OpenMP thread pools do not survive fork. torch._dynamo is what torch's optimizers import on first use (slowly); the
+# private torch modules and sweepit's data modules are imported lazily by a first training step, which each job would
+# otherwise pay for. The list warms torch training, so it is imported only where the app has imported torch or
+# sweepit's own job by the time it launches (TORCH_APP): torch's import costs each driver CPU time and memory.
+DEFAULT_PRELOAD = [
+    "torch", "torch.optim", "torch._dynamo", "torch.profiler._cupti_monitor", "torch.utils.serialization.config",
+    "sweepit.train._loop", "sweepit.train.data.*", "sweepit.train._job:code_version",
+]
+# What every job's session imports when the job ends (its trackers, sweepit.train._session): light, and imported
+# before any fork whatever the list above, so that no job of any app pays it again.
+JOB_MODULES = ("sweepit.trackers",)
+TORCH_APP = ("torch", "sweepit.train._entry")  # an app that has imported one of these trains with torch
 
 
 def visible_gpus() -> list[str]:
@@ -84,3 +107,33 @@ class GpuPool:
     def give(self, gpus: list[str]) -> None:
         free = set(self.free) | set(gpus)
         self.free = [g for g in self.all if g in free]  # in the machine's order, so that ids stay stable
+
+
+def preload(names: Sequence[str]) -> None:
+    """Import each module once in the driver, before any fork: `module`, `module:function` (then called),
+    `package.*` (the package and its modules). A module absent here is skipped; other failures are warned."""
+    for name in JOB_MODULES:
+        importlib.import_module(name)
+    if list(names) == DEFAULT_PRELOAD and not any(name in sys.modules for name in TORCH_APP):
+        log.debug("hydra.launcher.preload: the app has not imported torch nor sweepit.train.run_job, so the default "
+                  "list is not imported")
+        return
+    for name in names:
+        if name in _preloaded:
+            continue
+        _preloaded.add(name)
+        module, _, function = name.partition(":")
+        try:
+            if module.endswith(".*"):
+                package = importlib.import_module(module[:-2])
+                for info in pkgutil.iter_modules(getattr(package, "__path__", [])):
+                    importlib.import_module(f"{package.__name__}.{info.name}")
+                continue
+            loaded = importlib.import_module(module)
+            if function:
+                getattr(loaded, function)()
+        except ModuleNotFoundError as e:
+            log.debug(f"hydra.launcher.preload: skipped {name!r}: {e}")
+        except Exception as e:
+            log.warning(f"hydra.launcher.preload: {name!r} failed ({type(e).__name__}: {e}); each job will import "
+                        "it itself. Fix or remove it in hydra.launcher.preload.")

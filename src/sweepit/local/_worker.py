@@ -1,8 +1,6 @@
 """The job side of a fork: detach from the terminal's signals, take the output pipes, run the job, reply.
 
-Everything here runs in the forked child. The driver has the app and the preloaded modules in memory
-already, so a job starts in milliseconds instead of paying the imports again. What "run the job" means
-(Hydra's run_job around the task function) is the launcher's `body`.
+Everything here runs in the forked child, which has the driver's app and preloaded modules in memory already.
 """
 
 from __future__ import annotations
@@ -80,16 +78,12 @@ def _detach(spec: ChildSpec) -> None:
     if reconfigure is not None:
         reconfigure(line_buffering=True)  # a pipe would otherwise hold lines back until 8 KB
     os.environ.update(spec.env)
-    _reseed()
-    if spec.threads > 0 and "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(spec.threads)
-
-
-def _reseed() -> None:
-    """Fresh random state: every fork starts from the driver's, so jobs that do not seed would draw the same
-    numbers. (Python's `random` reseeds itself after a fork; a job that seeds itself is not affected.)"""
+    # Fresh random state: every fork starts from the driver's, so jobs that do not seed would draw the same numbers
+    # (Python's `random` reseeds itself after a fork).
     if "torch" in sys.modules:
         sys.modules["torch"].default_generator.seed()
+        if spec.threads > 0:
+            sys.modules["torch"].set_num_threads(spec.threads)
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
 

@@ -1,16 +1,6 @@
-"""Experiment trackers: every epoch's metrics, the job's config as hyperparameters and its final status go to
-TensorBoard, MLflow, Weights & Biases or a CSV file, with the sweep as the group (experiment) and the job as
-the run, so each tracker's own comparison views work for a sweep.
-
-A job's config chooses them in its `logger` node, one `_target_` config per tracker (the `logger` config
-group: `logger=tensorboard`, `logger=[tensorboard,mlflow]`, `logger=many`):
-
-    logger:
-      tensorboard: {_target_: sweepit.trackers.TensorBoard}
-      mlflow:      {_target_: sweepit.trackers.MLflow, tracking_uri: null}
-
-They are fed by the job's session (sweepit.report), so a user's own loop gets them too; only rank 0 logs.
-Each tracker's package is an optional extra: a missing one is a ConfigError that names the extra.
+"""Experiment trackers (TensorBoard, MLflow, Weights & Biases, CSV), chosen in a job's `logger` node, one `_target_`
+config per tracker, with the sweep as the group and the job as the run (docs/results.md). They are fed by the job's
+session (sweepit.report), so a user's own loop gets them too.
 """
 
 from __future__ import annotations

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import logging
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -13,7 +12,6 @@ from typing import Any
 from sweepit.errors import ConfigError
 from sweepit.results import MANIFEST_FILE, MULTIRUN_FILE
 
-log = logging.getLogger(__name__)
 # Files beside a job's directories that say the directory above a job is a sweep (sweepit's, Hydra's basic one).
 _SWEEP_MARKERS = (MANIFEST_FILE, MULTIRUN_FILE)
 # Config subtrees that are not hyperparameters of the job.
@@ -56,8 +54,17 @@ class Tracker:
         raise NotImplementedError
 
 
-def _require(cls: type[Tracker], key: str) -> None:
-    if cls.module and importlib.util.find_spec(cls.module) is None:
+def _has_methods(obj: Any) -> bool:
+    return all(callable(getattr(obj, m, None)) for m in ("start", "log", "finish"))
+
+
+def _require(node: Mapping[str, Any], key: str) -> None:
+    """ConfigError when the node names a class that cannot be imported, or a tracker whose package is missing."""
+    from sweepit._targets import locate
+
+    cls = locate(node["_target_"], f"{key}._target_")
+    if (isinstance(cls, type) and issubclass(cls, Tracker) and cls.module
+            and importlib.util.find_spec(cls.module) is None):
         raise ConfigError(
             f"{key} needs the `{cls.module}` package, which is not installed: install sweepit's extra with "
             f"`pip install -e '.[{cls.extra}]'` (or `pip install {cls.extra}`), or drop the logger "
@@ -71,14 +78,12 @@ def _nodes(config: Any, strict: bool) -> list[tuple[str, Mapping[str, Any]]]:
     Otherwise the node may be an app's own group (lightning-hydra-template's `logger=csv` is Lightning's loggers), so
     only its entries whose `_target_` is a tracker are sweepit's; the rest are the app's, left unread and unresolved
     (they may interpolate what only the app's own run sets, such as `${hydra:runtime.output_dir}`)."""
-    from omegaconf import OmegaConf
-
     from sweepit._targets import plain
 
     node = _select(config, "logger")
     if node is None or (strict and plain(node) == {}):
         return []
-    if not (isinstance(node, Mapping) or OmegaConf.is_dict(node)):
+    if not isinstance(node, Mapping):
         if not strict:
             return []
         raise ConfigError(f"logger must be a mapping of trackers (like logger.tensorboard._target_="
@@ -89,7 +94,7 @@ def _nodes(config: Any, strict: bool) -> list[tuple[str, Mapping[str, Any]]]:
         sub = node[name]
         if sub is None:
             continue  # a tracker switched off with logger.<name>=null
-        target = sub.get("_target_") if isinstance(sub, Mapping) or OmegaConf.is_dict(sub) else None
+        target = sub.get("_target_") if isinstance(sub, Mapping) else None
         if strict and target is None:
             raise ConfigError(f"logger.{name} must be a tracker's config with a _target_ (like "
                               f"_target_: sweepit.trackers.TensorBoard), but got logger.{name}={plain(sub)!r}.")
@@ -111,23 +116,19 @@ def _is_tracker(target: Any, key: str) -> bool:
         cls = locate(target, key)
     except ConfigError:
         return False  # the app's to import, when it uses it
-    return isinstance(cls, type) and all(callable(getattr(cls, m, None)) for m in ("start", "log", "finish"))
+    return isinstance(cls, type) and _has_methods(cls)
 
 
 def check_trackers(config: Any) -> None:
     """Raise ConfigError when a tracker of the config cannot be built (unknown target, missing package),
     before any training; build nothing."""
-    from sweepit._targets import locate
-
     for key, node in _nodes(config, strict=True):
-        cls = locate(node["_target_"], f"{key}._target_")
-        if isinstance(cls, type) and issubclass(cls, Tracker):
-            _require(cls, key)
+        _require(node, key)
 
 
 def open_trackers(config: Any, job_dir: Path) -> list[Tracker]:
     """Build and start the config's trackers for the job in `job_dir` ([] when the config names none)."""
-    from sweepit._targets import instantiate, locate
+    from sweepit._targets import instantiate
 
     nodes = _nodes(config, strict=False)
     if not nodes:
@@ -135,11 +136,9 @@ def open_trackers(config: Any, job_dir: Path) -> list[Tracker]:
     run = run_info(config, job_dir)
     trackers = []
     for key, node in nodes:
-        cls = locate(node["_target_"], f"{key}._target_")
-        if isinstance(cls, type) and issubclass(cls, Tracker):
-            _require(cls, key)
+        _require(node, key)
         tracker = instantiate(node, key)
-        if not all(callable(getattr(tracker, m, None)) for m in ("start", "log", "finish")):
+        if not _has_methods(tracker):
             raise ConfigError(f"{key}._target_ must build a tracker with start(run), log(metrics, epoch) and "
                               f"finish(status, result) methods, but {node['_target_']} built {type(tracker).__name__}.")
         tracker.start(run)
@@ -162,6 +161,7 @@ def flat_params(config: Any) -> dict[str, Any]:
     hydra and logger subtrees. Each value is resolved alone, and one that cannot be outside the job's own run
     (`${hydra:...}`, Hydra's sweep keys in a single run) is kept as its interpolation's text."""
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
     out: dict[str, Any] = {}
 
@@ -169,13 +169,22 @@ def flat_params(config: Any) -> dict[str, Any]:
         out[prefix[:-1]] = value if value is None or isinstance(value, bool | int | float | str) else str(value)
 
     def walk(node: Any, prefix: str) -> None:
-        if OmegaConf.is_dict(node) or isinstance(node, Mapping):
+        if isinstance(node, Mapping):
             for k in node:
                 if not prefix and k in _NOT_PARAMS:
                     continue
-                walk(_value(node, k), f"{prefix}{k}.")
+                try:
+                    value = node[k]
+                except OmegaConfBaseException:  # only a config node resolves, and may fail to
+                    raw = OmegaConf.to_container(node, resolve=False)
+                    assert isinstance(raw, dict)
+                    value = str(raw[k])
+                walk(value, f"{prefix}{k}.")
         elif OmegaConf.is_list(node):
-            leaf(prefix, _resolved(node))
+            try:
+                leaf(prefix, OmegaConf.to_container(node, resolve=True))
+            except OmegaConfBaseException:
+                leaf(prefix, OmegaConf.to_container(node, resolve=False))
         else:
             leaf(prefix, node)
 
@@ -184,36 +193,9 @@ def flat_params(config: Any) -> dict[str, Any]:
     return out
 
 
-def _value(node: Any, key: Any) -> Any:
-    """node[key] resolved, or the text of an interpolation that cannot be resolved here."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    if not OmegaConf.is_config(node):
-        return node[key]
-    try:
-        return node[key]
-    except OmegaConfBaseException:
-        raw = OmegaConf.to_container(node, resolve=False)  # walk() asks mappings only
-        assert isinstance(raw, dict)
-        return str(raw[key])
-
-
-def _resolved(node: Any) -> Any:
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    try:
-        return OmegaConf.to_container(node, resolve=True)
-    except OmegaConfBaseException:
-        return OmegaConf.to_container(node, resolve=False)
-
-
 def _select(config: Any, key: str) -> Any:
     from omegaconf import OmegaConf
 
-    if config is None:
-        return None
     if OmegaConf.is_config(config):
         return OmegaConf.select(config, key, default=None)
     return config.get(key) if isinstance(config, Mapping) else None

@@ -1,17 +1,14 @@
-"""`logger=mlflow`: one MLflow run per job in an experiment per sweep (`<study>/<timestamp>`), with the job's
-config as parameters, every epoch's metrics (step = epoch) and its final status.
+"""`logger=mlflow`: one MLflow run per job in an experiment per sweep (`<study>/<timestamp>`).
 
-Where: `tracking_uri`, else $MLFLOW_TRACKING_URI, else MLflow's file store in `<sweep dir>/mlruns` (a single
-run: `<job dir>/mlruns`): one directory per run and no database, so parallel jobs on a cluster's shared file
-system never wait on a lock, and nothing needs a server. MLflow 3 keeps the file store in maintenance mode
-behind MLFLOW_ALLOW_FILE_STORE, which sweepit sets for this store only. Browse it with
-`mlflow ui --backend-store-uri <sweep dir>/mlruns` (the full `mlflow` package).
-A requeued or resumed job logs into the same run (its id is kept in `<job dir>/.mlflow_run_id`).
+The default store is MLflow's file store in the sweep directory: one directory per run and no database, so parallel
+jobs on a cluster's shared file system never wait on a lock, and nothing needs a server. A requeued or resumed job
+logs into the same run (its id is kept in the job directory).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,7 +40,7 @@ class MLflow(Tracker):
 
         uri = self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
         if not uri:
-            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 keeps this store behind it
             uri = (run.home / "mlruns").resolve().as_uri()
         self.client = client = MlflowClient(tracking_uri=uri)
         name = self.experiment or run.group
@@ -73,8 +70,6 @@ class MLflow(Tracker):
         client.log_batch(self.run_id, tags=[RunTag("sweepit.status", State.RUNNING)])
 
     def log(self, metrics: Mapping[str, float], epoch: int) -> None:
-        import time
-
         from mlflow.entities import Metric
 
         stamp = int(time.time() * 1000)

@@ -1,6 +1,5 @@
 """`logger=tensorboard`: event files in `<job dir>/tensorboard/`: a scalar per metric and epoch, and the job's
-hyperparameters with its final metrics for the HParams dashboard. `tensorboard --logdir <sweep dir>` shows the
-whole sweep, one run per job."""
+hyperparameters with its final metrics for the HParams dashboard."""
 
 from __future__ import annotations
 

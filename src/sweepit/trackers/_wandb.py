@@ -1,10 +1,7 @@
-"""`logger=wandb`: one W&B run per job, grouped by sweep (`group=<study>/<timestamp>`), with the job's config,
-every epoch's metrics (step = epoch) and its final status in the run's summary.
+"""`logger=wandb`: one W&B run per job, grouped by sweep (`group=<study>/<timestamp>`).
 
-Offline by default (`mode: offline`): compute nodes rarely reach the internet. The run is written under
-`<job dir>/wandb/` and uploaded later from a login node with `wandb sync <job dir>/wandb/offline-run-*`
-(or every job of a sweep: `wandb sync <sweep dir>/*/wandb/offline-run-*`). `mode: online` logs live.
-A requeued or resumed job continues the same run (its id is kept in `<job dir>/.wandb_run_id`).
+Offline by default: compute nodes rarely reach the internet, so the run is written under the job directory for a
+later `wandb sync`. A requeued or resumed job continues the same run (its id is kept in the job directory).
 """
 
 from __future__ import annotations
@@ -12,6 +9,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from sweepit._files import atomic_write
@@ -61,10 +59,7 @@ class WandB(Tracker):
         if result is not None and isinstance(result.get("objective"), int | float):
             self.run.summary["objective"] = float(result["objective"])
         run_dir = self.run.dir
-        offline = self.mode == "offline"
         self.run.finish(exit_code=0 if status in (Status.COMPLETED, Status.PRUNED, State.ENDED) else 1)
         self.run = None
-        if offline:
-            from pathlib import Path
-
+        if self.mode == "offline":
             log.info(f"sweepit: W&B run saved offline; upload it with `wandb sync {Path(run_dir).parent}`")
