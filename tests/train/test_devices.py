@@ -71,10 +71,15 @@ def test_each_rank_makes_its_gpu_current_and_binds_its_group_to_it_before_nccl_s
     """Without it every rank's current device stayed cuda:0: NCCL saw a duplicate GPU or hung, and the collectives
     on torch.cuda.current_device() ran on GPU 0 of every rank."""
     calls: list[tuple[str, Any]] = []
+
+    def init(*, backend: str, init_method: str, rank: int, world_size: int, timeout: Any,
+             device_id: torch.device | None = None) -> None:
+        calls.append(("init_process_group", {"backend": backend, "device_id": device_id}))
+
     monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.append(("set_device", device)))
+    monkeypatch.setattr(torch.cuda.nccl, "version", lambda: (2, 27, 3))  # torch 2.8's; this CPU build has no NCCL
     monkeypatch.setattr(_distributed.dist, "is_initialized", lambda: False)
-    monkeypatch.setattr(_distributed.dist, "init_process_group",
-                        lambda **kwargs: calls.append(("init_process_group", kwargs)))
+    monkeypatch.setattr(_distributed.dist, "init_process_group", init)
     _distributed.init_process_group(Rank(1, 1, 2, "node1", 15001), torch.device("cuda", 1))
     assert calls[0] == ("set_device", torch.device("cuda", 1))
     name, kwargs = calls[1]

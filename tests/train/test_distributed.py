@@ -61,6 +61,43 @@ def test_linear_lr_scaling_is_recorded(compose_cfg: Callable[..., DictConfig], t
     assert result["epoch_time_s_mean"] == pytest.approx(result["final"]["epoch_time_s"])
 
 
+torch_init_process_group = torch.distributed.init_process_group
+
+
+def init_of_torch_2_2(backend: str | None = None, init_method: str | None = None, timeout: Any = None,
+                      world_size: int = -1, rank: int = -1, store: Any = None, group_name: str = "",
+                      pg_options: Any = None) -> None:
+    """torch 2.2's init_process_group, as far as its arguments go (no `device_id`), in front of the installed one:
+    that torch cannot be installed beside this one."""
+    torch_init_process_group(backend, init_method, timeout, world_size, rank, store, group_name, pg_options)
+
+
+@pytest.mark.parametrize(("init", "torch_version", "nccl_version", "binds"), [
+    (init_of_torch_2_2, "2.2.2+cu121", (2, 19, 3), False),  # no device_id: a TypeError
+    (torch_init_process_group, "2.6.0+cu124", (2, 21, 5), True),
+    (torch_init_process_group, "2.7.0+cu126", (2, 26, 2), False),  # non-blocking NCCL 2.26: may hang
+    (torch_init_process_group, "2.7.1+cu126", (2, 26, 2), True),  # 2.7.1 no longer turns non-blocking on
+    (torch_init_process_group, "2.8.0+cu128", (2, 27, 3), True),
+])
+def test_the_group_is_bound_to_the_gpu_only_where_torch_takes_device_id_and_nccl_does_not_hang(
+    init: Callable[..., None], torch_version: str, nccl_version: tuple[int, ...], binds: bool
+) -> None:
+    """The NCCL path, as the rule it follows (pytorch/pytorch#153960 for the hang); the versions are those torch's
+    wheels ship."""
+    assert distributed.binds_safely(init, torch_version, nccl_version) is binds
+
+
+def test_two_gloo_ranks_train_with_an_init_process_group_that_has_no_device_id(
+    compose_cfg: Callable[..., DictConfig], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch 2.2 (pyproject allows it) failed every job of several ranks, on the CPU too, with a TypeError for the
+    device_id it was given even as None."""
+    monkeypatch.setattr(torch.distributed, "init_process_group", init_of_torch_2_2)  # the forked ranks inherit it
+    run_job(compose_cfg(*SETUP[:-4], "epochs=1", "trainer.gpus=2", "device=cpu"), tmp_path)
+    result = read_result(tmp_path)
+    assert result is not None and result["status"] == "completed" and result["world_size"] == 2
+
+
 def _fail_on_rank_one(rank: Rank) -> int:
     if rank.rank == 1:
         raise RuntimeError("rank 1 broke")

@@ -45,7 +45,9 @@ class Batches:
         # Seeded again at each epoch from (seed, epoch) alone: a run resumed at any epoch draws what an uninterrupted
         # run draws there, on every rank, with no generator state to checkpoint.
         self.batch_g = torch.Generator()  # the global order: the same on every rank
-        self.aug_g = torch.Generator()    # each rank's augmentation: its own
+        # Each rank's augmentation: its own, drawn on the batches' device (no copy from the host at each step). The
+        # meta device, which draws nothing, has no generator of its own.
+        self.aug_g = torch.Generator(device if device.type != "meta" else "cpu")
         if (self.augment or self.resize or channels_last) and len(data.input_shape) != 3:
             raise ConfigError(f"data.augment, task.image_size and trainer.channels_last apply to images (C, H, W), but "
                               f"the inputs have shape {data.input_shape}; turn them off for this data.")

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import atexit
 import datetime
+import functools
 import gc
+import inspect
 import multiprocessing as mp
 import multiprocessing.connection
 import os
@@ -16,6 +18,7 @@ from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
+from torch.torch_version import TorchVersion
 
 from sweepit.errors import RankFailedError, SweepitError
 from sweepit.train._devices import use_device
@@ -26,23 +29,46 @@ T = TypeVar("T")
 # torchrun; with local ranks the supervising process stops the others as soon as one fails).
 COLLECTIVE_TIMEOUT_S = 300
 GLOO_SETTLE_S = 0.1  # see destroy_process_group
+# torch before 2.7.1 may turn NCCL's non-blocking mode on for a group bound to a device, and NCCL 2.26 can hang a
+# collective in that mode (pytorch/pytorch#153960); 2.7.1 stopped turning it on.
+NONBLOCKING_HANG_NCCL = (2, 26)
+NONBLOCKING_FIXED_TORCH = "2.7.1"  # compared as a version by TorchVersion
 
 
 def init_process_group(rank: Rank, device: torch.device, backend: str | None = None) -> None:
-    """The job's process group, once, on this rank's device (made the current one first, and bound to the group:
-    NCCL then never reaches for GPU 0). It is destroyed at exit if the code that asked for it does not do so."""
+    """The job's process group, once, on this rank's device (made the current one first, and bound to the group where
+    that is safe: NCCL then never reaches for GPU 0). It is destroyed at exit if the code that asked for it does not
+    do so."""
     if rank.world_size == 1 or dist.is_initialized():
         return
     use_device(device)
+    backend = backend or ("nccl" if device.type == "cuda" else "gloo")
+    nccl_on_gpu = backend == "nccl" and device.type == "cuda"
+    bound: dict[str, Any] = {}
+    if nccl_on_gpu and binds_safely(dist.init_process_group, torch.__version__, torch.cuda.nccl.version()):
+        bound["device_id"] = device
     dist.init_process_group(
-        backend=backend or ("nccl" if device.type == "cuda" else "gloo"),
+        backend=backend,
         init_method=f"tcp://{rank.master_addr}:{rank.master_port}",
         rank=rank.rank, world_size=rank.world_size,
         timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S),
-        device_id=device if device.type == "cuda" else None,
+        **bound,
     )
     atexit.unregister(destroy_process_group)  # once, in a process that makes a group per job (worker mode)
     atexit.register(destroy_process_group)
+
+
+def binds_safely(init: Callable[..., object], torch_version: str, nccl_version: tuple[int, ...]) -> bool:
+    """Whether `init` (torch's init_process_group) may be given `device_id`: torch 2.2's has no such argument (a
+    TypeError), and with NCCL 2.26 on a torch older than 2.7.1 it can hang the job's collectives. Without it NCCL
+    starts its communicator at the first collective, on the device made current before."""
+    old_torch = TorchVersion(torch_version) < NONBLOCKING_FIXED_TORCH
+    return _takes_device_id(init) and not (old_torch and tuple(nccl_version[:2]) == NONBLOCKING_HANG_NCCL)
+
+
+@functools.cache
+def _takes_device_id(init: Callable[..., object]) -> bool:
+    return "device_id" in inspect.signature(init).parameters
 
 
 def destroy_process_group() -> None:

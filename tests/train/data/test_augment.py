@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from sweepit.errors import ConfigError
 from sweepit.train.data.augment import augment_images
@@ -43,13 +46,45 @@ def test_shape_dtype_and_device_are_kept() -> None:
     assert not torch.equal(out, x)
 
 
+class CopiesBetweenDevices(TorchDispatchMode):
+    """Every copy from one device to another that runs under it, as "op: from -> to"."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.copies: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        aten = torch.ops.aten
+        if func is aten._to_copy.default:
+            src, dst = args[0], out
+        elif func is aten.copy_.default:
+            src, dst = args[1], args[0]
+        elif func is aten._copy_from.default:
+            src, dst = args[0], args[1]
+        else:
+            return out
+        if src.device != dst.device:
+            self.copies.append(f"{func}: {src.device} -> {dst.device}")
+        return out
+
+
+def test_a_step_copies_nothing_from_the_host_to_the_batchs_device() -> None:
+    """theta was drawn and built on the CPU, then copied to the GPU at every step, which waits for the copy. On
+    the meta device, as on a GPU, the batch's device is not the host's."""
+    x = blobs(8).to("meta")
+    with CopiesBetweenDevices() as mode:
+        out = augment_images(x, 10.0, 0.1, 0.1, torch.Generator().manual_seed(0))
+    assert out.device == x.device and out.shape == x.shape
+    assert mode.copies == []
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_stays_on_cuda_with_a_cpu_generator() -> None:
+def test_stays_on_cuda_with_a_cuda_generator() -> None:
     x = blobs(4).cuda()
-    out = augment_images(x, 10.0, 0.1, 0.1, torch.Generator().manual_seed(0))
+    out = augment_images(x, 10.0, 0.1, 0.1, torch.Generator("cuda").manual_seed(0))
     assert out.device == x.device
-    cpu = augment_images(x.cpu(), 10.0, 0.1, 0.1, torch.Generator().manual_seed(0))
-    torch.testing.assert_close(out.cpu(), cpu, atol=1e-4, rtol=1e-4)
+    assert torch.equal(out, augment_images(x, 10.0, 0.1, 0.1, torch.Generator("cuda").manual_seed(0)))
 
 
 def test_same_seed_same_images_other_seed_other_images() -> None:

@@ -21,7 +21,9 @@ def augment_images(
 
     Angles are uniform in [-rotation_deg, rotation_deg], shifts in [-shift_frac, shift_frac] of the side
     along each axis, zoom factors in [1 - zoom_frac, 1 + zoom_frac] (above 1 magnifies). The random numbers
-    come from `generator` on the CPU, so a seed gives the same augmentation on every device.
+    come from `generator`, which must live on the batch's device: drawn there, they need no copy from the host,
+    which on a GPU would block every step. A seed gives the same augmentation on every device of one type (the
+    CPU's and CUDA's generators draw different streams).
     """
     _check(x, rotation_deg, shift_frac, zoom_frac)
     if rotation_deg == 0 and shift_frac == 0 and zoom_frac == 0:
@@ -29,7 +31,7 @@ def augment_images(
     n = x.shape[0]
     # Four draws per image whatever the settings, so the stream (and thus later draws) does not
     # depend on which of the three transforms are switched on.
-    u = torch.rand(n, 4, generator=generator, dtype=torch.float64) * 2 - 1
+    u = torch.rand(n, 4, generator=generator, dtype=torch.float64, device=x.device) * 2 - 1
     angle = u[:, 0] * math.radians(rotation_deg)
     # affine_grid works in coordinates spanning [-1, 1], so a shift of f of the side is 2 f there.
     dx, dy = u[:, 1] * 2 * shift_frac, u[:, 2] * 2 * shift_frac
@@ -38,7 +40,7 @@ def augment_images(
     cos, sin = torch.cos(angle) / zoom, torch.sin(angle) / zoom
     theta = torch.stack(
         [torch.stack([cos, -sin, -dx], dim=1), torch.stack([sin, cos, -dy], dim=1)], dim=1
-    ).to(device=x.device, dtype=x.dtype)
+    ).to(x.dtype)
     grid = F.affine_grid(theta, list(x.shape), align_corners=False)
     # Pixels moved in from outside the image take each image's border colour (mean of its outermost ring,
     # per channel), not 0: after normalisation 0 is the mean pixel, a grey frame on MNIST's black
