@@ -22,7 +22,7 @@ from hydra_plugins.sweepit._space import parse_space
 from hydra_plugins.sweepit.config import PRUNER_CONFS, SAMPLER_CONFS
 from sweepit.errors import ConfigError
 from sweepit.reporting.optuna_section import OptunaSection
-from sweepit.results import write_study_file
+from sweepit.results import Recorder, write_study_file
 from sweepit.search import _samplers as _optuna_samplers
 from sweepit.search._pruning import (
     ENV_STORAGE,
@@ -44,7 +44,7 @@ from sweepit.search._samplers import (
     resolve_sampler,
 )
 from sweepit.search._study import failure_rate, is_counted, recover, tell
-from sweepit.search._trials import BatchLauncher, Outcome, read_outcome
+from sweepit.search._trials import BatchLauncher, read_trial
 from sweepit_testing import CONF
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -240,24 +240,54 @@ def test_no_callback_outside_a_study() -> None:
 
 
 # -- outcomes, failure rate, recovery ------------------------------------------------------------------
+def _tell_job(study: Any, job_dir: Path, result: dict[str, Any], diverged_value: float | None = None,
+              metrics: list[str] | None = None) -> str:
+    """A new trial whose job left `result` as its result.json, told to the study as the sweeper tells it."""
+    trial = study.ask({"x": FloatDistribution(0, 1)})
+    if result["status"] == "pruned":
+        trial.report(0.3, 1)
+    job_dir.mkdir()
+    (job_dir / "result.json").write_text(json.dumps(result))
+    return tell(study, trial, *read_trial(job_dir, None, metrics, len(study.directions)), diverged_value, job_dir)
+
+
 def test_outcomes_told_to_optuna(tmp_path: Path) -> None:
     _, study = _study(tmp_path, {"_target_": "optuna.pruners.NopPruner"})
-    dist = {"x": FloatDistribution(0, 1)}
-    states = {}
-    for status, value in [("completed", 0.5), ("completed", math.inf), ("pruned", 0.3), ("diverged", None),
-                          ("failed", None), ("interrupted", None)]:
-        trial = study.ask(dist)
-        if status == "pruned":
-            trial.report(0.3, 1)
-        states[status + str(value)] = tell(study, trial.number, trial._trial_id, Outcome(status, value, None), None)
-    assert list(states.values()) == ["COMPLETE", "FAIL", "PRUNED", "FAIL", "FAIL", "FAIL"]
+    results = [{"status": "completed", "objective": 0.5}, {"status": "completed", "objective": math.inf},
+               {"status": "pruned", "objective": 0.3}, {"status": "diverged"}, {"status": "failed", "error": "boom"},
+               {"status": "interrupted"}]
+    states = [_tell_job(study, tmp_path / f"{i}_x", result) for i, result in enumerate(results)]
+    assert states == ["COMPLETE", "FAIL", "PRUNED", "FAIL", "FAIL", "FAIL"]
     trials = study.get_trials()
+    assert [t.user_attrs["sweepit_status"] for t in trials[:6]] == [r["status"] for r in results]
+    assert trials[0].value == 0.5 and trials[0].user_attrs["job_dir"] == str(tmp_path / "0_x")
+    assert trials[4].user_attrs["error"] == "boom"
     assert trials[-1].state == TrialState.WAITING  # interrupted: its parameters are enqueued again
     assert trials[-1].system_attrs["fixed_params"] == trials[5].params
     assert [is_counted(t) for t in trials] == [True] * 5 + [False, False]
     assert failure_rate(study) == (2, 5)  # completed inf and failed; not diverged, pruned or interrupted
-    trial = study.ask(dist)
-    assert tell(study, trial.number, trial._trial_id, Outcome("diverged", None, None), 0.0) == "COMPLETE"
+    assert _tell_job(study, tmp_path / "6_x", {"status": "diverged"}, diverged_value=0.0) == "COMPLETE"
+    assert study.trials[-1].value == 0.0
+
+
+def test_multi_objective_outcomes_and_missing_values(tmp_path: Path) -> None:
+    """With several objectives a trial has all its values or FAILs, a diverged one too; a completed job whose values
+    are missing FAILs with why, and so does a single-objective job that returned no number."""
+    storage = open_storage(str(tmp_path / "optuna.journal"))
+    study = optuna.create_study(storage=storage, study_name="multi", directions=["maximize", "minimize"])
+    both = {"status": "completed", "val_acc": 0.9, "final": {"wall_time_s": 3.0}}
+    assert _tell_job(study, tmp_path / "0_x", both, metrics=["val_acc", "wall_time_s"]) == "COMPLETE"
+    assert _tell_job(study, tmp_path / "1_x", {"status": "completed", "objectives": [0.8, 2.0]}) == "COMPLETE"
+    assert _tell_job(study, tmp_path / "2_x", {"status": "diverged"}, diverged_value=0.0) == "FAIL"
+    assert _tell_job(study, tmp_path / "3_x", {"status": "completed", "val_acc": 0.7},
+                     metrics=["val_acc", "wall_time_s"]) == "FAIL"
+    assert [t.values for t in study.trials[:2]] == [[0.9, 3.0], [0.8, 2.0]]
+    missing = study.trials[3].user_attrs
+    assert missing["sweepit_status"] == "completed"
+    assert missing["error"].startswith("each of hydra.sweeper.metrics=['val_acc', 'wall_time_s'] must be a finite")
+    single = optuna.create_study(storage=storage, study_name="single", direction="maximize")
+    assert _tell_job(single, tmp_path / "4_x", {"status": "completed", "returned": "'text'"}) == "FAIL"
+    assert single.trials[0].user_attrs["error"] == "the job returned 'text', not a number"
 
 
 def test_recover_reads_finished_jobs_and_retries_others(tmp_path: Path) -> None:
@@ -276,10 +306,11 @@ def test_recover_reads_finished_jobs_and_retries_others(tmp_path: Path) -> None:
     assert trials[2].state == TrialState.WAITING
 
 
-def test_read_outcome_without_result_file() -> None:
-    assert read_outcome(None, None).status == "failed"
-    ret = SimpleNamespace(return_value=0.25)
-    assert read_outcome(None, ret) == Outcome("completed", 0.25, None)
+def test_read_trial_without_result_file() -> None:
+    assert read_trial(None, None)[0].status == "failed"
+    record, values = read_trial(None, SimpleNamespace(return_value=0.25))
+    assert (record.status, record.objective, record.recorded_by, values) == ("completed", 0.25, Recorder.SWEEPER,
+                                                                              [0.25])
 
 
 def test_batch_fallback_launches_consecutive_runs() -> None:

@@ -16,9 +16,9 @@ from sweepit.results import (
     DIRECTIONS,
     OPTIMIZATION_RESULTS_FILE,
     TRIALS_FILE,
+    JobRecord,
     Status,
     SweepPaths,
-    error_line,
     job_folders,
     objective_direction,
     summarize,
@@ -29,7 +29,7 @@ from sweepit.search._results import best_trial, write_results
 from sweepit.search._samplers import build_sampler, grid_size, is_grid, resolve_sampler, short_name
 from sweepit.search._space import SearchSpace
 from sweepit.search._study import failure_rate, interrupt, is_counted, recover, tell
-from sweepit.search._trials import Outcome, as_runner, find_job_dir, read_outcome
+from sweepit.search._trials import as_runner, find_job_dir, read_trial
 
 log = logging.getLogger(__name__)
 SEED_STRIDE = 100_003  # seeded samplers: each worker its own stream, or they would ask the same points
@@ -333,8 +333,7 @@ class Search:
             error = " ".join(str(e).split()) or type(e).__name__
             if what == "custom_search_space":
                 error = f"custom_search_space raised {type(e).__name__}: {error}"
-            tell(self.study, trial.number, trial._trial_id, Outcome(Status.FAILED, None, None, error),
-                 self.options.diverged_value)
+            tell(self.study, trial, JobRecord.of(Status.FAILED, error=error), None, self.options.diverged_value)
             reason = "its job's config cannot be made" if what == "config" else "the custom search space raised"
             log.warning(f"trial {trial.number} failed before it started: {reason} ({error[:300]}); the search goes on")
             return False
@@ -342,17 +341,17 @@ class Search:
 
     def tell_job(self, trial: Any, job_dir: Path | None, ret: Any) -> str | None:
         """Tell Optuna what became of the trial's job and log it; what stopped it when it was interrupted."""
-        outcome = read_outcome(job_dir, ret, self.options.metrics, len(self.directions))
-        state = tell(self.study, trial.number, trial._trial_id, outcome, self.options.diverged_value)
+        record, values = read_trial(job_dir, ret, self.options.metrics, len(self.directions))
+        state = tell(self.study, trial, record, values, self.options.diverged_value, job_dir)
         best = None if self.multi else best_trial(self.study)
-        log.info(f"trial {trial.number} {outcome.status} -> {state}"
-                 + (f", {self.metric}={outcome.value:.4g}" if outcome.value is not None and not self.multi else "")
-                 + (f", values {outcome.values}" if self.multi and outcome.values is not None else "")
-                 + (f": {error_line(outcome.error)}" if outcome.error else "")
+        log.info(f"trial {trial.number} {record.status} -> {state}"
+                 + (f", {self.metric}={values[0]:.4g}" if values is not None and not self.multi else "")
+                 + (f", values {values}" if self.multi and values is not None else "")
+                 + (f": {record.error_line}" if record.error else "")
                  + ("" if best is None else f" (best {best.value:.4g}, trial {best.number})"))
-        if outcome.status != Status.INTERRUPTED:
+        if record.status != Status.INTERRUPTED:
             return None
-        return outcome.error.splitlines()[0][:200] if outcome.error else "no error recorded"
+        return record.error.splitlines()[0][:200] if record.error else "no error recorded"
 
     def next_free_job(self) -> int:
         return max(job_folders(self.sweep_dir), default=-1) + 1

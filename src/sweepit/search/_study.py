@@ -9,8 +9,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from sweepit.results import Status, read_record
-from sweepit.search._trials import Outcome, find_job_dir, read_outcome
+from sweepit.results import JobRecord, Status, read_record
+from sweepit.search._trials import find_job_dir, read_trial
 
 log = logging.getLogger(__name__)
 
@@ -41,31 +41,31 @@ def failure_rate(study: Any) -> tuple[int, int]:
     return sum(t.state == fail and t.user_attrs.get(STATUS_ATTR) != Status.DIVERGED for t in finished), len(finished)
 
 
-def tell(study: Any, trial_number: int, trial_id: int, outcome: Outcome, diverged_value: float | None) -> str:
-    """Tell Optuna the job's outcome; returns the Optuna state's name. With several objectives a trial has all its
-    values or FAILs (a diverged one too)."""
+def tell(study: Any, trial: Any, record: JobRecord, values: list[float] | None, diverged_value: float | None,
+         job_dir: Path | None = None) -> str:
+    """Tell Optuna how the trial's job ended (`read_trial`); returns the Optuna state's name. With several objectives
+    a trial has all its values or FAILs (a diverged one too)."""
     import optuna
 
-    trial = optuna.trial.Trial(study, trial_id)
-    trial.set_user_attr(STATUS_ATTR, outcome.status)
-    if outcome.job_dir is not None:
-        trial.set_user_attr("job_dir", str(outcome.job_dir))
-    if outcome.error:
-        trial.set_user_attr("error", outcome.error[:500])
-    if outcome.status == Status.INTERRUPTED:
-        interrupt(study, trial_number, trial_id)
+    told = optuna.trial.Trial(study, trial._trial_id)
+    told.set_user_attr(STATUS_ATTR, record.status)
+    if job_dir is not None:
+        told.set_user_attr("job_dir", str(job_dir))
+    if record.error:
+        told.set_user_attr("error", record.error[:500])
+    if record.status == Status.INTERRUPTED:
+        interrupt(study, trial.number, trial._trial_id)
         return "FAIL"
-    if outcome.status == Status.PRUNED:
-        return str(study.tell(trial_number, state=_trial_state().PRUNED).state.name)
+    if record.status == Status.PRUNED:
+        return str(study.tell(trial.number, state=_trial_state().PRUNED).state.name)
     multi = len(study.directions) > 1
-    values: Any = outcome.values if multi else outcome.value
-    if outcome.status == Status.DIVERGED:
-        values = None if multi else diverged_value
-    elif outcome.status != Status.COMPLETED:
+    if record.status == Status.DIVERGED and not multi and diverged_value is not None:
+        values = [diverged_value]
+    elif record.status != Status.COMPLETED:
         values = None
-    if values is None or not (multi or math.isfinite(values)):
-        return str(study.tell(trial_number, state=_trial_state().FAIL).state.name)
-    return str(study.tell(trial_number, values).state.name)
+    if values is None or not all(math.isfinite(v) for v in values):
+        return str(study.tell(trial.number, state=_trial_state().FAIL).state.name)
+    return str(study.tell(trial.number, values if multi else values[0]).state.name)
 
 
 def interrupt(study: Any, trial_number: int, trial_id: int) -> None:
@@ -99,8 +99,7 @@ def recover_trial(study: Any, trial: Any, sweep_dir: Path, diverged_value: float
     job_dir = Path(job_dir) if job_dir else None
     status = read_record(job_dir).status
     if status in (Status.COMPLETED, Status.PRUNED, Status.DIVERGED, Status.FAILED):
-        outcome = read_outcome(job_dir, None, metrics, len(study.directions))
-        tell(study, trial.number, trial._trial_id, outcome, diverged_value)
+        tell(study, trial, *read_trial(job_dir, None, metrics, len(study.directions)), diverged_value, job_dir)
         log.info(f"trial {trial.number}: recorded its finished job ({status}) from {job_dir}")
         return str(status)
     interrupt(study, trial.number, trial._trial_id)

@@ -7,7 +7,6 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -82,15 +81,6 @@ def as_runner(launcher: Any, n_jobs: int) -> AsyncLauncher:
     return BatchLauncher(launcher)
 
 
-@dataclass
-class Outcome:
-    status: str                       # a Status
-    value: float | None               # the objective, when there is one
-    job_dir: Path | None
-    error: str = ""
-    values: list[float] | None = None  # several objectives (a multi-objective study): one value each
-
-
 def find_job_dir(sweep_dir: Path, num: int, ret: Any = None) -> Path | None:
     """The job's directory: from its JobReturn's config when it says, else where its launcher recorded it (or the
     sweep directory's `<num>_*`: `job_folders`)."""
@@ -103,28 +93,27 @@ def find_job_dir(sweep_dir: Path, num: int, ret: Any = None) -> Path | None:
     return None
 
 
-def read_outcome(job_dir: Path | None, ret: Any, metrics: list[str] | None = None, n_values: int = 1) -> Outcome:
-    """What became of a trial's job: its `result.json`. A job that wrote none (an app without sweepit's callback on a
-    launcher that is not sweepit's) gets one here, from its JobReturn as a sweepit launcher records it, so that the
-    table, `sweepit summary`, the report and the study name the same best job."""
+def read_trial(job_dir: Path | None, ret: Any, metrics: list[str] | None = None,
+               n_values: int = 1) -> tuple[JobRecord, list[float] | None]:
+    """What became of a trial's job, for `tell`: its record and its objective value(s). A job that wrote no
+    `result.json` (an app without sweepit's callback on a launcher that is not sweepit's) gets one here, from its
+    JobReturn as a sweepit launcher records it, so that the table, `sweepit summary`, the report and the study name
+    the same best job. A completed job whose values are missing has why as its error: its trial FAILs."""
     record = read_record(job_dir)
     if not record.ended:
-        recorded = _recorded(job_dir, ret)
-        if recorded is None:
-            return Outcome(Status.FAILED, None, job_dir, "the launcher returned no result for the job")
-        record = recorded
-    result = record.result
-    value = record.objective
-    outcome = Outcome(str(record.status), value, job_dir, record.error)
+        record = _recorded(job_dir, ret) or JobRecord.of(Status.FAILED,
+                                                         error="the launcher returned no result for the job")
+    result, why = record.result, ""
     if metrics or n_values > 1:
-        outcome.values = objective_values(result, metrics, n_values)
-        if n_values == 1:
-            outcome.value = outcome.values[0] if outcome.values else None
-        if outcome.values is None and outcome.status == Status.COMPLETED:
-            outcome.error = _missing(result, metrics, n_values)
-    elif value is None and outcome.status == Status.COMPLETED and not outcome.error:
-        outcome.error = f"the job returned {result.get('returned', 'nothing')}, not a number"  # the trial FAILs
-    return outcome
+        values = objective_values(result, metrics, n_values)
+        why = "" if values is not None else _missing(result, metrics, n_values)
+    else:
+        values = None if record.objective is None else [record.objective]
+        if values is None and not record.error:
+            why = f"the job returned {result.get('returned', 'nothing')}, not a number"
+    if why and record.status == Status.COMPLETED:
+        record = JobRecord(record.status, {**result, "error": why})
+    return record, values
 
 
 def _recorded(job_dir: Path | None, ret: Any) -> JobRecord | None:
