@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 from omegaconf import DictConfig
 
 from sweepit.errors import ConfigError, DataMissingError
@@ -170,6 +171,16 @@ def test_auto_precision_trains_the_cpu_in_fp32(compose_cfg: Callable[..., DictCo
     fp32, auto = read_result(tmp_path / "fp32"), read_result(tmp_path / "auto")
     assert fp32 is not None and auto is not None
     assert auto["precision"] == "fp32" and auto["final"]["val_loss"] == fp32["final"]["val_loss"]
+
+
+@pytest.mark.filterwarnings("ignore:`torch.cuda.amp.GradScaler")  # deprecated in this torch, not in 2.2
+def test_a_torch_without_torch_amp_grad_scaler_trains(compose_cfg: Callable[..., DictConfig], tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch 2.2, which pyproject allows, has no torch.amp.GradScaler: a job that needs no scaler must not fail."""
+    monkeypatch.delattr(torch.amp, "GradScaler")
+    run_job(compose_cfg(*LINREG), tmp_path)
+    result = read_result(tmp_path)
+    assert result is not None and result["status"] == "completed"
 
 
 def test_a_loss_that_explodes_but_stays_finite_is_diverged(compose_cfg: Callable[..., DictConfig],

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 BF16_CAPABILITY = (8, 0)
-FP16_CAPABILITY = (7, 0)  # tensor cores: below, float16 saves memory but hardly time
+FP16_CAPABILITY = (7, 0)  # tensor cores (Volta on): float16 matmuls and convolutions several times fp32's speed
 # cuBLAS's reproducible workspace (CUDA's documentation, "Results reproducibility"); read when cuBLAS starts.
 CUBLAS_WORKSPACE = ":4096:8"
 
@@ -82,8 +82,8 @@ def precision_for(requested: str, capability: tuple[int, int] | None, gpu: str =
         raise ConfigError(
             f"trainer.precision=bf16 needs a GPU of compute capability {BF16_CAPABILITY[0]}.{BF16_CAPABILITY[1]} or "
             f"newer (A100, H100), but {gpu} ({major}.{minor}): there cuDNN has no bf16 convolutions and emulates "
-            "them, far slower than fp32, which would skew every time this job measures. Set trainer.precision=fp16 "
-            "(or auto) for float16 on its tensor cores with a gradient scaler, or fp32.")
+            "them, far slower than fp32, which would skew every time this job measures. Set trainer.precision=auto "
+            "(fp16 with a gradient scaler on tensor cores, from 7.0; fp32 below), or fp16 or fp32 by name.")
     return requested
 
 

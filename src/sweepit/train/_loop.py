@@ -97,8 +97,11 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
 
     # float16's narrow range: the loss is scaled up so that small gradients survive, and a step whose gradients
     # overflow is skipped and the scale lowered (PyTorch's AMP). Each rank has its own, fed the same all-reduced
-    # gradients, so all skip alike. Disabled, it calls backward() and step() unchanged.
-    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+    # gradients, so all skip alike. Disabled, it calls backward() and step() unchanged. torch.amp's came with torch
+    # 2.3; torch 2.2 has CUDA's, which fp16 on a GPU needs there.
+    grad_scaler = getattr(torch.amp, "GradScaler", None)
+    fp16 = precision == "fp16"
+    scaler = grad_scaler(device.type, enabled=fp16) if grad_scaler else torch.cuda.amp.GradScaler(enabled=fp16)
 
     lr = float(cfg.lr)
     scaling = str(cfg.trainer.get("lr_scaling", "linear"))
