@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from omegaconf import DictConfig
 
 from sweepit.results._job_files import read_metrics, read_result
@@ -23,12 +24,14 @@ def _untimed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: v for k, v in r.items() if k not in ("epoch_time_s", "samples_per_s", "step_time_s")} for r in rows]
 
 
-@pytest.mark.parametrize("gpus", [1, 2], ids=["one-rank", "two-gloo-ranks"])
+@pytest.mark.parametrize(("gpus", "precision"), [(1, "fp32"), (2, "fp32"), (1, "fp16"), (2, "fp16")],
+                         ids=["one-rank", "two-gloo-ranks", "one-rank-fp16", "two-gloo-ranks-fp16"])
 def test_resumed_run_ends_with_the_same_metrics(compose_cfg: Callable[..., DictConfig], tmp_path: Path,
-                                                gpus: int) -> None:
+                                                gpus: int, precision: str) -> None:
     """Bit for bit, with two ranks too: each rank's dropout and augmentation draws are its own (rank 1 resumed with
-    rank 0's augmentation generator and random states, and ended elsewhere)."""
-    cfg = compose_cfg(*SETUP, f"trainer.gpus={gpus}")
+    rank 0's augmentation generator and random states, and ended elsewhere). In fp16 the gradient scaler's state is
+    part of the trajectory: resumed at its initial scale, the run skips steps the uninterrupted one took."""
+    cfg = compose_cfg(*SETUP, f"trainer.gpus={gpus}", f"trainer.precision={precision}")
     run_job(cfg, tmp_path / "straight")
 
     def stop_after_two(epoch: int, row: dict[str, Any]) -> bool:
@@ -40,6 +43,11 @@ def test_resumed_run_ends_with_the_same_metrics(compose_cfg: Callable[..., DictC
         run_job(cfg, tmp_path / "resumed", on_epoch=stop_after_two)
     assert read_result(tmp_path / "resumed")["status"] == "interrupted"  # type: ignore[index]
     assert (tmp_path / "resumed" / "checkpoint.pt").is_file()
+    scaler = torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=False)["state"]["scaler"]
+    if precision == "fp16":  # a step overflowed at the initial scale and was skipped, the scale halved
+        assert scaler["scale"] < torch.amp.GradScaler("cpu").get_scale()
+    else:
+        assert scaler == {}
 
     run_job(cfg, tmp_path / "resumed")
     straight, resumed = read_metrics(tmp_path / "straight")[0], read_metrics(tmp_path / "resumed")[0]

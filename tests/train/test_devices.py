@@ -1,8 +1,8 @@
 """What only a GPU would show, tested as the rules the code relies on (PyTorch's documentation), on this CPU:
 nothing asks CUDA in a way that poisons fork before a job forks its ranks, each rank makes its GPU current before
-NCCL starts, bf16 is refused below compute capability 8.0, `trainer.deterministic` sets what PyTorch's
-reproducibility notes list, `device=cuda:N` names a GPU the job sees, and Slurm ranks meet on a port no other
-process on the node was handed."""
+NCCL starts, bf16 is refused below compute capability 8.0 and `auto` takes fp16 there, `trainer.deterministic` sets
+what PyTorch's reproducibility notes list, `device=cuda:N` names a GPU the job sees, and Slurm ranks meet on a port
+no other process on the node was handed."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 from sweepit.errors import ConfigError
 from sweepit.results._job_files import read_result
 from sweepit.train import _devices, _distributed
-from sweepit.train._devices import NVML_CHECK, check_bf16, check_device_index, make_deterministic
+from sweepit.train._devices import NVML_CHECK, check_device_index, make_deterministic, precision_for
 from sweepit.train._job import run_job
 from sweepit.train._rank import PORT_BASE, PORT_SPAN, Rank, from_environment, master_port
 
@@ -97,10 +97,21 @@ def test_bf16_needs_compute_capability_8(name: str, capability: tuple[int, int],
     """On a V100 torch.cuda.is_bf16_supported() is True, but cuDNN emulates bf16 convolutions (CTE-Power)."""
     if refused:
         with pytest.raises(ConfigError, match=rf"compute capability 8\.0 or newer .* but cuda:0 is a {name} "
-                                              rf"\({capability[0]}\.{capability[1]}\).* Set trainer\.precision=fp32"):
-            check_bf16(name, capability, "cuda:0")
+                                              rf"\({capability[0]}\.{capability[1]}\).* Set trainer\.precision=auto "
+                                              r"\(fp16 with a gradient scaler .*\), or fp16 or fp32 by name"):
+            precision_for("bf16", capability, f"cuda:0 is a {name}")
     else:
-        check_bf16(name, capability, "cuda:0")
+        assert precision_for("bf16", capability, f"cuda:0 is a {name}") == "bf16"
+
+
+@pytest.mark.parametrize(("capability", "chosen"), [
+    (None, "fp32"), ((6, 0), "fp32"), ((7, 0), "fp16"), ((7, 5), "fp16"), ((8, 0), "bf16"), ((9, 0), "bf16")])
+def test_auto_precision_is_mixed_where_tensor_cores_run_it(capability: tuple[int, int] | None, chosen: str) -> None:
+    """`auto` on the CPU (None), a P100 (6.0), a V100, a T4, an A100 and an H100: fp16 with its gradient scaler where
+    there are tensor cores but no bf16; what is asked by name stays as asked (bf16 below 8.0 is refused above)."""
+    assert precision_for("auto", capability) == chosen
+    for named in ("fp32", "fp16"):
+        assert precision_for(named, capability) == named
 
 
 @pytest.fixture
@@ -195,17 +206,19 @@ def test_a_job_of_one_rank_on_cuda_n_makes_that_gpu_current(monkeypatch: pytest.
 
 
 def test_the_job_asks_its_own_gpu_for_its_capability_and_count(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The checks above are reached with what the job's GPU says: check_precision asks the device it trains on, and
+    """The checks above are reached with what the job's GPU says: resolve_precision asks the device it trains on, and
     device_for counts the GPUs the job sees (two here)."""
     asked: list[Any] = []
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: asked.append(device) or "Tesla V100-SXM2-16GB")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (7, 0))
     with pytest.raises(ConfigError, match=r"cuda:1 is a Tesla V100-SXM2-16GB \(7\.0\)"):
-        _devices.check_precision("bf16", torch.device("cuda", 1))
-    assert asked == [torch.device("cuda", 1)]
-    _devices.check_precision("fp32", torch.device("cuda", 1))  # fp32 asks nothing
-    _devices.check_precision("bf16", torch.device("cpu"))      # nor does the CPU
-    assert asked == [torch.device("cuda", 1)]
+        _devices.resolve_precision("bf16", torch.device("cuda", 1))
+    assert _devices.resolve_precision("auto", torch.device("cuda", 1)) == "fp16"  # float16 with its scaler
+    assert asked == [torch.device("cuda", 1)] * 2
+    assert _devices.resolve_precision("fp32", torch.device("cuda", 1)) == "fp32"  # fp32 asks nothing
+    assert _devices.resolve_precision("auto", torch.device("cpu")) == "fp32"      # nor does the CPU
+    assert _devices.resolve_precision("bf16", torch.device("cpu")) == "bf16"
+    assert asked == [torch.device("cuda", 1)] * 2
     monkeypatch.setattr(_devices, "cuda_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert _devices.device_for(Rank(0, 0, 1), "cuda:1") == torch.device("cuda", 1)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 from omegaconf import DictConfig
 
 from sweepit.errors import ConfigError, DataMissingError
@@ -68,7 +69,8 @@ def test_linreg_recovers_the_line(compose_cfg: Callable[..., DictConfig], tmp_pa
         ("epochs=0", "epochs must be an integer >= 1, but got epochs=0"),
         ("metric=val_acc", "metric must name a metric that task linreg reports"),
         ("direction=up", "direction must be maximize or minimize"),
-        ("trainer.precision=fp16", "trainer.precision must be one of fp32, bf16, but got trainer.precision='fp16'"),
+        ("trainer.precision=fp8", "trainer.precision must be one of fp32, bf16, fp16, auto, but got "
+                                  "trainer.precision='fp8'. Set auto for mixed precision"),
     ],
 )
 def test_invalid_values_fail_before_training(
@@ -140,22 +142,45 @@ def test_cosine_schedule_decays_the_lr_per_epoch(compose_cfg: Callable[..., Dict
                                                      0.1 * (0.5 - 0.5 * math.cos(math.pi / 4))])
 
 
-def test_bf16_channels_last_trains_the_cnn_like_fp32(compose_cfg: Callable[..., DictConfig], tmp_path: Path) -> None:
-    """bf16 autocast and NHWC layout change the arithmetic, not the training: same data order, close metrics."""
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_channels_last_trains_the_cnn_like_fp32(compose_cfg: Callable[..., DictConfig], tmp_path: Path,
+                                                                precision: str) -> None:
+    """bf16 autocast, fp16 autocast with its gradient scaler and NHWC layout change the arithmetic, not the training:
+    same data order, close metrics."""
     base = ["task=mnist", "task.model=cnn", "data.synthetic=true", "data.n_synthetic=512", "epochs=2",
             "batch_size=64", *TINY[1:]]
     run_job(compose_cfg(*base), tmp_path / "fp32")
-    run_job(compose_cfg(*base, "trainer.precision=bf16", "trainer.channels_last=true"), tmp_path / "bf16")
-    fp32, bf16 = read_result(tmp_path / "fp32"), read_result(tmp_path / "bf16")
-    assert fp32 is not None and bf16 is not None
+    run_job(compose_cfg(*base, f"trainer.precision={precision}", "trainer.channels_last=true"), tmp_path / "mixed")
+    fp32, mixed = read_result(tmp_path / "fp32"), read_result(tmp_path / "mixed")
+    assert fp32 is not None and mixed is not None
     assert (fp32["precision"], fp32["channels_last"]) == ("fp32", False)
-    assert (bf16["precision"], bf16["channels_last"]) == ("bf16", True)
-    assert bf16["status"] == "completed"
-    assert bf16["final"]["train_loss"] != fp32["final"]["train_loss"]  # bf16 arithmetic really ran ...
-    assert bf16["final"]["train_loss"] == pytest.approx(fp32["final"]["train_loss"], rel=0.05)  # ... to the same end
+    assert (mixed["precision"], mixed["channels_last"]) == (precision, True)
+    assert mixed["status"] == "completed"
+    assert mixed["final"]["train_loss"] != fp32["final"]["train_loss"]  # the other arithmetic really ran ...
+    assert mixed["final"]["train_loss"] == pytest.approx(fp32["final"]["train_loss"], rel=0.05)  # ... to the same end
     # val_acc over 100 images moves in steps of 0.01 and flips by a few images between CPUs with and without
     # native bf16; the validation loss is the steadier measure of "the same end".
-    assert bf16["final"]["val_loss"] == pytest.approx(fp32["final"]["val_loss"], rel=0.05)
+    assert mixed["final"]["val_loss"] == pytest.approx(fp32["final"]["val_loss"], rel=0.05)
+
+
+def test_auto_precision_trains_the_cpu_in_fp32(compose_cfg: Callable[..., DictConfig], tmp_path: Path) -> None:
+    """`auto` asks for mixed precision where a GPU's tensor cores run it; on the CPU it is fp32, and the record says
+    what ran, not what was asked (the GPUs' side of the rule: tests/train/test_devices.py)."""
+    run_job(compose_cfg(*LINREG), tmp_path / "fp32")
+    run_job(compose_cfg(*LINREG, "trainer.precision=auto"), tmp_path / "auto")
+    fp32, auto = read_result(tmp_path / "fp32"), read_result(tmp_path / "auto")
+    assert fp32 is not None and auto is not None
+    assert auto["precision"] == "fp32" and auto["final"]["val_loss"] == fp32["final"]["val_loss"]
+
+
+@pytest.mark.filterwarnings("ignore:`torch.cuda.amp.GradScaler")  # deprecated in this torch, not in 2.2
+def test_a_torch_without_torch_amp_grad_scaler_trains(compose_cfg: Callable[..., DictConfig], tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch 2.2, which pyproject allows, has no torch.amp.GradScaler: a job that needs no scaler must not fail."""
+    monkeypatch.delattr(torch.amp, "GradScaler")
+    run_job(compose_cfg(*LINREG), tmp_path)
+    result = read_result(tmp_path)
+    assert result is not None and result["status"] == "completed"
 
 
 def test_a_loss_that_explodes_but_stays_finite_is_diverged(compose_cfg: Callable[..., DictConfig],

@@ -11,9 +11,8 @@ from sweepit.errors import ConfigError
 from sweepit.results import DIRECTIONS
 from sweepit.trackers import check_trackers
 from sweepit.train._build import target_node
-from sweepit.train._devices import cuda_available
+from sweepit.train._devices import PRECISIONS, cuda_available
 
-PRECISIONS = ("fp32", "bf16")
 MODELS = {  # the built-in tasks and their models
     "linreg": ("linear",),
     "digits": ("softmax", "mlp", "cnn"),
@@ -92,7 +91,8 @@ def check_config(cfg: Any) -> None:
     precision = cfg.trainer.get("precision", "fp32")
     if precision not in PRECISIONS:
         raise ConfigError(f"trainer.precision must be one of {', '.join(PRECISIONS)}, but got "
-                          f"trainer.precision={precision!r}; bf16 needs a CPU with AVX512-BF16/AMX or an A100/H100.")
+                          f"trainer.precision={precision!r}. Set auto for mixed precision where the GPU runs it "
+                          "on tensor cores (bf16 on A100/H100, fp16 with a gradient scaler on V100), fp32 elsewhere.")
     for flag in ("channels_last", "deterministic"):
         value = cfg.trainer.get(flag, False)
         if not isinstance(value, bool):

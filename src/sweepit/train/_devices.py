@@ -16,7 +16,9 @@ if TYPE_CHECKING:
     from sweepit.train._rank import Rank
 
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
+PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 BF16_CAPABILITY = (8, 0)
+FP16_CAPABILITY = (7, 0)  # tensor cores (Volta on): float16 matmuls and convolutions several times fp32's speed
 # cuBLAS's reproducible workspace (CUDA's documentation, "Results reproducibility"); read when cuBLAS starts.
 CUBLAS_WORKSPACE = ":4096:8"
 
@@ -66,23 +68,33 @@ def use_device(device: torch.device) -> None:
         torch.cuda.set_device(device)
 
 
-def check_bf16(name: str, capability: tuple[int, int], device: str) -> None:
-    """bf16 on a GPU of `capability` (major, minor) below 8.0 is refused: cuDNN emulates its convolutions."""
-    if tuple(capability) < BF16_CAPABILITY:
+def precision_for(requested: str, capability: tuple[int, int] | None, gpu: str = "") -> str:
+    """The precision a job trains in, asked for `requested` on a GPU of `capability` (major, minor), `gpu` naming it
+    ("cuda:0 is a Tesla V100"), or on the CPU (None). `auto` takes mixed precision where tensor cores run it: bf16
+    from 8.0, fp16 from 7.0 (V100, T4: no bf16), fp32 below and on the CPU (fast bf16 there needs AMX or
+    AVX512-BF16, which torch does not report). bf16 below 8.0 is refused: cuDNN emulates its convolutions."""
+    if requested == "auto":
+        if capability is None or tuple(capability) < FP16_CAPABILITY:
+            return "fp32"
+        return "bf16" if tuple(capability) >= BF16_CAPABILITY else "fp16"
+    if requested == "bf16" and capability is not None and tuple(capability) < BF16_CAPABILITY:
         major, minor = capability
         raise ConfigError(
             f"trainer.precision=bf16 needs a GPU of compute capability {BF16_CAPABILITY[0]}.{BF16_CAPABILITY[1]} or "
-            f"newer (A100, H100), but {device} is a {name} ({major}.{minor}): there cuDNN has no bf16 convolutions and "
-            "emulates them, far slower than fp32, which would skew every time this job measures. Set "
-            "trainer.precision=fp32 on this GPU.")
+            f"newer (A100, H100), but {gpu} ({major}.{minor}): there cuDNN has no bf16 convolutions and emulates "
+            "them, far slower than fp32, which would skew every time this job measures. Set trainer.precision=auto "
+            "(fp16 with a gradient scaler on tensor cores, from 7.0; fp32 below), or fp16 or fp32 by name.")
+    return requested
 
 
-def check_precision(precision: str, device: torch.device) -> None:
-    """The precision the job asked for, against the device it got."""
+def resolve_precision(requested: str, device: torch.device) -> str:
+    """`precision_for` with what the job's own device says."""
     import torch
 
-    if precision == "bf16" and device.type == "cuda":
-        check_bf16(torch.cuda.get_device_name(device), torch.cuda.get_device_capability(device), str(device))
+    if device.type != "cuda" or requested not in ("auto", "bf16"):
+        return precision_for(requested, None)
+    gpu = f"{device} is a {torch.cuda.get_device_name(device)}"
+    return precision_for(requested, torch.cuda.get_device_capability(device), gpu)
 
 
 def make_deterministic() -> None:

@@ -20,7 +20,7 @@ from sweepit.train import _session, _weights
 from sweepit.train._batches import Batches, epoch_seed
 from sweepit.train._build import build_loss, build_model, build_optimizer, check_output, load_data, target_node
 from sweepit.train._checks import check_metric
-from sweepit.train._devices import check_precision, device_for, make_deterministic, use_device
+from sweepit.train._devices import device_for, make_deterministic, resolve_precision, use_device
 from sweepit.train._distributed import abandon_process_group, destroy_process_group, init_process_group
 from sweepit.train._rank import SINGLE, Rank
 
@@ -83,8 +83,8 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
     check_metric(cfg, regression)
     n_outputs = 1 if regression else data.n_classes
     model: nn.Module = build_model(cfg, data.input_shape, n_outputs).to(device)
-    precision = str(cfg.trainer.get("precision", "fp32"))
-    check_precision(precision, device)
+    requested = str(cfg.trainer.get("precision", "fp32"))
+    precision = resolve_precision(requested, device)
     channels_last = bool(cfg.trainer.get("channels_last", False)) and len(data.input_shape) == 3
     if channels_last:
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
@@ -92,7 +92,16 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
     check_output(model, *batches.sample(), n_outputs, regression, cfg)
 
     def autocast() -> Any:
-        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+        dtype = torch.float16 if precision == "fp16" else torch.bfloat16
+        return torch.autocast(device.type, dtype=dtype, enabled=precision != "fp32")
+
+    # float16's narrow range: the loss is scaled up so that small gradients survive, and a step whose gradients
+    # overflow is skipped and the scale lowered (PyTorch's AMP). Each rank has its own, fed the same all-reduced
+    # gradients, so all skip alike. Disabled, it calls backward() and step() unchanged. torch.amp's came with torch
+    # 2.3; torch 2.2 has CUDA's, which fp16 on a GPU needs there.
+    grad_scaler = getattr(torch.amp, "GradScaler", None)
+    fp16 = precision == "fp16"
+    scaler = grad_scaler(device.type, enabled=fp16) if grad_scaler else torch.cuda.amp.GradScaler(enabled=fp16)
 
     lr = float(cfg.lr)
     scaling = str(cfg.trainer.get("lr_scaling", "linear"))
@@ -117,7 +126,8 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
         f"world_size={world} batch={batch_size} (global {i['global_batch_size']}) lr={lr:g} "
         f"(effective {effective_lr:g}, {scaling} scaling"
         + (f", {warmup_epochs} warm-up epochs" if warmup_epochs else "") + f") optimizer={cfg.optimizer.name}"
-        + (f" precision={precision}" if precision != "fp32" else "") + (" channels_last" if channels_last else ""))
+        + {"fp32": "", "auto": f" precision={precision} (auto)"}.get(requested, f" precision={precision}")
+        + (" channels_last" if channels_last else ""))
     log(f"sweepit: data={data.source}: {i['n_train']:,} train / {i['n_val']:,} val" + batches.describe())
 
     checkpointing = bool(cfg.trainer.get("checkpoint", False))
@@ -129,6 +139,8 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
         if state is not None:
             _unwrap(model).load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
+            if state.get("scaler"):  # empty where the run had none (`auto` on a GPU of another kind)
+                scaler.load_state_dict(state["scaler"])
             first_epoch = int(state["epoch"]) + 1
             initial_loss = state.get("initial_loss")
             out.rows = list(session.rows)
@@ -157,8 +169,9 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
                 logits = model(xb)
                 loss = loss_fn(logits, _fit(yb, logits, regression))
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
             sums[0] += loss.detach() * len(yb)
             sums[2] += len(yb)
             if step == 0 and initial_loss is None:
@@ -203,7 +216,8 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
             log(epoch_line(row, epochs))
         if checkpointing and (epoch % every == 0 or epoch == epochs):
             session.save_checkpoint({"epoch": epoch, "model": _unwrap(model).state_dict(),
-                                     "optimizer": optimizer.state_dict(), "initial_loss": initial_loss})
+                                     "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
+                                     "initial_loss": initial_loss})
         stop = float(session.pruner_says_stop() or (on_epoch is not None and on_epoch(epoch, row)))
         if float(_all_reduce(torch.tensor([stop], device=device), world, maximum=True)) > 0:
             out.stopped_early = True
