@@ -36,9 +36,9 @@ from sweepit.results._manifest import (
     failure_report,
     hydra_quote,
     is_finished,
+    iter_manifest,
     open_manifest,
     read_manifest,
-    read_manifest_data,
     rerun_argv,
     result_status,
     settle_orphans,
@@ -113,11 +113,10 @@ from sweepit.results._summary import (
     fixed_overrides,
     format_table,
     job_folders,
-    read_job,
+    job_row,
     summarize,
     sweep_jobs,
     swept_keys,
-    with_result,
 )
 from sweepit.results._unread import UnreadKeys
 
@@ -132,12 +131,12 @@ __all__ = [
     "ResultGrace", "State", "Status", "SweepLock", "SweepPaths", "UnreadKeys", "Work", "WorkSource", "app_command",
     "as_number", "best_row", "claim", "claimed", "clean", "command_line", "config_source", "counts_text",
     "driver_argv", "driver_env", "error_line", "failure_report", "fixed_overrides", "format_duration", "format_table",
-    "hydra_quote", "is_finished", "job_dir_name", "job_folders", "job_num", "load_yaml", "measures_speed",
-    "objective_direction", "objective_values", "open_manifest", "override_values", "own_key", "own_overrides",
-    "read_job", "read_manifest", "read_manifest_data", "read_metrics", "read_overrides", "read_record",
-    "read_study_file", "record_failure", "records_digest", "remove_result", "report_shows", "reports_at_end",
+    "hydra_quote", "is_finished", "iter_manifest", "job_dir_name", "job_folders", "job_num", "job_row", "load_yaml",
+    "measures_speed", "objective_direction", "objective_values", "open_manifest", "override_values", "own_key",
+    "own_overrides", "read_manifest", "read_metrics", "read_overrides", "read_record", "read_study_file",
+    "record_failure", "records_digest", "remove_result", "report_shows", "reports_at_end",
     "rerun_argv", "rerun_command", "result_status", "returned_fields", "settle_orphans", "short_value", "silent_s",
     "speed_study_line", "start_clean", "summarize", "sweep_direction", "sweep_eta_s", "sweep_jobs", "sweeper_value",
-    "swept_keys", "total_wall_time_s", "typed_overrides", "with_result", "worst", "write_manifest", "write_records",
+    "swept_keys", "total_wall_time_s", "typed_overrides", "worst", "write_manifest", "write_records",
     "write_result", "write_study_file"
 ]

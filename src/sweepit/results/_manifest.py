@@ -135,7 +135,9 @@ def iter_manifest(sweep_dir: Path) -> tuple[dict[str, Any], Iterator[dict[str, A
             f.close()
             data, _, _ = read_manifest_data(sweep_dir)
             jobs = data.pop("jobs", None)
-            return data, iter(j for j in jobs if isinstance(j, dict)) if isinstance(jobs, list) else iter(())
+            listed = [j for j in (jobs if isinstance(jobs, list) else ()) if isinstance(j, dict)
+                      and isinstance(j.get("num"), int)]
+            return data, iter(sorted(listed, key=lambda j: j["num"]))  # one written otherwise may be in any order
         head = json.loads(b"".join(head_lines).rstrip().rstrip(b",") + b"}")
     except (OSError, ValueError):
         f.close()
