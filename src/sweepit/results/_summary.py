@@ -63,6 +63,10 @@ class JobRow:
     def add_note(self, note: str) -> None:
         self.note = f"{self.note}; {note}" if self.note else note
 
+    def typed(self) -> list[str]:
+        """The job's overrides as typed (pasteable: `+model.hidden=64`), else `key=value` from its row."""
+        return typed_overrides(self.job_dir) or [f"{k}={v}" for k, v in self.overrides.items()]
+
 
 Row = TypeVar("Row", bound=JobRow)
 
@@ -257,7 +261,7 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
     else:
         best = tally.best(direction)
         if best is not None:
-            typed = typed_overrides(best.job_dir) or [f"{k}={v}" for k, v in best.overrides.items()]
+            typed = best.typed()
             parts.append(f"best ({direction} {metric}): job {best.num} = {_fmt(best.objective)}  [{' '.join(typed)}]")
             name, config_dir = config_source(sweep_dir, [best.job_dir])
             parts.append(f"reproduce: {rerun_command(app_command(manifest, sweep_dir), name, config_dir, typed, keys)}")
@@ -356,7 +360,7 @@ def pareto_lines(rows: list[JobRow], directions: list[str], metrics: list[str] |
         return [head + "no completed job yet"]
     lines = [head + f"{len(front)} job(s)"]
     for row, values in front:
-        args = " ".join(typed_overrides(row.job_dir) or [f"{k}={v}" for k, v in row.overrides.items()])
+        args = " ".join(row.typed())
         shown = ", ".join(f"{n}={_fmt(v)}" for n, v in zip(names, values, strict=False))
         lines.append(f"  job {row.num}: {shown}  [{args}]")
     return lines
