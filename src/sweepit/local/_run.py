@@ -28,8 +28,8 @@ from sweepit.results import (
     as_number,
     failure_report,
     is_finished,
+    read_record,
     record_failure,
-    result_status,
     start_clean,
     sweep_eta_s,
     write_manifest,
@@ -78,7 +78,7 @@ class SweepRun:
         entry = self.manifest.jobs[job.num]
         entry.job_dir = str(job.job_dir)
         if self.resume and is_finished(job.job_dir):
-            entry.state = result_status(job.job_dir) or Status.COMPLETED
+            entry.state = read_record(job.job_dir).status or Status.COMPLETED
             write_manifest(self.manifest, [job.num])
             self.skipped.add(job.num)
             self.progress.skip()

@@ -31,8 +31,8 @@ from sweepit.results import (
     Status,
     failure_report,
     is_finished,
+    read_record,
     record_failure,
-    result_status,
     start_clean,
     summarize,
     write_manifest,
@@ -160,7 +160,8 @@ class PackedSweep(WorkerDriver):
             skipped = {j.num for j in jobs if o.resume and is_finished(j.job_dir)}
             # Workers of an earlier driver are followed while a job of theirs has no result yet; once each has one they
             # are only ending (a resume right after a sweep with failures: its failed jobs run in a new generation).
-            unended = any(result_status(j.job_dir) in (None, Status.INTERRUPTED) for j in jobs if j.num not in skipped)
+            unended = any(read_record(j.job_dir).status in (None, Status.INTERRUPTED)
+                          for j in jobs if j.num not in skipped)
             alive = alive_workers(m) if unended else set()
             if alive:
                 generation = int(m.workers["generation"])
@@ -190,7 +191,7 @@ class PackedSweep(WorkerDriver):
             entry = m.jobs.setdefault(job.num, JobEntry(job.num, job.overrides, str(job.job_dir)))
             entry.job_dir = str(job.job_dir)
             if job.num in skipped:
-                entry.state = result_status(job.job_dir) or Status.COMPLETED
+                entry.state = read_record(job.job_dir).status or Status.COMPLETED
         shape_of = {j.num: s.index for s in self.shapes for j in s.jobs}
         entries = []
         for job in to_run:

@@ -33,7 +33,7 @@ from sweepit.results import (
     is_finished,
     open_manifest,
     read_manifest,
-    result_status,
+    read_record,
     summarize,
     write_manifest,
 )
@@ -206,7 +206,7 @@ class SlurmSweep:
             if is_finished(job.job_dir):
                 skipped.append(job)
                 entry = manifest.jobs.setdefault(job.num, JobEntry(job.num, job.overrides, str(job.job_dir)))
-                entry.state = result_status(job.job_dir) or Status.COMPLETED
+                entry.state = read_record(job.job_dir).status or Status.COMPLETED
             elif s is not None and not s.final and not s.dead:
                 adopted.append(job)  # queued or running from an earlier submission: follow it, do not submit again
             else:
