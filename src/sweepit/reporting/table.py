@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sweepit.reporting._report_data import JobReport, Sweep, best_first, clip, finite
-from sweepit.results import rerun_command, short_value, speed_study_line
+from sweepit.results import aligned, rerun_command, short_value, speed_study_line
 
 # Final metrics shown first, in this order; other scalars follow in the order the training loop logs them.
 _METRIC_ORDER = ("train_loss", "train_acc", "val_loss", "val_acc")
@@ -99,16 +99,6 @@ def to_text(table: Table, max_rows: int = 0) -> str:
     if len(shown) < len(table.rows):
         lines.append(f"... {len(table.rows) - len(shown)} more rows in results.csv")
     return "\n".join(lines)
-
-
-def aligned(header: list[str], body: list[list[str]], rule: bool = True) -> list[str]:
-    """The lines of a terminal table: columns as wide as their widest cell, two spaces apart; `rule`: dashes under
-    the header."""
-    widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in [header, *body]]
-    if rule:
-        lines.insert(1, "  ".join("-" * w for w in widths))
-    return lines
 
 
 def kept_rows(table: Table, direction: str) -> tuple[list[int], str]:

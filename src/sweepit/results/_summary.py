@@ -218,10 +218,17 @@ def format_table(rows: list[JobRow], keys: list[str] | None = None) -> str:
          _seconds(total_wall_time_s(r.result)), r.note]
         for r in rows
     ]
+    return "\n".join(aligned(header, body))
+
+
+def aligned(header: list[str], body: list[list[str]], rule: bool = True) -> list[str]:
+    """The lines of a terminal table: columns as wide as their widest cell, two spaces apart; `rule`: dashes under
+    the header."""
     widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in [header, *body]]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    if rule:
+        lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
 
 
 def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
