@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from sweepit.results import JobRow, format_table, job_row
 from sweepit.results._job_files import read_result, start_clean, write_result
-from sweepit.results._summary import format_table, read_job
 
 
 def test_each_run_again_keeps_the_last_runs_record_and_log_links_and_the_record_counts_them(tmp_path: Path) -> None:
@@ -34,7 +34,7 @@ def test_each_run_again_keeps_the_last_runs_record_and_log_links_and_the_record_
     write_result(job, {"status": "completed", "wall_time_s": 3.0})
     second = read_result(job) or {}
     assert second["attempts"] == 2 and second["total_wall_time_s"] == pytest.approx(8.0)
-    row = read_job(job, overrides={"lr": "0.1"})
+    row = job_row(JobRow, 0, job, {"num": 0, "overrides": ["lr=0.1"]})
     assert row.note == "2 attempts" and "8.0" in format_table([row]).splitlines()[2]  # time_s: both runs'
 
     (job / "stdout.log").write_text("epoch 3\n")

@@ -134,6 +134,22 @@ def test_status_summary_and_report_read_a_bad_result_alike(tmp_path: Path, conte
     assert not is_finished(job_dir)  # a resume runs it again
 
 
+def test_summary_and_report_tell_a_started_job_that_recorded_nothing_alike(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A job of a launcher that keeps no sweep.json (Hydra's basic launcher) has its folder and no result.json yet.
+    Before: `sweepit summary` said `pending`, `sweepit report` `running`."""
+    sweep = tmp_path / "sweep"
+    for num in (0, 1):
+        (sweep / f"{num}_x={num}" / ".hydra").mkdir(parents=True)
+        (sweep / f"{num}_x={num}" / ".hydra" / "overrides.yaml").write_text(f"- x={num}\n")
+    write_result(sweep / "1_x=1", {"status": "completed", "objective": 0.5})
+    seen = {}
+    for command in ("summary", "report"):
+        assert sweepit_main([command, str(sweep)]) == 0
+        seen[command] = _row(capsys.readouterr().out)[0]
+    assert seen == {"summary": State.RUNNING, "report": State.RUNNING}, seen
+
+
 def test_an_ended_sweep_without_its_report_says_how_to_write_it_and_watch_writes_it(tmp_path: Path) -> None:
     """A detached (wait=false) sweep never got its report, and `sweepit status` did not say to run `sweepit report`;
     `sweepit status --watch`, which follows such a sweep to its end as a driver would, now writes it."""

@@ -23,9 +23,9 @@ from sweepit.results import (
     CONFIG_FILE,
     HYDRA_FILE,
     OVERRIDES_FILE,
+    JobPaths,
     Status,
     read_record,
-    remove_result,
     sweeper_value,
 )
 from sweepit.slurm import failed_task, rank_failure, record_task, record_task_error
@@ -98,7 +98,7 @@ def record(session: Session, ret: JobReturn, rank: int | None = None, requeued: 
         if requeued and task_dir is not None:
             # The job carries on when requeued: the SystemExit that stops this run is not its end, nor is the result
             # the task wrote as it stopped.
-            remove_result(task_dir)
+            JobPaths(task_dir).result.unlink(missing_ok=True)
             return status_of(error), error, ret
         failed = failed_task(task_dir, but=0) if task_dir is not None and rank == 0 else None
         if failed is not None:  # its error came from a peer that failed first (a collective's lost connection)

@@ -45,8 +45,8 @@ from sweepit.results import (
     failure_report,
     is_finished,
     open_manifest,
+    read_record,
     record_failure,
-    result_status,
     start_clean,
     summarize,
     sweep_eta_s,
@@ -262,7 +262,7 @@ class LocalSweep:
         entry = self.manifest.jobs[job.num]
         entry.job_dir = str(job.job_dir)
         if o.resume and is_finished(job.job_dir):
-            entry.state = result_status(job.job_dir) or Status.COMPLETED
+            entry.state = read_record(job.job_dir).status or Status.COMPLETED
             write_manifest(self.manifest, [job.num])
             self.skipped.add(job.num)
             self.progress.skip()

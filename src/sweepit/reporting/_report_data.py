@@ -16,12 +16,10 @@ from sweepit._files import collector_paused
 from sweepit.errors import SweepitError
 from sweepit.results import (
     HYDRA_DIR,
-    LAUNCH_STATES,
     METRICS_FILE,
     OVERRIDES_FILE,
     JobPaths,
     JobRow,
-    State,
     SweepPaths,
     UnreadKeys,
     app_command,
@@ -29,13 +27,12 @@ from sweepit.results import (
     best_row,
     config_source,
     fixed_overrides,
+    iter_manifest,
+    job_row,
     load_yaml,
     measures_speed,
-    override_values,
     own_key,
-    read_manifest_data,
     read_metrics,
-    read_overrides,
     records_digest,
     short_value,
     sweep_direction,
@@ -43,7 +40,6 @@ from sweepit.results import (
     swept_keys,
     total_wall_time_s,
     typed_overrides,
-    with_result,
 )
 
 # Up to this many jobs every metrics.jsonl is read (a bad line is a note in its job's row). Beyond, only those of
@@ -76,9 +72,6 @@ class JobReport(JobRow):
 
     epochs: list[dict[str, Any]] = field(default_factory=list)
     _config: tuple[int, str] | None = field(default=None, init=False, repr=False, compare=False)
-
-    def add_note(self, note: str) -> None:
-        self.note = f"{self.note}; {note}" if self.note else note
 
     @property
     def n_epochs(self) -> int:
@@ -204,43 +197,6 @@ class Sweep:
         return " ".join(o for o in typed_overrides(job.job_dir) if own_key(o) in swept) or self.job_label(job, 200)
 
 
-def _manifest_jobs(sweep_dir: Path) -> tuple[dict[int, dict[str, Any]], dict[str, Any]]:
-    """sweep.json's jobs by number (its journal folded in) and its top level; empty when it cannot be read (it is
-    optional)."""
-    try:
-        data, _, _ = read_manifest_data(sweep_dir)
-    except (OSError, ValueError):
-        return {}, {}
-    jobs = data.get("jobs")
-    entries = jobs if isinstance(jobs, list) else []
-    return {e["num"]: e for e in entries if isinstance(e, dict) and isinstance(e.get("num"), int)}, data
-
-
-def _read_job(num: int, job_dir: Path | None, entry: dict[str, Any] | None, with_metrics: bool) -> JobReport:
-    """A job from its folder, with sweep.json's overrides when it lists the job (the launcher's: a YAML parse a job
-    saved), or from its sweep.json record alone while it has no folder; without result.json, the launcher's record
-    says whether it runs or waits."""
-    listed = entry.get("overrides") if entry else None
-    overrides = override_values(str(item) for item in listed) if isinstance(listed, list) and listed else None
-    if job_dir is None:
-        assert entry is not None  # sweep_jobs yields no folder only for a job sweep.json lists
-        job = JobReport(num=num, job_dir=Path(str(entry.get("job_dir") or "")), overrides=overrides or {},
-                        status=State.PENDING)
-    else:
-        overrides = read_overrides(job_dir) if overrides is None else overrides
-        job = with_result(JobReport(num=num, job_dir=job_dir, overrides=overrides, status=State.PENDING))
-        if not job.overrides and not JobPaths(job_dir).overrides.is_file():
-            job.add_note(f"no {HYDRA_DIR}/{OVERRIDES_FILE}")
-        if with_metrics:
-            _read_epochs(job)
-    if job.status == State.PENDING:
-        state = str(entry.get("state") or "") if entry else ""
-        job.status = state or (State.RUNNING if job_dir is not None else State.QUEUED)
-        if job.status not in LAUNCH_STATES:  # it ended, by its record, but its result.json (or folder) is gone
-            job.add_note("no result.json")
-    return job
-
-
 def _read_epochs(job: JobReport) -> None:
     try:
         job.epochs, notes = read_metrics(job.job_dir)
@@ -274,10 +230,17 @@ def load_sweep(sweep_dir: Path | str, with_metrics: bool = True) -> Sweep:
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
         raise SweepitError(f"a sweep directory must exist, but {sweep_dir} does not; list sweeps with `sweepit ls`.")
-    entries, manifest = _manifest_jobs(sweep_dir)
-    found = list(sweep_jobs(sweep_dir, manifest, (entries[n] for n in sorted(entries))))
+    manifest, listed = iter_manifest(sweep_dir)
+    found = list(sweep_jobs(sweep_dir, manifest, listed))
     read_all = with_metrics and sum(folder is not None for _, folder, _ in found) <= READ_ALL_METRICS_UP_TO
-    jobs = [_read_job(num, folder, entry, read_all) for num, folder, entry in found]
+
+    def read(job: JobReport) -> None:
+        if not job.overrides and not JobPaths(job.job_dir).overrides.is_file():
+            job.add_note(f"no {HYDRA_DIR}/{OVERRIDES_FILE}")
+        if read_all:
+            _read_epochs(job)
+
+    jobs = [job_row(JobReport, *job, read=read) for job in found]
     job_config = next((config for job in jobs[:5] if (config := job.config())), {})
     study = job_config.get("study")
     if not isinstance(study, str):
@@ -304,5 +267,5 @@ def load_sweep(sweep_dir: Path | str, with_metrics: bool = True) -> Sweep:
         fixed=fixed_overrides(rows, swept),
         config_name=config_name, config_dir=config_dir,
         launcher=str(manifest.get("launcher", "")), app=app_command(manifest, sweep_dir),
-        records=records_digest(entries.values()),
+        records=records_digest(entry for *_, entry in found if entry is not None),
     )

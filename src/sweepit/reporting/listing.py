@@ -6,8 +6,7 @@ import os
 from pathlib import Path
 
 from sweepit.reporting._report_data import Sweep, load_sweep
-from sweepit.reporting.table import aligned
-from sweepit.results import HYDRA_DIR, REPORT_DIR, SweepPaths, job_num
+from sweepit.results import HYDRA_DIR, REPORT_DIR, SweepPaths, aligned, job_num
 
 # outputs/<study>/<timestamp>/ is two levels down; a little more for hand-made layouts.
 _MAX_DEPTH = 4

@@ -5,6 +5,7 @@ room's `__init__` does not import it, so that a report loads no Slurm code."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import asdict
 from pathlib import Path
 
 from sweepit.results import (
@@ -20,8 +21,7 @@ from sweepit.results import (
     counts_text,
     format_duration,
     format_table,
-    override_values,
-    read_job,
+    job_row,
     read_manifest,
     report_shows,
     reports_at_end,
@@ -39,10 +39,8 @@ def _table(m: Manifest, live: LiveReader, shown: list[int]) -> str:
     for num in shown:
         e = m.jobs[num]
         has_dir = bool(e.job_dir) and Path(e.job_dir).is_dir()
-        overrides = override_values(e.overrides)
-        row = read_job(Path(e.job_dir), overrides) if has_dir else JobRow(num, Path(e.job_dir), overrides, "")
-        row.num = num
-        row.status = e.state
+        row = job_row(JobRow, num, Path(e.job_dir) if has_dir else None, asdict(e))
+        row.status = e.state  # as just brought up to date, which the counts below tell too
         progress = live.look(Path(e.job_dir)) if has_dir and e.state == State.RUNNING else None
         reason = f"({e.extra['slurm_reason']})" if e.extra.get("slurm_reason") else ""
         where = " ".join(x for x in (slurm_id(e), e.extra.get("slurm_state"), reason, e.extra.get("node")) if x)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sweepit.reporting._report_data import JobReport, Sweep, best_first, clip, finite
-from sweepit.results import rerun_command, short_value, speed_study_line, typed_overrides
+from sweepit.results import aligned, rerun_command, short_value, speed_study_line
 
 # Final metrics shown first, in this order; other scalars follow in the order the training loop logs them.
 _METRIC_ORDER = ("train_loss", "train_acc", "val_loss", "val_acc")
@@ -101,16 +101,6 @@ def to_text(table: Table, max_rows: int = 0) -> str:
     return "\n".join(lines)
 
 
-def aligned(header: list[str], body: list[list[str]], rule: bool = True) -> list[str]:
-    """The lines of a terminal table: columns as wide as their widest cell, two spaces apart; `rule`: dashes under
-    the header."""
-    widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in [header, *body]]
-    if rule:
-        lines.insert(1, "  ".join("-" * w for w in widths))
-    return lines
-
-
 def kept_rows(table: Table, direction: str) -> tuple[list[int], str]:
     """The rows a page (index.html, summary.md) lists: all up to MAX_PAGE_ROWS, else the best by objective in job
     order; and a sentence saying which when not all."""
@@ -126,8 +116,7 @@ def kept_rows(table: Table, direction: str) -> tuple[list[int], str]:
 def reproduce_command(sweep: Sweep, job: JobReport) -> str:
     """The command that trains `job` again as a single run, from where the sweep ran (the app as sweep.json records
     it, train.py when there is no sweep.json)."""
-    typed = typed_overrides(job.job_dir) or [f"{k}={v}" for k, v in job.overrides.items()]
-    return rerun_command(sweep.app, sweep.config_name, sweep.config_dir, typed, sweep.swept)
+    return rerun_command(sweep.app, sweep.config_name, sweep.config_dir, job.typed(), sweep.swept)
 
 
 def best_lines(sweep: Sweep) -> list[str]:

@@ -114,11 +114,6 @@ def with_attempts(job_dir: Path | str, result: dict[str, Any]) -> dict[str, Any]
     return {**result, "attempts": n + 1, **({"total_wall_time_s": sum(known)} if known else {})}
 
 
-def remove_result(job_dir: Path) -> None:
-    """Forget the job's record (a run of it that is being requeued: its record is not the job's)."""
-    JobPaths(job_dir).result.unlink(missing_ok=True)
-
-
 def start_clean(job_dir: Path) -> None:
     """A job run again starts without the record and metrics of its last run (a stale failed result must not stand
     for the new attempt): its record and logs are kept as an attempt's, its metrics are not (a resumed run restores

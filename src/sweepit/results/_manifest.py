@@ -135,7 +135,9 @@ def iter_manifest(sweep_dir: Path) -> tuple[dict[str, Any], Iterator[dict[str, A
             f.close()
             data, _, _ = read_manifest_data(sweep_dir)
             jobs = data.pop("jobs", None)
-            return data, iter(j for j in jobs if isinstance(j, dict)) if isinstance(jobs, list) else iter(())
+            listed = [j for j in (jobs if isinstance(jobs, list) else ()) if isinstance(j, dict)
+                      and isinstance(j.get("num"), int)]
+            return data, iter(sorted(listed, key=lambda j: j["num"]))  # one written otherwise may be in any order
         head = json.loads(b"".join(head_lines).rstrip().rstrip(b",") + b"}")
     except (OSError, ValueError):
         f.close()
@@ -245,14 +247,9 @@ def write_manifest(m: Manifest, changed: Iterable[int] | None = None) -> Path:
     return path
 
 
-def result_status(job_dir: Path) -> str | None:
-    """The status in the job's `result.json` (`read_record`'s rule)."""
-    return read_record(job_dir).status
-
-
 def is_finished(job_dir: Path) -> bool:
     """True when a resume must skip the job: its result says completed (or diverged)."""
-    return result_status(job_dir) in FINISHED_STATUSES
+    return read_record(job_dir).status in FINISHED_STATUSES
 
 
 def settle_orphans(m: Manifest) -> list[int]:
@@ -265,7 +262,7 @@ def settle_orphans(m: Manifest) -> list[int]:
     for n, e in m.jobs.items():
         if e.state == State.QUEUED:
             e.state = State.NOT_STARTED
-        elif e.state == State.RUNNING and result_status(Path(e.job_dir)) is None and not (
+        elif e.state == State.RUNNING and read_record(Path(e.job_dir)).status is None and not (
                 e.pid and process_alive(e.pid)):
             e.state = Status.INTERRUPTED
         else:

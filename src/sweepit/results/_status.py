@@ -43,7 +43,6 @@ class State(_Word):
     QUEUED = "queued"
     RUNNING = "running"
     NOT_STARTED = "not started"  # its sweep stopped before the job started (a resume runs it)
-    PENDING = "pending"          # no result.json yet, and no launcher's manifest says more
     UNKNOWN = "unknown"          # its result.json says no status
     CORRUPT = "corrupt"          # its result.json cannot be read (a resume runs the job again)
     ENDED = "ended"              # what its trackers are told when its session ended without a status (a single run)

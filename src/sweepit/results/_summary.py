@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import math
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -50,7 +50,7 @@ class JobRow:
     num: int
     job_dir: Path
     overrides: dict[str, str]
-    status: str                      # a result.json status, or "pending" when there is none yet
+    status: str                      # a result.json status, else the job's state (`job_row`)
     objective: float | None = None
     result: dict[str, Any] = field(default_factory=dict)
     note: str = ""                   # what was wrong with the job's files, if anything
@@ -59,6 +59,13 @@ class JobRow:
     def final(self) -> dict[str, Any]:
         final = self.result.get("final")
         return final if isinstance(final, dict) else {}
+
+    def add_note(self, note: str) -> None:
+        self.note = f"{self.note}; {note}" if self.note else note
+
+    def typed(self) -> list[str]:
+        """The job's overrides as typed (pasteable: `+model.hidden=64`), else `key=value` from its row."""
+        return typed_overrides(self.job_dir) or [f"{k}={v}" for k, v in self.overrides.items()]
 
 
 Row = TypeVar("Row", bound=JobRow)
@@ -103,30 +110,41 @@ def job_folders(sweep_dir: Path) -> dict[int, Path | None]:
     return {num: folder for num, folder, _ in sweep_jobs(sweep_dir, *iter_manifest(sweep_dir))}
 
 
-def read_job(job_dir: Path, overrides: dict[str, str] | None = None, num: int | None = None) -> JobRow:
-    """The job's row from its result.json; its overrides and number, unless given (from sweep.json, which saves a YAML
-    parse a job), from `.hydra/overrides.yaml` and its folder's name."""
-    num = job_num(job_dir) if num is None else num
-    return with_result(JobRow(num=-1 if num is None else num, job_dir=job_dir, status=State.PENDING,
-                              overrides=read_overrides(job_dir) if overrides is None else overrides))
-
-
-def with_result(row: Row) -> Row:
-    """`row` (status "pending") filled in from its job's result.json, when it has one."""
-    read = read_record(row.job_dir)
-    if read.status is None:
-        return row
-    row.status, row.result, row.note, row.objective = read.status, read.result, read.problem, read.objective
-    if row.status in FAILED_STATUSES and read.error:
-        row.note = read.error_line
-    elif read.attempts > 1 and not row.note:
-        row.note = f"{read.attempts} attempts"  # its time is theirs together
+def job_row(kind: type[Row], num: int, folder: Path | None, entry: dict[str, Any] | None,
+            read: Callable[[Row], object] | None = None) -> Row:
+    """A job's row (`sweep_jobs`' triple) of type `kind`: from its folder, its result.json and what `read` takes from
+    it besides, with sweep.json's overrides when it lists the job (the launcher's: a YAML parse a job saved); from
+    its sweep.json record alone while it has no folder. Without a result.json the launcher's state says where the
+    job stands; without a record either, a job with a folder has started (Hydra makes it as the job starts)."""
+    given = entry.get("overrides") if entry else None
+    overrides = override_values(str(o) for o in given) if isinstance(given, list) and given else None
+    if folder is None:
+        assert entry is not None  # sweep_jobs yields no folder only for a job sweep.json lists
+        row = kind(num=num, job_dir=Path(str(entry.get("job_dir") or "")), overrides=overrides or {}, status="")
+    else:
+        row = kind(num=num, job_dir=folder, overrides=read_overrides(folder) if overrides is None else overrides,
+                   status="")
+        record = read_record(folder)
+        if record.status is not None:
+            row.status, row.result, row.objective = record.status, record.result, record.objective
+            row.note = record.problem
+            if row.status in FAILED_STATUSES and record.error:
+                row.note = record.error_line
+            elif record.attempts > 1 and not row.note:
+                row.note = f"{record.attempts} attempts"  # its time is theirs together
+        if read is not None:
+            read(row)
+    if not row.status:
+        state = str(entry.get("state") or "") if entry else ""
+        row.status = state or (State.RUNNING if folder is not None else State.QUEUED)
+        if row.status not in LAUNCH_STATES:  # it ended, by its record, but its result.json (or folder) is gone
+            row.add_note("no result.json")
     return row
 
 
 def collect(sweep_dir: Path) -> list[JobRow]:
     """Every job of the sweep (`sweep_jobs`), in job-number order."""
-    return list(_every_job(sweep_dir, *iter_manifest(sweep_dir)))
+    return [job_row(JobRow, *job) for job in sweep_jobs(sweep_dir, *iter_manifest(sweep_dir))]
 
 
 def best_row(rows: list[JobRow], direction: str) -> JobRow | None:
@@ -200,10 +218,17 @@ def format_table(rows: list[JobRow], keys: list[str] | None = None) -> str:
          _seconds(total_wall_time_s(r.result)), r.note]
         for r in rows
     ]
+    return "\n".join(aligned(header, body))
+
+
+def aligned(header: list[str], body: list[list[str]], rule: bool = True) -> list[str]:
+    """The lines of a terminal table: columns as wide as their widest cell, two spaces apart; `rule`: dashes under
+    the header."""
     widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in [header, *body]]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    if rule:
+        lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
 
 
 def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
@@ -217,8 +242,8 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
 
     manifest, listed = iter_manifest(sweep_dir)
     tally = _Tally(max_rows, multi)
-    for row in _every_job(sweep_dir, manifest, listed):
-        tally.add(row)
+    for job in sweep_jobs(sweep_dir, manifest, listed):
+        tally.add(job_row(JobRow, *job))
     if not tally.n:
         return f"No jobs found in {sweep_dir}."
     direction = sweep_direction(sweep_dir, [tally.direction])
@@ -243,7 +268,7 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
     else:
         best = tally.best(direction)
         if best is not None:
-            typed = typed_overrides(best.job_dir) or [f"{k}={v}" for k, v in best.overrides.items()]
+            typed = best.typed()
             parts.append(f"best ({direction} {metric}): job {best.num} = {_fmt(best.objective)}  [{' '.join(typed)}]")
             name, config_dir = config_source(sweep_dir, [best.job_dir])
             parts.append(f"reproduce: {rerun_command(app_command(manifest, sweep_dir), name, config_dir, typed, keys)}")
@@ -252,26 +277,6 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
                      f"`sweepit clean {sweep_dir}` keeps only the best job's")
     parts.append(f"sweep directory: {sweep_dir}")
     return "\n".join(parts)
-
-
-def _every_job(sweep_dir: Path, head: dict[str, Any], listed: Iterator[dict[str, Any]]) -> Iterator[JobRow]:
-    """Each job's row once, in job order (`sweep_jobs`): from its folder, with sweep.json's overrides and its state
-    while there is no result.json; from sweep.json's record alone while it has no folder."""
-    for num, folder, entry in sweep_jobs(sweep_dir, head, listed):
-        given = entry.get("overrides") if entry else None
-        overrides = override_values(str(o) for o in given) if isinstance(given, list) else None
-        if folder is not None:
-            row = read_job(folder, overrides or None, num)
-        else:
-            assert entry is not None
-            row = JobRow(num=num, job_dir=Path(str(entry.get("job_dir") or "")), overrides=overrides or {},
-                         status=State.PENDING)
-        state = str(entry.get("state") or State.QUEUED) if entry else ""
-        if row.status == State.PENDING and state:
-            row.status = state  # the launcher's word: queued, running, or how it ended (with the file missing)
-            if state not in LAUNCH_STATES:
-                row.note = "no result.json"  # as the report says
-        yield row
 
 
 class _Tally:
@@ -362,7 +367,7 @@ def pareto_lines(rows: list[JobRow], directions: list[str], metrics: list[str] |
         return [head + "no completed job yet"]
     lines = [head + f"{len(front)} job(s)"]
     for row, values in front:
-        args = " ".join(typed_overrides(row.job_dir) or [f"{k}={v}" for k, v in row.overrides.items()])
+        args = " ".join(row.typed())
         shown = ", ".join(f"{n}={_fmt(v)}" for n, v in zip(names, values, strict=False))
         lines.append(f"  job {row.num}: {shown}  [{args}]")
     return lines

@@ -32,7 +32,6 @@ from sweepit.results import (
     claimed,
     read_metrics,
     read_record,
-    result_status,
     write_result,
 )
 from sweepit.slurm import _cluster as slurm_queue
@@ -87,7 +86,7 @@ def look(entries: Iterable[JobEntry], ask_all: bool = False, sweep_dir: Path | N
     sweep's `sweep_dir`, a packed job that no worker has claimed is queued without a look at its files."""
     entries = list(entries)
     waiting = unclaimed(entries, sweep_dir) if sweep_dir is not None else set()
-    statuses = {e.num: result_status(Path(e.job_dir)) if e.job_dir and e.num not in waiting else None
+    statuses = {e.num: read_record(Path(e.job_dir)).status if e.job_dir and e.num not in waiting else None
                 for e in entries}
     ask = [e for e in entries if slurm_id(e) and (ask_all or statuses[e.num] is None
                                                   or statuses[e.num] in FAILED_STATUSES)]
@@ -124,7 +123,7 @@ def settled_by_results(entries: Iterable[JobEntry]) -> dict[int, Seen]:
     without asking Slurm: the follower reports them even while the controller does not answer."""
     seen = {}
     for e in entries:
-        status = result_status(Path(e.job_dir)) if e.job_dir else None
+        status = read_record(Path(e.job_dir)).status if e.job_dir else None
         if status is not None and _settles(status, e):
             seen[e.num] = Seen(state=status, final=True)
     return seen
@@ -325,7 +324,7 @@ def _from_results(m: Manifest, nums: list[int]) -> list[int]:
     changed = []
     for num in nums:
         entry = m.jobs[num]
-        status = result_status(Path(entry.job_dir)) if entry.job_dir else None
+        status = read_record(Path(entry.job_dir)).status if entry.job_dir else None
         if status is not None and status != entry.state:
             entry.state = status
             changed.append(num)

@@ -18,8 +18,8 @@ from sweepit.results import (
     Recorder,
     State,
     Status,
+    read_record,
     record_failure,
-    result_status,
     write_manifest,
 )
 from sweepit.slurm import _cluster as cluster
@@ -152,7 +152,7 @@ class PackedSweep(WorkerDriver):
             self.todo = dict.fromkeys(j.num for j in jobs if j.num not in skipped)
             # Workers of an earlier driver are followed while a job of theirs has no result yet; once each has one they
             # are only ending (a resume right after a sweep with failures: its failed jobs run in a new generation).
-            if alive and any(result_status(j.job_dir) in (None, Status.INTERRUPTED)
+            if alive and any(read_record(j.job_dir).status in (None, Status.INTERRUPTED)
                              for j in jobs if j.num in self.todo):
                 self.generation = int(self.m.workers["generation"])
                 log.info(f"Following the packed workers still running from before ({len(alive_workers(self.m))} of "

@@ -28,7 +28,7 @@ from sweepit.results import (
     SweepPaths,
     Work,
     claim,
-    result_status,
+    read_record,
 )
 from sweepit.slurm._engine import Engine
 
@@ -174,7 +174,7 @@ class GridSource:
             return
         for num in sorted(nums):
             entry = entries.get(num)
-            if entry is not None and result_status(Path(entry.job_dir)) in (None, Status.INTERRUPTED):
+            if entry is not None and read_record(Path(entry.job_dir)).status in (None, Status.INTERRUPTED):
                 release(self.sweep_dir, self.spec.generation, num)
                 log.info(f"worker {self.worker}: job {num}, which this worker ran before Slurm requeued it, is "
                          "claimable again")

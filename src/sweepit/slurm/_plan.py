@@ -21,7 +21,7 @@ from sweepit.results import (
     failure_report,
     is_finished,
     open_manifest,
-    result_status,
+    read_record,
     summarize,
 )
 from sweepit.slurm._request import ClusterFacts, Request, SlurmOptions, asked, place
@@ -103,7 +103,7 @@ class Planner:
         for job in jobs:
             if self.options.resume and is_finished(job.job_dir):
                 skipped.add(job.num)
-                m.jobs.setdefault(job.num, job.entry()).state = result_status(job.job_dir) or Status.COMPLETED
+                m.jobs.setdefault(job.num, job.entry()).state = read_record(job.job_dir).status or Status.COMPLETED
         return skipped
 
     def finish(self, m: Manifest, jobs: list[PlannedJob], statuses: dict[int, str], skipped: set[int]) -> None:
