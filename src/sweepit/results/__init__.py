@@ -23,6 +23,7 @@ from sweepit.results._job_files import (
     remove_result,
     returned_fields,
     start_clean,
+    tail_lines,
     total_wall_time_s,
     write_result,
 )
@@ -138,6 +139,6 @@ __all__ = [
     "read_study_file", "record_failure", "records_digest", "remove_result", "report_shows", "reports_at_end",
     "rerun_argv", "rerun_command", "result_status", "returned_fields", "settle_orphans", "short_value", "silent_s",
     "speed_study_line", "start_clean", "summarize", "sweep_direction", "sweep_eta_s", "sweep_jobs", "sweeper_value",
-    "swept_keys", "total_wall_time_s", "typed_overrides", "with_result", "worst", "write_manifest", "write_records",
-    "write_result", "write_study_file"
+    "swept_keys", "tail_lines", "total_wall_time_s", "typed_overrides", "with_result", "worst", "write_manifest",
+    "write_records", "write_result", "write_study_file"
 ]

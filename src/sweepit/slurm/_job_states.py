@@ -33,6 +33,7 @@ from sweepit.results import (
     read_metrics,
     read_record,
     result_status,
+    tail_lines,
     write_result,
 )
 from sweepit.slurm import _cluster as slurm_queue
@@ -184,7 +185,7 @@ def _said_before_it_went(entry: JobEntry) -> str:
     or slurmstepd's line in its stderr log says (cancelled, time limit, preemption, node failure); else LOST."""
     if entry.extra.get(CANCELLED_BY_DRIVER):
         return "CANCELLED"
-    said = _SLURMSTEPD.findall(stderr_tail(entry, 20))
+    said = _SLURMSTEPD.findall(tail_lines(entry.extra.get("stderr"), 20))
     return _SLURMSTEPD_STATE[said[-1] or None] if said else LOST
 
 
@@ -308,7 +309,7 @@ def refresh(m: Manifest, stderr_tail_lines: int = 50, record: bool = True,
         for num, s in seen.items():
             entry = m.jobs[num]
             if s.dead and record:
-                s.state = record_dead(entry, s, stderr_tail(entry, stderr_tail_lines))
+                s.state = record_dead(entry, s, tail_lines(entry.extra.get("stderr"), stderr_tail_lines))
             if apply(entry, s):
                 changed.append(num)
         return changed, ""
@@ -331,14 +332,3 @@ def _from_results(m: Manifest, nums: list[int]) -> list[int]:
             changed.append(num)
     return changed
 
-
-def stderr_tail(entry: JobEntry, n_lines: int, max_bytes: int = 1 << 16) -> str:
-    """The last lines of the job's stderr log (rank 0's)."""
-    try:
-        with open(str(entry.extra.get("stderr", "")), "rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - max_bytes))
-            data = f.read()
-    except OSError:
-        return ""
-    return "\n".join(data.decode(errors="replace").splitlines()[-n_lines:]) if n_lines > 0 else ""
