@@ -72,6 +72,23 @@ def slurm_id(entry: JobEntry) -> str | None:
     return str(value) if value else None
 
 
+def alive_workers(m: Manifest) -> set[str]:
+    """The ids of the manifest's workers that are queued or running; all of them when Slurm cannot be asked."""
+    ids = [str(i) for i in m.workers.get("ids") or []]
+    if not ids:
+        return set()
+    rows = slurm_queue.squeue(ids)
+    if rows is None:
+        return set(ids)
+    name = m.workers.get("job_name")
+    return {i for i in ids if (row := rows.get(i)) is not None and (not name or row.name == name) and row.in_queue}
+
+
+def workers_alive(m: Manifest) -> bool:
+    """Whether any worker of the manifest is queued or running (True when Slurm cannot be asked)."""
+    return bool(alive_workers(m))
+
+
 def _mine(rows: dict[str, QueueRow] | None, entry: JobEntry) -> QueueRow | None:
     """The row of this entry's job; a row of another job with the same id (ids restart at 1 after a cluster
     cold start) does not count."""
@@ -106,7 +123,7 @@ def unclaimed(entries: list[JobEntry], sweep_dir: Path) -> set[int]:
     waiting: dict[int, list[int]] = {}
     for e in entries:
         generation = e.extra.get("generation")
-        if _waits_for_a_worker(e) and isinstance(generation, int):
+        if _not_in_slurm(e) and isinstance(generation, int):  # a packed job's: the plan it is in
             waiting.setdefault(generation, []).append(e.num)
     out: set[int] = set()
     for generation, nums in waiting.items():
@@ -115,9 +132,23 @@ def unclaimed(entries: list[JobEntry], sweep_dir: Path) -> set[int]:
     return out
 
 
-def _waits_for_a_worker(entry: JobEntry) -> bool:
-    """A packed job that no worker has started (it has no Slurm job of its own until one does)."""
-    return slurm_id(entry) is None and entry.extra.get(PACKED) is not None and entry.state in LIVE_STATES
+def _not_in_slurm(entry: JobEntry) -> bool:
+    """A job queued in the manifest that is not in Slurm: a packed one no worker has started (it has no Slurm job of
+    its own until one does), or one held back by the queue limit."""
+    return (slurm_id(entry) is None and (entry.extra.get(PACKED) is not None or bool(entry.extra.get("held")))
+            and entry.state in LIVE_STATES)
+
+
+def settle_unclaimed(m: Manifest) -> list[int]:
+    """Jobs that never reached Slurm, once no driver follows the sweep and no worker of it is left: `not started`
+    (`sweepit resume` submits them)."""
+    waiting = [n for n, e in m.jobs.items() if _not_in_slurm(e)]
+    if not waiting or (m.workers.get(PACKED) and workers_alive(m)):
+        return []
+    for n in waiting:
+        m.jobs[n].state = State.NOT_STARTED
+        m.jobs[n].extra.pop("held", None)
+    return waiting
 
 
 def settled_by_results(entries: Iterable[JobEntry]) -> dict[int, Seen]:
@@ -152,8 +183,8 @@ def _decide(entry: JobEntry, status: str | None, queued: QueueRow | None, accoun
             squeue_failed: bool) -> Seen:
     if status is not None and _settles(status, entry):
         return Seen(state=status, slurm_state=(queued or accounted or QueueRow("", "", "")).state, final=True)
-    if _waits_for_a_worker(entry):
-        return Seen(state=State.QUEUED)  # no worker has claimed it yet
+    if _not_in_slurm(entry):
+        return Seen(state=State.QUEUED)  # no worker has claimed it yet, or the queue limit holds it back
     if slurm_id(entry) is None:
         return Seen(state=status or State.NOT_STARTED, final=True)  # never submitted
     if queued is not None and queued.state in ACTIVE_STATES:

@@ -16,11 +16,11 @@ from sweepit.results import JobEntry, Manifest, State
 from sweepit.search import started_trials
 from sweepit.slurm._cluster import array_id
 from sweepit.slurm._follow import Follower
-from sweepit.slurm._job_states import WORKER_TRIAL
+from sweepit.slurm._job_states import WORKER_TRIAL, workers_alive
 from sweepit.slurm._limits import open_room
 from sweepit.slurm._plan import PlannedJob
 from sweepit.slurm._submit import Task, link_logs
-from sweepit.slurm._worker_driver import WorkerDriver, worker_job, workers_alive
+from sweepit.slurm._worker_driver import WorkerDriver, worker_job
 
 log = logging.getLogger(__name__)
 

@@ -25,14 +25,14 @@ from sweepit.results import (
 )
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._follow import Follower
-from sweepit.slurm._job_states import LOST, PACKED, Seen
+from sweepit.slurm._job_states import LOST, PACKED, Seen, alive_workers
 from sweepit.slurm._limits import Room, dry_run_lines, open_room
 from sweepit.slurm._pack_worker import PackSpec, PlannedEntry, release, scan_claims, write_plan
 from sweepit.slurm._plan import PlannedJob, Planner, by_request
 from sweepit.slurm._request import Request, gpu_hours
 from sweepit.slurm._submit import Task, job_name
 from sweepit.slurm._task_files import start_job_dir
-from sweepit.slurm._worker_driver import WorkerDriver, alive_workers, worker_job
+from sweepit.slurm._worker_driver import WorkerDriver, worker_job
 
 log = logging.getLogger(__name__)
 # Slurm states of a worker that ended while running a job, after which the job is given to another worker (at most
