@@ -107,7 +107,8 @@ def step_plan(work: Path, n_jobs: int) -> dict[str, Any]:
         manifest.jobs[job.num] = JobEntry(num=job.num, overrides=job.overrides, job_dir=str(job.job_dir),
                                           state="not started")
     write_manifest(manifest)
-    submit_module.submit_jobs(jobs, manifest, options, max_array_size, lambda job: print)
+    for chunk in submit_module.arrays(jobs, max_array_size):
+        submit_module.submit_jobs(chunk, manifest, options, lambda job: print)
     t_submit, c_submit = time.perf_counter() - t0 - t_plan, time.process_time() - c0 - c_plan
     u1, k1 = _user_sys()
     return {"plan_s": t_plan, "plan_cpu_s": c_plan, "submit_s": t_submit, "submit_cpu_s": c_submit,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class SweepitError(Exception):
     """Base class of every error sweepit raises on purpose."""
@@ -61,3 +63,14 @@ class SweepStoppedError(SweepFailedError):
 class RankFailedError(SweepitError):
     """A rank of a multi-rank job (a local rank, a Slurm task) ended with an error; the message names the rank, its
     error and its log."""
+
+
+def require(ok: bool, message: str) -> None:
+    """A config value's check: a ConfigError with `message` (the rule, the value, the fix) unless `ok`."""
+    if not ok:
+        raise ConfigError(message)
+
+
+def is_count(value: Any, least: int) -> bool:
+    """Whether a config value is an integer >= `least` (YAML's true and false are not counts)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least

@@ -5,6 +5,8 @@ same as the result. What the user sees in each case is in the README's "What sur
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -17,6 +19,7 @@ from slurm_launcher_testing import (
     TRAIN,
     Driver,
     assert_whole,
+    driver_env,
     epochs,
     manifest,
     only_job_dir,
@@ -190,6 +193,32 @@ def test_sweepit_status_after_the_end_shows_no_stale_slurm_state(tmp_path: Path)
     status = sweepit("status", str(sweep))
     assert status.returncode == 0, status.stderr
     assert "RUNNING" not in status.stdout and status.stdout.count(" COMPLETED") == 2, status.stdout
+
+
+def test_sbatch_refusing_a_later_array_says_which_jobs_went_out_before(tmp_path: Path) -> None:
+    """sbatch takes the sweep's first array and refuses the second, as it refuses an account it does not know (an
+    `sbatch` in front of Slurm's on PATH says so after its first call): the error names the jobs already in Slurm."""
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "sbatch").write_text(
+        f'#!/bin/sh\nif [ -e "{shim}/once" ]; then\n  echo "sbatch: error: Batch job submission failed: Invalid '
+        f'account or account/partition combination specified" >&2\n  exit 1\nfi\ntouch "{shim}/once"\n'
+        f'exec {shutil.which("sbatch")} "$@"\n')
+    (shim / "sbatch").chmod(0o755)
+    sweep = tmp_path / "sweep"
+    proc = run(APP, sweep, "x=0,1,2,3", "~trainer", "hydra.launcher.max_array_size=2",
+               env=driver_env(PATH=f"{shim}:{os.environ['PATH']}"), timeout_s=120)
+    assert proc.returncode == 1, proc.stderr
+    went = {e.num: str(e.extra["slurm_array_job_id"]) for e in manifest(sweep).jobs.values()
+            if e.extra.get("slurm_job_id")}
+    assert sorted(went) == [0, 1] and len(set(went.values())) == 1, went
+    said = " ".join(proc.stderr.split())
+    assert "sbatch must accept the jobs, but refused them: sbatch: error: Batch job submission failed" in said, said
+    assert (f"2 job(s) were submitted before (Slurm job(s) {went[0]}): follow them with `sweepit status {sweep}`."
+            in said), said
+    assert "Nothing was submitted." not in said
+    wait_until(lambda: all((only_job_dir(sweep, n) / "result.json").exists() for n in went),
+               "the two jobs that went out to end", 60)  # they run on: not left running into the next test
 
 
 @pytest.mark.waits_minutes

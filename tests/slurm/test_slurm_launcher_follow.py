@@ -78,6 +78,27 @@ def test_max_array_size_splits_a_group_into_several_arrays(slurm_cluster: SlurmC
     assert re.sub(r"-[0-9a-f]{6}\n", "\n", printed.group(0)).strip() == re.sub(r"-[0-9a-f]{6}\n", "\n", first).strip()
 
 
+def test_status_during_a_sweep_lists_the_jobs_the_queue_limit_holds_back_as_queued(tmp_path: Path) -> None:
+    """hydra.launcher.max_queued=1 (the user's other jobs in the queue count too): while the driver holds jobs back,
+    `sweepit status` lists them as `queued`, "not submitted yet" (as docs/slurm.md says), not as `not started`."""
+    sweep = tmp_path / "sweep"
+    driver = Driver(APP, sweep, "x=0,1,2", "~trainer", "slow_on=[0,1,2]", "extra_sleep_s=10",
+                    "hydra.launcher.max_queued=1")
+    try:
+        wait_until(lambda: (sweep / "sweep.json").exists() and bool(manifest(sweep).jobs[2].extra.get("held")),
+                   "the driver to hold job 2 back", 60)
+        status = sweepit("status", str(sweep))
+    finally:
+        driver.kill()
+        if (sweep / "sweep.json").exists():
+            scancel(*[i for i in (str(e.extra.get("slurm_job_id") or "") for e in manifest(sweep).jobs.values()) if i])
+    assert status.returncode == 0, status.stderr
+    rows = {int(line.split()[0]): line for line in status.stdout.split("\n\n")[0].splitlines()[2:]}
+    assert " queued " in rows[2], status.stdout
+    assert "not submitted yet: hydra.launcher.max_queued=1 allows 1 Slurm job(s)" in rows[2], status.stdout
+    assert "not started" not in status.stdout, status.stdout
+
+
 def test_detach_then_status_then_resume_runs_only_what_did_not_complete(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     started = time.monotonic()

@@ -92,17 +92,3 @@ class JobOutput:
         if self.child_fds[0] >= 0:
             self.close_child_side()
 
-
-def tail_lines(path: Path, n_lines: int, max_bytes: int = 1 << 16) -> str:
-    """The last `n_lines` lines of a text file (at most `max_bytes` read); empty when there is none."""
-    if n_lines <= 0:
-        return ""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - max_bytes))
-            data = f.read()
-    except OSError:
-        return ""
-    return "\n".join(data.decode(errors="replace").splitlines()[-n_lines:])

@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 
 from sweepit._files import remove_temporaries
 from sweepit._host import now_iso
-from sweepit.errors import ConfigError, OutputWriteError, SweepFailedError, SweepStoppedError
+from sweepit.errors import ConfigError, OutputWriteError, SweepFailedError, SweepStoppedError, is_count, require
 from sweepit.local._pool import Job, Pool
 from sweepit.local._resources import (
     DEFAULT_PRELOAD,
@@ -55,11 +55,6 @@ from sweepit.results import (
 
 log = logging.getLogger(__name__)
 _LOOK_S = 1.0  # how often the running jobs' metrics are read for the ETA
-
-
-def _require(ok: bool, rule: str, value: str, fix: str) -> None:
-    if not ok:
-        raise ConfigError(f"{rule}, but got {value}. {fix}")
 
 
 @dataclass
@@ -96,15 +91,14 @@ class LocalOptions:
     print_summary: bool = True
 
     def __post_init__(self) -> None:
-        _require(self.n_workers >= 0, "hydra.launcher.n_workers must be 0 (auto) or a positive count",
-                 f"n_workers={self.n_workers}", "Set for example hydra.launcher.n_workers=2.")
-        _require(self.threads_per_job >= 0, "hydra.launcher.threads_per_job must be 0 (auto) or a positive count",
-                 f"threads_per_job={self.threads_per_job}", "Set for example hydra.launcher.threads_per_job=1.")
-        _require(self.stderr_tail_lines >= 0, "hydra.launcher.stderr_tail_lines must be >= 0",
-                 f"stderr_tail_lines={self.stderr_tail_lines}", "Set for example hydra.launcher.stderr_tail_lines=20.")
-        _require(math.isfinite(self.term_grace_s) and self.term_grace_s >= 0,
-                 "hydra.launcher.term_grace_s must be >= 0", f"term_grace_s={self.term_grace_s}",
-                 "Set for example hydra.launcher.term_grace_s=5.")
+        require(self.n_workers >= 0, "hydra.launcher.n_workers must be 0 (auto) or a positive count, but got "
+                f"n_workers={self.n_workers}. Set for example hydra.launcher.n_workers=2.")
+        require(self.threads_per_job >= 0, "hydra.launcher.threads_per_job must be 0 (auto) or a positive count, but "
+                f"got threads_per_job={self.threads_per_job}. Set for example hydra.launcher.threads_per_job=1.")
+        require(self.stderr_tail_lines >= 0, "hydra.launcher.stderr_tail_lines must be >= 0, but got "
+                f"stderr_tail_lines={self.stderr_tail_lines}. Set for example hydra.launcher.stderr_tail_lines=20.")
+        require(math.isfinite(self.term_grace_s) and self.term_grace_s >= 0, "hydra.launcher.term_grace_s must be "
+                f">= 0, but got term_grace_s={self.term_grace_s}. Set for example hydra.launcher.term_grace_s=5.")
 
 
 class LocalSweep:
@@ -269,9 +263,8 @@ class LocalSweep:
             return False
         need = OmegaConf.select(job.config, o.gpus_key, default=1)
         try:
-            _require(isinstance(need, int) and not isinstance(need, bool) and need >= 0,
-                     f"{o.gpus_key} must be an integer >= 0", f"{o.gpus_key}={need!r} in job {job.num}",
-                     f"Set for example {o.gpus_key}=1.")
+            require(is_count(need, 0), f"{o.gpus_key} must be an integer >= 0, but got {o.gpus_key}={need!r} in job "
+                    f"{job.num}. Set for example {o.gpus_key}=1.")
             if self.gpus and str(OmegaConf.select(job.config, "device", default="auto")) != "cpu":
                 job.n_gpus = int(need)
                 self.pool.gpu_pool.check(job.num, job.n_gpus, o.gpus_key)

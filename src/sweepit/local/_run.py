@@ -9,9 +9,8 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from sweepit._host import now_iso
-from sweepit.local._capture import tail_lines
 from sweepit.local._pool import Job
-from sweepit.results import STDERR_LOG, JobRecord, Recorder, Status, as_number, write_result
+from sweepit.results import STDERR_LOG, JobRecord, Recorder, Status, as_number, tail_lines, write_result
 
 
 def describe_exit(exit_code: int | None, stopped: bool) -> str:

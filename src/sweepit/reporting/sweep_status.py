@@ -29,7 +29,7 @@ from sweepit.results import (
     sweep_eta_s,
     write_manifest,
 )
-from sweepit.slurm import LIVE_STATES, PACKED, adopt_trials, refresh, slurm_id, workers_alive
+from sweepit.slurm import LIVE_STATES, PACKED, adopt_trials, refresh, settle_unclaimed, slurm_id, workers_alive
 
 
 def _table(m: Manifest, live: LiveReader, shown: list[int]) -> str:
@@ -76,7 +76,7 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
     changed, note = refresh(m, record=driver is None, nums=nums)
     changed += adopted
     if driver is None:  # with a live driver, it alone writes the sweep's records
-        changed += settle_orphans(m) + _settle_unclaimed(m)
+        changed += settle_orphans(m) + settle_unclaimed(m)
         if changed:
             write_manifest(m, changed)
     lines = [_table(m, live, shown),
@@ -116,20 +116,6 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
                  else "the sweep has ended, without a report since (it ran detached, or was stopped)")
         lines.append(f"{ended}: `sweepit report {m.sweep_dir}` writes its tables and plots into {report_dir}/.")
     return "\n".join(lines), going
-
-
-def _settle_unclaimed(m: Manifest) -> list[int]:
-    """Jobs queued in the manifest that never reached Slurm (a packed sweep's that no worker claimed, or jobs held back
-    by the queue limit), once no driver follows the sweep and no worker of it is left: `not started` (`sweepit resume`
-    submits them)."""
-    waiting = [n for n, e in m.jobs.items() if (e.extra.get(PACKED) is not None or e.extra.get("held"))
-               and not slurm_id(e) and e.state in LIVE_STATES]
-    if not waiting or (m.workers.get(PACKED) and workers_alive(m)):
-        return []
-    for n in waiting:
-        m.jobs[n].state = State.NOT_STARTED
-        m.jobs[n].extra.pop("held", None)
-    return waiting
 
 
 def report_is_current(sweep_dir: Path, m: Manifest | None = None) -> bool:

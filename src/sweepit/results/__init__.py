@@ -22,6 +22,7 @@ from sweepit.results._job_files import (
     record_failure,
     returned_fields,
     start_clean,
+    tail_lines,
     total_wall_time_s,
     write_result,
 )
@@ -134,6 +135,6 @@ __all__ = [
     "own_key", "own_overrides", "read_manifest", "read_metrics", "read_overrides", "read_record", "read_study_file",
     "record_failure", "records_digest", "report_shows", "reports_at_end", "rerun_argv", "rerun_command",
     "returned_fields", "settle_orphans", "short_value", "silent_s", "speed_study_line", "start_clean", "summarize",
-    "sweep_direction", "sweep_eta_s", "sweep_jobs", "sweeper_value", "swept_keys", "total_wall_time_s",
+    "sweep_direction", "sweep_eta_s", "sweep_jobs", "sweeper_value", "swept_keys", "tail_lines", "total_wall_time_s",
     "typed_overrides", "worst", "write_manifest", "write_records", "write_result", "write_study_file"
 ]

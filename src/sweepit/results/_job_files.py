@@ -186,6 +186,20 @@ def error_line(error: str, limit: int = ERROR_LINE_CHARS) -> str:
     return f"{head} {fix}".strip()
 
 
+def tail_lines(path: Path | str | None, n_lines: int, max_bytes: int = 1 << 16) -> str:
+    """The last `n_lines` lines of a log (at most `max_bytes` read); empty when there is none."""
+    if n_lines <= 0 or not path:
+        return ""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - max_bytes))
+            data = f.read()
+    except OSError:
+        return ""
+    return "\n".join(data.decode(errors="replace").splitlines()[-n_lines:])
+
+
 @dataclass
 class JobRecord:
     """What a job left in its `result.json`, as every reader and writer sees it (`read_record`, `write_result`). Its

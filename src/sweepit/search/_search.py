@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sweepit.errors import ConfigError, SweepFailedError, SweepStoppedError
+from sweepit.errors import SweepFailedError, SweepStoppedError, is_count, require
 from sweepit.results import (
     BEST_PARAMS_FILE,
     DIRECTIONS,
@@ -33,11 +33,6 @@ from sweepit.search._trials import as_runner, find_job_dir, read_trial
 
 log = logging.getLogger(__name__)
 SEED_STRIDE = 100_003  # seeded samplers: each worker its own stream, or they would ask the same points
-
-
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        raise ConfigError(message)
 
 
 @dataclass
@@ -83,15 +78,15 @@ class SearchOptions:
     diverged_value: float | None = None
 
     def __post_init__(self) -> None:
-        _require(self.n_trials >= 1, f"hydra.sweeper.n_trials must be >= 1, but got n_trials={self.n_trials}; "
-                                     "set for example hydra.sweeper.n_trials=20.")
-        _require(self.n_jobs >= 1, "hydra.sweeper.n_jobs (trials in flight) must be >= 1, but got "
-                                   f"n_jobs={self.n_jobs}; set for example hydra.sweeper.n_jobs=4.")
-        _require(isinstance(self.workers, int) and not isinstance(self.workers, bool) and self.workers >= 0,
-                 "hydra.sweeper.workers must be an integer >= 0 (0: each trial its own Slurm job), but got "
-                 f"workers={self.workers!r}; set for example hydra.sweeper.workers=4.")
-        _require(0.0 <= self.max_failure_rate <= 1.0, "hydra.sweeper.max_failure_rate must be between 0 and 1, "
-                 f"but got max_failure_rate={self.max_failure_rate}; set for example 0.5 (1 never stops).")
+        require(self.n_trials >= 1, f"hydra.sweeper.n_trials must be >= 1, but got n_trials={self.n_trials}; "
+                                    "set for example hydra.sweeper.n_trials=20.")
+        require(self.n_jobs >= 1, "hydra.sweeper.n_jobs (trials in flight) must be >= 1, but got "
+                                  f"n_jobs={self.n_jobs}; set for example hydra.sweeper.n_jobs=4.")
+        require(is_count(self.workers, 0),
+                "hydra.sweeper.workers must be an integer >= 0 (0: each trial its own Slurm job), but got "
+                f"workers={self.workers!r}; set for example hydra.sweeper.workers=4.")
+        require(0.0 <= self.max_failure_rate <= 1.0, "hydra.sweeper.max_failure_rate must be between 0 and 1, "
+                f"but got max_failure_rate={self.max_failure_rate}; set for example 0.5 (1 never stops).")
 
 
 @dataclass
@@ -120,9 +115,9 @@ class Search:
         """A job learns its trial from three environment variables: `env_overrides(job_num, env)` hands them to the
         launcher and returns the overrides that carry them, if any. `extend(trial)` runs after each trial drew the
         space's parameters and may draw more (conditional ones), each the override `name=value` of its job."""
-        _require(bool(space.params) or extend is not None,
-                 "the Optuna sweeper needs a search space, but none was given; add one to hydra.sweeper.params or the "
-                 "command line, e.g. 'lr=tag(log, interval(1e-4, 1))'.")
+        require(bool(space.params) or extend is not None,
+                "the Optuna sweeper needs a search space, but none was given; add one to hydra.sweeper.params or the "
+                "command line, e.g. 'lr=tag(log, interval(1e-4, 1))'.")
         self.extend = extend
         self.options, self.space, self.job = options, space, job
         self.sweep_dir = Path(sweep_dir).absolute()
@@ -145,22 +140,22 @@ class Search:
         """One direction per objective: a list in hydra.sweeper.direction searches several (a Pareto front)."""
         ours, metrics = self.options.direction, self.options.metrics
         if not isinstance(ours, list | tuple):
-            _require(not metrics or len(metrics) == 1,
-                     f"hydra.sweeper.metrics names one objective per direction, but it names {len(metrics or [])} "
-                     f"({metrics}) and hydra.sweeper.direction={ours!r} is one; give as many directions, e.g. "
-                     f"hydra.sweeper.direction=[{','.join(['minimize'] * len(metrics or []))}].")
+            require(not metrics or len(metrics) == 1,
+                    f"hydra.sweeper.metrics names one objective per direction, but it names {len(metrics or [])} "
+                    f"({metrics}) and hydra.sweeper.direction={ours!r} is one; give as many directions, e.g. "
+                    f"hydra.sweeper.direction=[{','.join(['minimize'] * len(metrics or []))}].")
             return [self._direction()]
         bad = [d for d in ours if d not in DIRECTIONS]
-        _require(bool(ours) and not bad, f"each of hydra.sweeper.direction must be maximize or minimize, but it is "
-                                         f"{list(ours)}; e.g. hydra.sweeper.direction=[maximize,minimize].")
-        _require(not metrics or len(metrics) == len(ours),
-                 f"hydra.sweeper.metrics names one objective per direction, but hydra.sweeper.direction={list(ours)} "
-                 f"has {len(ours)} and hydra.sweeper.metrics={list(metrics or [])} {len(metrics or [])}; give both "
-                 "the same length.")
+        require(bool(ours) and not bad, f"each of hydra.sweeper.direction must be maximize or minimize, but it is "
+                                        f"{list(ours)}; e.g. hydra.sweeper.direction=[maximize,minimize].")
+        require(not metrics or len(metrics) == len(ours),
+                f"hydra.sweeper.metrics names one objective per direction, but hydra.sweeper.direction={list(ours)} "
+                f"has {len(ours)} and hydra.sweeper.metrics={list(metrics or [])} {len(metrics or [])}; give both "
+                "the same length.")
         pruner = short_name(self.pruner, PRUNER_CLASSES)
-        _require(len(ours) == 1 or pruner == "none",
-                 f"Optuna prunes single-objective studies only, but hydra.sweeper.direction={list(ours)} has "
-                 f"{len(ours)} objectives and the pruner is {pruner}; use hydra/sweeper/pruner=none.")
+        require(len(ours) == 1 or pruner == "none",
+                f"Optuna prunes single-objective studies only, but hydra.sweeper.direction={list(ours)} has "
+                f"{len(ours)} objectives and the pruner is {pruner}; use hydra/sweeper/pruner=none.")
         if len(ours) == 1:
             self.options.direction = ours[0]
             return [self._direction()]
@@ -171,8 +166,8 @@ class Search:
         ours, theirs = self.options.direction, self.job.direction
         direction = objective_direction(ours, theirs)
         key = "hydra.sweeper.direction" if ours not in (None, "") else "direction (the job config's)"
-        _require(direction in DIRECTIONS, f"the objective's direction must be maximize or minimize, but {key} is "
-                                          f"{direction!r}; set hydra.sweeper.direction=maximize (or minimize).")
+        require(direction in DIRECTIONS, f"the objective's direction must be maximize or minimize, but {key} is "
+                                         f"{direction!r}; set hydra.sweeper.direction=maximize (or minimize).")
         if ours not in (None, "") and theirs in DIRECTIONS and theirs != direction:
             log.warning(f"hydra.sweeper.direction={direction} and the job config's direction={theirs} differ: the "
                         f"study, the summary and the report use {direction} (the sweeper's wins), while each job "
@@ -203,9 +198,9 @@ class Search:
                                     load_if_exists=True, pruner=build_pruner(self.pruner))
         kept = [d.name.lower() for d in study.directions]
         shown = kept[0] if len(kept) == 1 else f"[{','.join(kept)}]"
-        _require(kept == self.directions, f"study {name!r} in {storage_url} must keep its direction, but it is "
-                                          f"{' '.join(kept)} and the sweep asks {' '.join(self.directions)}; use "
-                                          f"another hydra.sweeper.study_name, or hydra.sweeper.direction={shown}.")
+        require(kept == self.directions, f"study {name!r} in {storage_url} must keep its direction, but it is "
+                                         f"{' '.join(kept)} and the sweep asks {' '.join(self.directions)}; use "
+                                         f"another hydra.sweeper.study_name, or hydra.sweeper.direction={shown}.")
         self.seed_sampler(study)
         study.set_user_attr(PRUNER_ATTR, self.pruner)
         self.info = {"storage": storage_url, "study_name": name, "metric": self.job.metric,

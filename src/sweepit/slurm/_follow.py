@@ -26,6 +26,7 @@ from sweepit.results import (
     own_overrides,
     read_record,
     sweep_eta_s,
+    tail_lines,
     write_manifest,
 )
 from sweepit.slurm import _cluster as cluster
@@ -40,7 +41,6 @@ from sweepit.slurm._job_states import (
     record_dead,
     settled_by_results,
     slurm_id,
-    stderr_tail,
 )
 from sweepit.slurm._request import SlurmOptions
 from sweepit.slurm._submit import result_pickle
@@ -144,7 +144,7 @@ class Follower:
             if s.final and self.retry(num, s):
                 continue
             if s.dead:
-                s.state = record_dead(entry, s, stderr_tail(entry, self.stderr_tail_lines))
+                s.state = record_dead(entry, s, tail_lines(entry.extra.get("stderr"), self.stderr_tail_lines))
                 self.say(f"sweepit: job {num} [{' '.join(own_overrides(entry.overrides))}] {s.state}: "
                          f"{read_record(entry.job_dir).error} (stderr: {entry.extra.get('stderr')})")
             if apply(entry, s):

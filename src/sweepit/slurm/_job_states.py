@@ -32,6 +32,7 @@ from sweepit.results import (
     claimed,
     read_metrics,
     read_record,
+    tail_lines,
     write_result,
 )
 from sweepit.slurm import _cluster as slurm_queue
@@ -70,6 +71,23 @@ def slurm_id(entry: JobEntry) -> str | None:
     return str(value) if value else None
 
 
+def alive_workers(m: Manifest) -> set[str]:
+    """The ids of the manifest's workers that are queued or running; all of them when Slurm cannot be asked."""
+    ids = [str(i) for i in m.workers.get("ids") or []]
+    if not ids:
+        return set()
+    rows = slurm_queue.squeue(ids)
+    if rows is None:
+        return set(ids)
+    name = m.workers.get("job_name")
+    return {i for i in ids if (row := rows.get(i)) is not None and (not name or row.name == name) and row.in_queue}
+
+
+def workers_alive(m: Manifest) -> bool:
+    """Whether any worker of the manifest is queued or running (True when Slurm cannot be asked)."""
+    return bool(alive_workers(m))
+
+
 def _mine(rows: dict[str, QueueRow] | None, entry: JobEntry) -> QueueRow | None:
     """The row of this entry's job; a row of another job with the same id (ids restart at 1 after a cluster
     cold start) does not count."""
@@ -104,7 +122,7 @@ def unclaimed(entries: list[JobEntry], sweep_dir: Path) -> set[int]:
     waiting: dict[int, list[int]] = {}
     for e in entries:
         generation = e.extra.get("generation")
-        if _waits_for_a_worker(e) and isinstance(generation, int):
+        if _not_in_slurm(e) and isinstance(generation, int):  # a packed job's: the plan it is in
             waiting.setdefault(generation, []).append(e.num)
     out: set[int] = set()
     for generation, nums in waiting.items():
@@ -113,9 +131,23 @@ def unclaimed(entries: list[JobEntry], sweep_dir: Path) -> set[int]:
     return out
 
 
-def _waits_for_a_worker(entry: JobEntry) -> bool:
-    """A packed job that no worker has started (it has no Slurm job of its own until one does)."""
-    return slurm_id(entry) is None and entry.extra.get(PACKED) is not None and entry.state in LIVE_STATES
+def _not_in_slurm(entry: JobEntry) -> bool:
+    """A job queued in the manifest that is not in Slurm: a packed one no worker has started (it has no Slurm job of
+    its own until one does), or one held back by the queue limit."""
+    return (slurm_id(entry) is None and (entry.extra.get(PACKED) is not None or bool(entry.extra.get("held")))
+            and entry.state in LIVE_STATES)
+
+
+def settle_unclaimed(m: Manifest) -> list[int]:
+    """Jobs that never reached Slurm, once no driver follows the sweep and no worker of it is left: `not started`
+    (`sweepit resume` submits them)."""
+    waiting = [n for n, e in m.jobs.items() if _not_in_slurm(e)]
+    if not waiting or (m.workers.get(PACKED) and workers_alive(m)):
+        return []
+    for n in waiting:
+        m.jobs[n].state = State.NOT_STARTED
+        m.jobs[n].extra.pop("held", None)
+    return waiting
 
 
 def settled_by_results(entries: Iterable[JobEntry]) -> dict[int, Seen]:
@@ -150,8 +182,8 @@ def _decide(entry: JobEntry, status: str | None, queued: QueueRow | None, accoun
             squeue_failed: bool) -> Seen:
     if status is not None and _settles(status, entry):
         return Seen(state=status, slurm_state=(queued or accounted or QueueRow("", "", "")).state, final=True)
-    if _waits_for_a_worker(entry):
-        return Seen(state=State.QUEUED)  # no worker has claimed it yet
+    if _not_in_slurm(entry):
+        return Seen(state=State.QUEUED)  # no worker has claimed it yet, or the queue limit holds it back
     if slurm_id(entry) is None:
         return Seen(state=status or State.NOT_STARTED, final=True)  # never submitted
     if queued is not None and queued.state in ACTIVE_STATES:
@@ -183,7 +215,7 @@ def _said_before_it_went(entry: JobEntry) -> str:
     or slurmstepd's line in its stderr log says (cancelled, time limit, preemption, node failure); else LOST."""
     if entry.extra.get(CANCELLED_BY_DRIVER):
         return "CANCELLED"
-    said = _SLURMSTEPD.findall(stderr_tail(entry, 20))
+    said = _SLURMSTEPD.findall(tail_lines(entry.extra.get("stderr"), 20))
     return _SLURMSTEPD_STATE[said[-1] or None] if said else LOST
 
 
@@ -307,7 +339,7 @@ def refresh(m: Manifest, stderr_tail_lines: int = 50, record: bool = True,
         for num, s in seen.items():
             entry = m.jobs[num]
             if s.dead and record:
-                s.state = record_dead(entry, s, stderr_tail(entry, stderr_tail_lines))
+                s.state = record_dead(entry, s, tail_lines(entry.extra.get("stderr"), stderr_tail_lines))
             if apply(entry, s):
                 changed.append(num)
         return changed, ""
@@ -330,14 +362,3 @@ def _from_results(m: Manifest, nums: list[int]) -> list[int]:
             changed.append(num)
     return changed
 
-
-def stderr_tail(entry: JobEntry, n_lines: int, max_bytes: int = 1 << 16) -> str:
-    """The last lines of the job's stderr log (rank 0's)."""
-    try:
-        with open(str(entry.extra.get("stderr", "")), "rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - max_bytes))
-            data = f.read()
-    except OSError:
-        return ""
-    return "\n".join(data.decode(errors="replace").splitlines()[-n_lines:]) if n_lines > 0 else ""

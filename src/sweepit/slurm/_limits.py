@@ -14,7 +14,7 @@ import pwd
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sweepit.errors import QueueLimitError, SlurmError
@@ -43,7 +43,6 @@ class QueueLimits:
     submit: tuple[Cap, ...] = ()    # on jobs queued or running: the driver keeps under the tightest
     running: tuple[Cap, ...] = ()   # on jobs running at once: only said
     user: str = ""
-    said_full: bool = field(default=False, compare=False)  # that jobs wait for room, until room frees
 
     @property
     def cap(self) -> Cap | None:
@@ -139,13 +138,13 @@ def user_jobs_in_queue(user: str) -> int | None:
     return len(out.stdout.split()) if out.returncode == 0 else None
 
 
-def open_room(o: SlurmOptions) -> QueueLimits | None:
-    """The user's limits when one applies, else None (nothing to count: no squeue call per look)."""
+def open_room(o: SlurmOptions) -> Room:
+    """The room the user's limits leave, said when one applies (else nothing to count: no squeue call per look)."""
     limits = read_limits(o)
     if limits.cap is None:
-        return None
+        return Room(None)
     log.info(f"sweepit: {limits.describe()}")
-    return limits
+    return Room(limits)
 
 
 def dry_run_lines(o: SlurmOptions) -> list[str]:
@@ -163,26 +162,56 @@ def refused_for_limit(said: str) -> str | None:
     return named.group(1) if named else "a limit on jobs per user"
 
 
-def held_for_limit(error: QueueLimitError, ours_in_queue: bool, what: str) -> str:
-    """The one rule for sbatch refusing jobs for a limit on the user's jobs: with jobs of the sweep's in the queue
-    (they free room as they end) what was refused waits, and this says why; with none, nothing would ever free
-    room, so the error is raised for the user to act on (its message names the limit and the remedies)."""
-    if not ours_in_queue:
-        raise error
-    return (f"sbatch refused {what} for a limit on jobs per user ({error.limit}); submitted again as the sweep's jobs "
-            "in the queue end")
+class Room:
+    """The one way a driver submits jobs within the user's queue limits (`limits`; None where none applies): `submit`
+    puts out as many as fit now, `submit_waiting` waits for room first. The one rule for sbatch refusing jobs for a
+    limit on the user's jobs: with jobs of the sweep's in the queue (they free room as they end) what was refused
+    waits, and sbatch is asked again once one of those has ended; with none, nothing would ever free room, so the
+    error is raised for the user to act on (its message names the limit and the remedies)."""
 
+    def __init__(self, limits: QueueLimits | None) -> None:
+        self.limits = limits
+        self.refusal = ""  # why sbatch last refused jobs for a limit, until a submission goes through
+        self._refused_while: set[str] | None = None  # the sweep's jobs in the queue at that refusal
 
-def wait_for_room(room: QueueLimits, wanted: int, poll_s: float, on_wait: Callable[[], None] = lambda: None) -> int:
-    """Block until the room has space for at least one job; how many of `wanted` fit now. `on_wait` runs at each look
-    (the follower's poll, so that the sweep's own jobs that end free their place)."""
-    while True:
-        free = room.free()
-        if free > 0:
-            room.said_full = False
-            return min(wanted, free)
-        if not room.said_full:
-            log.warning(f"sweepit: {wanted} job(s) wait to be submitted: {room.full()}")
-            room.said_full = True
-        on_wait()
-        time.sleep(poll_s)
+    def submit(self, wanted: int, submit: Callable[[int], list[str]], ours: Callable[[], set[str]], what: str,
+               say: Callable[[str], None] | None = None) -> list[str]:
+        """`submit(n)` as many of `wanted` jobs as fit now; their Slurm ids, none when none fits or sbatch refused them
+        for a limit (`refusal` says so, `say` once). `ours()`: the Slurm ids of the sweep's jobs in the queue."""
+        if wanted <= 0:
+            return []
+        if self._refused_while is not None:
+            if self._refused_while <= ours():
+                return []  # none of the sweep's jobs then in the queue has ended since: no room yet
+            self._refused_while = None
+        n = wanted if self.limits is None else min(wanted, self.limits.free())
+        if n == 0:
+            return []
+        try:
+            ids = submit(n)
+        except QueueLimitError as e:
+            in_queue = ours()
+            if not in_queue:
+                raise
+            self._refused_while = in_queue
+            why = (f"sbatch refused {what} for a limit on jobs per user ({e.limit}); submitted again as the sweep's "
+                   "jobs in the queue end")
+            if say is not None and why != self.refusal:
+                say(f"sweepit: {why}")
+            self.refusal = why
+            return []
+        self.refusal = ""
+        return ids
+
+    def submit_waiting(self, wanted: int, submit: Callable[[int], list[str]], ours: Callable[[], set[str]],
+                       what: str, poll_s: float, on_wait: Callable[[], None]) -> list[str]:
+        """`submit`, blocking until at least one job went out: between tries `on_wait()` runs (the follower's poll, so
+        that the sweep's own jobs that end free their place) and the driver sleeps `poll_s`."""
+        said = False
+        while not (ids := self.submit(wanted, submit, ours, what, say=log.warning)):
+            if not said and self._refused_while is None and self.limits is not None:
+                log.warning(f"sweepit: {wanted} job(s) wait to be submitted: {self.limits.full()}")
+                said = True
+            on_wait()
+            time.sleep(poll_s)
+        return ids

@@ -16,11 +16,11 @@ from sweepit.results import JobEntry, Manifest, State
 from sweepit.search import started_trials
 from sweepit.slurm._cluster import array_id
 from sweepit.slurm._follow import Follower
-from sweepit.slurm._job_states import WORKER_TRIAL
-from sweepit.slurm._limits import open_room, wait_for_room
+from sweepit.slurm._job_states import WORKER_TRIAL, workers_alive
+from sweepit.slurm._limits import open_room
 from sweepit.slurm._plan import PlannedJob
 from sweepit.slurm._submit import Task, link_logs
-from sweepit.slurm._worker_driver import WorkerDriver, worker_job, workers_alive
+from sweepit.slurm._worker_driver import WorkerDriver, worker_job
 
 log = logging.getLogger(__name__)
 
@@ -78,11 +78,10 @@ class WorkerSweep(WorkerDriver):
             raise ConfigError(f"hydra.sweeper.workers must be at most the cluster's MaxArraySize "
                               f"({self.max_array_size}), but got workers={len(tasks)}; lower it.")
         o = self.options
-        room = open_room(o)
-        if room is not None:  # fewer workers ask the study for the same trials
-            tasks = tasks[:wait_for_room(room, len(tasks), o.poll_interval_s, self.sweep.lock.touch)]
         self.m.workers = {}
-        ids = self.submit_array(tasks, self.request)
+        # As many as there is room for: fewer workers ask the study for the same trials.
+        ids = open_room(o).submit_waiting(len(tasks), lambda n: self.submit_array(tasks[:n], self.request), set,
+                                          "the Optuna workers", o.poll_interval_s, self.sweep.lock.touch)
         log.info(f"Submitted {len(ids)} Optuna worker(s) to Slurm in 1 sbatch call (job {array_id(ids[0])}); "
                  f"sweep dir {self.sweep_dir}")
         return ids

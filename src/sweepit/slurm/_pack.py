@@ -9,9 +9,10 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from sweepit._host import now_iso
-from sweepit.errors import ConfigError, QueueLimitError, SweepStoppedError
+from sweepit.errors import ConfigError, SweepStoppedError
 from sweepit.results import (
     JobPaths,
     Progress,
@@ -24,14 +25,14 @@ from sweepit.results import (
 )
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._follow import Follower
-from sweepit.slurm._job_states import LOST, PACKED, Seen
-from sweepit.slurm._limits import QueueLimits, dry_run_lines, held_for_limit, open_room
+from sweepit.slurm._job_states import LOST, PACKED, Seen, alive_workers
+from sweepit.slurm._limits import Room, dry_run_lines, open_room
 from sweepit.slurm._pack_worker import PackSpec, PlannedEntry, release, scan_claims, write_plan
 from sweepit.slurm._plan import PlannedJob, Planner, by_request
 from sweepit.slurm._request import Request, gpu_hours
 from sweepit.slurm._submit import Task, job_name
 from sweepit.slurm._task_files import start_job_dir
-from sweepit.slurm._worker_driver import WorkerDriver, alive_workers, worker_job
+from sweepit.slurm._worker_driver import WorkerDriver, worker_job
 
 log = logging.getLogger(__name__)
 # Slurm states of a worker that ended while running a job, after which the job is given to another worker (at most
@@ -80,14 +81,13 @@ class PackedSweep(WorkerDriver):
         self.make_worker = make_worker
         self.shapes: list[Shape] = []
         self.shape_of: dict[int, int] = {}    # job -> the index of its shape
-        self.room: QueueLimits | None = None         # the user's queue limits (read when workers are first submitted)
+        self.room = Room(None)                # the user's queue limits (read when workers are first submitted)
         self.generation = 0                   # the plan and claims followed
         self.todo: dict[int, None] = {}       # the jobs to run, in order (a resume's: those not finished before)
         self.adopted: dict[int, str] = {}     # job -> the text of its claim when adopted (worker, when)
         self.markers: set[str] = set()        # the release markers seen
         self.ran: set[str] = set()            # arrays whose workers claimed a job
         self.given_up: dict[int, str] = {}
-        self.refused: set[str] | None = None  # the workers in the queue when sbatch last refused more for a limit
         self.follower: Follower               # set by watch()
 
     # -- the plan --------------------------------------------------------------------------------------------
@@ -191,28 +191,19 @@ class PackedSweep(WorkerDriver):
         write_plan(self.sweep_dir, self.generation, entries, [s.request.describe() for s in self.shapes])
         m.workers = {PACKED: True, "generation": self.generation, "ids": [], "job_name": job_name(o), "slots": o.slots}
         write_manifest(m)
-        self.room = open_room(o) if self.todo else None
-        free = self.room.free() if self.room is not None else None
+        self.room = open_room(o) if self.todo else Room(None)
         calls = wanted = 0
         for shape in self.shapes:
             n = min(shape.n_workers, math.ceil(sum(j.num in self.todo for j in shape.jobs) / o.slots))
             wanted += n
-            if free is not None:
-                n = min(n, free)
-                free -= n
-            if n:
-                try:
-                    self.submit_workers(shape, n)
-                except QueueLimitError as e:
-                    log.warning("sweepit: " + held_for_limit(e, bool(m.workers["ids"]),
-                                                             f"the workers of {shape.request.describe()}"))
-                    break
-                calls += 1
+            calls += bool(self.room.submit(n, partial(self.submit_workers, shape), lambda: set(m.workers["ids"]),
+                                           f"the workers of {shape.request.describe()}", log.warning))
         n_workers, n_skipped = len(m.workers["ids"]), len(jobs) - len(self.todo)
+        limits = self.room.limits
         log.info(f"Submitted {len(self.todo)} of {len(jobs)} job(s) packed into {n_workers} worker(s) in {calls} "
                  f"sbatch call(s)" + (f"; {n_skipped} finished before (skipped)" if n_skipped else "")
-                 + (f"; more workers as the queue limit allows ({self.room.full()})"
-                    if self.room is not None and n_workers < wanted else "")
+                 + (f"; more workers as the queue limit allows ({limits.full()})"
+                    if limits is not None and n_workers < wanted else "")
                  + f"; sweep dir {self.sweep_dir}")
 
     def submit_workers(self, shape: Shape, n_workers: int) -> list[str]:
@@ -308,15 +299,14 @@ class PackedSweep(WorkerDriver):
         for num in unclaimed:
             by_shape.setdefault(self.shape_of[num], []).append(num)
         alive = alive_workers(self.m)
-        room = self.room
         for index, nums in by_shape.items():
             arrays = [a for a, info in (self.m.workers.get("arrays") or {}).items() if int(info["shape"]) == index]
             shape = self.shapes[index]
             wanted = min(shape.n_workers, math.ceil(len(nums) / self.options.slots))
             n_alive = sum(cluster.array_id(i) in arrays for i in alive)
-            if n_alive:
-                if room is not None and n_alive < wanted:  # held back by the queue limit: more as room frees
-                    self._more_workers(shape, min(wanted - n_alive, room.free()), len(nums))
+            if n_alive:  # some held back by the queue limit: more as room frees
+                if self.room.limits is not None and n_alive < wanted:
+                    self._more_workers(shape, wanted - n_alive, len(nums))
                 continue
             self.adopt()  # a job claimed (and ended) since the last look counts
             nums = [n for n in nums if n not in self.adopted]
@@ -341,31 +331,17 @@ class PackedSweep(WorkerDriver):
                     self._give_up(num, error)
                 continue
             n = min(shape.n_workers, math.ceil(len(nums) / self.options.slots))
-            if room is not None:
-                n = min(n, room.free())
             self._more_workers(shape, n, len(nums), fresh=bool(arrays))
 
     def _more_workers(self, shape: Shape, n: int, n_jobs: int, fresh: bool = False) -> None:
-        """Submit `n` more workers for `shape` (none when 0); a refusal by sbatch for a limit on jobs per user waits for
-        room while workers of the sweep's are in the queue (sbatch is asked again once one of them has ended)."""
-        if n <= 0:
+        """Submit up to `n` more workers for `shape`, as many as the queue limits leave room for."""
+        ids = self.room.submit(n, partial(self.submit_workers, shape), lambda: alive_workers(self.m), "more workers",
+                               self.follower.say)
+        if not ids:
             return
-        if self.refused is not None and self.refused <= alive_workers(self.m):
-            return  # refused for a limit, and none of the workers then in the queue has ended since: no room yet
-        try:
-            ids = self.submit_workers(shape, n)
-        except QueueLimitError as e:
-            alive = alive_workers(self.m)
-            why = held_for_limit(e, bool(alive), "more workers")
-            if self.refused is None:
-                self.follower.say(f"sweepit: {why}")
-            self.refused = alive
-            return
-        self.refused = None
-        array = cluster.array_id(ids[0])
         why = "left unclaimed by workers that ended" if fresh else "waiting for workers"
-        self.follower.say(f"sweepit: {n_jobs} job(s) of request {shape.request.describe()} {why}: {n} "
-                          f"{'fresh' if fresh else 'more'} worker(s) submitted (Slurm job {array})")
+        self.follower.say(f"sweepit: {n_jobs} job(s) of request {shape.request.describe()} {why}: {len(ids)} "
+                          f"{'fresh' if fresh else 'more'} worker(s) submitted (Slurm job {cluster.array_id(ids[0])})")
 
     def _cancelled(self, array: str) -> str | None:
         """A worker of `array` that ended CANCELLED (someone stopped the workers: no fresh ones then), or None."""

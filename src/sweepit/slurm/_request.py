@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from sweepit.errors import ConfigError, SlurmError
+from sweepit.errors import ConfigError, SlurmError, is_count, require
 from sweepit.slurm import _cluster as cluster
 
 log = logging.getLogger(__name__)
@@ -29,15 +29,6 @@ _LIST_YOURS = {
     "qos": "; `sacctmgr -n show assoc user=$USER format=qos` lists yours.",
     "partition": "; `sinfo -s` lists the partitions.",
 }
-
-
-def _require(ok: bool, rule: str, value: str, fix: str) -> None:
-    if not ok:
-        raise ConfigError(f"{rule}, but got {value}. {fix}")
-
-
-def _count(value: Any, minimum: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
 @dataclass
@@ -193,11 +184,11 @@ class SlurmOptions:
 
     def __post_init__(self) -> None:
         for key in self.required:
-            _require(key in SlurmOptions.__dataclass_fields__, "hydra.launcher.required must list launcher keys",
-                     f"required={self.required}", "Remove the unknown names from it.")
-            _require(getattr(self, key) not in (None, ""), f"hydra.launcher.{key} must be set on this cluster (it "
-                     "refuses jobs without one)", f"{key}=null", f"Add hydra.launcher.{key}=<yours> to the command, "
-                     f"or export SBATCH_{key.upper()}=<yours>" + _LIST_YOURS.get(key, "."))
+            require(key in SlurmOptions.__dataclass_fields__, "hydra.launcher.required must list launcher keys, but "
+                    f"got required={self.required}. Remove the unknown names from it.")
+            require(getattr(self, key) not in (None, ""), f"hydra.launcher.{key} must be set on this cluster (it "
+                    f"refuses jobs without one), but got {key}=null. Add hydra.launcher.{key}=<yours> to the command, "
+                    f"or export SBATCH_{key.upper()}=<yours>" + _LIST_YOURS.get(key, "."))
         for key, minimum, nullable in (
                 ("timeout_min", 1, False), ("nodes", 1, False), ("tasks_per_node", 1, False),
                 ("max_nodes", 1, False), ("array_parallelism", 1, False), ("gpus_per_node", 0, True),
@@ -208,13 +199,13 @@ class SlurmOptions:
                 ("worker_timeout_min", 1, True)):
             value = getattr(self, key)
             example = "null" if nullable else max(1, minimum)
-            _require((nullable and value is None) or _count(value, minimum),
-                     f"hydra.launcher.{key} must be {'null or ' if nullable else ''}an integer >= {minimum}",
-                     f"{key}={value!r}", f"Set for example hydra.launcher.{key}={example}.")
-        _require(self.result_grace_s >= 0, "hydra.launcher.result_grace_s must be >= 0",
-                 f"result_grace_s={self.result_grace_s!r}", "Set for example hydra.launcher.result_grace_s=2.")
-        _require(self.poll_interval_s > 0, "hydra.launcher.poll_interval_s must be > 0",
-                 f"poll_interval_s={self.poll_interval_s!r}", "Set for example hydra.launcher.poll_interval_s=2.")
+            require((nullable and value is None) or is_count(value, minimum),
+                    f"hydra.launcher.{key} must be {'null or ' if nullable else ''}an integer >= {minimum}, but got "
+                    f"{key}={value!r}. Set for example hydra.launcher.{key}={example}.")
+        require(self.result_grace_s >= 0, "hydra.launcher.result_grace_s must be >= 0, but got "
+                f"result_grace_s={self.result_grace_s!r}. Set for example hydra.launcher.result_grace_s=2.")
+        require(self.poll_interval_s > 0, "hydra.launcher.poll_interval_s must be > 0, but got "
+                f"poll_interval_s={self.poll_interval_s!r}. Set for example hydra.launcher.poll_interval_s=2.")
 
 
 @dataclass(frozen=True)
@@ -255,7 +246,7 @@ def gres_gpus(gres: str | None) -> int:
 
 
 def integer(value: Any, key: str, num: int, or_else: str = "") -> int:
-    if not _count(value, 1):
+    if not is_count(value, 1):
         raise ConfigError(f"{key} must be an integer >= 1, but job {num} has {key}={value!r}. "
                           f"Set for example {key}=1{or_else}.")
     return int(value)
@@ -406,14 +397,14 @@ def _launcher_request(job: Asked, o: SlurmOptions, part: cluster.Partition | Non
                 gpus_per_node=o.gpus_per_node or None, gpus_per_task=o.gpus_per_task or None, gres=o.gres)
     if part is None:
         return r
-    _require(r.nodes <= part.job_nodes, f"hydra.launcher.nodes must be at most the {part.job_nodes} node(s) partition "
-             f"{part.name} gives one job", f"nodes={r.nodes}",
-             "Lower it, or pick a larger partition with hydra.launcher.partition.")
-    _require(r.gpus_on_node <= part.gpus_per_node, f"the GPUs a job asks for on one node (hydra.launcher."
-             f"gpus_per_node, gpus_per_task x tasks_per_node, or gres) must be at most the {part.gpus_per_node} its "
-             f"nodes have in partition {part.name}", f"{r.gpus_on_node} (gpus_per_node={o.gpus_per_node}, "
-             f"gpus_per_task={o.gpus_per_task}, tasks_per_node={o.tasks_per_node}, gres={o.gres})",
-             f"Ask for fewer ({part.name} is {part.chosen_by}). {part.fix_for_gpus()}.")
+    require(r.nodes <= part.job_nodes, f"hydra.launcher.nodes must be at most the {part.job_nodes} node(s) partition "
+            f"{part.name} gives one job, but got nodes={r.nodes}. Lower it, or pick a larger partition with "
+            "hydra.launcher.partition.")
+    require(r.gpus_on_node <= part.gpus_per_node, f"the GPUs a job asks for on one node (hydra.launcher."
+            f"gpus_per_node, gpus_per_task x tasks_per_node, or gres) must be at most the {part.gpus_per_node} its "
+            f"nodes have in partition {part.name}, but got {r.gpus_on_node} (gpus_per_node={o.gpus_per_node}, "
+            f"gpus_per_task={o.gpus_per_task}, tasks_per_node={o.tasks_per_node}, gres={o.gres}). "
+            f"Ask for fewer ({part.name} is {part.chosen_by}). {part.fix_for_gpus()}.")
     return r
 
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sweepit._host import now_iso
 from sweepit._signals import StopSignals
-from sweepit.errors import ConfigError, QueueLimitError, SweepStoppedError
+from sweepit.errors import ConfigError, SweepStoppedError
 from sweepit.results import (
     FAILED_STATUSES,
     JobEntry,
@@ -26,8 +26,8 @@ from sweepit.results import (
 )
 from sweepit.slurm._cluster import base_ids, scancel
 from sweepit.slurm._follow import Follower
-from sweepit.slurm._job_states import CANCELLED_BY_DRIVER, look
-from sweepit.slurm._limits import QueueLimits, held_for_limit, open_room, wait_for_room
+from sweepit.slurm._job_states import CANCELLED_BY_DRIVER, look, slurm_id
+from sweepit.slurm._limits import Room, open_room
 from sweepit.slurm._pack import PackedSweep
 from sweepit.slurm._pack_worker import PackSpec
 from sweepit.slurm._plan import PlannedJob, Planner
@@ -76,7 +76,7 @@ class SlurmSweep(Planner):
         self._follower: Follower | None = None  # the run of start()/wait_any()
         self._started: dict[int, PlannedJob] = {}
         self._cancelled = False  # the jobs in flight were cancelled (Ctrl-C): wait for Slurm to end them
-        self._room: QueueLimits | None = None  # the queue limits of the run of start()/wait_any()
+        self._room = Room(None)  # the queue limits of the run of start()/wait_any()
 
     def dry_run(self, jobs: list[PlannedJob]) -> str:
         """What `run` would submit: each request's sbatch script, the job count and the GPU-hours."""
@@ -110,8 +110,9 @@ class SlurmSweep(Planner):
         for job in to_submit:
             manifest.jobs[job.num] = job.entry()
         write_manifest(manifest)
-        feeder = Feeder(to_submit, manifest, o, max_array_size, self.make_task, open_room(o) if to_submit else None)
-        following = sorted(adopted + [j.num for j in feeder.feed()])
+        feeder = Feeder(to_submit, manifest, o, max_array_size, self.make_task,
+                        open_room(o) if to_submit else Room(None))
+        following = sorted(adopted + [j.num for j in feeder.feed(lambda: _in_queue(manifest, adopted))])
         log.info(_submitted(len(jobs), feeder.ids, len(skipped), len(adopted), self.sweep_dir, len(feeder.held)))
         if not o.wait:
             feeder.leave()
@@ -126,7 +127,7 @@ class SlurmSweep(Planner):
             return bool(follower.pending or feeder.held)
 
         def look() -> bool:
-            for job in feeder.feed():
+            for job in feeder.feed(lambda: _in_queue(manifest, follower.pending)):
                 follower.add(job.num, counted=True)
             return going()
 
@@ -149,26 +150,15 @@ class SlurmSweep(Planner):
         """Submit `job` now (one sbatch call); `wait_any` follows it with the others in flight."""
         o = self.options
         check_one_by_one(o)
-        max_array_size = self.plan([job])
+        self.plan([job])
         if self._follower is None:
             self._follower = Follower(self.begin(), [], Progress(0), o, self.lock.touch)  # the lock: till close()
             self._room = open_room(o)
         follower = self._follower
         follower.manifest.jobs[job.num] = job.entry()
-        said = False
-        while True:
-            if self._room is not None:  # the sweep's own jobs that end (the follower's looks) free room
-                wait_for_room(self._room, 1, o.poll_interval_s, follower.poll)
-            try:
-                submit_jobs([job], follower.manifest, o, max_array_size, self.make_task)
-                break
-            except QueueLimitError as e:
-                why = held_for_limit(e, bool(follower.pending), f"trial job {job.num}")
-                if not said:
-                    log.warning(f"sweepit: {why}")
-                    said = True
-                follower.poll()
-                time.sleep(o.poll_interval_s)
+        self._room.submit_waiting(1, lambda n: submit_jobs([job], follower.manifest, o, self.make_task),
+                                  lambda: _in_queue(follower.manifest, follower.pending), f"trial job {job.num}",
+                                  o.poll_interval_s, follower.poll)
         self._started[job.num] = job
         follower.add(job.num)
 
@@ -232,6 +222,11 @@ class SlurmSweep(Planner):
             self._started.clear()
             self._cancelled = False
             self.end()
+
+
+def _in_queue(manifest: Manifest, nums: Iterable[int]) -> set[str]:
+    """The Slurm ids of the jobs `nums` (those followed: in the queue until seen ended)."""
+    return {i for n in nums if (i := slurm_id(manifest.jobs[n]))}
 
 
 def _outcome(entry: JobEntry, status: str | None) -> Outcome:

@@ -24,7 +24,8 @@ from sweepit.results import (
     SweepPaths,
     write_manifest,
 )
-from sweepit.slurm._limits import QueueLimits, dry_run_lines, held_for_limit, refused_for_limit
+from sweepit.slurm._cluster import base_ids
+from sweepit.slurm._limits import Room, dry_run_lines, refused_for_limit
 from sweepit.slurm._plan import PlannedJob, by_request
 from sweepit.slurm._request import SlurmOptions, gpu_hours, sbatch_parameters
 from sweepit.slurm._task_files import link_task_logs, relink, start_job_dir
@@ -118,82 +119,77 @@ def submit(tasks: Sequence[Task], params: dict[str, Any], folder: Path, max_num_
     return [str(j.job_id) for j in jobs]
 
 
-def submit_jobs(jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, max_array_size: int,
-                make_task: Callable[[PlannedJob], Task]) -> list[str]:
-    """One sbatch call per array; the manifest is written after each, so a refusal midway leaves a record
-    (and the error says which jobs went out before)."""
+def submit_jobs(jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, make_task: Callable[[PlannedJob], Task],
+                before: Sequence[str] = ()) -> list[str]:
+    """One sbatch call for `jobs` (of one request, at most MaxArraySize), recorded in the manifest; a refusal says
+    which jobs of the sweep's went out `before`."""
     sweep_dir = Path(manifest.sweep_dir)
     name = job_name(o)
-    ids: list[str] = []
-    for chunk in arrays(jobs, max_array_size):
-        tasks = []
-        for job in chunk:
-            start_job_dir(job.job_dir)
-            tasks.append(make_task(job))
-        folder = fresh_folder(sweep_dir)
-        assert chunk[0].request is not None
-        try:
-            chunk_ids = submit(tasks, sbatch_parameters(chunk[0].request, o, name), folder, o.max_num_timeout,
-                               o.python)
-        except SlurmError as e:
-            done = (f" {len(ids)} job(s) were submitted before ({', '.join(ids)}): follow them with "
-                    f"`sweepit status {sweep_dir}`." if ids else " Nothing was submitted.")
-            if isinstance(e, QueueLimitError):
-                raise QueueLimitError(e.limit, f"{e}{done}") from None
-            raise SlurmError(f"{e}{done}") from None
-        submitted_at = now_iso()
-        for job, job_id in zip(chunk, chunk_ids, strict=True):
-            stdout, stderr = log_paths(folder, job_id)
-            link_logs(job.job_dir, stdout, stderr)
-            n_tasks = job.request.nodes * job.request.tasks_per_node if job.request else 1
-            link_task_logs(job.job_dir, [log_paths(folder, job_id, task) for task in range(n_tasks)])
-            array_id, _, index = job_id.partition("_")
-            entry = manifest.jobs[job.num]
-            entry.state, entry.pid, entry.started_at, entry.ended_at = State.QUEUED, None, None, None
-            entry.extra = {
-                "slurm_job_id": job_id, "slurm_array_job_id": array_id,
-                "slurm_array_index": int(index) if index else None, "slurm_job_name": name,
-                "submitit_folder": str(folder), "stdout": str(stdout), "stderr": str(stderr),
-                "submitted_at": submitted_at, **job.planned(o),
-            }
-        ids.extend(chunk_ids)
-        write_manifest(manifest, [job.num for job in chunk])
+    tasks = []
+    for job in jobs:
+        start_job_dir(job.job_dir)
+        tasks.append(make_task(job))
+    folder = fresh_folder(sweep_dir)
+    assert jobs[0].request is not None
+    try:
+        ids = submit(tasks, sbatch_parameters(jobs[0].request, o, name), folder, o.max_num_timeout, o.python)
+    except SlurmError as e:
+        done = (f" {len(before)} job(s) were submitted before (Slurm job(s) {', '.join(base_ids(before))}): follow "
+                f"them with `sweepit status {sweep_dir}`." if before else " Nothing was submitted.")
+        if isinstance(e, QueueLimitError):
+            raise QueueLimitError(e.limit, f"{e}{done}") from None
+        raise SlurmError(f"{e}{done}") from None
+    submitted_at = now_iso()
+    for job, job_id in zip(jobs, ids, strict=True):
+        stdout, stderr = log_paths(folder, job_id)
+        link_logs(job.job_dir, stdout, stderr)
+        n_tasks = job.request.nodes * job.request.tasks_per_node if job.request else 1
+        link_task_logs(job.job_dir, [log_paths(folder, job_id, task) for task in range(n_tasks)])
+        array_id, _, index = job_id.partition("_")
+        entry = manifest.jobs[job.num]
+        entry.state, entry.pid, entry.started_at, entry.ended_at = State.QUEUED, None, None, None
+        entry.extra = {
+            "slurm_job_id": job_id, "slurm_array_job_id": array_id,
+            "slurm_array_index": int(index) if index else None, "slurm_job_name": name,
+            "submitit_folder": str(folder), "stdout": str(stdout), "stderr": str(stderr),
+            "submitted_at": submitted_at, **job.planned(o),
+        }
+    write_manifest(manifest, [job.num for job in jobs])
     return ids
 
 
 class Feeder:
     """A sweep's jobs submitted within the user's queue limits (`room`): at every `feed()` as many as there is room
-    for, the rest held (queued in `sweep.json`, without a Slurm id); a refusal by sbatch for a limit after some jobs
-    went out holds the rest too, since the sweep's own jobs free room as they end."""
+    for, one sbatch call per array, the rest held (queued in `sweep.json`, without a Slurm id)."""
 
     def __init__(self, jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, max_array_size: int,
-                 make_task: Callable[[PlannedJob], Task], room: QueueLimits | None) -> None:
+                 make_task: Callable[[PlannedJob], Task], room: Room) -> None:
         self.held = list(jobs)
         self.manifest, self.o, self.max_array_size, self.make_task, self.room = (manifest, o, max_array_size,
                                                                                  make_task, room)
         self.ids: list[str] = []
         self._said = ""
 
-    def feed(self) -> list[PlannedJob]:
-        """Submit what there is room for now; the jobs submitted."""
+    def feed(self, in_queue: Callable[[], set[str]]) -> list[PlannedJob]:
+        """Submit what there is room for now (`in_queue()`: the Slurm ids of the sweep's jobs in the queue); the jobs
+        submitted."""
         if not self.held:
             return []
-        n = len(self.held) if self.room is None else self.room.free()
         out: list[PlannedJob] = []
-        why = None
-        for chunk in arrays(self.held[:n], self.max_array_size):
-            try:
-                self.ids.extend(submit_jobs(chunk, self.manifest, self.o, self.max_array_size, self.make_task))
-            except QueueLimitError as e:
-                why = held_for_limit(e, bool(self.ids), "more jobs")
-                break
-            out.extend(chunk)
+        first = len(self.ids)
+
+        def submit_arrays(n: int) -> list[str]:
+            for chunk in arrays(self.held[:n], self.max_array_size):
+                self.ids.extend(submit_jobs(chunk, self.manifest, self.o, self.make_task, self.ids))
+                out.extend(chunk)
+            return self.ids[first:]
+
+        self.room.submit(len(self.held), submit_arrays, lambda: in_queue() | set(self.ids[first:]), "more jobs")
         if out:
             done = {j.num for j in out}
             self.held = [j for j in self.held if j.num not in done]
-        if self.held and why is None and self.room is not None:
-            why = self.room.full()
-        if self.held and why is not None and why != self._said:
+        why = self.room.refusal or (self.room.limits.full() if self.room.limits is not None else "")
+        if self.held and why and why != self._said:
             self._hold(why)
         return out
 

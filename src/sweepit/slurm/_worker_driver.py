@@ -15,26 +15,10 @@ from sweepit._host import now_iso
 from sweepit.results import Manifest, Progress, write_manifest
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._follow import Follower
+from sweepit.slurm._job_states import workers_alive
 from sweepit.slurm._plan import Planner
 from sweepit.slurm._request import Request, sbatch_parameters
 from sweepit.slurm._submit import Task, fresh_folder, job_name, log_paths, next_folder, sbatch_script, submit
-
-
-def alive_workers(m: Manifest) -> set[str]:
-    """The ids of the manifest's workers that are queued or running; all of them when Slurm cannot be asked."""
-    ids = [str(i) for i in m.workers.get("ids") or []]
-    if not ids:
-        return set()
-    rows = cluster.squeue(ids)
-    if rows is None:
-        return set(ids)
-    name = m.workers.get("job_name")
-    return {i for i in ids if (row := rows.get(i)) is not None and (not name or row.name == name) and row.in_queue}
-
-
-def workers_alive(m: Manifest) -> bool:
-    """Whether any worker of the manifest is queued or running (True when Slurm cannot be asked)."""
-    return bool(alive_workers(m))
 
 
 def worker_job(worker: str, m: Manifest) -> dict[str, Any]:
