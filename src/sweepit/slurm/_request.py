@@ -298,8 +298,8 @@ def asked(num: int, gpus: Any, timeout_min: Any, o: SlurmOptions) -> Asked:
 
 
 def spread(num: int, gpus: int, timeout_min: int, node_gpus: int, max_nodes: int, gpus_key: str) -> Request:
-    """`gpus_key=N`: N tasks with one GPU each over as few nodes as hold them; ConfigError when no allowed node
-    count holds them evenly."""
+    """`gpus_key=N`: N tasks and N GPUs over as few nodes as hold them; ConfigError when no allowed node count
+    holds them evenly."""
     if gpus > node_gpus * max_nodes:
         raise ConfigError(
             f"{gpus_key} must be at most {node_gpus * max_nodes} (hydra.launcher.max_nodes={max_nodes} node(s) x "
@@ -312,9 +312,9 @@ def spread(num: int, gpus: int, timeout_min: int, node_gpus: int, max_nodes: int
             f"{gpus_key} must split evenly over the {nodes} nodes it needs (the same number of ranks on each, at "
             f"most {node_gpus} per node), but job {num} sets {gpus_key}={gpus}. Use for example {gpus_key}={lower} "
             f"or {upper}.")
-    # Each task its own GPU: with GPUs per node alone every task of the node would see all of them.
-    return Request(nodes=nodes, tasks_per_node=gpus // nodes, timeout_min=timeout_min,
-                   gpus_per_node=gpus // nodes, gpus_per_task=1)
+    # GPUs per node, not per task: --gpus-per-task binds each task to its GPU, and NCCL, seeing one GPU per process,
+    # can miss the NVLink between them. Every task sees the node's GPUs of the job; rank r takes GPU `local_rank`.
+    return Request(nodes=nodes, tasks_per_node=gpus // nodes, timeout_min=timeout_min, gpus_per_node=gpus // nodes)
 
 
 @dataclass
