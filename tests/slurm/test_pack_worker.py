@@ -5,6 +5,8 @@ the clock is the test's."""
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -55,8 +57,8 @@ class Clock:
         return 1_000_000.0 + 400.0 * (self.looks - 1)
 
 
-def spec(sweep: Path, timeout_min: int, job_timeout_min: int = 5, slots: int = 1) -> PackSpec:
-    return PackSpec(str(sweep), 1, 0, slots, 1, timeout_min, job_timeout_min, term_grace_s=2.0)
+def spec(sweep: Path, timeout_min: int, job_timeout_min: int = 5, slots: int = 1, gpus: int = 0) -> PackSpec:
+    return PackSpec(str(sweep), 1, 0, slots, 1, timeout_min, job_timeout_min, term_grace_s=2.0, gpus=gpus)
 
 
 def test_a_worker_runs_every_job_of_its_request_once_and_records_each(tmp_path: Path) -> None:
@@ -110,11 +112,41 @@ def test_a_requeued_worker_gives_back_the_jobs_it_did_not_finish(tmp_path: Path)
     assert json.loads((Path(entries[0].job_dir) / "result.json").read_text())["status"] == "completed"
 
 
-@pytest.mark.parametrize(("request_", "worker"), [
-    (Request(1, 2, 5, gpus_per_node=2, gpus_per_task=1), Request(1, 1, 30, gpus_per_node=2)),
-    (Request(1, 1, 5), Request(1, 1, 30)),
-    (Request(1, 1, 5, gres="gpu:a100:4"), Request(1, 1, 30, gres="gpu:a100:4")),
-    (Request(1, 4, 5, gpus_per_task=1), Request(1, 1, 30, gpus_per_node=4)),
+@pytest.mark.parametrize(("request_", "slots", "worker"), [
+    (Request(1, 2, 5, gpus_per_node=2, gpus_per_task=1), 1, Request(1, 1, 30, gpus_per_node=2)),
+    (Request(1, 1, 5), 1, Request(1, 1, 30)),
+    (Request(1, 1, 5, gres="gpu:a100:4"), 1, Request(1, 1, 30, gres="gpu:a100:4")),
+    (Request(1, 4, 5, gpus_per_task=1), 1, Request(1, 1, 30, gpus_per_node=4)),
+    # slots jobs at once, each on GPUs of its own: it asked for one job's GPUs, which the jobs then shared
+    (Request(1, 2, 5, gpus_per_node=2), 2, Request(1, 1, 30, gpus_per_node=4)),
+    (Request(1, 1, 5, gres="gpu:a100:1,nvme:1"), 3, Request(1, 1, 30, gres="gpu:a100:3,nvme:1")),
+    (Request(1, 1, 5, gres="gpu"), 2, Request(1, 1, 30, gres="gpu:2")),
+    (Request(1, 1, 5), 4, Request(1, 1, 30)),
 ])
-def test_a_worker_is_one_task_holding_the_jobs_gpus(request_: Request, worker: Request) -> None:
-    assert worker_request(request_, 30) == worker
+def test_a_worker_is_one_task_holding_the_gpus_of_its_slots_jobs(request_: Request, slots: int,
+                                                                  worker: Request) -> None:
+    assert worker_request(request_, 30, slots) == worker
+
+
+def test_jobs_side_by_side_in_a_worker_each_get_gpus_of_their_own(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """slots=2 of 1-GPU jobs in a worker Slurm gave 2 GPUs: each job sees its own. Before, the worker handed out
+    none, and every job's rank r used the worker's GPU r: both jobs on GPU 0."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")  # as Slurm sets it for the worker's allocation
+    plan(tmp_path, 4)
+
+    def sees(job: Job) -> Reply:
+        (job.job_dir / "gpus").write_text(os.environ["CUDA_VISIBLE_DEVICES"])
+        partner = job.job_dir.parent / f"{job.num ^ 1}_x={job.num ^ 1}" / "gpus"  # 0 with 1, 2 with 3
+        deadline = time.monotonic() + 30
+        while not partner.exists() and time.monotonic() < deadline:  # both at once: an event, not a time
+            time.sleep(0.01)
+        return Reply(status="completed", value=float(partner.exists()))
+
+    assert PackedWorker(spec(tmp_path, 60, slots=2, gpus=1), "local-1", compose, sees).run() == 4
+    seen = {n: (tmp_path / f"{n}_x={n}" / "gpus").read_text() for n in range(4)}
+    assert all(json.loads((tmp_path / f"{n}_x={n}" / "result.json").read_text())["objective"] == 1.0
+               for n in range(4)), "each pair ran side by side"
+    assert {seen[0], seen[1]} == {seen[2], seen[3]} == {"4", "6"}, seen
+    task = json.loads((tmp_path / "0_x=0" / ".slurm" / "task-0.json").read_text())
+    assert task["cuda_visible_devices"] == seen[0], "the job's task record names the GPU it was given"
