@@ -5,13 +5,20 @@ the clock is the test's."""
 from __future__ import annotations
 
 import json
+import logging
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+import cloudpickle
 import pytest
+import submitit
+import torch
 from omegaconf import OmegaConf
 
+from hydra_plugins.sweepit._worker_tasks import WorkerTask
 from sweepit.local import Job, Reply
 from sweepit.results import SweepPaths, Work
 from sweepit.slurm._pack import worker_request
@@ -24,6 +31,7 @@ from sweepit.slurm._pack_worker import (
     write_plan,
 )
 from sweepit.slurm._request import Request
+from sweepit.train import FORKED_AFTER_CUDA
 
 pytestmark = pytest.mark.no_cluster
 
@@ -150,3 +158,48 @@ def test_jobs_side_by_side_in_a_worker_each_get_gpus_of_their_own(tmp_path: Path
     assert {seen[0], seen[1]} == {seen[2], seen[3]} == {"4", "6"}, seen
     task = json.loads((tmp_path / "0_x=0" / ".slurm" / "task-0.json").read_text())
     assert task["cuda_visible_devices"] == seen[0], "the job's task record names the GPU it was given"
+
+
+@pytest.mark.parametrize("gpus", [1, 0], ids=["packed-jobs-given-gpus", "jobs-seeing-the-workers-gpus"])
+def test_cuda_initialised_in_a_worker_is_said_once_and_every_gpu_job_records_why_it_did_not_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, gpus: int) -> None:
+    """A packed worker's jobs, each given a GPU, and an Optuna worker's (given none: they see the worker's GPUs),
+    forked after CUDA was initialised in the worker: each is recorded as failed with the cause and the fix, instead of
+    dying of "Cannot re-initialize CUDA in forked subprocess"."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    # CUDA cannot start on a CPU-only machine: torch's own flag, read by torch.cuda.is_initialized(), stands in for it
+    monkeypatch.setattr(torch.cuda, "_initialized", True)
+    plan(tmp_path, 3)
+    with caplog.at_level(logging.WARNING):
+        assert PackedWorker(spec(tmp_path, 60, gpus=gpus), "local-1", compose, body).run() == 3
+    for n in range(3):
+        record = json.loads((tmp_path / f"{n}_x={n}" / "result.json").read_text())
+        assert (record["status"], record["error"]) == ("failed", FORKED_AFTER_CUDA), record
+    assert [r.getMessage() for r in caplog.records].count(f"sweepit: {FORKED_AFTER_CUDA}") == 1
+
+
+# A fresh interpreter that notes the NVML check as torch is first imported, then unpickles a worker's task as submitit
+# does on the node: the task's function is torch's own is_available, a stand-in for the app's code.
+UNPICKLE = """
+import os, pickle, sys
+seen = []
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" and not seen:
+            seen.append(os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK"))
+sys.meta_path.insert(0, Watch())
+pickle.loads(sys.stdin.buffer.read())
+print(seen)
+"""
+
+
+def test_a_slurm_worker_asks_cuda_through_nvml_before_it_imports_the_apps_code(tmp_path: Path) -> None:
+    """A worker unpickles its task, and with it the app's function and what it imports: an is_available() there
+    initialised CUDA in the worker, and every job forked from it died at its first CUDA call."""
+    task = WorkerTask(None, torch.cuda.is_available, {}, None, spec=spec(tmp_path, 60))  # type: ignore[arg-type]
+    env = {k: v for k, v in os.environ.items() if k != "PYTORCH_NVML_BASED_CUDA_CHECK"}
+    proc = subprocess.run([sys.executable, "-c", UNPICKLE], input=cloudpickle.dumps(submitit.helpers.DelayedSubmission(
+        task)), capture_output=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    assert proc.stdout.decode().split() == ["['1']"]
+
