@@ -32,6 +32,7 @@ from sweepit.slurm._pack_worker import (
 )
 from sweepit.slurm._request import Request
 from sweepit.train import FORKED_AFTER_CUDA
+from sweepit.train._devices import make_deterministic
 
 pytestmark = pytest.mark.no_cluster
 
@@ -203,3 +204,25 @@ def test_a_slurm_worker_asks_cuda_through_nvml_before_it_imports_the_apps_code(t
     assert proc.returncode == 0, proc.stderr.decode()[-3000:]
     assert proc.stdout.decode().split() == ["['1']"]
 
+
+def cuda_flags() -> list[bool]:
+    return [torch.backends.cudnn.deterministic, torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32,
+            torch.are_deterministic_algorithms_enabled()]
+
+
+def test_process_wide_cuda_flags_a_job_sets_end_with_it(tmp_path: Path) -> None:
+    """Each job of a worker (a packed grid's, or an Optuna worker's trials: the same engine) runs in a process forked
+    from the worker, so that trainer.deterministic's cuDNN and TF32 flags in one trial leave the next one's as the
+    worker has them."""
+    plan(tmp_path, 2)
+    defaults = cuda_flags()
+
+    def flags(job: Job) -> Reply:
+        if job.num == 0:
+            make_deterministic()
+        (job.job_dir / "flags").write_text(json.dumps(cuda_flags()))
+        return Reply(status="completed", value=0.0)
+
+    assert PackedWorker(spec(tmp_path, 60), "local-1", compose, flags).run() == 2
+    first, second = (json.loads((tmp_path / f"{n}_x={n}" / "flags").read_text()) for n in range(2))
+    assert first != defaults and second == defaults == cuda_flags(), (first, second, defaults)
