@@ -503,7 +503,8 @@ def test_a_gpu_count_study_on_marenostrum5_as_a_dry_run(shell: Shell) -> None:
     out = ok(shell.run(MN5))
     assert "dry run: 3 job(s) in 3 sbatch call(s), at most 7.00 GPU-hours" in out
     sbatch = {line.removeprefix("#SBATCH ") for line in out.splitlines() if line.startswith("#SBATCH ")}
-    assert {"--account=bsc12345", "--qos=acc_debug", "--gpus-per-task=1", "--ntasks-per-node=4"} <= sbatch, sbatch
+    assert {"--account=bsc12345", "--qos=acc_debug", "--gpus-per-node=4", "--ntasks-per-node=4"} <= sbatch, sbatch
+    assert not any(line.startswith("--gpus-per-task") for line in sbatch), sbatch
     assert "module purge" not in out and " --gpu-bind=none " in out  # the jobs keep your modules, see all their GPUs
     assert not any((shell.root / "outputs").rglob("multirun.yaml")), "a dry run leaves no sweep behind"
 

@@ -5,11 +5,20 @@ the clock is the test's."""
 from __future__ import annotations
 
 import json
+import logging
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import cloudpickle
 import pytest
+import submitit
+import torch
 from omegaconf import OmegaConf
 
+from hydra_plugins.sweepit._worker_tasks import WorkerTask
 from sweepit.local import Job, Reply
 from sweepit.results import SweepPaths, Work
 from sweepit.slurm._pack import worker_request
@@ -22,6 +31,8 @@ from sweepit.slurm._pack_worker import (
     write_plan,
 )
 from sweepit.slurm._request import Request
+from sweepit.train import FORKED_AFTER_CUDA
+from sweepit.train._devices import make_deterministic
 
 pytestmark = pytest.mark.no_cluster
 
@@ -55,8 +66,8 @@ class Clock:
         return 1_000_000.0 + 400.0 * (self.looks - 1)
 
 
-def spec(sweep: Path, timeout_min: int, job_timeout_min: int = 5, slots: int = 1) -> PackSpec:
-    return PackSpec(str(sweep), 1, 0, slots, 1, timeout_min, job_timeout_min, term_grace_s=2.0)
+def spec(sweep: Path, timeout_min: int, job_timeout_min: int = 5, slots: int = 1, gpus: int = 0) -> PackSpec:
+    return PackSpec(str(sweep), 1, 0, slots, 1, timeout_min, job_timeout_min, term_grace_s=2.0, gpus=gpus)
 
 
 def test_a_worker_runs_every_job_of_its_request_once_and_records_each(tmp_path: Path) -> None:
@@ -110,11 +121,108 @@ def test_a_requeued_worker_gives_back_the_jobs_it_did_not_finish(tmp_path: Path)
     assert json.loads((Path(entries[0].job_dir) / "result.json").read_text())["status"] == "completed"
 
 
-@pytest.mark.parametrize(("request_", "worker"), [
-    (Request(1, 2, 5, gpus_per_node=2, gpus_per_task=1), Request(1, 1, 30, gpus_per_node=2)),
-    (Request(1, 1, 5), Request(1, 1, 30)),
-    (Request(1, 1, 5, gres="gpu:a100:4"), Request(1, 1, 30, gres="gpu:a100:4")),
-    (Request(1, 4, 5, gpus_per_task=1), Request(1, 1, 30, gpus_per_node=4)),
+@pytest.mark.parametrize(("request_", "slots", "worker"), [
+    (Request(1, 2, 5, gpus_per_node=2, gpus_per_task=1), 1, Request(1, 1, 30, gpus_per_node=2)),
+    (Request(1, 1, 5), 1, Request(1, 1, 30)),
+    (Request(1, 1, 5, gres="gpu:a100:4"), 1, Request(1, 1, 30, gres="gpu:a100:4")),
+    (Request(1, 4, 5, gpus_per_task=1), 1, Request(1, 1, 30, gpus_per_node=4)),
+    # slots jobs at once, each on GPUs of its own: it asked for one job's GPUs, which the jobs then shared
+    (Request(1, 2, 5, gpus_per_node=2), 2, Request(1, 1, 30, gpus_per_node=4)),
+    (Request(1, 1, 5, gres="gpu:a100:1,nvme:1"), 3, Request(1, 1, 30, gres="gpu:a100:3,nvme:1")),
+    (Request(1, 1, 5, gres="gpu"), 2, Request(1, 1, 30, gres="gpu:2")),
+    (Request(1, 1, 5), 4, Request(1, 1, 30)),
 ])
-def test_a_worker_is_one_task_holding_the_jobs_gpus(request_: Request, worker: Request) -> None:
-    assert worker_request(request_, 30) == worker
+def test_a_worker_is_one_task_holding_the_gpus_of_its_slots_jobs(request_: Request, slots: int,
+                                                                  worker: Request) -> None:
+    assert worker_request(request_, 30, slots) == worker
+
+
+def test_jobs_side_by_side_in_a_worker_each_get_gpus_of_their_own(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """slots=2 of 1-GPU jobs in a worker Slurm gave 2 GPUs: each job sees its own. Before, the worker handed out
+    none, and every job's rank r used the worker's GPU r: both jobs on GPU 0."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")  # as Slurm sets it for the worker's allocation
+    plan(tmp_path, 4)
+
+    def sees(job: Job) -> Reply:
+        (job.job_dir / "gpus").write_text(os.environ["CUDA_VISIBLE_DEVICES"])
+        partner = job.job_dir.parent / f"{job.num ^ 1}_x={job.num ^ 1}" / "gpus"  # 0 with 1, 2 with 3
+        deadline = time.monotonic() + 30
+        while not partner.exists() and time.monotonic() < deadline:  # both at once: an event, not a time
+            time.sleep(0.01)
+        return Reply(status="completed", value=float(partner.exists()))
+
+    assert PackedWorker(spec(tmp_path, 60, slots=2, gpus=1), "local-1", compose, sees).run() == 4
+    seen = {n: (tmp_path / f"{n}_x={n}" / "gpus").read_text() for n in range(4)}
+    assert all(json.loads((tmp_path / f"{n}_x={n}" / "result.json").read_text())["objective"] == 1.0
+               for n in range(4)), "each pair ran side by side"
+    assert {seen[0], seen[1]} == {seen[2], seen[3]} == {"4", "6"}, seen
+    task = json.loads((tmp_path / "0_x=0" / ".slurm" / "task-0.json").read_text())
+    assert task["cuda_visible_devices"] == seen[0], "the job's task record names the GPU it was given"
+
+
+@pytest.mark.parametrize("gpus", [1, 0], ids=["packed-jobs-given-gpus", "jobs-seeing-the-workers-gpus"])
+def test_cuda_initialised_in_a_worker_is_said_once_and_every_gpu_job_records_why_it_did_not_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, gpus: int) -> None:
+    """A packed worker's jobs, each given a GPU, and an Optuna worker's (given none: they see the worker's GPUs),
+    forked after CUDA was initialised in the worker: each is recorded as failed with the cause and the fix, instead of
+    dying of "Cannot re-initialize CUDA in forked subprocess"."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    # CUDA cannot start on a CPU-only machine: torch's own flag, read by torch.cuda.is_initialized(), stands in for it
+    monkeypatch.setattr(torch.cuda, "_initialized", True)
+    plan(tmp_path, 3)
+    with caplog.at_level(logging.WARNING):
+        assert PackedWorker(spec(tmp_path, 60, gpus=gpus), "local-1", compose, body).run() == 3
+    for n in range(3):
+        record = json.loads((tmp_path / f"{n}_x={n}" / "result.json").read_text())
+        assert (record["status"], record["error"]) == ("failed", FORKED_AFTER_CUDA), record
+    assert [r.getMessage() for r in caplog.records].count(f"sweepit: {FORKED_AFTER_CUDA}") == 1
+
+
+# A fresh interpreter that notes the NVML check as torch is first imported, then unpickles a worker's task as submitit
+# does on the node: the task's function is torch's own is_available, a stand-in for the app's code.
+UNPICKLE = """
+import os, pickle, sys
+seen = []
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" and not seen:
+            seen.append(os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK"))
+sys.meta_path.insert(0, Watch())
+pickle.loads(sys.stdin.buffer.read())
+print(seen)
+"""
+
+
+def test_a_slurm_worker_asks_cuda_through_nvml_before_it_imports_the_apps_code(tmp_path: Path) -> None:
+    """A worker unpickles its task, and with it the app's function and what it imports: an is_available() there
+    initialised CUDA in the worker, and every job forked from it died at its first CUDA call."""
+    task = WorkerTask(None, torch.cuda.is_available, {}, None, spec=spec(tmp_path, 60))  # type: ignore[arg-type]
+    env = {k: v for k, v in os.environ.items() if k != "PYTORCH_NVML_BASED_CUDA_CHECK"}
+    proc = subprocess.run([sys.executable, "-c", UNPICKLE], input=cloudpickle.dumps(submitit.helpers.DelayedSubmission(
+        task)), capture_output=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    assert proc.stdout.decode().split() == ["['1']"]
+
+
+def cuda_flags() -> list[bool]:
+    return [torch.backends.cudnn.deterministic, torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32,
+            torch.are_deterministic_algorithms_enabled()]
+
+
+def test_process_wide_cuda_flags_a_job_sets_end_with_it(tmp_path: Path) -> None:
+    """Each job of a worker (a packed grid's, or an Optuna worker's trials: the same engine) runs in a process forked
+    from the worker, so that trainer.deterministic's cuDNN and TF32 flags in one trial leave the next one's as the
+    worker has them."""
+    plan(tmp_path, 2)
+    defaults = cuda_flags()
+
+    def flags(job: Job) -> Reply:
+        if job.num == 0:
+            make_deterministic()
+        (job.job_dir / "flags").write_text(json.dumps(cuda_flags()))
+        return Reply(status="completed", value=0.0)
+
+    assert PackedWorker(spec(tmp_path, 60), "local-1", compose, flags).run() == 2
+    first, second = (json.loads((tmp_path / f"{n}_x={n}" / "flags").read_text()) for n in range(2))
+    assert first != defaults and second == defaults == cuda_flags(), (first, second, defaults)

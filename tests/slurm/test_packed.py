@@ -103,6 +103,26 @@ def test_slots_run_jobs_side_by_side_in_one_worker(tmp_path: Path) -> None:
     assert spans[2][0] >= spans[0][1] - 0.2, f"never more than two at once: {spans}"
 
 
+def test_jobs_side_by_side_in_a_worker_each_have_gpus_of_their_own(tmp_path: Path) -> None:
+    """slots=2 of 1-GPU jobs: the worker asks Slurm for 2 GPUs and gives each job one. Before, it asked for one,
+    handed out none, and both jobs ran on it (each job's rank 0 takes its first visible GPU)."""
+    sweep = tmp_path / "sweep"
+    release = tmp_path / "release"
+    driver = Driver(APP, sweep, "hydra.launcher.workers=1", "hydra.launcher.slots=2", "x=1,2", "trainer.gpus=1",
+                    f"release_file={release}")
+    try:  # both jobs running at once (an event): each has written its times.json, then waits for the release
+        wait_until(lambda: len(list(sweep.glob("*/times.json"))) == 2, "both jobs to run side by side", 120)
+        release.touch()
+        assert driver.finish() == 0, driver.stderr[-3000:]
+    finally:
+        release.touch()  # a worker left holding its GPUs would starve the other tests of the cluster
+        driver.kill()
+    (script,) = (sweep / ".submitit").glob("*/*_submission.sh")
+    assert "#SBATCH --gpus-per-node=2\n" in script.read_text(), "slots x the job's GPUs"
+    seen = [read_json(p)["gpus"] for p in sweep.glob("*/times.json")]
+    assert len(set(seen)) == 2 and all(len(g.split(",")) == 1 for g in seen), seen
+
+
 @pytest.mark.waits_minutes
 def test_a_worker_leaves_a_job_that_would_not_fit_to_a_fresh_worker(tmp_path: Path) -> None:
     """Worker time 1 min, jobs of ~32 s: after the first, the second would not fit; a fresh worker runs it. CPU-only
@@ -147,11 +167,13 @@ def test_dry_run_shows_the_packed_plan(tmp_path: Path) -> None:
     proc = run(APP, sweep, "hydra.launcher.workers=3", "hydra.launcher.slots=2", "hydra.launcher.dry_run=true",
                "x=range(0,10)", "trainer.gpus=1,2")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    # 10 jobs, 2 at a time in each of 3 workers: 2 rounds of the jobs' 5 min, and a minute to start
-    assert "# 10 job(s) with 1 GPU(s), 5 min: 3 worker(s) of 1 GPU(s), 11 min, 2 job(s) at a time each, about 4 " \
+    # 10 jobs, 2 at a time in each of 3 workers: 2 rounds of the jobs' 5 min, and a minute to start; each job of a
+    # worker on GPUs of its own, so a worker holds 2 x the job's GPUs
+    assert "# 10 job(s) with 1 GPU(s), 5 min: 3 worker(s) of 2 GPU(s), 11 min, 2 job(s) at a time each, about 4 " \
            "job(s) per worker" in proc.stdout, proc.stdout
-    # 3 workers x 1 GPU x 11 min + 3 workers x 2 GPUs x 11 min = 99 GPU-minutes
-    assert "20 job(s) packed into 6 worker(s) in 2 sbatch call(s), at most 1.65 GPU-hours" in proc.stdout
+    assert "#SBATCH --gpus-per-node=2\n" in proc.stdout and "#SBATCH --gpus-per-node=4\n" in proc.stdout
+    # 3 workers x 2 GPUs x 11 min + 3 workers x 4 GPUs x 11 min = 198 GPU-minutes
+    assert "20 job(s) packed into 6 worker(s) in 2 sbatch call(s), at most 3.30 GPU-hours" in proc.stdout
     assert proc.stdout.count("#SBATCH --array=0-2%3") == 2
     assert "#SBATCH --cpus-per-task=4" in proc.stdout, "2 slots x 2 ranks x 1 core"
     assert not (sweep / "sweep.json").exists()
@@ -163,6 +185,16 @@ def test_an_adaptive_search_on_a_packing_launcher_is_refused_with_the_key_to_use
                "hydra.sweeper.n_trials=2")
     assert proc.returncode == 1
     assert "hydra.sweeper.workers=N" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+
+
+def test_slots_of_jobs_whose_gpus_do_not_fit_one_node_are_refused(tmp_path: Path) -> None:
+    proc = run(APP, tmp_path / "sweep", "hydra.launcher.workers=1", "hydra.launcher.slots=3", "x=1,2",
+               "trainer.gpus=2", "hydra.launcher.dry_run=true")
+    assert proc.returncode == 1
+    assert ("hydra.launcher.slots x a job's GPUs must fit on one node, at most 4 GPUs (each job a worker runs at once "
+            "has GPUs of its own), but slots=3 x 2 GPU(s) (job 0) is 6. Lower hydra.launcher.slots to 2 or less."
+            ) in " ".join(proc.stderr.split()), proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
 
 
 def test_worker_time_below_a_jobs_own_limit_is_refused(tmp_path: Path) -> None:

@@ -81,7 +81,7 @@ def test_every_profile_composes_from_any_app_instantiates_and_renders(profile: s
     params = sbatch_parameters(request, launcher.options, "t-abc123")
     script = sbatch_script(params, tmp_path, 3, None)
     assert "#SBATCH --nodes=2\n" in script and "#SBATCH --ntasks-per-node=4\n" in script
-    assert "#SBATCH --gpus-per-node=4\n" in script and "#SBATCH --gpus-per-task=1\n" in script
+    assert "#SBATCH --gpus-per-node=4\n" in script and "--gpus-per-task" not in script
     assert f"#SBATCH --cpus-per-task={node.cpus_per_task}\n" in script
     for key in node.required:
         assert f"#SBATCH --{key}=my_{key}\n" in script
@@ -91,10 +91,9 @@ def test_every_profile_composes_from_any_app_instantiates_and_renders(profile: s
 
 @pytest.mark.no_cluster
 def test_a_jobs_gpus_fill_nodes_evenly_or_say_which_gpu_counts_fit() -> None:
-    assert spread(0, 8, 60, 4, 2, "trainer.gpus") == Request(nodes=2, tasks_per_node=4, timeout_min=60,
-                                                             gpus_per_node=4, gpus_per_task=1)
-    assert spread(0, 6, 60, 4, 2, "trainer.gpus") == Request(nodes=2, tasks_per_node=3, timeout_min=60,
-                                                             gpus_per_node=3, gpus_per_task=1)
+    # GPUs per node, not per task: each task sees the job's GPUs on its node (NCCL finds the NVLink between them)
+    assert spread(0, 8, 60, 4, 2, "trainer.gpus") == Request(nodes=2, tasks_per_node=4, timeout_min=60, gpus_per_node=4)
+    assert spread(0, 6, 60, 4, 2, "trainer.gpus") == Request(nodes=2, tasks_per_node=3, timeout_min=60, gpus_per_node=3)
     with pytest.raises(ConfigError, match=r"must split evenly over the 2 nodes .* Use for example trainer.gpus=4 or 6"):
         spread(3, 5, 60, 4, 2, "trainer.gpus")
     with pytest.raises(ConfigError, match=r"at most 8 \(hydra.launcher.max_nodes=2 node\(s\) x 4 GPU\(s\) per node\), "

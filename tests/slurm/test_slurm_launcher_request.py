@@ -60,8 +60,9 @@ def test_a_jobs_own_gpus_and_time_limit_win_and_the_launcher_names_what_it_leave
     proc = run(APP, tmp_path / "sweep", "x=0", "trainer.gpus=3", "timeout_min=7", *own, "hydra.launcher.dry_run=true")
     assert proc.returncode == 0, proc.stderr
     lines = _sbatch_lines(proc.stdout)
-    assert {"--time=7", "--nodes=1", "--ntasks-per-node=3", "--gpus-per-node=3", "--gpus-per-task=1",
-            "--cpus-per-task=3", "--mem=8GB", "--partition=debug", "--account=proj1"} <= lines
+    assert {"--time=7", "--nodes=1", "--ntasks-per-node=3", "--gpus-per-node=3", "--cpus-per-task=3", "--mem=8GB",
+            "--partition=debug", "--account=proj1"} <= lines
+    assert "--gpus-per-task=1" not in lines, "the job's own GPUs are per node: every task sees them all"
     said = " ".join(proc.stdout.split())  # Hydra logs the driver's warnings to stdout
     assert ("trainer.gpus in the job config sets the request of 1 job(s) (trainer.gpus=N: N tasks with one GPU each); "
             "these launcher keys apply only to jobs without it: hydra.launcher.tasks_per_node=2, gpus_per_task=1. "

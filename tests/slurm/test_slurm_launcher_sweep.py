@@ -33,7 +33,7 @@ def test_four_job_sweep_is_one_array_and_ends_with_the_results_table(tmp_path: P
         assert (d / "stdout.log").resolve() == Path(m.jobs[num].extra["stdout"])
 
 
-def test_gpu_counts_1_2_4_give_each_task_its_rank_and_one_gpu(tmp_path: Path) -> None:
+def test_gpu_counts_1_2_4_give_each_task_its_rank_and_the_jobs_gpus(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     proc = run(TRAIN, sweep, *LINREG, "trainer.gpus=1,2,4")
     assert proc.returncode == 0, proc.stderr
@@ -44,16 +44,17 @@ def test_gpu_counts_1_2_4_give_each_task_its_rank_and_one_gpu(tmp_path: Path) ->
         records = tasks(job_dir)
         assert [(r["slurm_procid"], r["slurm_localid"], r["slurm_ntasks"]) for r in records] == [
             (str(rank), str(rank), str(n_gpus)) for rank in range(n_gpus)]
+        # GPUs per node, not per task: every task sees the job's GPUs (rank r takes GPU r of them), as NCCL needs to
+        # find the NVLink between them
         devices = [r["cuda_visible_devices"] for r in records]
-        assert all(d in {"0", "1", "2", "3"} for d in devices), devices  # one GPU each ...
-        assert len(set(devices)) == n_gpus, devices                       # ... and not the same one
+        assert len(set(devices)) == 1 and len(devices[0].split(",")) == n_gpus, devices
         assert {r["slurm_step_id"] for r in records} == {"0"}  # srun's step: what sweepit.train._distributed needs
         outcome = result(job_dir)
         assert (outcome["status"], outcome["world_size"], outcome["device"]) == ("completed", n_gpus, "cpu")
         script = next(Path(m.jobs[num].extra["submitit_folder"]).glob("*_submission.sh")).read_text()
-        for line in (f"--ntasks-per-node={n_gpus}", f"--gpus-per-node={n_gpus}", "--gpus-per-task=1",
-                     "--nodes=1", "--time=5"):
+        for line in (f"--ntasks-per-node={n_gpus}", f"--gpus-per-node={n_gpus}", "--nodes=1", "--time=5"):
             assert f"#SBATCH {line}\n" in script
+        assert "--gpus-per-task" not in script
     # the GPU-scaling study's table, from the sweep's report (one point per GPU count), of CPU ranks: the cluster's
     # GPUs are names in Slurm's gres, and the ranks trained on CPU
     html = (sweep / "report" / "index.html").read_text()

@@ -27,7 +27,9 @@ from sweepit.local._capture import JobOutput
 from sweepit.local._resources import GpuPool
 from sweepit.local._worker import ChildSpec, Reply
 from sweepit.results import LOCK_HEARTBEAT_S
+from sweepit.train import FORKED_AFTER_CUDA, forked_after_cuda
 
+log = logging.getLogger(__name__)
 _FORK = multiprocessing.get_context("fork")
 _CLOCK_TICK_S = 1.0  # how often a terminal's progress clock is redrawn
 
@@ -87,6 +89,7 @@ class Pool:
         self.signals = StopSignals(wakeup=True)
         self._kill_at: float | None = None   # monotonic time at which stopped jobs get SIGKILL
         self._escalated = False
+        self._said_cuda = False
 
     @property
     def stop_signal(self) -> int | None:
@@ -225,6 +228,8 @@ class Pool:
             inherited += [other.conn.fileno()] if other.conn is not None else []
         spec = ChildSpec(stdout_fd=job.output.child_fds[0], stderr_fd=job.output.child_fds[1],
                          env=env, threads=self.threads, close_fds=inherited, parent_pid=os.getpid())
+        if forked_after_cuda():
+            self._say_cuda()
         _flush_all()  # or the job would inherit, and write again, whatever the driver still buffers
         proc = _FORK.Process(target=self.child, args=(job, spec, writer), name=f"sweepit-job-{job.num}")
         with stop_signals_held():  # the job gets a stop signal only once its own handler is in place
@@ -239,6 +244,11 @@ class Pool:
         self.running[job.num] = job
         self.hooks.started(job)
 
+    def _say_cuda(self) -> None:
+        if not self._said_cuda:
+            self._said_cuda = True
+            log.warning(f"sweepit: {FORKED_AFTER_CUDA}")
+
     def _receive(self, job: Job) -> None:
         assert job.conn is not None
         try:
@@ -247,6 +257,8 @@ class Pool:
             reply = None
         if isinstance(reply, Reply):
             job.reply = reply
+            if reply.error == FORKED_AFTER_CUDA:  # what this process cannot see of torch's state, its job did
+                self._say_cuda()
         job.conn.close()
         job.conn = None
 

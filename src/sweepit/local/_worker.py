@@ -19,7 +19,9 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from sweepit._signals import interrupt_on_stop_signals, release_stop_signals
+from sweepit.local._resources import visible_gpus
 from sweepit.results import Status
+from sweepit.train import FORKED_AFTER_CUDA, forked_after_cuda
 
 _PR_SET_PDEATHSIG = 1
 
@@ -111,7 +113,11 @@ def child_main(spec: ChildSpec, conn: Connection, body: Callable[[], Reply]) -> 
         # The driver forked with the stop signals held: one sent since (a Ctrl-C just as the job started)
         # arrives here, now that it raises KeyboardInterrupt, instead of reaching the driver's handler.
         release_stop_signals()
-        reply = body()
+        if forked_after_cuda() and visible_gpus():  # it would die at its first CUDA call: recorded, not run
+            sys.stderr.write(f"sweepit: {FORKED_AFTER_CUDA}\n")
+            reply = Reply(status=Status.FAILED, error=FORKED_AFTER_CUDA)
+        else:
+            reply = body()
     except KeyboardInterrupt as e:
         reply = failure(Status.INTERRUPTED, e)
     except BaseException as e:  # SystemExit, and errors in the body's own set-up

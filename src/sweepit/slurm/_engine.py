@@ -1,7 +1,8 @@
 """The one engine of long-lived Slurm workers, packed grids' and Optuna's: a loop over a source of work
 (`sweepit.results.WorkSource`: a grid's plan, `GridSource`; a study, `sweepit.search.StudySource`), each job forked
-from the worker's warm interpreter (the local launcher's pool, `slots` at once) and run by `run`. A job taken and
-never started, or stopped for a requeue, is given back to the source for a worker to take again.
+from the worker's warm interpreter (the local launcher's pool, `slots` at once, each on `gpus` of the worker's GPUs) and
+run by `run`. A job taken and never started, or stopped for a requeue, is given back to the source for a worker to take
+again.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from sweepit._host import now_iso
-from sweepit.local import ChildSpec, GpuPool, Job, Pool, Reply, child_main, record_end
+from sweepit.local import ChildSpec, GpuPool, Job, Pool, Reply, child_main, record_end, visible_gpus
 from sweepit.results import WAIT, Heartbeat, Recorder, Status, Work, WorkSource
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._task_files import record_task, start_job_dir
@@ -36,7 +37,7 @@ class Engine:
     `stop_for_requeue` before Slurm requeues it."""
 
     def __init__(self, source: WorkSource, worker: str, sweep_dir: Path, compose: Callable[[Job, Work], None],
-                 run: Callable[[Job], Reply], *, recorded_by: Recorder, slots: int = 1, threads: int = 1,
+                 run: Callable[[Job], Reply], *, recorded_by: Recorder, slots: int = 1, gpus: int = 0, threads: int = 1,
                  timeout_min: float | None = None, job_timeout_min: float | None = None, term_grace_s: float = 5.0,
                  stderr_tail_lines: int = 50, clock: Callable[[], float] = time.time, wait_s: float = WAIT_S) -> None:
         self.source, self.worker, self.sweep_dir = source, worker, Path(sweep_dir)
@@ -53,8 +54,15 @@ class Engine:
         def child(job: Job, child_spec: ChildSpec, conn: Connection) -> None:
             child_main(child_spec, conn, lambda: run(job))
 
-        self.pool = Pool(slots, GpuPool([]), use_gpus=False, threads=threads, echo=False, term_grace_s=term_grace_s,
-                         child=child, hooks=self, clock_ticks=False)
+        # Each job its own GPUs of those Slurm gave the worker, as the local launcher hands them out.
+        visible = visible_gpus() if gpus else []
+        if len(visible) < gpus:
+            log.warning(f"worker {worker}: it sees {len(visible)} GPU(s) (CUDA_VISIBLE_DEVICES="
+                        f"{os.environ.get('CUDA_VISIBLE_DEVICES')}), fewer than the {gpus} each of its jobs asks for: "
+                        "its jobs share the GPUs it sees")
+        self.gpus = gpus if len(visible) >= gpus else 0
+        self.pool = Pool(slots, GpuPool(visible), use_gpus=self.gpus > 0, threads=threads, echo=False,
+                         term_grace_s=term_grace_s, child=child, hooks=self, clock_ticks=False)
 
     def run(self) -> int:
         """Take and run work until the source has none, or the next job would not fit in the worker's time (packed
@@ -121,12 +129,13 @@ class Engine:
             self.works.pop(job.num)
             return False
         work.job_dir = str(job.job_dir)
+        job.n_gpus = self.gpus
         return True
 
     def before_fork(self, job: Job) -> None:
         start_job_dir(job.job_dir)  # a stale result of an earlier run must not stand for this one
         self.source.started(self.works[job.num])
-        record_task(job.job_dir, 0)
+        record_task(job.job_dir, 0, job.gpus if self.pool.use_gpus else None)
 
     def started(self, job: Job) -> None:
         self.started_at[job.num] = now_iso()

@@ -29,7 +29,7 @@ from sweepit.slurm._job_states import LOST, PACKED, Seen, alive_workers
 from sweepit.slurm._limits import Room, dry_run_lines, open_room
 from sweepit.slurm._pack_worker import PackSpec, PlannedEntry, release, scan_claims, write_plan
 from sweepit.slurm._plan import PlannedJob, Planner, by_request
-from sweepit.slurm._request import Request, gpu_hours
+from sweepit.slurm._request import Request, gpu_hours, gres_times
 from sweepit.slurm._submit import Task, job_name
 from sweepit.slurm._task_files import start_job_dir
 from sweepit.slurm._worker_driver import WorkerDriver, worker_job
@@ -50,7 +50,7 @@ class Shape:
     index: int
     request: Request               # each job's
     jobs: list[PlannedJob]
-    worker: Request                # each worker's: one task on one node, the job's GPUs, its own time limit
+    worker: Request                # each worker's: one task on one node, slots x the job's GPUs, its own time limit
     n_workers: int
     cores: int | None              # cpus_per_task of a worker: slots x the job's tasks x cpus_per_task
 
@@ -60,12 +60,12 @@ class Shape:
                 f"{math.ceil(len(self.jobs) / max(1, self.n_workers))} job(s) per worker")
 
 
-def worker_request(r: Request, timeout_min: int) -> Request:
-    """A worker of jobs with request `r`: one task on one node holding all the job's GPUs (a job of N ranks forks
-    them itself, as on a workstation)."""
-    if r.gres and not (r.gpus_per_node or r.gpus_per_task):  # the launcher's own --gres, as it is
-        return Request(nodes=1, tasks_per_node=1, timeout_min=timeout_min, gres=r.gres)
-    return Request(nodes=1, tasks_per_node=1, timeout_min=timeout_min, gpus_per_node=r.gpus_on_node or None)
+def worker_request(r: Request, timeout_min: int, slots: int) -> Request:
+    """A worker of `slots` jobs at once with request `r`: one task on one node holding the GPUs of `slots` jobs, so
+    that each job has its own (a job of N ranks forks them itself, as on a workstation)."""
+    if r.gres and not (r.gpus_per_node or r.gpus_per_task):  # the launcher's own --gres, its GPUs times slots
+        return Request(nodes=1, tasks_per_node=1, timeout_min=timeout_min, gres=gres_times(r.gres, slots))
+    return Request(nodes=1, tasks_per_node=1, timeout_min=timeout_min, gpus_per_node=r.gpus_on_node * slots or None)
 
 
 class PackedSweep(WorkerDriver):
@@ -97,6 +97,7 @@ class PackedSweep(WorkerDriver):
         max_array_size = self.sweep.plan(jobs, release=True)  # the workers compose the jobs again
         part = self.sweep.facts.partition
         max_time = part.max_time_min if part is not None else None
+        node_gpus = o.node_gpus or (part.gpus_per_node if part is not None else 0)
         for index, (request, group) in enumerate(by_request(jobs).items()):
             assert request is not None
             if request.nodes > 1:
@@ -104,6 +105,12 @@ class PackedSweep(WorkerDriver):
                     f"hydra.launcher.workers packs jobs of one node, but {len(group)} job(s) (e.g. job {group[0].num}) "
                     f"ask for {request.nodes} nodes ({request.describe()}). Lower their GPU count to one node's, or "
                     "set hydra.launcher.workers=0 to submit each job as its own Slurm job.")
+            if node_gpus and request.gpus_on_node * o.slots > node_gpus:
+                raise ConfigError(
+                    f"hydra.launcher.slots x a job's GPUs must fit on one node, at most {node_gpus} GPUs (each job a "
+                    f"worker runs at once has GPUs of its own), but slots={o.slots} x {request.gpus_on_node} GPU(s) "
+                    f"(job {group[0].num}) is {request.gpus_on_node * o.slots}. Lower hydra.launcher.slots to "
+                    f"{node_gpus // request.gpus_on_node} or less.")
             n_workers = min(o.workers, math.ceil(len(group) / o.slots), max_array_size)
             rounds = math.ceil(len(group) / (n_workers * o.slots))
             if o.worker_timeout_min is not None:
@@ -119,7 +126,8 @@ class PackedSweep(WorkerDriver):
                 if max_time is not None:
                     timeout = max(min(timeout, max_time), request.timeout_min)
             cores = o.cpus_per_task * request.tasks_per_node * o.slots if o.cpus_per_task else None
-            self.shapes.append(Shape(index, request, group, worker_request(request, timeout), n_workers, cores))
+            worker = worker_request(request, timeout, o.slots)
+            self.shapes.append(Shape(index, request, group, worker, n_workers, cores))
             self.shape_of.update(dict.fromkeys((j.num for j in group), index))
         return self.shapes
 
@@ -209,7 +217,8 @@ class PackedSweep(WorkerDriver):
     def submit_workers(self, shape: Shape, n_workers: int) -> list[str]:
         o = self.options
         spec = PackSpec(str(self.sweep_dir), self.generation, shape.index, o.slots, o.cpus_per_task or 1,
-                        shape.worker.timeout_min, shape.request.timeout_min, stderr_tail_lines=o.stderr_tail_lines)
+                        shape.worker.timeout_min, shape.request.timeout_min, stderr_tail_lines=o.stderr_tail_lines,
+                        gpus=shape.request.gpus_on_node)
         return self.submit_array([self.make_worker(spec) for _ in range(n_workers)], shape.worker, shape.index,
                                  shape.cores)
 

@@ -49,6 +49,7 @@ class PackSpec:
     job_timeout_min: int       # the jobs' time limit: their expected time before any has finished
     term_grace_s: float = 5.0  # SIGTERM to SIGKILL of a job stopped with its worker
     stderr_tail_lines: int = 50
+    gpus: int = 0              # GPUs each job takes of the worker's (its own CUDA_VISIBLE_DEVICES); 0: none
 
 
 @dataclass
@@ -186,7 +187,7 @@ class PackedWorker(Engine):
     def __init__(self, spec: PackSpec, worker: str, compose: Callable[[Job, Work], None],
                  body: Callable[[Job], Reply], clock: Callable[[], float] = time.time) -> None:
         super().__init__(GridSource(spec), worker, Path(spec.sweep_dir), compose, body,
-                         recorded_by=Recorder.PACKED_WORKER, slots=spec.slots, threads=spec.threads,
+                         recorded_by=Recorder.PACKED_WORKER, slots=spec.slots, gpus=spec.gpus, threads=spec.threads,
                          timeout_min=spec.timeout_min, job_timeout_min=spec.job_timeout_min,
                          term_grace_s=spec.term_grace_s,
                          stderr_tail_lines=spec.stderr_tail_lines, clock=clock)

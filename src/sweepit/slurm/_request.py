@@ -127,8 +127,8 @@ class SlurmOptions:
     # keeps its own directory, logs and result.json. Pays off for jobs shorter than the queue wait; a job may take
     # at most one node.
     workers: int = 0
-    # Jobs each worker runs at once (packed sweeps only), sharing the worker's GPUs or cores: the worker asks for
-    # slots x cpus_per_task cores (per rank of a job) and runs that many jobs side by side; for small models.
+    # Jobs each worker runs at once (packed sweeps only), side by side, each on GPUs of its own: the worker asks for
+    # slots x a job's GPUs and slots x cpus_per_task cores (per rank of a job); for small models.
     slots: int = 1
     # Time limit of each worker in minutes (packed sweeps only); null: its share of the jobs at their own time
     # limits (the jobs' timeout x ceil(jobs / (workers x slots))), at most the partition's MaxTime. A worker starts
@@ -235,14 +235,25 @@ class Request:
         return f"{what}, {self.timeout_min} min"
 
 
+def _gres_gpu(item: str) -> tuple[str, int] | None:
+    """One --gres item's GPUs, as (`gpu` or `gpu:<type>`, count); None for another resource. A bare `gpu` is one."""
+    name, *rest = item.strip().split(":")
+    if name != "gpu":
+        return None
+    if rest and rest[-1].isdigit():
+        return ":".join([name, *rest[:-1]]), int(rest[-1])
+    return ":".join([name, *rest]), 1
+
+
 def gres_gpus(gres: str | None) -> int:
     """GPUs per node in a --gres value: `gpu:4`, `gpu:a100:4`; a bare `gpu` is one."""
-    n = 0
-    for item in (gres or "").split(","):
-        name, *rest = item.strip().split(":")
-        if name == "gpu":
-            n += int(rest[-1]) if rest and rest[-1].isdigit() else 1
-    return n
+    return sum(gpu[1] for item in (gres or "").split(",") if (gpu := _gres_gpu(item)) is not None)
+
+
+def gres_times(gres: str, k: int) -> str:
+    """A --gres value with its GPUs times `k` (the GPUs of `k` jobs): `gpu:a100:2` -> `gpu:a100:4`."""
+    return ",".join(item.strip() if (gpu := _gres_gpu(item)) is None else f"{gpu[0]}:{gpu[1] * k}"
+                    for item in gres.split(","))
 
 
 def integer(value: Any, key: str, num: int, or_else: str = "") -> int:
@@ -289,8 +300,8 @@ def asked(num: int, gpus: Any, timeout_min: Any, o: SlurmOptions) -> Asked:
 
 
 def spread(num: int, gpus: int, timeout_min: int, node_gpus: int, max_nodes: int, gpus_key: str) -> Request:
-    """`gpus_key=N`: N tasks with one GPU each over as few nodes as hold them; ConfigError when no allowed node
-    count holds them evenly."""
+    """`gpus_key=N`: N tasks and N GPUs over as few nodes as hold them; ConfigError when no allowed node count
+    holds them evenly."""
     if gpus > node_gpus * max_nodes:
         raise ConfigError(
             f"{gpus_key} must be at most {node_gpus * max_nodes} (hydra.launcher.max_nodes={max_nodes} node(s) x "
@@ -303,9 +314,9 @@ def spread(num: int, gpus: int, timeout_min: int, node_gpus: int, max_nodes: int
             f"{gpus_key} must split evenly over the {nodes} nodes it needs (the same number of ranks on each, at "
             f"most {node_gpus} per node), but job {num} sets {gpus_key}={gpus}. Use for example {gpus_key}={lower} "
             f"or {upper}.")
-    # Each task its own GPU: with GPUs per node alone every task of the node would see all of them.
-    return Request(nodes=nodes, tasks_per_node=gpus // nodes, timeout_min=timeout_min,
-                   gpus_per_node=gpus // nodes, gpus_per_task=1)
+    # GPUs per node, not per task: --gpus-per-task binds each task to its GPU, and NCCL, seeing one GPU per process,
+    # can miss the NVLink between them. Every task sees the node's GPUs of the job; rank r takes GPU `local_rank`.
+    return Request(nodes=nodes, tasks_per_node=gpus // nodes, timeout_min=timeout_min, gpus_per_node=gpus // nodes)
 
 
 @dataclass

@@ -32,9 +32,12 @@ def _read(path: Path) -> dict[str, Any]:
     return record if isinstance(record, dict) else {}
 
 
-def record_task(job_dir: Path, rank: int) -> None:
-    """`task-<rank>.json`: this task's Slurm environment (replaced by a requeued run's)."""
+def record_task(job_dir: Path, rank: int, gpus: list[str] | None = None) -> None:
+    """`task-<rank>.json`: this task's Slurm environment (replaced by a requeued run's); `gpus`: those of the
+    worker's GPUs a packed job was given."""
     info: dict[str, Any] = {k.lower(): os.environ.get(k) for k in _TASK_ENV}
+    if gpus is not None:
+        info["cuda_visible_devices"] = ",".join(gpus)
     info.update(hostname=socket.gethostname(), pid=os.getpid(), started_at=now_iso())
     with contextlib.suppress(OSError):
         atomic_write(JobPaths(job_dir).task_file(rank), json.dumps(info, indent=1) + "\n")

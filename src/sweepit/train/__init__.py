@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sweepit.train._api import JobContext, context, load_checkpoint, report, save_checkpoint, should_stop
+from sweepit.train._devices import FORKED_AFTER_CUDA, forked_after_cuda
 from sweepit.train._session import Session, leave_process_group, status_of
 from sweepit.train._session import begin as begin_session
 from sweepit.train._session import current as current_session
@@ -16,8 +17,9 @@ if TYPE_CHECKING:
     from sweepit.train._loop import train
 
 __all__ = [
-    "JobContext", "Session", "begin_session", "context", "current_session", "end_session", "leave_process_group",
-    "load_checkpoint", "report", "run_job", "save_checkpoint", "should_stop", "status_of", "train"
+    "FORKED_AFTER_CUDA", "JobContext", "Session", "begin_session", "context", "current_session", "end_session",
+    "forked_after_cuda", "leave_process_group", "load_checkpoint", "report", "run_job", "save_checkpoint",
+    "should_stop", "status_of", "train"
 ]
 
 

@@ -1,11 +1,12 @@
 """The device a rank trains on, and what sweepit asks of CUDA to choose it without breaking fork: asking torch
 whether CUDA is there initialises the driver unless PYTORCH_NVML_BASED_CUDA_CHECK=1, and a process forked after that
 dies at its first CUDA call (PyTorch's notes, "Poison fork in multiprocessing"); a job forks its local ranks, so it
-asks through `cuda_available()`."""
+asks through `cuda_available()`, and the launchers fork their jobs, so they check `forked_after_cuda()`."""
 
 from __future__ import annotations
 
 import os
+import sys
 from typing import TYPE_CHECKING
 
 from sweepit.errors import ConfigError
@@ -17,6 +18,19 @@ if TYPE_CHECKING:
 
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 PRECISIONS = ("fp32", "bf16", "fp16", "auto")
+# Set as sweepit is imported, so that an app asking torch.cuda.is_available() after that (at its import, in a package
+# it imports, in a Hydra callback: Hydra imports sweepit's plugins before those) asks NVML and leaves CUDA alone in the
+# process the launchers fork jobs from. `PYTORCH_NVML_BASED_CUDA_CHECK=0` in the environment keeps torch's own check.
+os.environ.setdefault(NVML_CHECK, "1")
+FORKED_AFTER_CUDA = (
+    "CUDA was initialised in the process that forks the sweep's jobs (the local launcher's driver, or a Slurm worker) "
+    "before they were forked, and a forked process cannot use CUDA (PyTorch: \"Cannot re-initialize CUDA in forked "
+    "subprocess\"): each job given GPUs is recorded as failed with this message instead of running. Something called "
+    "CUDA at import time (in the app, a package it imports, or a Hydra callback): a model or tensor moved to the GPU, "
+    "or torch.cuda.is_available() asked before sweepit was imported (sweepit sets PYTORCH_NVML_BASED_CUDA_CHECK=1, "
+    "with which torch asks NVML instead). Move that call into the task function, import sweepit before it, or export "
+    "PYTORCH_NVML_BASED_CUDA_CHECK=1 before the sweep; or give each job a process of its own on Slurm "
+    "(hydra.launcher.workers=0, hydra.sweeper.workers=0). Then `sweepit resume <sweep dir>` runs these jobs.")
 BF16_CAPABILITY = (8, 0)
 FP16_CAPABILITY = (7, 0)  # tensor cores (Volta on): float16 matmuls and convolutions several times fp32's speed
 # cuBLAS's reproducible workspace (CUDA's documentation, "Results reproducibility"); read when cuBLAS starts.
@@ -29,6 +43,15 @@ def cuda_available() -> bool:
 
     os.environ.setdefault(NVML_CHECK, "1")  # read by torch at each call; children inherit it
     return bool(torch.cuda.is_available())
+
+
+def forked_after_cuda() -> bool:
+    """Whether CUDA was initialised before this process was forked (asked in the child: torch's bad-fork flag, set
+    also by an is_available() that did not ask NVML), or is now (asked before forking: a child could not use it)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    return bool(getattr(torch.cuda, "_is_in_bad_fork", lambda: False)() or torch.cuda.is_initialized())
 
 
 def device_for(rank: Rank, requested: str) -> torch.device:

@@ -23,7 +23,8 @@ def main(cfg: DictConfig) -> float:
     start = time.time()
     if rank == 0:
         print(f"job x={x} starting", flush=True)
-        times = {"start": start, "slurm_job_id": os.environ.get("SLURM_JOB_ID")}
+        times = {"start": start, "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+                 "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}
         (job_dir / "times.json").write_text(json.dumps(times))
     # Read from the environment at run time: a resume submitted without it runs the job cleanly.
     fail_on = [int(v) for v in os.environ.get("SLURM_APP_FAIL_ON", "").split(",") if v]

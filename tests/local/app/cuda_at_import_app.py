@@ -1,0 +1,34 @@
+"""A Hydra app that asks CUDA at import time, as many do (`device = "cuda" if torch.cuda.is_available() else "cpu"`),
+having imported sweepit (as an app of sweepit's API does); each job writes down what the app saw then."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import hydra
+import torch
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+import sweepit  # noqa: F401  (its API: sweepit.report, ...)
+
+NVML_AT_IMPORT = os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")  # what the next line's torch reads
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+if os.environ.get("APP_CUDA_AT_IMPORT"):
+    # A CUDA call at import (a model moved to the GPU) initialises CUDA in the driver. CUDA cannot start on a CPU-only
+    # machine: torch's own flag, which torch.cuda.is_initialized() reads, stands in for it.
+    torch.cuda._initialized = True
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def main(cfg: DictConfig) -> float:
+    job_dir = Path(HydraConfig.get().runtime.output_dir)
+    seen = {"nvml_at_import": NVML_AT_IMPORT, "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    (job_dir / "seen.json").write_text(json.dumps(seen))
+    return float(cfg.x)
+
+
+if __name__ == "__main__":
+    main()

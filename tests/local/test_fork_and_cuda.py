@@ -1,0 +1,56 @@
+"""The local launcher forks its jobs from the driver, where the app was imported: a CUDA call there (at the app's
+import, in a package it imports, in a Hydra callback) would break every job. Real multiruns in subprocesses."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from sweepit.results._job_files import read_result
+from sweepit.train import FORKED_AFTER_CUDA
+from sweepit_testing import child_env, run_command
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).parents[2]
+APP = Path(__file__).parent / "app" / "cuda_at_import_app.py"
+NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
+
+
+def sweep(sweep_dir: Path, *overrides: str, **env: str) -> tuple[int, str, dict[int, Path]]:
+    clean = {k: v for k, v in child_env(**env).items() if k != NVML_CHECK}  # as from a shell that never set it
+    proc = run_command([sys.executable, APP, "-m", f"hydra.sweep.dir={sweep_dir}", *overrides], ROOT, env=clean)
+    dirs = {int(p.name.split("_")[0]): p for p in sweep_dir.iterdir() if p.is_dir() and p.name[0].isdigit()}
+    return proc.returncode, proc.stdout + proc.stderr, dirs
+
+
+def test_an_app_that_imports_sweepit_asks_cuda_through_nvml_at_its_import(tmp_path: Path) -> None:
+    """`torch.cuda.is_available()` at the app's import, in the driver, then initialised CUDA (cudaGetDeviceCount),
+    and on a GPU machine every forked job died at its first CUDA call."""
+    code, out, dirs = sweep(tmp_path / "sweep", "x=0,1")
+    assert code == 0, out[-3000:]
+    for job_dir in dirs.values():
+        assert json.loads((job_dir / "seen.json").read_text())["nvml_at_import"] == "1"
+
+
+def test_cuda_initialised_in_the_driver_is_said_once_and_every_gpu_job_records_why_it_did_not_run(
+        tmp_path: Path) -> None:
+    """Two GPUs (by CUDA_VISIBLE_DEVICES; nothing touches CUDA here) and an app that initialised CUDA at import: each
+    job given a GPU is recorded as failed with the cause and the fix, not left to die of "Cannot re-initialize CUDA in
+    forked subprocess"; jobs of no GPU run."""
+    code, out, dirs = sweep(tmp_path / "sweep", "x=0,1", "trainer.gpus=0,1",
+                            CUDA_VISIBLE_DEVICES="3,5", APP_CUDA_AT_IMPORT="1")
+    assert code == 1, out[-3000:]
+    assert out.count(f"sweepit: {FORKED_AFTER_CUDA}") == 1, out[-3000:]
+    for num, job_dir in dirs.items():
+        record = read_result(job_dir) or {}
+        if "trainer.gpus=0" in job_dir.name:
+            assert record["status"] == "completed" and (job_dir / "seen.json").exists(), (num, record)
+        else:
+            assert record["status"] == "failed" and record["error"] == FORKED_AFTER_CUDA, (num, record)
+            assert not (job_dir / "seen.json").exists(), "not run"
+            assert "Move that call into the task function" in (job_dir / "stderr.log").read_text()
+    assert sum("trainer.gpus=1" in d.name for d in dirs.values()) == 2
