@@ -22,7 +22,7 @@ COMPILE := $(PY) -m compileall -q -j 0 src tests examples bench train.py
 SWEEPS := $(basename $(notdir $(wildcard sweeps/*.yaml)))
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-fast test-floors lint typecheck check config-reference docs clean-outputs bench bench-throughput bench-mnist-best bench-report bench-scale bench-launcher test-launcher bench-gpu bench-slurm test-slurm sweep-optuna bench-optuna bench-optuna-workers bench-packing \
+.PHONY: help install test test-fast test-floors lint typecheck check config-reference docs clean-outputs bench bench-throughput bench-mnist-best bench-report bench-scale bench-launcher test-launcher bench-gpu gpu-pack bench-slurm test-slurm sweep-optuna bench-optuna bench-optuna-workers bench-packing \
         slurm-up slurm-down slurm-status \
         $(addprefix sweep-,$(SWEEPS))
 
@@ -145,6 +145,10 @@ bench-mnist-best: ## The mnist_best study on real MNIST (MNIST_ROOT=dir with the
 
 bench-gpu: ## On a GPU node: mnist_best time to 99.4%, CIFAR-10 ResNet-50 sweepit vs DataLoader (same precision), scaling on all GPUs (ARGS='--mnist-root DIR --cifar-root DIR --json PATH'; --smoke: tiny, on CPU)
 	$(PY) bench/bench_gpu.py $(ARGS)
+
+# bench/gpu_check.sh's pack: what a lent GPU machine lacks (its image has torch, but no Hydra), carried with the tree.
+gpu-pack: ## Fill .devpkgs/ and .devdata/ for `bash bench/gpu_check.sh run` on a lent GPU machine: Hydra, OmegaConf, ANTLR as .venv has them, MNIST from MNIST_ROOT (default ../shared/data/mnist); at most 64 MiB
+	PY=$(PY) bash bench/gpu_check.sh pack
 
 slurm-up: ## Start the local one-node Slurm cluster with 4 fake GPUs (root; installs Debian's packages once)
 	scripts/slurm-cluster.sh up

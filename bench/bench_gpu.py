@@ -1,6 +1,7 @@
 """The GPU figures of the courses' studies, on one GPU node: run it there (`make bench-gpu`), record its JSON.
 
 Run: python bench/bench_gpu.py [--mnist-root DIR] [--cifar-root DIR] [--json PATH] [--parts mnist,throughput,scaling]
+     [--precision auto|bf16|fp32] [--steps N]
      (on Slurm: srun -N1 --gres=gpu:4 --exclusive make bench-gpu ARGS='--mnist-root DIR --json out.json')
 
 Three parts, each the real entry point (`train.py`) in a subprocess, its figures read from the jobs' files:
@@ -8,8 +9,8 @@ Three parts, each the real entry point (`train.py`) in a subprocess, its figures
   until it first reaches 99.4% (the epochs' own times summed; the first epoch's start-up included).
 - throughput: CIFAR-10 ResNet-50 on one GPU, sweepit's loop (`train.py task=cifar10`) against a plain
   DataLoader loop (TensorDataset, shuffle, 4 workers, pinned memory) with the same model, batch, precision
-  (bf16 autocast on GPUs of compute capability 8 or more, else fp32) and channels_last; the ratio is
-  like for like. Epoch times leave out the first (warm-up) epoch.
+  (`--precision`; auto: bf16 autocast on GPUs of compute capability 8 or more, else fp32) and channels_last;
+  the ratio is like for like. `--steps` batches an epoch; epoch times leave out the first (warm-up) epoch.
 - scaling: `make sweep-scaling` as a user runs it (sweeps/scaling.yaml, ResNet-50 at 128 px, 1..N GPUs of the
   node, one job at a time) and its report's speedup and efficiency table.
 Without --mnist-root / --cifar-root the data are synthetic images of the same shapes (the accuracy target
@@ -87,17 +88,19 @@ def mnist_part(root: str | None, device: str, smoke: bool, work: Path) -> dict[s
             "met": reached is not None, "job_dir": str(job)}
 
 
-def plain_loop(device: str, batch_size: int, steps: int, epochs: int, image_size: int, workers: int) -> dict[str, Any]:
+def plain_loop(device: str, batch_size: int, steps: int, epochs: int, image_size: int, workers: int,
+               precision: str = "auto") -> dict[str, Any]:
     """The course's loop on the same model and synthetic data, in its own process (`--plain-loop`): its precision
-    (bf16 from compute capability 8 on) and samples/s per epoch."""
+    (auto: bf16 from compute capability 8 on) and samples/s per epoch."""
     import torch
     import torch.nn.functional as F
     from torch.utils.data import DataLoader, TensorDataset
 
     from sweepit.train.models import resnet50
 
-    bf16 = device == "cuda" and torch.cuda.is_available() and torch.cuda.get_device_capability(0)[0] >= 8
-    precision = "bf16" if bf16 else "fp32"
+    if precision == "auto":
+        bf16 = device == "cuda" and torch.cuda.is_available() and torch.cuda.get_device_capability(0)[0] >= 8
+        precision = "bf16" if bf16 else "fp32"
     torch.manual_seed(0)
     n = batch_size * steps
     data = TensorDataset(torch.randn(n, 3, image_size, image_size), torch.randint(0, 10, (n,)))
@@ -124,9 +127,10 @@ def plain_loop(device: str, batch_size: int, steps: int, epochs: int, image_size
     return {"precision": precision, "samples_per_s": rates}
 
 
-def throughput_part(root: str | None, device: str, smoke: bool, work: Path) -> dict[str, Any]:
-    batch, steps, epochs, size = (8, 2, 2, 32) if smoke else (128, 50, 4, 32)
-    loop = [device, batch, steps, epochs, size, 0 if smoke else 4]
+def throughput_part(root: str | None, device: str, smoke: bool, work: Path, precision: str = "auto",
+                    steps: int = 50) -> dict[str, Any]:
+    batch, steps, epochs, size = (8, 2, 2, 32) if smoke else (128, steps, 4, 32)
+    loop = [device, batch, steps, epochs, size, 0 if smoke else 4, precision]
     plain = json.loads(run([sys.executable, str(Path(__file__).resolve()), "--plain-loop", json.dumps(loop)],
                            capture=True).splitlines()[-1])
     precision = plain["precision"]
@@ -145,7 +149,7 @@ def throughput_part(root: str | None, device: str, smoke: bool, work: Path) -> d
         return sum(timed) / len(timed)
 
     s, p = mean_after_first(sweepit_rates), mean_after_first(plain["samples_per_s"])
-    return {"precision": precision, "channels_last": True, "batch_size": batch, "image_size": size,
+    return {"precision": precision, "channels_last": True, "batch_size": batch, "steps": steps, "image_size": size,
             "data": root or "synthetic", "sweepit_samples_per_s": sweepit_rates,
             "plain_samples_per_s": plain["samples_per_s"],
             "ratio_sweepit_over_plain": s / p, "note": "plain loop on synthetic tensors of the same shape"}
@@ -178,6 +182,9 @@ def main() -> int:
     p.add_argument("--mnist-root", default=os.environ.get("MNIST_ROOT"), help="MNIST IDX files (else synthetic)")
     p.add_argument("--cifar-root", default=os.environ.get("CIFAR_ROOT"), help="CIFAR-10 batches (else synthetic)")
     p.add_argument("--parts", default="mnist,throughput,scaling", help="which parts, comma-separated")
+    p.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto",
+                   help="the throughput part's, both loops (auto: bf16 from compute capability 8.0, else fp32)")
+    p.add_argument("--steps", type=int, default=50, help="the throughput part's batches an epoch (of 128 images)")
     p.add_argument("--smoke", action="store_true", help="every part tiny on the CPU: checks the plumbing only")
     p.add_argument("--json", type=Path, default=None, help="write the raw figures, command and machine here")
     p.add_argument("--work", type=Path, default=OUT, help=f"where the runs' outputs go (default {OUT})")
@@ -201,7 +208,8 @@ def main() -> int:
     out: dict[str, Any] = {"smoke": args.smoke}
     roots = {"mnist": args.mnist_root, "throughput": args.cifar_root, "scaling": args.cifar_root}
     for name in parts:
-        out[name] = PARTS[name](roots[name], device, args.smoke, args.work)
+        tuned = {"precision": args.precision, "steps": args.steps} if name == "throughput" else {}
+        out[name] = PARTS[name](roots[name], device, args.smoke, args.work, **tuned)
         print(f"bench-gpu {name}: {json.dumps(out[name], default=str)[:600]}", flush=True)
     if "mnist" in out:
         m = out["mnist"]

@@ -1,0 +1,28 @@
+"""A Hydra app that asks CUDA something when it is imported, before the local launcher forks its jobs, as many scripts
+do: `CUDA_AT_IMPORT=available` picks its device with `torch.cuda.is_available()` (which starts CUDA's driver in the
+process unless PYTORCH_NVML_BASED_CUDA_CHECK=1), `tensor` puts a tensor on the GPU (a CUDA context in the driver).
+Each job adds two numbers on that device and returns the sum. bench/gpu_check.sh's fork probe sweeps it."""
+
+from __future__ import annotations
+
+import os
+
+import hydra
+import torch
+from omegaconf import DictConfig
+
+TOUCH = os.environ.get("CUDA_AT_IMPORT", "available")
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+if TOUCH == "tensor":
+    torch.zeros(1, device=DEVICE)
+
+
+@hydra.main(version_base="1.3", config_path=None, config_name=None)
+def main(cfg: DictConfig) -> float:
+    total = torch.ones(2, device=DEVICE).sum().item()
+    print(f"job on {DEVICE}: {total}")
+    return float(total)
+
+
+if __name__ == "__main__":
+    main()

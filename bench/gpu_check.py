@@ -1,0 +1,346 @@
+"""bench/gpu_check.sh's Python side: `plan` lists the probes and their time limits, `probe NAME` runs one (its figures
+to WORK/NAME.json, exit 0 when its check held), `report` gathers every probe's exit status and figures into
+gpu_check.json and gpu_check.txt, and `pack` copies the pure-Python distributions a lent GPU machine's image lacks into
+.devpkgs/ and MNIST into .devdata/.
+
+Each probe runs in a process of its own under the shell script's time limit, so that one that fails or hangs costs only
+its own figures. A probe's process asks CUDA nothing while the jobs it starts run: they and bench_gpu.py's plain loop
+hold the GPU (one in exclusive-process mode takes a single context).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import bench_gpu
+from machine import code_version
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+# What sweepit's local sweeps need beyond a GPU machine's image (torch, PyYAML and packaging are there): pure Python.
+PACKED = ("hydra-core", "omegaconf", "antlr4-python3-runtime")
+CARRY_LIMIT_MIB = 64
+FORK_ERROR = "Cannot re-initialize CUDA in forked subprocess"  # torch's words for a job forked after CUDA started
+# Batches of 128 an epoch: about 1.5 s of ResNet-50 at 32 px in bf16 on an H200, where 50 (bench_gpu.py's default)
+# gave epochs too short to time (bench/RESULTS.md).
+THROUGHPUT_STEPS = 80
+
+
+@dataclass
+class Probe:
+    """One probe's run: its own folder, the CPU (`smoke`) or the GPU, and MNIST where it was packed."""
+
+    work: Path
+    smoke: bool
+
+    @property
+    def device(self) -> str:
+        return "cpu" if self.smoke else "cuda"
+
+    @property
+    def mnist_root(self) -> str | None:
+        """.devdata/mnist where `pack` filled it (the smoke run trains on a few synthetic images instead)."""
+        root = REPO / ".devdata" / "mnist"
+        return None if self.smoke or not root.is_dir() else str(root)
+
+
+def nvidia_smi(p: Probe) -> dict[str, Any]:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return {"ok": False, "summary": "nvidia-smi is not on PATH"}
+    query = "--query-gpu=name,memory.total,driver_version,compute_cap,compute_mode"
+    listed = subprocess.run([exe, query, "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+    full = subprocess.run([exe], capture_output=True, text=True, timeout=20)
+    print(full.stdout, full.stderr)
+    if listed.returncode or full.returncode:
+        said = (full.stdout + full.stderr).strip().splitlines() or [""]
+        return {"ok": False, "summary": f"nvidia-smi exited {full.returncode or listed.returncode}: {said[0][:200]}"}
+    gpus = listed.stdout.strip().splitlines()
+    return {"ok": True, "summary": "; ".join(gpus), "gpus": gpus, "nvidia_smi": full.stdout}
+
+
+def python(p: Probe) -> dict[str, Any]:
+    """torch and the packed packages as this Python imports them, and the GPU as torch sees it."""
+    try:
+        import hydra
+        import omegaconf
+        import torch
+    except ModuleNotFoundError as e:
+        return {"ok": False, "summary": f"{e.name} is missing here (the check imports it from .devpkgs): run `make "
+                                        "gpu-pack` where sweepit's .venv is, and carry .devpkgs and .devdata"}
+    from machine import machine_info
+
+    facts = {**machine_info(), "torch_cuda": torch.version.cuda, "hydra": hydra.__version__,
+             "omegaconf": omegaconf.__version__}
+    gpu = "no GPU"
+    if torch.cuda.is_available():
+        facts["capability"] = "{}.{}".format(*torch.cuda.get_device_capability(0))
+        gpu = f"{facts['cuda']} (compute capability {facts['capability']})"
+    summary = (f"{gpu}, torch {torch.__version__} (CUDA {torch.version.cuda}), hydra {hydra.__version__}, "
+               f"omegaconf {omegaconf.__version__}, Python {facts['python']}, {facts['nproc']} cores")
+    ok = p.smoke or facts["cuda"] is not None
+    if not ok:
+        summary += ": torch sees no CUDA device (`bash bench/gpu_check.sh run --smoke` checks the plumbing on the CPU)"
+    return {"ok": ok, "summary": summary, "facts": facts}
+
+
+def mnist(p: Probe) -> dict[str, Any]:
+    m = bench_gpu.mnist_part(p.mnist_root, p.device, p.smoke, p.work)
+    target = f"{bench_gpu.TARGET_ACC:.1%}"
+    reached = (f"{target} at epoch {m['reached']['epoch']} after {m['reached']['seconds']:.1f} s of training"
+               if m["reached"] else f"{target} not reached in {m['epochs']} epoch(s)")
+    data = "real MNIST" if p.mnist_root else "synthetic data: the target means nothing"
+    return {"ok": m["met"] or not p.mnist_root, "summary": f"{reached}; final {m['final_acc']:.4f} ({data})", **m}
+
+
+def throughput(precision: str) -> Callable[[Probe], dict[str, Any]]:
+    def probe(p: Probe) -> dict[str, Any]:
+        t = bench_gpu.throughput_part(None, p.device, p.smoke, p.work, precision=precision, steps=THROUGHPUT_STEPS)
+        sweepit, plain = (sum(r[1:]) / len(r[1:]) for r in (t["sweepit_samples_per_s"], t["plain_samples_per_s"]))
+        return {"ok": True, **t, "summary": f"{t['precision']}: sweepit {sweepit:,.0f} / plain loop {plain:,.0f} "
+                f"samples/s = {t['ratio_sweepit_over_plain']:.2f}x (ResNet-50, {t['image_size']} px, batch "
+                f"{t['batch_size']}, {t['steps']} steps an epoch, epochs 2-{len(t['sweepit_samples_per_s'])})"}
+
+    return probe
+
+
+def fork(p: Probe) -> dict[str, Any]:
+    """A 2-job local sweep of trainer.gpus=1 jobs of an app that asked CUDA something at import (bench/apps/
+    cuda_at_import.py). The check: no job dies of torch's fork error, and jobs of an app that only asked whether
+    CUDA is there complete."""
+    from sweepit.reporting import load_sweep
+
+    out: dict[str, Any] = {}
+    for touch in ("available", "tensor"):
+        sweep = p.work / touch
+        cmd = [sys.executable, str(HERE / "apps" / "cuda_at_import.py"), "-m", "+x=1,2", "+trainer.gpus=1",
+               "hydra/launcher=local", f"hydra.sweep.dir={sweep}"]
+        print("$ CUDA_AT_IMPORT=" + touch + " " + " ".join(cmd), flush=True)
+        proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "CUDA_AT_IMPORT": touch}, capture_output=True,
+                              text=True)
+        print(proc.stdout, proc.stderr, flush=True)
+        jobs = load_sweep(sweep).jobs if sweep.is_dir() else []
+        out[touch] = {"rc": proc.returncode, "statuses": [j.status for j in jobs],
+                      "errors": [str(j.result.get("error") or "")[:300] for j in jobs],
+                      "driver_said": proc.stderr.strip().splitlines()[-5:]}
+    died = [touch for touch, v in out.items() if any(FORK_ERROR in e for e in v["errors"])]
+    ok = not died and out["available"]["statuses"] == ["completed", "completed"]
+    words = [f"{touch}: {v['statuses'].count('completed')}/2 completed" for touch, v in out.items()]
+    return {"ok": ok, **out, "summary": "; ".join(words) + (f"; died of '{FORK_ERROR}': {', '.join(died)}" if died
+                                                            else "")}
+
+
+def deterministic(p: Probe) -> dict[str, Any]:
+    """mnist_best twice with trainer.deterministic=true, each run a process of its own: every epoch's metrics but the
+    clock's (their names end in `_s`, as the unread-key rule of sweepit.results takes them) and the last weights."""
+    from sweepit.results import read_metrics
+
+    data = [f"data.root={p.mnist_root}"] if p.mnist_root else ["data.synthetic=true", "data.n_synthetic=512"]
+    args = ["--config-dir", str(REPO / "sweeps"), "--config-name", "mnist_best", "epochs=2", f"device={p.device}",
+            "trainer.deterministic=true", "trainer.save_model=last", "trainer.checkpoint=false", *data,
+            *(["trainer.threads=1"] if p.smoke else [])]
+    runs = [bench_gpu.train(args, p.work / name, multirun=False) for name in ("first", "second")]
+    rows = [[{k: v for k, v in row.items() if not k.endswith("_s")} for row in read_metrics(run)[0]] for run in runs]
+    import torch  # on the CPU, once both runs have ended
+
+    first, second = (torch.load(run / "model_last.pt", map_location="cpu", weights_only=True)["model"] for run in runs)
+    differ = [k for k in first if k not in second or not torch.equal(first[k], second[k])]
+    same_rows = bool(rows[0]) and rows[0] == rows[1]
+    ok = same_rows and not differ and first.keys() == second.keys()
+    summary = (f"two runs bit-identical: {len(rows[0])} epochs of metrics, {len(first)} weight tensors" if ok else
+               f"two runs differ: metrics {'same' if same_rows else 'differ'}, {len(differ)} of {len(first)} weight "
+               f"tensors differ ({', '.join(differ[:3])})")
+    return {"ok": ok, "summary": summary, "metrics": rows, "differing_weights": differ, "data": data[0]}
+
+
+def shared(p: Probe) -> dict[str, Any]:
+    """Two local jobs on one GPU. The local launcher gives each job of a sweep its own GPUs (a second job waits for
+    one), so two jobs share a GPU when two sweeps run at once: one job alone first, then two sweeps of one job side
+    by side, their epoch times against the lone job's."""
+    from sweepit.reporting import load_sweep
+
+    size = (["task.model=cnn", "batch_size=16", "data.n_synthetic=256", "trainer.threads=1", "trainer.precision=fp32"]
+            if p.smoke else
+            ["task.model=resnet50", "batch_size=128", "data.n_synthetic=8000", "trainer.precision=bf16"])
+    base = [sys.executable, str(REPO / "train.py"), "-m", "task=cifar10", "task.image_size=32", "data.synthetic=true",
+            "epochs=3", f"device={p.device}", "trainer.checkpoint=false", "trainer.save_model=none",
+            "hydra.callbacks.summary.report=false", *size]
+
+    def sweep(name: str, seed: int) -> subprocess.Popen[str]:
+        cmd = [*base, f"seed={seed}", f"hydra.sweep.dir={p.work / name}"]
+        print("$ " + " ".join(cmd), flush=True)
+        return subprocess.Popen(cmd, cwd=REPO, text=True)
+
+    sweep("alone", 0).wait()
+    side_by_side = [sweep(f"shared_{seed}", seed) for seed in (0, 1)]
+    for proc in side_by_side:
+        proc.wait()
+    jobs = {name: load_sweep(p.work / name).jobs[0] for name in ("alone", "shared_0", "shared_1")}
+    times = {name: job.epoch_time_s for name, job in jobs.items()}
+    out = {name: {"status": job.status, "device": job.result.get("device"), "epoch_time_s": times[name]}
+           for name, job in jobs.items()}
+    ok = all(job.status == "completed" for job in jobs.values())
+    if ok and all(times.values()):
+        alone, a, b = (float(t or 0) for t in times.values())
+        summary = (f"alone {alone:.3g} s/epoch; two at once {a:.3g} and {b:.3g} s/epoch ({(a + b) / 2 / alone:.2f}x), "
+                   f"on {', '.join(sorted({str(v['device']) for v in out.values()}))}")
+    else:
+        summary = "; ".join(f"{name}: {v['status']}" for name, v in out.items())
+    return {"ok": ok, "summary": summary, **out}
+
+
+def scaling(p: Probe) -> dict[str, Any]:
+    s = bench_gpu.scaling_part(None, p.device, p.smoke, p.work)
+    points = "; ".join(f"{q['gpus']} {'GPU' if not p.smoke else 'rank'}(s): {q['epoch_time_s']:.3g} s/epoch, "
+                       f"{q['samples_per_s']:,.0f} samples/s, speedup {q['speedup']:.2f}" for q in s["points"])
+    one = " (a speedup needs 2 GPUs or more)" if len(s["points"]) == 1 else ""
+    data = str(s["data"]).split(":")[0]  # "synthetic cifar10-shaped data: 128 images ..." up to its colon
+    return {"ok": bool(s["points"]), "summary": f"{points}{one}; {data}", **s}
+
+
+# Each probe and its time limit in seconds on one H100 or H200: together, with the 5 s each may take to stop, under
+# the 8 minutes the check may take. Sized from the H200's times of mnist, throughput and scaling (bench/RESULTS.md),
+# with room for a slower GPU; the smoke run multiplies them by SMOKE_SCALE (a loaded CPU, where they are no figure).
+PROBES: dict[str, tuple[Callable[[Probe], dict[str, Any]], int]] = {
+    "nvidia_smi": (nvidia_smi, 10), "python": (python, 20), "mnist": (mnist, 80),
+    "throughput_bf16": (throughput("bf16"), 60), "throughput_fp32": (throughput("fp32"), 80), "fork": (fork, 35),
+    "deterministic": (deterministic, 45), "shared": (shared, 40), "scaling": (scaling, 55),
+}
+SMOKE_SCALE = 4
+
+
+def plan(only: str, scale: float | None, smoke: bool) -> int:
+    """The probes to run and their limits, a line each (name, tab, seconds), for the shell script's loop: `only`
+    (comma-separated names; empty: all), each limit times `scale` (default 1, SMOKE_SCALE for the smoke run)."""
+    names = [n for n in only.split(",") if n] or list(PROBES)
+    unknown = [n for n in names if n not in PROBES]
+    if unknown:
+        print(f"gpu_check: GPU_CHECK_PROBES takes {','.join(PROBES)}, but got {','.join(unknown)}", file=sys.stderr)
+        return 2
+    factor = scale if scale is not None else SMOKE_SCALE if smoke else 1
+    for name in names:
+        print(f"{name}\t{PROBES[name][1] * factor:g}")
+    return 0
+
+
+def run_probe(name: str, work: Path, smoke: bool) -> int:
+    (work / name).mkdir(parents=True, exist_ok=True)
+    figures = PROBES[name][0](Probe(work / name, smoke))
+    (work / f"{name}.json").write_text(json.dumps(figures, indent=1, default=str) + "\n")
+    print(f"{name}: {'ok' if figures['ok'] else 'FAILED'}: {figures['summary']}", flush=True)
+    return 0 if figures["ok"] else 1
+
+
+def report(work: Path, out: Path, smoke: bool, command: str, wall_s: float) -> None:
+    """gpu_check.json (each probe's exit status, seconds, limit and figures) and gpu_check.txt (a line per probe),
+    from the steps the shell script ran (WORK/steps.tsv: name, exit status, seconds, limit)."""
+    from sweepit.results import aligned
+
+    probes: dict[str, dict[str, Any]] = {}
+    for line in (work / "steps.tsv").read_text().splitlines():
+        name, rc, seconds, limit = line.split("\t")
+        figures_file = work / f"{name}.json"
+        figures = json.loads(figures_file.read_text()) if figures_file.is_file() else {}
+        entry = {**figures, "rc": int(rc), "ok": rc == "0", "seconds": float(seconds), "limit_s": float(limit)}
+        if rc != "0":
+            log = (work / f"{name}.log").read_text(errors="replace").strip().splitlines()
+            entry["log_tail"] = log[-30:]
+            if not figures:
+                entry["summary"] = (f"stopped at its limit of {limit} s" if rc in ("124", "137") else
+                                    f"exited {rc} before its figures: {log[-1][:200] if log else 'no output'}")
+        probes[name] = entry
+    facts = probes.get("python", {}).get("facts", {})
+    record = {"command": command, "smoke": smoke, "code_version": code_version(),
+              "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "wall_s": round(wall_s, 1),
+              "gpu": facts.get("cuda"), "machine": facts, "failed": [n for n, e in probes.items() if not e["ok"]],
+              "probes": probes}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gpu_check.json").write_text(json.dumps(record, indent=1, default=str) + "\n")
+    rows = [[name, str(e["rc"]), "ok" if e["ok"] else "FAILED", f"{e['seconds']:.0f}/{e['limit_s']:.0f}",
+             str(e.get("summary", ""))] for name, e in probes.items()]
+    head = (f"GPU check{' (smoke: CPU, tiny)' if smoke else ''}, {record['finished_at']}, {record['gpu'] or 'no GPU'}, "
+            f"code {record['code_version']}, {wall_s:.0f} s: {command}")
+    text = [head, "", *aligned(["probe", "rc", "check", "s/limit", "result"], rows)]
+    (out / "gpu_check.txt").write_text("\n".join(text) + "\n")
+    print("\n".join(text))
+
+
+def pack(mnist_root: Path) -> int:
+    """PACKED's files as installed here (their RECORD, bytecode left out) into .devpkgs/, which the run puts first on
+    PYTHONPATH, and MNIST's four files into .devdata/mnist/."""
+    pkgs, data = REPO / ".devpkgs", REPO / ".devdata"
+    for folder in (pkgs, data):
+        shutil.rmtree(folder, ignore_errors=True)
+    for name in PACKED:
+        dist = importlib.metadata.distribution(name)
+        for file in dist.files or []:
+            source = Path(str(dist.locate_file(file)))
+            if file.suffix == ".pyc" or ".." in file.parts or not source.is_file():
+                continue  # bytecode, and scripts installed outside site-packages
+            (pkgs / file).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, pkgs / file)
+        print(f"packed {name} {dist.version}")
+    from sweepit.train.data import mnist as mnist_files
+
+    found = [mnist_files.find_file(mnist_root, name) for name in mnist_files.FILES.values()]
+    if all(found):
+        (data / "mnist").mkdir(parents=True)
+        for f in found:
+            shutil.copy2(f, data / "mnist" / f.name)  # type: ignore[union-attr]
+        print(f"packed MNIST from {mnist_root}")
+    else:
+        print(f"gpu_check pack: no MNIST in {mnist_root} (MNIST_ROOT=DIR names its four IDX files): the mnist probe "
+              "will train on synthetic data, where its 99.4% target means nothing", file=sys.stderr)
+    sizes = {f.name: sum(x.stat().st_size for x in f.rglob("*") if x.is_file()) / 2**20 for f in (pkgs, data)}
+    total = sum(sizes.values())
+    print(f"{', '.join(f'{k} {v:.1f} MiB' for k, v in sizes.items())}: {total:.1f} MiB together, at most "
+          f"{CARRY_LIMIT_MIB} MiB (a lent machine's call carries them and the tree within {CARRY_LIMIT_MIB} MiB)")
+    if total > CARRY_LIMIT_MIB:
+        print(f"gpu_check pack: .devpkgs and .devdata must stay within {CARRY_LIMIT_MIB} MiB together, but hold "
+              f"{total:.1f} MiB. Pack fewer distributions or a smaller data set.", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("pack").add_argument("--mnist-root", type=Path, required=True)
+    listing = sub.add_parser("plan")
+    listing.add_argument("--only", default="")
+    listing.add_argument("--scale", type=float, default=None)
+    one = sub.add_parser("probe")
+    one.add_argument("name", choices=PROBES)
+    gather = sub.add_parser("report")
+    gather.add_argument("--out", type=Path, required=True)
+    gather.add_argument("--command", required=True)
+    gather.add_argument("--started", type=float, required=True, help="the run's start, in seconds since the epoch")
+    for parser in (one, gather):
+        parser.add_argument("--work", type=Path, required=True)
+    for parser in (listing, one, gather):
+        parser.add_argument("--smoke", action="store_true")
+    args = p.parse_args()
+    if args.cmd == "pack":
+        return pack(args.mnist_root)
+    if args.cmd == "plan":
+        return plan(args.only, args.scale, args.smoke)
+    if args.cmd == "probe":
+        return run_probe(args.name, args.work, args.smoke)
+    report(args.work, args.out, args.smoke, args.command, time.time() - args.started)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
