@@ -27,8 +27,7 @@ ONE_GPU = ("one GPU here: the sweep measures the 1-GPU point (epoch time and sam
 
 
 def has_cifar(root: Path) -> bool:
-    folder = cifar.batches_dir(root)
-    return all((folder / name).is_file() for name in (*cifar.TRAIN_BATCHES, cifar.TEST_BATCH))
+    return not cifar.missing_batches(root)[1]
 
 
 def plan(n_gpus: int, cifar_root: Path) -> tuple[list[str], list[str]]:
@@ -43,7 +42,7 @@ def plan(n_gpus: int, cifar_root: Path) -> tuple[list[str], list[str]]:
         lines.append(f"data: CIFAR-10 from {cifar_root}")
     else:
         data = ["data.synthetic=true"]
-        lines.append(f"data: synthetic CIFAR-shaped images, since {cifar.batches_dir(cifar_root)} holds no CIFAR-10 "
+        lines.append(f"data: synthetic CIFAR-shaped images, since {cifar.missing_batches(cifar_root)[0]} holds no CIFAR-10 "
                      f"(`sweepit data download cifar10 --root {cifar_root}`, or CIFAR_ROOT=DIR, for the real one): "
                      "epoch times and speedups hold, accuracies mean nothing")
     if n_gpus == 1:

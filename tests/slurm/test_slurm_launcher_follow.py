@@ -85,13 +85,17 @@ def test_status_during_a_sweep_lists_the_jobs_the_queue_limit_holds_back_as_queu
     driver = Driver(APP, sweep, "x=0,1,2", "~trainer", "slow_on=[0,1,2]", "extra_sleep_s=10",
                     "hydra.launcher.max_queued=1")
     try:
-        wait_until(lambda: (sweep / "sweep.json").exists() and bool(manifest(sweep).jobs[2].extra.get("held")),
-                   "the driver to hold job 2 back", 60)
+        # Other tests' jobs in the queue count against max_queued too: job 0 may be held a while before it goes.
+        wait_until(lambda: (sweep / "sweep.json").exists() and bool(manifest(sweep).jobs[2].extra.get("held"))
+                   and bool(manifest(sweep).jobs[0].extra.get("slurm_job_id")),
+                   "the driver to submit job 0 and hold job 2 back", 180)
         status = sweepit("status", str(sweep))
     finally:
         driver.kill()
-        if (sweep / "sweep.json").exists():
-            scancel(*[i for i in (str(e.extra.get("slurm_job_id") or "") for e in manifest(sweep).jobs.values()) if i])
+        ids = [str(e.extra["slurm_job_id"]) for e in manifest(sweep).jobs.values() if e.extra.get("slurm_job_id")] \
+            if (sweep / "sweep.json").exists() else []
+        if ids:
+            scancel(*ids)
     assert status.returncode == 0, status.stderr
     rows = {int(line.split()[0]): line for line in status.stdout.split("\n\n")[0].splitlines()[2:]}
     assert " queued " in rows[2], status.stdout

@@ -20,14 +20,19 @@ MEAN = (0.4914, 0.4822, 0.4465)
 STD = (0.2470, 0.2435, 0.2616)
 
 
+def missing_batches(root: Path) -> tuple[Path, list[str]]:
+    """The folder of the batches under `root` (`root/cifar-10-batches-py`, or `root` itself when it is that folder),
+    and the batch files it lacks: what `load` and `make sweep-scaling` (scripts/scaling_plan.py) both ask."""
+    folder = root / BATCHES_DIR
+    if not folder.is_dir() and (root / TEST_BATCH).is_file():
+        folder = root
+    return folder, [name for name in (*TRAIN_BATCHES, TEST_BATCH) if not (folder / name).is_file()]
+
+
 def load(data_cfg: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, str]:
     """Train (50,000) and test (10,000) images as float tensors (N, 3, 32, 32), labels as int64."""
     root = Path(data_cfg.root if data_cfg.root is not None else "data/cifar10")
-    folder = root / BATCHES_DIR
-    if not folder.is_dir() and (root / TEST_BATCH).is_file():
-        folder = root  # data.root is that folder itself
-    names = (*TRAIN_BATCHES, TEST_BATCH)
-    missing = [name for name in names if not (folder / name).is_file()]
+    folder, missing = missing_batches(root)
     if missing:
         raise DataMissingError(
             f"CIFAR-10 needs {BATCHES_DIR}/ with data_batch_1..5 and test_batch under data.root, but "
