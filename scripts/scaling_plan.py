@@ -14,7 +14,7 @@ from pathlib import Path
 
 # The GPUs the local launcher hands out, counted as it counts them (CUDA_VISIBLE_DEVICES, else the NVIDIA driver's
 # list): a sweep over more would have jobs refused.
-from sweepit.local._resources import visible_gpus
+from sweepit.local import visible_gpus
 from sweepit.train.data import cifar
 
 # Gloo ranks of one core each, a small CNN on synthetic CIFAR-shaped data: the study's plumbing on any machine.
@@ -42,7 +42,8 @@ def plan(n_gpus: int, cifar_root: Path) -> tuple[list[str], list[str]]:
         lines.append(f"data: CIFAR-10 from {cifar_root}")
     else:
         data = ["data.synthetic=true"]
-        lines.append(f"data: synthetic CIFAR-shaped images, since {cifar.missing_batches(cifar_root)[0]} holds no CIFAR-10 "
+        folder = cifar.missing_batches(cifar_root)[0]
+        lines.append(f"data: synthetic CIFAR-shaped images, since {folder} holds no CIFAR-10 "
                      f"(`sweepit data download cifar10 --root {cifar_root}`, or CIFAR_ROOT=DIR, for the real one): "
                      "epoch times and speedups hold, accuracies mean nothing")
     if n_gpus == 1:
