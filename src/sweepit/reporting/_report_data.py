@@ -3,7 +3,6 @@ Nothing here raises on a broken job: a missing or corrupt file becomes a note in
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -23,9 +22,9 @@ from sweepit.results import (
     SweepPaths,
     UnreadKeys,
     app_command,
-    as_number,
     best_row,
     config_source,
+    finite_number,
     fixed_overrides,
     iter_manifest,
     job_row,
@@ -50,12 +49,6 @@ METRICS_DRAWN = 200  # the learning curves' cap (plots.MAX_CURVES)
 T = TypeVar("T")
 
 
-def finite(value: Any) -> float | None:
-    """`value` as a float when it is a finite number (results' `as_number`), else None."""
-    number = as_number(value)
-    return number if number is not None and math.isfinite(number) else None
-
-
 def clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
@@ -63,7 +56,7 @@ def clip(text: str, width: int) -> str:
 def best_first(items: Iterable[T], objective: Callable[[T], Any], direction: str) -> list[T]:
     """The items with a finite objective, best first (ties in their order)."""
     sign = -1.0 if direction == "maximize" else 1.0
-    return sorted((x for x in items if finite(objective(x)) is not None), key=lambda x: sign * objective(x))
+    return sorted((x for x in items if finite_number(objective(x)) is not None), key=lambda x: sign * objective(x))
 
 
 @dataclass
@@ -86,10 +79,10 @@ class JobReport(JobRow):
     def warm_mean(self, key: str) -> float | None:
         """The mean of an epoch metric (`epoch_time_s`, `samples_per_s`), the first (warm-up) epoch left out when
         there are more: result.json's `<key>_mean` (the same mean, as the job computed it), else from its epochs."""
-        recorded = finite(self.result.get(f"{key}_mean"))
+        recorded = finite_number(self.result.get(f"{key}_mean"))
         if recorded is not None:
             return recorded
-        values = [v for v in (finite(r.get(key)) for r in self.epochs) if v is not None]
+        values = [v for v in (finite_number(r.get(key)) for r in self.epochs) if v is not None]
         values = values[1:] if len(values) > 1 else values
         return sum(values) / len(values) if values else None
 
@@ -97,12 +90,12 @@ class JobReport(JobRow):
     def epoch_time_s(self) -> float | None:
         """Mean epoch time (`warm_mean`), else the final metrics' when no epoch was logged."""
         mean = self.warm_mean("epoch_time_s")
-        return mean if mean is not None else finite(self.last.get("epoch_time_s"))
+        return mean if mean is not None else finite_number(self.last.get("epoch_time_s"))
 
     @property
     def wall_time_s(self) -> float | None:
         """Over all the job's attempts (a resumed job's GPU-hours are those of every run)."""
-        return finite(total_wall_time_s(self.result))
+        return finite_number(total_wall_time_s(self.result))
 
     @property
     def n_gpus(self) -> int:
@@ -252,7 +245,7 @@ def load_sweep(sweep_dir: Path | str, with_metrics: bool = True) -> Sweep:
     if with_metrics and not read_all:  # a large sweep: the metrics that a report draws or lacks otherwise
         drawn = {id(j) for j in best_first(jobs, lambda j: j.objective, direction)[:METRICS_DRAWN]}
         for job in jobs:
-            if id(job) in drawn or not job.final or finite(job.result.get("epoch_time_s_mean")) is None:
+            if id(job) in drawn or not job.final or finite_number(job.result.get("epoch_time_s_mean")) is None:
                 _read_epochs(job)
     config_name, config_dir = config_source(sweep_dir, (j.job_dir for j in jobs))
     rows: list[JobRow] = list(jobs)

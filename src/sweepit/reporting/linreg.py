@@ -7,9 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from sweepit.reporting._report_data import JobReport, Sweep, finite
+from sweepit.reporting._report_data import JobReport, Sweep
 from sweepit.reporting.plots import Palette, cap, draw_lines, epoch_axis, figure, save
 from sweepit.reporting.sections import Figure, Section, SectionBuilder
+from sweepit.results import finite_number
 
 
 def _linreg_data(config: dict[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
@@ -41,13 +42,13 @@ def linreg_fit(sweep: Sweep, jobs: list[JobReport], config: dict[str, Any], path
         step = max(1, len(x) // 500)
         ax_fit.scatter(x[::step], y[::step], s=6, color="#999999", alpha=0.5, label="training data")
     task = config.get("task") or {}
-    true_w, true_b = finite(task.get("true_w")), finite(task.get("true_b"))
+    true_w, true_b = finite_number(task.get("true_w")), finite_number(task.get("true_b"))
     if true_w is not None and true_b is not None:
         ax_fit.plot([-1, 1], [true_b - true_w, true_b + true_w], "k--", lw=2,
                     label=f"true: y = {true_w:g} x + {true_b:g}")
     segs, colors = [], []
     for job in drawn:
-        w, b = finite(job.last.get("w")), finite(job.last.get("b"))
+        w, b = finite_number(job.last.get("w")), finite_number(job.last.get("b"))
         if w is not None and b is not None:
             segs.append([(-1.0, b - w), (1.0, b + w)])
             colors.append(palette.color(job))

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sweepit._files import atomic_write
-from sweepit.reporting._report_data import METRICS_DRAWN, JobReport, Sweep, best_first, finite
-from sweepit.results import Status
+from sweepit.reporting._report_data import METRICS_DRAWN, JobReport, Sweep, best_first
+from sweepit.results import Status, finite_number
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -51,7 +51,7 @@ def cap(sweep: Sweep, jobs: list[JobReport], limit: int = MAX_CURVES) -> tuple[l
         return jobs, ""
     note = f"the best {limit} of {len(jobs)} jobs are drawn" if len(jobs) > limit else ""
     ranked = best_first(jobs, lambda j: j.objective, sweep.direction)  # then those without one, in job order
-    return (ranked + [j for j in jobs if finite(j.objective) is None])[:limit], note
+    return (ranked + [j for j in jobs if finite_number(j.objective) is None])[:limit], note
 
 
 def colour_key(sweep: Sweep, jobs: list[JobReport]) -> tuple[str, list[str]] | None:
@@ -78,7 +78,7 @@ class Palette:
         self.few = len(jobs) <= _FEW
         self.by = None if self.few else colour_key(sweep, jobs)
         self.best = sweep.best
-        scores = [s for s in (finite(j.objective) for j in jobs) if s is not None]
+        scores = [s for s in (finite_number(j.objective) for j in jobs) if s is not None]
         self.cmap = matplotlib.colormaps["viridis" if sweep.direction == "maximize" else "viridis_r"]
         self.norm = matplotlib.colors.Normalize(min(scores, default=0.0), max(scores, default=1.0))
         self._index = {j.num: i for i, j in enumerate(jobs)}
@@ -93,7 +93,7 @@ class Palette:
             return self._tab(values.index(value)) if value in values else (0.6, 0.6, 0.6, 0.5)
         if self.best is not None and job.num == self.best.num:
             return "red"
-        score = finite(job.objective)
+        score = finite_number(job.objective)
         return (0.6, 0.6, 0.6, 0.5) if score is None else self.cmap(self.norm(score))
 
     def finish(self, fig: Figure, axes: list[Axes], sweep: Sweep, jobs: list[JobReport]) -> None:
@@ -124,8 +124,8 @@ class Palette:
 
 
 def _series(job: JobReport, key: str) -> np.ndarray:
-    pts = [(e, v) for r in job.epochs if (e := finite(r.get("epoch"))) is not None
-           and (v := finite(r.get(key))) is not None]
+    pts = [(e, v) for r in job.epochs if (e := finite_number(r.get("epoch"))) is not None
+           and (v := finite_number(r.get(key))) is not None]
     return np.array(pts, dtype=float).reshape(-1, 2)
 
 
@@ -225,7 +225,7 @@ def objective_heatmap(sweep: Sweep, path: Path) -> str:
         if a not in job.overrides or b not in job.overrides:
             continue  # its overrides could not be read
         i, k = ia[job.overrides[a]], ib[job.overrides[b]]
-        score = finite(job.objective)
+        score = finite_number(job.objective)
         if job.status == Status.COMPLETED and score is not None:
             total[i, k] += score
             count[i, k] += 1
@@ -283,8 +283,8 @@ def objective_by_param(sweep: Sweep, path: Path) -> str:
     keys = sweep.swept[:4]
     fig = figure(max(6.0, 4.5 * len(keys)), 7.0)
     # One pass over the jobs per quantity (100,000 jobs in a large sweep), then arrays.
-    objective = np.array([j.objective if j.status == Status.COMPLETED and finite(j.objective) is not None else np.nan
-                          for j in sweep.jobs], dtype=float)
+    objective = np.array([v if j.status == Status.COMPLETED and (v := finite_number(j.objective)) is not None
+                          else np.nan for j in sweep.jobs], dtype=float)
     epoch_time = np.array([np.nan if (t := j.epoch_time_s) is None else t for j in sweep.jobs], dtype=float)
     n_done = int(np.count_nonzero(~np.isnan(objective)))
     for col, key in enumerate(keys):

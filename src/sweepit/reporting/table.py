@@ -9,8 +9,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from sweepit.reporting._report_data import JobReport, Sweep, best_first, clip, finite
-from sweepit.results import aligned, rerun_command, short_value, speed_study_line
+from sweepit.reporting._report_data import JobReport, Sweep, best_first, clip
+from sweepit.results import aligned, finite_number, rerun_command, short_value, speed_study_line
 
 # Final metrics shown first, in this order; other scalars follow in the order the training loop logs them.
 _METRIC_ORDER = ("train_loss", "train_acc", "val_loss", "val_acc")
@@ -126,6 +126,6 @@ def best_lines(sweep: Sweep) -> list[str]:
         return [speed_study_line(sweep.swept, sweep.metric)]
     if best is None:
         return [f"no completed job with a finite {sweep.metric} yet"]
-    return [f"best ({sweep.direction} {sweep.metric}): job {best.num} = {fmt(finite(best.objective))}"
+    return [f"best ({sweep.direction} {sweep.metric}): job {best.num} = {fmt(finite_number(best.objective))}"
             + (f"  [{sweep.typed_swept(best)}]" if sweep.swept else ""),
             f"reproduce: {reproduce_command(sweep, best)}"]

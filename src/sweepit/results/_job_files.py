@@ -17,7 +17,7 @@ from typing import Any
 from sweepit._files import atomic_write
 from sweepit._host import now_iso
 from sweepit.results._paths import METRICS_FILE, RESULT_FILE, STDERR_LOG, STDOUT_LOG, JobPaths
-from sweepit.results._status import FAILED_STATUSES, Recorder, State, Status
+from sweepit.results._status import FAILED_STATUSES, Recorder, State, Status, as_number
 
 # How long a job seen ended without result.json is given for its own to show up before a record of its death is
 # written: on a shared file system a file another node wrote a moment ago can take a second or two to appear.
@@ -61,11 +61,6 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_jsonable(v) for v in value]
     return value
-
-
-def as_number(value: Any) -> float | None:
-    """`value` as a float when it is an int or a float (not a bool), else None."""
-    return None if isinstance(value, bool) or not isinstance(value, int | float) else float(value)
 
 
 def returned_fields(returned: Any) -> dict[str, Any]:

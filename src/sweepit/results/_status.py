@@ -168,9 +168,20 @@ def pareto_front(points: list[list[float]], directions: list[str]) -> list[int]:
     return [i for i, k in enumerate(keys) if not any(dominates(o, k) for j, o in enumerate(keys) if j != i)]
 
 
+def as_number(value: Any) -> float | None:
+    """`value` as a float when it is an int or a float (not a bool), else None."""
+    return None if isinstance(value, bool) or not isinstance(value, int | float) else float(value)
+
+
+def finite_number(value: Any) -> float | None:
+    """`value` as a float when it is a finite number (as `as_number` reads one), else None."""
+    number = as_number(value)
+    return number if number is not None and math.isfinite(number) else None
+
+
 def finite(value: Any) -> bool:
-    """Whether `value` is a finite int or float (a bool is no number)."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """Whether `value` is a finite number (a bool is no number)."""
+    return finite_number(value) is not None
 
 
 def write_study_file(sweep_dir: Path, info: dict[str, Any]) -> Path:
