@@ -61,7 +61,8 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from sweepit.reporting.sweep_status import report_is_current, sweep_status
+    from sweepit.reporting.sweep_status import sweep_status
+    from sweepit.results import read_manifest, report_shows
 
     sweep_dir = Path(args.sweep_dir)
     if args.watch is None:
@@ -69,7 +70,7 @@ def _status(args: argparse.Namespace) -> int:
         return 0
     if args.watch <= 0:
         raise SweepitError(f"--watch takes the seconds between looks, a number > 0, but got {args.watch:g}.")
-    if _watch(sweep_dir, args.watch, args.rows) and not report_is_current(sweep_dir):
+    if _watch(sweep_dir, args.watch, args.rows) and not report_shows(sweep_dir, read_manifest(sweep_dir).jobs.values()):
         from sweepit.reporting import try_build_report
 
         try_build_report(sweep_dir)  # as a driver does at the end of the sweep it follows

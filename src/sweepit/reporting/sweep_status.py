@@ -108,7 +108,7 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
         lines.append(f"{len(ids)} {'packed' if m.workers.get(PACKED) else 'Optuna'} worker(s) of Slurm job(s) "
                      f"{' '.join(arrays)} run {what}; cancel them with `scancel {' '.join(arrays)}`.")
     going = bool(live_jobs) or driver is not None or workers
-    if not going and not report_is_current(Path(m.sweep_dir), m):
+    if not going and not report_shows(Path(m.sweep_dir), m.jobs.values()):
         report_dir = SweepPaths(Path(m.sweep_dir)).report
         ended = ("the sweep has ended without a report (its config writes none: sweepit's summary callback is not "
                  "among its hydra.callbacks)"
@@ -116,10 +116,3 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
                  else "the sweep has ended, without a report since (it ran detached, or was stopped)")
         lines.append(f"{ended}: `sweepit report {m.sweep_dir}` writes its tables and plots into {report_dir}/.")
     return "\n".join(lines), going
-
-
-def report_is_current(sweep_dir: Path, m: Manifest | None = None) -> bool:
-    """Whether `<sweep>/report/` was built from the sweep's job records as they are (`m`: sweep.json's, brought up
-    to date; read when not given)."""
-    m = read_manifest(sweep_dir) if m is None else m
-    return report_shows(sweep_dir, m.jobs.values())
