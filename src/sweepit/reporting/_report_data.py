@@ -64,7 +64,6 @@ class JobReport(JobRow):
     """summary's JobRow with what a report adds: the per-epoch rows of `metrics.jsonl`."""
 
     epochs: list[dict[str, Any]] = field(default_factory=list)
-    _config: tuple[int, str] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def n_epochs(self) -> int:
@@ -104,27 +103,26 @@ class JobReport(JobRow):
         gpus = self.result.get("world_size")
         if isinstance(gpus, int):
             return gpus if gpus > 0 else 1
-        return self._configured()[0]
+        return self._configured[0]
 
     @property
     def on_cpu(self) -> bool:
         """Whether the job ran on CPU: result.json's `device`, else its config's (`device=cpu`)."""
         device = self.result.get("device")
-        return (self._configured()[1] if device is None else str(device)) == "cpu"
+        return (self._configured[1] if device is None else str(device)) == "cpu"
 
     def config(self) -> dict[str, Any]:
         """The job's `.hydra/config.yaml`; {} when it cannot be read."""
         config = load_yaml(JobPaths(self.job_dir).config)
         return config if isinstance(config, dict) else {}
 
+    @cached_property
     def _configured(self) -> tuple[int, str]:
-        """`trainer.gpus` and `device` from the job's config (read once)."""
-        if self._config is None:
-            config = self.config()
-            trainer = config.get("trainer")
-            gpus = trainer.get("gpus") if isinstance(trainer, dict) else None
-            self._config = (gpus if isinstance(gpus, int) and gpus > 0 else 1, str(config.get("device", "")))
-        return self._config
+        """`trainer.gpus` and `device` from the job's config."""
+        config = self.config()
+        trainer = config.get("trainer")
+        gpus = trainer.get("gpus") if isinstance(trainer, dict) else None
+        return gpus if isinstance(gpus, int) and gpus > 0 else 1, str(config.get("device", ""))
 
     @property
     def gpu_hours(self) -> float | None:
