@@ -13,15 +13,9 @@ from sweepit.reporting._report_data import JobReport, Sweep, load_sweep
 from sweepit.reporting.linreg import LinregSection
 from sweepit.reporting.listing import find_sweeps, format_listing
 from sweepit.reporting.optuna_section import OptunaSection
+from sweepit.reporting.plots import CurvesSection, ParamsSection
 from sweepit.reporting.scaling import ScalingSection
-from sweepit.reporting.sections import (
-    CurvesSection,
-    Figure,
-    ParamsSection,
-    ResultsSection,
-    Section,
-    SectionBuilder,
-)
+from sweepit.reporting.sections import Figure, ResultsSection, Section, SectionBuilder
 from sweepit.results import REPORT_CSV, REPORT_PAGE, REPORT_SUMMARY, SweepPaths, write_records
 
 # The report's sections, in order; to add one, subclass SectionBuilder (sections.py) and append an instance.

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from sweepit.reporting._report_data import JobReport, Sweep
+from sweepit.reporting._report_data import Sweep
 from sweepit.reporting.plots import Palette, cap, draw_lines, epoch_axis, figure, save
 from sweepit.reporting.sections import Figure, Section, SectionBuilder
 from sweepit.results import finite_number
@@ -28,59 +28,53 @@ def _linreg_data(config: dict[str, Any]) -> tuple[np.ndarray, np.ndarray] | None
         return None
 
 
-def linreg_fit(sweep: Sweep, jobs: list[JobReport], config: dict[str, Any], path: Path) -> str:
-    """Left: the data, the true line and the fitted lines of (at most 50) jobs. Right: loss per epoch."""
-    from matplotlib.collections import LineCollection
-
-    drawn, note = cap(sweep, jobs, 50)
-    fig = figure(13, 5)
-    ax_fit, ax_loss = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
-    palette = Palette(sweep, drawn)
-    data = _linreg_data(config)
-    if data is not None:
-        x, y = data
-        step = max(1, len(x) // 500)
-        ax_fit.scatter(x[::step], y[::step], s=6, color="#999999", alpha=0.5, label="training data")
-    task = config.get("task") or {}
-    true_w, true_b = finite_number(task.get("true_w")), finite_number(task.get("true_b"))
-    if true_w is not None and true_b is not None:
-        ax_fit.plot([-1, 1], [true_b - true_w, true_b + true_w], "k--", lw=2,
-                    label=f"true: y = {true_w:g} x + {true_b:g}")
-    segs, colors = [], []
-    for job in drawn:
-        w, b = finite_number(job.last.get("w")), finite_number(job.last.get("b"))
-        if w is not None and b is not None:
-            segs.append([(-1.0, b - w), (1.0, b + w)])
-            colors.append(palette.color(job))
-    ax_fit.add_collection(LineCollection(segs, colors=colors, linewidths=1.2, alpha=0.9))
-    ax_fit.autoscale_view()
-    ax_fit.set(title="fitted lines (final w, b)", xlabel="x", ylabel="y")
-    ax_fit.legend(loc="upper left", fontsize="small")
-    loss = "val_loss" if any("val_loss" in r for j in drawn for r in j.epochs) else "train_loss"
-    draw_lines(ax_loss, drawn, loss, palette, sweep.best)
-    ax_loss.set(title=f"{loss} per epoch", xlabel="epoch", ylabel=loss)
-    epoch_axis(ax_loss)
-    ax_fit.grid(alpha=0.3)
-    palette.finish(fig, [ax_fit, ax_loss], sweep, drawn)
-    save(fig, path)
-    notes = [n for n in (note, "" if data is not None else "the data points could not be regenerated") if n]
-    return "; ".join(notes)
-
-
 class LinregSection(SectionBuilder):
-    """Jobs of task linreg log the fitted `w` and `b` each epoch: their lines against the data."""
+    """Jobs of task linreg log the fitted `w` and `b` each epoch. Left: the data, the true line and the fitted lines of
+    (at most 50) jobs. Right: loss per epoch."""
 
     title = "Linear regression fits"
 
     def build(self, sweep: Sweep, out_dir: Path) -> Section | None:
+        from matplotlib.collections import LineCollection
+
         jobs = [j for j in sweep.jobs if "w" in j.last and "b" in j.last]
         if not jobs:
             return None
         nums = {j.num for j in jobs}
         best = sweep.best if sweep.best is not None and sweep.best.num in nums else jobs[0]
-        path = out_dir / "linreg_fit.png"
-        note = linreg_fit(sweep, jobs, best.config(), path)
-        notes = [note] if note else []
+        config = best.config()
+        drawn, note = cap(sweep, jobs, 50)
+        fig = figure(13, 5)
+        ax_fit, ax_loss = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+        palette = Palette(sweep, drawn)
+        data = _linreg_data(config)
+        if data is not None:
+            x, y = data
+            step = max(1, len(x) // 500)
+            ax_fit.scatter(x[::step], y[::step], s=6, color="#999999", alpha=0.5, label="training data")
+        task = config.get("task") or {}
+        true_w, true_b = finite_number(task.get("true_w")), finite_number(task.get("true_b"))
+        if true_w is not None and true_b is not None:
+            ax_fit.plot([-1, 1], [true_b - true_w, true_b + true_w], "k--", lw=2,
+                        label=f"true: y = {true_w:g} x + {true_b:g}")
+        segs, colors = [], []
+        for job in drawn:
+            w, b = finite_number(job.last.get("w")), finite_number(job.last.get("b"))
+            if w is not None and b is not None:
+                segs.append([(-1.0, b - w), (1.0, b + w)])
+                colors.append(palette.color(job))
+        ax_fit.add_collection(LineCollection(segs, colors=colors, linewidths=1.2, alpha=0.9))
+        ax_fit.autoscale_view()
+        ax_fit.set(title="fitted lines (final w, b)", xlabel="x", ylabel="y")
+        ax_fit.legend(loc="upper left", fontsize="small")
+        loss = "val_loss" if any("val_loss" in r for j in drawn for r in j.epochs) else "train_loss"
+        draw_lines(ax_loss, drawn, loss, palette, sweep.best)
+        ax_loss.set(title=f"{loss} per epoch", xlabel="epoch", ylabel=loss)
+        epoch_axis(ax_loss)
+        ax_fit.grid(alpha=0.3)
+        palette.finish(fig, [ax_fit, ax_loss], sweep, drawn)
+        path = save(fig, out_dir / "linreg_fit.png")
+        notes = [n for n in (note, "" if data is not None else "the data points could not be regenerated") if n]
         if any(k.startswith("task.true_") for k in sweep.swept):
             notes.append(f"the true line and data are those of job {best.num}; the sweep varies them")
         return Section(self.title, figures=[Figure(path, "fitted lines against the data; loss per epoch")],

@@ -12,11 +12,12 @@ import numpy as np
 
 from sweepit._files import atomic_write
 from sweepit.reporting._report_data import METRICS_DRAWN, JobReport, Sweep, best_first
-from sweepit.results import Status, finite_number
+from sweepit.reporting.sections import Figure, Section, SectionBuilder
+from sweepit.results import Status, finite_number, read_study_file
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure as MplFigure
 
 # More lines than this are unreadable and slow to draw: the best ones by objective are drawn, and the caption says so.
 MAX_CURVES = METRICS_DRAWN
@@ -28,18 +29,18 @@ MAX_ANNOTATED_CELLS = 150
 _FEW = 10
 
 
-def figure(width_in: float, height_in: float, constrained: bool = True) -> Figure:
+def figure(width_in: float, height_in: float, constrained: bool = True) -> MplFigure:
     """A figure on the Agg canvas. Constrained layout fits labels of any length but costs about one extra
     draw; figures whose labels are known (epochs, metric values) lay themselves out for speed."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure as MplFigure
 
-    fig = Figure(figsize=(width_in, height_in), dpi=100, layout="constrained" if constrained else None)
+    fig = MplFigure(figsize=(width_in, height_in), dpi=100, layout="constrained" if constrained else None)
     FigureCanvasAgg(fig)  # a renderer to measure text with (a legend's width), before the figure is saved
     return fig
 
 
-def save(fig: Figure, path: Path) -> Path:
+def save(fig: MplFigure, path: Path) -> Path:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
     return atomic_write(path, buffer.getvalue(), fsync=False)
@@ -96,7 +97,7 @@ class Palette:
         score = finite_number(job.objective)
         return (0.6, 0.6, 0.6, 0.5) if score is None else self.cmap(self.norm(score))
 
-    def finish(self, fig: Figure, axes: list[Axes], sweep: Sweep, jobs: list[JobReport]) -> None:
+    def finish(self, fig: MplFigure, axes: list[Axes], sweep: Sweep, jobs: list[JobReport]) -> None:
         from matplotlib.cm import ScalarMappable
         from matplotlib.lines import Line2D
 
@@ -176,28 +177,35 @@ def epoch_axis(ax: Axes) -> None:
     ax.grid(alpha=0.3)
 
 
-def learning_curves(sweep: Sweep, path: Path) -> str:
+class CurvesSection(SectionBuilder):
     """Loss and accuracy per epoch, one panel per metric (train/val), one line per job."""
-    drawn, note = cap(sweep, [j for j in sweep.jobs if j.epochs])
-    keys = [k for k in ("train_loss", "val_loss", "train_acc", "val_acc")
-            if any(k in r for j in drawn for r in j.epochs)]
-    ncols = 2
-    nrows = max(1, math.ceil(len(keys) / ncols))
-    height_in = 3.6 * nrows + 0.6
-    fig = figure(12, height_in, constrained=False)
-    palette = Palette(sweep, drawn)
-    fig.subplots_adjust(left=0.07, right=0.97, bottom=0.55 / height_in, top=1 - 0.6 / height_in, wspace=0.22,
-                        hspace=0.45)  # the legend, when there is one, takes its room from the right (finish)
-    axes = [fig.add_subplot(nrows, ncols, i + 1) for i in range(len(keys))]
-    for ax, key in zip(axes, keys, strict=True):
-        draw_lines(ax, drawn, key, palette, sweep.best)
-        ax.set(title=key, xlabel="epoch", ylabel=key)
-        epoch_axis(ax)
-    palette.finish(fig, axes, sweep, drawn)
-    coloured = f"; colour: {palette.by[0]}" if palette.by is not None else ""
-    fig.suptitle(f"Learning curves: {len(drawn)} jobs{coloured}" + (f" ({note})" if note else ""))
-    save(fig, path)
-    return note
+
+    title = "Learning curves"
+
+    def build(self, sweep: Sweep, out_dir: Path) -> Section | None:
+        drawn, note = cap(sweep, [j for j in sweep.jobs if j.epochs])
+        if not drawn:
+            return None
+        keys = [k for k in ("train_loss", "val_loss", "train_acc", "val_acc")
+                if any(k in r for j in drawn for r in j.epochs)]
+        ncols = 2
+        nrows = max(1, math.ceil(len(keys) / ncols))
+        height_in = 3.6 * nrows + 0.6
+        fig = figure(12, height_in, constrained=False)
+        palette = Palette(sweep, drawn)
+        fig.subplots_adjust(left=0.07, right=0.97, bottom=0.55 / height_in, top=1 - 0.6 / height_in, wspace=0.22,
+                            hspace=0.45)  # the legend, when there is one, takes its room from the right (finish)
+        axes = [fig.add_subplot(nrows, ncols, i + 1) for i in range(len(keys))]
+        for ax, key in zip(axes, keys, strict=True):
+            draw_lines(ax, drawn, key, palette, sweep.best)
+            ax.set(title=key, xlabel="epoch", ylabel=key)
+            epoch_axis(ax)
+        palette.finish(fig, axes, sweep, drawn)
+        coloured = f"; colour: {palette.by[0]}" if palette.by is not None else ""
+        fig.suptitle(f"Learning curves: {len(drawn)} jobs{coloured}" + (f" ({note})" if note else ""))
+        path = save(fig, out_dir / "learning_curves.png")
+        return Section(self.title, figures=[Figure(path, "loss and accuracy per epoch, one line per job")],
+                       notes=[note] if note else [])
 
 
 def _values(jobs: list[JobReport], key: str) -> tuple[list[str], bool]:
@@ -310,3 +318,24 @@ def objective_by_param(sweep: Sweep, path: Path) -> str:
     save(fig, path)
     left = len(sweep.swept) - len(keys)
     return f"{left} more swept parameters are not drawn" if left > 0 else ""
+
+
+class ParamsSection(SectionBuilder):
+    """Two swept parameters: a heatmap of the objective. One (or more than two): objective and epoch time per value."""
+
+    title = "Objective per parameter"
+
+    def build(self, sweep: Sweep, out_dir: Path) -> Section | None:
+        if not sweep.swept or sweep.measures_speed or not any(j.status == Status.COMPLETED for j in sweep.jobs):
+            return None  # a speed study's device counts and repeats are the scaling section's
+        if read_study_file(sweep.sweep_dir) is not None:
+            return None  # sampled values are not a grid: the Optuna section's slice and contour plots show them
+        if len(sweep.swept) == 2:
+            path = out_dir / "objective_heatmap.png"
+            note = objective_heatmap(sweep, path)
+            caption = f"{sweep.metric} for each {sweep.swept[0]} and {sweep.swept[1]}; best outlined in red"
+        else:
+            path = out_dir / "objective_by_param.png"
+            note = objective_by_param(sweep, path)
+            caption = f"{sweep.metric} and epoch time (first epoch excluded) against " + ", ".join(sweep.swept)
+        return Section(self.title, figures=[Figure(path, caption)], notes=[note] if note else [])

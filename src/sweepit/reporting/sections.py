@@ -7,10 +7,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sweepit.reporting import plots
 from sweepit.reporting._report_data import Sweep
 from sweepit.reporting.table import Table, best_lines, reproduce_command, results_table
-from sweepit.results import Status, read_study_file
 
 
 @dataclass
@@ -58,36 +56,3 @@ class ResultsSection(SectionBuilder):
         text += best_lines(sweep)[:1]
         return Section(self.title, text=text, table=results_table(sweep),
                        command="" if best is None else reproduce_command(sweep, best))
-
-
-class CurvesSection(SectionBuilder):
-    title = "Learning curves"
-
-    def build(self, sweep: Sweep, out_dir: Path) -> Section | None:
-        if not any(j.epochs for j in sweep.jobs):
-            return None
-        path = out_dir / "learning_curves.png"
-        note = plots.learning_curves(sweep, path)
-        return Section(self.title, figures=[Figure(path, "loss and accuracy per epoch, one line per job")],
-                       notes=[note] if note else [])
-
-
-class ParamsSection(SectionBuilder):
-    """Two swept parameters: a heatmap of the objective. One (or more than two): objective and epoch time per value."""
-
-    title = "Objective per parameter"
-
-    def build(self, sweep: Sweep, out_dir: Path) -> Section | None:
-        if not sweep.swept or sweep.measures_speed or not any(j.status == Status.COMPLETED for j in sweep.jobs):
-            return None  # a speed study's device counts and repeats are the scaling section's
-        if read_study_file(sweep.sweep_dir) is not None:
-            return None  # sampled values are not a grid: the Optuna section's slice and contour plots show them
-        if len(sweep.swept) == 2:
-            path = out_dir / "objective_heatmap.png"
-            note = plots.objective_heatmap(sweep, path)
-            caption = f"{sweep.metric} for each {sweep.swept[0]} and {sweep.swept[1]}; best outlined in red"
-        else:
-            path = out_dir / "objective_by_param.png"
-            note = plots.objective_by_param(sweep, path)
-            caption = f"{sweep.metric} and epoch time (first epoch excluded) against " + ", ".join(sweep.swept)
-        return Section(self.title, figures=[Figure(path, caption)], notes=[note] if note else [])
