@@ -1,6 +1,5 @@
-"""The Optuna report section of a sweep whose directory holds `optuna_study.yaml`: Optuna's own plots (from
-`optuna.visualization.matplotlib`: numeric axes, log where sampled so; the Pareto front for several objectives) as PNG,
-the best parameters with the command that reproduces them, and the trials table."""
+"""The report's section of a sweep whose directory holds `optuna_study.yaml`: `optuna.visualization.matplotlib`'s
+plots as PNG, the best parameters with the command that reproduces them, and the trials table."""
 
 from __future__ import annotations
 
@@ -93,7 +92,6 @@ def history_plot(study: Any, metric: str, path: Path) -> None:
 
 
 def intermediate_plot(study: Any, path: Path) -> None:
-    """Every trial's reported values per epoch: the pruned ones are the curves that stop early."""
     from optuna.visualization.matplotlib import plot_intermediate_values
 
     if not any(t.intermediate_values for t in study.get_trials(deepcopy=False)):
@@ -102,7 +100,6 @@ def intermediate_plot(study: Any, path: Path) -> None:
 
 
 def slice_plot(study: Any, metric: str, path: Path) -> None:
-    """The objective against each parameter, continuous ones on numeric (log where sampled so) axes."""
     from optuna.visualization.matplotlib import plot_slice
 
     n = len({k for t in _complete(study) for k in t.params})
@@ -110,7 +107,6 @@ def slice_plot(study: Any, metric: str, path: Path) -> None:
 
 
 def contour_plot(study: Any, metric: str, importances: dict[str, float], path: Path) -> None:
-    """The objective over the two most important parameters (numeric axes, log where sampled so)."""
     import importlib.util
 
     from optuna.visualization.matplotlib import plot_contour
@@ -139,7 +135,6 @@ def importance_plot(study: Any, path: Path) -> dict[str, float]:
 
 
 def parallel_plot(study: Any, metric: str, path: Path) -> None:
-    """Optuna's parallel coordinates: one line per complete trial across the parameters and the objective."""
     from optuna.visualization.matplotlib import plot_parallel_coordinate
 
     n = len({k for t in _complete(study) for k in t.params})
@@ -159,7 +154,7 @@ def pareto_text(study: Any, names: list[str]) -> list[str]:
 
 
 def pareto_plot(study: Any, names: list[str], path: Path) -> None:
-    """Optuna's Pareto front of the first two objectives (every complete trial; the front highlighted)."""
+    """The Pareto front of the first two objectives (Optuna's plot takes two or three)."""
     from optuna.trial import TrialState
     from optuna.visualization.matplotlib import plot_pareto_front
 
