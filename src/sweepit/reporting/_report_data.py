@@ -24,6 +24,7 @@ from sweepit.results import (
     app_command,
     best_row,
     config_source,
+    counts_text,
     finite_number,
     fixed_overrides,
     iter_manifest,
@@ -171,9 +172,7 @@ class Sweep:
         return UnreadKeys.of(self.jobs).lines()
 
     def counts_line(self) -> str:
-        """`4 jobs: 3 completed, 1 failed`, the most frequent status first."""
-        counts = sorted(Counter(job.status for job in self.jobs).items(), key=lambda kv: (-kv[1], kv[0]))
-        return f"{len(self.jobs)} jobs: " + ", ".join(f"{n} {s}" for s, n in counts)
+        return f"{len(self.jobs)} jobs: {counts_text(Counter(job.status for job in self.jobs))}"
 
     def job_label(self, job: JobReport, width: int = 60, short: bool = False) -> str:
         """The job's swept overrides, `key=value` joined, shortened to `width` characters; `short`: numbers to 4
