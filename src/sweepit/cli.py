@@ -50,13 +50,12 @@ def _report(args: argparse.Namespace) -> int:
                            "holds none; list sweeps with `sweepit ls`.")
     sections = write_report(sweep)
     table = next(s.table for s in sections if s.table is not None)
-    out = SweepPaths(sweep_dir).report
     print(to_text(table, max_rows=args.rows), "", sweep.counts_line(), *sweep.unread, *best_lines(sweep), sep="\n")
     for section in sections[1:]:  # further tables (GPU scaling, ...) with their findings
         if section.table is not None:
             print(f"\n{section_text(section)}")
     figures = sum(len(s.figures) for s in sections)
-    print(f"report: {out / REPORT_PAGE} (with results.csv, summary.md and {figures} plots)")
+    print(f"report: {SweepPaths(sweep_dir).report / REPORT_PAGE} (with results.csv, summary.md and {figures} plots)")
     return 0
 
 
@@ -171,13 +170,9 @@ def _download(args: argparse.Namespace) -> int:
 
 def _rows(text: str) -> int:
     """`--rows`: a count of rows, 0 for all."""
-    try:
-        rows = int(text)
-    except ValueError:
-        rows = -1
-    if rows < 0:
+    if not text.isdecimal():
         raise argparse.ArgumentTypeError(f"must be a count of rows (0: all), but is {text!r}; for example --rows 20")
-    return rows
+    return int(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
