@@ -43,8 +43,6 @@ def final_metric_keys(jobs: list[JobReport]) -> list[str]:
 
 
 def results_table(sweep: Sweep) -> Table:
-    """job, one column per swept parameter, status, objective, final metrics, timing, GPU-hours (where a job ran on
-    GPUs), job dir, note."""
     metrics = final_metric_keys(sweep.jobs)
     # A metric named like a swept parameter (the loop's last-epoch `lr` beside a swept `lr`) is `final_<name>`:
     # every column name is unique and says what it holds.
@@ -81,7 +79,6 @@ def fmt(value: Any, empty: str = "-") -> str:
 
 
 def to_csv(table: Table) -> str:
-    """Full precision; empty cells for missing values."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(table.columns)
