@@ -206,12 +206,8 @@ def _created_at(sweep_dir: Path, manifest: dict[str, Any]) -> datetime:
             return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
         except ValueError:
             pass
-    for path in (SweepPaths(sweep_dir).multirun, sweep_dir):
-        try:
-            return datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc)
-        except OSError:
-            continue
-    return datetime.fromtimestamp(0, tz=timezone.utc)
+    multirun = SweepPaths(sweep_dir).multirun  # else Hydra's, written as the sweep began
+    return datetime.fromtimestamp((multirun if multirun.is_file() else sweep_dir).stat().st_mtime, tz=timezone.utc)
 
 
 @collector_paused()
