@@ -14,7 +14,7 @@ import numpy as np
 from sweepit.reporting._report_data import Sweep
 from sweepit.reporting.sections import Figure, Section, SectionBuilder
 from sweepit.reporting.table import Table
-from sweepit.results import BEST_PARAMS_FILE, TRIALS_FILE, read_study_file
+from sweepit.results import BEST_PARAMS_FILE, TRIALS_FILE, counts_text, read_study_file
 from sweepit.search import best_command, best_trial, load_study_of, trials_table, write_results
 
 
@@ -176,7 +176,7 @@ class OptunaSection(SectionBuilder):
         metric = str(info.get("metric") or sweep.metric)
         write_results(sweep.sweep_dir, study, info, out_dir)
         counts = Counter(t.state.name.lower() for t in study.get_trials(deepcopy=False))
-        text = [f"study {study.study_name!r} in {info['storage']}: " + ", ".join(f"{n} {s}" for s, n in counts.items())
+        text = [f"study {study.study_name!r} in {info['storage']}: {counts_text(counts)}"
                 + f"; sampler {_name(info.get('sampler'))}, pruner {_name(info.get('pruner'))}.",
                 "Space: " + ", ".join(f"{k}={v}" for k, v in (info.get("space") or {}).items()),
                 f"Best parameters: {BEST_PARAMS_FILE}; every trial: {TRIALS_FILE}. Diverged trials are told to Optuna "
