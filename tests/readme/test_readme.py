@@ -41,6 +41,7 @@ PLACEHOLDERS = {
     "/scratch/stripes": "where the example's on-disk data goes (a temporary folder)",
     "<time>": "the time stamp of the sweep the commands before made",
     "<timestamp>": "the time stamp of the sweep the commands before made",
+    "<time2>": "the time stamp of a second sweep, made after the first (`<time>`)",
 }
 SHOWN: dict[str, str] = {}  # README command -> the test that runs it
 Test = TypeVar("Test", bound=Callable[..., Any])
@@ -527,6 +528,28 @@ def test_a_detached_sweep_followed_reported_and_resumed(shell: Shell) -> None:
     assert "sweepit: report in" in watched
     resumed = ok(shell.run("sweepit resume outputs/multirun/<time>", timeout_s=300, **stamp))
     assert "4 jobs: 4 completed" in resumed and "hydra.launcher.wait=true" in resumed
+
+
+COMPARE = "sweepit compare outputs/multirun/<time> outputs/multirun/<time2>"
+COMPARE_BY = "sweepit compare outputs/multirun/<time> --by optimizer"
+
+
+@shows(COMPARE, COMPARE_BY)
+def test_two_sweeps_compared_and_one_along_a_key(shell: Shell) -> None:
+    """Two small linreg grids that share the jobs of lr=0.1 and differ in their epochs (made by commands of no page)."""
+    for grid in ("epochs=2 lr=0.01,0.1", "epochs=3 lr=0.1,0.5"):
+        made = subprocess.run(["bash", "-c", f"python train.py -m task=linreg optimizer=adam,sgd {grid}"],
+                              cwd=shell.root, env=shell.env, capture_output=True, text=True, timeout=300)
+        assert made.returncode == 0, made.stderr[-3000:]
+    first, second = sorted((shell.root / "outputs" / "multirun").iterdir())
+    stamps = {"<time>": first.name, "<time2>": second.name}
+    out = ok(shell.run(COMPARE, **stamps))
+    assert "epochs=2 in A, 3 in B" in out and "B against A on 2 matched job(s)" in out
+    assert "only in A (2 job(s)): optimizer=adam lr=0.01; optimizer=sgd lr=0.01" in out
+    assert (first / "report" / f"compare_{second.name}" / "compare.html").is_file()
+    out = ok(shell.run(COMPARE_BY, **{"<time>": first.name}))
+    assert "sgd against adam on 2 matched job(s)" in out
+    assert (first / "report" / "compare_by_optimizer" / "compare.png").is_file()
 
 
 # -- Experiment trackers ------------------------------------------------------------------------------------------
