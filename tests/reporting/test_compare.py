@@ -133,3 +133,13 @@ def test_a_key_the_sweep_does_not_sweep(linreg_sweep: Path, capsys: pytest.Captu
     assert code == 2 and "but got 'momentum'; for example --by optimizer." in err
     code, _, err = _run(capsys, str(linreg_sweep))
     assert code == 2 and "compare takes two sweep directories (sweepit compare A B), or one and the key" in err
+
+
+def test_a_folder_it_cannot_write_loses_not_the_comparison(linreg_sweep_once: Path, after: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    taken = tmp_path / "a_file"
+    taken.write_text("")
+    code, out, err = _run(capsys, str(linreg_sweep_once), str(after), "--out", str(taken))
+    assert code == 2 and "B against A on 2 matched job(s)" in out  # printed before the files are written
+    assert f"the comparison's folder must be writable, but {taken} is not (File exists); pass another with --out " \
+           "DIR." in err

@@ -124,8 +124,8 @@ def _matched(title: str, keys: list[str], groups: dict[str, list[JobReport]], sw
 
 def _values_text(sweep: Sweep, keys: list[str]) -> str:
     def values(key: str) -> str:
-        seen = dict.fromkeys(str(job.overrides.get(key, "(unset)")) for job in sweep.jobs)
-        return ",".join(seen)
+        seen = list(dict.fromkeys(str(job.overrides.get(key, "(unset)")) for job in sweep.jobs))
+        return ",".join(seen[:_LISTED]) + (f",... ({len(seen)} values)" if len(seen) > _LISTED else "")
 
     return " ".join(f"{k}={values(k)}" for k in keys) or "nothing (one job)"
 
@@ -206,21 +206,20 @@ def write_comparison(comparison: Comparison, out_dir: Path) -> Path:
     from sweepit._files import atomic_write
     from sweepit.reporting.pages import html_page
 
+    table, page = comparison.table(), out_dir / "compare.html"
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(out_dir / "compare.csv", to_csv(table), fsync=False)
+        figures = []
+        if comparison_plot(comparison, out_dir / "compare.png"):
+            figures.append(Figure(out_dir / "compare.png", "each side against the first, a point per matched job; "
+                                                           "dashed: equal"))
+        section = Section("Matched jobs", text=comparison.findings(), table=table, figures=figures)
+        atomic_write(page, html_page(comparison.title, [escape(line) for line in comparison.about], [section],
+                                     comparison.direction), fsync=False)
     except OSError as e:
         raise SweepitError(f"the comparison's folder must be writable, but {out_dir} is not ({e.strerror}); "
                            "pass another with --out DIR.") from None
-    table = comparison.table()
-    atomic_write(out_dir / "compare.csv", to_csv(table), fsync=False)
-    figures = []
-    if comparison_plot(comparison, out_dir / "compare.png"):
-        figures.append(Figure(out_dir / "compare.png", "each side against the first, a point per matched job; "
-                                                       "dashed: equal"))
-    section = Section("Matched jobs", text=comparison.findings(), table=table, figures=figures)
-    page = out_dir / "compare.html"
-    atomic_write(page, html_page(comparison.title, [escape(line) for line in comparison.about], [section],
-                                 comparison.direction), fsync=False)
     return page
 
 
