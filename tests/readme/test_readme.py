@@ -649,6 +649,8 @@ def test_make_sweep_scaling(shell: Shell) -> None:
     assert "Launching 2 jobs on 1 local worker(s), 1 torch thread(s) each" in out
     assert "\nScaling over CPU ranks:\nranks  jobs  epoch_time_s" in out and "efficiency" in out, out[-3000:]
     assert "best (" not in out and not list((shell.sweep("scaling") / "report").glob("objective_*.png"))
+    # and the count to use per job, by the study's efficiency floor (README: "the GPU count to use per job")
+    assert re.search(r"Recommendation: (1 CPU rank|2 CPU ranks) per job, .*\(min_efficiency=0\.7\)", out), out[-3000:]
 
 
 @shows("make sweep-optimizer_lr")
