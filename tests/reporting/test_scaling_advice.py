@@ -52,7 +52,7 @@ def test_the_largest_count_whose_efficiency_stays_above_the_floor(tmp_path: Path
     assert _advice(tmp_path / "b", MN5, floor=0.6).startswith(
         "Recommendation: 2 GPUs per job, the largest count whose parallel efficiency stays at or above 0.6 "
         "(min_efficiency=0.6): 0.69 ± 0.025; 4 GPUs reach 0.35 ± 0.0027. The cheapest in GPU-hours per epoch: "
-        "1 GPU (0.000622 ± 3.9e-06; 2: 0.0009 ± 3.1e-05).")
+        "1 GPU (0.000622 ± 3.9e-06; 2 GPUs: 0.0009 ± 3.1e-05).")
 
 
 def test_all_counts_above_the_floor_and_a_cheaper_larger_count(tmp_path: Path) -> None:
@@ -60,7 +60,7 @@ def test_all_counts_above_the_floor_and_a_cheaper_larger_count(tmp_path: Path) -
     said = _advice(tmp_path / "a", {1: [45.0, 45.0], 2: [23.0, 25.0], 4: [12.0, 12.0]})
     assert "Recommendation: 4 GPUs per job, the largest count whose parallel efficiency stays at or above 0.7 " \
            "(min_efficiency=0.7): 0.94 ± 0; the most this study measured. The cheapest in GPU-hours per epoch: " \
-           "1 GPU (0.0125 ± 0; 4: 0.0133 ± 0)." in said
+           "1 GPU (0.0125 ± 0; 4 GPUs: 0.0133 ± 0)." in said
     # Superlinear (the batch of 2 GPUs fits a cache): 2 GPUs are cheaper than 1; run once, no spread.
     assert _advice(tmp_path / "b", {1: [10.0], 2: [4.5]}) == (
         "Recommendation: 2 GPUs per job, the largest count whose parallel efficiency stays at or above 0.7 "

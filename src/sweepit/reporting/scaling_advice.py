@@ -83,7 +83,7 @@ def recommendation(points: list[ScalingPoint], floor: float, devices: str = "GPU
     elif chosen is points[-1]:
         text += "; the most this study measured"
     text += (f". The cheapest in {unit} per epoch: {_count(cheapest.n_gpus, devices)} ({cost(cheapest)}"
-             + (f"; {chosen.n_gpus}: {cost(chosen)}" if cheapest is not chosen else "") + ").")
+             + (f"; {_count(chosen.n_gpus, devices)}: {cost(chosen)}" if cheapest is not chosen else "") + ").")
     if repeats:
         fewest = min(p.n_jobs for p in points)
         return text + f" ± is the standard deviation over each count's repeats ({fewest} or more)."
