@@ -74,3 +74,30 @@ def test_on_four_gpus_it_scales_over_all_four_on_the_cifar10_that_is_there(tmp_p
     assert "Launching 4 jobs on 1 local worker(s), 1 torch thread(s) each, GPUs ['0', '1', '2', '3']" in out
     cifar = f"CIFAR-10 python batches in {tmp_path / 'cifar' / 'cifar-10-batches-py'}"
     assert jobs == [(1, cifar), (2, cifar), (3, cifar), (4, cifar)], jobs
+
+
+REPORTED = "hydra.callbacks.summary.report=true"  # the end of the study prints its report's scaling section
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(Path("/proc/driver/nvidia/gpus").exists(), reason="the NVIDIA driver's own list wins over a stub")
+def test_without_a_gpu_the_cpu_variant_ends_with_the_count_to_use(tmp_path: Path) -> None:
+    out, jobs = _make_sweep_scaling(tmp_path, 0, f"data.n_synthetic=600 repeat=0,1 {REPORTED}")
+    assert "no GPU on this machine: running the CPU variant" in out and sorted(s for s, _ in jobs) == [1, 1, 2, 2]
+    table = out[out.index("\nScaling over CPU ranks:\n"):]
+    two_ranks = next(line.split() for line in table.splitlines() if line.startswith("2 "))
+    efficiency = float(two_ranks[-1])  # the table's last column, of 2 ranks against 1
+    chosen = "2 CPU ranks" if efficiency >= 0.7 else "1 CPU rank"
+    assert (f"Recommendation: {chosen} per job, the largest count whose parallel efficiency stays at or above 0.7 "
+            "(min_efficiency=0.7)") in table, table
+    assert "The cheapest in rank-hours per epoch: " in table
+    assert " ± is the standard deviation over each count's repeats (2 or more)." in table
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(Path("/proc/driver/nvidia/gpus").exists(), reason="the NVIDIA driver's own list wins over a stub")
+def test_on_one_gpu_the_end_says_no_count_can_be_recommended(tmp_path: Path) -> None:
+    out, _ = _make_sweep_scaling(tmp_path, 1, f"data.n_synthetic=64 {REPORTED}")
+    assert "No recommendation can be made: the jobs ran on one CPU rank count only (1); naming the count to use " \
+           "needs the epoch times of two counts or more." in out  # this torch has no CUDA: its one rank ran on CPU
+    assert "Recommendation:" not in out

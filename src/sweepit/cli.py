@@ -160,6 +160,14 @@ def _clean(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compare(args: argparse.Namespace) -> int:
+    from sweepit.reporting.compare import compare
+
+    print(compare(Path(args.sweep_dir), args.other and Path(args.other), args.by, args.out and Path(args.out),
+                  args.rows))
+    return 0
+
+
 def _download(args: argparse.Namespace) -> int:
     from sweepit.train.data.download import download
 
@@ -221,6 +229,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("sweep_dir", help="a sweep directory")
     p.add_argument("--all", action="store_true", help="the best job's weights too")
     p.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
+
+    p = command(sub, "compare", _compare, help="two sweeps job against job (matched by their swept values), or one "
+                                              "sweep along a key: a table, a plot and a page")
+    p.add_argument("sweep_dir", help="a sweep directory (A)")
+    p.add_argument("other", nargs="?", help="the sweep directory to compare it with (B)")
+    p.add_argument("--by", metavar="KEY", help="compare one sweep along a swept key: a column group per value")
+    p.add_argument("--out", metavar="DIR", help="where compare.html, .csv and .png go (default: in A's report folder)")
+    p.add_argument("--rows", type=_rows, default=MAX_ROWS, help=f"table rows printed (0: all; default {MAX_ROWS})")
 
     data = sub.add_parser("data", help="data sets").add_subparsers(dest="data_command", required=True, metavar="ACTION")
     p = command(data, "download", _download, help="fetch a data set from its public mirror and verify checksums")

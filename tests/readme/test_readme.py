@@ -41,6 +41,7 @@ PLACEHOLDERS = {
     "/scratch/stripes": "where the example's on-disk data goes (a temporary folder)",
     "<time>": "the time stamp of the sweep the commands before made",
     "<timestamp>": "the time stamp of the sweep the commands before made",
+    "<time2>": "the time stamp of a second sweep, made after the first (`<time>`)",
 }
 SHOWN: dict[str, str] = {}  # README command -> the test that runs it
 Test = TypeVar("Test", bound=Callable[..., Any])
@@ -529,6 +530,28 @@ def test_a_detached_sweep_followed_reported_and_resumed(shell: Shell) -> None:
     assert "4 jobs: 4 completed" in resumed and "hydra.launcher.wait=true" in resumed
 
 
+COMPARE = "sweepit compare outputs/multirun/<time> outputs/multirun/<time2>"
+COMPARE_BY = "sweepit compare outputs/multirun/<time> --by optimizer"
+
+
+@shows(COMPARE, COMPARE_BY)
+def test_two_sweeps_compared_and_one_along_a_key(shell: Shell) -> None:
+    """Two small linreg grids that share the jobs of lr=0.1 and differ in their epochs (made by commands of no page)."""
+    for grid in ("epochs=2 lr=0.01,0.1", "epochs=3 lr=0.1,0.5"):
+        made = subprocess.run(["bash", "-c", f"python train.py -m task=linreg optimizer=adam,sgd {grid}"],
+                              cwd=shell.root, env=shell.env, capture_output=True, text=True, timeout=300)
+        assert made.returncode == 0, made.stderr[-3000:]
+    first, second = sorted((shell.root / "outputs" / "multirun").iterdir())
+    stamps = {"<time>": first.name, "<time2>": second.name}
+    out = ok(shell.run(COMPARE, **stamps))
+    assert "epochs=2 in A, 3 in B" in out and "B against A on 2 matched job(s)" in out
+    assert "only in A (2 job(s)): optimizer=adam lr=0.01; optimizer=sgd lr=0.01" in out
+    assert (first / "report" / f"compare_{second.name}" / "compare.html").is_file()
+    out = ok(shell.run(COMPARE_BY, **{"<time>": first.name}))
+    assert "sgd against adam on 2 matched job(s)" in out
+    assert (first / "report" / "compare_by_optimizer" / "compare.png").is_file()
+
+
 # -- Experiment trackers ------------------------------------------------------------------------------------------
 @shows(TRACKERS_EXTRA)
 def test_installing_a_trackers_extra(installed: Installed) -> None:
@@ -626,6 +649,8 @@ def test_make_sweep_scaling(shell: Shell) -> None:
     assert "Launching 2 jobs on 1 local worker(s), 1 torch thread(s) each" in out
     assert "\nScaling over CPU ranks:\nranks  jobs  epoch_time_s" in out and "efficiency" in out, out[-3000:]
     assert "best (" not in out and not list((shell.sweep("scaling") / "report").glob("objective_*.png"))
+    # and the count to use per job, by the study's efficiency floor (README: "the GPU count to use per job")
+    assert re.search(r"Recommendation: (1 CPU rank|2 CPU ranks) per job, .*\(min_efficiency=0\.7\)", out), out[-3000:]
 
 
 @shows("make sweep-optimizer_lr")

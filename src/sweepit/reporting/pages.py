@@ -142,18 +142,23 @@ def _section(section: Section, direction: str) -> str:
 
 
 def render_html(sweep: Sweep, sections: list[Section]) -> str:
-    title = f"Sweep {sweep.study}"
     meta = (f"{sweep.sweep_dir} · started {sweep.created_at.astimezone():%Y-%m-%d %H:%M}"
             + (f" · launcher {sweep.launcher}" if sweep.launcher else "") + f" · {sweep.counts_line()}")
-    body = "\n".join(_section(s, sweep.direction) for s in sections)
     files = f'<a href="{REPORT_CSV}">{REPORT_CSV}</a> · <a href="{REPORT_SUMMARY}">{REPORT_SUMMARY}</a>'
+    return html_page(f"Sweep {sweep.study}", [escape(meta), f"Files beside this page: {files}"], sections,
+                     sweep.direction)
+
+
+def html_page(title: str, meta: list[str], sections: list[Section], direction: str) -> str:
+    """The page of `sections` under `title` and lines of `meta` (HTML); `direction` ranks a long table's rows."""
+    body = "\n".join(_section(s, direction) for s in sections)
+    lines = "\n".join(f'<p class="meta">{line}</p>' for line in meta)
     return f"""<!doctype html>
 <html lang="en">
 <head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{escape(title)}</title><style>{_STYLE}</style></head>
 <body>
-<header><h1>{escape(title)}</h1><p class="meta">{escape(meta)}</p>
-<p class="meta">Files beside this page: {files}</p>
+<header><h1>{escape(title)}</h1>{lines}
 </header>
 {body}
 </body>

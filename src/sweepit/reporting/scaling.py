@@ -10,6 +10,7 @@ from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 
 from sweepit.reporting._report_data import Sweep
+from sweepit.reporting.scaling_advice import min_efficiency, recommendation
 from sweepit.reporting.sections import Figure, Section, SectionBuilder
 from sweepit.reporting.table import Table
 from sweepit.results import Status
@@ -110,10 +111,13 @@ class ScalingSection(SectionBuilder):
 
     def build(self, sweep: Sweep, out_dir: Path) -> Section | None:
         points = scaling_points(sweep)
-        if len(points) < 2:
-            return None
         done = [j for j in sweep.jobs if j.status == Status.COMPLETED]  # their ranks are no GPUs when all ran on CPU
         devices = "CPU ranks" if done and all(j.on_cpu for j in done) else "GPUs"
+        title = self.title if devices == "GPUs" else f"Scaling over {devices}"
+        floor, asked, note = min_efficiency(j.config() for j in done[:1])
+        advice = [recommendation(points, floor, devices), *([note] if note else [])]
+        if len(points) < 2:  # a scaling study (it sets the floor) says why it names no count; other sweeps are silent
+            return Section(title, text=advice, printed=True) if asked else None
         path = out_dir / "scaling.png"
         scaling_plot(points, path, devices)
         flags = scaling_flags(points, devices)
@@ -123,7 +127,7 @@ class ScalingSection(SectionBuilder):
             text.append("A device count ran once: with no repeats to show the noise, any difference is taken as real.")
         text += flags or ["No plateau: every step up in devices cut the epoch time by at least "
                           f"{PLATEAU_GAIN:.0%} of the ideal gain."]
-        title = self.title if devices == "GPUs" else f"Scaling over {devices}"
+        text += advice
         columns = ["gpus" if devices == "GPUs" else "ranks", "jobs", *[f.name for f in fields(ScalingPoint)][2:]]
         table = Table(columns, [list(astuple(p)) for p in points])
         return Section(title, text=text, table=table, printed=True,

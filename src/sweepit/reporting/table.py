@@ -13,7 +13,7 @@ from sweepit.reporting._report_data import JobReport, Sweep, best_first, clip
 from sweepit.results import aligned, finite_number, rerun_command, short_value, speed_study_line
 
 # Final metrics shown first, in this order; other scalars follow in the order the training loop logs them.
-_METRIC_ORDER = ("train_loss", "train_acc", "val_loss", "val_acc")
+KEY_METRICS = ("train_loss", "train_acc", "val_loss", "val_acc")
 # Kept out of the final-metric columns: the epoch number, and epoch time, which has its own (mean) column.
 _NOT_METRICS = ("epoch", "epoch_time_s")
 _LAST = ("samples_per_s",)
@@ -37,7 +37,7 @@ def final_metric_keys(jobs: list[JobReport]) -> list[str]:
                      if k not in keys and k not in _NOT_METRICS and isinstance(v, int | float | None)]
 
     def rank(key: str) -> int:
-        return _METRIC_ORDER.index(key) if key in _METRIC_ORDER else 99 if key in _LAST else len(_METRIC_ORDER)
+        return KEY_METRICS.index(key) if key in KEY_METRICS else 99 if key in _LAST else len(KEY_METRICS)
 
     return sorted(keys, key=rank)
 
