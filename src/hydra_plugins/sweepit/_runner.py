@@ -47,7 +47,8 @@ class JobRunner:
     def __call__(self, config: DictConfig, job_dir: Path) -> Ended:
         session = begin_session(job_dir, config)
         try:
-            ret = self._steps(config)
+            # A Slurm job's other ranks leave `.hydra/` and the job's log file to rank 0: one copy of each.
+            ret = run_forked_job(self.hydra_context, self.task_function, config, primary=not self.rank)
         except BaseException as e:  # KeyboardInterrupt (the job was stopped), SystemExit (submitit's requeue)
             stopped = JobReturn(status=JobStatus.FAILED, _return_value=e)
             record(session, stopped, self.rank, requeued=self.requeueing)
@@ -66,21 +67,6 @@ class JobRunner:
             reply = failure(status, error)
         reply.working_dir, reply.task_name = ret.working_dir, ret.task_name
         return reply
-
-    def _steps(self, config: DictConfig) -> JobReturn:
-        """Hydra's job steps around the task, chosen here for every job: a process of the job's own runs them with
-        fewer config copies (`run_forked_job`); a Slurm task runs Hydra's own `run_job`, where rank 0 alone writes
-        `.hydra/` and sets up logging."""
-        if self.rank is None:
-            return run_forked_job(self.hydra_context, self.task_function, config)
-        from hydra.core.utils import run_job
-
-        if self.rank != 0:  # one copy of .hydra/ and of the job's log file, written by rank 0
-            with read_write(config.hydra), open_dict(config.hydra):
-                config.hydra.output_subdir = None
-        return run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=config,
-                       job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir",
-                       configure_logging=self.rank == 0)
 
 
 def record(session: Session, ret: JobReturn, rank: int | None = None, requeued: bool = False) -> Ended:
@@ -112,11 +98,13 @@ def record(session: Session, ret: JobReturn, rank: int | None = None, requeued: 
         end_session(session)
 
 
-def run_forked_job(hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> JobReturn:
-    """Hydra 1.3's `run_job` for a job in a forked process of its own, which owns `config` and sends no JobReturn
-    back: the same steps in the same order, with fewer config copies. HydraConfig is set once when the output
-    directory resolves without it, the task's config is copied by pickling, and the JobReturn's `hydra_cfg` is
-    HydraConfig's copy itself, which nothing else uses in this process (`bench/bench_job_overhead.py`)."""
+def run_forked_job(hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig,
+                   primary: bool = True) -> JobReturn:
+    """Hydra 1.3's `run_job` for a job in a process of its own (forked for it, or a Slurm task), which owns `config`
+    and sends no JobReturn back: the same steps in the same order, with fewer config copies. HydraConfig is set once
+    when the output directory resolves without it, the task's config is copied by pickling, and the JobReturn's
+    `hydra_cfg` is HydraConfig's copy itself, which nothing else uses in this process (`bench/bench_job_overhead.py`).
+    `primary`: false for a task that neither writes `.hydra/` nor sets up logging (Hydra's `configure_logging`)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.utils import JobRuntime, _flush_loggers, env_override
 
@@ -155,8 +143,9 @@ def run_forked_job(hydra_context: HydraContext, task_function: TaskFunction, con
         if chdir:
             os.chdir(output_dir)
         ret.working_dir = output_dir if chdir else os.getcwd()
-        configure_log(config.hydra.job_logging, config.hydra.verbose)
-        if config.hydra.output_subdir is not None:
+        if primary:
+            configure_log(config.hydra.job_logging, config.hydra.verbose)
+        if primary and config.hydra.output_subdir is not None:
             saved_dir = Path(config.hydra.runtime.output_dir) / str(config.hydra.output_subdir)
             for name, node in ((CONFIG_FILE, task_cfg), (HYDRA_FILE, hydra_cfg),
                                (OVERRIDES_FILE, config.hydra.overrides.task)):
