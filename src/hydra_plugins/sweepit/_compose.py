@@ -87,14 +87,6 @@ class ComposedConfigs:
         if self._hydra_loader and not wrapped:
             loader.repository = LoadedConfigs(repository)
 
-    @classmethod
-    def install(cls, hydra_context: Any) -> ComposedConfigs:
-        """Put the wrapper in place of the context's loader (once: it duck-types Hydra's) and return it."""
-        if not isinstance(hydra_context.config_loader, cls):
-            hydra_context.config_loader = cls(hydra_context.config_loader)
-        loader: ComposedConfigs = hydra_context.config_loader
-        return loader
-
     def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
         config = self.compose(master_config, sweep_overrides)
         if len(self._kept) < MAX_KEPT:

@@ -119,8 +119,11 @@ class SweepitLauncher(Launcher):
         self.hydra_context = hydra_context
         self.task_function = task_function
         light_exit()
-        # The sweeper shares this context: the configs it composes to validate a batch are kept for launch().
-        self.composed = ComposedConfigs.install(hydra_context)
+        # The sweeper shares this context: the configs it composes to validate a batch are kept for launch(). The
+        # wrapper duck-types Hydra's loader, and is put in place once.
+        if not isinstance(hydra_context.config_loader, ComposedConfigs):
+            hydra_context.config_loader = ComposedConfigs(hydra_context.config_loader)  # type: ignore[assignment]
+        self.composed: ComposedConfigs = hydra_context.config_loader  # type: ignore[assignment]
         # One driver per sweep directory, from now to this process's exit: between a sweeper's batches too.
         self.lock: SweepLock | None = None
         # Hydra makes the sweep directory after this (with multirun.yaml): a dry run takes it away again if it is new.
