@@ -192,12 +192,16 @@ class SavedConfig:
     def saved_dir(self) -> Path:
         return Path(self._saved_dir)
 
+    def saved(self) -> bool:
+        """Whether the job's saved files are there to read back."""
+        return (self.saved_dir / CONFIG_FILE).is_file() and (self.saved_dir / HYDRA_FILE).is_file()
+
 
 def release_config(config: Any, job_dir_: Path) -> Any:
     """A SavedConfig in place of `config` when the job saved it (else `config` itself, kept: it did not get as far as
     run_job, killed or refused before it ran)."""
     promised = expect_saved_config(config, job_dir_)
-    return promised if saved(promised) else config
+    return promised if isinstance(promised, SavedConfig) and promised.saved() else config
 
 
 def expect_saved_config(config: Any, job_dir_: Path) -> Any:
@@ -206,12 +210,6 @@ def expect_saved_config(config: Any, job_dir_: Path) -> Any:
     if not isinstance(config, DictConfig) or "hydra" not in config or config.hydra.output_subdir is None:
         return config
     return SavedConfig(job_dir_ / str(config.hydra.output_subdir), str(config.hydra.job.name), _chdir(config))
-
-
-def saved(config: Any) -> bool:
-    """Whether `config` is a SavedConfig whose files are there to read back."""
-    return isinstance(config, SavedConfig) and (config.saved_dir / CONFIG_FILE).is_file() and (
-        config.saved_dir / HYDRA_FILE).is_file()
 
 
 class _SavedFile:
