@@ -73,7 +73,7 @@ class SlurmLauncher(SweepitLauncher):
         return context, self.task_function, Singleton.get_state()
 
     def _task(self, job: PlannedJob) -> SlurmTask:
-        """What each Slurm task of the job runs: Hydra's run_job around the task function, in the job's directory."""
+        """What each Slurm task of the job runs: the job's runner, in the job's directory."""
         return SlurmTask(*self._context(), job.config, str(job.job_dir))
 
     def _packed_task(self, spec: PackSpec) -> WorkerTask:
