@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.utils import JobReturn
+from hydra.errors import CompactHydraException
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
@@ -27,13 +28,19 @@ from sweepit.slurm import SlurmOptions, check_one_by_one
 _ENV_SET = "++hydra.job.env_set."
 
 
+class OptunaInputError(ConfigError, CompactHydraException):
+    """Bad sweeper input; Hydra prints the message alone, without a traceback."""
+
+
 class OptunaSweeper(Sweeper):
     def __init__(self, params: dict[str, str] | None = None, search_space: Any = None,
                  custom_search_space: str | None = None, **options: Any) -> None:
         # The other keys are the search engine's (SearchOptions itself), which Hydra's schema has checked; the sampler
         # and pruner are nodes of their schemas, never null, which plain_options turns into dicts.
-        with compact_errors():  # bad input: Hydra prints sweepit's message alone
+        try:
             self.options = SearchOptions(**plain_options(options))
+        except ConfigError as e:
+            raise OptunaInputError(str(e)) from None
         self.params = None if params is None else dict(params)
         self.search_space = None if search_space is None else _plain(search_space)
         self.custom_search_space = custom_search_space
@@ -87,7 +94,7 @@ class OptunaSweeper(Sweeper):
         from sweepit.search import drive
 
         if not isinstance(self.launcher, SlurmLauncher):
-            raise ConfigError(
+            raise OptunaInputError(
                 "hydra.sweeper.workers runs the study in long-lived Slurm jobs, so it needs hydra/launcher=slurm (or "
                 f"a cluster profile), but the launcher is {type(self.launcher).__name__}; add hydra/launcher=slurm, or "
                 f"set hydra.sweeper.workers=0 (n_jobs={self.options.n_jobs} trials in flight on this launcher).")
