@@ -5,6 +5,7 @@ for the driver's JobReturn.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -212,42 +213,30 @@ def expect_saved_config(config: Any, job_dir_: Path) -> Any:
     return SavedConfig(job_dir_ / str(config.hydra.output_subdir), str(config.hydra.job.name), _chdir(config))
 
 
-class _SavedFile:
-    """A JobReturn field read from the job's saved `filename` the first time it is asked for, unless set."""
-
-    def __init__(self, filename: str) -> None:
-        self.filename = filename
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.key = f"_{name}"
-
-    def __get__(self, ret: SavedJobReturn | None, owner: type | None = None) -> Any:
-        if ret is None:
-            return self
-        value = ret.__dict__.get(self.key)
-        if value is None and ret._saved is not None:
-            path = ret._saved.saved_dir / self.filename
-            try:
-                value = ret.__dict__[self.key] = OmegaConf.load(path)
-            except FileNotFoundError:
-                raise FileNotFoundError(
-                    f"{path} must exist: it is the saved config of the job, read back for its JobReturn (sweepit's "
-                    "launchers let go of each ended job's config), but it was removed since the job ran.") from None
-        return value
-
-    def __set__(self, ret: SavedJobReturn, value: DictConfig | None) -> None:
-        ret.__dict__[self.key] = value
-
-
 class SavedJobReturn(JobReturn):
-    """A JobReturn whose `cfg` and `hydra_cfg` are read from the job's saved files when first asked for."""
-
-    cfg = _SavedFile(CONFIG_FILE)
-    hydra_cfg = _SavedFile(HYDRA_FILE)
+    """A JobReturn whose `cfg` and `hydra_cfg` are read from the job's saved files when first asked for, unless set."""
 
     def __init__(self, saved: SavedConfig, **fields: Any) -> None:
         self._saved = saved
         super().__init__(**fields)
+        del self.cfg, self.hydra_cfg  # the dataclass set them to None: unset, they are read when asked for
+
+    @functools.cached_property
+    def cfg(self) -> DictConfig | None:  # type: ignore[override]
+        return self._load(CONFIG_FILE)
+
+    @functools.cached_property
+    def hydra_cfg(self) -> DictConfig | None:  # type: ignore[override]
+        return self._load(HYDRA_FILE)
+
+    def _load(self, filename: str) -> Any:
+        path = self._saved.saved_dir / filename
+        try:
+            return OmegaConf.load(path)
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"{path} must exist: it is the saved config of the job, read back for its JobReturn (sweepit's "
+                "launchers let go of each ended job's config), but it was removed since the job ran.") from None
 
 
 def job_return(overrides: list[str], config: DictConfig | SavedConfig, job_dir_: Path, status: str | None,
