@@ -12,6 +12,7 @@ override of `hydra.searchpath` or `hydra.runtime.*`, a sweep left in a job's ove
 from __future__ import annotations
 
 import copy
+import functools
 import io
 import logging
 import os
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 MAX_KEPT = 256  # configs of about 0.25 MB each: at most ~64 MB; later jobs are composed when they start
 MAX_BASES = 64  # distinct choices of config groups kept composed (about 0.25 MB each)
 MAX_PARSED = 4096  # parsed override strings kept (an Optuna lr is a new string every trial: bounded, not a leak)
+_TEMPLATES: dict[str, Any] = {}  # `key` of a `key=number` -> Hydra's Override of `key=0`
 # `key=number`, the number one INT or FLOAT token of Hydra's override grammar (OverrideLexer.g4) without underscores:
 # what a sweeper writes for `seed=range(0,N)` or a sampled `lr`, a new string for every job, which Hydra's costly
 # parser would parse each time. Such an override is Hydra's parse of `key=0` with the value replaced.
@@ -76,8 +78,6 @@ class ComposedConfigs:
         self._bases: dict[tuple[Any, ...], _Base] = {}
         self._group_repos: dict[Any, Any] = {}   # config_name -> the repository that says which groups exist
         self._groups: dict[tuple[Any, str], bool] = {}  # (config_name, override key) -> whether it is a group
-        self._parsed: dict[str, Any] = {}        # override string -> Hydra's Override (immutable once parsed)
-        self._numbers: dict[str, Any] = {}       # `key` of a `key=number` -> Hydra's Override of `key=0`
         self.n_full = self.n_from_base = 0       # jobs composed by Hydra itself / from a base (for tests, logs)
         # Hydra 1.3's ConfigLoaderImpl keeps its repository in `repository`; any other loader is left as it is. A
         # loader that was wrapped before (the driver's, pickled into a Slurm worker) has its LoadedConfigs already.
@@ -86,14 +86,6 @@ class ComposedConfigs:
         self._hydra_loader = wrapped or (repository is not None and type(repository).__name__ == "ConfigRepository")
         if self._hydra_loader and not wrapped:
             loader.repository = LoadedConfigs(repository)
-
-    @classmethod
-    def install(cls, hydra_context: Any) -> ComposedConfigs:
-        """Put the wrapper in place of the context's loader (once: it duck-types Hydra's) and return it."""
-        if not isinstance(hydra_context.config_loader, cls):
-            hydra_context.config_loader = cls(hydra_context.config_loader)
-        loader: ComposedConfigs = hydra_context.config_loader
-        return loader
 
     def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
         config = self.compose(master_config, sweep_overrides)
@@ -135,7 +127,7 @@ class ComposedConfigs:
         hydra_overrides = OmegaConf.to_container(master_config.hydra.overrides.hydra)
         assert isinstance(hydra_overrides, list)
         config_name = master_config.hydra.job.config_name
-        parsed = [self._parse(line) for line in [*hydra_overrides, *sweep_overrides]]
+        parsed = [parse_override(line) for line in [*hydra_overrides, *sweep_overrides]]
         if any(o.is_sweep_override() or o.get_key_element() == "hydra.searchpath" for o in parsed):
             return None
         if any(str(o.key_or_group).startswith("hydra.runtime") for o in parsed):
@@ -173,14 +165,6 @@ class ComposedConfigs:
         # And load_sweep_config's last step: the master's resolver cache (`${now:}` resolves as it did there).
         OmegaConf.copy_cache(from_config=master_config, to_config=cfg)
         return cfg
-
-    def _parse(self, line: str) -> Any:
-        override = self._parsed.get(line)
-        if override is None:
-            if len(self._parsed) >= MAX_PARSED:
-                self._parsed.clear()
-            override = self._parsed[line] = parse_number(line, self._numbers) or hydra_parse(line)
-        return override
 
     def _is_group(self, config_name: str | None, key: str) -> bool:
         """Whether `key` names a config group (asked of the repository once per key)."""
@@ -238,8 +222,14 @@ class ComposedConfigs:
         return getattr(self.loader, name)
 
 
+@functools.lru_cache(maxsize=MAX_PARSED)
+def parse_override(line: str) -> Any:
+    """Hydra's Override of one override string, parsed once: an Override is not changed once parsed."""
+    return parse_number(line, _TEMPLATES) or hydra_parse(line)
+
+
 def hydra_parse(line: str) -> Any:
-    """Hydra's Override of one override string."""
+    """Hydra's Override of one override string, by Hydra's own (costly) parser."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     return OverridesParser.create().parse_overrides([line])[0]

@@ -1,8 +1,4 @@
-"""What sweepit's two launchers share in the driver (`SweepitLauncher`), and sweepit's errors as compact Hydra ones.
-
-Hydra's sweepers compose every job of a batch before `launch()`, then drop the result; `ComposedConfigs` takes
-the loader's place at `setup()` and keeps those configs for the launcher, which composes the very same ones.
-"""
+"""What sweepit's two launchers share in the driver (`SweepitLauncher`), and sweepit's errors as compact Hydra ones."""
 
 from __future__ import annotations
 
@@ -119,8 +115,11 @@ class SweepitLauncher(Launcher):
         self.hydra_context = hydra_context
         self.task_function = task_function
         light_exit()
-        # The sweeper shares this context: the configs it composes to validate a batch are kept for launch().
-        self.composed = ComposedConfigs.install(hydra_context)
+        # Hydra's sweepers compose every job of a batch before launch(), then drop the result: the wrapper takes the
+        # place of the loader they share with the launcher (once: it duck-types Hydra's) and keeps those configs.
+        if not isinstance(hydra_context.config_loader, ComposedConfigs):
+            hydra_context.config_loader = ComposedConfigs(hydra_context.config_loader)  # type: ignore[assignment]
+        self.composed: ComposedConfigs = hydra_context.config_loader  # type: ignore[assignment]
         # One driver per sweep directory, from now to this process's exit: between a sweeper's batches too.
         self.lock: SweepLock | None = None
         # Hydra makes the sweep directory after this (with multirun.yaml): a dry run takes it away again if it is new.

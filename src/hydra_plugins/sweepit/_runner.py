@@ -5,6 +5,7 @@ for the driver's JobReturn.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -47,7 +48,8 @@ class JobRunner:
     def __call__(self, config: DictConfig, job_dir: Path) -> Ended:
         session = begin_session(job_dir, config)
         try:
-            ret = self._steps(config)
+            # A Slurm job's other ranks leave `.hydra/` and the job's log file to rank 0: one copy of each.
+            ret = run_forked_job(self.hydra_context, self.task_function, config, primary=not self.rank)
         except BaseException as e:  # KeyboardInterrupt (the job was stopped), SystemExit (submitit's requeue)
             stopped = JobReturn(status=JobStatus.FAILED, _return_value=e)
             record(session, stopped, self.rank, requeued=self.requeueing)
@@ -66,21 +68,6 @@ class JobRunner:
             reply = failure(status, error)
         reply.working_dir, reply.task_name = ret.working_dir, ret.task_name
         return reply
-
-    def _steps(self, config: DictConfig) -> JobReturn:
-        """Hydra's job steps around the task, chosen here for every job: a process of the job's own runs them with
-        fewer config copies (`run_forked_job`); a Slurm task runs Hydra's own `run_job`, where rank 0 alone writes
-        `.hydra/` and sets up logging."""
-        if self.rank is None:
-            return run_forked_job(self.hydra_context, self.task_function, config)
-        from hydra.core.utils import run_job
-
-        if self.rank != 0:  # one copy of .hydra/ and of the job's log file, written by rank 0
-            with read_write(config.hydra), open_dict(config.hydra):
-                config.hydra.output_subdir = None
-        return run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=config,
-                       job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir",
-                       configure_logging=self.rank == 0)
 
 
 def record(session: Session, ret: JobReturn, rank: int | None = None, requeued: bool = False) -> Ended:
@@ -112,11 +99,13 @@ def record(session: Session, ret: JobReturn, rank: int | None = None, requeued: 
         end_session(session)
 
 
-def run_forked_job(hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> JobReturn:
-    """Hydra 1.3's `run_job` for a job in a forked process of its own, which owns `config` and sends no JobReturn
-    back: the same steps in the same order, with fewer config copies. HydraConfig is set once when the output
-    directory resolves without it, the task's config is copied by pickling, and the JobReturn's `hydra_cfg` is
-    HydraConfig's copy itself, which nothing else uses in this process (`bench/bench_job_overhead.py`)."""
+def run_forked_job(hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig,
+                   primary: bool = True) -> JobReturn:
+    """Hydra 1.3's `run_job` for a job in a process of its own (forked for it, or a Slurm task), which owns `config`
+    and sends no JobReturn back: the same steps in the same order, with fewer config copies. HydraConfig is set once
+    when the output directory resolves without it, the task's config is copied by pickling, and the JobReturn's
+    `hydra_cfg` is HydraConfig's copy itself, which nothing else uses in this process (`bench/bench_job_overhead.py`).
+    `primary`: false for a task that neither writes `.hydra/` nor sets up logging (Hydra's `configure_logging`)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.utils import JobRuntime, _flush_loggers, env_override
 
@@ -155,8 +144,9 @@ def run_forked_job(hydra_context: HydraContext, task_function: TaskFunction, con
         if chdir:
             os.chdir(output_dir)
         ret.working_dir = output_dir if chdir else os.getcwd()
-        configure_log(config.hydra.job_logging, config.hydra.verbose)
-        if config.hydra.output_subdir is not None:
+        if primary:
+            configure_log(config.hydra.job_logging, config.hydra.verbose)
+        if primary and config.hydra.output_subdir is not None:
             saved_dir = Path(config.hydra.runtime.output_dir) / str(config.hydra.output_subdir)
             for name, node in ((CONFIG_FILE, task_cfg), (HYDRA_FILE, hydra_cfg),
                                (OVERRIDES_FILE, config.hydra.overrides.task)):
@@ -203,12 +193,16 @@ class SavedConfig:
     def saved_dir(self) -> Path:
         return Path(self._saved_dir)
 
+    def saved(self) -> bool:
+        """Whether the job's saved files are there to read back."""
+        return (self.saved_dir / CONFIG_FILE).is_file() and (self.saved_dir / HYDRA_FILE).is_file()
+
 
 def release_config(config: Any, job_dir_: Path) -> Any:
     """A SavedConfig in place of `config` when the job saved it (else `config` itself, kept: it did not get as far as
     run_job, killed or refused before it ran)."""
     promised = expect_saved_config(config, job_dir_)
-    return promised if saved(promised) else config
+    return promised if isinstance(promised, SavedConfig) and promised.saved() else config
 
 
 def expect_saved_config(config: Any, job_dir_: Path) -> Any:
@@ -219,48 +213,30 @@ def expect_saved_config(config: Any, job_dir_: Path) -> Any:
     return SavedConfig(job_dir_ / str(config.hydra.output_subdir), str(config.hydra.job.name), _chdir(config))
 
 
-def saved(config: Any) -> bool:
-    """Whether `config` is a SavedConfig whose files are there to read back."""
-    return isinstance(config, SavedConfig) and (config.saved_dir / CONFIG_FILE).is_file() and (
-        config.saved_dir / HYDRA_FILE).is_file()
-
-
-class _SavedFile:
-    """A JobReturn field read from the job's saved `filename` the first time it is asked for, unless set."""
-
-    def __init__(self, filename: str) -> None:
-        self.filename = filename
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.key = f"_{name}"
-
-    def __get__(self, ret: SavedJobReturn | None, owner: type | None = None) -> Any:
-        if ret is None:
-            return self
-        value = ret.__dict__.get(self.key)
-        if value is None and ret._saved is not None:
-            path = ret._saved.saved_dir / self.filename
-            try:
-                value = ret.__dict__[self.key] = OmegaConf.load(path)
-            except FileNotFoundError:
-                raise FileNotFoundError(
-                    f"{path} must exist: it is the saved config of the job, read back for its JobReturn (sweepit's "
-                    "launchers let go of each ended job's config), but it was removed since the job ran.") from None
-        return value
-
-    def __set__(self, ret: SavedJobReturn, value: DictConfig | None) -> None:
-        ret.__dict__[self.key] = value
-
-
 class SavedJobReturn(JobReturn):
-    """A JobReturn whose `cfg` and `hydra_cfg` are read from the job's saved files when first asked for."""
-
-    cfg = _SavedFile(CONFIG_FILE)
-    hydra_cfg = _SavedFile(HYDRA_FILE)
+    """A JobReturn whose `cfg` and `hydra_cfg` are read from the job's saved files when first asked for, unless set."""
 
     def __init__(self, saved: SavedConfig, **fields: Any) -> None:
         self._saved = saved
         super().__init__(**fields)
+        del self.cfg, self.hydra_cfg  # the dataclass set them to None: unset, they are read when asked for
+
+    @functools.cached_property
+    def cfg(self) -> DictConfig | None:  # type: ignore[override]
+        return self._load(CONFIG_FILE)
+
+    @functools.cached_property
+    def hydra_cfg(self) -> DictConfig | None:  # type: ignore[override]
+        return self._load(HYDRA_FILE)
+
+    def _load(self, filename: str) -> Any:
+        path = self._saved.saved_dir / filename
+        try:
+            return OmegaConf.load(path)
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"{path} must exist: it is the saved config of the job, read back for its JobReturn (sweepit's "
+                "launchers let go of each ended job's config), but it was removed since the job ran.") from None
 
 
 def job_return(overrides: list[str], config: DictConfig | SavedConfig, job_dir_: Path, status: str | None,

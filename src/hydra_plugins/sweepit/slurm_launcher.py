@@ -15,7 +15,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
 from hydra_plugins.sweepit._launcher import LaunchError, SweepitLauncher, compact_errors, plain_options
-from hydra_plugins.sweepit._runner import SavedConfig, SlurmTask, expect_saved_config, job_return, saved
+from hydra_plugins.sweepit._runner import SavedConfig, SlurmTask, expect_saved_config, job_return
 from hydra_plugins.sweepit._worker_tasks import WorkerTask, for_workers
 from sweepit.errors import ConfigError
 from sweepit.slurm import (
@@ -73,7 +73,7 @@ class SlurmLauncher(SweepitLauncher):
         return context, self.task_function, Singleton.get_state()
 
     def _task(self, job: PlannedJob) -> SlurmTask:
-        """What each Slurm task of the job runs: Hydra's run_job around the task function, in the job's directory."""
+        """What each Slurm task of the job runs: the job's runner, in the job's directory."""
         return SlurmTask(*self._context(), job.config, str(job.job_dir))
 
     def _packed_task(self, spec: PackSpec) -> WorkerTask:
@@ -118,7 +118,7 @@ class SlurmLauncher(SweepitLauncher):
         return WorkerTask(*self._context(), self.config, search=for_workers(search), index=index, job_base=job_base)
 
     def _job_return(self, job: PlannedJob, outcome: Outcome) -> JobReturn:
-        if isinstance(job.config, SavedConfig) and not saved(job.config):  # a packed job that never ran
+        if isinstance(job.config, SavedConfig) and not job.config.saved():  # a packed job that never ran
             job.config, _ = self.compose_job(job.num, job.overrides, job.job_dir.parent)  # (its directory is known)
         returned = {"returned": outcome.returned} if outcome.has_returned else {}
         return job_return(job.overrides, job.config, job.job_dir, outcome.status, returned)
