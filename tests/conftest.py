@@ -49,6 +49,8 @@ SHARED_SET_UP = {
     "reporting/test_report_html.py": "linreg-sweep",
     "reporting/test_report_sweep.py": "linreg-sweep",
     "reporting/test_report_broken.py": "linreg-sweep",
+    "analysis/test_load.py": "analysis-sweep",
+    "analysis/test_load_states.py": "analysis-sweep",
 }
 CLUSTER_ALONE = "cluster-alone"  # the xdist group of every test marked exclusive_cluster
 COMPUTING_FIRST = 0.4  # the share of the tests using no cluster (README aside) that run before any test sharing it

@@ -32,7 +32,7 @@ import yaml
 from readme_commands import README, readme_commands, sample_output
 
 from sweepit.results._summary import collect
-from sweepit_testing import REPO, require_slurm, wait_until, write_mnist_subset
+from sweepit_testing import REPO, require_slurm, run_train, wait_until, write_mnist_subset
 
 MNIST_TRAIN = 200  # MNIST's training images in the data path: a few steps an epoch, all that the checks need
 # The README's placeholders, and what fills each in here (the only words of a command a test may change).
@@ -351,6 +351,19 @@ def test_a_sweep_leaves_four_complete_job_dirs(shell: Shell) -> None:
     assert "4 jobs: 4 completed" in out and "best (maximize val_acc)" in out
     assert re.search(r"^reproduce: python train\.py optimizer=\w+ lr=[\d.]+$", out, re.MULTILINE), out
     assert (sweep / "report" / "index.html").is_file()
+
+
+LOAD = "python -c \"import sweepit; print(sweepit.load('outputs/multirun/<time>'))\""
+
+
+@shows(LOAD)
+def test_a_sweep_read_into_pandas_in_python(shell: Shell) -> None:
+    made = run_train(["-m", "task=linreg", "epochs=2", "optimizer=adam,sgd", "lr=0.01,0.1"], shell.root)
+    assert made.returncode == 0, made.stderr[-3000:]
+    out = ok(shell.run(LOAD, **{"<time>": shell.sweep().name}))
+    assert "4 jobs: 4 completed" in out and re.search(r"^ job optimizer +lr +status +objective$", out, re.M), out
+    assert len(re.findall(r"^ +[0-3] +(adam|sgd) +0\.\d+ completed +[\d.]+$", out, re.MULTILINE)) == 4, out
+    assert re.search(r"^best \(minimize val_loss\): job [0-3] = ", out, re.MULTILINE), out
 
 
 @shows("python train.py -m task=mnist data.root=/data/mnist 'batch_size=range(32,257,32)'")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sweepit.train._api import JobContext, context, load_checkpoint, report, save_checkpoint, should_stop
+from sweepit.train._checkpoint import read_state
 from sweepit.train._devices import FORKED_AFTER_CUDA, forked_after_cuda
 from sweepit.train._session import Session, leave_process_group, status_of
 from sweepit.train._session import begin as begin_session
@@ -13,13 +14,15 @@ from sweepit.train._session import current as current_session
 from sweepit.train._session import end as end_session
 
 if TYPE_CHECKING:
+    from sweepit.train._build import load_data
     from sweepit.train._entry import run_job
     from sweepit.train._loop import train
+    from sweepit.train._weights import load_model
 
 __all__ = [
     "FORKED_AFTER_CUDA", "JobContext", "Session", "begin_session", "context", "current_session", "end_session",
-    "forked_after_cuda", "leave_process_group", "load_checkpoint", "report", "run_job", "save_checkpoint",
-    "should_stop", "status_of", "train"
+    "forked_after_cuda", "leave_process_group", "load_checkpoint", "load_data", "load_model", "read_state", "report",
+    "run_job", "save_checkpoint", "should_stop", "status_of", "train"
 ]
 
 
@@ -32,4 +35,12 @@ def __getattr__(name: str) -> Any:
         from sweepit.train._loop import train
 
         return train
+    if name == "load_model":  # a trained job's model and data, for `sweepit.load`
+        from sweepit.train._weights import load_model
+
+        return load_model
+    if name == "load_data":
+        from sweepit.train._build import load_data
+
+        return load_data
     raise AttributeError(f"module 'sweepit.train' has no attribute {name!r}")

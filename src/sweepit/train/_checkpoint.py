@@ -96,6 +96,13 @@ def _read(path: Path) -> dict[str, Any] | None:
     return record if isinstance(meta, dict) and meta.get("format") == FORMAT else None
 
 
+def read_state(path: Path) -> Any:
+    """The state a job saved with its checkpoint at `path` (what a resumed run would get back), None when there is
+    no checkpoint of this format: for reading a job's checkpoint from outside it (`sweepit.load`)."""
+    record = _read(path)
+    return None if record is None else record["state"]
+
+
 def load(path: Path, config_hash: str, rank: int = 0) -> tuple[Any, list[dict[str, Any]], int] | None:
     """(state, metrics rows at save time, the save's count), with this rank's random states restored (rank 0's from
     the checkpoint, another rank's from its own file of the same save); None when there is nothing to resume from:

@@ -45,3 +45,14 @@ def is_better(value: Any, previous: list[Any], direction: str) -> bool:
 def sizes(job_dir: Path) -> dict[str, int]:
     """The job's weight files and their sizes in bytes."""
     return {name: (job_dir / name).stat().st_size for name in WEIGHT_FILES if (job_dir / name).is_file()}
+
+
+def load_model(cfg: Any, path: Path, data: Any) -> nn.Module:
+    """The model of a job's config with the weights `save` wrote to `path`, on the CPU in eval mode: built as the
+    loop builds it, from its `data` (`load_data`'s: the input shape and classes)."""
+    from sweepit.train._build import build_model
+
+    model = build_model(cfg, data.input_shape, data.n_classes or 1)  # no classes: a regression's one output
+    # The job's own file, written by save() above: tensors and plain values only.
+    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True)["model"])
+    return model.eval()
