@@ -1,6 +1,5 @@
-"""What an Optuna study leaves in its sweep directory besides `optuna_study.yaml`: `best_params.yaml`, `trials.csv` and
-`optimization_results.yaml` in the released hydra-optuna-sweeper's format, so that scripts written for it keep
-working. The sweeper writes them at the end of a search, the report rewrites them."""
+"""A study's files besides `optuna_study.yaml`: `best_params.yaml`, `trials.csv` and `optimization_results.yaml` in
+the released hydra-optuna-sweeper's format, so that scripts written for it keep working."""
 
 from __future__ import annotations
 
@@ -122,7 +121,7 @@ def optimization_results(study: Any) -> dict[str, Any] | None:
 
 
 def write_results(sweep_dir: Path, study: Any, info: dict[str, Any], out_dir: Path | None = None) -> list[Path]:
-    """The files into `out_dir` (default: the sweep directory); `optimization_results.yaml` once a trial completed."""
+    """The files into `out_dir` (default: the sweep directory)."""
     out_dir = Path(sweep_dir) if out_dir is None else out_dir
     paths = [out_dir / BEST_PARAMS_FILE, out_dir / TRIALS_FILE]
     atomic_write(paths[0], best_params_yaml(study, info))

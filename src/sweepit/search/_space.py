@@ -99,15 +99,14 @@ class SearchSpace:
         return {p.name: p.distribution for p in self.params}
 
     def overrides(self, values: Mapping[str, Any]) -> list[str]:
-        """Fixed overrides, then one per searched parameter, then `name=value` for each value drawn outside the
-        space (a custom search space's conditional parameters; the name may start with + or ++)."""
+        """Fixed overrides, one per searched parameter, then `name=value` for each value drawn outside the space (a
+        custom search space's conditional parameters)."""
         names = {p.name for p in self.params}
         extra = [f"{name}={spelled(value)}" for name, value in values.items() if name not in names]
         return [*self.fixed, *(p.override(values[p.name]) for p in self.params), *extra]
 
     def first_point(self) -> dict[str, Any]:
-        """A point of the space (each first choice or low end), to check before any trial that a job's overrides
-        compose."""
+        """A point of the space, to check before any trial that a job's overrides compose."""
         return {p.name: p.choices[0] if p.choices else p.distribution.low for p in self.params}
 
     def grid(self) -> dict[str, list[Any]]:
