@@ -14,6 +14,7 @@ import yaml
 
 from sweepit._files import atomic_write
 from sweepit.results import BEST_PARAMS_FILE, OPTIMIZATION_RESULTS_FILE, TRIALS_FILE, read_study_file
+from sweepit.search._pruning import open_storage
 
 
 def load_study_of(sweep_dir: Path) -> Any:
@@ -22,8 +23,6 @@ def load_study_of(sweep_dir: Path) -> Any:
     if info is None:
         return None
     import optuna
-
-    from sweepit.search._pruning import open_storage
 
     return optuna.load_study(study_name=str(info["study_name"]), storage=open_storage(str(info["storage"])),
                              sampler=optuna.samplers.RandomSampler())

@@ -62,8 +62,6 @@ class Param:
         """A categorical: `values` as Optuna stores them, `strings` as each is written in an override."""
         from optuna.distributions import CategoricalDistribution
 
-        if not values:
-            raise ConfigError(f"a choice must hold at least one value, but {name}={spelled} holds none.")
         if len(set(strings)) != len(strings):
             raise ConfigError(f"choices must differ, but {name}={spelled} repeats a value; list each once.")
         with _optuna_checks(name, spelled):
