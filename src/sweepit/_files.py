@@ -1,8 +1,5 @@
-"""The one way sweepit replaces a file: write a temporary file beside it, then rename it over the old one.
-
-A reader (a second process, a browser, `sweepit status` on another node) sees the old file or the new one,
-never half of one, and a job killed while writing keeps the previous version.
-"""
+"""The one way sweepit replaces a file: write a temporary file beside it, then rename it over the old one, so that a
+reader sees the old file or the new one, never half of one, and a job killed while writing keeps the previous one."""
 
 from __future__ import annotations
 
@@ -23,9 +20,8 @@ os.umask(_UMASK)
 
 
 def remove_temporaries(folder: Path) -> None:
-    """Delete the temporary files of `atomic_file` writes in `folder` that never finished (`.<name>.<random>.tmp`),
-    as a process killed mid-write (SIGKILL, out of memory) leaves them. Only for a folder no live process writes
-    to: a driver calls it once the job that owned the folder is gone."""
+    """Delete what `atomic_file` writes killed mid-way (SIGKILL, out of memory) left in `folder`. Only for a folder
+    no live process writes to: a driver calls it once the job that owned the folder is gone."""
     for tmp in Path(folder).glob(".*.tmp"):
         with contextlib.suppress(OSError):
             tmp.unlink()
@@ -33,15 +29,12 @@ def remove_temporaries(folder: Path) -> None:
 
 @contextmanager
 def atomic_file(path: Path, *, binary: bool = False, fsync: bool = True, replace: bool = True) -> Iterator[IO[Any]]:
-    """A file to write `path`'s new content into; it replaces `path` when the block ends without an error.
-
-    On an error the temporary file is removed and `path` keeps its old content. The file gets the
-    permissions the umask allows (not mkstemp's 0600: results are for the group to read on a cluster).
-    `fsync=False` skips the flush to disk, for files rewritten often whose loss in a power cut costs
-    nothing (the manifest, report pages). The temporary file's path is `f.name`, to check it before it
-    replaces the old one (a download's checksum). `replace=False` creates `path` only where there is none, in
-    one step (a hard link, atomic on NFS too): FileExistsError when a file is there, which is left as it is.
-    """
+    """A file to write `path`'s new content into; it replaces `path` when the block ends without an error (on an
+    error `path` keeps its old content). The file gets the permissions the umask allows (not mkstemp's 0600: results
+    are for the group to read on a cluster). `fsync=False`: for files rewritten often whose loss in a power cut costs
+    nothing (the manifest, report pages). `f.name` is the temporary file, to check it before it replaces the old one
+    (a download's checksum). `replace=False` creates `path` only where there is none, in one step (a hard link,
+    atomic on NFS too): FileExistsError when a file is there, which is left as it is."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -119,8 +112,7 @@ def atomic_write(path: Path, data: str | bytes, *, fsync: bool = True, replace: 
 @contextmanager
 def collector_paused() -> Iterator[None]:
     """Python's cycle collector off while a large sweep's files are read: reading makes many objects and no
-    reference cycles, and the collector would walk them all again as they pile up (a quarter of the time to read
-    100,000 jobs)."""
+    reference cycles, and the collector would walk them all again as they pile up."""
     enabled = gc.isenabled()
     gc.disable()
     try:

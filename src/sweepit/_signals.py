@@ -16,10 +16,9 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class StopSignals:
-    """Records each SIGINT and SIGTERM in `received` (in order) while installed; a signal can only be caught in the
-    main thread, elsewhere nothing is installed. `on_signal(signum)` runs in the handler after the signal is recorded.
-    `wakeup=True` also makes `wakeup_fd` readable at each signal, for a loop that sleeps in `select` or
-    `multiprocessing.connection.wait` rather than in a sleep it can cut short."""
+    """Records each SIGINT and SIGTERM in `received` while installed (in the main thread only, where signals can be
+    caught); then calls `on_signal(signum)`. `wakeup=True` also makes `wakeup_fd` readable at each signal, for a loop
+    that sleeps in `multiprocessing.connection.wait` rather than in a sleep a signal can cut short."""
 
     def __init__(self, on_signal: Callable[[int], None] | None = None, wakeup: bool = False) -> None:
         self.on_signal = on_signal
@@ -81,9 +80,8 @@ class StopSignals:
 
 @contextmanager
 def stop_signals_held() -> Iterator[None]:
-    """SIGINT and SIGTERM held back in this thread for the block: pending, not lost. Around a fork, so that the
-    child starts with them held and gets one only after it has replaced the driver's handlers, which it
-    inherits and which would merely note the signal (`release_stop_signals` in the child)."""
+    """SIGINT and SIGTERM held back (pending, not lost) for the block. Around a fork, so that the child gets one only
+    after it has replaced the driver's handlers, which would merely note it (`release_stop_signals`)."""
     old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         yield
@@ -114,10 +112,9 @@ SLURM_STOP = "stopped by SIGTERM from Slurm (scancel, the time limit, preemption
 
 
 def interrupt_on_sigterm(unless: Callable[[], bool]) -> None:
-    """In a Slurm task: SIGTERM raises KeyboardInterrupt (the job stops at once and records `interrupted`)
-    unless `unless()` says the task is already on its way out (its result is in, or it is being requeued).
-    submitit ignores SIGTERM, so a cancelled job would otherwise train on for Slurm's KillWait and then write
-    a result over what the driver recorded."""
+    """In a Slurm task: SIGTERM raises KeyboardInterrupt unless `unless()` says the task is on its way out (its
+    result is in, or it is being requeued). submitit ignores SIGTERM, so a cancelled job would otherwise train on for
+    Slurm's KillWait and then write a result over what the driver recorded."""
 
     def _interrupt(signum: int, frame: FrameType | None) -> None:
         if not unless():

@@ -1,7 +1,5 @@
-"""`_target_` nodes (Hydra's instantiate convention) without Hydra and without torch: the one way sweepit builds a
-class or function named in a config, for the training code (models, data, losses) and for the search (Optuna
-samplers and pruners). A mistake is one ConfigError that names the key, the value and what is expected.
-"""
+"""`_target_` nodes (Hydra's instantiate convention) without Hydra and without torch: the one way sweepit builds what
+a config names (models, data, losses, trackers, Optuna samplers and pruners), a mistake being one ConfigError."""
 
 from __future__ import annotations
 
@@ -46,9 +44,8 @@ def locate(target: Any, key: str) -> Callable[..., Any]:
 
 def instantiate(node: Mapping[str, Any], key: str, fill: Mapping[str, Any] | None = None,
                 skip: tuple[str, ...] = ("_target_",)) -> Any:
-    """Call `node["_target_"]` with the node's other keys (those in `skip` left out; nested `_target_` nodes built
-    first, `_args_` positional, `_partial_: true` a functools.partial); `fill` adds arguments the callable takes and
-    the node does not give."""
+    """Call `node["_target_"]` with the node's other keys but `skip` (nested nodes built first, `_args_` positional,
+    `_partial_: true` a functools.partial); `fill` adds arguments the callable takes and the node does not give."""
     target = locate(node.get("_target_"), f"{key}._target_")
     args = list(node.get("_args_", []))
     kwargs = {k: _build_nested(v, f"{key}.{k}") for k, v in node.items() if k not in (*skip, "_args_", "_partial_")}

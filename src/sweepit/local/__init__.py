@@ -5,8 +5,7 @@ from __future__ import annotations
 from sweepit.local._local_sweep import LocalOptions, LocalSweep
 from sweepit.local._pool import Job, Pool
 from sweepit.local._resources import DEFAULT_PRELOAD, GpuPool, preload, visible_gpus
-from sweepit.local._run import record_end
-from sweepit.local._worker import ChildSpec, Reply, child_main, failure, picklable
+from sweepit.local._worker import ChildSpec, Reply, child_main, failure, picklable, record_end
 
 __all__ = [
     "DEFAULT_PRELOAD", "ChildSpec", "GpuPool", "Job", "LocalOptions", "LocalSweep", "Pool", "Reply", "child_main",

@@ -1,9 +1,5 @@
-"""The driver side of a local sweep: workers and GPUs, the manifest, the progress line, each job's record.
-
-The launcher says how to prepare a job (compose its config, name its directory) and what a forked job runs; this
-module does the rest, for a fixed list of jobs (`run`) or for jobs that come one by one as a sweeper asks (`start`,
-`wait_any`, `close`).
-"""
+"""The driver side of a local sweep: workers and GPUs, the manifest, the progress line, each job's record, for a fixed
+list of jobs (`run`) or for jobs that come one by one as a sweeper asks (`start`, `wait_any`, `close`)."""
 
 from __future__ import annotations
 
@@ -32,8 +28,7 @@ from sweepit.local._resources import (
     resolve_threads,
     visible_gpus,
 )
-from sweepit.local._run import record_end
-from sweepit.local._worker import ChildSpec, Reply, child_main
+from sweepit.local._worker import ChildSpec, Reply, child_main, record_end
 from sweepit.results import (
     JobEntry,
     LiveReader,
@@ -103,8 +98,8 @@ class LocalOptions:
 
 class LocalSweep:
     """One sweep directory's local run, and the pool's hooks around each of its jobs. `compose(job)` fills in the
-    job's config and directory; `body(job)` runs in the forked process and returns its Reply; `release(job)` lets go
-    of what the driver no longer needs of an ended job (its config)."""
+    job's config and directory; `body(job)` runs in the forked process; `release(job)` lets go of an ended job's
+    config."""
 
     def __init__(self, options: LocalOptions, sweep_dir: Path, compose: Callable[[Job], None],
                  body: Callable[[Job], Reply], lock: SweepLock | None = None,
@@ -126,8 +121,8 @@ class LocalSweep:
 
     # -- a fixed list of jobs ----------------------------------------------------------------------------------
     def run(self, jobs: list[Job]) -> dict[int, str]:
-        """Run `jobs` to their end (or to a stop signal) and return each one's status. Raises SweepFailedError,
-        after writing the report, when jobs failed (and `fail_on_error`) or the sweep was stopped."""
+        """Run `jobs` to their end (or to a stop signal): each one's status. Raises SweepFailedError when jobs failed
+        (and `fail_on_error`) or the sweep was stopped."""
         o = self.options
         pool = self._set_up(len(jobs))
         recorded = bool(self.manifest.jobs)
@@ -203,8 +198,7 @@ class LocalSweep:
 
     # -- shared -------------------------------------------------------------------------------------------------
     def _set_up(self, n_jobs: int | None) -> Pool:
-        """Preloads, GPUs, workers and threads (`n_jobs`: the launch's job count, None when jobs come one by
-        one), the manifest, the progress line, and the pool."""
+        """Preloads, GPUs, workers and threads (`n_jobs`: None when jobs come one by one), the manifest, the pool."""
         o = self.options
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
         self.lock.acquire()  # one driver per sweep directory; released by _end()
@@ -248,8 +242,8 @@ class LocalSweep:
 
     # -- the pool's hooks ---------------------------------------------------------------------------------------
     def prepare(self, job: Job) -> bool:
-        """Compose the job; False when it is not to run: finished before (resume), or refused (recorded as failed).
-        It gets its GPUs (one per rank), or on CPU its worker slots (its ranks are processes)."""
+        """Compose the job and size it: its GPUs (one per rank), or on CPU its worker slots (its ranks are processes).
+        False when it is not to run: finished before (resume), or refused (recorded as failed)."""
         o = self.options
         assert self.pool is not None
         self.compose(job)

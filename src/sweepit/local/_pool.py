@@ -1,8 +1,6 @@
 """The driver's event loop: fork a process per job up to the cap, copy its output, notice its end, stop on signals.
-
-No polling: the loop sleeps in one `multiprocessing.connection.wait` on every job's exit sentinel, reply pipe and
-output pipes, and on a wake-up pipe written by the signal handler.
-"""
+No polling: it sleeps in one `multiprocessing.connection.wait` on every job's exit sentinel, reply and output pipes,
+and a wake-up pipe written by the signal handler."""
 
 from __future__ import annotations
 

@@ -33,11 +33,8 @@ TORCH_APP = ("torch", "sweepit.train._entry")  # an app that has imported one of
 
 
 def visible_gpus() -> list[str]:
-    """GPU ids this process may hand out, read without touching CUDA (a CUDA driver does not survive fork).
-
-    CUDA_VISIBLE_DEVICES wins when set (a Slurm allocation, a user's choice); otherwise the GPUs the NVIDIA
-    driver lists.
-    """
+    """GPU ids this process may hand out, read without touching CUDA (a CUDA driver does not survive fork):
+    CUDA_VISIBLE_DEVICES when set (a Slurm allocation, a user's choice), else the GPUs the NVIDIA driver lists."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
         ids: list[str] = []
@@ -69,8 +66,7 @@ def cpu_count() -> int:
 
 def resolve_n_workers(n_workers: int, threads_per_job: int, n_gpus: int, n_cpus: int,
                       n_jobs: int | None = None) -> int:
-    """`n_workers`, or when 0: one worker per GPU if there are GPUs, else CPU cores // threads per job (all
-    cores with auto threads), and on CPU no more workers than the launch has jobs (when it is known)."""
+    """`n_workers`, or when 0 (auto) as `LocalOptions.n_workers` says."""
     if n_workers > 0:
         return n_workers
     if n_gpus > 0:
@@ -80,7 +76,7 @@ def resolve_n_workers(n_workers: int, threads_per_job: int, n_gpus: int, n_cpus:
 
 
 def resolve_threads(threads_per_job: int, n_workers: int, n_cpus: int) -> int:
-    """`threads_per_job`, or when 0 (auto): the CPU cores shared out between the workers (at least 1)."""
+    """`threads_per_job`, or when 0 (auto): the CPU cores shared out between the workers."""
     return threads_per_job if threads_per_job > 0 else max(1, n_cpus // max(1, n_workers))
 
 

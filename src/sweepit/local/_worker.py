@@ -1,7 +1,6 @@
-"""The job side of a fork: detach from the terminal's signals, take the output pipes, run the job, reply.
-
-Everything here runs in the forked child, which has the driver's app and preloaded modules in memory already.
-"""
+"""A forked job's end, on both sides: in the child (which has the driver's app and preloaded modules in memory already),
+detach from the terminal's signals, take the output pipes, run the job and reply; in the driver, record how it ended
+(`record_end`: `result.json` for a job that died without writing one)."""
 
 from __future__ import annotations
 
@@ -11,17 +10,24 @@ import faulthandler
 import os
 import pickle
 import signal
+import socket
 import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from omegaconf import OmegaConf
+
+from sweepit._host import now_iso
 from sweepit._signals import interrupt_on_stop_signals, release_stop_signals
 from sweepit.local._resources import visible_gpus
-from sweepit.results import Status
+from sweepit.results import STDERR_LOG, JobRecord, Recorder, Status, as_number, tail_lines, write_result
 from sweepit.train import FORKED_AFTER_CUDA, forked_after_cuda
+
+if TYPE_CHECKING:
+    from sweepit.local._pool import Job
 
 _PR_SET_PDEATHSIG = 1
 
@@ -127,3 +133,42 @@ def child_main(spec: ChildSpec, conn: Connection, body: Callable[[], Reply]) -> 
     # If the driver is gone or the reply cannot travel, the driver reads the exit status instead.
     with contextlib.suppress(OSError, pickle.PicklingError):
         conn.send(reply)
+
+
+def describe_exit(exit_code: int | None, stopped: bool) -> str:
+    """How a job process ended, for a job that did not report a result."""
+    if exit_code is None:
+        return "ended without an exit status"
+    if exit_code < 0:
+        name = signal.Signals(-exit_code).name
+        hint = ""
+        if name == "SIGKILL" and not stopped:
+            hint = " (the kernel's out-of-memory killer sends SIGKILL: check the job's memory)"
+        return f"died from signal {name}{hint}"
+    return f"exited with code {exit_code} before reporting a result (os._exit, or a crash in native code)"
+
+
+def record_end(job: Job, started_at: str | None, stderr_tail_lines: int, recorded_by: Recorder) -> str:
+    """How a forked job ended, as its status; writes `result.json` when the job left none (its own one is kept, with
+    the tail of its stderr added to a failure). The local driver and sweepit.slurm's worker engine both use it."""
+    reply = job.reply
+    facts: dict[str, Any] = {key: str(value) for key in ("metric", "direction")
+                             if (value := OmegaConf.select(job.config, key, default=None)) is not None}
+    if reply is not None and reply.status == Status.COMPLETED:
+        # An app that does not write result.json itself (not sweepit's train.py): record its return value.
+        status, facts["objective"] = Status.COMPLETED, as_number(reply.value)
+    elif job.stopped or (reply is not None and reply.status == Status.INTERRUPTED):
+        status, facts["error"] = Status.INTERRUPTED, reply.error if reply else "stopped by the sweep driver"
+    elif reply is not None:
+        status = Status.FAILED
+        facts.update(error=reply.error, traceback=reply.traceback)
+    else:
+        status, facts["error"] = Status.FAILED, describe_exit(job.exit_code, job.stopped)
+    if reply is None and job.exit_code is not None and job.exit_code < 0:
+        facts["exit_signal"] = signal.Signals(-job.exit_code).name
+    elif reply is None:
+        facts["exit_code"] = job.exit_code
+    record = JobRecord.of(status, recorded_by, hostname=socket.gethostname(), pid=job.pid,
+                          wall_time_s=job.wall_time_s, started_at=started_at, ended_at=now_iso(), **facts)
+    return write_result(job.job_dir, record, replace=False,
+                        stderr_tail=lambda: tail_lines(job.job_dir / STDERR_LOG, stderr_tail_lines))

@@ -1,7 +1,6 @@
-"""Optuna pruning from inside a job: report the objective after each epoch to the job's trial, stop when told. The
-sweeper owns each trial (ask, tell); a job learns its trial from three environment variables (out of its overrides,
-directory name and reproduce command) and rebuilds the pruner the sweeper stored in the study, so both prune alike.
-optuna is imported only when a job is part of a study."""
+"""Optuna pruning from inside a job: report the objective after each epoch to the job's trial, stop when told. A job
+learns its trial from three environment variables (out of its overrides, directory name and reproduce command) and
+rebuilds the pruner the sweeper stored in the study. optuna is imported only when a job is part of a study."""
 
 from __future__ import annotations
 
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sweepit.errors import ConfigError
+from sweepit.search._samplers import build, resolve
 
 # Called after each epoch with (epoch, metrics row); True: the pruner says stop.
 EpochCallback = Callable[[int, dict[str, Any]], bool]
@@ -32,8 +32,7 @@ _DRIVERS = {"postgresql": "psycopg2-binary", "mysql": "PyMySQL"}
 
 
 def open_storage(url: str) -> Any:
-    """An Optuna storage: `sqlite:///...`, `postgresql://...`, `mysql://...`, `redis://...` (journal on
-    Redis), or a file path (a journal file, safe on shared cluster file systems; made absolute)."""
+    """An Optuna storage: a database URL, `redis://...` (a journal on Redis), or a journal file's path."""
     import optuna
     from optuna.storages.journal import JournalFileBackend, JournalRedisBackend
 
@@ -61,23 +60,18 @@ def open_storage(url: str) -> Any:
 
 def resolve_pruner(spec: Mapping[str, Any]) -> dict[str, Any]:
     """`{"_target_": ..., keywords}` (no pruner without `_target_`); a resolved spec (a study's) stays as it is."""
-    from sweepit.search._samplers import resolve
-
     return resolve(spec, PRUNER_CLASSES, "none")
 
 
 def build_pruner(spec: Mapping[str, Any]) -> Any:
     """An Optuna pruner from a spec; steps are epochs."""
-    from sweepit.search._samplers import build
-
     node = resolve_pruner(spec)
     return build(node, PRUNER_KEY, node["_target_"])
 
 
 class TrialReporter:
-    """The `on_epoch` callback of one job: reports `metric` at step `epoch` and asks the study's pruner. The storage is
-    opened at the first epoch's end, inside the job's own error handling, so that an unreachable storage is recorded
-    as the job's failure in `result.json`."""
+    """The `on_epoch` callback of one job. The storage is opened at the first epoch's end, inside the job's own error
+    handling, so that an unreachable storage is recorded as the job's failure in `result.json`."""
 
     def __init__(self, storage_url: str, study_name: str, trial_number: int, metric: str,
                  n_epochs: int | None = None, log: Callable[[str], None] = print) -> None:

@@ -1,6 +1,5 @@
-"""What an Optuna study leaves in its sweep directory besides `optuna_study.yaml`: `best_params.yaml`, `trials.csv` and
-`optimization_results.yaml` in the released hydra-optuna-sweeper's format, so that scripts written for it keep
-working. The sweeper writes them at the end of a search, the report rewrites them."""
+"""A study's files besides `optuna_study.yaml`: `best_params.yaml`, `trials.csv` and `optimization_results.yaml` in
+the released hydra-optuna-sweeper's format, so that scripts written for it keep working."""
 
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ import yaml
 
 from sweepit._files import atomic_write
 from sweepit.results import BEST_PARAMS_FILE, OPTIMIZATION_RESULTS_FILE, TRIALS_FILE, read_study_file
+from sweepit.search._pruning import open_storage
 
 
 def load_study_of(sweep_dir: Path) -> Any:
@@ -23,8 +23,6 @@ def load_study_of(sweep_dir: Path) -> Any:
     if info is None:
         return None
     import optuna
-
-    from sweepit.search._pruning import open_storage
 
     return optuna.load_study(study_name=str(info["study_name"]), storage=open_storage(str(info["storage"])),
                              sampler=optuna.samplers.RandomSampler())
@@ -122,7 +120,7 @@ def optimization_results(study: Any) -> dict[str, Any] | None:
 
 
 def write_results(sweep_dir: Path, study: Any, info: dict[str, Any], out_dir: Path | None = None) -> list[Path]:
-    """The files into `out_dir` (default: the sweep directory); `optimization_results.yaml` once a trial completed."""
+    """The files into `out_dir` (default: the sweep directory)."""
     out_dir = Path(sweep_dir) if out_dir is None else out_dir
     paths = [out_dir / BEST_PARAMS_FILE, out_dir / TRIALS_FILE]
     atomic_write(paths[0], best_params_yaml(study, info))

@@ -1,6 +1,5 @@
 """Optuna samplers and pruners from a spec: a `_target_` node with keywords of the Optuna class. A null keyword is left
-out (Optuna's default: the nodes list the keywords of Optuna 4 and 5 both, and a null one of the other version is
-dropped); a spec without `_target_` is the default class with sweepit's defaults for it."""
+out (the nodes list the keywords of Optuna 4 and 5 both); a spec without `_target_` is the default class."""
 
 from __future__ import annotations
 
@@ -81,8 +80,7 @@ def is_grid(spec: Mapping[str, Any]) -> bool:
 
 
 def build_sampler(spec: Mapping[str, Any], seed: int | None, space: SearchSpace) -> Any:
-    """The sampler of a resolved spec, seeded with `seed` (a resumed study passes another one); a grid sampler gets
-    the space's grid."""
+    """The sampler of a resolved spec, seeded with `seed`; a grid sampler gets the space's grid."""
     from optuna.exceptions import ExperimentalWarning
 
     node = {k: v for k, v in spec.items() if k != "seed"}

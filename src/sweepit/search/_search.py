@@ -37,9 +37,8 @@ SEED_STRIDE = 100_003  # seeded samplers: each worker its own stream, or they wo
 
 @dataclass
 class SearchOptions:
-    """The Optuna sweeper's options, `hydra.sweeper.*`: the plugin's Hydra schema is this class with the keys only
-    Hydra has (the search space as overrides, the sampler and pruner config groups; hydra_plugins/sweepit/config.py),
-    and the configuration reference (docs/configuration.md) is generated from the comments on its fields."""
+    """The Optuna sweeper's options, `hydra.sweeper.*` (the plugin's schema adds the keys only Hydra has);
+    docs/configuration.md is generated from the comments on its fields."""
 
     # The sampler: `_target_` and its keywords (hydra/sweeper/sampler=<name>); without `_target_`, tpe.
     sampler: dict[str, Any] = field(default_factory=dict)
@@ -112,9 +111,8 @@ class Search:
                  command: str = "python train.py",
                  env_overrides: Callable[[int, Mapping[str, str]], list[str]] = no_env,
                  extend: Callable[[Any], None] | None = None) -> None:
-        """A job learns its trial from three environment variables: `env_overrides(job_num, env)` hands them to the
-        launcher and returns the overrides that carry them, if any. `extend(trial)` runs after each trial drew the
-        space's parameters and may draw more (conditional ones), each the override `name=value` of its job."""
+        """`env_overrides(job_num, env)` hands a job the variables that name its trial to the launcher, and returns
+        the overrides that carry them, if any. `extend(trial)` may draw more parameters (conditional ones)."""
         require(bool(space.params) or extend is not None,
                 "the Optuna sweeper needs a search space, but none was given; add one to hydra.sweeper.params or the "
                 "command line, e.g. 'lr=tag(log, interval(1e-4, 1))'.")
@@ -139,6 +137,8 @@ class Search:
     def _directions(self) -> list[str]:
         """One direction per objective: a list in hydra.sweeper.direction searches several (a Pareto front)."""
         ours, metrics = self.options.direction, self.options.metrics
+        if isinstance(ours, list | tuple) and len(ours) == 1:
+            ours = self.options.direction = ours[0]
         if not isinstance(ours, list | tuple):
             require(not metrics or len(metrics) == 1,
                     f"hydra.sweeper.metrics names one objective per direction, but it names {len(metrics or [])} "
@@ -153,16 +153,13 @@ class Search:
                 f"has {len(ours)} and hydra.sweeper.metrics={list(metrics or [])} {len(metrics or [])}; give both "
                 "the same length.")
         pruner = short_name(self.pruner, PRUNER_CLASSES)
-        require(len(ours) == 1 or pruner == "none",
-                f"Optuna prunes single-objective studies only, but hydra.sweeper.direction={list(ours)} has "
-                f"{len(ours)} objectives and the pruner is {pruner}; use hydra/sweeper/pruner=none.")
-        if len(ours) == 1:
-            self.options.direction = ours[0]
-            return [self._direction()]
+        require(pruner == "none", f"Optuna prunes single-objective studies only, but hydra.sweeper.direction="
+                                  f"{list(ours)} has {len(ours)} objectives and the pruner is {pruner}; use "
+                                  "hydra/sweeper/pruner=none.")
         return [str(d) for d in ours]
 
     def _direction(self) -> str:
-        """The one rule (`objective_direction`), checked, naming where it came from."""
+        """`objective_direction`, checked, naming where it came from."""
         ours, theirs = self.options.direction, self.job.direction
         direction = objective_direction(ours, theirs)
         key = "hydra.sweeper.direction" if ours not in (None, "") else "direction (the job config's)"
@@ -247,11 +244,10 @@ class Search:
 
     # -- the search -------------------------------------------------------------------------------------------
     def run(self, launcher: Any, check: Callable[[list[str]], None] | None = None) -> list[Any]:
-        """Trials until `n_trials` count in the study; returns what the launcher returned for each job. A trial whose
-        job's config `check(overrides)` refuses fails alone: a bad value among the choices must not end the search,
-        nor be retried as if it had been interrupted. Raises SweepFailedError when the search stopped early (failure
-        rate, an interrupted trial); whatever ends it, trials in flight are told as interrupted (and retried by the
-        next run), the launcher is closed and the result files are written."""
+        """Trials until `n_trials` count in the study; what the launcher returned for each job. A trial whose job's
+        config `check(overrides)` refuses fails alone: a bad value among the choices must not end the search. Raises
+        SweepFailedError when the search stopped early; whatever ends it, trials in flight are told as interrupted
+        (retried by the next run) and the result files are written."""
         assert self.study is not None, "open() the search before run()"
         study, n_jobs = self.study, self.options.n_jobs
         n_recovered = recover(study, self.sweep_dir, self.options.diverged_value, self.options.metrics)
@@ -308,8 +304,7 @@ class Search:
         return returns
 
     def prepare(self, trial: Any, job: int, check: Callable[[list[str]], None] | None = None) -> list[str] | None:
-        """The overrides of the trial's job `job`, recorded on the trial; None, the trial told FAIL, when the custom
-        search space or `check(overrides)` raised."""
+        """The overrides of the trial's job `job`; None, the trial told FAIL, when `extend` or `check` raised."""
         trial.set_user_attr("job_num", job)
         if self.extend is not None and not self.before_start(self.extend, trial, "custom_search_space"):
             return None
@@ -320,8 +315,7 @@ class Search:
         return overrides
 
     def before_start(self, step: Callable[[Any], None], trial: Any, what: str) -> bool:
-        """False, after telling the trial FAIL with the reason, when `step(trial)` raised: the user's
-        custom_search_space, or composing the job's config."""
+        """False, the trial told FAIL with the reason, when `step(trial)` raised."""
         try:
             step(trial)
         except Exception as e:
@@ -335,7 +329,7 @@ class Search:
         return True
 
     def tell_job(self, trial: Any, job_dir: Path | None, ret: Any) -> str | None:
-        """Tell Optuna what became of the trial's job and log it; what stopped it when it was interrupted."""
+        """Tell Optuna what became of the trial's job; what stopped it when it was interrupted."""
         record, values = read_trial(job_dir, ret, self.options.metrics, len(self.directions))
         state = tell(self.study, trial, record, values, self.options.diverged_value, job_dir)
         best = None if self.multi else best_trial(self.study)
@@ -367,7 +361,7 @@ class Search:
         return ", ".join(f"{d} {n}" for d, n in zip(self.directions, names, strict=False))
 
     def print_end(self) -> None:
-        """The sweep's table (its "best" in the study's direction, read from optuna_study.yaml) and the study's best."""
+        """The sweep's table (its "best" in the study's direction) and the study's best."""
         print(summarize(self.sweep_dir), flush=True)
         if self.multi:
             front = self.study.best_trials

@@ -62,8 +62,6 @@ class Param:
         """A categorical: `values` as Optuna stores them, `strings` as each is written in an override."""
         from optuna.distributions import CategoricalDistribution
 
-        if not values:
-            raise ConfigError(f"a choice must hold at least one value, but {name}={spelled} holds none.")
         if len(set(strings)) != len(strings):
             raise ConfigError(f"choices must differ, but {name}={spelled} repeats a value; list each once.")
         with _optuna_checks(name, spelled):
@@ -99,15 +97,14 @@ class SearchSpace:
         return {p.name: p.distribution for p in self.params}
 
     def overrides(self, values: Mapping[str, Any]) -> list[str]:
-        """Fixed overrides, then one per searched parameter, then `name=value` for each value drawn outside the
-        space (a custom search space's conditional parameters; the name may start with + or ++)."""
+        """Fixed overrides, one per searched parameter, then `name=value` for each value drawn outside the space (a
+        custom search space's conditional parameters)."""
         names = {p.name for p in self.params}
         extra = [f"{name}={spelled(value)}" for name, value in values.items() if name not in names]
         return [*self.fixed, *(p.override(values[p.name]) for p in self.params), *extra]
 
     def first_point(self) -> dict[str, Any]:
-        """A point of the space (each first choice or low end), to check before any trial that a job's overrides
-        compose."""
+        """A point of the space, to check before any trial that a job's overrides compose."""
         return {p.name: p.choices[0] if p.choices else p.distribution.low for p in self.params}
 
     def grid(self) -> dict[str, list[Any]]:

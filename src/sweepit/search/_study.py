@@ -1,6 +1,6 @@
-"""What the study is told of each trial's job, as docs/optuna.md says: the Optuna state and `sweepit_status` of each
-job status, which trials count towards n_trials and max_failure_rate, and trials whose runner is gone. An interrupted
-trial (cut short by a stopped driver or worker) is FAIL, counted nowhere, and its parameters are enqueued again."""
+"""What the study is told of each trial's job (docs/optuna.md): its Optuna state and `sweepit_status`, which trials
+count towards n_trials and max_failure_rate, and trials whose runner is gone. An interrupted trial (cut short by a
+stopped driver or worker) is FAIL, counted nowhere, and its parameters are enqueued again."""
 
 from __future__ import annotations
 
@@ -43,8 +43,8 @@ def failure_rate(study: Any) -> tuple[int, int]:
 
 def tell(study: Any, trial: Any, record: JobRecord, values: list[float] | None, diverged_value: float | None,
          job_dir: Path | None = None) -> str:
-    """Tell Optuna how the trial's job ended (`read_trial`); returns the Optuna state's name. With several objectives
-    a trial has all its values or FAILs (a diverged one too)."""
+    """Tell Optuna how the trial's job ended (`read_trial`); the Optuna state's name. With several objectives a trial
+    has all its values or FAILs (a diverged one too)."""
     import optuna
 
     told = optuna.trial.Trial(study, trial._trial_id)
@@ -91,8 +91,7 @@ def recover(study: Any, sweep_dir: Path, diverged_value: float | None, metrics: 
 
 def recover_trial(study: Any, trial: Any, sweep_dir: Path, diverged_value: float | None,
                   metrics: list[str] | None = None) -> str:
-    """One RUNNING trial whose runner is gone: its result when its job wrote one, else interrupted (to be tried
-    again). Returns the job's status, or `interrupted`."""
+    """One RUNNING trial whose runner is gone: its job's result when it wrote one, else interrupted (tried again)."""
     job_dir = trial.user_attrs.get("job_dir")
     if not job_dir and isinstance(trial.user_attrs.get("job_num"), int):
         job_dir = find_job_dir(sweep_dir, trial.user_attrs["job_num"])

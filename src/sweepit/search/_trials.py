@@ -82,8 +82,7 @@ def as_runner(launcher: Any, n_jobs: int) -> AsyncLauncher:
 
 
 def find_job_dir(sweep_dir: Path, num: int, ret: Any = None) -> Path | None:
-    """The job's directory: from its JobReturn's config when it says, else where its launcher recorded it (or the
-    sweep directory's `<num>_*`: `job_folders`)."""
+    """The job's directory: its JobReturn's config's, else the sweep directory's `<num>_*`."""
     for cfg in (getattr(ret, "hydra_cfg", None), getattr(ret, "cfg", None)):
         with contextlib.suppress(Exception):
             if cfg is not None and cfg.hydra.runtime.output_dir:
@@ -95,10 +94,9 @@ def find_job_dir(sweep_dir: Path, num: int, ret: Any = None) -> Path | None:
 
 def read_trial(job_dir: Path | None, ret: Any, metrics: list[str] | None = None,
                n_values: int = 1) -> tuple[JobRecord, list[float] | None]:
-    """What became of a trial's job, for `tell`: its record and its objective value(s). A job that wrote no
-    `result.json` (an app without sweepit's callback on a launcher that is not sweepit's) gets one here, from its
-    JobReturn as a sweepit launcher records it, so that the table, `sweepit summary`, the report and the study name
-    the same best job. A completed job whose values are missing has why as its error: its trial FAILs."""
+    """What became of a trial's job, for `tell`: its record and objective value(s). A job that wrote no `result.json`
+    (an app without sweepit's callback on another launcher) gets one from its JobReturn, so that the table, the report
+    and the study name the same best job. A completed job whose values are missing FAILs, with why as its error."""
     record = read_record(job_dir)
     if not record.ended:
         record = _recorded(job_dir, ret) or JobRecord.of(Status.FAILED,

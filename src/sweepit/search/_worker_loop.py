@@ -1,8 +1,7 @@
-"""Worker mode: N long-lived jobs each loop ask -> run -> tell against the study's shared storage. Here is the study's
-side: the source of work of sweepit.slurm's worker engine (`StudySource`) and the driver (`drive`). The workers share
-their rules (docs/optuna.md) through the storage and `.workers/` alone: each job's number is claimed in
-`.workers/jobs/<num>`, whose record, once the job starts, the driver adopts the job from (`started_trials`); a trial
-of a worker whose heartbeat went stale is taken over by the one worker that claims `.workers/reclaimed-<trial id>`."""
+"""Worker mode, the study's side: the source of work of sweepit.slurm's worker engine (`StudySource`) and the driver
+(`drive`). Workers share nothing but the storage and `.workers/` (docs/optuna.md): a job's number is claimed in
+`.workers/jobs/<num>`, whose record the driver adopts the job from (`started_trials`); a trial of a worker whose
+heartbeat went stale is taken over by the one worker that claims `.workers/reclaimed-<trial id>`."""
 
 from __future__ import annotations
 
@@ -126,9 +125,8 @@ class StudySource:
 
 
 def started_trials(sweep_dir: Path, known: Container[int] = ()) -> dict[int, dict[str, Any]]:
-    """The jobs that workers started trials in, but those in `known`: job number -> its claim's record (`worker`,
-    `trial`, `overrides`, `job_dir`, `started_at`). A claim whose job has not started yet, or whose content this node
-    does not see yet, is left for the next look."""
+    """Job number -> its claim's record (`StudySource.started`), but those in `known`. A claim whose job has not
+    started yet, or whose content this node does not see yet, is left for the next look."""
     folder = SweepPaths(sweep_dir).trial_claims
     out: dict[int, dict[str, Any]] = {}
     for num in sorted(claimed(folder)):
@@ -154,7 +152,7 @@ class WorkerArray(Protocol):
 
 def drive(search: Search, array: WorkerArray, n_workers: int, make_task: Callable[[int], Any]) -> None:
     """The driver of worker mode: recover what an earlier run left, submit `n_workers` (fewer when fewer trials are
-    left), follow them, and write the study's result files. Raises SweepFailedError as Search.run does."""
+    left), follow them, write the study's result files; raises SweepFailedError as Search.run does."""
     study, total, options = search.study, search.total_trials(), search.options
     assert study is not None, "open() the search before drive()"
     alive = array.open()

@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from sweepit.errors import ConfigError
-from sweepit.results import MANIFEST_FILE, MULTIRUN_FILE
+from sweepit.results import MANIFEST_FILE, MULTIRUN_FILE, State, Status
 
 # Files beside a job's directories that say the directory above a job is a sweep (sweepit's, Hydra's basic one).
 _SWEEP_MARKERS = (MANIFEST_FILE, MULTIRUN_FILE)
 # Config subtrees that are not hyperparameters of the job.
 _NOT_PARAMS = ("hydra", "logger")
+# The endings a tracker shows as a run that finished well (`ended`: a single run of a user's own loop).
+ENDED_WELL = (Status.COMPLETED, Status.PRUNED, State.ENDED)
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ def _has_methods(obj: Any) -> bool:
 
 
 def _require(node: Mapping[str, Any], key: str) -> None:
-    """ConfigError when the node names a class that cannot be imported, or a tracker whose package is missing."""
+    """ConfigError when the node's class cannot be imported, or is a tracker whose package is missing."""
     from sweepit._targets import locate
 
     cls = locate(node["_target_"], f"{key}._target_")
@@ -72,12 +74,10 @@ def _require(node: Mapping[str, Any], key: str) -> None:
 
 
 def _nodes(config: Any, strict: bool) -> list[tuple[str, Mapping[str, Any]]]:
-    """The `logger` node's trackers as (key, plain mapping), in config order; [] when there is none.
-
-    `strict` (sweepit's own loop, whose `logger` node is sweepit's group) refuses whatever is not a tracker's config.
-    Otherwise the node may be an app's own group (lightning-hydra-template's `logger=csv` is Lightning's loggers), so
-    only its entries whose `_target_` is a tracker are sweepit's; the rest are the app's, left unread and unresolved
-    (they may interpolate what only the app's own run sets, such as `${hydra:runtime.output_dir}`)."""
+    """The `logger` node's trackers as (key, plain mapping), in config order. `strict` (sweepit's own loop, whose
+    `logger` node is sweepit's group) refuses whatever is not a tracker's config. Otherwise the node may be an app's
+    own group (lightning-hydra-template's `logger=csv` is Lightning's loggers): the entries whose `_target_` is not a
+    tracker are the app's, left unread and unresolved (they may interpolate what only the app's run sets)."""
     from sweepit._targets import plain
 
     node = _select(config, "logger")
@@ -120,14 +120,13 @@ def _is_tracker(target: Any, key: str) -> bool:
 
 
 def check_trackers(config: Any) -> None:
-    """Raise ConfigError when a tracker of the config cannot be built (unknown target, missing package),
-    before any training; build nothing."""
+    """ConfigError, before any training, when a tracker of the config cannot be built; builds nothing."""
     for key, node in _nodes(config, strict=True):
         _require(node, key)
 
 
 def open_trackers(config: Any, job_dir: Path) -> list[Tracker]:
-    """Build and start the config's trackers for the job in `job_dir` ([] when the config names none)."""
+    """The config's trackers, built and started for the job in `job_dir`."""
     from sweepit._targets import instantiate
 
     nodes = _nodes(config, strict=False)
@@ -157,9 +156,8 @@ def run_info(config: Any, job_dir: Path) -> RunInfo:
 
 
 def flat_params(config: Any) -> dict[str, Any]:
-    """The job's config as `dotted.key -> value` (numbers, strings, booleans; lists as text), without the
-    hydra and logger subtrees. Each value is resolved alone, and one that cannot be outside the job's own run
-    (`${hydra:...}`, Hydra's sweep keys in a single run) is kept as its interpolation's text."""
+    """The job's config as `dotted.key -> value` (lists as text), without the hydra and logger subtrees. Each value is
+    resolved alone, and one that cannot be outside the job's own run (`${hydra:...}`) is kept as its text."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 

@@ -14,13 +14,10 @@ from typing import Any
 
 from sweepit._files import atomic_write
 from sweepit.results import MLFLOW_RUN_FILE, State, Status
-from sweepit.trackers._base import RunInfo, Tracker
+from sweepit.trackers._base import ENDED_WELL, RunInfo, Tracker
 
 _PARAMS_PER_CALL = 100        # MLflow's log_batch limit
 _PARAM_CHARS = 6000           # MLflow's longest parameter value
-# sweepit's outcome -> MLflow's run status
-_STATUS: dict[str, str] = {Status.COMPLETED: "FINISHED", Status.PRUNED: "FINISHED", State.ENDED: "FINISHED",
-                           Status.INTERRUPTED: "KILLED"}
 
 
 class MLflow(Tracker):
@@ -81,5 +78,6 @@ class MLflow(Tracker):
         self.client.set_tag(self.run_id, "sweepit.status", status)
         if result is not None and isinstance(result.get("objective"), int | float):
             self.client.log_metric(self.run_id, "objective", float(result["objective"]))
-        self.client.set_terminated(self.run_id, status=_STATUS.get(status, "FAILED"))
+        ended = "FINISHED" if status in ENDED_WELL else "KILLED" if status == Status.INTERRUPTED else "FAILED"
+        self.client.set_terminated(self.run_id, status=ended)
         self.client = None

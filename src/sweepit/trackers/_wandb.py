@@ -14,8 +14,8 @@ from typing import Any
 
 from sweepit._files import atomic_write
 from sweepit.errors import ConfigError
-from sweepit.results import WANDB_RUN_FILE, State, Status
-from sweepit.trackers._base import RunInfo, Tracker
+from sweepit.results import WANDB_RUN_FILE
+from sweepit.trackers._base import ENDED_WELL, RunInfo, Tracker
 
 log = logging.getLogger(__name__)
 _MODES = ("offline", "online", "disabled", "shared")
@@ -59,7 +59,7 @@ class WandB(Tracker):
         if result is not None and isinstance(result.get("objective"), int | float):
             self.run.summary["objective"] = float(result["objective"])
         run_dir = self.run.dir
-        self.run.finish(exit_code=0 if status in (Status.COMPLETED, Status.PRUNED, State.ENDED) else 1)
+        self.run.finish(exit_code=0 if status in ENDED_WELL else 1)
         self.run = None
         if self.mode == "offline":
             log.info(f"sweepit: W&B run saved offline; upload it with `wandb sync {Path(run_dir).parent}`")
