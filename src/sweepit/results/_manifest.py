@@ -23,7 +23,7 @@ from sweepit.results._job_files import read_record
 from sweepit.results._journal import Journal, append_records, compact_now, read_journal, start_journal
 from sweepit.results._overrides import driver_env, override_key, shell_line
 from sweepit.results._paths import MANIFEST_FILE, JobPaths, SweepPaths
-from sweepit.results._status import FAILED_STATUSES, FINISHED_STATUSES, STATUSES, State, Status, counts_text
+from sweepit.results._status import FAILED_STATUSES, FINISHED_STATUSES, RESULT_STATUSES, State, Status, counts_text
 
 MANIFEST_VERSION = 2  # 2: `generation`, continued by sweep.journal
 
@@ -31,7 +31,6 @@ MANIFEST_VERSION = 2  # 2: `generation`, continued by sweep.journal
 _RESUME_KEYS = ("hydra.sweep.dir", "hydra.launcher.resume")
 _PLAIN_VALUE = re.compile(r"[\w./:@+-]+")
 _MAX_LISTED = 10  # failed jobs named one by one in the error that ends a sweep
-_RECORDED = tuple(s for s in STATUSES if s not in FAILED_STATUSES)  # known from a job's result.json alone
 
 
 @dataclass(slots=True)  # slots: 100,000 of them in a large sweep's driver
@@ -308,7 +307,7 @@ def failure_report(manifest: Manifest, jobs: Sequence[LaunchedJob], statuses: di
     bad = [j for j in jobs if statuses.get(j.num) in FAILED_STATUSES]
     # Every reader of the sweep finds a job's record in the folder recorded for it: one ended there without it
     # (the folder moved or deleted since, by the app or by hand) is as good as failed.
-    lost = [j for j in jobs if statuses.get(j.num) in _RECORDED and j.num not in skipped
+    lost = [j for j in jobs if statuses.get(j.num) in RESULT_STATUSES and j.num not in skipped
             and not JobPaths(j.job_dir).result.exists()]
     if stop_signal is None and (not (bad or lost) or not fail_on_error):
         return None

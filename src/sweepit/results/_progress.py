@@ -16,7 +16,7 @@ from typing import TextIO
 from sweepit.results._job_files import parse_metrics
 from sweepit.results._overrides import load_yaml
 from sweepit.results._paths import JobPaths
-from sweepit.results._status import FAILED_STATUSES, counts_text, finite
+from sweepit.results._status import FAILED_STATUSES, counts_text, finite_number
 
 _CLEAR = "\r\033[K"
 
@@ -160,13 +160,13 @@ class LiveReader:
     def __init__(self) -> None:
         self._seen: dict[Path, _Seen] = {}
 
-    def look(self, job_dir: Path, metric: str | None = None) -> JobProgress | None:
+    def look(self, job_dir: Path) -> JobProgress | None:
         """The job's progress; None before its first epoch is written."""
         job_dir = Path(job_dir)
         seen = self._seen.setdefault(job_dir, _Seen())
         if seen.start is None:  # until the job has written its config (Hydra does as it starts)
             seen.epochs, seen.metric, seen.start = _config_facts(job_dir)
-        metric = metric or seen.metric
+        metric = seen.metric
         path = JobPaths(job_dir).metrics
         try:
             stat = path.stat()
@@ -182,11 +182,12 @@ class LiveReader:
         end = chunk.rfind(b"\n") + 1  # a line still being written waits for the next look
         seen.offset += end
         for row in parse_metrics(chunk[:end].decode(errors="replace").splitlines())[0]:
-            seen.rows = max(seen.rows, int(row["epoch"]) if finite(row.get("epoch")) else seen.rows + 1)
-            if finite(row.get("epoch_time_s")):
-                seen.times.append(float(row["epoch_time_s"]))
-            if metric and finite(row.get(metric)):
-                seen.value = float(row[metric])
+            epoch = finite_number(row.get("epoch"))
+            seen.rows = max(seen.rows, int(epoch) if epoch is not None else seen.rows + 1)
+            if (took := finite_number(row.get("epoch_time_s"))) is not None:
+                seen.times.append(took)
+            if metric and (value := finite_number(row.get(metric))) is not None:
+                seen.value = value
         if seen.rows == 0:
             return None
         # Epoch time: the mean of the rows' `epoch_time_s`, the first (warm-up) epoch left out once there are more; a
