@@ -170,7 +170,7 @@ class Sweep:
     @cached_property
     def unread(self) -> list[str]:
         """A sentence per swept key that looks unread (the end-of-sweep summary's rule: `UnreadKeys`)."""
-        return UnreadKeys.of(self.jobs).lines()
+        return UnreadKeys(self.jobs).lines()
 
     def counts_line(self) -> str:
         """`4 jobs: 3 completed, 1 failed`, the most frequent status first."""

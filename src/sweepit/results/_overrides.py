@@ -83,11 +83,6 @@ def override_values(overrides: Iterable[str]) -> dict[str, str]:
     return {key: item.partition("=")[2] for item in overrides if (key := own_key(item)) is not None}
 
 
-def read_overrides(job_dir: Path) -> dict[str, str]:
-    """The job's own overrides as {key: value}, from Hydra's `.hydra/overrides.yaml`."""
-    return override_values(typed_overrides(job_dir))
-
-
 def app_script(manifest: dict[str, Any], sweep_dir: Path | None = None) -> str:
     """The app's script from the driver's command line in sweep.json. Without sweep.json (a launcher that is not
     sweepit's), the job's name that Hydra kept in multirun.yaml is the script's, found in the app's config folder or

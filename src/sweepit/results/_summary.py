@@ -16,7 +16,6 @@ from sweepit.results._overrides import (
     app_command,
     config_source,
     override_values,
-    read_overrides,
     rerun_command,
     short_value,
     typed_overrides,
@@ -27,6 +26,7 @@ from sweepit.results._status import (
     State,
     Status,
     counts_text,
+    finite_number,
     measures_speed,
     objective_values,
     pareto_front,
@@ -117,13 +117,14 @@ def job_row(kind: type[Row], num: int, folder: Path | None, entry: dict[str, Any
     its sweep.json record alone while it has no folder. Without a result.json the launcher's state says where the
     job stands; without a record either, a job with a folder has started (Hydra makes it as the job starts)."""
     given = entry.get("overrides") if entry else None
-    overrides = override_values(str(o) for o in given) if isinstance(given, list) and given else None
+    if not (isinstance(given, list) and given) and folder is not None:
+        given = typed_overrides(folder)
+    overrides = override_values(str(o) for o in given or ())
     if folder is None:
         assert entry is not None  # sweep_jobs yields no folder only for a job sweep.json lists
-        row = kind(num=num, job_dir=Path(str(entry.get("job_dir") or "")), overrides=overrides or {}, status="")
+        row = kind(num=num, job_dir=Path(str(entry.get("job_dir") or "")), overrides=overrides, status="")
     else:
-        row = kind(num=num, job_dir=folder, overrides=read_overrides(folder) if overrides is None else overrides,
-                   status="")
+        row = kind(num=num, job_dir=folder, overrides=overrides, status="")
         record = read_record(folder)
         if record.status is not None:
             row.status, row.result, row.objective = record.status, record.result, record.objective
@@ -150,8 +151,7 @@ def collect(sweep_dir: Path) -> list[JobRow]:
 def best_row(rows: list[JobRow], direction: str) -> JobRow | None:
     """The completed job with the best finite objective; the first one on ties, as Optuna's journal storage picks its
     best trial."""
-    scored = [r for r in rows if r.status == Status.COMPLETED and r.objective is not None
-              and math.isfinite(r.objective)]
+    scored = [r for r in rows if r.status == Status.COMPLETED and finite_number(r.objective) is not None]
     if not scored:
         return None
     pick = max if direction == "maximize" else min
@@ -317,12 +317,11 @@ class _Tally:
             self.first.append(row)
         if not self.limit:
             return
-        scored = row.status == Status.COMPLETED and row.objective is not None and math.isfinite(row.objective)
-        if scored:
-            assert row.objective is not None
+        objective = finite_number(row.objective) if row.status == Status.COMPLETED else None
+        if objective is not None:
             for direction, sign in (("maximize", 1.0), ("minimize", -1.0)):
                 # the heap's smallest is the worst kept: lower value, then the later job
-                entry = (sign * row.objective, -row.num, -self.n, row)
+                entry = (sign * objective, -row.num, -self.n, row)
                 heap = self.top[direction]
                 if len(heap) < self.limit:
                     heapq.heappush(heap, entry)

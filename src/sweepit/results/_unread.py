@@ -39,16 +39,11 @@ def _metrics(result: dict[str, Any]) -> tuple[Any, ...] | None:
 class UnreadKeys:
     """The rule, fed one job at a time (`add`, in any order); `lines` says which keys look unread."""
 
-    def __init__(self) -> None:
+    def __init__(self, jobs: Iterable[JobRow] = ()) -> None:
         self._groups: dict[str, dict[int, _Group]] = {}  # key -> hash of the other overrides -> group
         self._read: set[str] = set()                     # keys some group showed to change the metrics
-
-    @classmethod
-    def of(cls, jobs: Iterable[JobRow]) -> UnreadKeys:
-        found = cls()
         for job in jobs:
-            found.add(job)
-        return found
+            self.add(job)
 
     def add(self, job: JobRow) -> None:
         if job.status != Status.COMPLETED or self._read.issuperset(job.overrides):
