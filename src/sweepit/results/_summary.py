@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sweepit.results._job_files import job_num, read_record, total_wall_time_s
+from sweepit.results._job_files import error_line, job_num, read_record, total_wall_time_s
 from sweepit.results._manifest import iter_manifest, rerooter
 from sweepit.results._overrides import (
     app_command,
@@ -130,7 +130,7 @@ def job_row(kind: type[Row], num: int, folder: Path | None, entry: dict[str, Any
             row.status, row.result, row.objective = record.status, record.result, record.objective
             row.note = record.problem
             if row.status in FAILED_STATUSES and record.error:
-                row.note = record.error_line
+                row.note = error_line(record.error)
             elif record.attempts > 1 and not row.note:
                 row.note = f"{record.attempts} attempts"  # its time is theirs together
         if read is not None:
@@ -281,8 +281,8 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
 
 class _Tally:
     """What `summarize` needs of every job, gathered one job at a time: counts, the swept keys and the rows to show:
-    every row when the sweep has no more than `limit` jobs (0: no limit), else the `limit` best either way (the
-    direction is known only at the end) and the first `limit` without an objective."""
+    the `limit` best either way (the direction is known only at the end) and the first `limit` without an objective
+    (0: every row)."""
 
     def __init__(self, limit: int, multi: bool) -> None:
         self.limit, self.multi = limit, multi
@@ -292,9 +292,8 @@ class _Tally:
         self.direction: str | None = None
         self.overrides = _Keys()
         self.weights: list[int] = []
-        self.first: list[JobRow] = []           # every row (no limit), or the first `limit` of them
-        self.unscored: list[JobRow] = []        # the first `limit` rows without an objective (with a limit)
-        self.top: dict[str, list[tuple[float, int, int, JobRow]]] = {"maximize": [], "minimize": []}  # heaps
+        self.unscored: list[tuple[int, JobRow]] = []  # (its place, the row) of the first `limit` without an objective
+        self.top: dict[str, list[tuple[float, int, JobRow]]] = {"maximize": [], "minimize": []}  # heaps
         self.completed: list[JobRow] = []       # multi-objective: every completed job (its Pareto front needs all)
         self.unread = UnreadKeys()
 
@@ -313,42 +312,33 @@ class _Tally:
             self.weights.append(sum(n for n in weights.values() if isinstance(n, int)))
         if self.multi and row.status == Status.COMPLETED:
             self.completed.append(row)
-        if not self.limit or len(self.first) < self.limit:
-            self.first.append(row)
-        if not self.limit:
-            return
         objective = finite_number(row.objective) if row.status == Status.COMPLETED else None
-        if objective is not None:
-            for direction, sign in (("maximize", 1.0), ("minimize", -1.0)):
-                # the heap's smallest is the worst kept: lower value, then the later job
-                entry = (sign * objective, -row.num, -self.n, row)
-                heap = self.top[direction]
-                if len(heap) < self.limit:
-                    heapq.heappush(heap, entry)
-                elif entry[:3] > heap[0][:3]:
-                    heapq.heapreplace(heap, entry)
-        elif len(self.unscored) < self.limit:
-            self.unscored.append(row)
+        if objective is None:
+            if not self.limit or len(self.unscored) < self.limit:
+                self.unscored.append((self.n, row))
+            return
+        for direction, sign in (("maximize", 1.0), ("minimize", -1.0)):
+            # the heap's smallest is the worst kept: lower value, then the later job
+            entry, heap = (sign * objective, -self.n, row), self.top[direction]
+            if not self.limit or len(heap) < self.limit:
+                heapq.heappush(heap, entry)
+            elif entry[:2] > heap[0][:2]:
+                heapq.heapreplace(heap, entry)
 
-    @property
-    def all_kept(self) -> bool:
-        return not self.limit or self.n <= self.limit
-
-    def ranked(self, direction: str) -> list[JobRow]:
-        """The kept scored rows, best first (the earlier job first on a tie, as `best_row` picks)."""
-        return [row for *_, row in sorted(self.top[direction], key=lambda e: e[:3], reverse=True)]
+    def ranked(self, direction: str) -> list[tuple[int, JobRow]]:
+        """The kept scored rows with their places, best first (the earlier job first on a tie, as `best_row`)."""
+        return [(-n, row) for _, n, row in sorted(self.top[direction], key=lambda e: e[:2], reverse=True)]
 
     def shown(self, direction: str) -> list[JobRow]:
-        if self.all_kept:
-            return self.first
-        ranked = self.ranked(direction)
-        return ranked + self.unscored[:self.limit - len(ranked)]
+        """Every row in job order when all were kept, else the best ones first."""
+        kept = self.ranked(direction) + self.unscored
+        if self.limit and self.n > self.limit:
+            return [row for _, row in kept[:self.limit]]
+        return [row for _, row in sorted(kept, key=lambda e: e[0])]
 
     def best(self, direction: str) -> JobRow | None:
-        if self.all_kept:
-            return best_row(self.first, direction)
         ranked = self.ranked(direction)
-        return ranked[0] if ranked else None
+        return ranked[0][1] if ranked else None
 
 
 def size_text(n_bytes: int) -> str:
