@@ -98,13 +98,8 @@ def with_attempts(job_dir: Path | str, result: dict[str, Any]) -> dict[str, Any]
     n = earlier_attempts(job_dir)
     if n == 0:
         return result
-    walls = [as_number(result.get("wall_time_s"))]
-    for attempt in range(1, n + 1):
-        try:
-            earlier = read_result(Path(job_dir), attempt_file(RESULT_FILE, attempt)) or {}
-        except (ValueError, OSError):
-            earlier = {}
-        walls.append(as_number(earlier.get("wall_time_s")))
+    walls = [as_number(result.get("wall_time_s")),
+             *(read_record(job_dir, attempt_file(RESULT_FILE, attempt)).wall_time_s for attempt in range(1, n + 1))]
     known = [w for w in walls if w is not None]
     return {**result, "attempts": n + 1, **({"total_wall_time_s": sum(known)} if known else {})}
 
@@ -221,10 +216,6 @@ class JobRecord:
         return str(self.result.get("error") or "")
 
     @property
-    def error_line(self) -> str:
-        return error_line(self.error)
-
-    @property
     def wall_time_s(self) -> float | None:
         """How long this attempt of the job ran (`total_wall_time_s`: all of them)."""
         return as_number(self.result.get("wall_time_s"))
@@ -244,9 +235,6 @@ class JobRecord:
     def ended(self) -> bool:
         """Whether the record says how the job ended: one that cannot be read, or says no status, is no record."""
         return self.status not in (None, "", State.CORRUPT, State.UNKNOWN)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.result.get(key, default)
 
 
 def write_result(job_dir: Path | str, record: JobRecord | dict[str, Any], *, replace: bool = True,
@@ -296,13 +284,13 @@ def total_wall_time_s(result: dict[str, Any]) -> float | None:
     return as_number(result.get("total_wall_time_s", result.get("wall_time_s")))
 
 
-def read_record(job_dir: Path | str | None) -> JobRecord:
-    """The one reading rule: a result.json that cannot be read is CORRUPT, with the reason; one without a status is
-    UNKNOWN; no directory or no file is status None."""
+def read_record(job_dir: Path | str | None, name: str = RESULT_FILE) -> JobRecord:
+    """The one reading rule (`name`: an earlier attempt's record): a result.json that cannot be read is CORRUPT, with
+    the reason; one without a status is UNKNOWN; no directory or no file is status None."""
     if job_dir is None:
         return JobRecord(None)
     try:
-        result = read_result(Path(job_dir))
+        result = read_result(Path(job_dir), name)
     except (ValueError, OSError) as e:
         return JobRecord(State.CORRUPT, problem=f"{RESULT_FILE} unreadable: {e}")
     if result is None:

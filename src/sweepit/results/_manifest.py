@@ -19,7 +19,7 @@ from typing import IO, Any, Protocol
 from sweepit._files import atomic_file, collector_paused
 from sweepit._host import now_iso, process_alive
 from sweepit.errors import ManifestError
-from sweepit.results._job_files import read_record
+from sweepit.results._job_files import error_line, read_record
 from sweepit.results._journal import Journal, append_records, compact_now, read_journal, start_journal
 from sweepit.results._overrides import driver_env, override_key, shell_line
 from sweepit.results._paths import MANIFEST_FILE, JobPaths, SweepPaths
@@ -324,7 +324,7 @@ def failure_report(manifest: Manifest, jobs: Sequence[LaunchedJob], statuses: di
             if lost else [])
         lines = [f"{'; '.join(heads)} ({tally}):"]
     for j in bad[:_MAX_LISTED]:
-        what = read_record(j.job_dir).error_line or "no error recorded"
+        what = error_line(read_record(j.job_dir).error) or "no error recorded"
         lines.append(f"  job {j.num} [{' '.join(j.overrides)}]: {statuses[j.num]}: {what}")
         lines.append(f"    logs: {JobPaths(j.job_dir).stderr}")
     if len(bad) > _MAX_LISTED:
