@@ -105,9 +105,8 @@ def with_attempts(job_dir: Path | str, result: dict[str, Any]) -> dict[str, Any]
 
 
 def start_clean(job_dir: Path) -> None:
-    """A job run again starts without the record and metrics of its last run (a stale failed result must not stand
-    for the new attempt): its record and logs are kept as an attempt's, its metrics are not (a resumed run restores
-    them from its checkpoint, which stays)."""
+    """A job run again starts without its last run's record (kept, with its logs, as an attempt's: a stale failed
+    result must not stand for the new attempt) and metrics (a resumed run restores them from its checkpoint)."""
     job_dir = Path(job_dir)
     # A Slurm job's logs are links: one to a log that never came (a job cancelled while queued) is no attempt.
     last = [name for name in ATTEMPT_FILES if (job_dir / name).exists()]
@@ -127,12 +126,12 @@ class ResultGrace:
         self._since: dict[int, float] = {}
 
     def over(self, num: int, now: float | None = None) -> bool:
-        """True once job `num` has been seen without a result for `grace_s`; the first call starts its clock."""
+        """The first call starts job `num`'s clock."""
         now = time.monotonic() if now is None else now
         return now - self._since.setdefault(num, now) >= self.grace_s
 
     def wait_s(self) -> float:
-        """How long until every job seen so far has had its grace (0 when none waits)."""
+        """Until every job seen so far has had its grace."""
         now = time.monotonic()
         return max([0.0, *(since + self.grace_s - now for since in self._since.values())])
 
@@ -177,7 +176,7 @@ def error_line(error: str, limit: int = ERROR_LINE_CHARS) -> str:
 
 
 def tail_lines(path: Path | str | None, n_lines: int, max_bytes: int = 1 << 16) -> str:
-    """The last `n_lines` lines of a log (at most `max_bytes` read); empty when there is none."""
+    """Empty when there is no log."""
     if n_lines <= 0 or not path:
         return ""
     try:
@@ -217,7 +216,7 @@ class JobRecord:
 
     @property
     def wall_time_s(self) -> float | None:
-        """How long this attempt of the job ran (`total_wall_time_s`: all of them)."""
+        """This attempt's (`total_wall_time_s`: all of them)."""
         return as_number(self.result.get("wall_time_s"))
 
     @property
@@ -264,7 +263,7 @@ def write_result(job_dir: Path | str, record: JobRecord | dict[str, Any], *, rep
 
 
 def _write(job_dir: Path, result: dict[str, Any], replace: bool = True) -> bool:
-    """Write `result.json` (`replace=False`: only where there is none, in one step); False when one was there."""
+    """`replace=False`: only where there is none, in one step; False when one was there."""
     text = json.dumps(_jsonable(with_attempts(job_dir, result)), indent=2, sort_keys=True) + "\n"
     try:
         atomic_write(job_dir / RESULT_FILE, text, replace=replace)
@@ -280,7 +279,6 @@ def record_failure(job_dir: Path | str, error: str, recorded_by: Recorder) -> St
 
 
 def total_wall_time_s(result: dict[str, Any]) -> float | None:
-    """How long the job ran, over all its attempts."""
     return as_number(result.get("total_wall_time_s", result.get("wall_time_s")))
 
 
@@ -303,7 +301,7 @@ _STATUS_OF: dict[str, str] = {s.value: s for s in Status}
 
 
 class MetricsLog:
-    """Appends one JSON line per epoch; each append rewrites the file atomically (epochs are few)."""
+    """Each epoch's line rewrites the file atomically (epochs are few): a killed job never leaves half a line."""
 
     def __init__(self, job_dir: Path) -> None:
         self.path = JobPaths(job_dir).metrics
@@ -322,7 +320,6 @@ class MetricsLog:
 
 
 def read_metrics(job_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Per-epoch rows, and a note for each line that is not a JSON object."""
     try:
         return parse_metrics(JobPaths(job_dir).metrics.read_text().splitlines())
     except FileNotFoundError:

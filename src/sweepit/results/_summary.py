@@ -120,11 +120,9 @@ def job_row(kind: type[Row], num: int, folder: Path | None, entry: dict[str, Any
     if not (isinstance(given, list) and given) and folder is not None:
         given = typed_overrides(folder)
     overrides = override_values(str(o) for o in given or ())
-    if folder is None:
-        assert entry is not None  # sweep_jobs yields no folder only for a job sweep.json lists
-        row = kind(num=num, job_dir=Path(str(entry.get("job_dir") or "")), overrides=overrides, status="")
-    else:
-        row = kind(num=num, job_dir=folder, overrides=overrides, status="")
+    # (sweep_jobs yields no folder only for a job sweep.json lists, with the folder recorded for it)
+    row = kind(num=num, job_dir=folder or Path(str((entry or {}).get("job_dir") or "")), overrides=overrides, status="")
+    if folder is not None:
         record = read_record(folder)
         if record.status is not None:
             row.status, row.result, row.objective = record.status, record.result, record.objective
