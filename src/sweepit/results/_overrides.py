@@ -1,6 +1,5 @@
 """A job's overrides: their keys, the job's own ones as they were typed (`+model.hidden=64`, which the tables'
-{key: value} columns drop), and the command that runs one job of a sweep again, alone, from where the sweep ran (the
-environment its jobs needed, the interpreter, the script, its `--config-dir` and `--config-name`, those overrides)."""
+{key: value} columns drop), and the command that runs one job of a sweep again, alone, from where the sweep ran."""
 
 from __future__ import annotations
 
@@ -37,8 +36,7 @@ def own_key(item: str) -> str | None:
 
 def short_value(value: str) -> str:
     """An override's value for people (a table's cell, a legend): a float of many digits to 4 significant ones, as
-    the tables print numbers; anything else (an integer seed) as it is. Where it is pasted or read back it stays
-    exact."""
+    the tables print numbers. Where it is pasted or read back it stays exact."""
     if "." not in value and "e" not in value.lower():
         return value
     try:

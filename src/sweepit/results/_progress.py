@@ -1,6 +1,5 @@
-"""How far a sweep and its running jobs are: the drivers' live progress line (done, running, queued, failed, elapsed
-time, ETA), redrawn in place on a terminal and one line per finished job elsewhere; and each running job's epoch,
-latest metric and time left, from what it has written so far (read by `sweepit status` and by the drivers' line)."""
+"""How far a sweep and its running jobs are: the drivers' live progress line (redrawn in place on a terminal, one line
+per finished job elsewhere), and each running job's epoch, latest metric and time left, from what it has written."""
 
 from __future__ import annotations
 
@@ -198,9 +197,8 @@ class LiveReader:
 
 
 def sweep_eta_s(running: list[JobProgress | None], n_queued: int, n_slots: int) -> float | None:
-    """Time until a sweep ends, from its running jobs' progress alone (before any job has finished): the
-    longest time left of a running job, plus the queued jobs in waves of `n_slots` at the running jobs'
-    per-job time. None when no running job has an estimate yet."""
+    """Time until a sweep ends, from its running jobs' progress alone (before any job has finished): the longest time
+    left of a running job, plus the queued jobs in waves of `n_slots` at the running jobs' per-job time."""
     known = [p for p in running if p is not None and p.eta_s is not None]
     if not known:
         return None

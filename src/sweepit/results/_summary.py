@@ -112,10 +112,9 @@ def job_folders(sweep_dir: Path) -> dict[int, Path | None]:
 
 def job_row(kind: type[Row], num: int, folder: Path | None, entry: dict[str, Any] | None,
             read: Callable[[Row], object] | None = None) -> Row:
-    """A job's row (`sweep_jobs`' triple) of type `kind`: from its folder, its result.json and what `read` takes from
-    it besides, with sweep.json's overrides when it lists the job (the launcher's: a YAML parse a job saved); from
-    its sweep.json record alone while it has no folder. Without a result.json the launcher's state says where the
-    job stands; without a record either, a job with a folder has started (Hydra makes it as the job starts)."""
+    """A job's row (`sweep_jobs`' triple) of type `kind`, with sweep.json's overrides when it lists the job (the
+    launcher's: a YAML parse a job saved). Without a result.json the launcher's state says where the job stands;
+    without a record either, a job with a folder has started (Hydra makes it as the job starts)."""
     given = entry.get("overrides") if entry else None
     if not (isinstance(given, list) and given) and folder is not None:
         given = typed_overrides(folder)
@@ -204,8 +203,7 @@ def _seconds(value: Any) -> str:
 
 
 def format_table(rows: list[JobRow], keys: list[str] | None = None) -> str:
-    """A plain aligned table: job, overrides (`keys`, default the swept ones), status, objective, key final
-    metrics, wall time, note."""
+    """`keys`: the override columns (default: the swept keys)."""
     keys = swept_keys(rows) if keys is None else keys
     metrics = [m for m in KEY_METRICS if any(m in r.final for r in rows)]
     timed = any("epoch_time_s_mean" in r.result for r in rows)
