@@ -6,7 +6,7 @@ The report (`<sweep>/report/`) is a room of its own above the engines: sweepit.r
 from __future__ import annotations
 
 from sweepit.results._claims import STALE_S as WORKER_STALE_S
-from sweepit.results._claims import WAIT, Heartbeat, Work, WorkSource, claim, claimed, silent_s
+from sweepit.results._claims import WAIT, Work, WorkSource, claim, claimed, heartbeat, silent_s
 from sweepit.results._clean import clean
 from sweepit.results._job_files import (
     RESULT_GRACE_S,
@@ -123,12 +123,12 @@ __all__ = [
     "HYDRA_DIR", "HYDRA_FILE", "LAST_WEIGHTS", "LOCK_HEARTBEAT_S", "MANIFEST_FILE", "MAX_ROWS", "METRICS_FILE",
     "MLFLOW_RUN_FILE", "MULTIRUN_FILE", "OPTIMIZATION_RESULTS_FILE", "OVERRIDES_FILE", "RANK_STATES", "REPORT_CSV",
     "REPORT_DIR", "REPORT_PAGE", "REPORT_SUMMARY", "RESULT_FILE", "RESULT_GRACE_S", "STDERR_LOG", "STDOUT_LOG",
-    "SWEEP_JOURNAL_FILE", "TRIALS_FILE", "WAIT", "WANDB_RUN_FILE", "WEIGHT_FILES", "WORKER_STALE_S", "Heartbeat",
-    "JobEntry", "JobPaths", "JobRecord", "JobRow", "LiveReader", "Manifest", "MetricsLog", "Progress", "Recorder",
-    "ResultGrace", "State", "Status", "SweepLock", "SweepPaths", "UnreadKeys", "Work", "WorkSource", "aligned",
-    "app_command", "as_number", "best_row", "claim", "claimed", "clean", "command_line", "config_source", "counts_text",
-    "driver_argv", "driver_env", "error_line", "failure_report", "finite_number", "fixed_overrides", "format_duration",
-    "format_table", "hydra_quote", "is_finished", "iter_manifest", "job_dir_name", "job_folders", "job_num", "job_row",
+    "SWEEP_JOURNAL_FILE", "TRIALS_FILE", "WAIT", "WANDB_RUN_FILE", "WEIGHT_FILES", "WORKER_STALE_S", "JobEntry",
+    "JobPaths", "JobRecord", "JobRow", "LiveReader", "Manifest", "MetricsLog", "Progress", "Recorder", "ResultGrace",
+    "State", "Status", "SweepLock", "SweepPaths", "UnreadKeys", "Work", "WorkSource", "aligned", "app_command",
+    "as_number", "best_row", "claim", "claimed", "clean", "command_line", "config_source", "counts_text", "driver_argv",
+    "driver_env", "error_line", "failure_report", "finite_number", "fixed_overrides", "format_duration", "format_table",
+    "heartbeat", "hydra_quote", "is_finished", "iter_manifest", "job_dir_name", "job_folders", "job_num", "job_row",
     "load_yaml", "measures_speed", "objective_direction", "objective_values", "open_manifest", "own_key",
     "own_overrides", "read_manifest", "read_metrics", "read_record", "read_study_file", "record_failure",
     "records_digest", "report_shows", "reports_at_end", "rerun_argv", "rerun_command", "returned_fields",
