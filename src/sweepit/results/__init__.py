@@ -11,7 +11,6 @@ from sweepit.results._clean import clean
 from sweepit.results._job_files import (
     RESULT_GRACE_S,
     JobRecord,
-    MetricsLog,
     ResultGrace,
     error_line,
     job_dir_name,
@@ -23,6 +22,7 @@ from sweepit.results._job_files import (
     start_clean,
     tail_lines,
     total_wall_time_s,
+    write_metrics,
     write_result,
 )
 from sweepit.results._lock import HEARTBEAT_S as LOCK_HEARTBEAT_S
@@ -124,9 +124,9 @@ __all__ = [
     "MLFLOW_RUN_FILE", "MULTIRUN_FILE", "OPTIMIZATION_RESULTS_FILE", "OVERRIDES_FILE", "RANK_STATES", "REPORT_CSV",
     "REPORT_DIR", "REPORT_PAGE", "REPORT_SUMMARY", "RESULT_FILE", "RESULT_GRACE_S", "STDERR_LOG", "STDOUT_LOG",
     "SWEEP_JOURNAL_FILE", "TRIALS_FILE", "WAIT", "WANDB_RUN_FILE", "WEIGHT_FILES", "WORKER_STALE_S", "JobEntry",
-    "JobPaths", "JobRecord", "JobRow", "LiveReader", "Manifest", "MetricsLog", "Progress", "Recorder", "ResultGrace",
-    "State", "Status", "SweepLock", "SweepPaths", "UnreadKeys", "Work", "WorkSource", "aligned", "app_command",
-    "as_number", "best_row", "claim", "claimed", "clean", "command_line", "config_source", "counts_text", "driver_argv",
+    "JobPaths", "JobRecord", "JobRow", "LiveReader", "Manifest", "Progress", "Recorder", "ResultGrace", "State",
+    "Status", "SweepLock", "SweepPaths", "UnreadKeys", "Work", "WorkSource", "aligned", "app_command", "as_number",
+    "best_row", "claim", "claimed", "clean", "command_line", "config_source", "counts_text", "driver_argv",
     "driver_env", "error_line", "failure_report", "finite_number", "fixed_overrides", "format_duration", "format_table",
     "heartbeat", "hydra_quote", "is_finished", "iter_manifest", "job_dir_name", "job_folders", "job_num", "job_row",
     "load_yaml", "measures_speed", "objective_direction", "objective_values", "open_manifest", "own_key",
@@ -134,5 +134,5 @@ __all__ = [
     "records_digest", "report_shows", "reports_at_end", "rerun_argv", "rerun_command", "returned_fields",
     "settle_orphans", "short_value", "silent_s", "speed_study_line", "start_clean", "summarize", "sweep_direction",
     "sweep_eta_s", "sweep_jobs", "sweeper_value", "swept_keys", "tail_lines", "total_wall_time_s", "typed_overrides",
-    "worst", "write_manifest", "write_records", "write_result", "write_study_file"
+    "worst", "write_manifest", "write_metrics", "write_records", "write_result", "write_study_file"
 ]

@@ -300,23 +300,10 @@ def read_record(job_dir: Path | str | None, name: str = RESULT_FILE) -> JobRecor
 _STATUS_OF: dict[str, str] = {s.value: s for s in Status}
 
 
-class MetricsLog:
-    """Each epoch's line rewrites the file atomically (epochs are few): a killed job never leaves half a line."""
-
-    def __init__(self, job_dir: Path) -> None:
-        self.path = JobPaths(job_dir).metrics
-        self.rows: list[dict[str, Any]] = []
-
-    def resume_from(self, rows: list[dict[str, Any]]) -> None:
-        self.rows = list(rows)
-        self._flush()
-
-    def append(self, row: dict[str, Any]) -> None:
-        self.rows.append(row)
-        self._flush()
-
-    def _flush(self) -> None:
-        atomic_write(self.path, "".join(json.dumps(_jsonable(r)) + "\n" for r in self.rows))
+def write_metrics(job_dir: Path, rows: list[dict[str, Any]]) -> None:
+    """`metrics.jsonl`, one line per epoch, rewritten whole and atomically at each epoch (epochs are few): a killed
+    job never leaves half a line."""
+    atomic_write(JobPaths(job_dir).metrics, "".join(json.dumps(_jsonable(r)) + "\n" for r in rows))
 
 
 def read_metrics(job_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
