@@ -12,7 +12,7 @@ import signal
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -211,14 +211,13 @@ def rerooter(recorded_sweep_dir: Any, sweep_dir: Path) -> Callable[[Any], Any]:
 
 def open_manifest(sweep_dir: Path, launcher: str) -> Manifest:
     """The manifest to update for this run: the existing one (its jobs kept) or a new one."""
-    sweep_dir, argv = Path(sweep_dir).absolute(), driver_argv()
+    run: dict[str, Any] = {"sweep_dir": str(Path(sweep_dir).absolute()), "argv": driver_argv(), "cwd": os.getcwd(),
+                           "launcher": launcher, "env": driver_env()}
     try:
-        m = read_manifest(sweep_dir)
+        # (a copy made by `replace` has no `_disk`: the new command goes into the snapshot, whose first write is whole)
+        return replace(read_manifest(sweep_dir), **run)
     except ManifestError:
-        return Manifest(sweep_dir=str(sweep_dir), argv=argv, cwd=os.getcwd(), launcher=launcher, env=driver_env())
-    m.sweep_dir, m.argv, m.cwd, m.launcher, m.env = str(sweep_dir), argv, os.getcwd(), launcher, driver_env()
-    m._disk = None  # the new command goes into the snapshot: the first write is whole
-    return m
+        return Manifest(**run)
 
 
 def write_manifest(m: Manifest, changed: Iterable[int] | None = None) -> Path:
