@@ -248,7 +248,7 @@ def job_return(overrides: list[str], config: DictConfig | SavedConfig, job_dir_:
     `returned`: {"returned": what the task returned}, when it did."""
     record = read_record(job_dir_)
     status = status or str(record.status)
-    value = sweeper_value(status, record.get("objective"), record.get("direction"), **(returned or {}))
+    value = sweeper_value(status, record.result.get("objective"), record.result.get("direction"), **(returned or {}))
     if isinstance(config, SavedConfig):
         saved = SavedJobReturn(config, overrides=list(overrides), working_dir=working_dir or str(
             job_dir_ if config.chdir else Path.cwd()), task_name=task_name or config.task_name,

@@ -169,7 +169,7 @@ class Sweep:
     @cached_property
     def unread(self) -> list[str]:
         """A sentence per swept key that looks unread (the end-of-sweep summary's rule: `UnreadKeys`)."""
-        return UnreadKeys.of(self.jobs).lines()
+        return UnreadKeys(self.jobs).lines()
 
     def counts_line(self) -> str:
         return f"{len(self.jobs)} jobs: {counts_text(Counter(job.status for job in self.jobs))}"

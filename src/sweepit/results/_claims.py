@@ -9,9 +9,9 @@ import contextlib
 import os
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Protocol
 
 from sweepit._files import atomic_write
@@ -80,25 +80,22 @@ def silent_s(sweep_dir: Path, worker_id: str) -> float:
         return float("inf")
 
 
-class Heartbeat:
-    """`with Heartbeat(sweep_dir, worker_id):` touches the worker's heartbeat file every HEARTBEAT_S, in a thread."""
+@contextlib.contextmanager
+def heartbeat(sweep_dir: Path, worker_id: str) -> Iterator[None]:
+    """`with heartbeat(sweep_dir, worker_id):` touches the worker's heartbeat file every HEARTBEAT_S, in a thread."""
+    path = SweepPaths(sweep_dir).heartbeat(worker_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stop = threading.Event()
 
-    def __init__(self, sweep_dir: Path, worker_id: str) -> None:
-        self.path = SweepPaths(sweep_dir).heartbeat(worker_id)
-        self._stop = threading.Event()
+    def loop() -> None:
+        while True:
+            with contextlib.suppress(OSError):
+                path.touch()
+            if stop.wait(HEARTBEAT_S):
+                return
 
-    def __enter__(self) -> Heartbeat:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-
-        def loop() -> None:
-            while True:
-                with contextlib.suppress(OSError):
-                    self.path.touch()
-                if self._stop.wait(HEARTBEAT_S):
-                    return
-
-        threading.Thread(target=loop, name="sweepit-heartbeat", daemon=True).start()
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
-        self._stop.set()
+    threading.Thread(target=loop, name="sweepit-heartbeat", daemon=True).start()
+    try:
+        yield
+    finally:
+        stop.set()

@@ -98,21 +98,15 @@ def with_attempts(job_dir: Path | str, result: dict[str, Any]) -> dict[str, Any]
     n = earlier_attempts(job_dir)
     if n == 0:
         return result
-    walls = [as_number(result.get("wall_time_s"))]
-    for attempt in range(1, n + 1):
-        try:
-            earlier = read_result(Path(job_dir), attempt_file(RESULT_FILE, attempt)) or {}
-        except (ValueError, OSError):
-            earlier = {}
-        walls.append(as_number(earlier.get("wall_time_s")))
+    walls = [as_number(result.get("wall_time_s")),
+             *(read_record(job_dir, attempt_file(RESULT_FILE, attempt)).wall_time_s for attempt in range(1, n + 1))]
     known = [w for w in walls if w is not None]
     return {**result, "attempts": n + 1, **({"total_wall_time_s": sum(known)} if known else {})}
 
 
 def start_clean(job_dir: Path) -> None:
-    """A job run again starts without the record and metrics of its last run (a stale failed result must not stand
-    for the new attempt): its record and logs are kept as an attempt's, its metrics are not (a resumed run restores
-    them from its checkpoint, which stays)."""
+    """A job run again starts without its last run's record (kept, with its logs, as an attempt's: a stale failed
+    result must not stand for the new attempt) and metrics (a resumed run restores them from its checkpoint)."""
     job_dir = Path(job_dir)
     # A Slurm job's logs are links: one to a log that never came (a job cancelled while queued) is no attempt.
     last = [name for name in ATTEMPT_FILES if (job_dir / name).exists()]
@@ -132,12 +126,12 @@ class ResultGrace:
         self._since: dict[int, float] = {}
 
     def over(self, num: int, now: float | None = None) -> bool:
-        """True once job `num` has been seen without a result for `grace_s`; the first call starts its clock."""
+        """The first call starts job `num`'s clock."""
         now = time.monotonic() if now is None else now
         return now - self._since.setdefault(num, now) >= self.grace_s
 
     def wait_s(self) -> float:
-        """How long until every job seen so far has had its grace (0 when none waits)."""
+        """Until every job seen so far has had its grace."""
         now = time.monotonic()
         return max([0.0, *(since + self.grace_s - now for since in self._since.values())])
 
@@ -182,7 +176,7 @@ def error_line(error: str, limit: int = ERROR_LINE_CHARS) -> str:
 
 
 def tail_lines(path: Path | str | None, n_lines: int, max_bytes: int = 1 << 16) -> str:
-    """The last `n_lines` lines of a log (at most `max_bytes` read); empty when there is none."""
+    """Empty when there is no log."""
     if n_lines <= 0 or not path:
         return ""
     try:
@@ -221,12 +215,8 @@ class JobRecord:
         return str(self.result.get("error") or "")
 
     @property
-    def error_line(self) -> str:
-        return error_line(self.error)
-
-    @property
     def wall_time_s(self) -> float | None:
-        """How long this attempt of the job ran (`total_wall_time_s`: all of them)."""
+        """This attempt's (`total_wall_time_s`: all of them)."""
         return as_number(self.result.get("wall_time_s"))
 
     @property
@@ -244,9 +234,6 @@ class JobRecord:
     def ended(self) -> bool:
         """Whether the record says how the job ended: one that cannot be read, or says no status, is no record."""
         return self.status not in (None, "", State.CORRUPT, State.UNKNOWN)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.result.get(key, default)
 
 
 def write_result(job_dir: Path | str, record: JobRecord | dict[str, Any], *, replace: bool = True,
@@ -276,7 +263,7 @@ def write_result(job_dir: Path | str, record: JobRecord | dict[str, Any], *, rep
 
 
 def _write(job_dir: Path, result: dict[str, Any], replace: bool = True) -> bool:
-    """Write `result.json` (`replace=False`: only where there is none, in one step); False when one was there."""
+    """`replace=False`: only where there is none, in one step; False when one was there."""
     text = json.dumps(_jsonable(with_attempts(job_dir, result)), indent=2, sort_keys=True) + "\n"
     try:
         atomic_write(job_dir / RESULT_FILE, text, replace=replace)
@@ -292,17 +279,16 @@ def record_failure(job_dir: Path | str, error: str, recorded_by: Recorder) -> St
 
 
 def total_wall_time_s(result: dict[str, Any]) -> float | None:
-    """How long the job ran, over all its attempts."""
     return as_number(result.get("total_wall_time_s", result.get("wall_time_s")))
 
 
-def read_record(job_dir: Path | str | None) -> JobRecord:
-    """The one reading rule: a result.json that cannot be read is CORRUPT, with the reason; one without a status is
-    UNKNOWN; no directory or no file is status None."""
+def read_record(job_dir: Path | str | None, name: str = RESULT_FILE) -> JobRecord:
+    """The one reading rule (`name`: an earlier attempt's record): a result.json that cannot be read is CORRUPT, with
+    the reason; one without a status is UNKNOWN; no directory or no file is status None."""
     if job_dir is None:
         return JobRecord(None)
     try:
-        result = read_result(Path(job_dir))
+        result = read_result(Path(job_dir), name)
     except (ValueError, OSError) as e:
         return JobRecord(State.CORRUPT, problem=f"{RESULT_FILE} unreadable: {e}")
     if result is None:
@@ -314,27 +300,13 @@ def read_record(job_dir: Path | str | None) -> JobRecord:
 _STATUS_OF: dict[str, str] = {s.value: s for s in Status}
 
 
-class MetricsLog:
-    """Appends one JSON line per epoch; each append rewrites the file atomically (epochs are few)."""
-
-    def __init__(self, job_dir: Path) -> None:
-        self.path = JobPaths(job_dir).metrics
-        self.rows: list[dict[str, Any]] = []
-
-    def resume_from(self, rows: list[dict[str, Any]]) -> None:
-        self.rows = list(rows)
-        self._flush()
-
-    def append(self, row: dict[str, Any]) -> None:
-        self.rows.append(row)
-        self._flush()
-
-    def _flush(self) -> None:
-        atomic_write(self.path, "".join(json.dumps(_jsonable(r)) + "\n" for r in self.rows))
+def write_metrics(job_dir: Path, rows: list[dict[str, Any]]) -> None:
+    """`metrics.jsonl`, one line per epoch, rewritten whole and atomically at each epoch (epochs are few): a killed
+    job never leaves half a line."""
+    atomic_write(JobPaths(job_dir).metrics, "".join(json.dumps(_jsonable(r)) + "\n" for r in rows))
 
 
 def read_metrics(job_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Per-epoch rows, and a note for each line that is not a JSON object."""
     try:
         return parse_metrics(JobPaths(job_dir).metrics.read_text().splitlines())
     except FileNotFoundError:

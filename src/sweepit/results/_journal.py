@@ -69,19 +69,13 @@ def append_records(sweep_dir: Path, jobs: list[dict[str, Any]], at: str) -> int 
     text = "".join(json.dumps({"job": job, "at": at}) + "\n" for job in jobs).encode()
     path = SweepPaths(sweep_dir).journal
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        # (not open(path, "ab"), which would create a journal that is gone: the manifest is then written whole)
+        with open(os.open(path, os.O_WRONLY | os.O_APPEND), "wb") as f:
+            f.write(text)
     except FileNotFoundError:
         return None
     except OSError as e:
         raise _clear(e, path) from e
-    try:
-        view = memoryview(text)
-        while view:
-            view = view[os.write(fd, view):]
-    except OSError as e:
-        raise _clear(e, path) from e
-    finally:
-        os.close(fd)
     return len(text)
 
 

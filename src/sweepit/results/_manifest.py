@@ -12,18 +12,18 @@ import signal
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import IO, Any, Protocol
 
 from sweepit._files import atomic_file, collector_paused
 from sweepit._host import now_iso, process_alive
 from sweepit.errors import ManifestError
-from sweepit.results._job_files import read_record
+from sweepit.results._job_files import error_line, read_record
 from sweepit.results._journal import Journal, append_records, compact_now, read_journal, start_journal
 from sweepit.results._overrides import driver_env, override_key, shell_line
 from sweepit.results._paths import MANIFEST_FILE, JobPaths, SweepPaths
-from sweepit.results._status import FAILED_STATUSES, FINISHED_STATUSES, STATUSES, State, Status, counts_text
+from sweepit.results._status import FAILED_STATUSES, FINISHED_STATUSES, RESULT_STATUSES, State, Status, counts_text
 
 MANIFEST_VERSION = 2  # 2: `generation`, continued by sweep.journal
 
@@ -31,7 +31,6 @@ MANIFEST_VERSION = 2  # 2: `generation`, continued by sweep.journal
 _RESUME_KEYS = ("hydra.sweep.dir", "hydra.launcher.resume")
 _PLAIN_VALUE = re.compile(r"[\w./:@+-]+")
 _MAX_LISTED = 10  # failed jobs named one by one in the error that ends a sweep
-_RECORDED = tuple(s for s in STATUSES if s not in FAILED_STATUSES)  # known from a job's result.json alone
 
 
 @dataclass(slots=True)  # slots: 100,000 of them in a large sweep's driver
@@ -93,79 +92,78 @@ def driver_argv() -> list[str]:
     return [sys.executable, script, *sys.argv[1:]]
 
 
-def read_manifest_data(sweep_dir: Path) -> tuple[dict[str, Any], int, Journal]:
-    """sweep.json's object with the journal folded into its `jobs` (a list in job order), the snapshot's size and
-    the journal read."""
-    text = SweepPaths(sweep_dir).manifest.read_bytes()
-    data = json.loads(text)
-    if not isinstance(data, dict):
-        raise ValueError(f"the manifest must be a JSON object, but is {type(data).__name__}")
-    journal = read_journal(sweep_dir, data.get("generation", 0))
-    if journal.records:
-        jobs = data.get("jobs")
-        by_num = {j["num"]: j for j in jobs if isinstance(j, dict)} if isinstance(jobs, list) else {}
-        for record in journal.records:
-            by_num[record["num"]] = record
-        data["jobs"] = [by_num[n] for n in sorted(by_num)]
-        data["updated_at"] = journal.updated_at or data.get("updated_at", "")
-    return data, len(text), journal
-
-
 _JOBS_LINE = b' "jobs": ['  # where `Manifest.write_json`'s sweep fields end and its one-job-a-line list begins
 
 
-def iter_manifest(sweep_dir: Path) -> tuple[dict[str, Any], Iterator[dict[str, Any]]]:
-    """sweep.json's sweep fields, and its job records one at a time with the journal folded in (in job order),
-    without holding every job's objects at once as `read_manifest_data` does (the end-of-sweep table of a large
-    sweep reads it). ({}, nothing) when sweep.json is missing or cannot be read: it is optional to the tables, and a
-    damaged one is `sweepit status`'s to explain. A file not in `write_json`'s layout is read whole."""
+def read_manifest_data(sweep_dir: Path) -> tuple[dict[str, Any], Iterator[dict[str, Any]], int, Journal]:
+    """The one reader of sweep.json: its sweep fields, its job records one at a time in job order with the journal's
+    folded in (a large sweep's jobs are never all held at once), the snapshot's size and the journal read. A file
+    not in `write_json`'s layout is read whole."""
+    # Left open for the jobs' generator: they are read from the file the head came from, though a driver may
+    # replace sweep.json in the meantime.
+    f = open(SweepPaths(sweep_dir).manifest, "rb")  # noqa: SIM115
     try:
-        # Left open for the jobs' generator: they are read from the file the head came from, though a driver may
-        # replace sweep.json in the meantime.
-        f = open(SweepPaths(sweep_dir).manifest, "rb")  # noqa: SIM115
-    except OSError:
-        return {}, iter(())
-    try:
+        size = os.fstat(f.fileno()).st_size
         head_lines: list[bytes] = []
         for line in f:
             if line.rstrip(b"\n") == _JOBS_LINE:
+                head, jobs = json.loads(b"".join(head_lines).rstrip().rstrip(b",") + b"}"), _job_lines(f)
                 break
             head_lines.append(line)
         else:
             f.close()
-            data, _, _ = read_manifest_data(sweep_dir)
-            jobs = data.pop("jobs", None)
-            listed = [j for j in (jobs if isinstance(jobs, list) else ()) if isinstance(j, dict)
-                      and isinstance(j.get("num"), int)]
-            return data, iter(sorted(listed, key=lambda j: j["num"]))  # one written otherwise may be in any order
-        head = json.loads(b"".join(head_lines).rstrip().rstrip(b",") + b"}")
-    except (OSError, ValueError):
+            head = json.loads(b"".join(head_lines))
+            if not isinstance(head, dict):
+                raise ValueError(f"the manifest must be a JSON object, but is {type(head).__name__}")
+            listed = head.pop("jobs", None)  # (one written otherwise may be in any order)
+            jobs = iter(sorted((j for j in (listed if isinstance(listed, list) else ()) if _is_job(j)),
+                               key=lambda j: j["num"]))
+    except BaseException:
         f.close()
-        return {}, iter(())
+        raise
     journal = read_journal(sweep_dir, head.get("generation", 0))
     if journal.updated_at:
         head["updated_at"] = journal.updated_at
-    return head, _jobs_of(f, {job["num"]: job for job in journal.records})
+    return head, _merged(jobs, {job["num"]: job for job in journal.records}), size, journal
 
 
-def _jobs_of(f: IO[bytes], journal: dict[int, dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """The snapshot's jobs (in job order, as `write_json` writes them) with the journal's records in their place,
-    and the jobs only the journal has among them, in job order. A line that is not a job's record is skipped."""
-    only_journal = iter(sorted(journal))
-    later = next(only_journal, None)
+def iter_manifest(sweep_dir: Path) -> tuple[dict[str, Any], Iterator[dict[str, Any]]]:
+    """sweep.json's sweep fields and job records (`read_manifest_data`); ({}, nothing) when sweep.json is missing or
+    cannot be read: it is optional to the tables, and a damaged one is `sweepit status`'s to explain."""
+    try:
+        head, jobs, _, _ = read_manifest_data(sweep_dir)
+    except (OSError, ValueError):
+        return {}, iter(())
+    return head, jobs
+
+
+def _is_job(job: Any) -> bool:
+    return isinstance(job, dict) and isinstance(job.get("num"), int)
+
+
+def _job_lines(f: IO[bytes]) -> Iterator[dict[str, Any]]:
+    """The jobs of `write_json`'s one-job-a-line list; a line that is not a job's record is skipped."""
     with f:
         for line in f:
             try:
                 job = json.loads(line.strip().rstrip(b","))
             except ValueError:
                 continue
-            if not (isinstance(job, dict) and isinstance(job.get("num"), int)):
-                continue
-            while later is not None and later < job["num"]:  # passed in the snapshot: the journal's alone
-                if later in journal:
-                    yield journal.pop(later)
-                later = next(only_journal, None)
-            yield journal.pop(job["num"], job)
+            if _is_job(job):
+                yield job
+
+
+def _merged(jobs: Iterator[dict[str, Any]], journal: dict[int, dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """The snapshot's jobs (in job order) with the journal's records in their place, and the jobs only the journal
+    has among them, in job order."""
+    only_journal = iter(sorted(journal))
+    later = next(only_journal, None)
+    for job in jobs:
+        while later is not None and later < job["num"]:  # passed in the snapshot: the journal's alone
+            if later in journal:
+                yield journal.pop(later)
+            later = next(only_journal, None)
+        yield journal.pop(job["num"], job)
     yield from (journal[n] for n in sorted(journal))
 
 
@@ -174,9 +172,9 @@ def read_manifest(sweep_dir: Path) -> Manifest:
     sweep_dir = Path(sweep_dir).absolute()
     try:
         with collector_paused():  # 100,000 job records
-            data, snapshot_bytes, journal = read_manifest_data(sweep_dir)
-            jobs = [JobEntry(**j) for j in data.pop("jobs", [])]
-            m = Manifest(**data, jobs={j.num: j for j in jobs})
+            data, jobs, snapshot_bytes, journal = read_manifest_data(sweep_dir)
+            entries = {job["num"]: JobEntry(**job) for job in jobs}
+            m = Manifest(**data, jobs=entries)
     except FileNotFoundError:
         raise ManifestError(
             f"a sweep directory must hold {MANIFEST_FILE} for `sweepit status` and `sweepit resume`, but {path} does "
@@ -213,14 +211,13 @@ def rerooter(recorded_sweep_dir: Any, sweep_dir: Path) -> Callable[[Any], Any]:
 
 def open_manifest(sweep_dir: Path, launcher: str) -> Manifest:
     """The manifest to update for this run: the existing one (its jobs kept) or a new one."""
-    sweep_dir, argv = Path(sweep_dir).absolute(), driver_argv()
+    run: dict[str, Any] = {"sweep_dir": str(Path(sweep_dir).absolute()), "argv": driver_argv(), "cwd": os.getcwd(),
+                           "launcher": launcher, "env": driver_env()}
     try:
-        m = read_manifest(sweep_dir)
+        # (a copy made by `replace` has no `_disk`: the new command goes into the snapshot, whose first write is whole)
+        return replace(read_manifest(sweep_dir), **run)
     except ManifestError:
-        return Manifest(sweep_dir=str(sweep_dir), argv=argv, cwd=os.getcwd(), launcher=launcher, env=driver_env())
-    m.sweep_dir, m.argv, m.cwd, m.launcher, m.env = str(sweep_dir), argv, os.getcwd(), launcher, driver_env()
-    m._disk = None  # the new command goes into the snapshot: the first write is whole
-    return m
+        return Manifest(**run)
 
 
 def write_manifest(m: Manifest, changed: Iterable[int] | None = None) -> Path:
@@ -309,7 +306,7 @@ def failure_report(manifest: Manifest, jobs: Sequence[LaunchedJob], statuses: di
     bad = [j for j in jobs if statuses.get(j.num) in FAILED_STATUSES]
     # Every reader of the sweep finds a job's record in the folder recorded for it: one ended there without it
     # (the folder moved or deleted since, by the app or by hand) is as good as failed.
-    lost = [j for j in jobs if statuses.get(j.num) in _RECORDED and j.num not in skipped
+    lost = [j for j in jobs if statuses.get(j.num) in RESULT_STATUSES and j.num not in skipped
             and not JobPaths(j.job_dir).result.exists()]
     if stop_signal is None and (not (bad or lost) or not fail_on_error):
         return None
@@ -326,7 +323,7 @@ def failure_report(manifest: Manifest, jobs: Sequence[LaunchedJob], statuses: di
             if lost else [])
         lines = [f"{'; '.join(heads)} ({tally}):"]
     for j in bad[:_MAX_LISTED]:
-        what = read_record(j.job_dir).error_line or "no error recorded"
+        what = error_line(read_record(j.job_dir).error) or "no error recorded"
         lines.append(f"  job {j.num} [{' '.join(j.overrides)}]: {statuses[j.num]}: {what}")
         lines.append(f"    logs: {JobPaths(j.job_dir).stderr}")
     if len(bad) > _MAX_LISTED:

@@ -1,6 +1,5 @@
 """A job's overrides: their keys, the job's own ones as they were typed (`+model.hidden=64`, which the tables'
-{key: value} columns drop), and the command that runs one job of a sweep again, alone, from where the sweep ran (the
-environment its jobs needed, the interpreter, the script, its `--config-dir` and `--config-name`, those overrides)."""
+{key: value} columns drop), and the command that runs one job of a sweep again, alone, from where the sweep ran."""
 
 from __future__ import annotations
 
@@ -37,8 +36,7 @@ def own_key(item: str) -> str | None:
 
 def short_value(value: str) -> str:
     """An override's value for people (a table's cell, a legend): a float of many digits to 4 significant ones, as
-    the tables print numbers; anything else (an integer seed) as it is. Where it is pasted or read back it stays
-    exact."""
+    the tables print numbers. Where it is pasted or read back it stays exact."""
     if "." not in value and "e" not in value.lower():
         return value
     try:
@@ -81,11 +79,6 @@ def override_values(overrides: Iterable[str]) -> dict[str, str]:
     """A job's own `key=value` overrides as {key: value}, `+`, `++` and `~` dropped (one pass: a report reads
     100,000 jobs' overrides)."""
     return {key: item.partition("=")[2] for item in overrides if (key := own_key(item)) is not None}
-
-
-def read_overrides(job_dir: Path) -> dict[str, str]:
-    """The job's own overrides as {key: value}, from Hydra's `.hydra/overrides.yaml`."""
-    return override_values(typed_overrides(job_dir))
 
 
 def app_script(manifest: dict[str, Any], sweep_dir: Path | None = None) -> str:

@@ -1,6 +1,5 @@
-"""How far a sweep and its running jobs are: the drivers' live progress line (done, running, queued, failed, elapsed
-time, ETA), redrawn in place on a terminal and one line per finished job elsewhere; and each running job's epoch,
-latest metric and time left, from what it has written so far (read by `sweepit status` and by the drivers' line)."""
+"""How far a sweep and its running jobs are: the drivers' live progress line (redrawn in place on a terminal, one line
+per finished job elsewhere), and each running job's epoch, latest metric and time left, from what it has written."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ from typing import TextIO
 from sweepit.results._job_files import parse_metrics
 from sweepit.results._overrides import load_yaml
 from sweepit.results._paths import JobPaths
-from sweepit.results._status import FAILED_STATUSES, counts_text, finite
+from sweepit.results._status import FAILED_STATUSES, counts_text, finite_number
 
 _CLEAR = "\r\033[K"
 
@@ -122,14 +121,20 @@ class Progress:
             pass  # a closed terminal must not stop the sweep
 
 
-@dataclass(frozen=True)
+@dataclass
 class JobProgress:
-    epoch: int                       # epochs logged so far
-    epochs: int | None               # the job's total (its config's `epochs`), when known
-    metric: str | None
-    value: float | None              # the metric's latest value
-    epoch_time_s: float | None
-    eta_s: float | None              # time left: (epochs - epoch) x epoch time
+    """A running job's progress as of the last look (`LiveReader.look`), and where that look left its files."""
+
+    epoch: int = 0                   # epochs logged so far
+    epochs: int | None = None        # the job's total (its config's `epochs`), when known
+    metric: str | None = None
+    value: float | None = None       # the metric's latest value
+    epoch_time_s: float | None = None
+    eta_s: float | None = None       # time left: (epochs - epoch) x epoch time
+    offset: int = 0                  # how far metrics.jsonl was read, in the file of this inode
+    inode: int = 0
+    times: list[float] = field(default_factory=list)  # the rows' `epoch_time_s`
+    start: float | None = None       # when the job started; None until its config is read
 
     def text(self) -> str:
         """`3/15 val_acc=0.9123 ETA 0:42` (what is known of it)."""
@@ -141,73 +146,59 @@ class JobProgress:
         return " ".join(parts)
 
 
-@dataclass
-class _Seen:
-    offset: int = 0
-    inode: int = 0
-    rows: int = 0
-    times: list[float] = field(default_factory=list)
-    value: float | None = None
-    start: float | None = None  # None until the job's config is read
-    epochs: int | None = None
-    metric: str | None = None
-
-
 class LiveReader:
     """Each look at a job's `metrics.jsonl` reads only the bytes appended since the last one: following hundreds of
     running jobs costs little."""
 
     def __init__(self) -> None:
-        self._seen: dict[Path, _Seen] = {}
+        self._seen: dict[Path, JobProgress] = {}
 
-    def look(self, job_dir: Path, metric: str | None = None) -> JobProgress | None:
+    def look(self, job_dir: Path) -> JobProgress | None:
         """The job's progress; None before its first epoch is written."""
         job_dir = Path(job_dir)
-        seen = self._seen.setdefault(job_dir, _Seen())
+        seen = self._seen.setdefault(job_dir, JobProgress())
         if seen.start is None:  # until the job has written its config (Hydra does as it starts)
             seen.epochs, seen.metric, seen.start = _config_facts(job_dir)
-        metric = metric or seen.metric
         path = JobPaths(job_dir).metrics
         try:
             stat = path.stat()
             if stat.st_ino != seen.inode or stat.st_size < seen.offset:
                 # A new file (a resumed job rewrites it atomically): read it from the start.
-                seen.inode, seen.offset, seen.rows, seen.times, seen.value = stat.st_ino, 0, 0, [], None
+                seen.inode, seen.offset, seen.epoch, seen.times, seen.value = stat.st_ino, 0, 0, [], None
             with path.open("rb") as f:
                 f.seek(seen.offset)
                 chunk = f.read()
-            mtime = stat.st_mtime
         except OSError:
             return None
         end = chunk.rfind(b"\n") + 1  # a line still being written waits for the next look
         seen.offset += end
         for row in parse_metrics(chunk[:end].decode(errors="replace").splitlines())[0]:
-            seen.rows = max(seen.rows, int(row["epoch"]) if finite(row.get("epoch")) else seen.rows + 1)
-            if finite(row.get("epoch_time_s")):
-                seen.times.append(float(row["epoch_time_s"]))
-            if metric and finite(row.get(metric)):
-                seen.value = float(row[metric])
-        if seen.rows == 0:
+            epoch = finite_number(row.get("epoch"))
+            seen.epoch = max(seen.epoch, int(epoch) if epoch is not None else seen.epoch + 1)
+            if (took := finite_number(row.get("epoch_time_s"))) is not None:
+                seen.times.append(took)
+            if seen.metric and (value := finite_number(row.get(seen.metric))) is not None:
+                seen.value = value
+        if seen.epoch == 0:
             return None
         # Epoch time: the mean of the rows' `epoch_time_s`, the first (warm-up) epoch left out once there are more; a
         # loop that reports none is timed by the file itself: (last write - job start) / epochs.
         timed = seen.times[1:] if len(seen.times) > 1 else seen.times
         if timed:
-            per_epoch: float | None = sum(timed) / len(timed)
-        elif seen.start is not None and mtime > seen.start:
-            per_epoch = (mtime - seen.start) / seen.rows
+            seen.epoch_time_s = sum(timed) / len(timed)
+        elif seen.start is not None and stat.st_mtime > seen.start:
+            seen.epoch_time_s = (stat.st_mtime - seen.start) / seen.epoch
         else:
-            per_epoch = None
-        eta = None
-        if seen.epochs is not None and per_epoch is not None:
-            eta = max(0, seen.epochs - seen.rows) * per_epoch
-        return JobProgress(seen.rows, seen.epochs, metric, seen.value, per_epoch, eta)
+            seen.epoch_time_s = None
+        seen.eta_s = None
+        if seen.epochs is not None and seen.epoch_time_s is not None:
+            seen.eta_s = max(0, seen.epochs - seen.epoch) * seen.epoch_time_s
+        return seen
 
 
 def sweep_eta_s(running: list[JobProgress | None], n_queued: int, n_slots: int) -> float | None:
-    """Time until a sweep ends, from its running jobs' progress alone (before any job has finished): the
-    longest time left of a running job, plus the queued jobs in waves of `n_slots` at the running jobs'
-    per-job time. None when no running job has an estimate yet."""
+    """Time until a sweep ends, from its running jobs' progress alone (before any job has finished): the longest time
+    left of a running job, plus the queued jobs in waves of `n_slots` at the running jobs' per-job time."""
     known = [p for p in running if p is not None and p.eta_s is not None]
     if not known:
         return None

@@ -60,11 +60,11 @@ class Recorder(_Word):
     SWEEPER = "sweepit's Optuna sweeper, from the job's return value"
 
 
-STATUSES = tuple(Status)
 # A resume never runs these again: a diverged job is a result (same seed, same divergence), not an error.
 FINISHED_STATUSES = (Status.COMPLETED, Status.DIVERGED)
 # Statuses that make a sweep exit non-zero (unless the launcher is told otherwise).
 FAILED_STATUSES = (Status.FAILED, Status.INTERRUPTED)
+RESULT_STATUSES = tuple(s for s in Status if s not in FAILED_STATUSES)  # the job ended with a result
 # The states of a job that has not ended (any other is how it ended, which its result.json says).
 LAUNCH_STATES = (State.QUEUED, State.RUNNING, State.NOT_STARTED)
 DIRECTIONS = ("maximize", "minimize")
@@ -124,15 +124,14 @@ def objective_values(result: dict[str, Any], metrics: list[str] | None, n: int) 
     returned: dict[str, Any] = result["returned"] if isinstance(result.get("returned"), dict) else {}
     if metrics:
         values = [result.get("objective") if name == result.get("metric") else
-                  result.get(name) if finite(result.get(name)) else
+                  result.get(name) if finite_number(result.get(name)) is not None else
                   returned[name] if name in returned else final.get(name) for name in metrics]
     elif isinstance(result.get("objectives"), list):
         values = list(result["objectives"])
     elif len(returned) == n:
         values = list(returned.values())  # a dict of n numbers the task returned, in its order
-    if len(values) != n or not all(finite(v) for v in values):
-        return None
-    return [float(v) for v in values]
+    numbers = [x for v in values if (x := finite_number(v)) is not None]
+    return numbers if len(numbers) == len(values) == n else None
 
 
 def measures_speed(rows: Iterable[JobRow], swept: list[str]) -> bool:
@@ -177,11 +176,6 @@ def finite_number(value: Any) -> float | None:
     """`value` as a float when it is a finite number (as `as_number` reads one), else None."""
     number = as_number(value)
     return number if number is not None and math.isfinite(number) else None
-
-
-def finite(value: Any) -> bool:
-    """Whether `value` is a finite number (a bool is no number)."""
-    return finite_number(value) is not None
 
 
 def write_study_file(sweep_dir: Path, info: dict[str, Any]) -> Path:

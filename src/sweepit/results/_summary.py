@@ -10,13 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sweepit.results._job_files import job_num, read_record, total_wall_time_s
+from sweepit.results._job_files import error_line, job_num, read_record, total_wall_time_s
 from sweepit.results._manifest import iter_manifest, rerooter
 from sweepit.results._overrides import (
     app_command,
     config_source,
     override_values,
-    read_overrides,
     rerun_command,
     short_value,
     typed_overrides,
@@ -27,6 +26,7 @@ from sweepit.results._status import (
     State,
     Status,
     counts_text,
+    finite_number,
     measures_speed,
     objective_values,
     pareto_front,
@@ -112,24 +112,22 @@ def job_folders(sweep_dir: Path) -> dict[int, Path | None]:
 
 def job_row(kind: type[Row], num: int, folder: Path | None, entry: dict[str, Any] | None,
             read: Callable[[Row], object] | None = None) -> Row:
-    """A job's row (`sweep_jobs`' triple) of type `kind`: from its folder, its result.json and what `read` takes from
-    it besides, with sweep.json's overrides when it lists the job (the launcher's: a YAML parse a job saved); from
-    its sweep.json record alone while it has no folder. Without a result.json the launcher's state says where the
-    job stands; without a record either, a job with a folder has started (Hydra makes it as the job starts)."""
+    """A job's row (`sweep_jobs`' triple) of type `kind`, with sweep.json's overrides when it lists the job (the
+    launcher's: a YAML parse a job saved). Without a result.json the launcher's state says where the job stands;
+    without a record either, a job with a folder has started (Hydra makes it as the job starts)."""
     given = entry.get("overrides") if entry else None
-    overrides = override_values(str(o) for o in given) if isinstance(given, list) and given else None
-    if folder is None:
-        assert entry is not None  # sweep_jobs yields no folder only for a job sweep.json lists
-        row = kind(num=num, job_dir=Path(str(entry.get("job_dir") or "")), overrides=overrides or {}, status="")
-    else:
-        row = kind(num=num, job_dir=folder, overrides=read_overrides(folder) if overrides is None else overrides,
-                   status="")
+    if not (isinstance(given, list) and given) and folder is not None:
+        given = typed_overrides(folder)
+    overrides = override_values(str(o) for o in given or ())
+    # (sweep_jobs yields no folder only for a job sweep.json lists, with the folder recorded for it)
+    row = kind(num=num, job_dir=folder or Path(str((entry or {}).get("job_dir") or "")), overrides=overrides, status="")
+    if folder is not None:
         record = read_record(folder)
         if record.status is not None:
             row.status, row.result, row.objective = record.status, record.result, record.objective
             row.note = record.problem
             if row.status in FAILED_STATUSES and record.error:
-                row.note = record.error_line
+                row.note = error_line(record.error)
             elif record.attempts > 1 and not row.note:
                 row.note = f"{record.attempts} attempts"  # its time is theirs together
         if read is not None:
@@ -150,8 +148,7 @@ def collect(sweep_dir: Path) -> list[JobRow]:
 def best_row(rows: list[JobRow], direction: str) -> JobRow | None:
     """The completed job with the best finite objective; the first one on ties, as Optuna's journal storage picks its
     best trial."""
-    scored = [r for r in rows if r.status == Status.COMPLETED and r.objective is not None
-              and math.isfinite(r.objective)]
+    scored = [r for r in rows if r.status == Status.COMPLETED and finite_number(r.objective) is not None]
     if not scored:
         return None
     pick = max if direction == "maximize" else min
@@ -206,8 +203,7 @@ def _seconds(value: Any) -> str:
 
 
 def format_table(rows: list[JobRow], keys: list[str] | None = None) -> str:
-    """A plain aligned table: job, overrides (`keys`, default the swept ones), status, objective, key final
-    metrics, wall time, note."""
+    """`keys`: the override columns (default: the swept keys)."""
     keys = swept_keys(rows) if keys is None else keys
     metrics = [m for m in KEY_METRICS if any(m in r.final for r in rows)]
     timed = any("epoch_time_s_mean" in r.result for r in rows)
@@ -281,8 +277,8 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
 
 class _Tally:
     """What `summarize` needs of every job, gathered one job at a time: counts, the swept keys and the rows to show:
-    every row when the sweep has no more than `limit` jobs (0: no limit), else the `limit` best either way (the
-    direction is known only at the end) and the first `limit` without an objective."""
+    the `limit` best either way (the direction is known only at the end) and the first `limit` without an objective
+    (0: every row)."""
 
     def __init__(self, limit: int, multi: bool) -> None:
         self.limit, self.multi = limit, multi
@@ -292,9 +288,8 @@ class _Tally:
         self.direction: str | None = None
         self.overrides = _Keys()
         self.weights: list[int] = []
-        self.first: list[JobRow] = []           # every row (no limit), or the first `limit` of them
-        self.unscored: list[JobRow] = []        # the first `limit` rows without an objective (with a limit)
-        self.top: dict[str, list[tuple[float, int, int, JobRow]]] = {"maximize": [], "minimize": []}  # heaps
+        self.unscored: list[tuple[int, JobRow]] = []  # (its place, the row) of the first `limit` without an objective
+        self.top: dict[str, list[tuple[float, int, JobRow]]] = {"maximize": [], "minimize": []}  # heaps
         self.completed: list[JobRow] = []       # multi-objective: every completed job (its Pareto front needs all)
         self.unread = UnreadKeys()
 
@@ -313,43 +308,33 @@ class _Tally:
             self.weights.append(sum(n for n in weights.values() if isinstance(n, int)))
         if self.multi and row.status == Status.COMPLETED:
             self.completed.append(row)
-        if not self.limit or len(self.first) < self.limit:
-            self.first.append(row)
-        if not self.limit:
+        objective = finite_number(row.objective) if row.status == Status.COMPLETED else None
+        if objective is None:
+            if not self.limit or len(self.unscored) < self.limit:
+                self.unscored.append((self.n, row))
             return
-        scored = row.status == Status.COMPLETED and row.objective is not None and math.isfinite(row.objective)
-        if scored:
-            assert row.objective is not None
-            for direction, sign in (("maximize", 1.0), ("minimize", -1.0)):
-                # the heap's smallest is the worst kept: lower value, then the later job
-                entry = (sign * row.objective, -row.num, -self.n, row)
-                heap = self.top[direction]
-                if len(heap) < self.limit:
-                    heapq.heappush(heap, entry)
-                elif entry[:3] > heap[0][:3]:
-                    heapq.heapreplace(heap, entry)
-        elif len(self.unscored) < self.limit:
-            self.unscored.append(row)
+        for direction, sign in (("maximize", 1.0), ("minimize", -1.0)):
+            # the heap's smallest is the worst kept: lower value, then the later job
+            entry, heap = (sign * objective, -self.n, row), self.top[direction]
+            if not self.limit or len(heap) < self.limit:
+                heapq.heappush(heap, entry)
+            elif entry[:2] > heap[0][:2]:
+                heapq.heapreplace(heap, entry)
 
-    @property
-    def all_kept(self) -> bool:
-        return not self.limit or self.n <= self.limit
-
-    def ranked(self, direction: str) -> list[JobRow]:
-        """The kept scored rows, best first (the earlier job first on a tie, as `best_row` picks)."""
-        return [row for *_, row in sorted(self.top[direction], key=lambda e: e[:3], reverse=True)]
+    def ranked(self, direction: str) -> list[tuple[int, JobRow]]:
+        """The kept scored rows with their places, best first (the earlier job first on a tie, as `best_row`)."""
+        return [(-n, row) for _, n, row in sorted(self.top[direction], key=lambda e: e[:2], reverse=True)]
 
     def shown(self, direction: str) -> list[JobRow]:
-        if self.all_kept:
-            return self.first
-        ranked = self.ranked(direction)
-        return ranked + self.unscored[:self.limit - len(ranked)]
+        """Every row in job order when all were kept, else the best ones first."""
+        kept = self.ranked(direction) + self.unscored
+        if self.limit and self.n > self.limit:
+            return [row for _, row in kept[:self.limit]]
+        return [row for _, row in sorted(kept, key=lambda e: e[0])]
 
     def best(self, direction: str) -> JobRow | None:
-        if self.all_kept:
-            return best_row(self.first, direction)
         ranked = self.ranked(direction)
-        return ranked[0] if ranked else None
+        return ranked[0][1] if ranked else None
 
 
 def size_text(n_bytes: int) -> str:

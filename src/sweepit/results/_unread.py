@@ -5,7 +5,7 @@ out); one group of such jobs whose metrics differ clears it. The end-of-sweep su
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,16 +39,11 @@ def _metrics(result: dict[str, Any]) -> tuple[Any, ...] | None:
 class UnreadKeys:
     """The rule, fed one job at a time (`add`, in any order); `lines` says which keys look unread."""
 
-    def __init__(self) -> None:
+    def __init__(self, jobs: Iterable[JobRow] = ()) -> None:
         self._groups: dict[str, dict[int, _Group]] = {}  # key -> hash of the other overrides -> group
         self._read: set[str] = set()                     # keys some group showed to change the metrics
-
-    @classmethod
-    def of(cls, jobs: Iterable[JobRow]) -> UnreadKeys:
-        found = cls()
         for job in jobs:
-            found.add(job)
-        return found
+            self.add(job)
 
     def add(self, job: JobRow) -> None:
         if job.status != Status.COMPLETED or self._read.issuperset(job.overrides):
@@ -80,7 +75,8 @@ class UnreadKeys:
             shown = [g for g in groups.values() if g.n_same]
             if not shown:
                 continue
-            close = difflib.get_close_matches(key, [k for k in _config_keys(shown[0].job_dir) if k != key], n=1)
+            keys = _config_keys(load_yaml(JobPaths(shown[0].job_dir).config))
+            close = difflib.get_close_matches(key, [k for k in keys if k != key], n=1)
             fix = (f"did you mean {close[0]}?" if close
                    else f"check its name in a job's config ({JobPaths(shown[0].job_dir).config})")
             n = sum(g.n_same + 1 for g in shown)
@@ -89,15 +85,8 @@ class UnreadKeys:
         return lines
 
 
-def _config_keys(job_dir: Path) -> list[str]:
-    """The dotted keys of the job's composed config (`.hydra/config.yaml`), for a name close to a misspelled one."""
-    keys: list[str] = []
-
-    def walk(node: Any, prefix: str) -> None:
-        if isinstance(node, dict):
-            for k, v in node.items():
-                keys.append(f"{prefix}{k}")
-                walk(v, f"{prefix}{k}.")
-
-    walk(load_yaml(JobPaths(job_dir).config), "")
-    return keys
+def _config_keys(node: Any, prefix: str = "") -> Iterator[str]:
+    """The dotted keys of a job's composed config (`.hydra/config.yaml`), for a name close to a misspelled one."""
+    for k, v in node.items() if isinstance(node, dict) else ():
+        yield f"{prefix}{k}"
+        yield from _config_keys(v, f"{prefix}{k}.")

@@ -19,6 +19,7 @@ from sweepit.results import (
     JobRecord,
     Status,
     SweepPaths,
+    error_line,
     job_folders,
     objective_direction,
     summarize,
@@ -336,7 +337,7 @@ class Search:
         log.info(f"trial {trial.number} {record.status} -> {state}"
                  + (f", {self.metric}={values[0]:.4g}" if values is not None and not self.multi else "")
                  + (f", values {values}" if self.multi and values is not None else "")
-                 + (f": {record.error_line}" if record.error else "")
+                 + (f": {error_line(record.error)}" if record.error else "")
                  + ("" if best is None else f" (best {best.value:.4g}, trial {best.number})"))
         if record.status != Status.INTERRUPTED:
             return None

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from sweepit._host import now_iso
 from sweepit.local import ChildSpec, GpuPool, Job, Pool, Reply, child_main, record_end, visible_gpus
-from sweepit.results import WAIT, Heartbeat, Recorder, Status, Work, WorkSource
+from sweepit.results import WAIT, Recorder, Status, Work, WorkSource, heartbeat
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._task_files import record_task, start_job_dir
 
@@ -73,7 +73,7 @@ class Engine:
             fallback = self.clock() + (self.timeout_min or 0) * 60.0
             end = cluster.end_time(self.worker) or fallback
         out_of_time = False
-        with Heartbeat(self.sweep_dir, self.worker):
+        with heartbeat(self.sweep_dir, self.worker):
             source.open(self.worker)
             pool.open()
             try:

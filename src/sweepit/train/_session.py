@@ -22,7 +22,6 @@ from sweepit.results import (
     FAILED_STATUSES,
     JobPaths,
     JobRecord,
-    MetricsLog,
     Recorder,
     State,
     Status,
@@ -31,6 +30,7 @@ from sweepit.results import (
     read_metrics,
     read_record,
     returned_fields,
+    write_metrics,
     write_result,
 )
 from sweepit.train._rank import SINGLE, Rank, from_environment
@@ -48,7 +48,6 @@ class Session:
     rows: list[dict[str, Any]] = field(default_factory=list)
     started_at: str = field(default_factory=now_iso)
     t0: float = field(default_factory=time.perf_counter)
-    _log: MetricsLog | None = None
     _trial: Any = _NOTHING                           # the pruning callback, once opened (None: no study)
     _stop: bool = False                              # the pruner's verdict after the latest report
     told_to_stop: bool = False                       # should_stop() said True: a task that returns was pruned
@@ -99,9 +98,7 @@ class Session:
         if not self.is_main:
             return
         if self.job_dir is not None:
-            if self._log is None:
-                self._log = MetricsLog(self.job_dir)
-            self._log.resume_from(self.rows)
+            write_metrics(self.job_dir, self.rows)
             self._track(row, epoch)
         trial = self._open_trial()
         if trial is not None:
@@ -217,8 +214,7 @@ class Session:
             return None
         state, self.rows, self._saves = restored
         if self.is_main and self.job_dir is not None:
-            self._log = self._log or MetricsLog(self.job_dir)
-            self._log.resume_from(self.rows)  # the metrics as they were when the checkpoint was saved
+            write_metrics(self.job_dir, self.rows)  # the metrics as they were when the checkpoint was saved
         return state
 
     def outcome(self, status: Status, returned: Any = None, error: BaseException | None = None,
