@@ -1,5 +1,5 @@
 """The training loop and the API a training function calls: report metrics, stop when pruned, checkpoint.
-`run_job` and `train` import torch, so they load on first use: `import sweepit` stays light."""
+`run_job` imports torch, so it loads on first use: `import sweepit` stays light."""
 
 from __future__ import annotations
 
@@ -14,12 +14,11 @@ from sweepit.train._session import end as end_session
 
 if TYPE_CHECKING:
     from sweepit.train._entry import run_job
-    from sweepit.train._loop import train
 
 __all__ = [
     "FORKED_AFTER_CUDA", "JobContext", "Session", "begin_session", "context", "current_session", "end_session",
     "forked_after_cuda", "leave_process_group", "load_checkpoint", "report", "run_job", "save_checkpoint",
-    "should_stop", "status_of", "train"
+    "should_stop", "status_of"
 ]
 
 
@@ -28,8 +27,4 @@ def __getattr__(name: str) -> Any:
         from sweepit.train._entry import run_job
 
         return run_job
-    if name == "train":
-        from sweepit.train._loop import train
-
-        return train
     raise AttributeError(f"module 'sweepit.train' has no attribute {name!r}")
