@@ -13,6 +13,7 @@ from torch import nn
 from sweepit._targets import instantiate, plain
 from sweepit.errors import ConfigError
 
+Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # an nn.Module loss, or a plain function
 # Keys of the data node that are sweepit's, never arguments of a data callable.
 DATA_KEYS = ("_target_", "loader", "val_fraction", "stratified", "augment")
 # The built-in models by `task.model`: (target, the task keys passed to it).
@@ -60,7 +61,7 @@ def build_model(cfg: Any, input_shape: tuple[int, ...], n_outputs: int) -> nn.Mo
     return model
 
 
-def build_loss(cfg: Any, regression: bool) -> nn.Module:
+def build_loss(cfg: Any, regression: bool) -> Loss:
     """The loss: `loss._target_` when set, else cross-entropy for class labels and mean squared error otherwise."""
     node = target_node(cfg, "loss")
     if node is not None:
@@ -68,17 +69,8 @@ def build_loss(cfg: Any, regression: bool) -> nn.Module:
         if not callable(loss):
             raise ConfigError(f"loss._target_ must build a loss (an nn.Module or a function of (output, target)), "
                               f"but {node['_target_']} returned a {type(loss).__name__}.")
-        return loss if isinstance(loss, nn.Module) else _LossFunction(loss)
+        return loss
     return nn.MSELoss() if regression else nn.CrossEntropyLoss()
-
-
-class _LossFunction(nn.Module):
-    def __init__(self, fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return self.fn(output, target)
 
 
 @torch.no_grad()

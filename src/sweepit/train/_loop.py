@@ -18,7 +18,7 @@ from sweepit.errors import ConfigError, DivergedError
 from sweepit.results import BEST_WEIGHTS, LAST_WEIGHTS
 from sweepit.train import _session, _weights
 from sweepit.train._batches import Batches, epoch_seed
-from sweepit.train._build import build_loss, build_model, build_optimizer, check_output, load_data, target_node
+from sweepit.train._build import Loss, build_loss, build_model, build_optimizer, check_output, load_data, target_node
 from sweepit.train._checks import check_metric
 from sweepit.train._devices import device_for, make_deterministic, resolve_precision, use_device
 from sweepit.train._distributed import abandon_process_group, destroy_process_group, init_process_group
@@ -209,8 +209,8 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
             row["w"], row["b"] = float(lin.weight.detach().flatten()[0]), float(lin.bias.detach().flatten()[0])
         out.rows.append(row)
         session.report(row, epoch=epoch)
-        if save_model in ("best", "both") and weights_dir is not None and _weights.is_better(
-                row.get(metric), [r.get(metric) for r in out.rows[:-1]], direction):
+        best_epoch = _session.epoch_facts(out.rows, metric, direction).get("best_epoch")
+        if save_model in ("best", "both") and weights_dir is not None and best_epoch == epoch:
             _weights.save(weights_dir / BEST_WEIGHTS, _unwrap(model), epoch, metric, row[metric])
         if cfg.trainer.log_every_epoch:
             log(epoch_line(row, epochs))
@@ -218,8 +218,7 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
             session.save_checkpoint({"epoch": epoch, "model": _unwrap(model).state_dict(),
                                      "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
                                      "initial_loss": initial_loss})
-        stop = float(session.pruner_says_stop() or (on_epoch is not None and on_epoch(epoch, row)))
-        if float(_all_reduce(torch.tensor([stop], device=device), world, maximum=True)) > 0:
+        if session.should_stop(also=on_epoch is not None and on_epoch(epoch, row)):
             out.stopped_early = True
             break
     if save_model in ("last", "both") and weights_dir is not None and out.rows:
@@ -236,7 +235,7 @@ def _fit(y: torch.Tensor, output: torch.Tensor, regression: bool) -> torch.Tenso
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, batches: Batches, loss_fn: nn.Module, regression: bool, world: int) -> dict[str, float]:
+def evaluate(model: nn.Module, batches: Batches, loss_fn: Loss, regression: bool, world: int) -> dict[str, float]:
     """Loss and accuracy on the validation split, summed over the ranks."""
     model.eval()
     inner = _unwrap(model)

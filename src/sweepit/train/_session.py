@@ -27,6 +27,7 @@ from sweepit.results import (
     State,
     Status,
     as_number,
+    finite_number,
     objective_direction,
     read_metrics,
     read_record,
@@ -155,12 +156,9 @@ class Session:
                 self._trial = pruning_callback(SimpleNamespace(metric=self.metric, epochs=self.value("epochs")))
         return self._trial
 
-    def pruner_says_stop(self) -> bool:
-        """The pruner's verdict after the latest report, on rank 0 (other ranks: False); no collective."""
-        return self._stop if self.is_main else False
-
-    def should_stop(self) -> bool:
-        stop = self.pruner_says_stop()
+    def should_stop(self, also: bool = False) -> bool:
+        """Rank 0's pruner verdict after the latest report, or `also` (the loop's own reason) on any rank."""
+        stop = (self._stop and self.is_main) or also
         if self.the_rank.world_size > 1:
             import torch
             import torch.distributed as dist
@@ -359,7 +357,7 @@ def epoch_facts(rows: list[dict[str, Any]], metric: str | None, direction: str) 
         values = [v for r in timed if (v := as_number(r.get(key))) is not None]
         if values:
             facts.update({f"{key}_mean": sum(values) / len(values), "timed_epochs": len(timed)})
-    scored = [r for r in rows if as_number(r.get(metric)) is not None] if metric else []
+    scored = [r for r in rows if finite_number(r.get(metric)) is not None] if metric else []
     if metric and scored:
         best = (max if direction == "maximize" else min)(scored, key=lambda r: float(r[metric]))
         facts.update(best_epoch=best.get("epoch"), best_value=best[metric])

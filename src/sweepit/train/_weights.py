@@ -32,16 +32,6 @@ def save(path: Path, model: nn.Module, epoch: int, metric: str, value: Any) -> N
                     "sweepit": sweepit.__version__}, f)
 
 
-def is_better(value: Any, previous: list[Any], direction: str) -> bool:
-    """True when `value` beats every earlier value of the metric (the first finite one does)."""
-    if not isinstance(value, int | float) or value != value:
-        return False
-    earlier = [v for v in previous if isinstance(v, int | float) and v == v]
-    if not earlier:
-        return True
-    return value > max(earlier) if direction == "maximize" else value < min(earlier)
-
-
 def sizes(job_dir: Path) -> dict[str, int]:
     """The job's weight files and their sizes in bytes."""
     return {name: (job_dir / name).stat().st_size for name in WEIGHT_FILES if (job_dir / name).is_file()}
