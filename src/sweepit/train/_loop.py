@@ -146,7 +146,7 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
             out.rows = list(session.rows)
             log(f"sweepit: resumed from {session.checkpoint_path} after epoch {state['epoch']}")
     every = max(1, int(cfg.trainer.get("checkpoint_every", 1)))
-    save_model = _weights.mode(cfg)
+    save_model = str(cfg.trainer.get("save_model", "best"))  # checked by check_config
     weights_dir = session.job_dir if rank.is_main else None  # rank 0 keeps the weights
     metric, direction = str(cfg.metric), str(cfg.direction)
     steps_per_epoch = batches.steps_per_epoch()

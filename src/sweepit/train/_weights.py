@@ -11,18 +11,7 @@ from torch import nn
 
 import sweepit
 from sweepit._files import atomic_file
-from sweepit.errors import ConfigError
 from sweepit.results import WEIGHT_FILES
-
-MODES = ("best", "last", "both", "none")
-
-
-def mode(cfg: Any) -> str:
-    value = str(cfg.trainer.get("save_model", "best"))
-    if value not in MODES:
-        raise ConfigError(f"trainer.save_model must be one of {', '.join(MODES)}, but got "
-                          f"trainer.save_model={value!r}. best keeps <job dir>/model_best.pt, none keeps no weights.")
-    return value
 
 
 def save(path: Path, model: nn.Module, epoch: int, metric: str, value: Any) -> None:
