@@ -57,7 +57,9 @@ def save_checkpoint(state: Any) -> None:
     """Save `state` (what torch.save takes: state dicts, the epoch, ...) as the job's `checkpoint.pt`, with the
     metrics reported so far and every RNG state, atomically. Rank 0 writes the checkpoint; with several ranks, every
     rank calls it (no collective: each other rank keeps only its own RNG states, in `checkpoint.rank<r>.pt`)."""
-    active().save_checkpoint(state)
+    from sweepit.train import _checkpoint
+
+    _checkpoint.save(active(), state)
 
 
 def load_checkpoint() -> Any:
@@ -65,7 +67,9 @@ def load_checkpoint() -> Any:
     and the reported metrics as they were then; None for a fresh start, or when the checkpoint is of another
     configuration (a warning says so). A job requeued by Slurm, or run again by `sweepit resume`, thus goes
     on from its last checkpoint and ends with the same metrics as an uninterrupted run."""
-    return active().load_checkpoint()
+    from sweepit.train import _checkpoint
+
+    return _checkpoint.load(active())
 
 
 def context() -> JobContext:

@@ -16,7 +16,7 @@ from torch import nn
 
 from sweepit.errors import ConfigError, DivergedError
 from sweepit.results import BEST_WEIGHTS, LAST_WEIGHTS
-from sweepit.train import _session, _weights
+from sweepit.train import _checkpoint, _session, _weights
 from sweepit.train._batches import Batches, epoch_seed
 from sweepit.train._build import Loss, build_loss, build_model, build_optimizer, check_output, load_data, target_node
 from sweepit.train._checks import check_metric
@@ -135,7 +135,7 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
     initial_loss: float | None = None  # the untrained model's loss (first batch): the divergence yardstick
     diverge_ratio = float(cfg.trainer.get("diverge_ratio", 0) or 0)
     if checkpointing:
-        state = session.load_checkpoint()
+        state = _checkpoint.load(session)
         if state is not None:
             _unwrap(model).load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
@@ -215,9 +215,9 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
         if cfg.trainer.log_every_epoch:
             log(epoch_line(row, epochs))
         if checkpointing and (epoch % every == 0 or epoch == epochs):
-            session.save_checkpoint({"epoch": epoch, "model": _unwrap(model).state_dict(),
-                                     "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
-                                     "initial_loss": initial_loss})
+            _checkpoint.save(session, {"epoch": epoch, "model": _unwrap(model).state_dict(),
+                                       "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
+                                       "initial_loss": initial_loss})
         if session.should_stop(also=on_epoch is not None and on_epoch(epoch, row)):
             out.stopped_early = True
             break

@@ -54,9 +54,9 @@ class Session:
     _stop: bool = False                              # the pruner's verdict after the latest report
     told_to_stop: bool = False                       # should_stop() said True: a task that returns was pruned
     _trackers: list[Any] | None = None               # the config's experiment trackers, once opened (rank 0)
-    _hash: str | None = None                         # the config as the job started: see _config_hash
+    config_hash: str | None = None                   # the config as the job started: see _checkpoint.fingerprint
     implicit: bool = False                           # begun by a first call, not by a launcher: see active()
-    _saves: int = 0                                  # save_checkpoint calls of the job so far (resumed ones too)
+    saves: int = 0                                   # save_checkpoint calls of the job so far (resumed ones too)
 
     def value(self, key: str, default: Any = None) -> Any:
         from omegaconf import OmegaConf
@@ -100,9 +100,7 @@ class Session:
         if not self.is_main:
             return
         if self.job_dir is not None:
-            if self._log is None:
-                self._log = MetricsLog(self.job_dir)
-            self._log.resume_from(self.rows)
+            self.restore(self.rows)
             self._track(row, epoch)
         trial = self._open_trial()
         if trial is not None:
@@ -174,50 +172,12 @@ class Session:
     def checkpoint_path(self) -> Path | None:
         return None if self.job_dir is None else JobPaths(self.job_dir).checkpoint
 
-    def _config_hash(self) -> str:
-        """The fingerprint a checkpoint is saved and loaded with, computed once a job: the config as the job
-        started, which is also what a restarted job computes, even if the task changed it since."""
-        if self._hash is None:
-            from omegaconf import OmegaConf
-
-            from sweepit.train._checkpoint import fingerprint
-
-            config = self.config
-            if OmegaConf.is_config(config):
-                if "hydra" in config:  # the launcher's copy of the job config: the task's part only
-                    config = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
-                config = OmegaConf.to_container(config, resolve=True)
-            self._hash = fingerprint(config if isinstance(config, Mapping) else None)
-        return self._hash
-
-    def save_checkpoint(self, state: Any) -> None:
-        """Rank 0 writes the checkpoint; every other rank only its own random states beside it (a rank's dropout
-        and data draws are its own: restored from rank 0's, they would differ from an uninterrupted run's)."""
-        path = self.checkpoint_path
-        if path is None:
-            return
-        from sweepit.train import _checkpoint
-
-        self._saves += 1
-        _checkpoint.save(path, self._config_hash(), self._saves, self.the_rank.rank, state, self.rows)
-
-    def load_checkpoint(self) -> Any:
-        path = self.checkpoint_path
-        if path is None:
-            return None
-        from sweepit.train import _checkpoint
-
-        restored = _checkpoint.load(path, self._config_hash(), self.the_rank.rank)
-        if restored is None:
-            if path.is_file() and self.is_main:
-                log.warning(f"sweepit: {path} holds a checkpoint of another configuration (or of an older sweepit); "
-                            "this job starts from the beginning and will replace it")
-            return None
-        state, self.rows, self._saves = restored
+    def restore(self, rows: list[dict[str, Any]]) -> None:
+        """`rows` as the metrics so far (after a report, or those of a checkpoint); rank 0 rewrites metrics.jsonl."""
+        self.rows = rows
         if self.is_main and self.job_dir is not None:
             self._log = self._log or MetricsLog(self.job_dir)
-            self._log.resume_from(self.rows)  # the metrics as they were when the checkpoint was saved
-        return state
+            self._log.resume_from(rows)
 
     def outcome(self, status: Status, returned: Any = None, error: BaseException | None = None,
                 recorded_by: Recorder | None = Recorder.SESSION) -> JobRecord:
