@@ -8,15 +8,18 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+import sweepit
+from sweepit._files import atomic_file
 from sweepit.errors import ConfigError, DivergedError
 from sweepit.results import BEST_WEIGHTS, LAST_WEIGHTS
-from sweepit.train import _checkpoint, _session, _weights
+from sweepit.train import _checkpoint, _session
 from sweepit.train._batches import Batches, epoch_seed
 from sweepit.train._build import Loss, build_loss, build_model, build_optimizer, check_output, load_data, target_node
 from sweepit.train._checks import check_metric
@@ -211,7 +214,7 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
         session.report(row, epoch=epoch)
         best_epoch = _session.epoch_facts(out.rows, metric, direction).get("best_epoch")
         if save_model in ("best", "both") and weights_dir is not None and best_epoch == epoch:
-            _weights.save(weights_dir / BEST_WEIGHTS, _unwrap(model), epoch, metric, row[metric])
+            _save_weights(weights_dir / BEST_WEIGHTS, model, epoch, metric, row[metric])
         if cfg.trainer.log_every_epoch:
             log(epoch_line(row, epochs))
         if checkpointing and (epoch % every == 0 or epoch == epochs):
@@ -223,8 +226,16 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
             break
     if save_model in ("last", "both") and weights_dir is not None and out.rows:
         last = out.rows[-1]
-        _weights.save(weights_dir / LAST_WEIGHTS, _unwrap(model), int(last["epoch"]), metric, last.get(metric))
+        _save_weights(weights_dir / LAST_WEIGHTS, model, int(last["epoch"]), metric, last.get(metric))
     return out
+
+
+def _save_weights(path: Path, model: nn.Module, epoch: int, metric: str, value: Any) -> None:
+    """Trained weights are a result (`trainer.save_model`: best, last, both or none; docs/results.md)."""
+    state = {k: v.detach().cpu() for k, v in _unwrap(model).state_dict().items()}
+    with atomic_file(path, binary=True) as f:
+        torch.save({"model": state, "epoch": epoch, "metric": metric, "value": value,
+                    "sweepit": sweepit.__version__}, f)
 
 
 def _fit(y: torch.Tensor, output: torch.Tensor, regression: bool) -> torch.Tensor:
