@@ -34,16 +34,9 @@ def target_node(cfg: Any, key: str) -> dict[str, Any] | None:
 
 
 def model_node(cfg: Any) -> dict[str, Any]:
-    """`model` when it has a `_target_`, else the built-in named by `task.model` with its task arguments."""
-    node = target_node(cfg, "model")
-    if node is not None:
-        return node
-    name = OmegaConf.select(cfg, "task.model", default=None) if OmegaConf.is_config(cfg) else None
-    if name not in BUILTIN_MODELS:
-        raise ConfigError(f"a job needs a model: model._target_ (any nn.Module) or a built-in task.model "
-                          f"({', '.join(BUILTIN_MODELS)}), but model._target_ is not set and task.model={name!r}. "
-                          "Set for example model._target_=mypkg.nets.MyNet.")
-    return builtin_node(str(name), plain(cfg.task))
+    """`model` when it has a `_target_`, else the built-in named by `task.model` (check_config made sure it is one)
+    with its task arguments."""
+    return target_node(cfg, "model") or builtin_node(str(cfg.task.model), plain(cfg.task))
 
 
 def builtin_node(name: str, task: Mapping[str, Any]) -> dict[str, Any]:

@@ -20,21 +20,15 @@ MODELS = {  # the built-in tasks and their models
     "cifar10": ("resnet18", "resnet50", "cnn"),
     "custom": (),
 }
-REGRESSION_METRICS = ("train_loss", "val_loss")
-CLASSIFICATION_METRICS = ("train_loss", "train_acc", "val_loss", "val_acc")
 TIMING_METRICS = ("epoch_time_s", "samples_per_s")
 
 
-def objective_metrics(regression: bool) -> tuple[str, ...]:
-    return (REGRESSION_METRICS if regression else CLASSIFICATION_METRICS) + TIMING_METRICS
-
-
-def check_metric(cfg: Any, regression: bool) -> None:
-    """`metric` must be one the loop reports for this data (classification or regression)."""
-    allowed = objective_metrics(regression)
-    if cfg.metric not in allowed:
-        kind = "regression targets" if regression else "class labels"
-        raise ConfigError(f"metric must name a metric the job reports for data with {kind} ({', '.join(allowed)}), "
+def check_metric(cfg: Any, regression: bool, reporter: str) -> None:
+    """`metric` must be one the loop reports for regression targets or class labels: checked for a built-in task
+    before its data loads, for a user's data once it has."""
+    allowed = ("train_loss", "val_loss") if regression else ("train_loss", "train_acc", "val_loss", "val_acc")
+    if cfg.metric not in allowed + TIMING_METRICS:
+        raise ConfigError(f"metric must name a metric that {reporter} reports ({', '.join(allowed + TIMING_METRICS)}), "
                           f"but got metric={cfg.metric!r}. Set for example metric={allowed[1]}"
                           + (" direction=minimize." if regression else " direction=maximize."))
 
@@ -69,12 +63,8 @@ def check_config(cfg: Any) -> None:
     if not (math.isfinite(lr) and lr > 0):
         raise ConfigError(f"lr must be a finite number > 0, but got lr={cfg.lr!r}. Set for example `lr=0.01`.")
     _check_counts(cfg)
-    allowed = objective_metrics(task == "linreg")
-    if not target_node(cfg, "data") and task != "custom" and cfg.metric not in allowed:
-        raise ConfigError(
-            f"metric must name a metric that task {task} reports ({', '.join(allowed)}), "
-            f"but got metric={cfg.metric!r}."
-        )
+    if not target_node(cfg, "data") and task != "custom":
+        check_metric(cfg, task == "linreg", f"task {task}")
     if cfg.direction not in DIRECTIONS:
         raise ConfigError(f"direction must be maximize or minimize, but got direction={cfg.direction!r}.")
     check_trackers(cfg)  # a missing tracker package fails the job now, not after its first epoch

@@ -83,7 +83,7 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
     torch.manual_seed(int(cfg.seed))  # same initial weights on every rank
     data = load_data(cfg, device)
     regression = data.n_classes == 0
-    check_metric(cfg, regression)
+    check_metric(cfg, regression, "a job on data with " + ("regression targets" if regression else "class labels"))
     n_outputs = 1 if regression else data.n_classes
     model: nn.Module = build_model(cfg, data.input_shape, n_outputs).to(device)
     requested = str(cfg.trainer.get("precision", "fp32"))

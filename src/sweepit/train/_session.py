@@ -20,6 +20,7 @@ from sweepit._host import now_iso
 from sweepit.errors import ConfigError, DivergedError
 from sweepit.results import (
     FAILED_STATUSES,
+    METRICS_FILE,
     JobPaths,
     JobRecord,
     MetricsLog,
@@ -122,8 +123,6 @@ class Session:
     def close_trackers(self, status: str | None = None) -> None:
         """End the trackers' runs with the job's status: its result.json's when it has one, else `status`
         (a job stopped before it recorded one: interrupted)."""
-        from sweepit.results import METRICS_FILE
-
         job_dir = self.job_dir
         # A job that ended before its first report (none here, no metrics.jsonl from a forked rank) is still a run
         # in rank 0's trackers, with its status, so that their comparisons show every job of the sweep.
