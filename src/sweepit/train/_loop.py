@@ -53,10 +53,8 @@ def _all_reduce(values: torch.Tensor, world: int, maximum: bool = False) -> torc
 def train(cfg: Any, on_epoch: EpochCallback | None = None, log: Callable[[str], None] = print,
           rank: Rank = SINGLE, session: _session.Session | None = None) -> Outcome:
     """Train as `cfg` says, as `rank` of its world. Raises DivergedError when the loss stops being finite. Metrics,
-    pruning and checkpoints go through `session` (the job's; without one, one of its own where Hydra or
-    $SWEEPIT_JOB_DIR say)."""
-    own = session is None
-    session = session or _session.begin(_session.job_dir_from_environment(), cfg, rank)
+    pruning and checkpoints go through `session`, the job's (without one, a session of no job: nothing is written)."""
+    session = session or _session.Session(job_dir=None, config=cfg, rank=rank)
     log = log if rank.is_main else (lambda _: None)
     device = device_for(rank, str(cfg.device))
     use_device(device)  # a job of one rank on cuda:1 too: the DataLoader's pinning thread works on the current GPU
@@ -66,9 +64,6 @@ def train(cfg: Any, on_epoch: EpochCallback | None = None, log: Callable[[str], 
     except BaseException:
         abandon_process_group()  # its peers are stopped by the local supervisor or srun's --kill-on-bad-exit
         raise
-    finally:
-        if own:
-            _session.end(session)
     destroy_process_group()
     return outcome
 
