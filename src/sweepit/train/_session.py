@@ -217,7 +217,6 @@ class Session:
 
 _active: Session | None = None
 _tracked: set[Path] = set()  # job directories whose trackers a session of this process has opened
-_exit_hook = False           # whether the implicit sessions' exit hook is registered (once a process)
 
 
 def begin(job_dir: Path | str | None, config: Any = None, rank: Rank | None = None) -> Session:
@@ -257,7 +256,7 @@ def active() -> Session:
     in `$SWEEPIT_JOB_DIR`, else Hydra's output directory, else none (metrics kept in memory only). Such an implicit
     session belongs to one job directory: when Hydra's `basic` launcher moves its output directory on to the next
     job, the next call ends the old session, so that no job sees another's metrics, checkpoint or trial."""
-    global _active, _exit_hook
+    global _active
     if _active is not None and not _active.implicit:
         return _active
     here = job_dir_from_environment()
@@ -266,9 +265,8 @@ def active() -> Session:
     if _active is not None:
         end(_active, State.ENDED)  # the last job of this process has ended: its trackers with it
     _active = Session(job_dir=here, implicit=True)
-    if not _exit_hook:  # no launcher ends the last one (a single run of a user's own loop): it ends at exit
-        atexit.register(_end_implicit)
-        _exit_hook = True
+    atexit.unregister(_end_implicit)  # registered once: no launcher ends the last one (a user's own loop run alone)
+    atexit.register(_end_implicit)
     return _active
 
 
