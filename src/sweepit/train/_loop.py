@@ -141,7 +141,6 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
                 scaler.load_state_dict(state["scaler"])
             first_epoch = int(state["epoch"]) + 1
             initial_loss = state.get("initial_loss")
-            out.rows = list(session.rows)
             log(f"sweepit: resumed from {session.checkpoint_path} after epoch {state['epoch']}")
     every = max(1, int(cfg.trainer.get("checkpoint_every", 1)))
     save_model = str(cfg.trainer.get("save_model", "best"))  # checked by check_config
@@ -205,9 +204,8 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
         lin = _unwrap(model)
         if regression and isinstance(lin, nn.Linear) and lin.weight.numel() == 1:
             row["w"], row["b"] = float(lin.weight.detach().flatten()[0]), float(lin.bias.detach().flatten()[0])
-        out.rows.append(row)
-        session.report(row, epoch=epoch)
-        best_epoch = _session.epoch_facts(out.rows, metric, direction).get("best_epoch")
+        session.report(row, epoch=epoch)  # the job's rows, those of a resumed run's checkpoint with them
+        best_epoch = _session.epoch_facts(session.rows, metric, direction).get("best_epoch")
         if save_model in ("best", "both") and weights_dir is not None and best_epoch == epoch:
             _save_weights(weights_dir / BEST_WEIGHTS, model, epoch, metric, row[metric])
         if cfg.trainer.log_every_epoch:
@@ -219,6 +217,7 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
         if session.should_stop(also=on_epoch is not None and on_epoch(epoch, row)):
             out.stopped_early = True
             break
+    out.rows = list(session.rows)
     if save_model in ("last", "both") and weights_dir is not None and out.rows:
         last = out.rows[-1]
         _save_weights(weights_dir / LAST_WEIGHTS, model, int(last["epoch"]), metric, last.get(metric))
