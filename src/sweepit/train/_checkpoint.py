@@ -39,7 +39,7 @@ def fingerprint(session: Session) -> str:
 
     config = session.config
     if OmegaConf.is_config(config):
-        if "hydra" in config:  # the launcher's copy of the job config: the task's part only (it resolves outside Hydra)
+        if "hydra" in config:  # the launcher's copy of the job config: the task's part only
             config = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
         config = OmegaConf.to_container(config, resolve=True)
     kept: dict[str, Any] = {str(k): v for k, v in (config if isinstance(config, Mapping) else {}).items()
