@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweepit.errors import ConfigError
+from sweepit.train import _checkpoint
 from sweepit.train._rank import Rank
 from sweepit.train._session import active
 
@@ -57,8 +58,6 @@ def save_checkpoint(state: Any) -> None:
     """Save `state` (what torch.save takes: state dicts, the epoch, ...) as the job's `checkpoint.pt`, with the
     metrics reported so far and every RNG state, atomically. Rank 0 writes the checkpoint; with several ranks, every
     rank calls it (no collective: each other rank keeps only its own RNG states, in `checkpoint.rank<r>.pt`)."""
-    from sweepit.train import _checkpoint
-
     _checkpoint.save(active(), state)
 
 
@@ -67,8 +66,6 @@ def load_checkpoint() -> Any:
     and the reported metrics as they were then; None for a fresh start, or when the checkpoint is of another
     configuration (a warning says so). A job requeued by Slurm, or run again by `sweepit resume`, thus goes
     on from its last checkpoint and ends with the same metrics as an uninterrupted run."""
-    from sweepit.train import _checkpoint
-
     return _checkpoint.load(active())
 
 
