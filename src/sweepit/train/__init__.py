@@ -1,5 +1,5 @@
 """The training loop and the API a training function calls: report metrics, stop when pruned, checkpoint.
-`run_job` and `train` import torch, so they load on first use: `import sweepit` stays light."""
+`run_job` imports torch, so it loads on first use: `import sweepit` stays light."""
 
 from __future__ import annotations
 
@@ -16,13 +16,12 @@ from sweepit.train._session import end as end_session
 if TYPE_CHECKING:
     from sweepit.train._build import load_data
     from sweepit.train._entry import run_job
-    from sweepit.train._loop import train
-    from sweepit.train._weights import load_model
+    from sweepit.train._loop import load_model
 
 __all__ = [
     "FORKED_AFTER_CUDA", "JobContext", "Session", "begin_session", "context", "current_session", "end_session",
     "forked_after_cuda", "leave_process_group", "load_checkpoint", "load_data", "load_model", "read_state", "report",
-    "run_job", "save_checkpoint", "should_stop", "status_of", "train"
+    "run_job", "save_checkpoint", "should_stop", "status_of"
 ]
 
 
@@ -31,12 +30,8 @@ def __getattr__(name: str) -> Any:
         from sweepit.train._entry import run_job
 
         return run_job
-    if name == "train":
-        from sweepit.train._loop import train
-
-        return train
     if name == "load_model":  # a trained job's model and data, for `sweepit.load`
-        from sweepit.train._weights import load_model
+        from sweepit.train._loop import load_model
 
         return load_model
     if name == "load_data":

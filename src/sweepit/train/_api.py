@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweepit.errors import ConfigError
+from sweepit.train import _checkpoint
 from sweepit.train._rank import Rank
 from sweepit.train._session import active
 
@@ -57,7 +58,7 @@ def save_checkpoint(state: Any) -> None:
     """Save `state` (what torch.save takes: state dicts, the epoch, ...) as the job's `checkpoint.pt`, with the
     metrics reported so far and every RNG state, atomically. Rank 0 writes the checkpoint; with several ranks, every
     rank calls it (no collective: each other rank keeps only its own RNG states, in `checkpoint.rank<r>.pt`)."""
-    active().save_checkpoint(state)
+    _checkpoint.save(active(), state)
 
 
 def load_checkpoint() -> Any:
@@ -65,7 +66,7 @@ def load_checkpoint() -> Any:
     and the reported metrics as they were then; None for a fresh start, or when the checkpoint is of another
     configuration (a warning says so). A job requeued by Slurm, or run again by `sweepit resume`, thus goes
     on from its last checkpoint and ends with the same metrics as an uninterrupted run."""
-    return active().load_checkpoint()
+    return _checkpoint.load(active())
 
 
 def context() -> JobContext:

@@ -11,7 +11,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Subset
-from torch.utils.data.distributed import DistributedSampler
 
 from sweepit.errors import ConfigError
 from sweepit.train._rank import Rank
@@ -85,28 +84,26 @@ class Batches:
         x, y = next(iter(DataLoader(Subset(d.train, range(min(n, d.n_train))), batch_size=n)))
         return self.prepare(x.to(self.device).float(), False), y.to(self.device)
 
+    def _shards(self, epoch: int, labels: torch.Tensor | None = None,
+                device: torch.device | None = None) -> Iterator[torch.Tensor]:
+        """This rank's sample indices of each global batch of the epoch, in memory or streamed alike."""
+        self.batch_g.manual_seed(epoch_seed(self.seed, "order", epoch))
+        for idx in iterate_batches(self.data.n_train, self.batch_size * self.world, self.batch_g, labels=labels,
+                                   device=device):
+            if len(idx) < self.world:
+                break  # too few samples left to give every rank one
+            yield torch.tensor_split(idx, self.world)[self.rank.rank]
+
     def train(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """This rank's (inputs, labels) of each training batch of the epoch."""
-        self.batch_g.manual_seed(epoch_seed(self.seed, "order", epoch))
         self.aug_g.manual_seed(epoch_seed(self.seed, f"augment/{self.rank.rank}", epoch))
         d = self.data
         if isinstance(d, Splits):
-            labels = d.y_train if self.stratified else None
-            for idx in iterate_batches(len(d.x_train), self.batch_size * self.world, self.batch_g, labels=labels,
-                                       device=d.x_train.device):
-                if len(idx) < self.world:
-                    break  # too few samples left to give every rank one
-                idx = torch.tensor_split(idx, self.world)[self.rank.rank]
+            for idx in self._shards(epoch, d.y_train if self.stratified else None, d.x_train.device):
                 yield self.prepare(d.x_train[idx], True), d.y_train[idx]
             return
-        if self.world > 1:
-            sampler: Any = DistributedSampler(d.train, num_replicas=self.world, rank=self.rank.rank, shuffle=True,
-                                              seed=self.seed, drop_last=True)
-            sampler.set_epoch(epoch)
-        else:
-            sampler = torch.randperm(d.n_train, generator=self.batch_g).tolist()
-        loader = DataLoader(d.train, batch_size=self.batch_size, sampler=sampler, num_workers=self.num_workers,
-                            pin_memory=self.pin_memory)
+        loader = DataLoader(d.train, batch_sampler=[idx.tolist() for idx in self._shards(epoch)],
+                            num_workers=self.num_workers, pin_memory=self.pin_memory)
         for xb, yb in loader:
             xb, yb = xb.to(self.device, non_blocking=True), yb.to(self.device, non_blocking=True)
             yield self.prepare(xb.float(), True), yb

@@ -13,6 +13,7 @@ from torch import nn
 from sweepit._targets import instantiate, plain
 from sweepit.errors import ConfigError
 
+Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # an nn.Module loss, or a plain function
 # Keys of the data node that are sweepit's, never arguments of a data callable.
 DATA_KEYS = ("_target_", "loader", "val_fraction", "stratified", "augment")
 # The built-in models by `task.model`: (target, the task keys passed to it).
@@ -33,16 +34,9 @@ def target_node(cfg: Any, key: str) -> dict[str, Any] | None:
 
 
 def model_node(cfg: Any) -> dict[str, Any]:
-    """`model` when it has a `_target_`, else the built-in named by `task.model` with its task arguments."""
-    node = target_node(cfg, "model")
-    if node is not None:
-        return node
-    name = OmegaConf.select(cfg, "task.model", default=None) if OmegaConf.is_config(cfg) else None
-    if name not in BUILTIN_MODELS:
-        raise ConfigError(f"a job needs a model: model._target_ (any nn.Module) or a built-in task.model "
-                          f"({', '.join(BUILTIN_MODELS)}), but model._target_ is not set and task.model={name!r}. "
-                          "Set for example model._target_=mypkg.nets.MyNet.")
-    return builtin_node(str(name), plain(cfg.task))
+    """`model` when it has a `_target_`, else the built-in named by `task.model` (check_config made sure it is one)
+    with its task arguments."""
+    return target_node(cfg, "model") or builtin_node(str(cfg.task.model), plain(cfg.task))
 
 
 def builtin_node(name: str, task: Mapping[str, Any]) -> dict[str, Any]:
@@ -60,7 +54,7 @@ def build_model(cfg: Any, input_shape: tuple[int, ...], n_outputs: int) -> nn.Mo
     return model
 
 
-def build_loss(cfg: Any, regression: bool) -> nn.Module:
+def build_loss(cfg: Any, regression: bool) -> Loss:
     """The loss: `loss._target_` when set, else cross-entropy for class labels and mean squared error otherwise."""
     node = target_node(cfg, "loss")
     if node is not None:
@@ -68,17 +62,8 @@ def build_loss(cfg: Any, regression: bool) -> nn.Module:
         if not callable(loss):
             raise ConfigError(f"loss._target_ must build a loss (an nn.Module or a function of (output, target)), "
                               f"but {node['_target_']} returned a {type(loss).__name__}.")
-        return loss if isinstance(loss, nn.Module) else _LossFunction(loss)
+        return loss
     return nn.MSELoss() if regression else nn.CrossEntropyLoss()
-
-
-class _LossFunction(nn.Module):
-    def __init__(self, fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return self.fn(output, target)
 
 
 @torch.no_grad()

@@ -11,10 +11,13 @@ import random
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sweepit._files import atomic_file
 from sweepit.results import RANK_STATES
+
+if TYPE_CHECKING:
+    from sweepit.train._session import Session
 
 log = logging.getLogger(__name__)
 
@@ -26,9 +29,21 @@ NEUTRAL_KEYS = ("timeout_min", "trainer.threads", "trainer.log_every_epoch", "tr
                 "trainer.checkpoint_every", "trainer.keep_checkpoint", "trainer.save_model", "logger")
 
 
-def fingerprint(config: Mapping[str, Any] | None) -> str:
-    """A hash of the job config that determines the training trajectory (`NEUTRAL_KEYS` and `hydra` left out)."""
-    kept: dict[str, Any] = {str(k): v for k, v in (config or {}).items() if k != "hydra"}
+def fingerprint(session: Session) -> str:
+    """A hash of the job config that determines the training trajectory (`NEUTRAL_KEYS` and `hydra` left out),
+    computed once a job: the config as the job started, which is also what a restarted job computes, even if the
+    task changed it since."""
+    if session.config_hash is not None:
+        return session.config_hash
+    from omegaconf import OmegaConf
+
+    config = session.config
+    if OmegaConf.is_config(config):
+        if "hydra" in config:  # the launcher's copy of the job config: the task's part only
+            config = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
+        config = OmegaConf.to_container(config, resolve=True)
+    kept: dict[str, Any] = {str(k): v for k, v in (config if isinstance(config, Mapping) else {}).items()
+                            if k != "hydra"}
     for dotted in NEUTRAL_KEYS:
         node: Any = kept
         *parents, leaf = dotted.split(".")
@@ -36,7 +51,8 @@ def fingerprint(config: Mapping[str, Any] | None) -> str:
             node = node.get(part) if isinstance(node, dict) else None
         if isinstance(node, dict):
             node.pop(leaf, None)
-    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    session.config_hash = hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return session.config_hash
 
 
 def rng_states() -> dict[str, Any]:
@@ -71,15 +87,19 @@ def rank_path(path: Path, rank: int) -> Path:
     return path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
 
 
-def save(path: Path, config_hash: str, count: int, rank: int = 0, state: Any = None,
-         rows: list[dict[str, Any]] | None = None) -> None:
+def save(session: Session, state: Any) -> None:
     """Rank 0: `state` (anything torch.save takes) with the metrics rows so far and its random states; another rank:
-    its own random states, beside the checkpoint. `count` numbers the saves of the job, so that each rank's states
-    are matched with the checkpoint they belong to."""
+    only its own random states, beside the checkpoint (a rank's dropout and data draws are its own: restored from rank
+    0's, they would differ from an uninterrupted run's). The saves are counted, so that each rank's states are
+    matched with the checkpoint they belong to."""
+    path, rank = session.checkpoint_path, session.the_rank.rank
+    if path is None:
+        return
     import torch
 
-    meta = {"format": FORMAT, "config_hash": config_hash, "rng": rng_states(), "count": count}
-    record = {"sweepit": {**meta, "rows": rows}, "state": state} if rank == 0 else {"sweepit": meta}
+    session.saves += 1
+    meta = {"format": FORMAT, "config_hash": fingerprint(session), "rng": rng_states(), "count": session.saves}
+    record = {"sweepit": {**meta, "rows": session.rows}, "state": state} if rank == 0 else {"sweepit": meta}
     with atomic_file(path if rank == 0 else rank_path(path, rank), binary=True) as f:
         torch.save(record, f)
 
@@ -103,12 +123,18 @@ def read_state(path: Path) -> Any:
     return None if record is None else record["state"]
 
 
-def load(path: Path, config_hash: str, rank: int = 0) -> tuple[Any, list[dict[str, Any]], int] | None:
-    """(state, metrics rows at save time, the save's count), with this rank's random states restored (rank 0's from
-    the checkpoint, another rank's from its own file of the same save); None when there is nothing to resume from:
-    no file, a checkpoint of another configuration, or one written by an older sweepit."""
-    record = _read(path)
+def load(session: Session) -> Any:
+    """The state of the job's last save, with the session's metrics rows and this rank's random states as they were
+    then (rank 0's from the checkpoint, another rank's from its own file of the same save); None when there is
+    nothing to resume from: no file, a checkpoint of another configuration, or one written by an older sweepit."""
+    path, rank = session.checkpoint_path, session.the_rank.rank
+    if path is None:
+        return None
+    config_hash, record = fingerprint(session), _read(path)  # the fingerprint of the config as the job starts
     if record is None or record["sweepit"].get("config_hash") != config_hash:
+        if path.is_file() and session.is_main:
+            log.warning(f"sweepit: {path} holds a checkpoint of another configuration (or of an older sweepit); "
+                        "this job starts from the beginning and will replace it")
         return None
     meta = record["sweepit"]
     count = int(meta.get("count", 0))
@@ -123,7 +149,9 @@ def load(path: Path, config_hash: str, rank: int = 0) -> tuple[Any, list[dict[st
             log.warning(f"sweepit: rank {rank} has no random states saved with {path} (it did not call "
                         "save_checkpoint then): it goes on with fresh ones, so its random draws differ from an "
                         "uninterrupted run's")
-    return record["state"], list(meta["rows"]), count
+    session.saves = count
+    session.restore(list(meta["rows"]))
+    return record["state"]
 
 
 def remove(path: Path) -> None:

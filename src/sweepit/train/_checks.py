@@ -20,21 +20,15 @@ MODELS = {  # the built-in tasks and their models
     "cifar10": ("resnet18", "resnet50", "cnn"),
     "custom": (),
 }
-REGRESSION_METRICS = ("train_loss", "val_loss")
-CLASSIFICATION_METRICS = ("train_loss", "train_acc", "val_loss", "val_acc")
 TIMING_METRICS = ("epoch_time_s", "samples_per_s")
 
 
-def objective_metrics(regression: bool) -> tuple[str, ...]:
-    return (REGRESSION_METRICS if regression else CLASSIFICATION_METRICS) + TIMING_METRICS
-
-
-def check_metric(cfg: Any, regression: bool) -> None:
-    """`metric` must be one the loop reports for this data (classification or regression)."""
-    allowed = objective_metrics(regression)
-    if cfg.metric not in allowed:
-        kind = "regression targets" if regression else "class labels"
-        raise ConfigError(f"metric must name a metric the job reports for data with {kind} ({', '.join(allowed)}), "
+def check_metric(cfg: Any, regression: bool, reporter: str) -> None:
+    """`metric` must be one the loop reports for regression targets or class labels: checked for a built-in task
+    before its data loads, for a user's data once it has."""
+    allowed = ("train_loss", "val_loss") if regression else ("train_loss", "train_acc", "val_loss", "val_acc")
+    if cfg.metric not in allowed + TIMING_METRICS:
+        raise ConfigError(f"metric must name a metric that {reporter} reports ({', '.join(allowed + TIMING_METRICS)}), "
                           f"but got metric={cfg.metric!r}. Set for example metric={allowed[1]}"
                           + (" direction=minimize." if regression else " direction=maximize."))
 
@@ -48,9 +42,8 @@ def _number(cfg: Any, key: str) -> float:
 
 def check_config(cfg: Any) -> None:
     """Raise ConfigError for the first rule the config breaks."""
+    _check_choices(cfg)
     task = cfg.task.name
-    if task not in MODELS:
-        raise ConfigError(f"task.name must be one of {', '.join(MODELS)}, but got task.name={task!r}.")
     model = cfg.task.get("model")
     if not target_node(cfg, "model") and model not in MODELS[task]:
         if task == "custom":
@@ -69,52 +62,51 @@ def check_config(cfg: Any) -> None:
     lr = _number(cfg, "lr")
     if not (math.isfinite(lr) and lr > 0):
         raise ConfigError(f"lr must be a finite number > 0, but got lr={cfg.lr!r}. Set for example `lr=0.01`.")
-    for key in ("batch_size", "epochs", "trainer.gpus"):
-        value = OmegaConf.select(cfg, key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{key} must be an integer >= 1, but got {key}={value!r}.")
-    allowed = objective_metrics(task == "linreg")
-    if not target_node(cfg, "data") and task != "custom" and cfg.metric not in allowed:
-        raise ConfigError(
-            f"metric must name a metric that task {task} reports ({', '.join(allowed)}), "
-            f"but got metric={cfg.metric!r}."
-        )
+    _check_counts(cfg)
+    if not target_node(cfg, "data") and task != "custom":
+        check_metric(cfg, task == "linreg", f"task {task}")
     if cfg.direction not in DIRECTIONS:
         raise ConfigError(f"direction must be maximize or minimize, but got direction={cfg.direction!r}.")
     check_trackers(cfg)  # a missing tracker package fails the job now, not after its first epoch
     device = str(cfg.device)
     if not (device in ("auto", "cpu", "cuda") or device.startswith("cuda:")):
         raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, but got device={device!r}.")
-    schedule = cfg.trainer.get("lr_schedule", "constant")
-    if schedule not in ("constant", "cosine"):
-        raise ConfigError(f"trainer.lr_schedule must be constant or cosine, but got trainer.lr_schedule={schedule!r}.")
-    precision = cfg.trainer.get("precision", "fp32")
-    if precision not in PRECISIONS:
-        raise ConfigError(f"trainer.precision must be one of {', '.join(PRECISIONS)}, but got "
-                          f"trainer.precision={precision!r}. Set auto for mixed precision where the GPU runs it "
-                          "on tensor cores (bf16 on A100/H100, fp16 with a gradient scaler on V100), fp32 elsewhere.")
     for flag in ("channels_last", "deterministic"):
         value = cfg.trainer.get(flag, False)
         if not isinstance(value, bool):
             raise ConfigError(f"trainer.{flag} must be true or false, but got trainer.{flag}={value!r}.")
-    scaling = cfg.trainer.get("lr_scaling", "linear")
-    if scaling not in ("linear", "sqrt", "none"):
-        raise ConfigError(f"trainer.lr_scaling must be linear, sqrt or none, but got trainer.lr_scaling={scaling!r}.")
     frac = _number(cfg.data, "val_fraction")
     if not 0.0 <= frac < 1.0:
         raise ConfigError(f"data.val_fraction must be in [0, 1), but got data.val_fraction={frac}.")
-    _check_counts(cfg)
     if (device == "cuda" or device.startswith("cuda:")) and not cuda_available():
         raise ConfigError(f"device={device} needs a CUDA GPU, but torch sees none here (torch.cuda.is_available() is "
                           "False: no GPU, no driver, or a CPU build of torch). Set device=auto (a GPU when there is "
                           "one, else the CPU) or device=cpu.")
 
 
+# Keys that name one of a few choices, and what to know to choose (a key the config lacks takes its default).
+_CHOICES: dict[str, tuple[tuple[str, ...], str]] = {
+    "task.name": (tuple(MODELS), ""),
+    "trainer.lr_schedule": (("constant", "cosine"), ""),
+    "trainer.lr_scaling": (("linear", "sqrt", "none"), ""),
+    "trainer.precision": (PRECISIONS, " Set auto for mixed precision where the GPU runs it on tensor cores (bf16 on "
+                                      "A100/H100, fp16 with a gradient scaler on V100), fp32 elsewhere."),
+    "trainer.save_model": (("best", "last", "both", "none"), " best keeps <job dir>/model_best.pt, none keeps no "
+                                                              "weights."),
+}
 # Integer knobs and their least value: a wrong type or a negative size is refused by name, before training.
 _COUNTS = {
+    "batch_size": 1, "epochs": 1, "trainer.gpus": 1,
     "seed": 0, "timeout_min": 1, "trainer.threads": 0, "trainer.warmup_epochs": 0, "trainer.checkpoint_every": 1,
     "task.hidden": 1, "task.image_size": 0, "data.n_synthetic": 1,
 }
+
+
+def _check_choices(cfg: Any) -> None:
+    for key, (choices, hint) in _CHOICES.items():
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None and value not in choices:
+            raise ConfigError(f"{key} must be one of {', '.join(choices)}, but got {key}={value!r}.{hint}")
 
 
 def _check_counts(cfg: Any) -> None:

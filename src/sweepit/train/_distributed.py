@@ -103,69 +103,59 @@ def spawn_local(world_size: int, target: Callable[[Rank], T]) -> T:
     threads = max(1, torch.get_num_threads() // world_size)
     port = _free_port()
     ctx = mp.get_context("fork")
-    pipes = [ctx.Pipe(duplex=False) for _ in range(world_size)]
-    procs: list[mp.process.BaseProcess] = [
-        ctx.Process(target=_rank_main, args=(target, Rank(r, r, world_size, "127.0.0.1", port), pipes[r][1], threads),
-                    name=f"sweepit-rank-{r}")
-        for r in range(world_size)
-    ]
-    for p in procs:
-        p.start()
-    for _, writer in pipes:
-        writer.close()
+    procs: list[mp.process.BaseProcess] = []
+    readers: list[multiprocessing.connection.Connection] = []
     try:
-        return _supervise(procs, [reader for reader, _ in pipes])
+        for r in range(world_size):
+            # A pipe per rank, its writing end closed here before the next fork: only rank r holds it, so that the
+            # pipe's end of file tells that rank r has exited.
+            reader, writer = ctx.Pipe(duplex=False)
+            readers.append(reader)
+            procs.append(ctx.Process(target=_rank_main, args=(target, Rank(r, r, world_size, "127.0.0.1", port), writer,
+                                                              threads), name=f"sweepit-rank-{r}"))
+            procs[-1].start()
+            writer.close()
+        return _supervise(procs, readers)
     finally:
         for p in procs:
             if p.is_alive():
                 p.kill()
             p.join()
-        for reader, _ in pipes:
+        for reader in readers:
             reader.close()
 
 
 def _supervise(procs: list[mp.process.BaseProcess], readers: list[multiprocessing.connection.Connection]) -> Any:
-    """Rank 0's value, or the exception of the rank that failed first."""
-    world = len(procs)
-    exits: dict[Any, int] = {p.sentinel: r for r, p in enumerate(procs)}
-    listening: dict[Any, int] = {reader: r for r, reader in enumerate(readers)}
-    value: list[Any] = []
-    while exits:
-        ready = multiprocessing.connection.wait([*exits, *listening])
-        _read_messages(readers, listening, value, world)
-        for sentinel in [s for s in ready if s in exits]:
-            rank = exits.pop(sentinel)
-            p = procs[rank]
-            p.join()  # the sentinel closes at exit, a moment before the exit code can be read
-            if p.exitcode != 0 and not (readers[rank] in listening and readers[rank].poll(1.0)):
-                raise RankFailedError(f"rank {rank} of {world} exited with code {p.exitcode} (killed, or it called "
-                                      "os._exit) without a Python error; its output is in the job's stderr.log")
-    _read_messages(readers, listening, value, world)  # what the last ranks sent as they exited
+    """Rank 0's value, or the exception of the rank that failed first: each rank sends one message, then exits."""
+    world, waiting, value = len(procs), {reader: r for r, reader in enumerate(readers)}, []
+    while waiting:
+        failures, silent = [], []
+        ready = multiprocessing.connection.wait(list(waiting))
+        for conn in [c for c in readers if c in ready]:
+            rank = waiting.pop(conn)
+            try:
+                kind, sent_at, payload = conn.recv()
+            except EOFError:
+                silent.append(rank)
+                continue
+            if kind == "error":
+                failures.append((sent_at, rank, payload))
+            elif rank == 0:
+                value.append(payload)
+        if failures:  # the earliest sent of those that came together
+            _, rank, error = min(failures, key=lambda f: (f[0], f[1]))
+            if isinstance(error, BaseException) and (rank == 0 or isinstance(error, KeyboardInterrupt)):
+                raise error  # rank 0's own, or a stop (Ctrl-C, preemption), which is no rank's failure
+            what = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
+            raise RankFailedError(f"rank {rank} of {world} failed: {what} (its traceback is in the job's stderr.log)")
+        for rank in silent:
+            procs[rank].join()
+            if procs[rank].exitcode != 0:
+                raise RankFailedError(f"rank {rank} of {world} exited with code {procs[rank].exitcode} (killed, or it "
+                                      "called os._exit) without a Python error; its output is in the job's stderr.log")
     if not value:
         raise RankFailedError("rank 0 ended without a result")
     return value[0]
-
-
-def _read_messages(readers: list[multiprocessing.connection.Connection], listening: dict[Any, int],
-                   value: list[Any], world: int) -> None:
-    """Every message the ranks have sent: rank 0's value goes into `value`; a failure raises, the earliest sent."""
-    failures = []
-    for conn in [c for c in readers if c in listening and c.poll(0)]:
-        rank = listening.pop(conn)
-        try:
-            kind, sent_at, payload = conn.recv()
-        except EOFError:
-            continue
-        if kind == "error":
-            failures.append((sent_at, rank, payload))
-        elif rank == 0:
-            value.append(payload)
-    if failures:
-        _, rank, error = min(failures, key=lambda f: (f[0], f[1]))
-        if isinstance(error, BaseException) and (rank == 0 or isinstance(error, KeyboardInterrupt)):
-            raise error  # rank 0's own, or a stop (Ctrl-C, preemption), which is no rank's failure
-        what = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
-        raise RankFailedError(f"rank {rank} of {world} failed: {what} (its traceback is in the job's stderr.log)")
 
 
 def _rank_main(target: Callable[[Rank], object], rank: Rank, writer: multiprocessing.connection.Connection,

@@ -11,8 +11,8 @@ from typing import Any
 
 import sweepit
 from sweepit.errors import DivergedError
-from sweepit.results import JobPaths, Status, worst, write_result
-from sweepit.train import _checkpoint, _session, _weights
+from sweepit.results import WEIGHT_FILES, JobPaths, Status, worst, write_result
+from sweepit.train import _checkpoint, _session
 from sweepit.train._checks import check_config
 from sweepit.train._devices import cuda_available
 from sweepit.train._distributed import spawn_local
@@ -81,7 +81,7 @@ def _run_main(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None, rank: Ran
     finally:
         record = session.outcome(status, objective, error, recorded_by=None)
         record.result.update({"world_size": gpus, "code_version": code_version(), **outcome.info})
-        weights = _weights.sizes(job_dir)
+        weights = {name: (job_dir / name).stat().st_size for name in WEIGHT_FILES if (job_dir / name).is_file()}
         if weights:
             record.result["weights"] = weights  # file -> bytes: what `sweepit clean` can free
         write_result(job_dir, record)

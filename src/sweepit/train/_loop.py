@@ -8,17 +8,20 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+import sweepit
+from sweepit._files import atomic_file
 from sweepit.errors import ConfigError, DivergedError
 from sweepit.results import BEST_WEIGHTS, LAST_WEIGHTS
-from sweepit.train import _session, _weights
+from sweepit.train import _checkpoint, _session
 from sweepit.train._batches import Batches, epoch_seed
-from sweepit.train._build import build_loss, build_model, build_optimizer, check_output, load_data, target_node
+from sweepit.train._build import Loss, build_loss, build_model, build_optimizer, check_output, load_data, target_node
 from sweepit.train._checks import check_metric
 from sweepit.train._devices import device_for, make_deterministic, resolve_precision, use_device
 from sweepit.train._distributed import abandon_process_group, destroy_process_group, init_process_group
@@ -50,10 +53,8 @@ def _all_reduce(values: torch.Tensor, world: int, maximum: bool = False) -> torc
 def train(cfg: Any, on_epoch: EpochCallback | None = None, log: Callable[[str], None] = print,
           rank: Rank = SINGLE, session: _session.Session | None = None) -> Outcome:
     """Train as `cfg` says, as `rank` of its world. Raises DivergedError when the loss stops being finite. Metrics,
-    pruning and checkpoints go through `session` (the job's; without one, one of its own where Hydra or
-    $SWEEPIT_JOB_DIR say)."""
-    own = session is None
-    session = session or _session.begin(_session.job_dir_from_environment(), cfg, rank)
+    pruning and checkpoints go through `session`, the job's (without one, a session of no job: nothing is written)."""
+    session = session or _session.Session(job_dir=None, config=cfg, rank=rank)
     log = log if rank.is_main else (lambda _: None)
     device = device_for(rank, str(cfg.device))
     use_device(device)  # a job of one rank on cuda:1 too: the DataLoader's pinning thread works on the current GPU
@@ -63,9 +64,6 @@ def train(cfg: Any, on_epoch: EpochCallback | None = None, log: Callable[[str], 
     except BaseException:
         abandon_process_group()  # its peers are stopped by the local supervisor or srun's --kill-on-bad-exit
         raise
-    finally:
-        if own:
-            _session.end(session)
     destroy_process_group()
     return outcome
 
@@ -80,7 +78,7 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
     torch.manual_seed(int(cfg.seed))  # same initial weights on every rank
     data = load_data(cfg, device)
     regression = data.n_classes == 0
-    check_metric(cfg, regression)
+    check_metric(cfg, regression, "a job on data with " + ("regression targets" if regression else "class labels"))
     n_outputs = 1 if regression else data.n_classes
     model: nn.Module = build_model(cfg, data.input_shape, n_outputs).to(device)
     requested = str(cfg.trainer.get("precision", "fp32"))
@@ -135,7 +133,7 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
     initial_loss: float | None = None  # the untrained model's loss (first batch): the divergence yardstick
     diverge_ratio = float(cfg.trainer.get("diverge_ratio", 0) or 0)
     if checkpointing:
-        state = session.load_checkpoint()
+        state = _checkpoint.load(session)
         if state is not None:
             _unwrap(model).load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
@@ -143,10 +141,9 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
                 scaler.load_state_dict(state["scaler"])
             first_epoch = int(state["epoch"]) + 1
             initial_loss = state.get("initial_loss")
-            out.rows = list(session.rows)
             log(f"sweepit: resumed from {session.checkpoint_path} after epoch {state['epoch']}")
     every = max(1, int(cfg.trainer.get("checkpoint_every", 1)))
-    save_model = _weights.mode(cfg)
+    save_model = str(cfg.trainer.get("save_model", "best"))  # checked by check_config
     weights_dir = session.job_dir if rank.is_main else None  # rank 0 keeps the weights
     metric, direction = str(cfg.metric), str(cfg.direction)
     steps_per_epoch = batches.steps_per_epoch()
@@ -207,25 +204,41 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
         lin = _unwrap(model)
         if regression and isinstance(lin, nn.Linear) and lin.weight.numel() == 1:
             row["w"], row["b"] = float(lin.weight.detach().flatten()[0]), float(lin.bias.detach().flatten()[0])
-        out.rows.append(row)
-        session.report(row, epoch=epoch)
-        if save_model in ("best", "both") and weights_dir is not None and _weights.is_better(
-                row.get(metric), [r.get(metric) for r in out.rows[:-1]], direction):
-            _weights.save(weights_dir / BEST_WEIGHTS, _unwrap(model), epoch, metric, row[metric])
+        session.report(row, epoch=epoch)  # the job's rows, those of a resumed run's checkpoint with them
+        best_epoch = _session.epoch_facts(session.rows, metric, direction).get("best_epoch")
+        if save_model in ("best", "both") and weights_dir is not None and best_epoch == epoch:
+            _save_weights(weights_dir / BEST_WEIGHTS, model, epoch, metric, row[metric])
         if cfg.trainer.log_every_epoch:
             log(epoch_line(row, epochs))
         if checkpointing and (epoch % every == 0 or epoch == epochs):
-            session.save_checkpoint({"epoch": epoch, "model": _unwrap(model).state_dict(),
-                                     "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
-                                     "initial_loss": initial_loss})
-        stop = float(session.pruner_says_stop() or (on_epoch is not None and on_epoch(epoch, row)))
-        if float(_all_reduce(torch.tensor([stop], device=device), world, maximum=True)) > 0:
+            _checkpoint.save(session, {"epoch": epoch, "model": _unwrap(model).state_dict(),
+                                       "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
+                                       "initial_loss": initial_loss})
+        if session.should_stop(also=on_epoch is not None and on_epoch(epoch, row)):
             out.stopped_early = True
             break
+    out.rows = list(session.rows)
     if save_model in ("last", "both") and weights_dir is not None and out.rows:
         last = out.rows[-1]
-        _weights.save(weights_dir / LAST_WEIGHTS, _unwrap(model), int(last["epoch"]), metric, last.get(metric))
+        _save_weights(weights_dir / LAST_WEIGHTS, model, int(last["epoch"]), metric, last.get(metric))
     return out
+
+
+def _save_weights(path: Path, model: nn.Module, epoch: int, metric: str, value: Any) -> None:
+    """Trained weights are a result (`trainer.save_model`: best, last, both or none; docs/results.md)."""
+    state = {k: v.detach().cpu() for k, v in _unwrap(model).state_dict().items()}
+    with atomic_file(path, binary=True) as f:
+        torch.save({"model": state, "epoch": epoch, "metric": metric, "value": value,
+                    "sweepit": sweepit.__version__}, f)
+
+
+def load_model(cfg: Any, path: Path, data: Any) -> nn.Module:
+    """The model of a job's config with the weights `_save_weights` wrote to `path`, on the CPU in eval mode: built
+    as the loop builds it, from its `data` (`load_data`'s: the input shape and classes), for `sweepit.load`."""
+    model = build_model(cfg, data.input_shape, data.n_classes or 1)  # no classes: a regression's one output
+    # The job's own file, written by _save_weights above: tensors and plain values only.
+    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True)["model"])
+    return model.eval()
 
 
 def _fit(y: torch.Tensor, output: torch.Tensor, regression: bool) -> torch.Tensor:
@@ -236,7 +249,7 @@ def _fit(y: torch.Tensor, output: torch.Tensor, regression: bool) -> torch.Tenso
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, batches: Batches, loss_fn: nn.Module, regression: bool, world: int) -> dict[str, float]:
+def evaluate(model: nn.Module, batches: Batches, loss_fn: Loss, regression: bool, world: int) -> dict[str, float]:
     """Loss and accuracy on the validation split, summed over the ranks."""
     model.eval()
     inner = _unwrap(model)

@@ -20,12 +20,14 @@ from sweepit._host import now_iso
 from sweepit.errors import ConfigError, DivergedError
 from sweepit.results import (
     FAILED_STATUSES,
+    METRICS_FILE,
     JobPaths,
     JobRecord,
     Recorder,
     State,
     Status,
     as_number,
+    finite_number,
     objective_direction,
     read_metrics,
     read_record,
@@ -52,9 +54,9 @@ class Session:
     _stop: bool = False                              # the pruner's verdict after the latest report
     told_to_stop: bool = False                       # should_stop() said True: a task that returns was pruned
     _trackers: list[Any] | None = None               # the config's experiment trackers, once opened (rank 0)
-    _hash: str | None = None                         # the config as the job started: see _config_hash
+    config_hash: str | None = None                   # the config as the job started: see _checkpoint.fingerprint
     implicit: bool = False                           # begun by a first call, not by a launcher: see active()
-    _saves: int = 0                                  # save_checkpoint calls of the job so far (resumed ones too)
+    saves: int = 0                                   # save_checkpoint calls of the job so far (resumed ones too)
 
     def value(self, key: str, default: Any = None) -> Any:
         from omegaconf import OmegaConf
@@ -98,7 +100,7 @@ class Session:
         if not self.is_main:
             return
         if self.job_dir is not None:
-            write_metrics(self.job_dir, self.rows)
+            self.restore(self.rows)
             self._track(row, epoch)
         trial = self._open_trial()
         if trial is not None:
@@ -120,8 +122,6 @@ class Session:
     def close_trackers(self, status: str | None = None) -> None:
         """End the trackers' runs with the job's status: its result.json's when it has one, else `status`
         (a job stopped before it recorded one: interrupted)."""
-        from sweepit.results import METRICS_FILE
-
         job_dir = self.job_dir
         # A job that ended before its first report (none here, no metrics.jsonl from a forked rank) is still a run
         # in rank 0's trackers, with its status, so that their comparisons show every job of the sweep.
@@ -152,12 +152,9 @@ class Session:
                 self._trial = pruning_callback(SimpleNamespace(metric=self.metric, epochs=self.value("epochs")))
         return self._trial
 
-    def pruner_says_stop(self) -> bool:
-        """The pruner's verdict after the latest report, on rank 0 (other ranks: False); no collective."""
-        return self._stop if self.is_main else False
-
-    def should_stop(self) -> bool:
-        stop = self.pruner_says_stop()
+    def should_stop(self, also: bool = False) -> bool:
+        """Rank 0's pruner verdict after the latest report, or `also` (the loop's own reason) on any rank."""
+        stop = (self._stop and self.is_main) or also
         if self.the_rank.world_size > 1:
             import torch
             import torch.distributed as dist
@@ -173,49 +170,11 @@ class Session:
     def checkpoint_path(self) -> Path | None:
         return None if self.job_dir is None else JobPaths(self.job_dir).checkpoint
 
-    def _config_hash(self) -> str:
-        """The fingerprint a checkpoint is saved and loaded with, computed once a job: the config as the job
-        started, which is also what a restarted job computes, even if the task changed it since."""
-        if self._hash is None:
-            from omegaconf import OmegaConf
-
-            from sweepit.train._checkpoint import fingerprint
-
-            config = self.config
-            if OmegaConf.is_config(config):
-                if "hydra" in config:  # the launcher's copy of the job config: the task's part only
-                    config = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
-                config = OmegaConf.to_container(config, resolve=True)
-            self._hash = fingerprint(config if isinstance(config, Mapping) else None)
-        return self._hash
-
-    def save_checkpoint(self, state: Any) -> None:
-        """Rank 0 writes the checkpoint; every other rank only its own random states beside it (a rank's dropout
-        and data draws are its own: restored from rank 0's, they would differ from an uninterrupted run's)."""
-        path = self.checkpoint_path
-        if path is None:
-            return
-        from sweepit.train import _checkpoint
-
-        self._saves += 1
-        _checkpoint.save(path, self._config_hash(), self._saves, self.the_rank.rank, state, self.rows)
-
-    def load_checkpoint(self) -> Any:
-        path = self.checkpoint_path
-        if path is None:
-            return None
-        from sweepit.train import _checkpoint
-
-        restored = _checkpoint.load(path, self._config_hash(), self.the_rank.rank)
-        if restored is None:
-            if path.is_file() and self.is_main:
-                log.warning(f"sweepit: {path} holds a checkpoint of another configuration (or of an older sweepit); "
-                            "this job starts from the beginning and will replace it")
-            return None
-        state, self.rows, self._saves = restored
+    def restore(self, rows: list[dict[str, Any]]) -> None:
+        """`rows` as the metrics so far (after a report, or those of a checkpoint); rank 0 rewrites metrics.jsonl."""
+        self.rows = rows
         if self.is_main and self.job_dir is not None:
-            write_metrics(self.job_dir, self.rows)  # the metrics as they were when the checkpoint was saved
-        return state
+            write_metrics(self.job_dir, self.rows)
 
     def outcome(self, status: Status, returned: Any = None, error: BaseException | None = None,
                 recorded_by: Recorder | None = Recorder.SESSION) -> JobRecord:
@@ -256,7 +215,6 @@ class Session:
 
 _active: Session | None = None
 _tracked: set[Path] = set()  # job directories whose trackers a session of this process has opened
-_exit_hook = False           # whether the implicit sessions' exit hook is registered (once a process)
 
 
 def begin(job_dir: Path | str | None, config: Any = None, rank: Rank | None = None) -> Session:
@@ -296,7 +254,7 @@ def active() -> Session:
     in `$SWEEPIT_JOB_DIR`, else Hydra's output directory, else none (metrics kept in memory only). Such an implicit
     session belongs to one job directory: when Hydra's `basic` launcher moves its output directory on to the next
     job, the next call ends the old session, so that no job sees another's metrics, checkpoint or trial."""
-    global _active, _exit_hook
+    global _active
     if _active is not None and not _active.implicit:
         return _active
     here = job_dir_from_environment()
@@ -305,9 +263,8 @@ def active() -> Session:
     if _active is not None:
         end(_active, State.ENDED)  # the last job of this process has ended: its trackers with it
     _active = Session(job_dir=here, implicit=True)
-    if not _exit_hook:  # no launcher ends the last one (a single run of a user's own loop): it ends at exit
-        atexit.register(_end_implicit)
-        _exit_hook = True
+    atexit.unregister(_end_implicit)  # registered once: no launcher ends the last one (a user's own loop run alone)
+    atexit.register(_end_implicit)
     return _active
 
 
@@ -355,7 +312,7 @@ def epoch_facts(rows: list[dict[str, Any]], metric: str | None, direction: str) 
         values = [v for r in timed if (v := as_number(r.get(key))) is not None]
         if values:
             facts.update({f"{key}_mean": sum(values) / len(values), "timed_epochs": len(timed)})
-    scored = [r for r in rows if as_number(r.get(metric)) is not None] if metric else []
+    scored = [r for r in rows if finite_number(r.get(metric)) is not None] if metric else []
     if metric and scored:
         best = (max if direction == "maximize" else min)(scored, key=lambda r: float(r[metric]))
         facts.update(best_epoch=best.get("epoch"), best_value=best[metric])

@@ -52,11 +52,10 @@ def load_splits(cfg: Any, device: torch.device) -> Splits:
     readers = {"digits": _digits, "mnist": mnist.load, "cifar10": cifar.load}
     x_train, y_train, x_test, y_test, source = readers[name](data_cfg)
     frac = float(data_cfg.val_fraction)
-    if x_test is None or frac > 0:
+    if x_test is None or y_test is None or frac > 0:
         # No official test split (digits), or a hold-out asked for: split the training data by class.
         tr, va = stratified_split(y_train, frac or 0.2, seed)
         x_train, y_train, x_test, y_test = x_train[tr], y_train[tr], x_train[va], y_train[va]
-    assert y_test is not None
     return to_device(Splits(x_train, y_train, x_test, y_test, n_classes=10, source=source), device)
 
 

@@ -77,19 +77,16 @@ def _fetch(url: str, dest: Path, md5s: frozenset[str], log: Callable[[str], None
 
 
 def _stream(url: str, out: IO[bytes]) -> int:
-    n_bytes = 0
     try:
         with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
-            while chunk := response.read(_CHUNK_BYTES):
-                out.write(chunk)
-                n_bytes += len(chunk)
+            shutil.copyfileobj(response, out, _CHUNK_BYTES)
     except (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError) as e:
         raise SweepitError(
             f"downloading needs the mirror to answer, but fetching {url} failed: {e}. "
             "Fix: compute nodes often have no internet; run `sweepit data download` on a login node "
             "and point data.root at the same folder, or pass another mirror's base URL."
         ) from e
-    return n_bytes
+    return out.tell()
 
 
 def _md5(path: Path, *, gunzip: bool = False) -> str:
