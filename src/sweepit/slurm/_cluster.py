@@ -217,6 +217,41 @@ def _rows(command: list[str], job_ids: Iterable[str]) -> dict[str, QueueRow] | N
     return rows
 
 
+def billed(job_ids: Iterable[str]) -> dict[str, tuple[int, int, str]] | None:
+    """Each job's GPUs, seconds and state as accounting bills them (sacct's AllocTRES gres/gpu and ElapsedRaw of its
+    latest run); None when sacct failed (no accounting on this cluster)."""
+    ids = base_ids(job_ids)
+    if not ids:
+        return {}
+    out = _run(["sacct", "-n", "-X", "-P", "-o", "JobID,AllocTRES,ElapsedRaw,State", "-j", ",".join(ids)])
+    if out.returncode != 0:
+        return None
+    rows: dict[str, tuple[int, int, str]] = {}
+    for line in out.stdout.splitlines():
+        parts = line.split("|")
+        if len(parts) == 4 and "[" not in parts[0] and parts[2].isdigit():
+            gpus = re.search(r"gres/gpu=(\d+)", parts[1])
+            rows[parts[0]] = (int(gpus.group(1)) if gpus else 0, int(parts[2]), parts[3].split()[0] if parts[3] else "")
+    return rows
+
+
+def gpu_allocations() -> dict[str, tuple[float, float]]:
+    """{account: (GPU-minutes granted, GPU-minutes used)} for the accounts whose association sets a limit on GPU
+    time (sshare's GrpTRESMins and GrpTRESRaw for gres/gpu); empty where none does or sshare cannot be asked."""
+    try:
+        out = _run(["sshare", "-n", "-P", "-o", "Account,User,GrpTRESMins,GrpTRESRaw"], timeout_s=10)
+    except SlurmError:
+        return {}
+    found: dict[str, tuple[float, float]] = {}
+    for line in out.stdout.splitlines() if out.returncode == 0 else []:
+        parts = [p.strip() for p in line.split("|")]
+        limit = re.search(r"gres/gpu=(\d+)", parts[2]) if len(parts) == 4 and not parts[1] else None
+        if limit:
+            used = re.search(r"gres/gpu=(\d+)", parts[3])
+            found[parts[0]] = (float(limit.group(1)), float(used.group(1)) if used else 0.0)
+    return found
+
+
 def end_time(job_id: str) -> float | None:
     """When the job (array task) `123` or `123_4` reaches its time limit, in epoch seconds, as squeue says (%e, the
     controller's local time); None when squeue does not answer or the job has no limit."""

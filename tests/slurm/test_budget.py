@@ -1,0 +1,134 @@
+"""A sweep's GPU-hour budget and its ceiling on GPUs in use at once, on the local cluster (fake GPUs, accounting of
+gres/gpu): a sweep whose at-most passes the budget is refused before anything is submitted; one run with
+`over_budget=stop` starts jobs while they fit and ends with the rest not started, and `sweepit resume` with a larger
+budget runs those alone; `max_gpus` throttles the arrays. Jobs of one GPU and a one-minute limit: 1/60 GPU-hour each
+at most."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from slurm_launcher_testing import APP, Driver, manifest, run, sweepit, wait_until
+
+from sweepit.errors import ConfigError
+from sweepit.results import JobPaths, SweepPaths
+from sweepit.slurm import SlurmOptions
+
+SHORT = ["timeout_min=1", "hydra.launcher.signal_delay_s=0", "trainer.gpus=1"]  # at most 1/60 GPU-hour a job
+JOB_H = 1 / 60
+
+
+def test_a_sweep_whose_at_most_passes_the_budget_is_refused_before_anything_is_submitted(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    proc = run(APP, sweep, "x=0,1,2", *SHORT, f"hydra.launcher.budget_gpu_hours={2.5 * JOB_H:.4f}")
+    assert proc.returncode != 0
+    err = " ".join(proc.stderr.split())
+    assert "the 3 job(s) to submit may take 0.050 against a budget of 0.0417; nothing was submitted" in err, err
+    assert "Raise hydra.launcher.budget_gpu_hours to 0.050" in err and "over_budget=stop" in err
+    assert "timeout_min" in err and "trainer.gpus" in err
+    assert not SweepPaths(sweep).submitit.exists() and not SweepPaths(sweep).budget.exists()
+
+
+def test_a_budget_below_one_jobs_at_most_says_so(tmp_path: Path) -> None:
+    proc = run(APP, tmp_path / "sweep", "x=0,1", *SHORT, "hydra.launcher.budget_gpu_hours=0.01",
+               "hydra.launcher.over_budget=stop")
+    err = " ".join(proc.stderr.split())
+    assert proc.returncode != 0
+    assert ("must cover at least one job run to its time limit, but job 0 alone may take 0.017 GPU-hours (1 GPU(s), "
+            "1 min) against a budget of 0.01: no job could start") in err, err
+    assert not (tmp_path / "sweep" / ".submitit").exists()
+
+
+def test_a_budget_reached_mid_sweep_ends_it_with_its_results_and_a_resume_with_more_finishes_it(
+        tmp_path: Path) -> None:
+    """Four jobs against a budget of 2.5 jobs' at-most: the two that start first are held running (their at-most
+    counts while they run), so the other two are refused at their start whatever the order; a resume with a budget
+    of 5 jobs runs those two alone."""
+    sweep, release = tmp_path / "sweep", tmp_path / "release"
+    driver = Driver(APP, sweep, "x=0,1,2,3", *SHORT, f"hydra.launcher.budget_gpu_hours={2.5 * JOB_H:.4f}",
+                    "hydra.launcher.over_budget=stop", f"release_file={release}")
+    try:
+        wait_until(lambda: len(list(sweep.glob(f"*/{JobPaths(Path()).not_started.name}"))) == 2,
+                   "two jobs refused at their start", timeout_s=180)
+    finally:
+        release.touch()
+    assert driver.finish() == 0, driver.stderr[-3000:]
+    out = driver.stdout
+    assert "4 jobs: 2 completed, 2 not started" in out, out
+    assert "GPU budget:" in out and "of 0.0417; reached: 2 job(s) not started" in out, out
+    m = manifest(sweep)
+    refused = sorted(n for n, e in m.jobs.items() if e.state == "not started")
+    assert len(refused) == 2 and all("budget" in str(m.jobs[n].extra["not_started"]) for n in refused)
+    assert all(not JobPaths(Path(m.jobs[n].job_dir)).result.exists() for n in refused), "refused: nothing ran"
+    ledger = json.loads(SweepPaths(sweep).budget.read_text())
+    assert sorted(a["num"] for a in ledger["attempts"] if a["admitted"]) == sorted(set(m.jobs) - set(refused))
+    ran_first = {n: json.loads((Path(e.job_dir) / "times.json").read_text())["slurm_job_id"]
+                 for n, e in m.jobs.items() if n not in refused}
+
+    looked = sweepit("status", str(sweep))
+    assert "GPU budget:" in looked.stdout and "reached: 2 job(s) not started" in looked.stdout, looked.stdout
+    assert sweepit("report", str(sweep)).returncode == 0
+    assert "reached: 2 job(s) not started" in (SweepPaths(sweep).report / "summary.md").read_text()
+
+    resumed = sweepit("resume", str(sweep), f"hydra.launcher.budget_gpu_hours={5 * JOB_H:.4f}", timeout_s=240)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "4 jobs: 4 completed" in resumed.stdout, resumed.stdout
+    assert "reached" not in resumed.stdout.split("GPU budget:")[1], resumed.stdout
+    m = manifest(sweep)
+    for n, first_id in ran_first.items():  # run once: their record is the first run's
+        assert json.loads((Path(m.jobs[n].job_dir) / "times.json").read_text())["slurm_job_id"] == first_id
+    admitted = [a["num"] for a in json.loads(SweepPaths(sweep).budget.read_text())["attempts"] if a["admitted"]]
+    assert sorted(admitted) == [0, 1, 2, 3], "each job started once"
+
+
+def test_max_gpus_throttles_the_arrays_so_that_their_gpus_stay_within_it(tmp_path: Path) -> None:
+    """Two arrays (1 and 2 GPUs a job) under max_gpus=4: one job at a time each (3 GPUs), then the 1-GPU array a second
+    (4); the jobs' own start and end times never hold more."""
+    sweep = tmp_path / "sweep"
+    proc = run(APP, sweep, "x=0,1,2", "trainer.gpus=1,2", "timeout_min=1", "hydra.launcher.signal_delay_s=0",
+               "hydra.launcher.max_gpus=4")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    scripts = sorted((sweep / ".submitit").glob("*/*_submission.sh"))
+    arrays = {next(line for line in s.read_text().splitlines() if "--gpus-per-node" in line):
+              next(line for line in s.read_text().splitlines() if "--array" in line) for s in scripts}
+    assert arrays == {"#SBATCH --gpus-per-node=1": "#SBATCH --array=0-2%2",
+                      "#SBATCH --gpus-per-node=2": "#SBATCH --array=0-2%1"}, arrays
+    spans = []
+    for e in manifest(sweep).jobs.values():
+        start = json.loads((Path(e.job_dir) / "times.json").read_text())["start"]
+        spans.append((start, start + json.loads(JobPaths(Path(e.job_dir)).result.read_text())["wall_time_s"],
+                      int(e.extra["gpus"])))
+    for t, _, _ in spans:  # GPUs of the jobs running at each start
+        assert sum(g for s, end, g in spans if s <= t < end) <= 4, spans
+
+
+@pytest.mark.no_cluster
+@pytest.mark.parametrize(("params", "said"), [
+    ({"max_gpus": 0}, "hydra.launcher.max_gpus must be null or an integer >= 1, but got max_gpus=0"),
+    ({"budget_gpu_hours": -1}, "budget_gpu_hours must be null or a number of GPU-hours > 0, but got "
+                               "budget_gpu_hours=-1"),
+    ({"over_budget": "wait"}, "over_budget must be refuse or stop, but got over_budget='wait'"),
+    ({"budget_gpu_hours": 5, "workers": 2}, "apply to sweeps whose jobs are each a Slurm job, but got workers=2"),
+])
+def test_bad_budget_and_max_gpus_values_are_refused(params: dict[str, object], said: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        SlurmOptions(dry_run=True, **params)  # type: ignore[arg-type]
+    assert said in str(caught.value)
+
+
+def test_max_gpus_below_one_jobs_gpus_is_refused(tmp_path: Path) -> None:
+    proc = run(APP, tmp_path / "sweep", "x=0,1", "trainer.gpus=2", "hydra.launcher.max_gpus=1")
+    err = " ".join(proc.stderr.split())
+    assert proc.returncode != 0
+    assert ("hydra.launcher.max_gpus must be at least one job's GPUs, but a job asks for 2 (2 GPU(s), 5 min) and "
+            "max_gpus=1. Raise hydra.launcher.max_gpus to 2 or more") in err, err
+    assert not (tmp_path / "sweep" / ".submitit").exists()
+
+
+@pytest.mark.no_cluster
+def test_a_resume_takes_launcher_keys_only(tmp_path: Path) -> None:
+    said = sweepit("resume", str(tmp_path), "x=5")
+    assert said.returncode != 0
+    assert "a resume takes only the launcher's keys (hydra.launcher.KEY=VALUE), but got x=5" in said.stderr
