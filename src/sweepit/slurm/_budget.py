@@ -154,14 +154,14 @@ def check(o: SlurmOptions, sweep_dir: Path, requests: Sequence[tuple[int, Reques
     """Before anything is submitted: ConfigError when one job could pass the budget alone, or (`over_budget=refuse`)
     when the jobs to submit, each to its time limit, with what the ledger holds from before, could pass it. Then the
     ledger takes the budget, for the jobs' gates (a resume may have raised it)."""
-    if o.budget_gpu_hours is None or not requests:
-        if o.budget_gpu_hours is None and SweepPaths(sweep_dir).budget.exists():
+    if o.budget_gpu_hours is None:
+        if SweepPaths(sweep_dir).budget.exists():
             with _ledger(sweep_dir) as data:
                 data["budget_gpu_hours"] = None
         return
     budget = float(o.budget_gpu_hours)
-    num, big = max(requests, key=lambda nr: at_most_h(nr[1]))
-    if at_most_h(big) > budget:
+    num, big = max(requests, key=lambda nr: at_most_h(nr[1]), default=(0, None))
+    if big is not None and at_most_h(big) > budget:
         raise ConfigError(
             f"{BUDGET_KEY} must cover at least one job run to its time limit, but job {num} alone may take "
             f"{at_most_h(big):.3f} GPU-hours ({big.describe()}) against a budget of {budget:g}: no job could start. "
