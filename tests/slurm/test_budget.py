@@ -132,3 +132,23 @@ def test_a_resume_takes_launcher_keys_only(tmp_path: Path) -> None:
     said = sweepit("resume", str(tmp_path), "x=5")
     assert said.returncode != 0
     assert "a resume takes only the launcher's keys (hydra.launcher.KEY=VALUE), but got x=5" in said.stderr
+
+
+def test_max_gpus_below_one_job_of_every_array_at_once_is_refused_in_the_dry_run(tmp_path: Path) -> None:
+    proc = run(APP, tmp_path / "sweep", "x=0", "trainer.gpus=1,2,4", "hydra.launcher.max_gpus=4",
+               "hydra.launcher.dry_run=true")
+    err = " ".join(proc.stderr.split())
+    assert proc.returncode != 0
+    assert ("hydra.launcher.max_gpus must let each of the sweep's 3 job arrays (one per GPU request, split at "
+            "max_array_size) run one job at a time, 7 GPUs in all, but got max_gpus=4. Raise it to 7") in err, err
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_optuna_search_refuses_the_budget_before_anything_is_submitted(tmp_path: Path, workers: int) -> None:
+    sweep = tmp_path / "sweep"
+    proc = run(APP, sweep, "hydra/sweeper=optuna", "x=choice(0,1)", "hydra.sweeper.n_trials=2",
+               f"hydra.sweeper.workers={workers}", "hydra.launcher.budget_gpu_hours=5")
+    err = " ".join(proc.stderr.split())
+    assert proc.returncode != 0
+    assert "max_gpus and budget_gpu_hours apply to a fixed list of jobs (a grid), but an adaptive search" in err, err
+    assert not SweepPaths(sweep).submitit.exists()

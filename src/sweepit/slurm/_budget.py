@@ -205,9 +205,13 @@ def budget_line(sweep_dir: Path) -> str | None:
     and the account's allocation where accounting sets one; None for a sweep without a budget."""
     if not SweepPaths(sweep_dir).budget.exists():
         return None
-    with _ledger(sweep_dir) as data:
+    try:
+        with _ledger(sweep_dir) as data:
+            spent = _settle(data)
+    except OSError:  # a sweep this user may read but not write: the same figures, not kept
+        data = read_ledger(sweep_dir)
         spent = _settle(data)
-        n_refused = len({a["num"] for a in data["attempts"] if not a["admitted"]})
+    n_refused = len({a["num"] for a in data["attempts"] if not a["admitted"]})
     if spent.budget is None:
         return None
     running = (f" + {spent.running_at_most_h:.3f} at most for {spent.n_running} running job(s)"
