@@ -110,7 +110,8 @@ def test_max_gpus_throttles_the_arrays_so_that_their_gpus_stay_within_it(tmp_pat
     ({"budget_gpu_hours": -1}, "budget_gpu_hours must be null or a number of GPU-hours > 0, but got "
                                "budget_gpu_hours=-1"),
     ({"over_budget": "wait"}, "over_budget must be refuse or stop, but got over_budget='wait'"),
-    ({"budget_gpu_hours": 5, "workers": 2}, "apply to sweeps whose jobs are each a Slurm job, but got workers=2"),
+    ({"max_gpus": 4, "workers": 2}, "max_gpus throttles the arrays of sweeps whose jobs are each a Slurm job, but "
+                                    "got workers=2"),
 ])
 def test_bad_budget_and_max_gpus_values_are_refused(params: dict[str, object], said: str) -> None:
     with pytest.raises(ConfigError) as caught:
@@ -152,3 +153,36 @@ def test_an_optuna_search_refuses_the_budget_before_anything_is_submitted(tmp_pa
     assert proc.returncode != 0
     assert "max_gpus and budget_gpu_hours apply to a fixed list of jobs (a grid), but an adaptive search" in err, err
     assert not SweepPaths(sweep).submitit.exists()
+
+
+def test_a_packed_sweep_keeps_the_budget_by_its_workers(tmp_path: Path) -> None:
+    """Packed, the workers' allocations are what is billed: one worker per request (1 and 2 GPUs a job, two jobs
+    each, a one-minute limit: workers of 3 min, 0.05 and 0.1 GPU-hours at most) against 0.12. The worker that starts
+    first is held running, so the other is refused at its start and its request's jobs end not started; a resume with
+    more runs those."""
+    sweep, release = tmp_path / "sweep", tmp_path / "release"
+    packed = ["x=0,1", "trainer.gpus=1,2", "timeout_min=1", "hydra.launcher.signal_delay_s=0",
+              "hydra.launcher.workers=1"]
+    refused = run(APP, tmp_path / "refused", *packed, "hydra.launcher.budget_gpu_hours=0.12")
+    assert refused.returncode != 0
+    assert ("the 2 worker(s) to submit may take 0.150 against a budget of 0.12; nothing was submitted"
+            in " ".join(refused.stderr.split())), refused.stderr[-2000:]
+    driver = Driver(APP, sweep, *packed, "hydra.launcher.budget_gpu_hours=0.12", "hydra.launcher.over_budget=stop",
+                    f"release_file={release}")
+
+    def one_refused() -> bool:
+        ledger = SweepPaths(sweep).budget
+        return ledger.exists() and any(not a["admitted"] for a in json.loads(ledger.read_text())["attempts"])
+
+    try:
+        wait_until(one_refused, "a worker refused at its start", timeout_s=180)
+    finally:
+        release.touch()
+    assert driver.finish() == 0, driver.stderr[-3000:]
+    assert "4 jobs: 2 completed, 2 not started" in driver.stdout, driver.stdout
+    assert "the GPU-hour budget is reached" in driver.stderr and "reached: the jobs left not started" in driver.stdout
+    m = manifest(sweep)
+    gpus = {int(e.extra["gpus"]) for e in m.jobs.values() if e.state == "not started"}
+    assert len(gpus) == 1, "the jobs of the refused worker's request"
+    resumed = sweepit("resume", str(sweep), "hydra.launcher.budget_gpu_hours=0.5", timeout_s=240)
+    assert resumed.returncode == 0 and "4 jobs: 4 completed" in resumed.stdout, resumed.stdout + resumed.stderr[-2000:]

@@ -108,10 +108,11 @@ def _settle(data: dict[str, Any]) -> Spent:
 
 class Gate:
     """What a job runs before its task (pickled with it): reserve its at-most in the ledger, or leave a `not started`
-    note in its directory and tell it not to run. Every task of a job asks; the first answer is the job's."""
+    note in its directory and tell it not to run. Every task of a job asks; the first answer is the job's. A packed
+    sweep's worker asks too (no job directory, `num` None): its allocation is what is billed, whatever it runs."""
 
-    def __init__(self, sweep_dir: Path, job_dir: Path, num: int, request: Request) -> None:
-        self.sweep_dir, self.job_dir, self.num = str(sweep_dir), str(job_dir), num
+    def __init__(self, sweep_dir: Path, request: Request, num: int | None = None, job_dir: Path | None = None) -> None:
+        self.sweep_dir, self.job_dir, self.num = str(sweep_dir), str(job_dir) if job_dir else None, num
         self.gpus, self.at_most_h = request.n_gpus, at_most_h(request)
 
     def __call__(self) -> bool:
@@ -134,11 +135,19 @@ class Gate:
                 return True
             data["stopped_at"] = budget
         why = (f"the sweep's GPU-hour budget ({BUDGET_KEY}={budget:g}) is reached: {spent.committed_h:.3f} GPU-hours "
-               f"billed or held by running jobs + this job's {self.at_most_h:.3f} at most would pass it; `sweepit "
-               f"resume {self.sweep_dir} {BUDGET_KEY}=<more>` runs it")
-        atomic_write(JobPaths(Path(self.job_dir)).not_started, json.dumps({"slurm_job_id": slurm_id, "why": why}),
-                     fsync=False)
+               f"billed or held by running jobs + this {'job' if self.job_dir else 'worker'}'s {self.at_most_h:.3f} at "
+               f"most would pass it; `sweepit resume {self.sweep_dir} {BUDGET_KEY}=<more>` runs it")
+        if self.job_dir is not None:
+            atomic_write(JobPaths(Path(self.job_dir)).not_started,
+                         json.dumps({"slurm_job_id": slurm_id, "why": why}), fsync=False)
         return False
+
+
+def stopped(sweep_dir: Path) -> bool:
+    """Whether a job (or worker) was refused under the sweep's budget as it stands: none starts any more."""
+    data = read_ledger(sweep_dir)
+    return data["stopped_at"] is not None and data["budget_gpu_hours"] is not None and (
+        data["stopped_at"] >= data["budget_gpu_hours"])
 
 
 def not_started(job_dir: Path, slurm_id: str | None) -> str | None:
@@ -150,7 +159,7 @@ def not_started(job_dir: Path, slurm_id: str | None) -> str | None:
     return str(note.get("why")) if isinstance(note, dict) and note.get("slurm_job_id") == slurm_id else None
 
 
-def check(o: SlurmOptions, sweep_dir: Path, requests: Sequence[tuple[int, Request]]) -> None:
+def check(o: SlurmOptions, sweep_dir: Path, requests: Sequence[tuple[int, Request]], unit: str = "job") -> None:
     """Before anything is submitted: ConfigError when one job could pass the budget alone, or (`over_budget=refuse`)
     when the jobs to submit, each to its time limit, with what the ledger holds from before, could pass it. Then the
     ledger takes the budget, for the jobs' gates (a resume may have raised it)."""
@@ -163,7 +172,7 @@ def check(o: SlurmOptions, sweep_dir: Path, requests: Sequence[tuple[int, Reques
     num, big = max(requests, key=lambda nr: at_most_h(nr[1]), default=(0, None))
     if big is not None and at_most_h(big) > budget:
         raise ConfigError(
-            f"{BUDGET_KEY} must cover at least one job run to its time limit, but job {num} alone may take "
+            f"{BUDGET_KEY} must cover at least one {unit} run to its time limit, but {unit} {num} alone may take "
             f"{at_most_h(big):.3f} GPU-hours ({big.describe()}) against a budget of {budget:g}: no job could start. "
             f"Raise {BUDGET_KEY} to {at_most_h(big):.3f} or more, or lower the jobs' time limit (timeout_min) or "
             "GPUs (trainer.gpus).")
@@ -174,7 +183,7 @@ def check(o: SlurmOptions, sweep_dir: Path, requests: Sequence[tuple[int, Reques
             before_text = f" + {before:.3f} billed or held by earlier runs" if before else ""
             raise ConfigError(
                 f"{BUDGET_KEY} must cover the sweep's at-most GPU-hours (every job to its time limit, as "
-                f"hydra.launcher.dry_run=true shows), but the {len(requests)} job(s) to submit may take {total:.3f}"
+                f"hydra.launcher.dry_run=true shows), but the {len(requests)} {unit}(s) to submit may take {total:.3f}"
                 f"{before_text} against a budget of {budget:g}; nothing was submitted. Raise {BUDGET_KEY} to "
                 f"{before + total:.3f}, lower the jobs' time limit (timeout_min) or GPUs (trainer.gpus), sweep fewer "
                 "values, or set hydra.launcher.over_budget=stop to start jobs while they fit and leave the rest not "
@@ -211,15 +220,15 @@ def budget_line(sweep_dir: Path) -> str | None:
     except OSError:  # a sweep this user may read but not write: the same figures, not kept
         data = read_ledger(sweep_dir)
         spent = _settle(data)
-    n_refused = len({a["num"] for a in data["attempts"] if not a["admitted"]})
+    n_refused = len({a["num"] for a in data["attempts"] if not a["admitted"] and a["num"] is not None})
     if spent.budget is None:
         return None
     running = (f" + {spent.running_at_most_h:.3f} at most for {spent.n_running} running job(s)"
                if spent.n_running else "")
     line = f"GPU budget: {spent.billed_h:.3f} GPU-hours billed (sacct){running}, of {spent.budget:g}"
     if spent.stopped:
-        line += (f"; reached: {n_refused} job(s) not started (`sweepit resume {sweep_dir} {BUDGET_KEY}=<more>` "
-                 "runs them)")
+        line += (f"; reached: {f'{n_refused} job(s)' if n_refused else 'the jobs left'} not started (`sweepit resume "
+                 f"{sweep_dir} {BUDGET_KEY}=<more>` runs them)")
     for account, (granted, used) in cluster.gpu_allocations().items():
         line += f"; account {account}: {(granted - used) / 60:.1f} of {granted / 60:.1f} GPU-hours left (sshare)"
     return line

@@ -223,10 +223,10 @@ class SlurmOptions:
                 f"budget_gpu_hours={self.budget_gpu_hours!r}. Set for example hydra.launcher.budget_gpu_hours=100.")
         require(self.over_budget in ("refuse", "stop"), "hydra.launcher.over_budget must be refuse or stop, but got "
                 f"over_budget={self.over_budget!r}. Set hydra.launcher.over_budget=stop to start jobs while they fit.")
-        require(not self.workers or (self.budget_gpu_hours is None and self.max_gpus is None),
-                "hydra.launcher.budget_gpu_hours and max_gpus apply to sweeps whose jobs are each a Slurm job, but got "
-                f"workers={self.workers} (a packed sweep's workers do not keep the budget yet). Drop "
-                "hydra.launcher.workers, or the budget and max_gpus.")
+        require(not self.workers or self.max_gpus is None,
+                "hydra.launcher.max_gpus throttles the arrays of sweeps whose jobs are each a Slurm job, but got "
+                f"workers={self.workers}: a packed sweep's GPUs in use are its workers x slots x a job's GPUs. Drop "
+                "hydra.launcher.max_gpus and set workers and slots to fit, or drop hydra.launcher.workers.")
         require(self.poll_interval_s > 0, "hydra.launcher.poll_interval_s must be > 0, but got "
                 f"poll_interval_s={self.poll_interval_s!r}. Set for example hydra.launcher.poll_interval_s=2.")
 

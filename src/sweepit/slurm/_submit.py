@@ -132,7 +132,7 @@ def submit_jobs(jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, mak
     for job in jobs:
         start_job_dir(job.job_dir)
         assert job.request is not None
-        job.gate = Gate(sweep_dir, job.job_dir, job.num, job.request) if o.budget_gpu_hours is not None else None
+        job.gate = Gate(sweep_dir, job.request, job.num, job.job_dir) if o.budget_gpu_hours is not None else None
         tasks.append(make_task(job))
     folder = fresh_folder(sweep_dir)
     request = jobs[0].request
