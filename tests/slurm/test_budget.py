@@ -6,7 +6,10 @@ at most."""
 
 from __future__ import annotations
 
+import getpass
 import json
+import secrets
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -186,3 +189,26 @@ def test_a_packed_sweep_keeps_the_budget_by_its_workers(tmp_path: Path) -> None:
     assert len(gpus) == 1, "the jobs of the refused worker's request"
     resumed = sweepit("resume", str(sweep), "hydra.launcher.budget_gpu_hours=0.5", timeout_s=240)
     assert resumed.returncode == 0 and "4 jobs: 4 completed" in resumed.stdout, resumed.stdout + resumed.stderr[-2000:]
+
+
+def test_the_budget_line_shows_what_is_left_of_the_accounts_gpu_allocation(tmp_path: Path) -> None:
+    """An account of this test's own with a GrpTRESMins limit on gres/gpu (100 GPU-hours; the local cluster enforces
+    no limits, and no other test uses the account), removed at the end; the user's default account sets none, so the
+    other tests' lines say nothing of it."""
+    account, user = f"sweepit-budget-{secrets.token_hex(3)}", getpass.getuser()
+
+    def sacctmgr(*args: str) -> None:
+        subprocess.run(["sacctmgr", "-i", *args], capture_output=True, text=True, timeout=60, check=True)
+
+    sacctmgr("add", "account", account, "GrpTRESMins=gres/gpu=6000")
+    try:
+        sacctmgr("add", "user", user, f"account={account}")
+        proc = run(APP, tmp_path / "sweep", "x=0", *SHORT, "hydra.launcher.budget_gpu_hours=0.5",
+                   f"hydra.launcher.account={account}")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        line = proc.stdout.split("GPU budget: ")[1].splitlines()[0]
+        assert line.endswith(f"of 0.5; account {account}: 100.0 of 100.0 GPU-hours left (sshare)"), line
+    finally:
+        subprocess.run(["sacctmgr", "-i", "delete", "user", user, f"account={account}"], capture_output=True,
+                       timeout=60)
+        subprocess.run(["sacctmgr", "-i", "delete", "account", account], capture_output=True, timeout=60)

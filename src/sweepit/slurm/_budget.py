@@ -188,7 +188,7 @@ def check(o: SlurmOptions, sweep_dir: Path, requests: Sequence[tuple[int, Reques
                 f"{before + total:.3f}, lower the jobs' time limit (timeout_min) or GPUs (trainer.gpus), sweep fewer "
                 "values, or set hydra.launcher.over_budget=stop to start jobs while they fit and leave the rest not "
                 "started.")
-        data["budget_gpu_hours"] = budget
+        data["budget_gpu_hours"], data["account"] = budget, o.account  # the account whose allocation to show
 
 
 def for_grids_only(o: SlurmOptions) -> None:
@@ -229,7 +229,9 @@ def budget_line(sweep_dir: Path) -> str | None:
     if spent.stopped:
         line += (f"; reached: {f'{n_refused} job(s)' if n_refused else 'the jobs left'} not started (`sweepit resume "
                  f"{sweep_dir} {BUDGET_KEY}=<more>` runs them)")
-    for account, (granted, used) in cluster.gpu_allocations().items():
+    allocation = cluster.gpu_allocation(data.get("account"))
+    if allocation is not None:
+        account, granted, used = allocation
         line += f"; account {account}: {(granted - used) / 60:.1f} of {granted / 60:.1f} GPU-hours left (sshare)"
     return line
 

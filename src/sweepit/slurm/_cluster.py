@@ -6,6 +6,7 @@ Slurm and submitit print them: `123` for a plain job, `123_4` for task 4 of job 
 from __future__ import annotations
 
 import difflib
+import getpass
 import os
 import re
 import shutil
@@ -235,21 +236,26 @@ def billed(job_ids: Iterable[str]) -> dict[str, tuple[int, int, str]] | None:
     return rows
 
 
-def gpu_allocations() -> dict[str, tuple[float, float]]:
-    """{account: (GPU-minutes granted, GPU-minutes used)} for the accounts whose association sets a limit on GPU
-    time (sshare's GrpTRESMins and GrpTRESRaw for gres/gpu); empty where none does or sshare cannot be asked."""
+def gpu_allocation(account: str | None) -> tuple[str, float, float] | None:
+    """(account, GPU-minutes granted, GPU-minutes used) of `account` (None: the user's default account) where its
+    association sets a limit on GPU time (sshare's GrpTRESMins and GrpTRESRaw for gres/gpu); None where it sets none
+    or Slurm cannot be asked."""
     try:
-        out = _run(["sshare", "-n", "-P", "-o", "Account,User,GrpTRESMins,GrpTRESRaw"], timeout_s=10)
+        if account is None:
+            said = _run(["sacctmgr", "-n", "-P", "show", "user", getpass.getuser(), "format=defaultaccount"],
+                        timeout_s=10)
+            found = said.stdout.split() if said.returncode == 0 else []
+            account = found[0] if found else ""
+        out = _run(["sshare", "-n", "-P", "-A", account, "-o", "Account,User,GrpTRESMins,GrpTRESRaw"], timeout_s=10)
     except SlurmError:
-        return {}
-    found: dict[str, tuple[float, float]] = {}
-    for line in out.stdout.splitlines() if out.returncode == 0 else []:
+        return None
+    for line in out.stdout.splitlines() if account and out.returncode == 0 else []:
         parts = [p.strip() for p in line.split("|")]
-        limit = re.search(r"gres/gpu=(\d+)", parts[2]) if len(parts) == 4 and not parts[1] else None
+        limit = re.search(r"gres/gpu=(\d+)", parts[2]) if len(parts) == 4 and parts[:2] == [account, ""] else None
         if limit:
             used = re.search(r"gres/gpu=(\d+)", parts[3])
-            found[parts[0]] = (float(limit.group(1)), float(used.group(1)) if used else 0.0)
-    return found
+            return account, float(limit.group(1)), float(used.group(1)) if used else 0.0
+    return None
 
 
 def end_time(job_id: str) -> float | None:
