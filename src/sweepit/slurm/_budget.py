@@ -88,8 +88,7 @@ def _settle(data: dict[str, Any]) -> Spent:
     latest: dict[str, int] = {}
     for a in attempts:
         latest[a["slurm_id"]] = max(latest.get(a["slurm_id"], 0), a["restart"])
-    spent = Spent(data["budget_gpu_hours"], stopped=data["stopped_at"] is not None
-                  and data["budget_gpu_hours"] is not None and data["stopped_at"] >= data["budget_gpu_hours"])
+    spent = Spent(data["budget_gpu_hours"], stopped=_stopped(data))
     for a in attempts:
         row = (rows or {}).get(a["slurm_id"]) if a.get("billed_h") is None else None
         if row is not None and a["restart"] < latest[a["slurm_id"]] and a["admitted"]:
@@ -121,16 +120,19 @@ class Gate:
         slurm_id = f"{array}_{env.get('SLURM_ARRAY_TASK_ID')}" if array else env.get("SLURM_JOB_ID")
         if not slurm_id:
             return True  # not a Slurm job: nothing is billed
-        restart = int(env.get("SLURM_RESTART_COUNT") or 0)
+        # The job name tells a reused id apart (ids restart at 1 after a cluster's cold start); the restart count,
+        # a requeued run, which reserves its at-most again.
+        restart, name = int(env.get("SLURM_RESTART_COUNT") or 0), env.get("SLURM_JOB_NAME")
         with _ledger(Path(self.sweep_dir)) as data:
             for a in data["attempts"]:
-                if a["slurm_id"] == slurm_id and a["restart"] == restart:
+                if (a["slurm_id"], a["restart"], a.get("name")) == (slurm_id, restart, name):
                     return bool(a["admitted"])
             spent = _settle(data)
             budget = data["budget_gpu_hours"]
             admitted = budget is None or (not spent.stopped and spent.committed_h + self.at_most_h <= budget + 1e-9)
-            data["attempts"].append({"num": self.num, "slurm_id": slurm_id, "restart": restart, "gpus": self.gpus,
-                                     "at_most_h": self.at_most_h, "admitted": admitted, "at": now_iso()})
+            data["attempts"].append({"num": self.num, "slurm_id": slurm_id, "restart": restart, "name": name,
+                                     "gpus": self.gpus, "at_most_h": self.at_most_h, "admitted": admitted,
+                                     "at": now_iso()})
             if admitted:
                 return True
             data["stopped_at"] = budget
@@ -145,7 +147,10 @@ class Gate:
 
 def stopped(sweep_dir: Path) -> bool:
     """Whether a job (or worker) was refused under the sweep's budget as it stands: none starts any more."""
-    data = read_ledger(sweep_dir)
+    return _stopped(read_ledger(sweep_dir))
+
+
+def _stopped(data: dict[str, Any]) -> bool:
     return data["stopped_at"] is not None and data["budget_gpu_hours"] is not None and (
         data["stopped_at"] >= data["budget_gpu_hours"])
 
