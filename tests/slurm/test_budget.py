@@ -86,6 +86,23 @@ def test_a_budget_reached_mid_sweep_ends_it_with_its_results_and_a_resume_with_m
     assert sorted(admitted) == [0, 1, 2, 3], "each job started once"
 
 
+def test_a_detached_sweep_keeps_the_budget_with_its_driver_gone(tmp_path: Path) -> None:
+    """wait=false: the driver exits after submitting; the jobs' gates alone refuse the two that would pass the budget,
+    and `sweepit status` reads them back as not started."""
+    sweep, release = tmp_path / "sweep", tmp_path / "release"
+    proc = run(APP, sweep, "x=0,1,2,3", *SHORT, f"hydra.launcher.budget_gpu_hours={2.5 * JOB_H:.4f}",
+               "hydra.launcher.over_budget=stop", "hydra.launcher.wait=false", f"release_file={release}")
+    assert proc.returncode == 0 and "Not waiting" in proc.stdout, proc.stderr[-2000:]
+    try:
+        wait_until(lambda: len(list(sweep.glob(f"*/{JobPaths(Path()).not_started.name}"))) == 2,
+                   "two jobs refused at their start", timeout_s=180)
+    finally:
+        release.touch()
+    watched = sweepit("status", str(sweep), "--watch", "1", timeout_s=180)
+    assert "4 jobs: 2 completed, 2 not started" in watched.stdout, watched.stdout[-3000:]
+    assert "reached: 2 job(s) not started" in watched.stdout
+
+
 def test_max_gpus_throttles_the_arrays_so_that_their_gpus_stay_within_it(tmp_path: Path) -> None:
     """Two arrays (1 and 2 GPUs a job) under max_gpus=4: one job at a time each (3 GPUs), then the 1-GPU array a second
     (4); the jobs' own start and end times never hold more."""
