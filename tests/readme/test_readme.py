@@ -565,6 +565,25 @@ def test_two_sweeps_compared_and_one_along_a_key(shell: Shell) -> None:
     assert (first / "report" / "compare_by_optimizer" / "compare.png").is_file()
 
 
+BUDGET = ("python train.py -m optimizer=adam,sgd lr=0.01,0.1 hydra/launcher=slurm hydra.launcher.budget_gpu_hours=5 "
+          "hydra.launcher.max_gpus=2")
+MORE_BUDGET = "sweepit resume outputs/multirun/<time> hydra.launcher.budget_gpu_hours=8"
+
+
+@shows(BUDGET, MORE_BUDGET, slurm=True)
+def test_a_gpu_hour_budget_and_a_ceiling_on_gpus_in_use(shell: Shell) -> None:
+    """Four jobs of one GPU for 60 min: 4 GPU-hours at most, within 5; two at a time (one array, throttled)."""
+    out = ok(shell.run(BUDGET))
+    sweep = shell.sweep()
+    assert "4 jobs: 4 completed" in out and "GPU budget: " in out and "GPU-hours billed (sacct)" in out, out
+    assert ", of 5" in out.split("GPU budget: ")[1].splitlines()[0]
+    scripts = [p.read_text() for p in (sweep / ".submitit").glob("*/*_submission.sh")]
+    assert len(scripts) == 1 and "#SBATCH --array=0-3%2\n" in scripts[0], scripts
+    resumed = ok(shell.run(MORE_BUDGET, timeout_s=300, **{"<time>": sweep.name}))
+    assert "4 jobs: 4 completed" in resumed and "hydra.launcher.budget_gpu_hours=8" in resumed
+    assert ", of 8" in resumed.split("GPU budget: ")[1].splitlines()[0], resumed
+
+
 # -- Experiment trackers ------------------------------------------------------------------------------------------
 @shows(TRACKERS_EXTRA)
 def test_installing_a_trackers_extra(installed: Installed) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -302,11 +303,12 @@ class SlurmTask:
     which resumes from its last epoch."""
 
     def __init__(self, hydra_context: HydraContext, task_function: TaskFunction, singleton_state: dict[Any, Any],
-                 config: DictConfig, job_dir: str) -> None:
+                 config: DictConfig, job_dir: str, gate: Callable[[], bool] | None = None) -> None:
         self.runner = JobRunner(hydra_context, task_function)
         self.config = config
         self.singleton_state = singleton_state
         self.job_dir = job_dir
+        self.gate = gate  # under a GPU budget: False when the job is not to start (it leaves a note why)
 
     def __call__(self) -> Any:
         runner = self.runner
@@ -314,6 +316,8 @@ class SlurmTask:
         # After submitit's own handlers (it ignores SIGTERM): scancel stops the job now, not after KillWait.
         interrupt_on_sigterm(unless=lambda: runner.requeueing or runner.finished)
         runner.rank = int(os.environ.get("SLURM_PROCID", "0"))
+        if self.gate is not None and not self.gate():
+            return None
         restore_hydra(self.singleton_state)
         record_task(Path(self.job_dir), runner.rank)
         status, error, ret = runner(self.config, Path(self.job_dir))

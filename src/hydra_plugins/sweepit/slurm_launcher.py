@@ -74,7 +74,7 @@ class SlurmLauncher(SweepitLauncher):
 
     def _task(self, job: PlannedJob) -> SlurmTask:
         """What each Slurm task of the job runs: the job's runner, in the job's directory."""
-        return SlurmTask(*self._context(), job.config, str(job.job_dir))
+        return SlurmTask(*self._context(), job.config, str(job.job_dir), job.gate)
 
     def _packed_task(self, spec: PackSpec) -> WorkerTask:
         """What each worker of a packed sweep runs: jobs composed in the worker, each forked from it."""

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from sweepit.reporting._report_data import Sweep
 from sweepit.reporting.table import Table, best_lines, reproduce_command, results_table
+from sweepit.results import SweepPaths
 
 
 @dataclass
@@ -54,5 +55,9 @@ class ResultsSection(SectionBuilder):
             text.append("same in every job: " + " ".join(f"{k}={v}" for k, v in sweep.fixed.items()))
         text += sweep.unread
         text += best_lines(sweep)[:1]
+        if SweepPaths(sweep.sweep_dir).budget.exists():  # Slurm code (sacct) only for a sweep with a GPU budget
+            from sweepit.slurm import budget_line
+
+            text += [line] if (line := budget_line(sweep.sweep_dir)) else []
         return Section(self.title, text=text, table=results_table(sweep),
                        command="" if best is None else reproduce_command(sweep, best))

@@ -29,7 +29,16 @@ from sweepit.results import (
     sweep_eta_s,
     write_manifest,
 )
-from sweepit.slurm import LIVE_STATES, PACKED, adopt_trials, refresh, settle_unclaimed, slurm_id, workers_alive
+from sweepit.slurm import (
+    LIVE_STATES,
+    PACKED,
+    adopt_trials,
+    budget_line,
+    refresh,
+    settle_unclaimed,
+    slurm_id,
+    workers_alive,
+)
 
 
 def _table(m: Manifest, live: LiveReader, shown: list[int]) -> str:
@@ -81,6 +90,8 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
             write_manifest(m, changed)
     lines = [_table(m, live, shown),
              f"sweep directory: {m.sweep_dir} (launcher: {m.launcher})"] + ([note] if note else [])
+    spent = budget_line(Path(m.sweep_dir)) if m.launcher == "slurm" else None
+    lines += [spent] if spent else []
     running = [e for e in m.jobs.values() if e.state == State.RUNNING and e.job_dir]
     if running:
         queued = sum(e.state == State.QUEUED for e in m.jobs.values())

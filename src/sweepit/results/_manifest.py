@@ -275,9 +275,11 @@ def hydra_quote(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def rerun_argv(argv: list[str], sweep_dir: Path) -> list[str]:
-    """`argv` as a multirun into `sweep_dir` with `hydra.launcher.resume=true`, earlier such values dropped."""
-    head, args = argv[:2], [a for a in argv[2:] if override_key(a) not in _RESUME_KEYS]
+def rerun_argv(argv: list[str], sweep_dir: Path, extra: Sequence[str] = ()) -> list[str]:
+    """`argv` as a multirun into `sweep_dir` with `hydra.launcher.resume=true` and the overrides `extra`, earlier
+    values of those keys dropped."""
+    keys = {*_RESUME_KEYS, *(override_key(a) for a in extra)}
+    head, args = argv[:2], [*(a for a in argv[2:] if override_key(a) not in keys), *extra]
     if not any(a in ("-m", "--multirun") for a in args):
         args.insert(0, "-m")
     return [*head, *args, f"hydra.sweep.dir={hydra_quote(str(Path(sweep_dir).absolute()))}",

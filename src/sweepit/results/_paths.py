@@ -65,6 +65,8 @@ class SweepPaths:
     report = _In(REPORT_DIR)
     study_file = _In("optuna_study.yaml")  # the study's name, storage, directions and metrics
     study_journal = _In("optuna.journal")  # Optuna's storage of the study when none is given
+    budget = _In("gpu_budget.json")  # the GPU-hours its Slurm jobs reserved and were billed (slurm/_budget.py)
+    budget_lock = _In("gpu_budget.lock")
 
     def heartbeat(self, worker_id: str) -> Path:
         return self.workers / f"{worker_id}.alive"
@@ -92,6 +94,7 @@ class JobPaths:
     stdout = _In(STDOUT_LOG)
     stderr = _In(STDERR_LOG)
     checkpoint = _In("checkpoint.pt")
+    not_started = _In("not_started.json")  # why its Slurm run did not start its task (the sweep's GPU budget)
     config = _In(HYDRA_DIR, CONFIG_FILE)
     overrides = _In(HYDRA_DIR, OVERRIDES_FILE)
     hydra_config = _In(HYDRA_DIR, HYDRA_FILE)

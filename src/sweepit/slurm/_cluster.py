@@ -6,6 +6,7 @@ Slurm and submitit print them: `123` for a plain job, `123_4` for task 4 of job 
 from __future__ import annotations
 
 import difflib
+import getpass
 import os
 import re
 import shutil
@@ -215,6 +216,46 @@ def _rows(command: list[str], job_ids: Iterable[str]) -> dict[str, QueueRow] | N
         if len(parts) == 5 and "[" not in parts[0]:  # sacct's `123_[4-9]`: tasks not started yet, not a final word
             rows[parts[0]] = QueueRow(parts[0], parts[1].split()[0] if parts[1] else "", parts[2], parts[3], parts[4])
     return rows
+
+
+def billed(job_ids: Iterable[str]) -> dict[str, tuple[int, int, str]] | None:
+    """Each job's GPUs, seconds and state as accounting bills them (sacct's AllocTRES gres/gpu and ElapsedRaw of its
+    latest run); None when sacct failed (no accounting on this cluster)."""
+    ids = base_ids(job_ids)
+    if not ids:
+        return {}
+    out = _run(["sacct", "-n", "-X", "-P", "-o", "JobID,AllocTRES,ElapsedRaw,State", "-j", ",".join(ids)])
+    if out.returncode != 0:
+        return None
+    rows: dict[str, tuple[int, int, str]] = {}
+    for line in out.stdout.splitlines():
+        parts = line.split("|")
+        if len(parts) == 4 and "[" not in parts[0] and parts[2].isdigit():
+            gpus = re.search(r"gres/gpu=(\d+)", parts[1])
+            rows[parts[0]] = (int(gpus.group(1)) if gpus else 0, int(parts[2]), parts[3].split()[0] if parts[3] else "")
+    return rows
+
+
+def gpu_allocation(account: str | None) -> tuple[str, float, float] | None:
+    """(account, GPU-minutes granted, GPU-minutes used) of `account` (None: the user's default account) where its
+    association sets a limit on GPU time (sshare's GrpTRESMins and GrpTRESRaw for gres/gpu); None where it sets none
+    or Slurm cannot be asked."""
+    try:
+        if account is None:
+            said = _run(["sacctmgr", "-n", "-P", "show", "user", getpass.getuser(), "format=defaultaccount"],
+                        timeout_s=10)
+            found = said.stdout.split() if said.returncode == 0 else []
+            account = found[0] if found else ""
+        out = _run(["sshare", "-n", "-P", "-A", account, "-o", "Account,User,GrpTRESMins,GrpTRESRaw"], timeout_s=10)
+    except SlurmError:
+        return None
+    for line in out.stdout.splitlines() if account and out.returncode == 0 else []:
+        parts = [p.strip() for p in line.split("|")]
+        limit = re.search(r"gres/gpu=(\d+)", parts[2]) if len(parts) == 4 and parts[:2] == [account, ""] else None
+        if limit:
+            used = re.search(r"gres/gpu=(\d+)", parts[3])
+            return account, float(limit.group(1)), float(used.group(1)) if used else 0.0
+    return None
 
 
 def end_time(job_id: str) -> float | None:

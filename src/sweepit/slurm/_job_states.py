@@ -36,6 +36,7 @@ from sweepit.results import (
     write_result,
 )
 from sweepit.slurm import _cluster as slurm_queue
+from sweepit.slurm._budget import not_started
 from sweepit.slurm._cluster import ACTIVE_STATES, FINAL_STATES, QueueRow
 from sweepit.slurm._task_files import failed_task, rank_failure
 
@@ -64,6 +65,7 @@ class Seen:
     final: bool = False              # nothing more will happen to the job
     dead: bool = False               # Slurm ended it and it left no result: a result.json is to be written
     reason: str = ""                 # squeue's reason a job pends (Priority, Resources, PartitionTimeLimit, ...)
+    not_started: str = ""            # why its run did not start its task (the sweep's GPU budget)
 
 
 def slurm_id(entry: JobEntry) -> str | None:
@@ -182,6 +184,10 @@ def _decide(entry: JobEntry, status: str | None, queued: QueueRow | None, accoun
             squeue_failed: bool) -> Seen:
     if status is not None and _settles(status, entry):
         return Seen(state=status, slurm_state=(queued or accounted or QueueRow("", "", "")).state, final=True)
+    why = not_started(Path(entry.job_dir), slurm_id(entry)) if status is None and entry.job_dir else None
+    if why:  # its gate refused it: it ends at once, and leaves no result
+        return Seen(state=State.NOT_STARTED, slurm_state=(queued or accounted or QueueRow("", "", "")).state,
+                    final=True, not_started=why)
     if _not_in_slurm(entry):
         return Seen(state=State.QUEUED)  # no worker has claimed it yet, or the queue limit holds it back
     if slurm_id(entry) is None:
@@ -308,6 +314,8 @@ def apply(entry: JobEntry, seen: Seen) -> bool:
         entry.extra.pop("slurm_reason", None)
     if seen.node:
         entry.extra["node"] = seen.node
+    if seen.not_started:
+        entry.extra["not_started"] = seen.not_started
     if seen.state == State.RUNNING and entry.started_at is None:
         entry.started_at = now_iso()
     if seen.final and entry.ended_at is None and slurm_id(entry):

@@ -14,6 +14,7 @@ from pathlib import Path
 from sweepit.errors import ConfigError
 from sweepit.results import JobEntry, Manifest, State
 from sweepit.search import started_trials
+from sweepit.slurm._budget import for_grids_only
 from sweepit.slurm._cluster import array_id
 from sweepit.slurm._follow import Follower
 from sweepit.slurm._job_states import WORKER_TRIAL, workers_alive
@@ -55,6 +56,7 @@ class WorkerSweep(WorkerDriver):
     def plan(self, job: PlannedJob) -> None:
         """The workers' request: the launcher's, or the first point's job config's (`gpus_key`, `timeout_key`),
         checked against the partition; one task each (a worker runs its trials one after the other)."""
+        for_grids_only(self.sweep.options)
         self.max_array_size = self.sweep.plan([job])
         assert job.request is not None
         r = job.request

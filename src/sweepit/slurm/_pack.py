@@ -24,6 +24,7 @@ from sweepit.results import (
     write_manifest,
 )
 from sweepit.slurm import _cluster as cluster
+from sweepit.slurm._budget import BUDGET_KEY, Gate, check, dry_run_line, stopped
 from sweepit.slurm._follow import Follower
 from sweepit.slurm._job_states import LOST, PACKED, Seen, alive_workers
 from sweepit.slurm._limits import Room, dry_run_lines, open_room
@@ -142,7 +143,7 @@ class PackedSweep(WorkerDriver):
             out.append(self.script(shape.worker, shape.n_workers, i, shape.cores))
         hours = gpu_hours([s.worker for s in self.shapes for _ in range(s.n_workers)])
         n_workers = sum(s.n_workers for s in self.shapes)
-        out += dry_run_lines(o)
+        out += dry_run_lines(o) + dry_run_line(o, hours)
         out.append(f"dry run: {len(jobs)} job(s) packed into {n_workers} worker(s) in {len(self.shapes)} sbatch "
                    f"call(s), at most {hours:.2f} GPU-hours (every worker to its time limit); nothing submitted. "
                    "Drop hydra.launcher.dry_run=true to submit.")
@@ -183,6 +184,10 @@ class PackedSweep(WorkerDriver):
     def _submit_plan(self, jobs: list[PlannedJob]) -> None:
         """A new generation: the plan of the jobs to run, their manifest entries, one array of workers per request."""
         m, o = self.m, self.options
+        wanted_of = [min(s.n_workers, math.ceil(sum(j.num in self.todo for j in s.jobs) / o.slots))
+                     for s in self.shapes]
+        check(o, self.sweep_dir, [(i, s.worker) for s, n in zip(self.shapes, wanted_of, strict=True)
+                                  for i in range(n)], unit="worker")  # before anything is written or submitted
         self.generation = int(m.workers.get("generation", 0)) + 1 if m.workers.get(PACKED) else 1
         entries = []
         for job in jobs:
@@ -201,8 +206,7 @@ class PackedSweep(WorkerDriver):
         write_manifest(m)
         self.room = open_room(o) if self.todo else Room(None)
         calls = wanted = 0
-        for shape in self.shapes:
-            n = min(shape.n_workers, math.ceil(sum(j.num in self.todo for j in shape.jobs) / o.slots))
+        for shape, n in zip(self.shapes, wanted_of, strict=True):
             wanted += n
             calls += bool(self.room.submit(n, partial(self.submit_workers, shape), lambda: set(m.workers["ids"]),
                                            f"the workers of {shape.request.describe()}", log.warning))
@@ -218,7 +222,8 @@ class PackedSweep(WorkerDriver):
         o = self.options
         spec = PackSpec(str(self.sweep_dir), self.generation, shape.index, o.slots, o.cpus_per_task or 1,
                         shape.worker.timeout_min, shape.request.timeout_min, stderr_tail_lines=o.stderr_tail_lines,
-                        gpus=shape.request.gpus_on_node)
+                        gpus=shape.request.gpus_on_node,
+                        gate=Gate(self.sweep_dir, shape.worker) if o.budget_gpu_hours is not None else None)
         return self.submit_array([self.make_worker(spec) for _ in range(n_workers)], shape.worker, shape.index,
                                  shape.cores)
 
@@ -323,12 +328,15 @@ class PackedSweep(WorkerDriver):
                 continue
             last = arrays[-1] if arrays else None
             cancelled = self._cancelled(last) if last is not None else None
-            if cancelled is not None:
-                self.follower.say(f"sweepit: worker {cancelled} was cancelled: {len(nums)} job(s) of request "
+            if cancelled is not None or stopped(self.sweep_dir):
+                why = (f"worker {cancelled} was cancelled" if cancelled is not None else
+                       f"the GPU-hour budget is reached ({BUDGET_KEY})")
+                self.follower.say(f"sweepit: {why}: {len(nums)} job(s) of request "
                                   f"{self.shapes[index].request.describe()} not started (`sweepit resume "
                                   f"{self.sweep_dir}` runs them)")
                 for num in nums:
                     self.m.jobs[num].state = self.given_up[num] = State.NOT_STARTED
+                    self.m.jobs[num].extra["not_started"] = why
                     self.follower.progress.skip()
                 write_manifest(self.m, nums)
                 continue

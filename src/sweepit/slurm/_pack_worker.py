@@ -50,6 +50,7 @@ class PackSpec:
     term_grace_s: float = 5.0  # SIGTERM to SIGKILL of a job stopped with its worker
     stderr_tail_lines: int = 50
     gpus: int = 0              # GPUs each job takes of the worker's (its own CUDA_VISIBLE_DEVICES); 0: none
+    gate: Any = None           # under a GPU budget (slurm._budget.Gate): False when the worker is not to take jobs
 
 
 @dataclass
@@ -131,6 +132,9 @@ class GridSource:
         self.entries = [PlannedEntry(**e) for e in plan["jobs"] if e["shape"] == self.spec.shape]
         self.claims.mkdir(parents=True, exist_ok=True)
         self._release_own_unfinished({e.num: e for e in self.entries})
+        if self.spec.gate is not None and not self.spec.gate():
+            log.warning(f"worker {worker}: the sweep's GPU-hour budget is reached; it takes no job")
+            self.entries = []
         log.info(f"worker {worker}: {len(self.entries)} job(s) of request {self.spec.shape} in the plan, "
                  f"{self.spec.slots} at a time")
 

@@ -24,6 +24,7 @@ from sweepit.results import (
     read_record,
     summarize,
 )
+from sweepit.slurm._budget import budget_line
 from sweepit.slurm._request import ClusterFacts, Request, SlurmOptions, asked, place
 
 
@@ -38,6 +39,7 @@ class PlannedJob:
     metric: str | None = None
     direction: str | None = None
     env_set: dict[str, str] = field(default_factory=dict)  # hydra.job.env_set
+    gate: Any = None                 # what its task runs first under a GPU budget (slurm._budget.Gate), else None
 
     def entry(self) -> JobEntry:
         return JobEntry(num=self.num, overrides=self.overrides, job_dir=str(self.job_dir), state=State.NOT_STARTED)
@@ -110,7 +112,8 @@ class Planner:
         """The end of a followed run: the results table, and SweepFailedError when jobs failed (and
         `fail_on_error`)."""
         if self.options.print_summary:
-            print(summarize(self.sweep_dir), flush=True)
+            line = budget_line(self.sweep_dir)
+            print(summarize(self.sweep_dir) + (f"\n{line}" if line else ""), flush=True)
         report = failure_report(m, jobs, statuses, skipped, None, self.options.fail_on_error)
         if report is not None:
             raise SweepFailedError(report)

@@ -120,6 +120,19 @@ class SlurmOptions:
     # site's limit is not visible to you (sbatch refuses a whole array that would go over).
     max_queued: int | None = None
 
+    # -- GPU-hours and GPUs in use (docs/slurm.md, "A GPU-hour budget") ------------------------------------------
+    # Most GPU-hours the sweep may cost (allocated GPUs x elapsed, as sacct bills them), over all its runs and
+    # resumes; null: no budget. A job starts only while the GPU-hours billed plus the at-most (GPUs x time limit)
+    # of the running jobs and its own stay within it; the jobs that would pass it end `not started`.
+    budget_gpu_hours: float | None = None
+    # A sweep whose at-most GPU-hours (every job to its time limit, the dry run's figure) pass budget_gpu_hours:
+    # `refuse` it before anything is submitted, or `stop`: submit it, start jobs while they fit, leave the rest not
+    # started (`sweepit resume DIR hydra.launcher.budget_gpu_hours=<more>` runs them).
+    over_budget: str = "refuse"
+    # Most GPUs the sweep's jobs hold at once, over all its job arrays (for a group sharing one allocation): each
+    # array's throttle (%k) is set so that the arrays' k x GPUs per job add up to at most this; null: no ceiling.
+    max_gpus: int | None = None
+
     # -- packing: many short jobs in a few allocations -------------------------------------------------------
     # Long-lived workers per resource request (0: one Slurm job per job). N > 0 submits, for each distinct request
     # (a GPU-count study has one per count), one array of at most N workers; each worker runs the sweep's jobs of
@@ -196,7 +209,7 @@ class SlurmOptions:
                 ("max_array_size", 1, True), ("max_queued", 1, True), ("signal_delay_s", 0, False),
                 ("max_num_timeout", 0, False),
                 ("stderr_tail_lines", 0, False), ("workers", 0, False), ("slots", 1, False),
-                ("worker_timeout_min", 1, True)):
+                ("worker_timeout_min", 1, True), ("max_gpus", 1, True)):
             value = getattr(self, key)
             example = "null" if nullable else max(1, minimum)
             require((nullable and value is None) or is_count(value, minimum),
@@ -204,6 +217,16 @@ class SlurmOptions:
                     f"{key}={value!r}. Set for example hydra.launcher.{key}={example}.")
         require(self.result_grace_s >= 0, "hydra.launcher.result_grace_s must be >= 0, but got "
                 f"result_grace_s={self.result_grace_s!r}. Set for example hydra.launcher.result_grace_s=2.")
+        require(self.budget_gpu_hours is None or (isinstance(self.budget_gpu_hours, int | float)
+                                                  and self.budget_gpu_hours > 0),
+                "hydra.launcher.budget_gpu_hours must be null or a number of GPU-hours > 0, but got "
+                f"budget_gpu_hours={self.budget_gpu_hours!r}. Set for example hydra.launcher.budget_gpu_hours=100.")
+        require(self.over_budget in ("refuse", "stop"), "hydra.launcher.over_budget must be refuse or stop, but got "
+                f"over_budget={self.over_budget!r}. Set hydra.launcher.over_budget=stop to start jobs while they fit.")
+        require(not self.workers or self.max_gpus is None,
+                "hydra.launcher.max_gpus throttles the arrays of sweeps whose jobs are each a Slurm job, but got "
+                f"workers={self.workers}: a packed sweep's GPUs in use are its workers x slots x a job's GPUs. Drop "
+                "hydra.launcher.max_gpus and set workers and slots to fit, or drop hydra.launcher.workers.")
         require(self.poll_interval_s > 0, "hydra.launcher.poll_interval_s must be > 0, but got "
                 f"poll_interval_s={self.poll_interval_s!r}. Set for example hydra.launcher.poll_interval_s=2.")
 
@@ -436,14 +459,15 @@ def _say_what_the_job_configs_override(jobs: list[Asked], o: SlurmOptions) -> No
                     f"without it. Set {o.timeout_key}={o.timeout_min}, or hydra.launcher.timeout_key=null.")
 
 
-def sbatch_parameters(r: Request, o: SlurmOptions, job_name: str) -> dict[str, Any]:
-    """submitit's SlurmExecutor parameters (sbatch's names) for one array of jobs with this request."""
+def sbatch_parameters(r: Request, o: SlurmOptions, job_name: str, parallelism: int | None = None) -> dict[str, Any]:
+    """submitit's SlurmExecutor parameters (sbatch's names) for one array of jobs with this request (`parallelism`:
+    its throttle under max_gpus, else array_parallelism)."""
     setup = [f"export OMP_NUM_THREADS={o.cpus_per_task}"] if o.cpus_per_task else []
     if o.app_dir:
         setup.append(f"export PYTHONPATH={shlex.quote(o.app_dir)}${{PYTHONPATH:+:$PYTHONPATH}}")
     params: dict[str, Any] = {
         "job_name": job_name, "time": r.timeout_min, "nodes": r.nodes, "ntasks_per_node": r.tasks_per_node,
-        "signal_delay_s": o.signal_delay_s, "array_parallelism": o.array_parallelism,
+        "signal_delay_s": o.signal_delay_s, "array_parallelism": parallelism or o.array_parallelism,
         "setup": [*setup, *(o.setup or [])], "stderr_to_stdout": False,
     }
     optional = {"cpus_per_task": o.cpus_per_task, "gpus_per_node": r.gpus_per_node, "gpus_per_task": r.gpus_per_task,

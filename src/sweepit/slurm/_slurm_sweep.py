@@ -24,6 +24,7 @@ from sweepit.results import (
     SweepLock,
     write_manifest,
 )
+from sweepit.slurm import _budget as budget
 from sweepit.slurm._cluster import base_ids, scancel
 from sweepit.slurm._follow import Follower
 from sweepit.slurm._job_states import CANCELLED_BY_DRIVER, look, slurm_id
@@ -32,7 +33,7 @@ from sweepit.slurm._pack import PackedSweep
 from sweepit.slurm._pack_worker import PackSpec
 from sweepit.slurm._plan import PlannedJob, Planner
 from sweepit.slurm._request import ClusterFacts, SlurmOptions
-from sweepit.slurm._submit import Feeder, Task, dry_run_text, returned, submit_jobs
+from sweepit.slurm._submit import Feeder, Task, arrays, dry_run_text, returned, submit_jobs
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ def check_one_by_one(o: SlurmOptions) -> None:
                           "search (whose next trial depends on the last ones) cannot use it, but got "
                           "dry_run=true. Drop hydra.launcher.dry_run, or dry-run a grid of the same space with "
                           "the basic sweeper.")
+    budget.for_grids_only(o)
 
 
 class SlurmSweep(Planner):
@@ -107,11 +109,14 @@ class SlurmSweep(Planner):
         skipped = self.skip_finished(manifest, jobs)
         adopted = self._adopt(jobs, manifest, skipped)
         to_submit = [j for j in jobs if j.num not in skipped and j.num not in adopted]
+        budget.check(o, self.sweep_dir, [(j.num, j.request) for j in to_submit if j.request is not None])
+        throttle = budget.throttles([(c[0].request, len(c)) for c in arrays(to_submit, max_array_size)
+                                     if c[0].request is not None], o)
         for job in to_submit:
             manifest.jobs[job.num] = job.entry()
         write_manifest(manifest)
         feeder = Feeder(to_submit, manifest, o, max_array_size, self.make_task,
-                        open_room(o) if to_submit else Room(None))
+                        open_room(o) if to_submit else Room(None), throttle)
         following = sorted(adopted + [j.num for j in feeder.feed(lambda: _in_queue(manifest, adopted))])
         log.info(_submitted(len(jobs), feeder.ids, len(skipped), len(adopted), self.sweep_dir, len(feeder.held)))
         if not o.wait:

@@ -24,10 +24,11 @@ from sweepit.results import (
     SweepPaths,
     write_manifest,
 )
+from sweepit.slurm._budget import Gate, dry_run_line, throttles
 from sweepit.slurm._cluster import base_ids
 from sweepit.slurm._limits import Room, dry_run_lines, refused_for_limit
 from sweepit.slurm._plan import PlannedJob, by_request
-from sweepit.slurm._request import SlurmOptions, gpu_hours, sbatch_parameters
+from sweepit.slurm._request import Request, SlurmOptions, gpu_hours, sbatch_parameters
 from sweepit.slurm._task_files import link_task_logs, relink, start_job_dir
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,7 @@ def dry_run_text(jobs: list[PlannedJob], sweep_dir: Path, max_array_size: int, o
     out: list[str] = []
     n_calls = 0
     groups = by_request(jobs)
+    throttle = throttles([(c[0].request, len(c)) for c in arrays(jobs, max_array_size) if c[0].request], o)
     for request, group in groups.items():
         assert request is not None
         chunks = arrays(group, max_array_size)
@@ -86,10 +88,11 @@ def dry_run_text(jobs: list[PlannedJob], sweep_dir: Path, max_array_size: int, o
         out.append(f"# {len(group)} job(s) with {request.describe()}: {len(chunks)} sbatch call(s) "
                    f"(array sizes {sizes}; jobs {', '.join(str(j.num) for j in group)})")
         folder = next_folder(sweep_dir, n_calls)
-        out.append(sbatch_script(sbatch_parameters(request, o, name), folder, len(chunks[0]), o.python))
+        out.append(sbatch_script(sbatch_parameters(request, o, name, throttle.get(request)), folder, len(chunks[0]),
+                                 o.python))
         n_calls += len(chunks)
     hours = gpu_hours([r for r, group in groups.items() if r is not None for _ in group])
-    out += dry_run_lines(o)
+    out += dry_run_lines(o) + dry_run_line(o, hours)
     out.append(f"dry run: {len(jobs)} job(s) in {n_calls} sbatch call(s), at most {hours:.2f} GPU-hours (every job "
                "to its time limit); nothing submitted. Drop hydra.launcher.dry_run=true to submit.")
     return "\n".join(out)
@@ -120,19 +123,23 @@ def submit(tasks: Sequence[Task], params: dict[str, Any], folder: Path, max_num_
 
 
 def submit_jobs(jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, make_task: Callable[[PlannedJob], Task],
-                before: Sequence[str] = ()) -> list[str]:
+                before: Sequence[str] = (), throttle: dict[Request, int] | None = None) -> list[str]:
     """One sbatch call for `jobs` (of one request, at most MaxArraySize), recorded in the manifest; a refusal says
-    which jobs of the sweep's went out `before`."""
+    which jobs of the sweep's went out `before`. `throttle`: each request's array throttle under max_gpus."""
     sweep_dir = Path(manifest.sweep_dir)
     name = job_name(o)
     tasks = []
     for job in jobs:
         start_job_dir(job.job_dir)
+        assert job.request is not None
+        job.gate = Gate(sweep_dir, job.request, job.num, job.job_dir) if o.budget_gpu_hours is not None else None
         tasks.append(make_task(job))
     folder = fresh_folder(sweep_dir)
-    assert jobs[0].request is not None
+    request = jobs[0].request
+    assert request is not None
     try:
-        ids = submit(tasks, sbatch_parameters(jobs[0].request, o, name), folder, o.max_num_timeout, o.python)
+        ids = submit(tasks, sbatch_parameters(request, o, name, (throttle or {}).get(request)), folder,
+                     o.max_num_timeout, o.python)
     except SlurmError as e:
         done = (f" {len(before)} job(s) were submitted before (Slurm job(s) {', '.join(base_ids(before))}): follow "
                 f"them with `sweepit status {sweep_dir}`." if before else " Nothing was submitted.")
@@ -163,8 +170,10 @@ class Feeder:
     for, one sbatch call per array, the rest held (queued in `sweep.json`, without a Slurm id)."""
 
     def __init__(self, jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, max_array_size: int,
-                 make_task: Callable[[PlannedJob], Task], room: Room) -> None:
+                 make_task: Callable[[PlannedJob], Task], room: Room,
+                 throttle: dict[Request, int] | None = None) -> None:
         self.held = list(jobs)
+        self.throttle = throttle
         self.manifest, self.o, self.max_array_size, self.make_task, self.room = (manifest, o, max_array_size,
                                                                                  make_task, room)
         self.ids: list[str] = []
@@ -180,7 +189,7 @@ class Feeder:
 
         def submit_arrays(n: int) -> list[str]:
             for chunk in arrays(self.held[:n], self.max_array_size):
-                self.ids.extend(submit_jobs(chunk, self.manifest, self.o, self.make_task, self.ids))
+                self.ids.extend(submit_jobs(chunk, self.manifest, self.o, self.make_task, self.ids, self.throttle))
                 out.extend(chunk)
             return self.ids[first:]
 

@@ -81,6 +81,7 @@ def start_job_dir(job_dir: Path) -> None:
     checkpoint.pt is kept to resume)."""
     start_clean(job_dir)
     shutil.rmtree(JobPaths(job_dir).tasks, ignore_errors=True)
+    JobPaths(job_dir).not_started.unlink(missing_ok=True)
 
 
 def relink(link: Path, target: Path) -> None:
