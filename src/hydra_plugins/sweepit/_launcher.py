@@ -93,11 +93,11 @@ class SweepitLauncher(Launcher):
         with compact_errors():
             self._sweep.start(self.job_type(num=job_num, overrides=list(overrides)))
 
-    def wait_any(self, timeout_s: float | None = None) -> list[tuple[int, JobReturn]]:
+    def wait_any(self) -> list[tuple[int, JobReturn]]:
         """Drive the engine until a started job ends; `(job_num, JobReturn)` of each. On Slurm, Ctrl-C cancels the
         jobs in flight, and a second one stops waiting for Slurm to end them."""
         assert self._sweep is not None, "start() a job before wait_any()"
-        return [(job.num, self._job_return(job, end)) for job, end in self._sweep.wait_any(timeout_s)]
+        return [(job.num, self._job_return(job, end)) for job, end in self._sweep.wait_any()]
 
     def close(self) -> None:
         """End the run of start()/wait_any() (`self._sweep`, each launcher's engine): jobs still in flight are

@@ -171,15 +171,14 @@ class LocalSweep:
         self._started[job.num] = job
         pool.submit(job)
 
-    def wait_any(self, timeout_s: float | None = None) -> list[tuple[Job, str | None]]:
-        """Run the pool until a started job ends; `timeout_s` is checked between the pool's wake-ups. After a
-        stop signal the running jobs are stopped and returned, and the next call raises KeyboardInterrupt."""
+    def wait_any(self) -> list[tuple[Job, str | None]]:
+        """Run the pool until a started job ends. After a stop signal the running jobs are stopped and returned,
+        and the next call raises KeyboardInterrupt."""
         pool = self.pool
         assert pool is not None, "start() a job before wait_any()"
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             ended = [n for n in self._started if n in self.statuses or n in self.skipped]
-            if ended or (deadline is not None and time.monotonic() >= deadline):
+            if ended:
                 break
             if pool.stop_signal is not None and not pool.running:
                 raise KeyboardInterrupt(f"sweep stopped by {signal.Signals(pool.stop_signal).name}")

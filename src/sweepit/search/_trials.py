@@ -33,9 +33,8 @@ class AsyncLauncher(Protocol):
 
     def start(self, overrides: Sequence[str], job_num: int) -> None: ...  # returns at once
 
-    def wait_any(self, timeout_s: float | None = None) -> list[tuple[int, Any]]:
-        """Block until at least one job ended (or `timeout_s` passed): `(job_num, JobReturn)` of each since the last
-        call."""
+    def wait_any(self) -> list[tuple[int, Any]]:
+        """Block until at least one job ended: `(job_num, JobReturn)` of each since the last call."""
 
     def close(self) -> None: ...  # stop jobs still running, write the launcher's records, release resources
 
@@ -52,7 +51,7 @@ class BatchLauncher:
     def start(self, overrides: Sequence[str], job_num: int) -> None:
         self.pending.append((job_num, list(overrides)))
 
-    def wait_any(self, timeout_s: float | None = None) -> list[tuple[int, Any]]:
+    def wait_any(self) -> list[tuple[int, Any]]:
         pending, self.pending = sorted(self.pending), []
         out: list[tuple[int, Any]] = []
         # A batch `launch()` numbers its jobs from `initial_job_idx` on: one launch per run of consecutive numbers.

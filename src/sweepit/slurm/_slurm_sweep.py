@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,15 +166,14 @@ class SlurmSweep(Planner):
         self._started[job.num] = job
         follower.add(job.num)
 
-    def wait_any(self, timeout_s: float | None = None) -> list[tuple[PlannedJob, Outcome]]:
-        """Follow the jobs in flight (one squeue call every `poll_interval_s`) until one of them ends or
-        `timeout_s` passes; each job that ended since the last call, with its Outcome.
+    def wait_any(self) -> list[tuple[PlannedJob, Outcome]]:
+        """Follow the jobs in flight (one squeue call every `poll_interval_s`) until one of them ends; each job
+        that ended since the last call, with its Outcome.
 
         Ctrl-C (or SIGTERM) cancels every job in flight with scancel; they come back as `interrupted` once
         Slurm has ended them, so the sweeper stops with its message. A second one stops waiting for that."""
         follower = self._follower
         assert follower is not None, "start() a job before wait_any()"
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
 
         def second_stops(signum: int) -> None:
             if len(stop.received) > 1:
@@ -184,18 +182,15 @@ class SlurmSweep(Planner):
         def ended() -> list[int]:
             return [n for n in self._started if n in follower.statuses]
 
-        def before_deadline() -> bool:
-            return not ended() and (deadline is None or time.monotonic() < deadline)
-
         with StopSignals(on_signal=second_stops) as stop:
             def look() -> bool:
-                if not follower.pending or not before_deadline():
+                if not follower.pending or ended():
                     return False
                 if stop.first is not None and not self._cancelled:
                     self._cancel_in_flight(follower, signal.Signals(stop.first).name)
                 return True
 
-            follower.loop(look, lambda: (stop.first is None or self._cancelled) and before_deadline())
+            follower.loop(look, lambda: (stop.first is None or self._cancelled) and not ended())
         return [(self._started.pop(n), _outcome(follower.manifest.jobs[n], follower.statuses[n])) for n in ended()]
 
     def _cancel_in_flight(self, follower: Follower, why: str) -> None:
