@@ -94,30 +94,22 @@ def release_stop_signals() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
-def interrupt_on_stop_signals() -> None:
-    """In a job process: the first SIGINT or SIGTERM raises KeyboardInterrupt, which a job records as `interrupted`;
-    later ones are ignored, so that they cannot cut that record short (a packed job on Slurm gets SIGTERM both from
-    Slurm and from its worker). Whoever must end the job at once sends SIGKILL."""
-
-    def _interrupt(signum: int, frame: FrameType | None) -> None:
-        for sig in STOP_SIGNALS:
-            signal.signal(sig, signal.SIG_IGN)
-        raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
-
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, _interrupt)
-
-
 SLURM_STOP = "stopped by SIGTERM from Slurm (scancel, the time limit, preemption without requeue or a node going down)"
 
 
-def interrupt_on_sigterm(unless: Callable[[], bool]) -> None:
-    """In a Slurm task: SIGTERM raises KeyboardInterrupt unless `unless()` says the task is on its way out (its
-    result is in, or it is being requeued). submitit ignores SIGTERM, so a cancelled job would otherwise train on for
-    Slurm's KillWait and then write a result over what the driver recorded."""
+def interrupt_on_stop_signals(signals: tuple[int, ...] = STOP_SIGNALS, why: str | None = None,
+                              unless: Callable[[], bool] = lambda: False) -> None:
+    """In a job process: the first of `signals` raises KeyboardInterrupt (saying `why`, else the signal's name), which
+    a job records as `interrupted`, unless `unless()` says the job is on its way out (its result is in, or it is
+    being requeued). Later ones are ignored, so that they cannot cut that record short (a packed job on Slurm gets
+    SIGTERM both from Slurm and from its worker). Whoever must end the job at once sends SIGKILL."""
 
     def _interrupt(signum: int, frame: FrameType | None) -> None:
-        if not unless():
-            raise KeyboardInterrupt(SLURM_STOP)
+        if unless():
+            return
+        for sig in signals:
+            signal.signal(sig, signal.SIG_IGN)
+        raise KeyboardInterrupt(why or f"stopped by {signal.Signals(signum).name}")
 
-    signal.signal(signal.SIGTERM, _interrupt)
+    for sig in signals:
+        signal.signal(sig, _interrupt)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from hydra_plugins.sweepit._compose import copy_config, pickled
 from sweepit._files import atomic_write
-from sweepit._signals import interrupt_on_sigterm
+from sweepit._signals import SLURM_STOP, interrupt_on_stop_signals
 from sweepit.errors import RankFailedError
 from sweepit.local import Reply, failure, picklable
 from sweepit.results import (
@@ -313,8 +314,9 @@ class SlurmTask:
     def __call__(self) -> Any:
         runner = self.runner
         runner.requeueing = runner.finished = False  # this object comes back from the checkpoint pickle
-        # After submitit's own handlers (it ignores SIGTERM): scancel stops the job now, not after KillWait.
-        interrupt_on_sigterm(unless=lambda: runner.requeueing or runner.finished)
+        # After submitit's own handlers: submitit ignores SIGTERM, so a cancelled job would train on for Slurm's
+        # KillWait and then write a result over what the driver recorded; this way scancel stops it now.
+        interrupt_on_stop_signals((signal.SIGTERM,), SLURM_STOP, unless=lambda: runner.requeueing or runner.finished)
         runner.rank = int(os.environ.get("SLURM_PROCID", "0"))
         if self.gate is not None and not self.gate():
             return None
