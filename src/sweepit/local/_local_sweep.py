@@ -209,7 +209,7 @@ class LocalSweep:
         threads = resolve_threads(o.threads_per_job, n_workers, cpu_count())
         self.manifest = open_manifest(self.sweep_dir, launcher="local")
         self.progress = Progress(0)
-        self.pool = Pool(n_workers, GpuPool(self.gpus), use_gpus=bool(self.gpus), threads=threads, echo=n_workers == 1,
+        self.pool = Pool(n_workers, GpuPool(self.gpus), threads=threads, echo=n_workers == 1,
                          term_grace_s=o.term_grace_s, child=self._child, hooks=self, clock_ticks=self.progress.live)
         # Objects the driver made so far move out of the collector's reach, so that no job's garbage
         # collection writes to (and so copies) the memory pages it shares with the driver. Only the young

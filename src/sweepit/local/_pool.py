@@ -58,22 +58,27 @@ ChildTarget = Callable[[Job, ChildSpec, Connection], None]
 
 
 class PoolHooks(Protocol):
-    """What the launcher does around each job; `ended` runs after the job's process is gone."""
+    """What the launcher does around each job; `ended` runs after the job's process is gone. A subclass without a
+    terminal to draw on inherits `tick` and `before_echo` as no-ops."""
 
     def prepare(self, job: Job) -> bool: ...   # compose config, job_dir, n_gpus; False: do not run it
     def before_fork(self, job: Job) -> None: ...
     def started(self, job: Job) -> None: ...
     def ended(self, job: Job) -> None: ...
-    def tick(self) -> None: ...                 # after every wake-up (redraws the progress line)
-    def before_echo(self) -> None: ...          # before job output is copied to the terminal
+
+    def tick(self) -> None:  # after every wake-up (redraws the progress line)
+        return None
+
+    def before_echo(self) -> None:  # before job output is copied to the terminal
+        return None
 
 
 class Pool:
-    def __init__(self, n_workers: int, gpu_pool: GpuPool, use_gpus: bool, threads: int, echo: bool,
-                 term_grace_s: float, child: ChildTarget, hooks: PoolHooks, clock_ticks: bool) -> None:
+    def __init__(self, n_workers: int, gpu_pool: GpuPool, threads: int, echo: bool, term_grace_s: float,
+                 child: ChildTarget, hooks: PoolHooks, clock_ticks: bool) -> None:
         self.n_workers = n_workers
         self.gpu_pool = gpu_pool
-        self.use_gpus = use_gpus
+        self.use_gpus = bool(gpu_pool.all)  # each job on its own GPUs; without any, jobs see what the driver sees
         self.threads = threads
         self.echo = echo
         self.term_grace_s = term_grace_s
@@ -133,6 +138,19 @@ class Pool:
             self.kill_all()
         finally:
             self.signals.restore()
+
+    def stop(self) -> None:
+        """Stop the running jobs now: SIGTERM (each records itself `interrupted`), SIGKILL to those left after the
+        grace period, then finish each."""
+        running = list(self.running.values())
+        for job in running:
+            job.stopped = True
+            self._signal(job, signal.SIGTERM)
+        deadline = time.monotonic() + self.term_grace_s
+        for job in running:
+            if job.proc is not None:
+                job.proc.join(max(0.0, deadline - time.monotonic()))
+        self.kill_all()
 
     def kill_all(self) -> None:
         """SIGKILL every running job, then finish each: a job whose record cannot be written (a full disk)

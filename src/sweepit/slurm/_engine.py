@@ -7,18 +7,16 @@ again.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import signal
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 from sweepit._host import now_iso
-from sweepit.local import ChildSpec, GpuPool, Job, Pool, Reply, child_main, record_end, visible_gpus
-from sweepit.results import WAIT, Recorder, Status, Work, WorkSource, heartbeat
+from sweepit.local import ChildSpec, GpuPool, Job, Pool, PoolHooks, Reply, child_main, record_end, visible_gpus
+from sweepit.results import RESULT_STATUSES, WAIT, Recorder, Work, WorkSource, heartbeat
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._task_files import record_task, start_job_dir
 
@@ -32,7 +30,7 @@ def worker_id() -> str:
     return f"{array}_{index}" if array and index else os.environ.get("SLURM_JOB_ID", f"local-{os.getpid()}")
 
 
-class Engine:
+class Engine(PoolHooks):
     """One worker: `run` until its source has nothing left (or its time is up, or a signal stops it);
     `stop_for_requeue` before Slurm requeues it."""
 
@@ -43,7 +41,7 @@ class Engine:
         self.source, self.worker, self.sweep_dir = source, worker, Path(sweep_dir)
         self.compose, self.recorded_by = compose, recorded_by
         self.slots, self.timeout_min, self.job_timeout_min = slots, timeout_min, job_timeout_min
-        self.term_grace_s, self.stderr_tail_lines = term_grace_s, stderr_tail_lines
+        self.stderr_tail_lines = stderr_tail_lines
         self.clock, self.wait_s = clock, wait_s
         self.works: dict[int, Work] = {}
         self.n_taken = 0
@@ -61,7 +59,7 @@ class Engine:
                         f"{os.environ.get('CUDA_VISIBLE_DEVICES')}), fewer than the {gpus} each of its jobs asks for: "
                         "its jobs share the GPUs it sees")
         self.gpus = gpus if len(visible) >= gpus else 0
-        self.pool = Pool(slots, GpuPool(visible), use_gpus=self.gpus > 0, threads=threads, echo=False,
+        self.pool = Pool(slots, GpuPool(visible if self.gpus else []), threads=threads, echo=False,
                          term_grace_s=term_grace_s, child=child, hooks=self, clock_ticks=False)
 
     def run(self) -> int:
@@ -144,33 +142,18 @@ class Engine:
     def ended(self, job: Job) -> None:
         status = record_end(job, self.started_at.get(job.num), self.stderr_tail_lines, self.recorded_by)
         self.n_run += 1
-        if status in (Status.COMPLETED, Status.DIVERGED, Status.PRUNED) and job.wall_time_s is not None:
+        if status in RESULT_STATUSES and job.wall_time_s is not None:
             self.walls.append(job.wall_time_s)
         log.info(f"worker {self.worker}: job {job.num} {status} after {job.wall_time_s or 0:.1f} s")
         self.source.ended(self.works.pop(job.num), job.reply.value if job.reply is not None else None)
         job.config = None  # a worker of thousands of jobs keeps none of their configs
 
-    def tick(self) -> None:
-        pass
-
-    def before_echo(self) -> None:
-        pass
-
     def stop_for_requeue(self) -> None:
         """USR2 (time limit, preemption) or a requeue: stop the running jobs (SIGTERM: they record themselves
         `interrupted`; their last epoch checkpoint stays) and give them back to be taken again."""
-        pool = self.pool
-        running = list(pool.running.values())
-        for job in running:
-            job.stopped = True
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(job.pid or 0, signal.SIGTERM)
-        deadline = time.monotonic() + self.term_grace_s
-        for job in running:
-            if job.proc is not None:
-                job.proc.join(max(0.0, deadline - time.monotonic()))
+        running = list(self.pool.running.values())
         works = {job.num: self.works.get(job.num) for job in running}
-        pool.kill_all()  # SIGKILL what is left, then record each job (the hooks: the source hears it ended)
+        self.pool.stop()  # then records each job (the hooks: the source hears it ended)
         for work in works.values():
             if work is not None:
                 self.source.give_back(work)
