@@ -44,7 +44,6 @@ from sweepit.results import (
     record_failure,
     start_clean,
     summarize,
-    sweep_eta_s,
     write_manifest,
 )
 
@@ -301,7 +300,7 @@ class LocalSweep:
             self._looked = time.monotonic()
             running = [self._live.look(Path(e.job_dir)) for e in self.manifest.jobs.values()
                        if e.state == State.RUNNING and e.job_dir]
-            self.progress.early_eta(sweep_eta_s(running, self.progress.queued, max(1, self.progress.running)))
+            self.progress.early_eta(running)
         self.progress.draw()
         self.lock.touch()  # keeps the sweep lock fresh
 

@@ -66,8 +66,9 @@ class Progress:
             took = "" if wall_time_s is None else f" in {wall_time_s:.1f}s"
             self._write(f"job {num} {status}{took} | {self.line()}\n")
 
-    def early_eta(self, eta_s: float | None) -> None:
+    def early_eta(self, running: list[JobProgress | None]) -> None:
         """The running jobs' estimate (`sweep_eta_s`), used until the first job ends."""
+        eta_s = sweep_eta_s(running, self.queued, max(1, self.running))
         self._early = None if eta_s is None else (eta_s, self.clock())
 
     def eta_s(self) -> float | None:

@@ -25,7 +25,6 @@ from sweepit.results import (
     State,
     own_overrides,
     read_record,
-    sweep_eta_s,
     tail_lines,
     write_manifest,
 )
@@ -158,7 +157,7 @@ class Follower:
         if self.progress.done == 0:  # before the first job ends: an ETA from the running jobs' epochs
             running = [self._live.look(Path(self.manifest.jobs[n].job_dir)) for n in self.pending
                        if self._phase[n] == State.RUNNING and self.manifest.jobs[n].job_dir]
-            self.progress.early_eta(sweep_eta_s(running, self.progress.queued, max(1, self.progress.running)))
+            self.progress.early_eta(running)
         self.progress.draw()
 
     def _start_look(self, nums: list[int]) -> None:
