@@ -72,10 +72,11 @@ def claim(path: Path, content: str = "") -> bool:
     return True
 
 
-def silent_s(sweep_dir: Path, worker_id: str) -> float:
-    """Seconds since the worker's last heartbeat (infinite when it never beat)."""
+def silent_s(path: Path) -> float:
+    """Seconds since `path` was last touched (infinite when it is not there): how liveness is judged, of a worker by
+    its heartbeat file and of a driver on another host by its sweep lock."""
     try:
-        return time.time() - SweepPaths(sweep_dir).heartbeat(worker_id).stat().st_mtime
+        return time.time() - path.stat().st_mtime
     except OSError:
         return float("inf")
 

@@ -18,6 +18,7 @@ from typing import Any
 from sweepit._files import atomic_write
 from sweepit._host import now_iso, process_alive
 from sweepit.errors import OutputWriteError, SweepLockedError
+from sweepit.results._claims import silent_s
 from sweepit.results._paths import LOCK_FILE, MANIFEST_FILE
 
 HEARTBEAT_S = 30.0      # how often a driver refreshes its lock
@@ -47,10 +48,7 @@ class SweepLock:
         if record.get("host") == socket.gethostname():
             pid = record.get("pid")
             return record if isinstance(pid, int) and process_alive(pid) else None
-        try:
-            return record if time.time() - self.path.stat().st_mtime < STALE_S else None
-        except OSError:
-            return None
+        return record if silent_s(self.path) < STALE_S else None
 
     def acquire(self) -> None:
         """Hold the lock, taking over a stale one; SweepLockedError when a live driver holds it. A process that

@@ -115,7 +115,7 @@ class StudySource:
             owner = trial.user_attrs.get(WORKER_ATTR)
             if owner == self.worker or now - trial.datetime_start.timestamp() < self.stale_s:
                 continue
-            silent = silent_s(search.sweep_dir, str(owner))
+            silent = silent_s(self.paths.heartbeat(str(owner)))
             if silent < self.stale_s or not claim(self.paths.workers / f"reclaimed-{trial._trial_id}"):
                 continue
             status = recover_trial(search.study, trial, search.sweep_dir, search.options.diverged_value,
