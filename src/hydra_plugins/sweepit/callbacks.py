@@ -20,13 +20,10 @@ class SweepSummary(Callback):
         self._session: Any = None  # the job's session when this callback began it
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from sweepit.train import begin_session, current_session
+        from sweepit.train import join_session
 
-        job_dir = Path(str(config.hydra.runtime.output_dir))
-        running = current_session()
-        if running is not None and not running.implicit and running.job_dir == job_dir:
-            return  # sweepit's job runner began this job's session (_runner.JobRunner)
-        self._session = begin_session(job_dir, config)
+        session, began = join_session(Path(str(config.hydra.runtime.output_dir)), config)
+        self._session = session if began else None  # else sweepit's job runner began it, and records the job
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         session, self._session = self._session, None

@@ -10,8 +10,8 @@ from sweepit.train._checkpoint import read_state
 from sweepit.train._devices import FORKED_AFTER_CUDA, forked_after_cuda
 from sweepit.train._session import Session, leave_process_group, status_of
 from sweepit.train._session import begin as begin_session
-from sweepit.train._session import current as current_session
 from sweepit.train._session import end as end_session
+from sweepit.train._session import join as join_session
 
 if TYPE_CHECKING:
     from sweepit.train._build import load_data
@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     from sweepit.train._loop import load_model
 
 __all__ = [
-    "FORKED_AFTER_CUDA", "JobContext", "Session", "begin_session", "context", "current_session", "end_session",
-    "forked_after_cuda", "leave_process_group", "load_checkpoint", "load_data", "load_model", "read_state", "report",
+    "FORKED_AFTER_CUDA", "JobContext", "Session", "begin_session", "context", "end_session", "forked_after_cuda",
+    "join_session", "leave_process_group", "load_checkpoint", "load_data", "load_model", "read_state", "report",
     "run_job", "save_checkpoint", "should_stop", "status_of"
 ]
 

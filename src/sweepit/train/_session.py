@@ -224,10 +224,12 @@ def begin(job_dir: Path | str | None, config: Any = None, rank: Rank | None = No
 
 
 def join(job_dir: Path, config: Any = None, rank: Rank | None = None) -> tuple[Session, bool]:
-    """The session a launcher began for the job in `job_dir` in this process, else a new one; and whether the caller
-    began it (and so ends it). One job, one session, whichever part of sweepit asked first."""
+    """The session a launcher began for the job in `job_dir` in this process (not one the API began on its own), else
+    a new one; and whether the caller began it (and so ends it). One job, one session, whichever part of sweepit
+    asked first."""
     running = current()
-    if running is not None and running.job_dir is not None and running.job_dir.resolve() == Path(job_dir).resolve():
+    if (running is not None and not running.implicit and running.job_dir is not None
+            and running.job_dir.resolve() == Path(job_dir).resolve()):
         if running.rank is None and rank is not None:
             running.rank = rank
         return running, False
