@@ -59,8 +59,8 @@ def _param(override: Any) -> Param:
                           f"{sorted(tags - _TAGS)}; e.g. {name}=tag(log, interval(1e-4, 1)).")
     log = "log" in tags
     if override.is_interval_sweep():
-        # int(interval(...)), the released plugin's spelling: Hydra's int() cast leaves both ends ints.
-        integer = "int" in tags or (_is_int(sweep.start) and _is_int(sweep.end))
+        # int(interval(...)), the released plugin's spelling: Hydra's int() cast leaves both ends ints (else floats).
+        integer = "int" in tags or (isinstance(sweep.start, int) and isinstance(sweep.end, int))
         return Param.interval(name, prefix, spelled, float(sweep.start), float(sweep.end), log=log, integer=integer)
     if override.is_range_sweep() and sweep.shuffle:  # shuffle(range(...)): its values, as a categorical
         if tags:
@@ -80,10 +80,6 @@ def _param(override: Any) -> Param:
         values = [v if isinstance(v, _PRIMITIVE) else s for v, s in zip(raw, strings, strict=True)]
         return Param.choice(name, prefix, spelled, values, strings)
     raise ConfigError(f"{name}={spelled} is a sweep the Optuna sweeper does not know; use choice, range or interval.")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 # The URL and the first lines of the released plugin's own warnings, which users' filters may match.
