@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import fcntl
+import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -42,6 +44,50 @@ def run_command(argv: Sequence[str | Path], cwd: Path | None = None, env: Mappin
 def run_train(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """Run the real entry point in a subprocess, with outputs/ under `cwd`."""
     return run_command([sys.executable, REPO / "train.py", *args], cwd, timeout_s=timeout)
+
+
+def sweep_once(tmp_path_factory: pytest.TempPathFactory, name: str, args: list[str]) -> Path:
+    """A real sweep of train.py with `args`, made in a fresh folder (for a session-scoped fixture)."""
+    cwd = tmp_path_factory.mktemp(name)
+    proc = run_train(args, cwd, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (sweep,) = (cwd / "outputs" / "multirun").iterdir()
+    return sweep
+
+
+def private_copy(sweep: Path, tmp_path: Path, *ignore: str) -> Path:
+    """A copy of `sweep` under tmp_path/outputs/multirun/, as a sweep is, without `ignore`'s names: a test may break
+    its jobs."""
+    copy = tmp_path / "outputs" / "multirun" / sweep.name
+    shutil.copytree(sweep, copy, ignore=shutil.ignore_patterns(*ignore))
+    return copy
+
+
+def write_scaling_sweep(root: Path, epoch_times: dict[int, list[float]], samples: int = 50_000,
+                        device: str | None = None, config: Mapping[str, object] | None = None) -> Path:
+    """Job dirs as train.py leaves them for `trainer.gpus=N repeat=R` with these mean epoch times (epoch 1 a slow
+    warm-up epoch); `device`: the one result.json records (none: a launcher's record); `config`: keys of the jobs'
+    .hydra/config.yaml beside their study, GPUs and repeat (none: no config.yaml)."""
+    num = 0
+    for gpus, times in epoch_times.items():
+        for repeat, t in enumerate(times):
+            job = root / f"{num}_repeat={repeat},trainer.gpus={gpus}"
+            (job / ".hydra").mkdir(parents=True)
+            (job / ".hydra" / "overrides.yaml").write_text(f"- trainer.gpus={gpus}\n- repeat={repeat}\n")
+            if config is not None:
+                job_config = {"study": "scaling", "trainer": {"gpus": gpus}, "repeat": repeat, **config}
+                (job / ".hydra" / "config.yaml").write_text(json.dumps(job_config))  # JSON is YAML
+            rows = [{"epoch": e, "epoch_time_s": t * (3 if e == 1 else 1), "samples_per_s": samples / t,
+                     "train_loss": 1.0, "val_acc": 0.5, "val_loss": 1.0} for e in (1, 2, 3)]
+            rows[0]["samples_per_s"] = samples / (3 * t)
+            (job / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            (job / "result.json").write_text(json.dumps({
+                "status": "completed", "objective": 0.5, "metric": "val_acc", "direction": "maximize",
+                "world_size": gpus, "final": rows[-1], "wall_time_s": 5 * t, "samples_per_s_mean": samples / t,
+                **({"device": device} if device else {}),
+            }))
+            num += 1
+    return root
 
 
 def read_by_every_reader(sweep_dir: Path) -> dict[str, str]:

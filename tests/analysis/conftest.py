@@ -3,12 +3,11 @@ copied per test."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
-from sweepit_testing import run_train
+from sweepit_testing import private_copy, sweep_once
 
 # The local launcher (sweep.json), both weight files and the checkpoint kept: all that sweepit.load reads.
 SWEEP_ARGS = ["-m", "task=linreg", "epochs=2", "device=cpu", "trainer.threads=1", "optimizer=adam,sgd",
@@ -18,16 +17,10 @@ SWEEP_ARGS = ["-m", "task=linreg", "epochs=2", "device=cpu", "trainer.threads=1"
 
 @pytest.fixture(scope="session")
 def linreg_sweep_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cwd = tmp_path_factory.mktemp("analysis_sweep")
-    proc = run_train(SWEEP_ARGS, cwd, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (sweep,) = (cwd / "outputs" / "multirun").iterdir()
-    return sweep
+    return sweep_once(tmp_path_factory, "analysis_sweep", SWEEP_ARGS)
 
 
 @pytest.fixture
 def linreg_sweep(linreg_sweep_once: Path, tmp_path: Path) -> Path:
     """A private copy of the real sweep, under outputs/multirun/ as a sweep is: tests may break its jobs."""
-    copy = tmp_path / "outputs" / "multirun" / linreg_sweep_once.name
-    shutil.copytree(linreg_sweep_once, copy)
-    return copy
+    return private_copy(linreg_sweep_once, tmp_path)

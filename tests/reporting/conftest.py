@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
-from sweepit_testing import run_train
+from sweepit_testing import private_copy, sweep_once
 
 # Basic launcher: the report must read any launcher's sweeps, and this one has no manifest (sweep.json).
 SWEEP_ARGS = ["-m", "hydra/launcher=basic", "task=linreg", "epochs=3", "device=cpu", "trainer.threads=1",
@@ -16,16 +15,10 @@ SWEEP_ARGS = ["-m", "hydra/launcher=basic", "task=linreg", "epochs=3", "device=c
 
 @pytest.fixture(scope="session")
 def linreg_sweep_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cwd = tmp_path_factory.mktemp("linreg_sweep")
-    proc = run_train(SWEEP_ARGS, cwd, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (sweep,) = (cwd / "outputs" / "multirun").iterdir()
-    return sweep
+    return sweep_once(tmp_path_factory, "linreg_sweep", SWEEP_ARGS)
 
 
 @pytest.fixture
 def linreg_sweep(linreg_sweep_once: Path, tmp_path: Path) -> Path:
     """A private copy of the real sweep: tests may break its jobs."""
-    copy = tmp_path / "outputs" / "multirun" / linreg_sweep_once.name
-    shutil.copytree(linreg_sweep_once, copy, ignore=shutil.ignore_patterns("report"))
-    return copy
+    return private_copy(linreg_sweep_once, tmp_path, "report")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -11,34 +10,12 @@ from sweepit.cli import main as cli
 from sweepit.reporting import build_report, load_sweep, try_build_report
 from sweepit.reporting.scaling import ScalingPoint, scaling_flags, scaling_points
 from sweepit.results import summarize
-
-
-def _scaling_sweep(root: Path, epoch_times: dict[int, list[float]], samples: int = 50_000,
-                   device: str | None = None) -> Path:
-    """Job dirs as train.py leaves them for `trainer.gpus=N repeat=R`: epoch 1 is a slow warm-up epoch; `device`:
-    the one result.json records (none: a launcher's record)."""
-    num = 0
-    for gpus, times in epoch_times.items():
-        for repeat, t in enumerate(times):
-            job = root / f"{num}_repeat={repeat},trainer.gpus={gpus}"
-            (job / ".hydra").mkdir(parents=True)
-            (job / ".hydra" / "overrides.yaml").write_text(f"- trainer.gpus={gpus}\n- repeat={repeat}\n")
-            rows = [{"epoch": e, "epoch_time_s": t * (3 if e == 1 else 1), "samples_per_s": samples / t,
-                     "train_loss": 1.0, "val_acc": 0.5, "val_loss": 1.0} for e in (1, 2, 3)]
-            rows[0]["samples_per_s"] = samples / (3 * t)
-            (job / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-            (job / "result.json").write_text(json.dumps({
-                "status": "completed", "objective": 0.5, "metric": "val_acc", "direction": "maximize",
-                "world_size": gpus, "final": rows[-1], "wall_time_s": 5 * t, "samples_per_s_mean": samples / t,
-                **({"device": device} if device else {}),
-            }))
-            num += 1
-    return root
+from sweepit_testing import write_scaling_sweep
 
 
 def test_courses_v100_resnet50_figures(tmp_path: Path) -> None:
     # ResNet-50 on CIFAR-10 at 128 px on 1, 2, 4 V100s: 45, 24, 12 s per epoch, 3.75x.
-    sweep = load_sweep(_scaling_sweep(tmp_path, {1: [45.0, 45.0], 2: [23.0, 25.0], 4: [12.0, 12.0]}))
+    sweep = load_sweep(write_scaling_sweep(tmp_path, {1: [45.0, 45.0], 2: [23.0, 25.0], 4: [12.0, 12.0]}))
     points = scaling_points(sweep)
     assert [p.n_gpus for p in points] == [1, 2, 4]
     assert [p.n_jobs for p in points] == [2, 2, 2]
@@ -52,7 +29,7 @@ def test_courses_v100_resnet50_figures(tmp_path: Path) -> None:
 
 def test_plateau_and_slowdown_are_flagged(tmp_path: Path) -> None:
     # A small model on MareNostrum5 H100s: 2.23, 1.61, 1.59, 1.59 s; then a slowdown at 4.
-    sweep = load_sweep(_scaling_sweep(tmp_path, {1: [2.23], 2: [1.61], 3: [1.59], 4: [1.70]}))
+    sweep = load_sweep(write_scaling_sweep(tmp_path, {1: [2.23], 2: [1.61], 3: [1.59], 4: [1.70]}))
     flags = scaling_flags(scaling_points(sweep))
     assert len(flags) == 2
     assert flags[0].startswith("plateau: going from 2 to 3 GPUs")
@@ -60,7 +37,7 @@ def test_plateau_and_slowdown_are_flagged(tmp_path: Path) -> None:
 
 
 def test_report_has_the_scaling_section(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    sweep_dir = _scaling_sweep(tmp_path / "sweep", {1: [2.0], 2: [1.1], 4: [1.0]})
+    sweep_dir = write_scaling_sweep(tmp_path / "sweep", {1: [2.0], 2: [1.1], 4: [1.0]})
     out = build_report(sweep_dir)
     assert (out / "scaling.png").stat().st_size > 5_000
     html = (out / "index.html").read_text()
@@ -71,7 +48,7 @@ def test_report_has_the_scaling_section(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_single_device_count_has_no_scaling_section(tmp_path: Path) -> None:
-    out = build_report(_scaling_sweep(tmp_path / "sweep", {1: [2.0, 2.1]}))
+    out = build_report(write_scaling_sweep(tmp_path / "sweep", {1: [2.0, 2.1]}))
     assert not (out / "scaling.png").exists()
 
 
@@ -91,7 +68,7 @@ def test_a_speed_study_on_cpu_says_what_it_measured_and_names_ranks(tmp_path: Pa
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """The CPU variant of `make sweep-scaling` (random data, trainer.gpus x repeat) printed a "best" val_acc, drew a
     heatmap of gpus x repeat and called its CPU ranks GPUs."""
-    sweep_dir = _scaling_sweep(tmp_path / "sweep", {1: [2.0, 2.2], 2: [1.2, 1.3]}, device="cpu")
+    sweep_dir = write_scaling_sweep(tmp_path / "sweep", {1: [2.0, 2.2], 2: [1.2, 1.3]}, device="cpu")
     out = try_build_report(sweep_dir)
     assert out is not None and not (out / "objective_heatmap.png").exists()
     printed = capsys.readouterr().out  # the end of the sweep: what it measured, not a best job

@@ -3,7 +3,6 @@ whose parallel efficiency stays at or above `min_efficiency`) and the cheapest i
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -11,27 +10,14 @@ import pytest
 from sweepit.reporting import load_sweep, try_build_report
 from sweepit.reporting.scaling import scaling_points
 from sweepit.reporting.scaling_advice import recommendation
+from sweepit_testing import write_scaling_sweep
 
 
 def _sweep(root: Path, epoch_times: dict[int, list[float]], min_efficiency: object = None) -> Path:
-    """Completed jobs of `trainer.gpus=N repeat=R` with these mean epoch times; their config sets `min_efficiency`
-    unless None (as sweeps/scaling.yaml does)."""
-    num = 0
-    for gpus, times in epoch_times.items():
-        for repeat, t in enumerate(times):
-            job = root / f"{num}_repeat={repeat},trainer.gpus={gpus}"
-            (job / ".hydra").mkdir(parents=True)
-            (job / ".hydra" / "overrides.yaml").write_text(f"- trainer.gpus={gpus}\n- repeat={repeat}\n")
-            config = {"study": "scaling", "trainer": {"gpus": gpus}, "repeat": repeat}
-            if min_efficiency is not None:
-                config["min_efficiency"] = min_efficiency
-            (job / ".hydra" / "config.yaml").write_text(json.dumps(config))  # JSON is YAML
-            (job / "result.json").write_text(json.dumps({
-                "status": "completed", "objective": 0.1, "metric": "val_acc", "direction": "maximize",
-                "world_size": gpus, "final": {"val_acc": 0.1}, "wall_time_s": 3 * t,
-                "epoch_time_s_mean": t, "samples_per_s_mean": 1000 / t}))
-            num += 1
-    return root
+    """Completed jobs with these mean epoch times; their config sets `min_efficiency` unless None (as
+    sweeps/scaling.yaml does)."""
+    return write_scaling_sweep(root, epoch_times,
+                               config={} if min_efficiency is None else {"min_efficiency": min_efficiency})
 
 
 def _advice(root: Path, epoch_times: dict[int, list[float]], floor: float = 0.7) -> str:
