@@ -30,6 +30,7 @@ FINAL_STATES = frozenset({
 DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's own default
 _TIMEOUT_S = 30
 _GPUS = re.compile(r"gpu(?::[^:,(]+)?:(\d+)")
+_TRES_GPUS = re.compile(r"gres/gpu=(\d+)")  # a TRES list's GPUs (sacct AllocTRES, sshare GrpTRESMins)
 
 
 @dataclass(frozen=True)
@@ -203,35 +204,35 @@ def sacct(job_ids: Iterable[str]) -> dict[str, QueueRow] | None:
 
 
 def _rows(command: list[str], job_ids: Iterable[str]) -> dict[str, QueueRow] | None:
+    fields = _fields(command, job_ids, 5)
+    return None if fields is None else {
+        p[0]: QueueRow(p[0], p[1].split()[0] if p[1] else "", p[2], p[3], p[4]) for p in fields}
+
+
+def _fields(command: list[str], job_ids: Iterable[str], n: int) -> list[list[str]] | None:
+    """The `|`-separated fields of each line of `n` fields that `command -j <ids>` prints; None when it failed."""
     ids = base_ids(job_ids)
     if not ids:
-        return {}
+        return []
     out = _run([*command, "-j", ",".join(ids)])
     if out.returncode != 0:
         # Every id unknown (all purged, or a restarted cluster) is an error to squeue, not an empty answer.
-        return {} if command[0] == "squeue" and "Invalid job id" in out.stderr else None
-    rows: dict[str, QueueRow] = {}
-    for line in out.stdout.splitlines():
-        parts = line.split("|")
-        if len(parts) == 5 and "[" not in parts[0]:  # sacct's `123_[4-9]`: tasks not started yet, not a final word
-            rows[parts[0]] = QueueRow(parts[0], parts[1].split()[0] if parts[1] else "", parts[2], parts[3], parts[4])
-    return rows
+        return [] if command[0] == "squeue" and "Invalid job id" in out.stderr else None
+    lines = (line.split("|") for line in out.stdout.splitlines())
+    # sacct's `123_[4-9]`: tasks not started yet, not a final word
+    return [parts for parts in lines if len(parts) == n and "[" not in parts[0]]
 
 
 def billed(job_ids: Iterable[str]) -> dict[str, tuple[int, int, str]] | None:
     """Each job's GPUs, seconds and state as accounting bills them (sacct's AllocTRES gres/gpu and ElapsedRaw of its
     latest run); None when sacct failed (no accounting on this cluster)."""
-    ids = base_ids(job_ids)
-    if not ids:
-        return {}
-    out = _run(["sacct", "-n", "-X", "-P", "-o", "JobID,AllocTRES,ElapsedRaw,State", "-j", ",".join(ids)])
-    if out.returncode != 0:
+    fields = _fields(["sacct", "-n", "-X", "-P", "-o", "JobID,AllocTRES,ElapsedRaw,State"], job_ids, 4)
+    if fields is None:
         return None
     rows: dict[str, tuple[int, int, str]] = {}
-    for line in out.stdout.splitlines():
-        parts = line.split("|")
-        if len(parts) == 4 and "[" not in parts[0] and parts[2].isdigit():
-            gpus = re.search(r"gres/gpu=(\d+)", parts[1])
+    for parts in fields:
+        if parts[2].isdigit():
+            gpus = _TRES_GPUS.search(parts[1])
             rows[parts[0]] = (int(gpus.group(1)) if gpus else 0, int(parts[2]), parts[3].split()[0] if parts[3] else "")
     return rows
 
@@ -251,9 +252,9 @@ def gpu_allocation(account: str | None) -> tuple[str, float, float] | None:
         return None
     for line in out.stdout.splitlines() if account and out.returncode == 0 else []:
         parts = [p.strip() for p in line.split("|")]
-        limit = re.search(r"gres/gpu=(\d+)", parts[2]) if len(parts) == 4 and parts[:2] == [account, ""] else None
+        limit = _TRES_GPUS.search(parts[2]) if len(parts) == 4 and parts[:2] == [account, ""] else None
         if limit:
-            used = re.search(r"gres/gpu=(\d+)", parts[3])
+            used = _TRES_GPUS.search(parts[3])
             return account, float(limit.group(1)), float(used.group(1)) if used else 0.0
     return None
 
