@@ -22,31 +22,25 @@ def test_without_a_gpu_bench_gpu_says_where_to_run_it() -> None:
 
 
 @pytest.mark.slow
-def test_smoke_runs_every_part_and_writes_the_json(tmp_path: Path) -> None:
+def test_smoke_runs_every_part_and_writes_the_json_and_the_bench_process_imports_no_torch(tmp_path: Path) -> None:
+    """Every part tiny on the CPU through the make target, in one run (each smoke run costs a minute of the suite).
+
+    The bench process imports no torch, so it holds no CUDA context while its jobs run: its plain loop ran in the bench
+    process, whose CUDA context stayed on GPU 0 while the scaling jobs ran (they fail on a GPU in exclusive-process
+    mode); the loop and the machine's facts now run in child processes. Python's own import log of the bench process
+    (-X importtime in make's PY, not passed to the children, which start as sys.executable) shows what it imported."""
     out = tmp_path / "gpu.json"
-    proc = subprocess.run(["make", "-s", "bench-gpu", f"ARGS=--smoke --json {out} --work {tmp_path}"], cwd=REPO,
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(["make", "-s", "bench-gpu", f"PY={sys.executable} -X importtime",
+                           f"ARGS=--smoke --json {out} --work {tmp_path}"], cwd=REPO, capture_output=True, text=True,
+                          timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     record = json.loads(out.read_text())
     assert record["smoke"] is True and record["mnist"]["epochs"] == 1
     assert record["throughput"]["precision"] == "fp32" and record["throughput"]["ratio_sweepit_over_plain"] > 0
+    assert len(record["throughput"]["plain_samples_per_s"]) == 2
     assert [p["gpus"] for p in record["scaling"]["points"]] == [1, 2]
     assert "CIFAR-10 ResNet-50 (fp32, channels_last): sweepit / plain DataLoader loop" in proc.stdout
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["mnist_best", "scaling", "throughput_sweepit"]
-
-
-@pytest.mark.slow
-def test_the_bench_process_imports_no_torch_so_holds_no_cuda_context_while_its_jobs_run(tmp_path: Path) -> None:
-    """Its plain loop ran in the bench process, whose CUDA context stayed on GPU 0 while the scaling jobs ran (they fail
-    on a GPU in exclusive-process mode): the loop and the machine's facts now run in child processes. Python's own
-    import log (-X importtime, not passed to the children) shows what the bench process imported."""
-    out = tmp_path / "gpu.json"
-    proc = subprocess.run([sys.executable, "-X", "importtime", "bench/bench_gpu.py", "--smoke", "--parts", "throughput",
-                           "--json", str(out), "--work", str(tmp_path)], cwd=REPO, capture_output=True, text=True,
-                          timeout=900)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     imported = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
     assert "json" in imported and "torch" not in imported and "machine" in imported, sorted(imported)
-    record = json.loads(out.read_text())
-    assert record["throughput"]["precision"] == "fp32" and len(record["throughput"]["plain_samples_per_s"]) == 2
     assert record["machine_at_start"]["torch"] == torch.__version__ == record["machine_at_end"]["torch"]
