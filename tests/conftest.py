@@ -4,6 +4,7 @@ the local Slurm cluster and their expensive set-ups when `make test` runs them i
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,7 +14,7 @@ from hydra import compose, initialize_config_dir
 from hydra.version import _UNSPECIFIED_, VersionBase
 from omegaconf import DictConfig
 
-from sweepit_testing import CONF, cluster_access, tmpfs
+from sweepit_testing import CONF, REPO, cluster_access, tmpfs
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -87,11 +88,17 @@ def run_order(items: list[pytest.Item]) -> list[pytest.Item]:
     of its own) are spread among the second half of the computing ones before that (last in the order, they ended
     the run a minute after the rest); the first of them, which makes the README's fresh install for all, goes before
     every computing test, so that the install runs beside the first half (spread among them, the other processes sat
-    idle waiting for it). A test marked `waits_minutes` goes first of its kind (the same). Measured on the 2-core
+    idle waiting for it). A test marked `waits_minutes` goes first of its kind (the same). After the first
+    COMPUTING_FIRST, the computing tests and the sharing ones each go longest first, by the seconds the suite's
+    measured runs took (`measured_seconds`), so that the run ends on short tests that fill every process, not on a
+    long one started last (pytest-xdist hands tests out in this order, never by their length). Measured on the 2-core
     machine: docs/development.md."""
 
+    took = measured_seconds()
+
     def long_first(tests: list[pytest.Item]) -> list[pytest.Item]:
-        return sorted(tests, key=lambda item: item.get_closest_marker("waits_minutes") is None)  # stable
+        return sorted(tests, key=lambda item: (item.get_closest_marker("waits_minutes") is None,
+                                               -took.get(item.nodeid, 0.0)))  # stable
 
     alone, sharing, computing = ([i for i in items if cluster_use(i) == k] for k in ("alone", "sharing", "computing"))
     readme = [i for i in computing if i.path.parent.name == "readme"]
@@ -100,7 +107,22 @@ def run_order(items: list[pytest.Item]) -> list[pytest.Item]:
     computing = [i for i in computing if i.path.parent.name != "readme"]
     first = round(len(computing) * COMPUTING_FIRST)
     return (long_first(alone) + install + computing[:first // 2] + _spread(computing[first // 2:first], readme)
-            + _spread(computing[first:], long_first(sharing)))
+            + _spread(long_first(computing[first:]), long_first(sharing)))
+
+
+def measured_seconds() -> dict[str, float]:
+    """Each test's seconds in the slowest-durations lists of the suite's measured runs (bench/results/test-suite/:
+    pytest's `--durations` lines, setup, call and teardown added up; the largest of the runs); a test none lists
+    took less than the shortest one listed."""
+    took: dict[str, float] = {}
+    for measured in sorted((REPO / "bench" / "results" / "test-suite").glob("*.txt")):
+        for block in measured.read_text().split("slowest ")[1:]:
+            run: dict[str, float] = {}
+            for seconds, nodeid in re.findall(r"^([0-9.]+)s (?:setup|call|teardown) +(\S.*?)$", block, re.MULTILINE):
+                run[nodeid] = run.get(nodeid, 0.0) + float(seconds)
+            for nodeid, seconds in run.items():
+                took[nodeid] = max(took.get(nodeid, 0.0), seconds)
+    return took
 
 
 def _spread(many: list[pytest.Item], few: list[pytest.Item]) -> list[pytest.Item]:
