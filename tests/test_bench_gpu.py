@@ -23,7 +23,8 @@ def test_without_a_gpu_bench_gpu_says_where_to_run_it() -> None:
 
 @pytest.mark.slow
 def test_smoke_runs_every_part_and_writes_the_json_and_the_bench_process_imports_no_torch(tmp_path: Path) -> None:
-    """Every part tiny on the CPU through the make target, in one run (each smoke run costs a minute of the suite).
+    """Every part tiny on the CPU through the make target, in one run that serves both checks (a smoke run is among
+    the suite's longest tests).
 
     The bench process imports no torch, so it holds no CUDA context while its jobs run: its plain loop ran in the bench
     process, whose CUDA context stayed on GPU 0 while the scaling jobs ran (they fail on a GPU in exclusive-process
