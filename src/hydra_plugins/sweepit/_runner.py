@@ -229,7 +229,13 @@ class SavedJobReturn(JobReturn):
 
     @functools.cached_property
     def hydra_cfg(self) -> DictConfig | None:  # type: ignore[override]
-        return self._load(HYDRA_FILE)
+        hydra_cfg = self._load(HYDRA_FILE)
+        mode = OmegaConf.select(hydra_cfg, "hydra.mode")
+        if isinstance(mode, str):  # the one field of Hydra's schema that YAML does not give back as Hydra had it
+            from hydra.types import RunMode
+
+            hydra_cfg.hydra.mode = RunMode[mode]
+        return hydra_cfg
 
     def _load(self, filename: str) -> Any:
         path = self._saved.saved_dir / filename
