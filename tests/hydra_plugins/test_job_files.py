@@ -15,7 +15,7 @@ import pytest
 
 from sweepit_testing import REPO, TINY, run_command
 
-HARNESS = Path(__file__).with_name("job_files_app.py")
+HARNESS = Path(__file__).parents[1] / "job_files_app.py"
 TIME = re.compile(rb"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}")  # logging's asctime
 
 APP = '''"""A plain Hydra app that logs, at two levels, where it runs and what its environment holds."""

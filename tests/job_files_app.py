@@ -20,9 +20,6 @@ from hydra.core.utils import JobReturn, run_job, setup_globals
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-Plugins.instance()  # Hydra's plugin scan runs the plugins' modules again: the class patched here is the one it uses
-from hydra_plugins.sweepit.local_launcher import LocalLauncher  # noqa: E402
-
 
 def fields(ret: JobReturn) -> dict[str, Any]:
     """What a sweeper reads of a JobReturn, as plain values."""
@@ -32,13 +29,16 @@ def fields(ret: JobReturn) -> dict[str, Any]:
 
 
 def main(mode: str, out: Path, app: str, args: list[str]) -> None:
+    Plugins.instance()  # Hydra's plugin scan runs the plugins' modules again: the class patched here is the one it uses
+    from hydra_plugins.sweepit.local_launcher import LocalLauncher
+
     returns: list[dict[str, Any]] = []
     if mode == "hydra":
-        def setup(self: LocalLauncher, *, hydra_context: HydraContext, task_function: TaskFunction,
+        def setup(self: Any, *, hydra_context: HydraContext, task_function: TaskFunction,
                   config: DictConfig) -> None:
             self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
-        def launch(self: LocalLauncher, job_overrides: Sequence[Sequence[str]],
+        def launch(self: Any, job_overrides: Sequence[Sequence[str]],
                    initial_job_idx: int) -> list[JobReturn]:
             # Hydra's BasicLauncher.launch, less its log lines (which land in the previous job's log file).
             setup_globals()
@@ -59,7 +59,7 @@ def main(mode: str, out: Path, app: str, args: list[str]) -> None:
     else:
         launch_jobs = LocalLauncher.launch
 
-        def launch_and_keep(self: LocalLauncher, job_overrides: Sequence[Sequence[str]],
+        def launch_and_keep(self: Any, job_overrides: Sequence[Sequence[str]],
                             initial_job_idx: int) -> Sequence[JobReturn]:
             runs = launch_jobs(self, job_overrides, initial_job_idx)
             returns.extend(fields(r) for r in runs)

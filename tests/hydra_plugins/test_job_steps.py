@@ -1,0 +1,34 @@
+"""The `.hydra/` files' text from blocks rendered once per value is OmegaConf.to_yaml's, whatever came before it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from hydra_plugins.sweepit._job_steps import YamlBlocks
+
+LONG = "a long line of words, as a help template has them, " * 4
+CONFIGS: list[Any] = [  # in this order, through one cache: values equal in Python but not in YAML come after each other
+    {"a": 1, "b": {"c": 1, "d": [1, 2]}},
+    {"a": True, "b": {"c": True, "d": [True, 2]}},
+    {"a": 1.0, "b": {"c": 1.0, "d": [1.0, 2]}},
+    {"a": "1", "b": {"c": "true", "d": ["null", "2"]}},
+    {"hydra": {"job": {"num": 1, "env_set": {}}, "runtime": {"output_dir": "/x/1_seed=1"}}},
+    {"hydra": {"job": {"num": True, "env_set": {"A": "1"}}, "runtime": {"output_dir": "/x/1_seed=1"}}},
+    {"hydra": {"job": {"num": 2, "env_set": {}}, "runtime": {"output_dir": LONG}}},
+    {"hydra": {"help": {"template": LONG + "\nsecond line\n"}, "list": [{"a": 1}, {"b": [1, {"c": None}]}]}},
+    {"hydra": {}},
+    {1: "int key", "1": "str key", "x": {2: {3: {4: "deep"}}}},
+    {"k" * 130: 1, "b": {"k" * 130: {"c": 1}}},  # keys YAML writes as complex keys, over two lines
+    {"unicode": "héllo ✓", "b": {"c": "a: b", "d": "- x", "e": "#", "f": ""}},
+    ["a", {"b": 1}],
+    {},
+]
+
+
+def test_blocks_render_as_omegaconf_renders_the_whole() -> None:
+    blocks = YamlBlocks()
+    for config in [*CONFIGS, *reversed(CONFIGS)]:
+        cfg = OmegaConf.create(config)
+        assert blocks.to_yaml(cfg) == OmegaConf.to_yaml(cfg), config
