@@ -1,12 +1,15 @@
-"""The `.hydra/` files' text from blocks rendered once per value is OmegaConf.to_yaml's, whatever came before it."""
+"""The `.hydra/` files' text from blocks rendered once per value is OmegaConf.to_yaml's, whatever came before it; an
+interpolation resolves from its parse tree kept by `warm_up` as it resolves without it."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import omegaconf.base
+import pytest
 from omegaconf import OmegaConf
 
-from hydra_plugins.sweepit._job_steps import YamlBlocks
+from hydra_plugins.sweepit._job_steps import YamlBlocks, warm_up
 
 LONG = "a long line of words, as a help template has them, " * 4
 CONFIGS: list[Any] = [  # in this order, through one cache: values equal in Python but not in YAML come after each other
@@ -32,3 +35,17 @@ def test_blocks_render_as_omegaconf_renders_the_whole() -> None:
     for config in [*CONFIGS, *reversed(CONFIGS)]:
         cfg = OmegaConf.create(config)
         assert blocks.to_yaml(cfg) == OmegaConf.to_yaml(cfg), config
+
+
+def test_interpolations_resolve_the_same_from_the_parse_trees_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(omegaconf.base, "parse", omegaconf.base.parse)  # put back after the test
+    cfg = OmegaConf.create({"a": 1, "b": "${a}_${c}", "c": "x${a}", "d": "${oc.select:missing,${b}}",
+                            "e": ["${b}", {"f": "${e[0]}/${a}"}], "hydra": {"h": "${b}"}})
+    expected = OmegaConf.to_container(cfg, resolve=True)
+    warm_up(cfg)
+    assert omegaconf.base.parse.cache_info().currsize == 5  # type: ignore[attr-defined]  # the distinct texts
+    for _ in range(2):
+        assert OmegaConf.to_container(cfg, resolve=True) == expected
+    cfg.a = 2
+    assert OmegaConf.to_container(cfg, resolve=True)["e"] == ["2_x2", {"f": "2_x2/2"}]
+    assert omegaconf.base.parse.cache_info().hits > 0  # type: ignore[attr-defined]

@@ -5,6 +5,8 @@ HydraConfig holds, the task's copy, the `.hydra/` files' text), equal to Hydra's
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from typing import Any
 
 import yaml
@@ -15,6 +17,7 @@ from hydra_plugins.sweepit._compose import copy_config, pickled
 from sweepit.results import CONFIG_FILE, HYDRA_FILE, OVERRIDES_FILE
 
 _BLOCK_CACHE_MAX = 256  # blocks kept of each kind of file: the same in every job of a sweep, a few per file
+_PARSED_MAX = 1024  # interpolations' parse trees kept (a few kB each)
 
 
 def hydra_view(config: DictConfig) -> DictConfig:
@@ -136,11 +139,38 @@ SAVED = {name: YamlBlocks() for name in (CONFIG_FILE, HYDRA_FILE, OVERRIDES_FILE
 
 def warm_up(config: DictConfig | None = None) -> None:
     """Once, in the process that forks jobs (the driver, a packed worker, a fork server), before the first fork: the
-    modules a job's Hydra steps import, and the `.hydra/` files' blocks of `config` (the sweep's: its jobs share
-    most of them)."""
+    modules a job's Hydra steps import, the parse of every interpolation in `config` (the sweep's: its jobs resolve
+    the same ones, its directory's and its log file's among them), and the `.hydra/` files' blocks of `config`."""
     import hydra._internal.logging_config  # noqa: F401  (Hydra's configure_log imports it at the first job)
 
+    parse_once()
     if config is None or "hydra" not in config:
         return
+    _parse_all(config)
     SAVED[HYDRA_FILE].to_yaml(OmegaConf.masked_copy(config, "hydra"))
     SAVED[CONFIG_FILE].to_yaml(task_config(config))
+
+
+def parse_once() -> None:
+    """OmegaConf parses an interpolation's text (ANTLR, about a millisecond) each time it resolves it: its parse trees,
+    kept here by text, serve every later resolution, in this process and in those it forks. OmegaConf itself reuses
+    a tree while it parses others (a nested interpolation), so a tree stays valid."""
+    import omegaconf.base
+
+    if not hasattr(omegaconf.base.parse, "cache_info"):
+        omegaconf.base.parse = functools.lru_cache(maxsize=_PARSED_MAX)(omegaconf.base.parse)
+
+
+def _parse_all(node: Any) -> None:
+    """Parse each interpolation under `node` (none is resolved)."""
+    import omegaconf.base
+
+    if isinstance(node, DictConfig | ListConfig) and not (node._is_none() or node._is_missing()
+                                                           or node._is_interpolation()):
+        for key in node.keys() if isinstance(node, DictConfig) else range(len(node)):
+            _parse_all(node._get_node(key))  # type: ignore[arg-type]
+        return
+    raw = node._value()
+    if isinstance(raw, str) and "${" in raw:
+        with contextlib.suppress(Exception):  # a text OmegaConf refuses is refused again where it is resolved
+            omegaconf.base.parse(raw)
