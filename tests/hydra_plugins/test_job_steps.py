@@ -32,9 +32,11 @@ CONFIGS: list[Any] = [  # in this order, through one cache: values equal in Pyth
 
 def test_blocks_render_as_omegaconf_renders_the_whole() -> None:
     blocks = YamlBlocks()
+    assert blocks.learn(OmegaConf.create(CONFIGS[0])) == OmegaConf.to_yaml(OmegaConf.create(CONFIGS[0]))
     for config in [*CONFIGS, *reversed(CONFIGS)]:
         cfg = OmegaConf.create(config)
         assert blocks.to_yaml(cfg) == OmegaConf.to_yaml(cfg), config
+    assert len(blocks._blocks) > 10  # rendered from blocks, not whole
 
 
 def test_interpolations_resolve_the_same_from_the_parse_trees_kept(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,7 +17,7 @@ from hydra_plugins.sweepit._compose import copy_config, pickled
 from sweepit.results import CONFIG_FILE, HYDRA_FILE, OVERRIDES_FILE
 
 _BLOCK_CACHE_MAX = 256  # blocks kept of each kind of file: the same in every job of a sweep, a few per file
-_PARSED_MAX = 1024  # interpolations' parse trees kept (a few kB each)
+_PARSED_MAX = 1024  # interpolations' parse trees kept, by text: a sweep's configs hold a few dozen
 
 
 def hydra_view(config: DictConfig) -> DictConfig:
@@ -56,12 +56,18 @@ class YamlBlocks:
 
     def __init__(self, depth: int = 3) -> None:
         self.depth = depth  # mappings nested deeper than this are rendered whole
+        self.learnt = False  # rendered whole until `learn`: blocks cost more than the whole when none is reused
         self._blocks: dict[tuple[str, ...], list[tuple[Any, str]]] = {}
         self._heads: dict[tuple[str, ...], str] = {}
 
+    def learn(self, cfg: DictConfig | ListConfig) -> str:
+        """`to_yaml(cfg)`, whose blocks later calls reuse (the sweep's config, in the process that forks its jobs)."""
+        self.learnt = True
+        return self.to_yaml(cfg)
+
     def to_yaml(self, cfg: DictConfig | ListConfig) -> str:
         container = OmegaConf.to_container(cfg, enum_to_str=True)
-        if not isinstance(container, dict) or not container:
+        if not self.learnt or not isinstance(container, dict) or not container:
             return _dump(container)
         try:
             return self._text((), container)
@@ -147,12 +153,12 @@ def warm_up(config: DictConfig | None = None) -> None:
     if config is None or "hydra" not in config:
         return
     _parse_all(config)
-    SAVED[HYDRA_FILE].to_yaml(OmegaConf.masked_copy(config, "hydra"))
-    SAVED[CONFIG_FILE].to_yaml(task_config(config))
+    SAVED[HYDRA_FILE].learn(OmegaConf.masked_copy(config, "hydra"))
+    SAVED[CONFIG_FILE].learn(task_config(config))
 
 
 def parse_once() -> None:
-    """OmegaConf parses an interpolation's text (ANTLR, about a millisecond) each time it resolves it: its parse trees,
+    """OmegaConf parses an interpolation's text (with ANTLR, slowly) each time it resolves it: its parse trees,
     kept here by text, serve every later resolution, in this process and in those it forks. OmegaConf itself reuses
     a tree while it parses others (a nested interpolation), so a tree stays valid."""
     import omegaconf.base

@@ -116,7 +116,7 @@ def run_forked_job(hydra_context: HydraContext, task_function: TaskFunction, con
     hydra_config = HydraConfig.instance()
     saved = hydra_config.cfg
     hydra_cfg = hydra_view(config)
-    hydra_config.cfg = hydra_cfg  # type: ignore[assignment]  # (as set_config sets it; the directory may read it)
+    hydra_config.cfg = hydra_cfg  # type: ignore[assignment]  # what set_config sets; the directory may read it
     output_dir = str(OmegaConf.select(config, "hydra.sweep.dir"))
     output_dir = os.path.join(output_dir, str(OmegaConf.select(config, "hydra.sweep.subdir")))
     with read_write(config.hydra.runtime), open_dict(config.hydra.runtime):
