@@ -14,6 +14,12 @@ Run: python bench/bench_job_overhead.py [--jobs 64] [--forks 16] [--json F]
 - A job's Hydra steps: the CPU time per job of Hydra's own `run_job` and of sweepit's `run_forked_job` (the
   same steps with fewer config copies) around a task that does nothing, each on a fresh copy of the same
   composed jobs, writing their `.hydra/` files under a temporary directory.
+- A job's whole path in its process: the CPU time (user + system) in a process forked for each job, from the
+  fork to the job's end, of Hydra's own `run_job` and of sweepit's (`JobRunner`: the job's session,
+  `run_forked_job`, its record in result.json, the session's end), around a task that does nothing; forked from
+  a process that has composed the jobs and prepared what the local launcher's driver prepares before its first
+  fork (`preload` of the job modules, `warm_up` where the code has one, `gc.freeze`); medians, the two
+  alternated job by job, with the modules each job imported for the first time.
 """
 
 from __future__ import annotations
@@ -100,6 +106,73 @@ def run_job_ms(n_jobs: int) -> dict[str, float]:
     return out
 
 
+def job_path_ms(n_jobs: int) -> dict[str, Any]:
+    import tempfile
+
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.utils import run_job, setup_globals
+    from hydra.types import HydraContext, RunMode
+    from omegaconf import open_dict
+
+    from hydra_plugins.sweepit import _runner
+    from hydra_plugins.sweepit._compose import ComposedConfigs
+    from sweepit.local import preload
+
+    class NoCallbacks:
+        def on_job_start(self, **_: Any) -> None: ...
+        def on_job_end(self, **_: Any) -> None: ...
+
+    setup_globals()
+    times: dict[str, list[float]] = {"hydra_job_path_ms": [], "sweepit_job_path_ms": []}
+    imported: dict[str, set[str]] = {label: set() for label in times}
+    with tempfile.TemporaryDirectory() as tmp, initialize_config_dir(config_dir=str(REPO / "conf"),
+                                                                     version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        master = loader.load_configuration("config", ["task=linreg", f"hydra.sweep.dir={tmp}"],
+                                           run_mode=RunMode.MULTIRUN)
+        composer = ComposedConfigs(copy.deepcopy(loader))
+        context = HydraContext(config_loader=loader, callbacks=NoCallbacks())  # type: ignore[arg-type]
+        preload([])  # the job modules, as the local launcher's driver imports them
+        try:
+            from hydra_plugins.sweepit._job_steps import warm_up  # type: ignore[import-not-found, unused-ignore]
+        except ImportError:  # a checkout without it (the baseline)
+            warm_up = None
+        if warm_up is not None:
+            warm_up(master)
+        runs = {"hydra_job_path_ms": lambda c, d: run_job(task_function=lambda cfg: None, config=c,
+                                                          job_dir_key="hydra.sweep.dir",
+                                                          job_subdir_key="hydra.sweep.subdir", hydra_context=context),
+                "sweepit_job_path_ms": lambda c, d: _runner.JobRunner(context, lambda cfg: None)(c, d)}
+        gc.collect(1)
+        gc.freeze()  # as the local launcher's driver does before its first fork
+        for i in range(n_jobs):
+            for label, run in runs.items():
+                config = composer.take(master, ["task=linreg", f"seed={i}"])  # a sweeper's overrides of a job
+                with open_dict(config):
+                    config.hydra.job.num = config.hydra.job.id = i
+                job_dir = Path(tmp) / f"{label}-{i}"
+                read, write = os.pipe()
+                pid = os.fork()
+                if pid == 0:
+                    os.close(read)
+                    before = set(sys.modules)
+                    t0 = time.process_time()  # user + system, to the nanosecond (os.times() counts 10 ms ticks)
+                    run(config, job_dir)
+                    cpu_s = time.process_time() - t0
+                    os.write(write, json.dumps([cpu_s, sorted(set(sys.modules) - before)]).encode())
+                    os._exit(0)
+                os.close(write)
+                with os.fdopen(read, "rb") as f:
+                    cpu_s, new = json.loads(f.read())
+                os.waitpid(pid, 0)
+                times[label].append(cpu_s * 1000)
+                imported[label].update(new)
+    out: dict[str, Any] = {label: statistics.median(values) for label, values in times.items()}
+    out.update({f"{label}_imports": sorted(names) for label, names in imported.items()})
+    return out
+
+
 def fork_ms(n_forks: int) -> dict[str, float]:
     out = {}
     for label, module in (("hydra", "hydra"), ("torch", "torch"), ("torch._dynamo", "torch._dynamo")):
@@ -142,6 +215,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"a job's Hydra steps around a task that does nothing: Hydra's run_job {figures['hydra_run_job_ms']:.1f} ms "
           f"CPU, sweepit's run_forked_job {figures['sweepit_run_job_ms']:.1f} ms CPU "
           f"({figures['hydra_run_job_ms'] / figures['sweepit_run_job_ms']:.2f}x less)")
+    figures.update(job_path_ms(args.jobs))
+    print(f"a job's whole path in a process forked for it, around a task that does nothing: Hydra's run_job "
+          f"{figures['hydra_job_path_ms']:.1f} ms CPU, sweepit's (session, run_forked_job, record) "
+          f"{figures['sweepit_job_path_ms']:.1f} ms CPU; modules a job imported first: Hydra's "
+          f"{figures['hydra_job_path_ms_imports'] or 'none'}, sweepit's "
+          f"{figures['sweepit_job_path_ms_imports'] or 'none'}")
     figures["loadavg_after"] = os.getloadavg()[0]
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)

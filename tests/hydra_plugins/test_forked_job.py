@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -41,13 +42,17 @@ class Seen:
 
 
 def _files(job_dir: Path) -> dict[str, str]:
-    return {p.name: p.read_text() for p in sorted((job_dir / ".hydra").iterdir())}
+    """Every file of the job, its log's timestamps left out."""
+    return {str(p.relative_to(job_dir)): re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}", "<time>", p.read_text())
+            for p in sorted(job_dir.rglob("*")) if p.is_file()}
 
 
 @pytest.mark.parametrize("extra", [
     [],
     ["hydra.job.chdir=true", "hydra.sweep.subdir=${hydra:job.num}_${hydra.job.override_dirname}",
      "+hydra.job.env_set.SWEEPIT_TEST_ENV=set"],
+    ["hydra.output_subdir=saved", "hydra.verbose=true", "hydra.job_logging.root.level=DEBUG",
+     "hydra.job_logging.handlers.file.filename=${hydra.runtime.output_dir}/own-${hydra.job.num}.log"],
 ])
 def test_a_forked_job_runs_as_hydras_run_job_runs_it(extra: list[str], tmp_path: Path) -> None:
     setup_globals()
@@ -82,4 +87,6 @@ def test_a_forked_job_runs_as_hydras_run_job_runs_it(extra: list[str], tmp_path:
     hydras, ours = results
     assert [name for name, _ in ours[0]] == ["start", "task", "end"]
     assert ours == hydras
-    assert set(ours[1]) == {"config.yaml", "hydra.yaml", "overrides.yaml"}
+    subdir = "saved" if "hydra.output_subdir=saved" in extra else ".hydra"
+    log = "own-3.log" if "hydra.output_subdir=saved" in extra else "app.log"  # the job name of an initialize()d app
+    assert set(ours[1]) == {f"{subdir}/config.yaml", f"{subdir}/hydra.yaml", f"{subdir}/overrides.yaml", log}

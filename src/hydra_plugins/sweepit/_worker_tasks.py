@@ -17,6 +17,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
 from hydra_plugins.sweepit._compose import ComposedConfigs
+from hydra_plugins.sweepit._job_steps import warm_up
 from hydra_plugins.sweepit._launcher import numbered
 from hydra_plugins.sweepit._runner import JobRunner, restore_hydra
 from sweepit.local import Job, Reply
@@ -53,6 +54,7 @@ class WorkerTask:
         logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
         restore_hydra(self.singleton_state)
         preload(DEFAULT_PRELOAD)  # once per worker, so that each job starts warm (see LocalOptions.preload)
+        warm_up(self.config)  # and its Hydra steps
         self._composer = ComposedConfigs(self.hydra_context.config_loader)  # composed once per choice of groups
         if self.spec is not None:
             self._engine = PackedWorker(self.spec, worker_id(), compose=self._compose, body=self._body)

@@ -13,6 +13,7 @@ from typing import Any
 from hydra.core.utils import JobReturn
 from omegaconf import OmegaConf
 
+from hydra_plugins.sweepit._job_steps import warm_up
 from hydra_plugins.sweepit._launcher import SweepitLauncher, compact_errors, plain_options
 from hydra_plugins.sweepit._runner import JobRunner, job_return, release_config
 from sweepit.errors import SweepFailedError
@@ -33,6 +34,7 @@ class LocalLauncher(SweepitLauncher):
 
     def _new_sweep(self) -> LocalSweep:
         sweep_dir = self.sweep_dir()
+        warm_up(self.config)  # before the first fork: what each job's Hydra steps would do again
         # Every job's own torch threads, set once for the sweep (`trainer.threads=1`), are the threads the launcher
         # plans with (its workers, OMP_NUM_THREADS, the launch line): not its own share of the cores, which each
         # job would replace.
