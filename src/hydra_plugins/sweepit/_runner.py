@@ -5,6 +5,7 @@ for the driver's JobReturn.
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import signal
@@ -289,12 +290,18 @@ def split_hydra(config: DictConfig, job_dir_: Path) -> tuple[DictConfig, DictCon
 
 
 def restore_hydra(singleton_state: dict[Any, Any]) -> None:
-    """Hydra's singletons as the driver had them, in a process that unpickled a task. A copy: set_state adds the
-    Plugins singleton to the dict it is given, and the task is pickled again on requeue, where plugins must not go."""
+    """Hydra's singletons as the driver had them, in a process that unpickled a task: `Singleton.set_state` without
+    its scan of every installed plugin (an import of each module under `hydra_plugins`, whatever the app uses), which
+    a job does not need to run its composed config; whatever does need the plugins (a compose in the job) scans them
+    when it first asks for them, as `Plugins.instance()` does in any process. A copy of the instances: the Plugins
+    singleton is added to that dict once scanned, and the task is pickled again on requeue, where plugins must not
+    go."""
     from hydra.core.singleton import Singleton
     from hydra.core.utils import setup_globals
+    from omegaconf.basecontainer import BaseContainer
 
-    Singleton.set_state({**singleton_state, "instances": dict(singleton_state["instances"])})
+    Singleton._instances = dict(singleton_state["instances"])
+    BaseContainer._resolvers = copy.deepcopy(singleton_state["omegaconf_resolvers"])
     setup_globals()
 
 
