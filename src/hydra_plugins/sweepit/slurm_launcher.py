@@ -15,7 +15,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
 from hydra_plugins.sweepit._launcher import LaunchError, SweepitLauncher, compact_errors, plain_options
-from hydra_plugins.sweepit._runner import SavedConfig, SlurmTask, expect_saved_config, job_return
+from hydra_plugins.sweepit._runner import SavedConfig, SlurmTask, expect_saved_config, job_return, release_config
 from hydra_plugins.sweepit._worker_tasks import WorkerTask, for_workers
 from sweepit.errors import ConfigError
 from sweepit.slurm import (
@@ -44,6 +44,7 @@ class SlurmLauncher(SweepitLauncher):
             self.options = SlurmOptions(dry_run=True)  # never used: setup() raises first
         self._sweep: SlurmSweep | None = None    # the run of start()/wait_any()
         self.facts = ClusterFacts()              # Slurm's partition and limits, asked once for the whole sweep
+        self._singletons: dict[Any, Any] | None = None  # Hydra's singletons as pickled with each task, copied once
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         if self._bad_options is not None:
@@ -52,6 +53,7 @@ class SlurmLauncher(SweepitLauncher):
 
     def _new_sweep(self) -> SlurmSweep:
         sweep_dir = self.sweep_dir()
+        self._singletons = None
         self.options.app_dir = os.path.abspath(sys.path[0]) if sys.path and sys.path[0] != "" else os.getcwd()
 
         def compose(job: PlannedJob) -> None:
@@ -65,12 +67,15 @@ class SlurmLauncher(SweepitLauncher):
 
     def _context(self) -> tuple[HydraContext, TaskFunction, dict[Any, Any]]:
         """What a task pickled for a Slurm job carries of the driver's Hydra: the context (the loader without the
-        driver's composer), the task function, and Hydra's singletons (its search path, plugins, job runtime)."""
+        driver's composer), the task function, and Hydra's singletons (its search path, plugins, job runtime): a deep
+        copy of them, the same for every task of the sweep, so taken once (it costs as much as composing a job)."""
         from hydra.core.singleton import Singleton
 
         assert self.hydra_context is not None and self.task_function is not None
         context = HydraContext(config_loader=self.composed.loader, callbacks=self.hydra_context.callbacks)
-        return context, self.task_function, Singleton.get_state()
+        if self._singletons is None:
+            self._singletons = Singleton.get_state()
+        return context, self.task_function, self._singletons
 
     def _task(self, job: PlannedJob) -> SlurmTask:
         """What each Slurm task of the job runs: the job's runner, in the job's directory."""
@@ -120,5 +125,8 @@ class SlurmLauncher(SweepitLauncher):
     def _job_return(self, job: PlannedJob, outcome: Outcome) -> JobReturn:
         if isinstance(job.config, SavedConfig) and not job.config.saved():  # a packed job that never ran
             job.config, _ = self.compose_job(job.num, job.overrides, job.job_dir.parent)  # (its directory is known)
+        # A job that ran saved its config: read back only if a sweeper asks for it, rather than taken apart here (a
+        # copy of its hydra node each, at the end of the sweep).
+        job.config = release_config(job.config, job.job_dir)
         returned = {"returned": outcome.returned} if outcome.has_returned else {}
         return job_return(job.overrides, job.config, job.job_dir, outcome.status, returned)
