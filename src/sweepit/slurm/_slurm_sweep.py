@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import signal
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from sweepit.slurm import _budget as budget
 from sweepit.slurm._cluster import base_ids, scancel
 from sweepit.slurm._follow import Follower
 from sweepit.slurm._job_states import CANCELLED_BY_DRIVER, look, slurm_id
-from sweepit.slurm._limits import Room, open_room
+from sweepit.slurm._limits import QueueLimits, Room, open_room, read_limits_meanwhile
 from sweepit.slurm._pack import PackedSweep
 from sweepit.slurm._pack_worker import PackSpec
 from sweepit.slurm._plan import PlannedJob, Planner
@@ -96,14 +97,16 @@ class SlurmSweep(Planner):
         if self.options.workers:  # a packed job's worker returns nothing of it: its status is all
             statuses = self._packed().run(jobs) or {}
             return {j.num: Outcome(statuses.get(j.num)) for j in jobs}
+        limits = read_limits_meanwhile(self.options)
         max_array_size = self.plan(jobs)
         manifest = self.begin()
         try:
-            return self._run(jobs, manifest, max_array_size)
+            return self._run(jobs, manifest, max_array_size, limits)
         finally:
             self.end()
 
-    def _run(self, jobs: list[PlannedJob], manifest: Manifest, max_array_size: int) -> dict[int, Outcome]:
+    def _run(self, jobs: list[PlannedJob], manifest: Manifest, max_array_size: int,
+             limits: Future[QueueLimits]) -> dict[int, Outcome]:
         o = self.options
         skipped = self.skip_finished(manifest, jobs)
         adopted = self._adopt(jobs, manifest, skipped)
@@ -115,7 +118,7 @@ class SlurmSweep(Planner):
             manifest.jobs[job.num] = job.entry()
         write_manifest(manifest)
         feeder = Feeder(to_submit, manifest, o, max_array_size, self.make_task,
-                        open_room(o) if to_submit else Room(None), throttle)
+                        open_room(o, limits) if to_submit else Room(None), throttle)
         following = sorted(adopted + [j.num for j in feeder.feed(lambda: _in_queue(manifest, adopted))])
         log.info(_submitted(len(jobs), feeder.ids, len(skipped), len(adopted), self.sweep_dir, len(feeder.held)))
         if not o.wait:
