@@ -15,7 +15,14 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
 from hydra_plugins.sweepit._launcher import LaunchError, SweepitLauncher, compact_errors, plain_options
-from hydra_plugins.sweepit._runner import SavedConfig, SlurmTask, expect_saved_config, job_return, release_config
+from hydra_plugins.sweepit._runner import (
+    SavedConfig,
+    SlurmTask,
+    expect_saved_config,
+    job_return,
+    pickle_hydra,
+    release_config,
+)
 from hydra_plugins.sweepit._worker_tasks import WorkerTask, for_workers
 from sweepit.errors import ConfigError
 from sweepit.slurm import (
@@ -44,7 +51,7 @@ class SlurmLauncher(SweepitLauncher):
             self.options = SlurmOptions(dry_run=True)  # never used: setup() raises first
         self._sweep: SlurmSweep | None = None    # the run of start()/wait_any()
         self.facts = ClusterFacts()              # Slurm's partition and limits, asked once for the whole sweep
-        self._singletons: dict[Any, Any] | None = None  # Hydra's singletons as pickled with each task, copied once
+        self._hydra: bytes | None = None  # what every task of the sweep carries of the driver's Hydra, pickled once
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         if self._bad_options is not None:
@@ -53,7 +60,7 @@ class SlurmLauncher(SweepitLauncher):
 
     def _new_sweep(self) -> SlurmSweep:
         sweep_dir = self.sweep_dir()
-        self._singletons = None
+        self._hydra = None
         self.options.app_dir = os.path.abspath(sys.path[0]) if sys.path and sys.path[0] != "" else os.getcwd()
 
         def compose(job: PlannedJob) -> None:
@@ -67,19 +74,19 @@ class SlurmLauncher(SweepitLauncher):
 
     def _context(self) -> tuple[HydraContext, TaskFunction, dict[Any, Any]]:
         """What a task pickled for a Slurm job carries of the driver's Hydra: the context (the loader without the
-        driver's composer), the task function, and Hydra's singletons (its search path, plugins, job runtime): a deep
-        copy of them, the same for every task of the sweep, so taken once (it costs as much as composing a job)."""
+        driver's composer), the task function, and Hydra's singletons (its search path, plugins, job runtime)."""
         from hydra.core.singleton import Singleton
 
         assert self.hydra_context is not None and self.task_function is not None
         context = HydraContext(config_loader=self.composed.loader, callbacks=self.hydra_context.callbacks)
-        if self._singletons is None:
-            self._singletons = Singleton.get_state()
-        return context, self.task_function, self._singletons
+        return context, self.task_function, Singleton.get_state()
 
     def _task(self, job: PlannedJob) -> SlurmTask:
-        """What each Slurm task of the job runs: the job's runner, in the job's directory."""
-        return SlurmTask(*self._context(), job.config, str(job.job_dir), job.gate)
+        """What each Slurm task of the job runs: the job's runner, in the job's directory. The driver's Hydra is the
+        same for every task of the sweep: copied (`Singleton.get_state`, as much as a compose) and pickled once."""
+        if self._hydra is None:
+            self._hydra = pickle_hydra(*self._context())
+        return SlurmTask(self._hydra, job.config, str(job.job_dir), job.gate)
 
     def _packed_task(self, spec: PackSpec) -> WorkerTask:
         """What each worker of a packed sweep runs: jobs composed in the worker, each forked from it."""
