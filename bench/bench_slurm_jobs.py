@@ -12,8 +12,10 @@ children's: sbatch, squeue, sacct), and per job (medians over the sweep's jobs):
 pickle" to its "Job completed successfully" in the job's own log, that minus `work_s` (the job's own overhead), the
 job's CPU as sacct counts it (TotalCPU, every step of the job), and the size of the pickle submitit loads; and where
 the wall time goes: from the command to the first job's pickle load, and from the last job's end to the exit. The
-ratios sweepit / submitit_slurm are of the medians over the pairs. `--launchers slurm` measures sweepit's alone
-(nothing installed).
+ratios sweepit / submitit_slurm are of the medians over the pairs. With sweepit installed beside it, Hydra's plugin
+scan in submitit_slurm's driver and jobs imports sweepit's plugins too: `--hsl-python` runs it from a venv without.
+`--python` runs sweepit's side from another venv (another checkout: a before and after). `--launchers slurm` measures
+sweepit's alone (nothing installed).
 
 sweepit's sources are compiled first (`compileall`, as `make test` does): where PYTHONDONTWRITEBYTECODE is set an
 editable install keeps no bytecode, and every job would compile them again, which an installed package does not.
@@ -24,7 +26,6 @@ hydra-submitit-launcher is installed for the run (`pip install --no-deps`) when 
 from __future__ import annotations
 
 import argparse
-import compileall
 import importlib.util
 import os
 import re
@@ -49,6 +50,10 @@ REQUEST = {
     "submitit_slurm": ["hydra/launcher=submitit_slurm", "hydra.launcher.tasks_per_node=1",
                        "hydra.launcher.cpus_per_task=1", "hydra.launcher.array_parallelism=256"],
 }
+# sweepit's sources compiled by the interpreter that runs its sweeps (the one of `--python`)
+COMPILE = ("import compileall, importlib.util as u\n"
+           "for p in ('sweepit', 'hydra_plugins.sweepit'):\n"
+           "    compileall.compile_dir(next(iter(u.find_spec(p).submodule_search_locations)), quiet=1)\n")
 _STAMP = r"\((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\)"
 _LOADING = re.compile(_STAMP + r" - Loading pickle")
 _COMPLETED = re.compile(_STAMP + r" - Job completed successfully")
@@ -111,10 +116,10 @@ def sacct_cpu(ids: list[str]) -> dict[str, float]:
     return {job_id: cpu_s(total) for job_id, total in rows if total and "." not in job_id}
 
 
-def sweep(launcher: str, pair: int, n_jobs: int, work_s: float, work: Path) -> Run:
+def sweep(launcher: str, pair: int, n_jobs: int, work_s: float, work: Path, python: str) -> Run:
     label = f"{launcher}-{n_jobs}x{work_s:g}s-pair{pair}-{time.strftime('%H%M%S')}"
     sweep_dir = work / label
-    cmd = [sys.executable, str(APP), "-m", f"+work_s={work_s}", f"+x=range({n_jobs})", *REQUEST[launcher],
+    cmd = [python, str(APP), "-m", f"+work_s={work_s}", f"+x=range({n_jobs})", *REQUEST[launcher],
            f"hydra.sweep.dir={sweep_dir}"]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     load = os.getloadavg()[0]
@@ -164,6 +169,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-s", type=float, default=1.0, help="seconds of work in each job (default 1)")
     parser.add_argument("--pairs", type=int, default=5, help="alternated pairs of sweeps (default 5)")
     parser.add_argument("--keep-submitit", action="store_true", help="do not uninstall hydra-submitit-launcher")
+    parser.add_argument("--python", default=sys.executable,
+                        help="the interpreter of sweepit's sweeps (default this one): another checkout's venv "
+                             "measures that code (its sources compiled first, as here)")
+    parser.add_argument("--hsl-python", default=sys.executable,
+                        help="the interpreter of submitit_slurm's sweeps (default this one): one of a venv without "
+                             "sweepit measures it as its users have it, with no sweepit plugin for Hydra to scan in "
+                             "its driver and every job")
     parser.add_argument("--launchers", default=",".join(LAUNCHERS),
                         help=f"comma-separated subset of {','.join(LAUNCHERS)} (default both)")
     parser.add_argument("--work", type=Path, default=OUT, help=f"sweeps and logs (default {OUT})")
@@ -177,10 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     require_cluster()
-    for package in ("sweepit", "hydra_plugins.sweepit"):
-        spec = importlib.util.find_spec(package)
-        assert spec is not None and spec.submodule_search_locations, package
-        compileall.compile_dir(next(iter(spec.submodule_search_locations)), quiet=1)
+    subprocess.run([args.python, "-c", COMPILE], check=True, timeout=300)
     installed = False
     if "submitit_slurm" in launchers and importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None:
         pip("install", SUBMITIT_SPEC, "--no-deps")
@@ -191,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for pair in range(args.pairs):
             order = launchers if pair % 2 == 0 else launchers[::-1]
-            runs += [sweep(launcher, pair, args.jobs, args.work_s, work) for launcher in order]
+            runs += [sweep(launcher, pair, args.jobs, args.work_s, work,
+                           args.hsl_python if launcher == "submitit_slurm" else args.python) for launcher in order]
     finally:
         if installed and not args.keep_submitit:
             pip("uninstall", "-y", "hydra-submitit-launcher")
