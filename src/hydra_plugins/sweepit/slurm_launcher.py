@@ -24,6 +24,7 @@ from hydra_plugins.sweepit._runner import (
     release_config,
 )
 from hydra_plugins.sweepit._worker_tasks import WorkerTask, for_workers
+from hydra_plugins.sweepit.callbacks import preload_report
 from sweepit.errors import ConfigError
 from sweepit.slurm import (
     ClusterFacts,
@@ -69,8 +70,12 @@ class SlurmLauncher(SweepitLauncher):
         def release(job: PlannedJob) -> None:
             job.config = expect_saved_config(job.config, job.job_dir)
 
-        return SlurmSweep(self.options, sweep_dir, compose=compose, make_task=self._task, lock=self.lock,
-                          facts=self.facts, make_worker=self._packed_task, release_config=release)
+        sweep = SlurmSweep(self.options, sweep_dir, compose=compose, make_task=self._task, lock=self.lock,
+                           facts=self.facts, make_worker=self._packed_task, release_config=release)
+        config = self.config
+        if config is not None:
+            sweep.while_jobs_run = lambda: preload_report(config)
+        return sweep
 
     def _context(self) -> tuple[HydraContext, TaskFunction, dict[Any, Any]]:
         """What a task pickled for a Slurm job carries of the driver's Hydra: the context (the loader without the

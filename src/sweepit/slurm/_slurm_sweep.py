@@ -4,8 +4,10 @@ sweep's go to `_pack.PackedSweep`) or for jobs that come one by one as a sweeper
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
+import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -79,6 +81,8 @@ class SlurmSweep(Planner):
         self._started: dict[int, PlannedJob] = {}
         self._cancelled = False  # the jobs in flight were cancelled (Ctrl-C): wait for Slurm to end them
         self._room = Room(None)  # the queue limits of the run of start()/wait_any()
+        # What the driver does meanwhile, once a fixed list of jobs is out and followed (the end's report imports).
+        self.while_jobs_run: Callable[[], None] | None = None
 
     def dry_run(self, jobs: list[PlannedJob]) -> str:
         """What `run` would submit: each request's sbatch script, the job count and the GPU-hours."""
@@ -126,6 +130,9 @@ class SlurmSweep(Planner):
             write_manifest(manifest)  # whole, journal folded in: what a reader of sweep.json alone expects
             print(_detached(manifest, following, self.sweep_dir, len(feeder.held)), flush=True)
             return {j.num: Outcome(None) for j in jobs}
+        if self.while_jobs_run is not None and following:
+            threading.Thread(target=_meanwhile, args=(self.while_jobs_run,), name="sweepit-meanwhile",
+                             daemon=True).start()
         progress = Progress(len(jobs))
         progress.skip(len(skipped))
         follower = Follower(manifest, following, progress, o, self.lock.touch)
@@ -225,6 +232,12 @@ class SlurmSweep(Planner):
             self._started.clear()
             self._cancelled = False
             self.end()
+
+
+def _meanwhile(work: Callable[[], None]) -> None:
+    """Work done ahead of the sweep's end, which does it again where it failed here and says why."""
+    with contextlib.suppress(Exception):
+        work()
 
 
 def _in_queue(manifest: Manifest, nums: Iterable[int]) -> set[str]:
