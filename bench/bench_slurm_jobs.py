@@ -7,7 +7,8 @@ Run: flock /tmp/slurm-bench.lock python bench/bench_slurm_jobs.py [--jobs 16] [-
 
 `--pairs` alternated pairs (sweepit first in even pairs, submitit_slurm first in odd ones) of the same sweep,
 `fixed_work.py -m +work_s=W +x=range(N)`, both with 1 task and 1 CPU a job; sweepit's summary table and report are
-on (what its users get). Per run: the wall time from the command to its exit, the driver's CPU (its own and its
+on (what its users get: the report through sweepit's callback, added to the plain app). Per run: the wall time from
+the command to its exit, the driver's CPU (its own and its
 children's: sbatch, squeue, sacct), and per job (medians over the sweep's jobs): the time from submitit's "Loading
 pickle" to its "Job completed successfully" in the job's own log, that minus `work_s` (the job's own overhead), the
 job's CPU as sacct counts it (TotalCPU, every step of the job), and the size of the pickle submitit loads; and where
@@ -46,7 +47,10 @@ OUT = REPO / "bench" / "out" / "slurm-jobs"
 APP = REPO / "bench" / "apps" / "fixed_work.py"
 LAUNCHERS = ("slurm", "submitit_slurm")
 REQUEST = {
-    "slurm": ["hydra/launcher=slurm", "hydra.launcher.cpus_per_task=1"],
+    # sweepit's end as its users get it: the results table (the launcher's) and the report (its callback's, which
+    # sweepit's own apps configure and a plain app adds so).
+    "slurm": ["hydra/launcher=slurm", "hydra.launcher.cpus_per_task=1",
+              "+hydra.callbacks.summary._target_=hydra_plugins.sweepit.callbacks.SweepSummary"],
     "submitit_slurm": ["hydra/launcher=submitit_slurm", "hydra.launcher.tasks_per_node=1",
                        "hydra.launcher.cpus_per_task=1", "hydra.launcher.array_parallelism=256"],
 }
