@@ -22,7 +22,7 @@ COMPILE := $(PY) -m compileall -q -j 0 src tests examples bench train.py
 SWEEPS := $(basename $(notdir $(wildcard sweeps/*.yaml)))
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-fast test-floors lint typecheck check config-reference docs clean-outputs bench bench-throughput bench-mnist-best bench-report bench-scale bench-launcher test-launcher bench-gpu gpu-pack bench-slurm test-slurm sweep-optuna bench-optuna bench-optuna-workers bench-packing \
+.PHONY: help install test test-fast test-floors lint typecheck check config-reference docs clean-outputs bench bench-throughput bench-mnist-best bench-report bench-scale bench-launcher test-launcher bench-gpu gpu-pack bench-slurm bench-slurm-jobs test-slurm sweep-optuna bench-optuna bench-optuna-workers bench-packing \
         slurm-up slurm-down slurm-status \
         $(addprefix sweep-,$(SWEEPS))
 
@@ -130,6 +130,9 @@ bench-launcher: ## Local launcher vs Hydra's basic and submitit_local: wall, CPU
 
 bench-slurm: ## Slurm launcher vs hydra-submitit-launcher on the local cluster: 64 jobs, sbatch calls, scancel-to-report (~10 min; holds /tmp/slurm-bench.lock)
 	flock /tmp/slurm-bench.lock $(PY) bench/bench_slurm.py $(ARGS)
+
+bench-slurm-jobs: ## One Slurm job per combination, sweepit vs hydra-submitit-launcher: 16 jobs of 1 s of a plain app, alternated pairs, wall, driver CPU, each job's overhead (~3 min; holds /tmp/slurm-bench.lock)
+	flock /tmp/slurm-bench.lock $(PY) bench/bench_slurm_jobs.py $(ARGS)
 
 bench-packing: ## Packed Slurm workers vs one Slurm job per job: 2,000 jobs of 0.1 s, wall vs ideal, sbatch calls, Slurm jobs (~35 min; holds /tmp/slurm-bench.lock)
 	flock /tmp/slurm-bench.lock $(PY) bench/bench_packing.py $(ARGS)

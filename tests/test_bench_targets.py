@@ -1,7 +1,8 @@
 """The `make bench-*` targets run for real (tiny ARGS: each script's own size flags), and their figures are read back
 from the `--json` file each wrote and the lines it printed, so a benchmark that rots fails `make test`, not the day its
 numbers are needed. `make bench` is these two of them (checked with `make -n`); bench-gpu is run by test_bench_gpu.py,
-bench-slurm, bench-optuna-workers, bench-packing and bench-scale by tests/slurm/test_bench_on_slurm.py. Sweeps and raw
+bench-slurm, bench-slurm-jobs, bench-optuna-workers, bench-packing and bench-scale by
+tests/slurm/test_bench_on_slurm.py. Sweeps and raw
 figures go under tmp_path, never into bench/results/."""
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 RUN_HERE = {"bench-throughput", "bench-report", "bench-launcher", "bench-optuna", "bench-mnist-best"}
 # the modules named above
-RUN_ELSEWHERE = {"bench-gpu", "bench-slurm", "bench-optuna-workers", "bench-packing", "bench-scale"}
+RUN_ELSEWHERE = {"bench-gpu", "bench-slurm", "bench-slurm-jobs", "bench-optuna-workers", "bench-packing", "bench-scale"}
 
 
 def make(target: str, args: str, *variables: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:

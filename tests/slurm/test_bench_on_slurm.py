@@ -1,7 +1,8 @@
-"""`make bench-slurm`, `make bench-optuna-workers` and `make bench-scale` on the local cluster, tiny (two jobs, two
-trials, 50 and 200 generated jobs), their figures read back from the `--json` file each wrote. The first two hold
-/tmp/slurm-bench.lock themselves, so a benchmark already running on the cluster is waited for, not disturbed (the
-third only asks the cluster for its partition). A missed target (a figure) exits 1; a crash writes no JSON."""
+"""`make bench-slurm`, `make bench-slurm-jobs`, `make bench-optuna-workers` and `make bench-scale` on the local
+cluster, tiny (two jobs, two trials, 50 and 200 generated jobs), their figures read back from the `--json` file each
+wrote. The first three hold /tmp/slurm-bench.lock themselves, so a benchmark already running on the cluster is waited
+for, not disturbed (the last only asks the cluster for its partition). A missed target (a figure) exits 1; a crash
+writes no JSON."""
 
 from __future__ import annotations
 
@@ -40,6 +41,21 @@ def test_bench_slurm(tmp_path: Path) -> None:
     assert proc.returncode == 0 or (record["met"] is False and latency > record["target_cancel_s"]), proc.stderr
     assert "scancel of one running job until the driver reports it" in proc.stdout
     assert list(work.glob("sweep-slurm-2-*/*/result.json")), "the sweeps go under --work"
+
+
+def test_bench_slurm_jobs(tmp_path: Path) -> None:
+    """sweepit's launcher alone (comparing with submitit_slurm would install hydra-submitit-launcher)."""
+    work = tmp_path / "work"
+    proc, record = make("bench-slurm-jobs", f"--launchers slurm --jobs 2 --work-s 0.1 --pairs 1 --work {work} "
+                                            f"--json {tmp_path / 'jobs.json'}")
+    assert proc.returncode == 0 and record["all_completed"], proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run,) = record["runs"]
+    assert run["launcher"] == "slurm" and len(run["in_job_s"]) == 2 and len(run["job_ids"]) == 2
+    assert run["driver_cpu_s"] > 0 and run["first_load_s"] > 0 and run["last_done_s"] >= run["first_load_s"]
+    assert min(run["pickle_bytes"]) > 0 and len(run["job_cpu_s"]) == 2  # sacct's CPU of each job
+    figures = record["figures"]["slurm"]
+    assert 0 < figures["job_overhead_s"] < figures["in_job_s"] < figures["wall_s"]
+    assert "2 Slurm jobs of 0.1 s" in proc.stdout
 
 
 def test_bench_optuna_workers(tmp_path: Path) -> None:

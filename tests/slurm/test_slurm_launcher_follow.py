@@ -155,3 +155,14 @@ def test_detach_then_status_then_resume_runs_only_what_did_not_complete(tmp_path
     first = read_result(job_2, "result.1.json") or {}
     assert first["status"] == "failed" and "fails on purpose" in first["error"], first
     assert result(job_2)["attempts"] == 2 and result(job_2)["status"] == "completed"
+
+
+def test_a_jobs_end_is_taken_when_its_task_writes_its_return_value_not_at_the_next_poll(tmp_path: Path) -> None:
+    """Between two polls of Slurm the driver watches the submitit folders, where each task writes its return value as
+    it ends: with polls 10 minutes apart, a sweep of short jobs still ends once its jobs have. Before: it ended at the
+    first poll after the last job's end."""
+    sweep = tmp_path / "sweep"
+    proc = run(APP, sweep, "x=range(2)", "hydra.launcher.poll_interval_s=600", timeout_s=150)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "2 jobs: 2 completed" in proc.stdout, proc.stdout
+    assert [manifest(sweep).jobs[n].state for n in range(2)] == ["completed", "completed"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,23 @@ from slurm_launcher_testing import CPU_ONLY, LINREG, ROOT, TRAIN, job_dirs, mani
 from sweepit_testing import read_by_every_reader
 
 ANY_HYDRA_APP = ROOT / "examples" / "any_hydra_app" / "app.py"
+# A Hydra app that uses neither torch nor sweepit: each job leaves the modules its process had loaded by its end.
+PLAIN_APP = """
+import json, sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+
+
+@hydra.main(version_base="1.3", config_path=None, config_name=None)
+def main(cfg):
+    Path(HydraConfig.get().runtime.output_dir, "modules.json").write_text(json.dumps(sorted(sys.modules)))
+
+
+if __name__ == "__main__":
+    main()
+"""
 
 
 def test_four_job_sweep_is_one_array_and_ends_with_the_results_table(tmp_path: Path) -> None:
@@ -91,3 +109,21 @@ def test_an_apps_own_subdir_nests_each_slurm_job_and_every_reader_finds_it_where
     for reader, out in [("the end-of-sweep table", proc.stdout), *((r, said[r]) for r in ("summary", "status"))]:
         assert "2 jobs: 2 completed" in out, f"{reader}:\n{out}"
     assert said["results.csv"].count(",completed,1.25,") == 2, said["results.csv"]
+
+
+def test_a_plain_apps_slurm_job_loads_neither_torch_nor_the_hydra_plugins_it_does_not_run(tmp_path: Path) -> None:
+    """A Slurm job runs its composed config: it needs no Hydra plugin but the one whose task it unpickled, and an
+    app without torch must not load it (the CUDA rule). Before: Hydra's `Singleton.set_state` in the job scanned every
+    installed plugin, importing each module under `hydra_plugins` (sweepit's sweeper and other launchers among them)."""
+    app = tmp_path / "plain_app.py"
+    app.write_text(PLAIN_APP)
+    sweep = tmp_path / "sweep"
+    proc = run(app, sweep, "hydra/launcher=slurm", "hydra.launcher.cpus_per_task=1", "+x=1,2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "2 jobs: 2 completed" in proc.stdout, proc.stdout
+    for job_dir in job_dirs(sweep).values():
+        modules = set(json.loads((job_dir / "modules.json").read_text()))
+        assert "torch" not in modules
+        plugins = {"hydra_plugins.sweepit.optuna_sweeper", "hydra_plugins.sweepit.local_launcher",
+                   "hydra_plugins.sweepit.slurm_launcher", "hydra_plugins.sweepit.callbacks"}
+        assert modules & plugins == set(), sorted(modules & plugins)

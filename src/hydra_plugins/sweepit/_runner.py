@@ -5,8 +5,10 @@ for the driver's JobReturn.
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
+import pickle
 import signal
 import sys
 from collections.abc import Callable
@@ -290,39 +292,56 @@ def split_hydra(config: DictConfig, job_dir_: Path) -> tuple[DictConfig, DictCon
 
 
 def restore_hydra(singleton_state: dict[Any, Any]) -> None:
-    """Hydra's singletons as the driver had them, in a process that unpickled a task. A copy: set_state adds the
-    Plugins singleton to the dict it is given, and the task is pickled again on requeue, where plugins must not go."""
+    """Hydra's singletons as the driver had them, in a process that unpickled a task: `Singleton.set_state` without
+    its scan of every installed plugin (an import of each module under `hydra_plugins`, whatever the app uses), which
+    a job does not need to run its composed config; whatever does need the plugins (a compose in the job) scans them
+    when it first asks for them, as `Plugins.instance()` does in any process. A copy of the instances: the Plugins
+    singleton is added to that dict once scanned, and the task is pickled again on requeue, where plugins must not
+    go."""
     from hydra.core.singleton import Singleton
     from hydra.core.utils import setup_globals
+    from omegaconf.basecontainer import BaseContainer
 
-    Singleton.set_state({**singleton_state, "instances": dict(singleton_state["instances"])})
+    Singleton._instances = dict(singleton_state["instances"])
+    BaseContainer._resolvers = copy.deepcopy(singleton_state["omegaconf_resolvers"])
     setup_globals()
+
+
+def pickle_hydra(hydra_context: HydraContext, task_function: TaskFunction, singleton_state: dict[Any, Any]) -> bytes:
+    """What a Slurm task carries of the driver's Hydra (its context, the task function, Hydra's singletons), pickled
+    once for every task of a sweep: submitit pickles each task on its own, and this is most of each (the config
+    loader, the config store). cloudpickle, as submitit's: an app's `__main__` function goes by value."""
+    import cloudpickle
+
+    return bytes(cloudpickle.dumps((hydra_context, task_function, singleton_state)))
 
 
 class SlurmTask:
     """What every task of a Slurm job runs (pickled by submitit): the job's runner, on the task's rank. Slurm sends
     USR2 before the time limit (or on preemption); submitit then calls `checkpoint()` on rank 0 and requeues the job,
-    which resumes from its last epoch."""
+    which resumes from its last epoch. `hydra`: the driver's Hydra, from `pickle_hydra`."""
 
-    def __init__(self, hydra_context: HydraContext, task_function: TaskFunction, singleton_state: dict[Any, Any],
-                 config: DictConfig, job_dir: str, gate: Callable[[], bool] | None = None) -> None:
-        self.runner = JobRunner(hydra_context, task_function)
+    def __init__(self, hydra: bytes, config: DictConfig, job_dir: str, gate: Callable[[], bool] | None = None) -> None:
+        self.hydra = hydra
         self.config = config
-        self.singleton_state = singleton_state
         self.job_dir = job_dir
         self.gate = gate  # under a GPU budget: False when the job is not to start (it leaves a note why)
+        self.runner: JobRunner | None = None  # this run's; a requeued run makes its own
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "runner": None}  # the checkpoint pickle: `hydra` holds the runner's context
 
     def __call__(self) -> Any:
-        runner = self.runner
-        runner.requeueing = runner.finished = False  # this object comes back from the checkpoint pickle
+        hydra_context, task_function, singleton_state = pickle.loads(self.hydra)
+        rank = int(os.environ.get("SLURM_PROCID", "0"))
+        runner = self.runner = JobRunner(hydra_context, task_function, rank)
         # After submitit's own handlers: submitit ignores SIGTERM, so a cancelled job would train on for Slurm's
         # KillWait and then write a result over what the driver recorded; this way scancel stops it now.
         interrupt_on_stop_signals((signal.SIGTERM,), SLURM_STOP, unless=lambda: runner.requeueing or runner.finished)
-        runner.rank = int(os.environ.get("SLURM_PROCID", "0"))
         if self.gate is not None and not self.gate():
             return None
-        restore_hydra(self.singleton_state)
-        record_task(Path(self.job_dir), runner.rank)
+        restore_hydra(singleton_state)
+        record_task(Path(self.job_dir), rank)
         status, error, ret = runner(self.config, Path(self.job_dir))
         if error is None:
             return picklable(ret.return_value)
@@ -334,7 +353,8 @@ class SlurmTask:
         """Called by submitit on rank 0 when USR2 arrives: the same job again, unless it has just finished."""
         import submitit
 
-        if self.runner.finished:
+        if self.runner is not None and self.runner.finished:
             return None  # its result is written; submitit then ends it instead of requeuing
-        self.runner.requeueing = True
+        if self.runner is not None:
+            self.runner.requeueing = True
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)

@@ -10,6 +10,17 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 
+def preload_report(config: DictConfig) -> None:
+    """The report's imports (the reporting room, matplotlib), when the sweep ends with a report: a driver makes them
+    while its jobs run, and the report then costs its drawing alone."""
+    for node in (config.hydra.get("callbacks") or {}).values():
+        if str(node.get("_target_", "")) == f"{__name__}.{SweepSummary.__name__}" and node.get("report", True):
+            from sweepit.reporting import preload
+
+            preload()
+            return
+
+
 class SweepSummary(Callback):
     """What sweepit adds to a sweep whatever launcher runs it: under another launcher (Hydra's `basic` runs every
     job in one process), each job's session and its record, as sweepit's launchers make them themselves; at the end

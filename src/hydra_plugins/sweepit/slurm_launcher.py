@@ -15,8 +15,16 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
 from hydra_plugins.sweepit._launcher import LaunchError, SweepitLauncher, compact_errors, plain_options
-from hydra_plugins.sweepit._runner import SavedConfig, SlurmTask, expect_saved_config, job_return
+from hydra_plugins.sweepit._runner import (
+    SavedConfig,
+    SlurmTask,
+    expect_saved_config,
+    job_return,
+    pickle_hydra,
+    release_config,
+)
 from hydra_plugins.sweepit._worker_tasks import WorkerTask, for_workers
+from hydra_plugins.sweepit.callbacks import preload_report
 from sweepit.errors import ConfigError
 from sweepit.slurm import (
     ClusterFacts,
@@ -44,6 +52,7 @@ class SlurmLauncher(SweepitLauncher):
             self.options = SlurmOptions(dry_run=True)  # never used: setup() raises first
         self._sweep: SlurmSweep | None = None    # the run of start()/wait_any()
         self.facts = ClusterFacts()              # Slurm's partition and limits, asked once for the whole sweep
+        self._hydra: bytes | None = None  # what every task of the sweep carries of the driver's Hydra, pickled once
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         if self._bad_options is not None:
@@ -52,6 +61,7 @@ class SlurmLauncher(SweepitLauncher):
 
     def _new_sweep(self) -> SlurmSweep:
         sweep_dir = self.sweep_dir()
+        self._hydra = None
         self.options.app_dir = os.path.abspath(sys.path[0]) if sys.path and sys.path[0] != "" else os.getcwd()
 
         def compose(job: PlannedJob) -> None:
@@ -60,8 +70,12 @@ class SlurmLauncher(SweepitLauncher):
         def release(job: PlannedJob) -> None:
             job.config = expect_saved_config(job.config, job.job_dir)
 
-        return SlurmSweep(self.options, sweep_dir, compose=compose, make_task=self._task, lock=self.lock,
-                          facts=self.facts, make_worker=self._packed_task, release_config=release)
+        sweep = SlurmSweep(self.options, sweep_dir, compose=compose, make_task=self._task, lock=self.lock,
+                           facts=self.facts, make_worker=self._packed_task, release_config=release)
+        config = self.config
+        if config is not None:
+            sweep.while_jobs_run = lambda: preload_report(config)
+        return sweep
 
     def _context(self) -> tuple[HydraContext, TaskFunction, dict[Any, Any]]:
         """What a task pickled for a Slurm job carries of the driver's Hydra: the context (the loader without the
@@ -73,8 +87,11 @@ class SlurmLauncher(SweepitLauncher):
         return context, self.task_function, Singleton.get_state()
 
     def _task(self, job: PlannedJob) -> SlurmTask:
-        """What each Slurm task of the job runs: the job's runner, in the job's directory."""
-        return SlurmTask(*self._context(), job.config, str(job.job_dir), job.gate)
+        """What each Slurm task of the job runs: the job's runner, in the job's directory. The driver's Hydra is the
+        same for every task of the sweep: copied (`Singleton.get_state`, as much as a compose) and pickled once."""
+        if self._hydra is None:
+            self._hydra = pickle_hydra(*self._context())
+        return SlurmTask(self._hydra, job.config, str(job.job_dir), job.gate)
 
     def _packed_task(self, spec: PackSpec) -> WorkerTask:
         """What each worker of a packed sweep runs: jobs composed in the worker, each forked from it."""
@@ -120,5 +137,8 @@ class SlurmLauncher(SweepitLauncher):
     def _job_return(self, job: PlannedJob, outcome: Outcome) -> JobReturn:
         if isinstance(job.config, SavedConfig) and not job.config.saved():  # a packed job that never ran
             job.config, _ = self.compose_job(job.num, job.overrides, job.job_dir.parent)  # (its directory is known)
+        # A job that ran saved its config: read back only if a sweeper asks for it, rather than taken apart here (a
+        # copy of its hydra node each, at the end of the sweep).
+        job.config = release_config(job.config, job.job_dir)
         returned = {"returned": outcome.returned} if outcome.has_returned else {}
         return job_return(job.overrides, job.config, job.job_dir, outcome.status, returned)

@@ -13,7 +13,7 @@ from sweepit.reporting._report_data import JobReport, Sweep, load_sweep
 from sweepit.reporting.linreg import LinregSection
 from sweepit.reporting.listing import find_sweeps, format_listing
 from sweepit.reporting.optuna_section import OptunaSection
-from sweepit.reporting.plots import CurvesSection, ParamsSection
+from sweepit.reporting.plots import CurvesSection, ParamsSection, preload
 from sweepit.reporting.scaling import ScalingSection
 from sweepit.reporting.sections import Figure, ResultsSection, Section, SectionBuilder
 from sweepit.results import REPORT_CSV, REPORT_PAGE, REPORT_SUMMARY, SweepPaths, write_records
@@ -24,7 +24,8 @@ DEFAULT_SECTIONS: list[SectionBuilder] = [ResultsSection(), CurvesSection(), Par
 
 __all__ = [
     "DEFAULT_SECTIONS", "Figure", "JobReport", "Section", "SectionBuilder", "Sweep",
-    "build_report", "find_sweeps", "format_listing", "load_sweep", "section_text", "try_build_report", "write_report",
+    "build_report", "find_sweeps", "format_listing", "load_sweep", "preload", "section_text", "try_build_report",
+    "write_report",
 ]
 
 

@@ -29,6 +29,13 @@ MAX_ANNOTATED_CELLS = 150
 _FEW = 10
 
 
+def preload() -> None:
+    """The plotting modules a report draws with, imported ahead of it (a driver does it while its jobs run): most of
+    a small sweep's report is importing matplotlib."""
+    import matplotlib.backends.backend_agg
+    import matplotlib.figure  # noqa: F401
+
+
 def figure(width_in: float, height_in: float, constrained: bool = True) -> MplFigure:
     """A figure on the Agg canvas. Constrained layout fits labels of any length but costs about one extra
     draw; figures whose labels are known (epochs, metric values) lay themselves out for speed."""

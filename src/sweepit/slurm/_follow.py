@@ -1,11 +1,13 @@
 """The driver's follow loop, in every mode: every `poll_interval_s`, one squeue call (plus sacct for jobs that are
-ending) and a look at the result.json of every job still out. A job whose result is in has ended once its task's
-return value (submitit's result pickle) is too, or once Slurm has ended it. Not submitit's `job.done()`: it polls sacct
-at most every 600 s, and waits forever for a cancelled job's result where there is no accounting.
+ending) and a look at the result.json of every job still out; between polls, that look again as soon as a followed
+job's submitit folder changes (a task wrote its return value there). A job whose result is in has ended once its
+task's return value (submitit's result pickle) is too, or once Slurm has ended it. Not submitit's `job.done()`: it
+polls sacct at most every 600 s, and waits forever for a cancelled job's result where there is no accounting.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -46,6 +48,7 @@ from sweepit.slurm._submit import result_pickle
 
 _TICK_S = 0.1    # how soon a signal is acted on
 _CLOCK_S = 1.0   # how often a terminal's progress clock is redrawn
+_EARLY_SHARE = 20  # a look at the results between polls waits at least this many times what the last one took
 _LOOK_WAIT_S = 2.0  # how long a poll waits for squeue (it answers in milliseconds; while the controller is going
                     # away it retries for about 18 s, and the results on disk are not to wait for that)
 
@@ -79,6 +82,8 @@ class Follower:
         # job whose worker died goes to another worker) instead of it ending here.
         self.retry: Callable[[int, Seen], bool] = lambda num, seen: False
         self._live = LiveReader()  # the running jobs' metrics, read incrementally
+        self._folders: dict[str, int] = {}  # the followed jobs' submitit folders, each with its mtime at the last look
+        self._early_at = 0.0  # no look at the results between polls before this (monotonic)
 
     def add(self, num: int, counted: bool = False) -> None:
         """Follow one more job (submitted after the follower was made: the Optuna sweeper's trials; a packed job once
@@ -120,19 +125,25 @@ class Follower:
             while going() and time.monotonic() < next_look:
                 time.sleep(_TICK_S)
                 self.settle()
+                if self._folders_changed():
+                    self.poll(ask_slurm=False)
                 if self.progress.live and time.monotonic() - drawn >= _CLOCK_S:
                     self.progress.draw()  # the clock
                     drawn = time.monotonic()
 
-    def poll(self) -> None:
+    def poll(self, ask_slurm: bool = True) -> None:
         """One look at every pending job; records what changed in the manifest. Results on disk are taken
-        first, so that they are reported even while the Slurm controller does not answer."""
+        first, so that they are reported even while the Slurm controller does not answer. `ask_slurm` False: the
+        results on disk alone (between polls, once a job has written its own)."""
         self.on_poll()
+        self._watch_folders()  # before the results are read: a task that writes after this is seen at the next tick
+        started = time.monotonic()
         seen = settled_by_results(self.manifest.jobs[n] for n in self.pending)
+        self._early_at = time.monotonic() + _EARLY_SHARE * (time.monotonic() - started)
         ask = [n for n in self.pending if n not in seen]
-        if self._looking is None and ask and self._controller_answers():
+        if ask_slurm and self._looking is None and ask and self._controller_answers():
             self._start_look(ask)
-        asked = self._collect_look(seen)
+        asked = self._collect_look(seen) if ask_slurm else False
         now = time.monotonic()
         changed: list[int] = []
         for num in [n for n in self.pending if n in seen]:
@@ -159,6 +170,20 @@ class Follower:
                        if self._phase[n] == State.RUNNING and self.manifest.jobs[n].job_dir]
             self.progress.early_eta(running)
         self.progress.draw()
+
+    def _watch_folders(self) -> None:
+        """Note the mtime of every followed job's submitit folder (one per sbatch call), where its task writes its
+        return value as it ends."""
+        folders = {str(f) for n in self.pending if (f := self.manifest.jobs[n].extra.get("submitit_folder"))}
+        self._folders = {f: _mtime_ns(f) for f in folders}
+
+    def _folders_changed(self) -> bool:
+        """Whether a followed job's submitit folder changed since the last look at the results: they are then looked
+        at again at once rather than at the next poll, for a cost kept to a small share of the driver's time
+        (results of a sweep with many jobs out take longer to read: such a look waits longer after the last)."""
+        if not self._folders or time.monotonic() < self._early_at:
+            return False
+        return any(_mtime_ns(folder) != mtime for folder, mtime in self._folders.items())
 
     def _start_look(self, nums: list[int]) -> None:
         """Ask Slurm about these jobs in a thread: the results on disk are reported whatever squeue takes."""
@@ -261,6 +286,13 @@ class Follower:
         self._phase[num] = "done"
         self._returning.pop(num, None)
 
+
+
+def _mtime_ns(path: str) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return 0
 
 
 def _has_returned(entry: JobEntry) -> bool:

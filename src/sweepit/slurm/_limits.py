@@ -14,6 +14,7 @@ import pwd
 import re
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -138,9 +139,20 @@ def user_jobs_in_queue(user: str) -> int | None:
     return len(out.stdout.split()) if out.returncode == 0 else None
 
 
-def open_room(o: SlurmOptions) -> Room:
-    """The room the user's limits leave, said when one applies (else nothing to count: no squeue call per look)."""
-    limits = read_limits(o)
+def read_limits_meanwhile(o: SlurmOptions) -> Future[QueueLimits]:
+    """`read_limits(o)` in a thread: sacctmgr asks slurmdbd, a few tenths of a second a call, which the driver spends
+    planning the jobs meanwhile."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="sweepit-limits")
+    try:
+        return pool.submit(read_limits, o)
+    finally:
+        pool.shutdown(wait=False)
+
+
+def open_room(o: SlurmOptions, read: Future[QueueLimits] | None = None) -> Room:
+    """The room the user's limits leave (`read`: those limits, read meanwhile; else read now), said when one applies
+    (else nothing to count: no squeue call per look)."""
+    limits = read_limits(o) if read is None else read.result()
     if limits.cap is None:
         return Room(None)
     log.info(f"sweepit: {limits.describe()}")

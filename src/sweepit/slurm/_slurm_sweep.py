@@ -4,9 +4,12 @@ sweep's go to `_pack.PackedSweep`) or for jobs that come one by one as a sweeper
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
+import threading
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +30,7 @@ from sweepit.slurm import _budget as budget
 from sweepit.slurm._cluster import base_ids, scancel
 from sweepit.slurm._follow import Follower
 from sweepit.slurm._job_states import CANCELLED_BY_DRIVER, look, slurm_id
-from sweepit.slurm._limits import Room, open_room
+from sweepit.slurm._limits import QueueLimits, Room, open_room, read_limits_meanwhile
 from sweepit.slurm._pack import PackedSweep
 from sweepit.slurm._pack_worker import PackSpec
 from sweepit.slurm._plan import PlannedJob, Planner
@@ -78,6 +81,8 @@ class SlurmSweep(Planner):
         self._started: dict[int, PlannedJob] = {}
         self._cancelled = False  # the jobs in flight were cancelled (Ctrl-C): wait for Slurm to end them
         self._room = Room(None)  # the queue limits of the run of start()/wait_any()
+        # What the driver does meanwhile, once a fixed list of jobs is out and followed (the end's report imports).
+        self.while_jobs_run: Callable[[], None] | None = None
 
     def dry_run(self, jobs: list[PlannedJob]) -> str:
         """What `run` would submit: each request's sbatch script, the job count and the GPU-hours."""
@@ -96,14 +101,16 @@ class SlurmSweep(Planner):
         if self.options.workers:  # a packed job's worker returns nothing of it: its status is all
             statuses = self._packed().run(jobs) or {}
             return {j.num: Outcome(statuses.get(j.num)) for j in jobs}
+        limits = read_limits_meanwhile(self.options)
         max_array_size = self.plan(jobs)
         manifest = self.begin()
         try:
-            return self._run(jobs, manifest, max_array_size)
+            return self._run(jobs, manifest, max_array_size, limits)
         finally:
             self.end()
 
-    def _run(self, jobs: list[PlannedJob], manifest: Manifest, max_array_size: int) -> dict[int, Outcome]:
+    def _run(self, jobs: list[PlannedJob], manifest: Manifest, max_array_size: int,
+             limits: Future[QueueLimits]) -> dict[int, Outcome]:
         o = self.options
         skipped = self.skip_finished(manifest, jobs)
         adopted = self._adopt(jobs, manifest, skipped)
@@ -115,7 +122,7 @@ class SlurmSweep(Planner):
             manifest.jobs[job.num] = job.entry()
         write_manifest(manifest)
         feeder = Feeder(to_submit, manifest, o, max_array_size, self.make_task,
-                        open_room(o) if to_submit else Room(None), throttle)
+                        open_room(o, limits) if to_submit else Room(None), throttle)
         following = sorted(adopted + [j.num for j in feeder.feed(lambda: _in_queue(manifest, adopted))])
         log.info(_submitted(len(jobs), feeder.ids, len(skipped), len(adopted), self.sweep_dir, len(feeder.held)))
         if not o.wait:
@@ -123,6 +130,9 @@ class SlurmSweep(Planner):
             write_manifest(manifest)  # whole, journal folded in: what a reader of sweep.json alone expects
             print(_detached(manifest, following, self.sweep_dir, len(feeder.held)), flush=True)
             return {j.num: Outcome(None) for j in jobs}
+        if self.while_jobs_run is not None and following:
+            threading.Thread(target=_meanwhile, args=(self.while_jobs_run,), name="sweepit-meanwhile",
+                             daemon=True).start()
         progress = Progress(len(jobs))
         progress.skip(len(skipped))
         follower = Follower(manifest, following, progress, o, self.lock.touch)
@@ -222,6 +232,12 @@ class SlurmSweep(Planner):
             self._started.clear()
             self._cancelled = False
             self.end()
+
+
+def _meanwhile(work: Callable[[], None]) -> None:
+    """Work done ahead of the sweep's end, which does it again where it failed here and says why."""
+    with contextlib.suppress(Exception):
+        work()
 
 
 def _in_queue(manifest: Manifest, nums: Iterable[int]) -> set[str]:
