@@ -6,6 +6,7 @@ takes appends. While a driver follows a large sweep it keeps `sweep.live.json` (
 from __future__ import annotations
 
 import json
+import random
 import socket
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 from sweepit.reporting.sweep_status import sweep_status
 from sweepit.results import LIVE_ROWS, MANIFEST_FILE, SWEEP_JOURNAL_FILE, SweepPaths
 from sweepit.results._job_files import write_result
+from sweepit.results._live import Tally
 from sweepit.results._lock import LOCK_FILE
 from sweepit.results._manifest import JobEntry, Manifest, iter_manifest, read_manifest, write_manifest
 
@@ -152,3 +154,28 @@ def test_status_of_a_followed_sweep_reads_the_driver_counts_not_every_record(tmp
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_the_driver_count_follows_every_change_as_a_recount_would() -> None:
+    """`Tally`, kept at each write from the jobs written alone, against counting every job again: the counts, the
+    running jobs and the first unfinished ones, through states going back and forth, jobs added and removed."""
+    rng = random.Random(39)
+    states = ["queued", "running", "completed", "failed", "diverged", "not started", "interrupted"]
+    for _ in range(40):
+        n_jobs = rng.randrange(1, 300)
+        jobs = {n: JobEntry(num=n, overrides=[], job_dir="", state=rng.choice(states)) for n in range(n_jobs)}
+        tally = Tally(jobs)
+        for step in range(rng.randrange(1, 2000)):
+            num = rng.randrange(0, n_jobs + 5)
+            if num not in jobs:
+                jobs[num] = JobEntry(num=num, overrides=[], job_dir="", state=rng.choice(states))
+            elif rng.random() < 0.02:
+                del jobs[num]
+            else:
+                jobs[num].state = rng.choice(states)
+            tally.update(jobs, {num: "{}"})
+            if step % 29 == 0:
+                unfinished = sorted(n for n, e in jobs.items() if e.state not in ("completed", "diverged"))
+                assert tally.first_unfinished(LIVE_ROWS) == unfinished[:LIVE_ROWS]
+                assert +tally.counts == Counter(e.state for e in jobs.values())
+                assert tally.running == {n for n, e in jobs.items() if e.state == "running"}

@@ -10,6 +10,7 @@ import bisect
 import contextlib
 import json
 import os
+import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from sweepit.results._manifest import JobEntry
 
 LIVE_ROWS = MAX_ROWS  # the unfinished jobs it holds: `sweepit status`'s default rows (more read every record)
+_TRIES, _RETRY_S = 3, 0.01
 
 
 def array_of(entry: JobEntry) -> str | None:
@@ -40,7 +42,12 @@ class Tally:
         self.recorded: dict[int, tuple[str, str | None]] = {}
         self.counts: Counter[str] = Counter()
         self.arrays: Counter[str] = Counter()   # the live jobs' arrays
-        self.unfinished: list[int] = []          # sorted
+        # The unfinished jobs: `open`; in job order, `order` from `head` on (with jobs finished since, skipped as met:
+        # deleting each from the front of a 100,000-long list would move the rest), `in_order` the jobs it holds.
+        self.open: set[int] = set()
+        self.order: list[int] = []
+        self.in_order: set[int] = set()
+        self.head = 0
         self.running: set[int] = set()
         self.texts: dict[int, str] = {}          # the listed jobs' records as written, until they change
         self.fd: int | None = None               # sweep.live.json, open for the driver's writes
@@ -55,10 +62,14 @@ class Tally:
         if state in LIVE_STATES and array:
             self.arrays[array] += 1
         if state not in FINISHED_STATUSES:
-            if at_end:
-                self.unfinished.append(num)
-            else:
-                bisect.insort(self.unfinished, num)
+            self.open.add(num)
+            if num not in self.in_order:
+                self.in_order.add(num)
+                if at_end:
+                    self.order.append(num)
+                else:
+                    i = bisect.bisect_left(self.order, num, self.head)
+                    self.order.insert(i, num)
         if state == State.RUNNING:
             self.running.add(num)
 
@@ -71,10 +82,7 @@ class Tally:
             self.arrays[array] -= 1
             if not self.arrays[array]:
                 del self.arrays[array]
-        if state not in FINISHED_STATUSES:
-            i = bisect.bisect_left(self.unfinished, num)
-            if i < len(self.unfinished) and self.unfinished[i] == num:
-                del self.unfinished[i]
+        self.open.discard(num)
         self.running.discard(num)
 
     def update(self, jobs: Mapping[int, JobEntry], written: Mapping[int, str]) -> None:
@@ -99,9 +107,25 @@ class Tally:
 
     __del__ = close  # a manifest let go of (a driver's sweep ended) closes its file
 
+    def first_unfinished(self, n: int) -> list[int]:
+        order, open_ = self.order, self.open
+        while self.head < len(order) and order[self.head] not in open_:
+            self.in_order.discard(order[self.head])
+            self.head += 1
+        if len(order) - self.head > 2 * len(open_) + 1000:  # mostly finished since: only the unfinished kept
+            self.order = order = [num for num in order[self.head:] if num in open_]
+            self.in_order, self.head = set(order), 0
+        first: list[int] = []
+        for i in range(self.head, len(order)):
+            if (num := order[i]) in open_:
+                first.append(num)
+                if len(first) == n:
+                    break
+        return first
+
     def listed(self, jobs: Mapping[int, JobEntry], codec: RecordCodec) -> list[str]:
         """The records of the jobs status lists, in job order, as JSON."""
-        nums = sorted(set(self.unfinished[:LIVE_ROWS]) | self.running)
+        nums = sorted(set(self.first_unfinished(LIVE_ROWS)) | self.running)
         for num in nums:
             if num not in self.texts:
                 self.texts[num] = json.dumps(codec.encode(jobs[num]))
@@ -147,13 +171,18 @@ def read_live(sweep_dir: Path, generation: Any, codec: RecordCodec) -> Live | No
     """The live record when it describes the records on disk now (the snapshot of `generation` and the journal as
     long as it is), else None."""
     paths = SweepPaths(sweep_dir)
-    try:
-        data = json.loads(paths.live.read_bytes())
-        journal_bytes = os.stat(paths.journal).st_size
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("generation") != generation or data.get(
-            "journal_bytes") != journal_bytes:
+    for attempt in range(_TRIES):  # (the driver writes it just after each journal line: a look may fall between)
+        if attempt:
+            time.sleep(_RETRY_S)
+        try:
+            data = json.loads(paths.live.read_bytes())
+            journal_bytes = os.stat(paths.journal).st_size
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("generation") == generation and data.get(
+                "journal_bytes") == journal_bytes:
+            break
+    else:
         return None
     try:
         return Live(int(data["n_jobs"]), data.get("updated_at"), Counter(data["counts"]), Counter(data["arrays"]),
