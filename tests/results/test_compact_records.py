@@ -16,6 +16,7 @@ from pathlib import Path
 from sweepit.reporting.sweep_status import sweep_status
 from sweepit.results import LIVE_ROWS, MANIFEST_FILE, SWEEP_JOURNAL_FILE, SweepPaths
 from sweepit.results._job_files import write_result
+from sweepit.results._journal import append_records
 from sweepit.results._live import Tally
 from sweepit.results._lock import LOCK_FILE
 from sweepit.results._manifest import JobEntry, Manifest, iter_manifest, read_manifest, write_manifest
@@ -151,6 +152,12 @@ def test_status_of_a_followed_sweep_reads_the_driver_counts_not_every_record(tmp
         whole = path.read_text()
         path.write_text(whole[:whole.index('\n "jobs": [') + len('\n "jobs": [')])
         assert sweep_status(sweep) == looked
+        # A journal line the count does not name yet (written by another hand, or the driver between the two): every
+        # record is read, and the line counts.
+        path.write_text(whole)
+        m.jobs[2 * LIVE_ROWS + 3].state = "completed"
+        append_records(sweep, [json.dumps(m._disk.codec.encode(m.jobs[2 * LIVE_ROWS + 3]))], "2026-11-26T17:00:00Z")
+        assert "102 completed" in sweep_status(sweep)[0]
     finally:
         proc.kill()
         proc.wait()
