@@ -16,6 +16,11 @@ and running) with a local launcher's sweep.json that records each job's state.
   that one rewrite timed and multiplied by the 2N changes: marked `extrapolated`).
 - status, ls, report: the `sweepit` command in a new process, as a user types it (imports included).
 Each step runs in its own process; peak memory is that process's maxrss.
+
+With --live SIZES: `sweepit status` on a sweep its driver follows, halfway (`write_followed_sweep`: a packed sweep's
+records, half the jobs ended through the journal, a live process holding the sweep's lock), --repeat times each;
+with the CPU of the driver's record writes that made it and the size of its record files. Run it with each code's
+Python (a worktree's venv) to compare two versions of the records: the bench is the same, the records each one's.
 """
 
 from __future__ import annotations
@@ -285,6 +290,43 @@ GROWTH = (("plan (CPU)", "plan", "plan_cpu_s"), ("submit, sweepit's code (user C
 LINEAR_SLACK = 1.5  # a step grows "faster than linearly" when its time grows more than 1.5x the jobs' factor
 
 
+def step_live(work: Path, n_jobs: int) -> dict[str, Any]:
+    from synthetic_sweep import write_followed_sweep
+
+    sweep = work / f"live-{n_jobs}"
+    shutil.rmtree(sweep, ignore_errors=True)
+    writes_cpu_s = write_followed_sweep(sweep, n_jobs)
+    sizes = {name: (sweep / name).stat().st_size for name in ("sweep.json", "sweep.journal", "sweep.live.json")
+             if (sweep / name).exists()}
+    return {"writes_cpu_s": writes_cpu_s, "n_writes": n_jobs + 4 + 1, "bytes": sizes}
+
+
+def run_live(work: Path, n_jobs: int, repeat: int) -> dict[str, Any]:
+    """A followed sweep of `n_jobs` written by this Python's sweepit, then `sweepit status` on it `repeat` times."""
+    import socket
+
+    here = [sys.executable, str(Path(__file__).resolve())]
+    row: dict[str, Any] = {"jobs": n_jobs, "python": sys.executable}
+    row["generate"] = _child_peak([*here, "--step", "live", "--n", str(n_jobs), "--work", str(work)], out=True)
+    sweep = work / f"live-{n_jobs}"
+    holder = subprocess.Popen(["sleep", "3600"])  # the driver, as `sweepit status` sees one: alive, on this host
+    try:
+        (sweep / "sweep.lock").write_text(json.dumps({"host": socket.gethostname(), "pid": holder.pid,
+                                                      "since": "2026-11-26T17:00:00.000+00:00", "argv": ["bench"]}))
+        row["status"] = [_child_peak([sys.executable, "-m", "sweepit.cli", "status", str(sweep)])
+                         for _ in range(repeat)]
+    finally:
+        holder.kill()
+        holder.wait()
+    shutil.rmtree(sweep)
+    cpu = sorted(r["cpu_s"] for r in row["status"])
+    print(f"{n_jobs} jobs, followed: status CPU median {cpu[len(cpu) // 2]:.3f} s (min {cpu[0]:.3f}, max "
+          f"{cpu[-1]:.3f}), peak {max(r['peak_mb'] for r in row['status']):.0f} MB; records "
+          f"{json.dumps(row['generate']['bytes'])}; the driver's record writes {row['generate']['writes_cpu_s']:.2f} "
+          "s CPU", flush=True)
+    return row
+
+
 def run_real(work: Path, n_jobs: int) -> dict[str, Any]:
     here = [sys.executable, str(Path(__file__).resolve())]
     with tempfile.TemporaryDirectory(dir=work) as tmp:
@@ -359,15 +401,28 @@ def main() -> int:
     parser.add_argument("--real", default="", help="comma-separated sizes of real Hydra sweeps (local launcher, "
                         "examples/any_hydra_app) whose driver peak memory is measured and extrapolated to 100,000 "
                         "jobs (e.g. 1000,4000: about 40 ms a job here)")
-    parser.add_argument("--step", choices=["plan", "writes", "fs", "real"], help=argparse.SUPPRESS)
+    parser.add_argument("--live", default="", help="comma-separated sizes of followed sweeps whose `sweepit status` "
+                        "alone is timed (no other step runs)")
+    parser.add_argument("--repeat", type=int, default=3, help="`sweepit status` runs per --live size")
+    parser.add_argument("--step", choices=["plan", "writes", "fs", "real", "live"], help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.step:
-        fn = {"plan": step_plan, "writes": step_writes, "fs": step_fs, "real": step_real}[args.step]
+        fn = {"plan": step_plan, "writes": step_writes, "fs": step_fs, "real": step_real, "live": step_live}[args.step]
         print(json.dumps(fn(args.work, args.n)))
         return 0
     if args.work is not None:
         args.work.mkdir(parents=True, exist_ok=True)
+    if args.live:
+        with tempfile.TemporaryDirectory(dir=args.work) as tmp:
+            live = [run_live(Path(tmp), int(n), args.repeat) for n in args.live.split(",")]
+        uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+        print(uptime)
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"command": " ".join(sys.argv), "machine": machine_line(),
+                                             "uptime": uptime, "live": live}, indent=1) + "\n")
+        return 0
     with tempfile.TemporaryDirectory(dir=args.work) as tmp:
         rows = [run_size(Path(tmp), int(n), args.epochs) for n in args.jobs.split(",")]
     _print_table(rows)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import time
 from pathlib import Path
 
 from sweepit.results import RESULT_FILE
@@ -65,3 +66,38 @@ def write_synthetic_sweep(sweep_dir: Path, n_jobs: int = 1000, n_epochs: int = 2
         # Not write_result: plain writes, to generate 100,000 jobs quickly (nothing reads them while written).
         (job_dir / RESULT_FILE).write_text(json.dumps(result, indent=2, sort_keys=True))
     return dirs
+
+
+def write_followed_sweep(sweep_dir: Path, n_jobs: int, n_running: int = 4,
+                         grid: dict[str, list[str]] | None = None) -> float:
+    """sweep.json and its journal as a packed sweep's driver leaves them halfway, written by sweepit's own record
+    writes: every job planned (queued, its logs in its folder, the sweep's settings: `slurm/_pack.py`), the first
+    half claimed by one of 4 workers, started and completed one write at a time, the next `n_running` running. No
+    job folders (a look at a followed sweep reads none but those it lists). Returns the CPU seconds of the writes."""
+    from sweepit.results import JobEntry, Manifest, write_manifest
+
+    grid = grid or {**DEFAULT_GRID, "seed": [str(s) for s in range(max(1, -(-n_jobs // 100)))]}
+    sweep_dir = Path(sweep_dir)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    jobs = {}
+    for num, values in enumerate(itertools.islice(itertools.product(*grid.values()), n_jobs)):
+        overrides = [f"{k}={v}" for k, v in zip(grid, values, strict=True)]
+        job_dir = f"{sweep_dir}/{num}_{','.join(sorted(overrides))}"
+        jobs[num] = JobEntry(num=num, overrides=overrides, job_dir=job_dir, state="queued", extra={
+            "packed": 0, "generation": 1, "stdout": f"{job_dir}/stdout.log", "stderr": f"{job_dir}/stderr.log",
+            "gpus": 0, "nodes": 1, "timeout_min": 60, "metric": "val_acc", "direction": "maximize",
+            "result_grace_s": 60.0})
+    m = Manifest(sweep_dir=str(sweep_dir), argv=["python", "train.py", "-m"], cwd=str(sweep_dir.parent),
+                 launcher="local", jobs=jobs)
+    start = time.process_time()
+    write_manifest(m)
+    half = n_jobs // 2
+    for num in range(half + n_running):
+        entry = jobs[num]
+        entry.extra.update(slurm_job_id=f"1001_{num % 4}", slurm_array_job_id="1001", slurm_job_name="sweep")
+        entry.state, entry.started_at = "running", "2026-11-26T17:00:00.000+00:00"
+        write_manifest(m, [num])
+        if num < half:
+            entry.state, entry.ended_at = "completed", "2026-11-26T17:00:01.000+00:00"
+            write_manifest(m, [num])
+    return time.process_time() - start

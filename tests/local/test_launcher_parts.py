@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ from sweepit.results._manifest import (
     Manifest,
     hydra_quote,
     is_finished,
+    iter_manifest,
     read_manifest,
     rerun_argv,
     write_manifest,
@@ -157,8 +157,8 @@ def _manifest(tmp_path: Path) -> Manifest:
 def test_manifest_round_trip_and_resume_argv(tmp_path: Path) -> None:
     m = _manifest(tmp_path)
     m.jobs[1].extra = {"slurm_job_id": "123_4"}
-    path = write_manifest(m)
-    assert json.loads(path.read_text())["jobs"][1]["extra"] == {"slurm_job_id": "123_4"}
+    write_manifest(m)
+    assert list(iter_manifest(Path(m.sweep_dir))[1])[1]["extra"] == {"slurm_job_id": "123_4"}
     back = read_manifest(Path(m.sweep_dir))
     assert back.jobs == m.jobs and back.argv == m.argv
     assert rerun_argv(back.argv, Path(back.sweep_dir)) == [

@@ -16,6 +16,7 @@ import pytest
 
 from sweepit.errors import SweepLockedError
 from sweepit.results._lock import LOCK_FILE, STALE_S, SweepLock
+from sweepit.results._manifest import iter_manifest
 from sweepit_testing import SWEEPIT, wait_until
 
 ROOT = Path(__file__).parents[2]
@@ -65,8 +66,7 @@ def test_a_second_driver_and_a_resume_are_refused_while_the_first_runs(tmp_path:
     assert first.returncode == 0, err
     assert sorted(p.name.split("_")[0] for p in sweep.iterdir() if p.name[0].isdigit()) == ["0", "1"]  # no job twice
     assert not (sweep / LOCK_FILE).exists()  # released at the end
-    assert sorted(json.loads((sweep / "sweep.json").read_text())["jobs"][i]["state"] for i in (0, 1)) == \
-        ["completed", "completed"]
+    assert [j["state"] for j in iter_manifest(sweep)[1]] == ["completed", "completed"]
 
 
 @pytest.mark.slow

@@ -31,6 +31,7 @@ import pytest
 import yaml
 from readme_commands import README, readme_commands, sample_output
 
+from sweepit.results._manifest import iter_manifest
 from sweepit.results._summary import collect
 from sweepit_testing import REPO, require_slurm, run_train, wait_until, write_mnist_subset
 
@@ -489,7 +490,7 @@ def test_the_sweep_on_slurm(shell: Shell) -> None:
     sweep = shell.sweep()
     assert statuses(sweep) == dict.fromkeys(range(4), "completed") and "4 jobs: 4 completed" in out
     assert (sweep / "report" / "index.html").is_file() and "reproduce: python train.py" in out
-    ids = [e.get("extra", {}).get("slurm_job_id") for e in json.loads((sweep / "sweep.json").read_text())["jobs"]]
+    ids = [e["extra"].get("slurm_job_id") for e in iter_manifest(sweep)[1]]
     assert all(ids), ids
 
 
@@ -502,8 +503,8 @@ def test_the_sweep_packed_into_two_workers(shell: Shell) -> None:
     sweep = shell.sweep()
     assert statuses(sweep) == dict.fromkeys(range(4), "completed") and "4 jobs: 4 completed" in out
     assert "packed into 2 worker(s) in 1 sbatch call(s)" in out
-    manifest = json.loads((sweep / "sweep.json").read_text())
-    workers = {e["extra"]["slurm_job_id"] for e in manifest["jobs"]}
+    manifest, jobs = iter_manifest(sweep)
+    workers = {e["extra"]["slurm_job_id"] for e in jobs}
     assert workers <= set(manifest["workers"]["ids"]) and len(manifest["workers"]["ids"]) == 2, manifest["workers"]
     assert all("Epoch" in (p / "stdout.log").read_text() for p in sweep.iterdir() if (p / "result.json").exists())
 

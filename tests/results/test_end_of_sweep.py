@@ -20,9 +20,10 @@ from sweepit.cli import main
 from sweepit.reporting import format_listing, load_sweep
 from sweepit.reporting.table import best_lines
 from sweepit.results._job_files import ERROR_LINE_CHARS, read_record, write_result
-from sweepit.results._manifest import JobEntry, Manifest, iter_manifest, job_dict, read_manifest, write_manifest
+from sweepit.results._manifest import JobEntry, Manifest, iter_manifest, read_manifest, write_manifest
 from sweepit.results._overrides import short_value
 from sweepit.results._paths import SweepPaths
+from sweepit.results._records import job_dict
 from sweepit.results._summary import collect, summarize
 from sweepit_testing import REPO, TINY, run_train
 

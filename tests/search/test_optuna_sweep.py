@@ -12,6 +12,8 @@ import yaml
 from optuna.trial import TrialState
 from optuna_testing import job_dirs, load, run_search
 
+from sweepit.results import iter_manifest
+
 pytestmark = pytest.mark.slow
 
 SPACE = ["optimizer=choice(adam,sgd)", "lr=tag(log, interval(1e-3, 0.3))"]
@@ -102,7 +104,7 @@ def test_trials_start_as_soon_as_any_ends(tmp_path: Path) -> None:
     assert len(trials) == 6 and len({t.params["epochs"] for t in trials}) == 2
     # The launcher's records (sweep.json, millisecond times): job b started after job c ended, while job a,
     # started before b, still ran. A batch of 2 would start b only after both jobs of its batch ended.
-    jobs = json.loads((sweep / "sweep.json").read_text())["jobs"]
+    jobs = list(iter_manifest(sweep)[1])
     assert [j["state"] for j in jobs] == ["completed"] * 6
     overlaps = [(a["num"], b["num"], c["num"]) for a in jobs for b in jobs for c in jobs
                 if a["started_at"] < b["started_at"] < a["ended_at"] and c["ended_at"] < b["started_at"]]

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from sweepit.results import (
     FINISHED_STATUSES,
+    LIVE_ROWS,
+    LIVE_STATES,
     MAX_ROWS,
     REPORT_PAGE,
     JobRow,
@@ -18,10 +20,12 @@ from sweepit.results import (
     State,
     SweepLock,
     SweepPaths,
+    array_of,
     counts_text,
     format_duration,
     format_table,
     job_row,
+    read_live_manifest,
     read_manifest,
     report_shows,
     reports_at_end,
@@ -30,7 +34,6 @@ from sweepit.results import (
     write_manifest,
 )
 from sweepit.slurm import (
-    LIVE_STATES,
     PACKED,
     adopt_trials,
     budget_line,
@@ -41,9 +44,9 @@ from sweepit.slurm import (
 )
 
 
-def _table(m: Manifest, live: LiveReader, shown: list[int]) -> str:
+def _table(m: Manifest, live: LiveReader, shown: list[int], counts: Counter[str], n_jobs: int) -> str:
     """The results table of the jobs `shown`, with the Slurm job id and state in the note, and for a running job how
-    far it is (`3/15 val_acc=0.91 ETA 0:42`, from its files); the counts by state cover every job."""
+    far it is (`3/15 val_acc=0.91 ETA 0:42`, from its files); the counts by state (`counts`) cover every job."""
     rows: list[JobRow] = []
     for num in shown:
         e = m.jobs[num]
@@ -57,14 +60,13 @@ def _table(m: Manifest, live: LiveReader, shown: list[int]) -> str:
         row.note = "; ".join(x for x in (progress.text() if progress else "", f"slurm {where}" if where else "",
                                          held, row.note) if x)
         rows.append(row)
-    tally = counts_text(Counter(e.state for e in m.jobs.values()))
-    listed = set(shown)
-    done = sum(n not in listed and e.state in FINISHED_STATUSES for n, e in m.jobs.items())
-    left = len(m.jobs) - len(rows) - done  # more unfinished jobs than rows: the first ones are listed
+    tally = counts_text(counts)
+    done = sum(counts[s] for s in FINISHED_STATUSES) - sum(m.jobs[n].state in FINISHED_STATUSES for n in shown)
+    left = n_jobs - len(rows) - done  # more unfinished jobs than rows: the first ones are listed
     hidden = " and ".join(f"{n} {what}" for n, what in ((done, "finished"), (left, "unfinished")) if n)
     more = (f" ({hidden} jobs not listed: `sweepit summary {m.sweep_dir}` lists every job, `--rows 0` "
             "here)") if hidden else ""
-    return f"{format_table(rows)}\n\n{len(m.jobs)} jobs: {tally}{more}"
+    return f"{format_table(rows)}\n\n{n_jobs} jobs: {tally}{more}"
 
 
 def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int = MAX_ROWS) -> tuple[str, bool]:
@@ -72,29 +74,47 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
     still going (a job queued or running, or a driver holding it): `--watch` looks again until it is not. `live` keeps
     what was read of the running jobs' metrics between looks."""
     live = live or LiveReader()
-    m = read_manifest(sweep_dir)
-    driver = SweepLock(Path(m.sweep_dir)).holder()
-    adopted = adopt_trials(m)  # Optuna worker mode: the trials workers started since the manifest was written
+    driver = SweepLock(Path(sweep_dir).absolute()).holder()
+    # A live driver of a large sweep keeps its counts and the jobs listed here (sweep.live.json): read those alone.
+    # Not for Optuna's workers, whose trials the manifest may not list yet (adopt_trials needs every record).
+    view = read_live_manifest(sweep_dir) if driver is not None and 0 < max_rows <= LIVE_ROWS else None
+    if view is not None and (view[1].n_jobs <= max_rows or (view[0].workers and not view[0].workers.get(PACKED))):
+        view = None
+    m = view[0] if view is not None else read_manifest(sweep_dir)
+    adopted = adopt_trials(m) if view is None else []  # Optuna worker mode: trials started since it was written
     unfinished = [n for n in sorted(m.jobs) if m.jobs[n].state not in FINISHED_STATUSES]
+    n_jobs = view[1].n_jobs if view is not None else len(m.jobs)
     # Beyond `max_rows` jobs (0: no limit) the first `max_rows` of those that did not finish, the finished counted.
-    shown = sorted(m.jobs) if max_rows <= 0 or len(m.jobs) <= max_rows else unfinished[:max_rows]
+    shown = sorted(m.jobs) if max_rows <= 0 or n_jobs <= max_rows else unfinished[:max_rows]
     # A live driver records what ends (its journal is read with the manifest): the jobs shown are looked at again, the
     # others counted as it recorded them. Without one, the jobs shown and every job not finished are: a finished job's
     # record is replaced only by a resume, whose driver records it.
     nums = shown if driver is not None else sorted(set(shown) | set(unfinished))
+    before = {n: (m.jobs[n].state, array_of(m.jobs[n])) for n in nums} if view is not None else {}
     changed, note = refresh(m, record=driver is None, nums=nums)
     changed += adopted
     if driver is None:  # with a live driver, it alone writes the sweep's records
         changed += settle_orphans(m) + settle_unclaimed(m)
         if changed:
             write_manifest(m, changed)
-    lines = [_table(m, live, shown),
+    if view is not None:  # the driver's counts, with what the look at the jobs shown found since
+        counts, arrays = view[1].counts, view[1].arrays
+        for n, (state, array) in before.items():
+            for (s, a), step in (((state, array), -1), ((m.jobs[n].state, array_of(m.jobs[n])), 1)):
+                counts[s] += step
+                if a and s in LIVE_STATES:
+                    arrays[a] += step
+        counts, arrays = +counts, +arrays
+    else:
+        counts = Counter(e.state for e in m.jobs.values())
+        arrays = Counter(a for e in m.jobs.values() if e.state in LIVE_STATES and (a := array_of(e)))
+    lines = [_table(m, live, shown, counts, n_jobs),
              f"sweep directory: {m.sweep_dir} (launcher: {m.launcher})"] + ([note] if note else [])
     spent = budget_line(Path(m.sweep_dir)) if m.launcher == "slurm" else None
     lines += [spent] if spent else []
     running = [e for e in m.jobs.values() if e.state == State.RUNNING and e.job_dir]
     if running:
-        queued = sum(e.state == State.QUEUED for e in m.jobs.values())
+        queued = counts[State.QUEUED]
         eta = sweep_eta_s([live.look(Path(e.job_dir)) for e in running], queued, len(running))
         if eta is not None:
             lines.append(f"ETA {format_duration(eta)} at the running jobs' pace ({len(running)} running, {queued} "
@@ -102,23 +122,22 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
     if driver is not None:
         lines.append(f"a driver follows this sweep (pid {driver.get('pid')} on {driver.get('host')}, since "
                      f"{driver.get('since')}): it records what ends; this is a look, nothing was written.")
-    live_jobs = [e for e in m.jobs.values() if e.state in LIVE_STATES]
-    if live_jobs and m.launcher == "slurm":
-        arrays = sorted({str(slurm_id(e)).split("_", 1)[0] for e in live_jobs if slurm_id(e)}
-                        | set(m.workers.get("arrays") or {}), key=int)
-        lines.append(f"{len(live_jobs)} job(s) still queued or running in Slurm: look again with `sweepit status "
-                     f"{m.sweep_dir}`; cancel with `scancel {' '.join(arrays)}`.")
-    redo = [e for e in m.jobs.values() if e.state not in LIVE_STATES and e.state not in FINISHED_STATUSES]
+    n_live = sum(counts[s] for s in LIVE_STATES)
+    if n_live and m.launcher == "slurm":
+        cancel = sorted(set(arrays) | set(m.workers.get("arrays") or {}), key=int)
+        lines.append(f"{n_live} job(s) still queued or running in Slurm: look again with `sweepit status "
+                     f"{m.sweep_dir}`; cancel with `scancel {' '.join(cancel)}`.")
+    redo = sum(n for s, n in counts.items() if s not in LIVE_STATES and s not in FINISHED_STATUSES)
     if redo:
-        lines.append(f"{len(redo)} job(s) did not complete: `sweepit resume {m.sweep_dir}` runs only those again.")
+        lines.append(f"{redo} job(s) did not complete: `sweepit resume {m.sweep_dir}` runs only those again.")
     workers = bool(m.workers) and m.launcher == "slurm" and workers_alive(m)
     if workers:
         ids = list(m.workers.get("ids") or [])
-        arrays = sorted({i.split("_", 1)[0] for i in ids}, key=int)
+        worker_arrays = sorted({i.split("_", 1)[0] for i in ids}, key=int)
         what = "the sweep's jobs" if m.workers.get(PACKED) else "the study"
         lines.append(f"{len(ids)} {'packed' if m.workers.get(PACKED) else 'Optuna'} worker(s) of Slurm job(s) "
-                     f"{' '.join(arrays)} run {what}; cancel them with `scancel {' '.join(arrays)}`.")
-    going = bool(live_jobs) or driver is not None or workers
+                     f"{' '.join(worker_arrays)} run {what}; cancel them with `scancel {' '.join(worker_arrays)}`.")
+    going = bool(n_live) or driver is not None or workers
     if not going and not report_shows(Path(m.sweep_dir), m.jobs.values()):
         report_dir = SweepPaths(Path(m.sweep_dir)).report
         ended = ("the sweep has ended without a report (its config writes none: sweepit's summary callback is not "

@@ -25,6 +25,7 @@ from sweepit.results._job_files import (
     write_metrics,
     write_result,
 )
+from sweepit.results._live import LIVE_ROWS, array_of
 from sweepit.results._lock import HEARTBEAT_S as LOCK_HEARTBEAT_S
 from sweepit.results._lock import SweepLock
 from sweepit.results._manifest import (
@@ -37,6 +38,7 @@ from sweepit.results._manifest import (
     is_finished,
     iter_manifest,
     open_manifest,
+    read_live_manifest,
     read_manifest,
     rerun_argv,
     settle_orphans,
@@ -87,6 +89,7 @@ from sweepit.results._status import (
     DIRECTIONS,
     FAILED_STATUSES,
     FINISHED_STATUSES,
+    LIVE_STATES,
     RESULT_STATUSES,
     Recorder,
     State,
@@ -121,19 +124,20 @@ from sweepit.results._unread import UnreadKeys
 
 __all__ = [
     "BEST_PARAMS_FILE", "BEST_WEIGHTS", "CONFIG_FILE", "DIRECTIONS", "FAILED_STATUSES", "FINISHED_STATUSES",
-    "HYDRA_DIR", "HYDRA_FILE", "LAST_WEIGHTS", "LOCK_HEARTBEAT_S", "MANIFEST_FILE", "MAX_ROWS", "METRICS_FILE",
-    "MLFLOW_RUN_FILE", "MULTIRUN_FILE", "OPTIMIZATION_RESULTS_FILE", "OVERRIDES_FILE", "RANK_STATES", "REPORT_CSV",
-    "REPORT_DIR", "REPORT_PAGE", "REPORT_SUMMARY", "RESULT_FILE", "RESULT_GRACE_S", "RESULT_STATUSES", "STDERR_LOG",
-    "STDOUT_LOG", "SWEEP_JOURNAL_FILE", "TRIALS_FILE", "WAIT", "WANDB_RUN_FILE", "WEIGHT_FILES", "WORKER_STALE_S",
-    "JobEntry", "JobPaths", "JobRecord", "JobRow", "LiveReader", "Manifest", "Progress", "Recorder", "ResultGrace",
-    "State", "Status", "SweepLock", "SweepPaths", "UnreadKeys", "Work", "WorkSource", "aligned", "app_command",
-    "as_number", "best_row", "claim", "claimed", "clean", "command_line", "config_source", "counts_text", "driver_argv",
-    "driver_env", "error_line", "failure_report", "finite_number", "fixed_overrides", "format_duration", "format_table",
-    "heartbeat", "hydra_quote", "is_finished", "iter_manifest", "job_dir_name", "job_folders", "job_num", "job_row",
-    "load_yaml", "measures_speed", "objective_direction", "objective_values", "open_manifest", "own_key",
-    "own_overrides", "read_manifest", "read_metrics", "read_record", "read_study_file", "record_failure",
-    "records_digest", "report_shows", "reports_at_end", "rerun_argv", "rerun_command", "returned_fields",
-    "settle_orphans", "short_value", "silent_s", "speed_study_line", "start_clean", "summarize", "sweep_direction",
-    "sweep_eta_s", "sweep_jobs", "sweeper_value", "swept_keys", "tail_lines", "total_wall_time_s", "typed_overrides",
-    "worst", "write_manifest", "write_metrics", "write_records", "write_result", "write_study_file"
+    "HYDRA_DIR", "HYDRA_FILE", "LAST_WEIGHTS", "LIVE_ROWS", "LIVE_STATES", "LOCK_HEARTBEAT_S", "MANIFEST_FILE",
+    "MAX_ROWS", "METRICS_FILE", "MLFLOW_RUN_FILE", "MULTIRUN_FILE", "OPTIMIZATION_RESULTS_FILE", "OVERRIDES_FILE",
+    "RANK_STATES", "REPORT_CSV", "REPORT_DIR", "REPORT_PAGE", "REPORT_SUMMARY", "RESULT_FILE", "RESULT_GRACE_S",
+    "RESULT_STATUSES", "STDERR_LOG", "STDOUT_LOG", "SWEEP_JOURNAL_FILE", "TRIALS_FILE", "WAIT", "WANDB_RUN_FILE",
+    "WEIGHT_FILES", "WORKER_STALE_S", "JobEntry", "JobPaths", "JobRecord", "JobRow", "LiveReader", "Manifest",
+    "Progress", "Recorder", "ResultGrace", "State", "Status", "SweepLock", "SweepPaths", "UnreadKeys", "Work",
+    "WorkSource", "aligned", "app_command", "array_of", "as_number", "best_row", "claim", "claimed", "clean",
+    "command_line", "config_source", "counts_text", "driver_argv", "driver_env", "error_line", "failure_report",
+    "finite_number", "fixed_overrides", "format_duration", "format_table", "heartbeat", "hydra_quote", "is_finished",
+    "iter_manifest", "job_dir_name", "job_folders", "job_num", "job_row", "load_yaml", "measures_speed",
+    "objective_direction", "objective_values", "open_manifest", "own_key", "own_overrides", "read_live_manifest",
+    "read_manifest", "read_metrics", "read_record", "read_study_file", "record_failure", "records_digest",
+    "report_shows", "reports_at_end", "rerun_argv", "rerun_command", "returned_fields", "settle_orphans",
+    "short_value", "silent_s", "speed_study_line", "start_clean", "summarize", "sweep_direction", "sweep_eta_s",
+    "sweep_jobs", "sweeper_value", "swept_keys", "tail_lines", "total_wall_time_s", "typed_overrides", "worst",
+    "write_manifest", "write_metrics", "write_records", "write_result", "write_study_file"
 ]

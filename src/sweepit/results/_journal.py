@@ -63,10 +63,11 @@ def start_journal(sweep_dir: Path, generation: int) -> int:
     return len(head)
 
 
-def append_records(sweep_dir: Path, jobs: list[dict[str, Any]], at: str) -> int | None:
-    """Append one line per job record, in one write; the bytes written, or None when there is no journal to
-    append to (then the manifest is to be written whole)."""
-    text = "".join(json.dumps({"job": job, "at": at}) + "\n" for job in jobs).encode()
+def append_records(sweep_dir: Path, jobs: list[str], at: str) -> int | None:
+    """Append one line per job record (`jobs`: each as JSON), in one write; the bytes written, or None when there is
+    no journal to append to (then the manifest is to be written whole)."""
+    tail = ', "at": ' + json.dumps(at) + "}\n"
+    text = "".join('{"job": ' + job + tail for job in jobs).encode()
     path = SweepPaths(sweep_dir).journal
     try:
         # (not open(path, "ab"), which would create a journal that is gone: the manifest is then written whole)

@@ -21,11 +21,13 @@ from sweepit._host import now_iso, process_alive
 from sweepit.errors import ManifestError
 from sweepit.results._job_files import error_line, read_record
 from sweepit.results._journal import Journal, append_records, compact_now, read_journal, start_journal
+from sweepit.results._live import LIVE_ROWS, Live, Tally, read_live, write_live
 from sweepit.results._overrides import driver_env, override_key, shell_line
 from sweepit.results._paths import MANIFEST_FILE, JobPaths, SweepPaths
+from sweepit.results._records import DEFAULTS_KEY, RecordCodec, choose_defaults
 from sweepit.results._status import FAILED_STATUSES, FINISHED_STATUSES, RESULT_STATUSES, State, Status, counts_text
 
-MANIFEST_VERSION = 2  # 2: `generation`, continued by sweep.journal
+MANIFEST_VERSION = 3  # 2: `generation`, continued by sweep.journal; 3: records in `_records`' layout
 
 # Overrides that a resume sets itself; any earlier value is dropped from the re-run command.
 _RESUME_KEYS = ("hydra.sweep.dir", "hydra.launcher.resume")
@@ -61,14 +63,20 @@ class Manifest:
     # Where the file on disk stands, when this copy is what it holds: appending the changes is then enough.
     _disk: _OnDisk | None = field(default=None, init=False, repr=False, compare=False)
 
-    def write_json(self, out: IO[str]) -> int:
+    def codec(self) -> RecordCodec:
+        """The layout of this manifest's records when written whole now (what they share chosen afresh)."""
+        return RecordCodec(self.sweep_dir, choose_defaults(self.jobs))
+
+    def write_json(self, out: IO[str], codec: RecordCodec | None = None) -> int:
         """Sweep fields, then one job per line (no indentation pass), into `out` one job at a time (a large sweep's
         text is never in memory at once); returns the characters written (all ASCII: the bytes)."""
+        codec = codec or self.codec()
         head = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("jobs", "_disk")}
+        head[DEFAULTS_KEY] = {"state": codec.state, "extra": codec.extra}
         n = out.write(json.dumps(head, indent=1)[:-2] + ',\n "jobs": [')
         separator = "\n  "
         for num in sorted(self.jobs):
-            n += out.write(separator + json.dumps(job_dict(self.jobs[num])))
+            n += out.write(separator + json.dumps(codec.encode(self.jobs[num])))
             separator = ",\n  "
         return n + out.write("\n ]\n}\n")
 
@@ -77,11 +85,8 @@ class Manifest:
 class _OnDisk:
     snapshot_bytes: int
     journal_bytes: int
-
-
-def job_dict(j: JobEntry) -> dict[str, Any]:
-    return {"num": j.num, "overrides": j.overrides, "job_dir": j.job_dir, "state": j.state, "pid": j.pid,
-            "started_at": j.started_at, "ended_at": j.ended_at, "extra": j.extra}
+    codec: RecordCodec               # the layout of the snapshot's records, which its journal continues
+    tally: Tally | None = None       # its counts (`_live`), made at the first write that needs them
 
 
 def driver_argv() -> list[str]:
@@ -95,10 +100,9 @@ def driver_argv() -> list[str]:
 _JOBS_LINE = b' "jobs": ['  # where `Manifest.write_json`'s sweep fields end and its one-job-a-line list begins
 
 
-def read_manifest_data(sweep_dir: Path) -> tuple[dict[str, Any], Iterator[dict[str, Any]], int, Journal]:
-    """The one reader of sweep.json: its sweep fields, its job records one at a time in job order with the journal's
-    folded in (a large sweep's jobs are never all held at once), the snapshot's size and the journal read. A file
-    not in `write_json`'s layout is read whole."""
+def _read_snapshot(sweep_dir: Path, head_only: bool = False) -> tuple[dict[str, Any], Iterator[dict[str, Any]], int]:
+    """sweep.json's sweep fields, its job records as written (one at a time, in job order; none with `head_only`, which
+    reads the sweep fields alone) and its size. A file not in `write_json`'s layout is read whole."""
     # Left open for the jobs' generator: they are read from the file the head came from, though a driver may
     # replace sweep.json in the meantime.
     f = open(SweepPaths(sweep_dir).manifest, "rb")  # noqa: SIM115
@@ -107,31 +111,49 @@ def read_manifest_data(sweep_dir: Path) -> tuple[dict[str, Any], Iterator[dict[s
         head_lines: list[bytes] = []
         for line in f:
             if line.rstrip(b"\n") == _JOBS_LINE:
-                head, jobs = json.loads(b"".join(head_lines).rstrip().rstrip(b",") + b"}"), _job_lines(f)
-                break
+                head = json.loads(b"".join(head_lines).rstrip().rstrip(b",") + b"}")
+                if head_only:
+                    f.close()
+                    return head, iter(()), size
+                return head, _job_lines(f), size
             head_lines.append(line)
-        else:
-            f.close()
-            head = json.loads(b"".join(head_lines))
-            if not isinstance(head, dict):
-                raise ValueError(f"the manifest must be a JSON object, but is {type(head).__name__}")
-            listed = head.pop("jobs", None)  # (one written otherwise may be in any order)
-            jobs = iter(sorted((j for j in (listed if isinstance(listed, list) else ()) if _is_job(j)),
-                               key=lambda j: j["num"]))
+        f.close()
+        head = json.loads(b"".join(head_lines))
+        if not isinstance(head, dict):
+            raise ValueError(f"the manifest must be a JSON object, but is {type(head).__name__}")
+        listed = head.pop("jobs", None)  # (one written otherwise may be in any order)
+        return head, iter(sorted((j for j in (listed if isinstance(listed, list) else ()) if _is_job(j)),
+                                 key=lambda j: j["num"])), size
     except BaseException:
         f.close()
         raise
+
+
+def _codec(head: dict[str, Any]) -> RecordCodec:
+    """The layout of the records under sweep fields `head` (whole records when they name no `job_defaults`)."""
+    defaults = head.pop(DEFAULTS_KEY, None)
+    return RecordCodec(str(head.get("sweep_dir") or ""), defaults if isinstance(defaults, dict) else None)
+
+
+def read_manifest_data(sweep_dir: Path
+                       ) -> tuple[dict[str, Any], Iterator[dict[str, Any]], int, Journal, RecordCodec]:
+    """The one reader of sweep.json: its sweep fields, its job records one at a time in job order with the journal's
+    folded in (a large sweep's jobs are never all held at once), each whole, the snapshot's size, the journal read
+    and the layout its records are written in."""
+    head, jobs, size = _read_snapshot(sweep_dir)
+    codec = _codec(head)
     journal = read_journal(sweep_dir, head.get("generation", 0))
     if journal.updated_at:
         head["updated_at"] = journal.updated_at
-    return head, _merged(jobs, {job["num"]: job for job in journal.records}), size, journal
+    merged = _merged(jobs, {job["num"]: job for job in journal.records})
+    return head, merged if not codec.compact else map(codec.decode, merged), size, journal, codec
 
 
 def iter_manifest(sweep_dir: Path) -> tuple[dict[str, Any], Iterator[dict[str, Any]]]:
     """sweep.json's sweep fields and job records (`read_manifest_data`); ({}, nothing) when sweep.json is missing or
     cannot be read: it is optional to the tables, and a damaged one is `sweepit status`'s to explain."""
     try:
-        head, jobs, _, _ = read_manifest_data(sweep_dir)
+        head, jobs, *_ = read_manifest_data(sweep_dir)
     except (OSError, ValueError):
         return {}, iter(())
     return head, jobs
@@ -172,7 +194,7 @@ def read_manifest(sweep_dir: Path) -> Manifest:
     sweep_dir = Path(sweep_dir).absolute()
     try:
         with collector_paused():  # 100,000 job records
-            data, jobs, snapshot_bytes, journal = read_manifest_data(sweep_dir)
+            data, jobs, snapshot_bytes, journal, codec = read_manifest_data(sweep_dir)
             entries = {job["num"]: JobEntry(**job) for job in jobs}
             m = Manifest(**data, jobs=entries)
     except FileNotFoundError:
@@ -184,7 +206,7 @@ def read_manifest(sweep_dir: Path) -> Manifest:
     except (ValueError, TypeError) as e:
         raise ManifestError(f"{path} must be a sweepit manifest, but it cannot be read: {e}") from e
     if journal.appendable and Path(m.sweep_dir) == sweep_dir:
-        m._disk = _OnDisk(snapshot_bytes, journal.n_bytes)
+        m._disk = _OnDisk(snapshot_bytes, journal.n_bytes, codec)
     elif Path(m.sweep_dir) != sweep_dir:  # moved or copied since: its paths (job folders, Slurm logs) are here now
         moved = rerooter(m.sweep_dir, sweep_dir)  # (its next write is whole: the paths on disk are the old ones)
         m.sweep_dir = str(sweep_dir)
@@ -228,20 +250,58 @@ def write_manifest(m: Manifest, changed: Iterable[int] | None = None) -> Path:
     sweep_dir = Path(m.sweep_dir)
     disk = m._disk
     if changed is not None and disk is not None and not compact_now(disk.journal_bytes, disk.snapshot_bytes):
-        records = [job_dict(m.jobs[n]) for n in sorted(set(changed)) if n in m.jobs]
-        if not records:
+        nums = [n for n in sorted(set(changed)) if n in m.jobs]
+        if not nums:
             return SweepPaths(sweep_dir).manifest
-        n_bytes = append_records(sweep_dir, records, m.updated_at)
+        texts = [json.dumps(disk.codec.encode(m.jobs[n])) for n in nums]
+        n_bytes = append_records(sweep_dir, texts, m.updated_at)
         if n_bytes is not None:
             disk.journal_bytes += n_bytes
+            _keep_live(m, disk, dict(zip(nums, texts, strict=True)))
             return SweepPaths(sweep_dir).manifest
     m.generation, m.version = m.generation + 1, MANIFEST_VERSION
+    before = disk.tally if disk is not None else None
     m._disk = None  # until both files are written
     path = SweepPaths(sweep_dir).manifest
+    codec = m.codec()
     with atomic_file(path, fsync=False) as out:
-        size = m.write_json(out)
-    m._disk = _OnDisk(size, start_journal(sweep_dir, m.generation))
+        size = m.write_json(out, codec)
+    m._disk = _OnDisk(size, start_journal(sweep_dir, m.generation), codec)
+    _keep_live(m, m._disk, None, before)
     return path
+
+
+def _keep_live(m: Manifest, disk: _OnDisk, changed: dict[int, str] | None, before: Tally | None = None) -> None:
+    """`sweep.live.json` brought up to date with the records just written (`changed`: each as written; None: all of
+    them, `before` the count of the snapshot before), for a sweep with more jobs than `sweepit status` lists (a
+    smaller one is read whole at no cost)."""
+    if len(m.jobs) <= LIVE_ROWS:
+        if before is not None:
+            before.close()
+        return
+    if disk.tally is None or changed is None:
+        disk.tally = Tally(m.jobs)
+        disk.tally.take_file(before)
+    else:
+        disk.tally.update(m.jobs, changed)
+    write_live(Path(m.sweep_dir), m.generation, disk.journal_bytes, disk.tally, m.jobs, disk.codec, m.updated_at)
+
+
+def read_live_manifest(sweep_dir: Path) -> tuple[Manifest, Live] | None:
+    """The manifest with only the jobs `sweep.live.json` lists, and what it counts, when it describes the records
+    on disk now; None otherwise (then `read_manifest` reads every record)."""
+    sweep_dir = Path(sweep_dir).absolute()
+    try:
+        head, _, _ = _read_snapshot(sweep_dir, head_only=True)
+        codec = _codec(head)
+        live = read_live(sweep_dir, head.get("generation", 0), codec) if codec.compact else None
+        if live is None or Path(str(head.get("sweep_dir"))) != sweep_dir:
+            return None
+        head["updated_at"] = live.updated_at or head.get("updated_at", "")
+        m = Manifest(**head, jobs={job["num"]: JobEntry(**job) for job in live.jobs})
+    except (OSError, ValueError, TypeError):
+        return None
+    return m, live
 
 
 def is_finished(job_dir: Path) -> bool:

@@ -11,6 +11,7 @@ from typing import Any
 # A sweep directory's files.
 MANIFEST_FILE = "sweep.json"
 SWEEP_JOURNAL_FILE = "sweep.journal"  # sweep.json's appended changes since it was last written whole
+LIVE_FILE = "sweep.live.json"  # a large sweep's counts and listed jobs, kept by its driver for `sweepit status`
 LOCK_FILE = "sweep.lock"
 MULTIRUN_FILE = "multirun.yaml"  # Hydra's: the sweep's config, written by Hydra's sweepers and sweepit's
 WORKERS_DIR = ".workers"  # what long-lived workers share: claims, plans, heartbeats
@@ -58,6 +59,7 @@ class SweepPaths:
     root: Path
     manifest = _In(MANIFEST_FILE)
     journal = _In(SWEEP_JOURNAL_FILE)
+    live = _In(LIVE_FILE)
     multirun = _In(MULTIRUN_FILE)
     workers = _In(WORKERS_DIR)
     trial_claims = _In(WORKERS_DIR, "jobs")  # the job numbers claimed by Optuna's workers

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from sweepit._files import atomic_write
-from sweepit.results._manifest import JobEntry, job_dict
+from sweepit.results._manifest import JobEntry
 from sweepit.results._overrides import saved_hydra
 from sweepit.results._paths import RECORDS_FILE, REPORT_PAGE, SweepPaths
+from sweepit.results._records import job_dict
 
 # The callback that writes a sweep's report when its driver ends (hydra_plugins.sweepit.callbacks.SweepSummary).
 SUMMARY_CALLBACK = "hydra_plugins.sweepit.callbacks.SweepSummary"

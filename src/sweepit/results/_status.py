@@ -67,6 +67,9 @@ FAILED_STATUSES = (Status.FAILED, Status.INTERRUPTED)
 RESULT_STATUSES = tuple(s for s in Status if s not in FAILED_STATUSES)  # the job ended with a result
 # The states of a job that has not ended (any other is how it ended, which its result.json says).
 LAUNCH_STATES = (State.QUEUED, State.RUNNING, State.NOT_STARTED)
+LIVE_STATES = (State.QUEUED, State.RUNNING)  # still in its launcher's hands (a Slurm job: in Slurm's queue)
+# Rows of the table a sweep prints at its end, and the default of `sweepit summary`, `report` and `status --rows`.
+MAX_ROWS = 50
 DIRECTIONS = ("maximize", "minimize")
 DEFAULT_DIRECTION = "minimize"  # Optuna's default, and Hydra's Optuna plugin's
 _NOTHING = object()

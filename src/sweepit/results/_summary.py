@@ -23,6 +23,7 @@ from sweepit.results._overrides import (
 from sweepit.results._status import (
     FAILED_STATUSES,
     LAUNCH_STATES,
+    MAX_ROWS,
     State,
     Status,
     counts_text,
@@ -41,8 +42,6 @@ KEY_METRICS = ("train_loss", "val_loss", "val_acc")
 # One meaning everywhere (terminal, results.csv, HTML): the mean epoch time with the first (warm-up) epoch left
 # out, as the courses time it; result.json's `epoch_time_s_mean`.
 EPOCH_TIME = "epoch_time_s"
-# Rows of the table a sweep prints at its end, and the default of `sweepit summary`, `report` and `status --rows`.
-MAX_ROWS = 50
 
 
 @dataclass

@@ -19,6 +19,7 @@ from sweepit._signals import SLURM_STOP
 from sweepit.errors import SlurmError
 from sweepit.results import (
     FAILED_STATUSES,
+    LIVE_STATES,
     RESULT_GRACE_S,
     JobEntry,
     JobPaths,
@@ -41,8 +42,6 @@ from sweepit.slurm._cluster import ACTIVE_STATES, FINAL_STATES, QueueRow
 from sweepit.slurm._task_files import failed_task, rank_failure
 
 LOST = "LOST"                        # neither squeue nor sacct knows the job any more
-# Manifest states of jobs still in Slurm's hands.
-LIVE_STATES = (State.QUEUED, State.RUNNING)
 CANCELLED_BY_DRIVER = "cancelled_by_driver"  # manifest extra: when the driver itself scancel'ed the job
 # Manifest extra of a job of a packed sweep (hydra.launcher.workers=N): the index of its request in the plan. Such a
 # job has the Slurm id of the worker that claimed it, none before; a worker runs it once, so its result is final.
