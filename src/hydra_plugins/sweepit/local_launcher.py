@@ -7,6 +7,7 @@ devices) without keeping its config; the server composes it for the job's proces
 
 from __future__ import annotations
 
+import atexit
 import logging
 import time
 from collections.abc import Sequence
@@ -41,6 +42,7 @@ class LocalLauncher(SweepitLauncher):
             self._server.close()
         self._server = ForkServer(self._body, compose=self._compose, setup=lambda: preload(self.options.preload))
         self._server.start()
+        atexit.register(self._server.close)  # reaped, not left to init: its CPU time counts in the driver's
 
     def _new_sweep(self) -> LocalSweep:
         sweep_dir = self.sweep_dir()

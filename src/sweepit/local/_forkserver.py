@@ -146,7 +146,7 @@ class ForkServer:
         try:
             socket.send_fds(self.sock, [pickle.dumps(order)], fds)
         except OSError:
-            self._lost()
+            self.close()
             return None
         while self.sock is not None:
             for event in self.events(block=True):
@@ -166,7 +166,7 @@ class ForkServer:
             except OSError:
                 data = b""
             if not data:
-                self._lost()
+                self.close()
                 break
             event: Event = pickle.loads(data)
             if event.exit_code is not None:
@@ -175,22 +175,14 @@ class ForkServer:
         return out
 
     def close(self) -> None:
-        """End the server: it exits at the end of its socket (its jobs, if any are left, die with it)."""
+        """End the server (it exits at the end of its socket; its jobs, if any are left, die with it), or let go of
+        one that died."""
         if self.sock is not None:
             self.sock.close()
             self.sock = None
-        self._reap(block=True)
-
-    def _lost(self) -> None:
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
-        self._reap(block=True)
-
-    def _reap(self, block: bool) -> None:
         if self.pid is not None:
             with contextlib.suppress(ChildProcessError):
-                os.waitpid(self.pid, 0 if block else os.WNOHANG)
+                os.waitpid(self.pid, 0)
             self.pid = None
 
 

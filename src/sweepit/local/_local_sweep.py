@@ -68,7 +68,7 @@ class LocalOptions:
     # Skip jobs whose result.json in hydra.sweep.dir says completed (or diverged); rerun the others.
     # Set hydra.sweep.dir to the sweep to resume; job numbers and directories stay the same.
     resume: bool = False
-    # Modules imported in the driver before forking, so that each job starts warm (DEFAULT_PRELOAD in
+    # Modules imported in the fork server before it forks any job, so that each job starts warm (DEFAULT_PRELOAD in
     # sweepit/local/_resources.py says why these); the default list only for an app that trains with torch
     # (TORCH_APP); [] imports none.
     preload: list[str] = field(default_factory=lambda: list(DEFAULT_PRELOAD))

@@ -236,6 +236,7 @@ class Pool:
         env = {"OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}
         if self.use_gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+        self._hear()  # a server that died while no job ran is found now, not by this job
         if not self.server.alive:  # it died: a new one, which must not hold the running jobs' pipes
             log.warning("sweepit: starting a new fork server")
             self.server.start(close_fds=self._held_fds())
@@ -247,9 +248,8 @@ class Pool:
         job.pid, job.facts = started if started is not None else (None, {})
         job.started_s = time.monotonic()
         self.running[job.num] = job
-        if started is None:
-            self._server_died()
         self.hooks.started(job)
+        self._hear()  # the ends the server told of while this job was forked; or its death
 
     def _held_fds(self) -> list[int]:
         """The descriptors of this process that a process forked from it must not keep open."""
