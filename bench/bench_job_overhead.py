@@ -135,14 +135,17 @@ PACKED = """
 import json, sys, time
 from pathlib import Path
 import torch  # as a worker preloads it
+from omegaconf import OmegaConf
 from sweepit.local import Job, Reply
 from sweepit.slurm._pack_worker import PackedWorker, PackSpec, PlannedEntry, write_plan
 
 sweep, n_jobs, n_plan = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 entries = [PlannedEntry(n, [f"x={n}"], str(sweep / f"{n}_x={n}"), 0 if n < n_jobs else 1, {}) for n in range(n_plan)]
 write_plan(sweep, 1, entries, ["a", "b"])
+del entries  # a worker reads its plan once it runs (a fork server is forked before)
 
 def compose(job, work):
+    job.config = OmegaConf.create({"x": work.num})
     job.job_dir = Path(work.job_dir)
     job.job_dir.mkdir(parents=True, exist_ok=True)
 
