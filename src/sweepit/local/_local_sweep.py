@@ -234,7 +234,7 @@ class LocalSweep:
 
     # -- the pool's hooks ---------------------------------------------------------------------------------------
     def prepare(self, job: Job) -> bool:
-        """Compose the job and size it: its GPUs (one per rank), or on CPU its worker slots (its ranks are processes).
+        """Plan the job and size it: its GPUs (one per rank), or on CPU its worker slots (its ranks are processes).
         False when it is not to run: finished before (resume), or refused (recorded as failed)."""
         o = self.options
         assert self.pool is not None

@@ -32,7 +32,7 @@ class PoolHooks(Protocol):
     """What the launcher does around each job; `ended` runs after the job's process is gone. A subclass without a
     terminal to draw on inherits `tick` and `before_echo` as no-ops."""
 
-    def prepare(self, job: Job) -> bool: ...   # compose config, job_dir, n_gpus; False: do not run it
+    def prepare(self, job: Job) -> bool: ...   # plan: job_dir, n_gpus; False: do not run it
     def before_fork(self, job: Job) -> None: ...
     def started(self, job: Job) -> None: ...
     def ended(self, job: Job) -> None: ...
@@ -95,8 +95,8 @@ class Pool:
 
     def step(self) -> None:
         """Start what fits, then sleep until something happens: a job's output or end, a signal, a clock tick. A job
-        is prepared (its config composed) just before it starts, or ahead of time while every worker is busy, so
-        that this work overlaps the jobs instead of delaying the first one."""
+        is prepared (planned: its directory, its devices) just before it starts, or ahead of time while every worker is
+        busy, so that this work overlaps the jobs instead of delaying the first one."""
         if self.stop_signal is not None:
             self._stop_running()
         self._fill()
