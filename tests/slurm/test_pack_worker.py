@@ -110,6 +110,29 @@ def test_a_fork_server_killed_under_a_job_has_the_job_run_again_once_by_a_new_on
     assert [sorted(p.name for p in d.glob("result*.json")) for d in dirs] == [["result.json"]] * 3
 
 
+def test_a_job_whose_fork_server_dies_again_is_recorded_interrupted_after_its_one_retry(tmp_path: Path) -> None:
+    plan(tmp_path, 3)
+
+    def kills_its_server(job: Job) -> Reply:
+        with open(job.job_dir / "attempts", "a") as f:
+            f.write(f"{os.getpid()}\n")
+        if job.num == 1:
+            os.kill(os.getppid(), signal.SIGKILL)
+            time.sleep(30)  # until the server's death reaches this job (SIGTERM)
+        return Reply(status="completed", value=float(job.num))
+
+    worker = multiprocessing.get_context("fork").Process(
+        target=PackedWorker(spec(tmp_path, 60), "local-1", compose, kills_its_server).run)
+    worker.start()
+    worker.join(timeout=60)
+    assert worker.exitcode == 0
+    dirs = [tmp_path / f"{n}_x={n}" for n in range(3)]
+    assert [len((d / "attempts").read_text().split()) for d in dirs] == [1, 2, 1]
+    results = [json.loads((d / "result.json").read_text()) for d in dirs]
+    assert [r["status"] for r in results] == ["completed", "interrupted", "completed"], results
+    assert results[1]["error"] == "KeyboardInterrupt: stopped by SIGTERM", results[1]
+
+
 def test_a_job_whose_expected_time_does_not_fit_is_left_unclaimed(tmp_path: Path) -> None:
     """Worker time 10 min, jobs expected at their 5 min limit: the first job always starts; 400 s later the next
     would need 600 s (its own 300 after the 300 of the one before it); 800 s in, not even the measured mean fits."""
