@@ -1,7 +1,8 @@
-"""Three per-job costs of the local launcher, measured alone: composing a job's config and forking the driver
+"""Per-job costs of the local launcher, measured alone: composing a job's config and forking the driver
 (in the driver), and running Hydra's job steps around the task (in the forked job).
 
 Run: python bench/bench_job_overhead.py [--jobs 64] [--forks 16] [--json F]
+     python bench/bench_job_overhead.py --e2e local|packed [--sizes 8,72] [--repo DIR] [--json F]
 
 - Composing: the CPU time per job of Hydra's own `load_sweep_config` and of sweepit's `ComposedConfigs`
   (one compose per choice of config groups, value overrides applied to a copy), for the jobs of
@@ -20,6 +21,15 @@ Run: python bench/bench_job_overhead.py [--jobs 64] [--forks 16] [--json F]
   a process that has composed the jobs and prepared what the local launcher's driver prepares before its first
   fork (`preload` of the job modules, `warm_up` where the code has one, `gc.freeze`); medians, the two
   alternated job by job, with the modules each job imported for the first time.
+
+`--e2e` measures instead the CPU a trivial job costs end to end, beyond its work: the CPU (user + system) of every
+process of a sweep (driver, fork server, jobs: `getrusage(RUSAGE_CHILDREN)` of the sweep's process, whose descendants
+are all waited for), for two sweep sizes; the difference over the difference in jobs is one job's cost, without the
+fixed start-up. `local`: `bench/apps/fixed_work.py -m hydra/launcher=local +work_s=0 +x=range(N)` (a plain Hydra app,
+2 workers). `packed`: a packed grid's worker engine (`PackedWorker`, as on a node, without Slurm) over a plan of
+`--plan` entries, N of them its own, in a process that has imported torch as a worker preloads it; each job's body
+returns at once (no Hydra steps: the engine's and the fork's cost alone). `--repo DIR` runs another checkout's
+(its app and, with its own interpreter as `python`, its sweepit): the baseline, alternated with this one by the caller.
 """
 
 from __future__ import annotations
@@ -194,12 +204,79 @@ def fork_ms(n_forks: int) -> dict[str, float]:
     return out
 
 
+PACKED = """
+import json, sys, time
+from pathlib import Path
+import torch  # as a worker preloads it
+from omegaconf import OmegaConf
+from sweepit.local import Job, Reply
+from sweepit.slurm._pack_worker import PackedWorker, PackSpec, PlannedEntry, write_plan
+
+sweep, n_jobs, n_plan = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+entries = [PlannedEntry(n, [f"x={n}"], str(sweep / f"{n}_x={n}"), 0 if n < n_jobs else 1, {}) for n in range(n_plan)]
+write_plan(sweep, 1, entries, ["a", "b"])
+del entries  # a worker reads its plan once it runs (a fork server is forked before)
+
+def compose(job, work):
+    job.config = OmegaConf.create({"x": work.num})
+    job.job_dir = Path(work.job_dir)
+    job.job_dir.mkdir(parents=True, exist_ok=True)
+
+def body(job):
+    return Reply(status="completed", value=0.0)
+
+assert PackedWorker(PackSpec(str(sweep), 1, 0, 2, 1, 60, 5), "local-1", compose, body).run() == n_jobs
+"""
+
+
+def e2e_cpu_s(mode: str, n_jobs: int, repo: Path, plan: int) -> float:
+    """The CPU seconds of one sweep of `n_jobs` trivial jobs, every process of it."""
+    import resource
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        if mode == "local":
+            cmd = [sys.executable, str(repo / "bench" / "apps" / "fixed_work.py"), "-m", "hydra/launcher=local",
+                   "hydra.launcher.n_workers=2", "+work_s=0", f"+x=range({n_jobs})", f"hydra.sweep.dir={tmp}/sweep"]
+        else:
+            cmd = [sys.executable, "-c", PACKED, f"{tmp}/sweep", str(n_jobs), str(max(plan, n_jobs))]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        done = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if done.returncode != 0:
+            raise RuntimeError(f"{cmd} failed: {done.stderr[-3000:]}")
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def e2e(mode: str, sizes: list[int], repo: Path, plan: int) -> dict[str, Any]:
+    small, large = sizes
+    cpu = {n: e2e_cpu_s(mode, n, repo, plan) for n in (small, large)}
+    per_job_ms = (cpu[large] - cpu[small]) / (large - small) * 1000
+    return {"mode": mode, "repo": str(repo), "sizes": sizes, "cpu_s": cpu, "per_job_ms": per_job_ms,
+            "loadavg": os.getloadavg()[0]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=64, help="jobs composed by each composer")
     parser.add_argument("--forks", type=int, default=16, help="forks per measurement (the median is shown)")
     parser.add_argument("--json", type=Path, help="write the figures to this JSON file")
+    parser.add_argument("--e2e", choices=["local", "packed"], help="one trivial job's CPU, end to end (see above)")
+    parser.add_argument("--sizes", default="8,72", help="--e2e: the two sweep sizes, in jobs")
+    parser.add_argument("--plan", type=int, default=20000, help="--e2e packed: entries in the plan")
+    parser.add_argument("--repo", type=Path, default=REPO, help="--e2e: the checkout whose app runs")
     args = parser.parse_args(argv)
+    if args.e2e is not None:
+        sizes = [int(n) for n in args.sizes.split(",")]
+        result = e2e(args.e2e, sizes, args.repo.resolve(), args.plan)
+        print(f"{args.e2e} {args.repo}: {result['per_job_ms']:.1f} ms CPU per trivial job (sweeps of {sizes} jobs: "
+              f"{result['cpu_s'][sizes[0]]:.2f} s, {result['cpu_s'][sizes[1]]:.2f} s; load {result['loadavg']:.1f})",
+              flush=True)
+        if args.json is not None:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"command": sys.argv, "figures": result}, indent=1) + "\n")
+        return 0
     sys.path.insert(0, str(REPO / "bench"))
     from machine import machine_line
 

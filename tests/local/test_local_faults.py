@@ -272,3 +272,54 @@ def test_a_sigterm_in_the_fork_window_stops_the_job_at_once(tmp_path: Path) -> N
     assert outcome["status"] == "interrupted", outcome
     assert outcome["error"] == "KeyboardInterrupt: stopped by SIGTERM"
     assert outcome["elapsed_s"] < 3.0, outcome  # not the job's 15 s, nor the 30 s grace before a SIGKILL
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_job_is_forked_by_the_fork_server_and_its_sigkill_is_recorded_as_before(tmp_path: Path) -> None:
+    """Jobs are forked by a small warm process (the fork server), itself forked by the driver before it held any
+    job: a job killed there is recorded as one forked by the driver was."""
+    sweep = tmp_path / "sweep"
+    driver = _driver(sweep)
+    try:
+        wait_until(lambda: _mid_training(sweep, 0), "job 0 mid-training", 60, interval_s=0.05)
+        pid = int(read_manifest(sweep).jobs[0].pid or 0)
+        server = _parent(pid)
+        assert server != driver.pid and _parent(server) == driver.pid, (pid, server, driver.pid)
+        os.kill(pid, signal.SIGKILL)
+        _, err = driver.communicate(timeout=120)
+    finally:
+        driver.kill()
+    assert driver.returncode == 1, err
+    killed = read_result(_intact(sweep)[0]) or {}
+    assert killed["status"] == "failed" and killed["exit_signal"] == "SIGKILL", killed
+    assert "died from signal SIGKILL" in err
+    assert [e.state for e in read_manifest(sweep).jobs.values()] == ["failed"] + ["completed"] * (N_JOBS - 1)
+
+
+def test_the_fork_server_killed_mid_sweep_runs_its_jobs_again_once_and_the_sweep_completes(tmp_path: Path) -> None:
+    """The server's running jobs die with it (each records itself interrupted), and a new server runs each again,
+    once: every job ends completed with one result.json and each epoch's metrics once."""
+    sweep = tmp_path / "sweep"
+    driver = _driver(sweep)
+    try:
+        wait_until(lambda: _mid_training(sweep, 0), "job 0 mid-training", 60, interval_s=0.05)
+        running = {n: int(e.pid or 0) for n, e in read_manifest(sweep).jobs.items() if e.state == "running"}
+        server = _parent(running[0])
+        assert server != driver.pid
+        os.kill(server, signal.SIGKILL)
+        out, err = driver.communicate(timeout=180)
+    finally:
+        driver.kill()
+    assert driver.returncode == 0, err
+    assert "the fork server died" in out + err, (out, err)
+    _all_completed_once(sweep)
+    dirs = _job_dirs(sweep)
+    for num, d in dirs.items():
+        attempts = sorted(p.name for p in d.glob("result*.json"))
+        # A job that was running has its interrupted attempt kept beside its result, as a resumed job has.
+        assert attempts == (["result.1.json", "result.json"] if num in running else ["result.json"]), (num, attempts)
+        if num in running:
+            assert json.loads((d / "result.1.json").read_text())["status"] == "interrupted", num

@@ -53,6 +53,11 @@ def _run(job: Job) -> Reply:
     return Reply("completed")
 
 
+def _worker_pid() -> int:
+    """The worker's pid, as a job sees it: the parent of the fork server that forked the job."""
+    return int(Path(f"/proc/{os.getppid()}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
 def _worker(search: Search, index: int, run: Callable[[Job], Reply] = _run, **kwargs: Any) -> Engine:
     source = StudySource(copy.copy(search), index, job_base=0, **kwargs)
     return Engine(source, f"w{index}", search.sweep_dir, _compose(search.sweep_dir), run, recorded_by="test",
@@ -112,7 +117,7 @@ def test_a_killed_workers_trial_is_found_by_its_claim_wherever_its_job_ran(tmp_p
 
     def killed(job: Job) -> Reply:
         write_result(job.job_dir, {"status": "completed", "objective": 0.25})
-        os.kill(os.getppid(), signal.SIGKILL)  # the worker dies before it tells the study
+        os.kill(_worker_pid(), signal.SIGKILL)  # the worker dies before it tells the study
         return Reply("completed")
 
     engine = Engine(StudySource(copy.copy(search), 0, job_base=0), "w0", tmp_path, compose, killed, recorded_by="test")
@@ -132,7 +137,7 @@ def test_a_stopped_worker_interrupts_its_trial(tmp_path: Path) -> None:
     search = _search(tmp_path, n_trials=4)
 
     def stopped(job: Job) -> Reply:
-        os.kill(os.getppid(), signal.SIGTERM)  # scancel reaches the worker, which stops its trial's job
+        os.kill(_worker_pid(), signal.SIGTERM)  # scancel reaches the worker, which stops its trial's job
         time.sleep(60)
         return Reply("completed")
 

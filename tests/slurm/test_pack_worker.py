@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import logging
+import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -82,6 +84,53 @@ def test_a_worker_runs_every_job_of_its_request_once_and_records_each(tmp_path: 
     assert present == {0, 1, 2, 3} and {w for w, _, _ in claimed.values()} == {"local-1"}
     # a second worker of the same plan finds nothing left
     assert PackedWorker(spec(tmp_path, 60), "local-2", compose, body).run() == 0
+
+
+def test_a_fork_server_killed_under_a_job_has_the_job_run_again_once_by_a_new_one(tmp_path: Path) -> None:
+    """Each job is forked by the worker's fork server; killed (SIGKILL), it takes its running job with it, and a new
+    server runs that job again, once: nothing is run or recorded twice."""
+    plan(tmp_path, 3)
+
+    def kills_its_server(job: Job) -> Reply:
+        with open(job.job_dir / "attempts", "a") as f:
+            f.write(f"{os.getpid()}\n")
+        if job.num == 1 and len((job.job_dir / "attempts").read_text().split()) == 1:
+            os.kill(os.getppid(), signal.SIGKILL)
+            time.sleep(30)  # until the server's death reaches this job (SIGTERM)
+        return Reply(status="completed", value=float(job.num))
+
+    worker = multiprocessing.get_context("fork").Process(
+        target=PackedWorker(spec(tmp_path, 60), "local-1", compose, kills_its_server).run)
+    worker.start()
+    worker.join(timeout=60)
+    assert worker.exitcode == 0
+    dirs = [tmp_path / f"{n}_x={n}" for n in range(3)]
+    assert [len((d / "attempts").read_text().split()) for d in dirs] == [1, 2, 1]
+    assert [json.loads((d / "result.json").read_text())["status"] for d in dirs] == ["completed"] * 3
+    assert [sorted(p.name for p in d.glob("result*.json")) for d in dirs] == [["result.json"]] * 3
+
+
+def test_a_job_whose_fork_server_dies_again_is_recorded_interrupted_after_its_one_retry(tmp_path: Path) -> None:
+    plan(tmp_path, 3)
+
+    def kills_its_server(job: Job) -> Reply:
+        with open(job.job_dir / "attempts", "a") as f:
+            f.write(f"{os.getpid()}\n")
+        if job.num == 1:
+            os.kill(os.getppid(), signal.SIGKILL)
+            time.sleep(30)  # until the server's death reaches this job (SIGTERM)
+        return Reply(status="completed", value=float(job.num))
+
+    worker = multiprocessing.get_context("fork").Process(
+        target=PackedWorker(spec(tmp_path, 60), "local-1", compose, kills_its_server).run)
+    worker.start()
+    worker.join(timeout=60)
+    assert worker.exitcode == 0
+    dirs = [tmp_path / f"{n}_x={n}" for n in range(3)]
+    assert [len((d / "attempts").read_text().split()) for d in dirs] == [1, 2, 1]
+    results = [json.loads((d / "result.json").read_text()) for d in dirs]
+    assert [r["status"] for r in results] == ["completed", "interrupted", "completed"], results
+    assert results[1]["error"] == "KeyboardInterrupt: stopped by SIGTERM", results[1]
 
 
 def test_a_job_whose_expected_time_does_not_fit_is_left_unclaimed(tmp_path: Path) -> None:

@@ -156,16 +156,39 @@ class SweepitLauncher(Launcher):
         assert self.config is not None
         return numbered(self.composed.take(self.config, overrides), num, self.job_env.pop(num, {}), sweep_dir)
 
+    def plan_job(self, num: int, overrides: list[str], sweep_dir: Path, keys: Sequence[str]
+                 ) -> tuple[Path, dict[str, Any]]:
+        """What the driver plans a job with, without keeping its config (the job composes its own where it runs):
+        the directory it will run in, and the values of those of `keys` that its config has (dotted keys)."""
+        assert self.config is not None
+        config, directory = numbered(self.composed.take(self.config, overrides), num, self.job_env.get(num, {}),
+                                     sweep_dir)
+        values: dict[str, Any] = {}
+        for key in keys:
+            value = OmegaConf.select(config, key, default=_ABSENT)
+            if value is not _ABSENT:
+                values[key] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+        return directory, values
+
+
+_ABSENT = object()
+
 
 def numbered(config: DictConfig, num: int, env: Mapping[str, str], sweep_dir: Path) -> tuple[DictConfig, Path]:
     """A job's composed config numbered `num`, with the environment a sweeper gives it (`hydra.job.env_set`), and the
     directory it runs in: the same in the driver and in a worker that composes the job again."""
+    number(config, num, env)
+    return config, job_dir(config, sweep_dir)
+
+
+def number(config: DictConfig, num: int, env: Mapping[str, str]) -> DictConfig:
+    """A job's composed config numbered `num`, with the environment a sweeper gives it (`hydra.job.env_set`)."""
     with open_dict(config):
         config.hydra.job.id = num
         config.hydra.job.num = num
         for key, value in env.items():
             config.hydra.job.env_set[key] = value
-    return config, job_dir(config, sweep_dir)
+    return config
 
 
 def job_dir(config: DictConfig, sweep_dir: Path) -> Path:

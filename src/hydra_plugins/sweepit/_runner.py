@@ -204,6 +204,9 @@ def release_config(config: Any, job_dir_: Path) -> Any:
     return promised if isinstance(promised, SavedConfig) and promised.saved() else config
 
 
+SAVED_CONFIG_KEYS = ("hydra.output_subdir", "hydra.job.name", "hydra.job.chdir")  # what expect_saved_config reads
+
+
 def expect_saved_config(config: Any, job_dir_: Path) -> Any:
     """A SavedConfig in place of `config` for a job that is still to run and will save it (a packed sweep's job, run by
     a worker that composes it again); `config` itself when it would not be saved (`hydra.output_subdir: null`)."""

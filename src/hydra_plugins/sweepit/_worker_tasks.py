@@ -1,7 +1,8 @@
 """What long-lived workers run on Slurm (`WorkerTask`): sweepit.slurm's worker engine over a packed grid's plan
-(`hydra.launcher.workers=N`) or an Optuna study (`hydra.sweeper.workers=N`). Each job is composed in the worker as
-the driver composes it (the same directory, so every reader of a sweep reads worker jobs unchanged) and run in a
-process forked from it. On requeue the running jobs are stopped and given back, and the requeued worker goes on.
+(`hydra.launcher.workers=N`) or an Optuna study (`hydra.sweeper.workers=N`). Each job runs in a process forked by the
+worker's fork server (forked before the worker reads any work), which composes the job as the driver composes it (the
+same directory, so every reader of a sweep reads worker jobs unchanged) just before it forks it. On requeue the
+running jobs are stopped and given back, and the requeued worker goes on.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from omegaconf import DictConfig
 
 from hydra_plugins.sweepit._compose import ComposedConfigs
 from hydra_plugins.sweepit._job_steps import warm_up
-from hydra_plugins.sweepit._launcher import numbered
+from hydra_plugins.sweepit._launcher import job_dir, number, numbered
 from hydra_plugins.sweepit._runner import JobRunner, restore_hydra
-from sweepit.local import Job, Reply
+from sweepit.local import ForkServer, Job, Reply
 from sweepit.results import Recorder, Work
 from sweepit.search import Search, StudySource, no_env
 from sweepit.slurm import Engine, PackedWorker, PackSpec, worker_id
@@ -49,21 +50,31 @@ class WorkerTask:
         self._composer: ComposedConfigs | None = None
 
     def __call__(self) -> int:
-        from sweepit.local import DEFAULT_PRELOAD, preload
-
         logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
         restore_hydra(self.singleton_state)
-        preload(DEFAULT_PRELOAD)  # once per worker, so that each job starts warm (see LocalOptions.preload)
-        warm_up(self.config)  # and its Hydra steps
         self._composer = ComposedConfigs(self.hydra_context.config_loader)  # composed once per choice of groups
-        if self.spec is not None:
-            self._engine = PackedWorker(self.spec, worker_id(), compose=self._compose, body=self._body)
-        else:
-            assert self.search is not None
-            source = StudySource(self.search, self.index, self.job_base)
-            self._engine = Engine(source, worker_id(), self.sweep_dir, self._compose, self._body,
-                                  recorded_by=Recorder.OPTUNA_WORKER, threads=len(os.sched_getaffinity(0)))
-        return self._engine.run()
+        # Forked now, before the worker reads its work (a grid's plan): each job's fork copies the app and the
+        # preloads (imported in the server alone, once, so that each job starts warm: see LocalOptions.preload).
+        server = ForkServer(self._body, compose=self._compose, setup=self._warm_up)
+        server.start()
+        try:
+            if self.spec is not None:
+                self._engine = PackedWorker(self.spec, worker_id(), compose=self._plan, body=self._body, server=server)
+            else:
+                assert self.search is not None
+                source = StudySource(self.search, self.index, self.job_base)
+                self._engine = Engine(source, worker_id(), self.sweep_dir, self._plan, self._body, server=server,
+                                      recorded_by=Recorder.OPTUNA_WORKER, threads=len(os.sched_getaffinity(0)))
+            return self._engine.run()
+        finally:
+            server.close()
+
+    def _warm_up(self) -> None:
+        """In the fork server, once, before its first fork (see LocalLauncher._warm_up)."""
+        from sweepit.local import DEFAULT_PRELOAD, preload
+
+        preload(DEFAULT_PRELOAD)
+        warm_up(self.config)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
         """Called by submitit on USR2 (time limit, preemption): the running jobs stop and are given back (each
@@ -78,16 +89,26 @@ class WorkerTask:
             fresh.search = for_workers(self.search)
         return submitit.helpers.DelayedSubmission(fresh, *args, **kwargs)
 
-    def _compose(self, job: Job, work: Work) -> None:
-        """The job's config as the driver composes it (same overrides, number and environment), and its directory
-        (the driver's planned one, when it planned one)."""
-        assert self._composer is not None, "composed in the worker that __call__ set up"
-        config = self._composer.compose(self.config, list(work.overrides))
-        job.config, job.job_dir = numbered(config, work.num, work.env, self.sweep_dir)
+    def _plan(self, job: Job, work: Work) -> None:
+        """The job's directory: the driver's planned one (a grid's), else its config's, composed here and let go (a
+        study's trial: the worker says where it runs before it runs)."""
+        if work.job_dir is not None:
+            job.job_dir = Path(work.job_dir)
+        else:
+            assert self._composer is not None, "composed in the worker that __call__ set up"
+            _, job.job_dir = numbered(self._composer.compose(self.config, list(work.overrides)), work.num, work.env,
+                                      self.sweep_dir)
         job.job_dir.mkdir(parents=True, exist_ok=True)
-        if work.job_dir is not None and str(job.job_dir) != work.job_dir:
-            raise RuntimeError(f"job {work.num} composes to directory {job.job_dir} in this worker, but the driver "
-                               f"planned {work.job_dir}: is the app's config the same on this node?")
+
+    def _compose(self, job: Job) -> None:
+        """In the fork server: the job's config as the driver composes it (same overrides, number and environment),
+        in the directory the worker planned."""
+        assert self._composer is not None, "composed in the worker that __call__ set up"
+        job.config = number(self._composer.compose(self.config, list(job.overrides)), job.num, job.job_env)
+        composed = job_dir(job.config, self.sweep_dir)
+        if composed != job.job_dir:
+            raise RuntimeError(f"job {job.num} composes to directory {composed} in this worker, but the driver "
+                               f"planned {job.job_dir}: is the app's config the same on this node?")
 
     def _body(self, job: Job) -> Reply:
         # Slurm's USR2 reaches every process of the allocation: the worker alone answers it (it stops its jobs).

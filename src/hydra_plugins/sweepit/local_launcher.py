@@ -1,23 +1,27 @@
-"""sweepit's local launcher (`hydra/launcher=local`): each job in its own process forked from the driver (the
-engine: `sweepit.local`), so a job costs a fork instead of a Python + torch start. Heavy modules are imported in
+"""sweepit's local launcher (`hydra/launcher=local`): each job in its own process, forked by a fork server that the
+launcher forks from the driver at its setup, before any job is composed (the engine: `sweepit.local`), so a job costs
+a fork of a small warm process instead of a Python + torch start. The driver plans each job (its directory and
+devices) without keeping its config; the server composes it for the job's process. Heavy modules are imported in
 `launch()` only, so Hydra's plugin scan and `--help` stay fast.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from hydra.core.utils import JobReturn
-from omegaconf import OmegaConf
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.sweepit._job_steps import warm_up
-from hydra_plugins.sweepit._launcher import SweepitLauncher, compact_errors, plain_options
-from hydra_plugins.sweepit._runner import JobRunner, job_return, release_config
+from hydra_plugins.sweepit._launcher import SweepitLauncher, compact_errors, number, plain_options
+from hydra_plugins.sweepit._runner import SAVED_CONFIG_KEYS, JobRunner, SavedConfig, job_return, release_config
 from sweepit.errors import SweepFailedError
-from sweepit.local import Job, LocalOptions, LocalSweep, Reply
+from sweepit.local import ForkServer, Job, LocalOptions, LocalSweep, Reply, preload
 from sweepit.results import Status
 
 log = logging.getLogger(__name__)
@@ -31,10 +35,24 @@ class LocalLauncher(SweepitLauncher):
         super().__init__()
         self.options = LocalOptions(**plain_options(options))  # the schema's keys (LocalOptions'), Hydra-checked
         self._sweep: LocalSweep | None = None    # the run of start()/wait_any()
+        self._server: ForkServer | None = None   # forked at setup, kept between launches
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
+        if self._server is not None:
+            self._server.close()
+        self._server = ForkServer(self._body, compose=self._compose, setup=self._warm_up)
+        self._server.start()
+        atexit.register(self._server.close)  # reaped, not left to init: its CPU time counts in the driver's
+
+    def _warm_up(self) -> None:
+        """In the fork server, once, before its first fork: the preloads and what each job's Hydra steps would do
+        again."""
+        preload(self.options.preload)
+        warm_up(self.config)
 
     def _new_sweep(self) -> LocalSweep:
         sweep_dir = self.sweep_dir()
-        warm_up(self.config)  # before the first fork: what each job's Hydra steps would do again
         # Every job's own torch threads, set once for the sweep (`trainer.threads=1`), are the threads the launcher
         # plans with (its workers, OMP_NUM_THREADS, the launch line): not its own share of the cores, which each
         # job would replace.
@@ -42,15 +60,28 @@ class LocalLauncher(SweepitLauncher):
         if self.options.threads_per_job == 0 and isinstance(own, int) and not isinstance(own, bool) and own > 0:
             self.options.threads_per_job = own
 
-        def compose(job: Job) -> None:
+        keys = (self.options.gpus_key, "device", *SAVED_CONFIG_KEYS)
+
+        def plan(job: Job) -> None:
             t0 = time.perf_counter()
-            job.config, job.job_dir = self.compose_job(job.num, job.overrides, sweep_dir)
-            log.debug(f"job {job.num} config ready in {time.perf_counter() - t0:.3f} s")
+            job.job_dir, values = self.plan_job(job.num, job.overrides, sweep_dir, keys)
+            job.job_env = self.job_env.pop(job.num, {})
+            job.config = OmegaConf.create()
+            for key, value in values.items():
+                OmegaConf.update(job.config, key, value, force_add=True)
+            log.debug(f"job {job.num} planned in {time.perf_counter() - t0:.3f} s")
 
         def release(job: Job) -> None:
             job.config = release_config(job.config, job.job_dir)  # read back only if a sweeper asks for it
 
-        return LocalSweep(self.options, sweep_dir, compose=compose, body=self._body, lock=self.lock, release=release)
+        assert self._server is not None, "setup() forks the fork server"
+        return LocalSweep(self.options, sweep_dir, compose=plan, body=self._body, lock=self.lock, release=release,
+                          server=self._server)
+
+    def _compose(self, job: Job) -> None:
+        """In the fork server, just before it forks the job: the job's config, as Hydra's own launchers compose it."""
+        assert self.config is not None
+        job.config = number(self.composed.compose(self.config, job.overrides), job.num, job.job_env)
 
     def _body(self, job: Job) -> Reply:
         assert self.hydra_context is not None and self.task_function is not None
@@ -74,6 +105,8 @@ class LocalLauncher(SweepitLauncher):
         return [self._job_return(j, statuses.get(j.num)) for j in jobs]
 
     def _job_return(self, job: Job, status: str | None) -> JobReturn:
+        if not isinstance(job.config, SavedConfig):  # its config was not saved (it did not get that far): composed
+            self._compose(job)
         reply = job.reply
         if reply is None:
             return job_return(job.overrides, job.config, job.job_dir, status)

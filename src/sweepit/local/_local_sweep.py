@@ -3,14 +3,12 @@ list of jobs (`run`) or for jobs that come one by one as a sweeper asks (`start`
 
 from __future__ import annotations
 
-import gc
 import logging
 import math
 import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -18,6 +16,7 @@ from omegaconf import OmegaConf
 from sweepit._files import remove_temporaries
 from sweepit._host import now_iso
 from sweepit.errors import ConfigError, OutputWriteError, SweepFailedError, SweepStoppedError, is_count, require
+from sweepit.local._forkserver import ForkServer
 from sweepit.local._pool import Job, Pool
 from sweepit.local._resources import (
     DEFAULT_PRELOAD,
@@ -28,7 +27,7 @@ from sweepit.local._resources import (
     resolve_threads,
     visible_gpus,
 )
-from sweepit.local._worker import ChildSpec, Reply, child_main, record_end
+from sweepit.local._worker import Reply, record_end
 from sweepit.results import (
     JobEntry,
     LiveReader,
@@ -69,7 +68,7 @@ class LocalOptions:
     # Skip jobs whose result.json in hydra.sweep.dir says completed (or diverged); rerun the others.
     # Set hydra.sweep.dir to the sweep to resume; job numbers and directories stay the same.
     resume: bool = False
-    # Modules imported in the driver before forking, so that each job starts warm (DEFAULT_PRELOAD in
+    # Modules imported in the fork server before it forks any job, so that each job starts warm (DEFAULT_PRELOAD in
     # sweepit/local/_resources.py says why these); the default list only for an app that trains with torch
     # (TORCH_APP); [] imports none.
     preload: list[str] = field(default_factory=lambda: list(DEFAULT_PRELOAD))
@@ -97,17 +96,20 @@ class LocalOptions:
 
 class LocalSweep:
     """One sweep directory's local run, and the pool's hooks around each of its jobs. `compose(job)` fills in the
-    job's config and directory; `body(job)` runs in the forked process; `release(job)` lets go of an ended job's
-    config."""
+    job's directory and what the driver plans it with (`job.config`: its gpus_key and device); `body(job)` runs in the
+    forked process; `release(job)` lets go of an ended job's config. `server`: a fork server of the caller's (kept
+    between runs, its body the same), else one of this run's, forked before the run holds its jobs."""
 
     def __init__(self, options: LocalOptions, sweep_dir: Path, compose: Callable[[Job], None],
                  body: Callable[[Job], Reply], lock: SweepLock | None = None,
-                 release: Callable[[Job], None] = lambda job: None) -> None:
+                 release: Callable[[Job], None] = lambda job: None, server: ForkServer | None = None) -> None:
         self.options = options
         self.sweep_dir = sweep_dir
         self.compose = compose
         self.body = body
         self.release = release
+        self.own_server = server is None
+        self.server = ForkServer(body, setup=lambda: preload(options.preload)) if server is None else server
         # One driver per sweep directory: a lock of the caller's (held for the whole sweep), or one per run.
         self.own_lock = lock is None
         self.lock = SweepLock(sweep_dir) if lock is None else lock
@@ -200,31 +202,23 @@ class LocalSweep:
         o = self.options
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
         self.lock.acquire()  # one driver per sweep directory; released by _end()
-        t0 = time.perf_counter()
-        preload(o.preload)
-        log.debug(f"preloaded {o.preload} in {time.perf_counter() - t0:.2f} s")
+        if not self.server.alive:
+            self.server.start()  # before the manifest and the jobs: a job's fork copies none of them
         self.gpus = visible_gpus()
         n_workers = resolve_n_workers(o.n_workers, o.threads_per_job, len(self.gpus), cpu_count(), n_jobs)
         threads = resolve_threads(o.threads_per_job, n_workers, cpu_count())
         self.manifest = open_manifest(self.sweep_dir, launcher="local")
         self.progress = Progress(0)
         self.pool = Pool(n_workers, GpuPool(self.gpus), threads=threads, echo=n_workers == 1,
-                         term_grace_s=o.term_grace_s, child=self._child, hooks=self, clock_ticks=self.progress.live)
-        # Objects the driver made so far move out of the collector's reach, so that no job's garbage
-        # collection writes to (and so copies) the memory pages it shares with the driver. Only the young
-        # generations are collected first: a full collection over torch's many objects is slow.
-        gc.collect(1)
-        gc.freeze()
+                         term_grace_s=o.term_grace_s, server=self.server, hooks=self, clock_ticks=self.progress.live)
         return self.pool
-
-    def _child(self, job: Job, spec: ChildSpec, conn: Connection) -> None:
-        child_main(spec, conn, lambda: self.body(job))
 
     def _end(self, failing: bool = False) -> None:
         """Record the sweep's end; `failing`: an error is on its way, which a failed write here must not hide."""
         self.pool = None
         self._started.clear()
-        gc.unfreeze()
+        if self.own_server:
+            self.server.close()
         self.progress.close()
         for entry in self.manifest.jobs.values():
             if entry.state == State.QUEUED:
@@ -240,7 +234,7 @@ class LocalSweep:
 
     # -- the pool's hooks ---------------------------------------------------------------------------------------
     def prepare(self, job: Job) -> bool:
-        """Compose the job and size it: its GPUs (one per rank), or on CPU its worker slots (its ranks are processes).
+        """Plan the job and size it: its GPUs (one per rank), or on CPU its worker slots (its ranks are processes).
         False when it is not to run: finished before (resume), or refused (recorded as failed)."""
         o = self.options
         assert self.pool is not None
@@ -282,6 +276,13 @@ class LocalSweep:
         entry.extra = {"gpus": job.gpus} if job.gpus else {}
         write_manifest(self.manifest, [job.num])
         self.progress.start()
+
+    def retried(self, job: Job) -> None:
+        entry = self.manifest.jobs[job.num]
+        entry.state, entry.pid = State.QUEUED, None
+        write_manifest(self.manifest, [job.num])
+        self.progress.running -= 1
+        self.progress.queued += 1
 
     def ended(self, job: Job) -> None:
         remove_temporaries(job.job_dir)  # of writes the job's death cut short (its processes are gone)

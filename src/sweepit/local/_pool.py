@@ -1,6 +1,6 @@
-"""The driver's event loop: fork a process per job up to the cap, copy its output, notice its end, stop on signals.
-No polling: it sleeps in one `multiprocessing.connection.wait` on every job's exit sentinel, reply and output pipes,
-and a wake-up pipe written by the signal handler."""
+"""The driver's event loop: have the fork server fork a process per job up to the cap, copy its output, notice its end,
+stop on signals. No polling: it sleeps in one `multiprocessing.connection.wait` on the fork server's socket (which says
+when a job ended, and how), every job's reply and output pipes, and a wake-up pipe written by the signal handler."""
 
 from __future__ import annotations
 
@@ -9,59 +9,30 @@ import logging
 import multiprocessing
 import os
 import signal
-import sys
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import partial
-from multiprocessing.connection import Connection, wait
-from multiprocessing.process import BaseProcess
-from pathlib import Path
-from typing import Any, Protocol
+from multiprocessing.connection import wait
+from typing import Protocol
 
-from sweepit._signals import StopSignals, stop_signals_held
+from sweepit._signals import StopSignals
 from sweepit.local._capture import JobOutput
+from sweepit.local._forkserver import ForkServer, Job
 from sweepit.local._resources import GpuPool
-from sweepit.local._worker import ChildSpec, Reply
-from sweepit.results import LOCK_HEARTBEAT_S
-from sweepit.train import FORKED_AFTER_CUDA, forked_after_cuda
+from sweepit.local._worker import Reply
+from sweepit.results import LOCK_HEARTBEAT_S, Status
+from sweepit.train import FORKED_AFTER_CUDA
 
 log = logging.getLogger(__name__)
-_FORK = multiprocessing.get_context("fork")
 _CLOCK_TICK_S = 1.0  # how often a terminal's progress clock is redrawn
-
-
-@dataclass(slots=True)  # slots: a sweep of 100,000 jobs keeps them all
-class Job:
-    num: int
-    overrides: list[str]
-    config: Any = None               # the composed sweep config (a DictConfig, hydra node included)
-    job_dir: Path = Path()
-    n_gpus: int = 0
-    n_slots: int = 1                 # workers it occupies: its ranks when they run on CPU
-    ready: bool | None = None        # None: not prepared yet; False: not to run (finished before, refused)
-    # Filled in while it runs:
-    gpus: list[str] = field(default_factory=list)
-    pid: int | None = None
-    started_s: float | None = None   # time.monotonic()
-    wall_time_s: float | None = None
-    exit_code: int | None = None     # negative: killed by that signal (multiprocessing's convention)
-    reply: Reply | None = None
-    stopped: bool = False            # the driver signalled it (Ctrl-C, SIGTERM)
-    proc: BaseProcess | None = None
-    conn: Connection | None = None
-    output: JobOutput | None = None
-
-
-ChildTarget = Callable[[Job, ChildSpec, Connection], None]
 
 
 class PoolHooks(Protocol):
     """What the launcher does around each job; `ended` runs after the job's process is gone. A subclass without a
     terminal to draw on inherits `tick` and `before_echo` as no-ops."""
 
-    def prepare(self, job: Job) -> bool: ...   # compose config, job_dir, n_gpus; False: do not run it
+    def prepare(self, job: Job) -> bool: ...   # plan: job_dir, n_gpus; False: do not run it
     def before_fork(self, job: Job) -> None: ...
     def started(self, job: Job) -> None: ...
     def ended(self, job: Job) -> None: ...
@@ -72,17 +43,20 @@ class PoolHooks(Protocol):
     def before_echo(self) -> None:  # before job output is copied to the terminal
         return None
 
+    def retried(self, job: Job) -> None:  # after `started`, back in the queue: its fork server died under it
+        return None
+
 
 class Pool:
     def __init__(self, n_workers: int, gpu_pool: GpuPool, threads: int, echo: bool, term_grace_s: float,
-                 child: ChildTarget, hooks: PoolHooks, clock_ticks: bool) -> None:
+                 server: ForkServer, hooks: PoolHooks, clock_ticks: bool) -> None:
         self.n_workers = n_workers
         self.gpu_pool = gpu_pool
         self.use_gpus = bool(gpu_pool.all)  # each job on its own GPUs; without any, jobs see what the driver sees
         self.threads = threads
         self.echo = echo
         self.term_grace_s = term_grace_s
-        self.child = child
+        self.server = server                 # started by the caller before it held its jobs; restarted here
         self.hooks = hooks
         self.clock_ticks = clock_ticks       # wake up every second to redraw a clock
         self.running: dict[int, Job] = {}
@@ -121,8 +95,8 @@ class Pool:
 
     def step(self) -> None:
         """Start what fits, then sleep until something happens: a job's output or end, a signal, a clock tick. A job
-        is prepared (its config composed) just before it starts, or ahead of time while every worker is busy, so
-        that this work overlaps the jobs instead of delaying the first one."""
+        is prepared (planned: its directory, its devices) just before it starts, or ahead of time while every worker is
+        busy, so that this work overlaps the jobs instead of delaying the first one."""
         if self.stop_signal is not None:
             self._stop_running()
         self._fill()
@@ -148,8 +122,7 @@ class Pool:
             self._signal(job, signal.SIGTERM)
         deadline = time.monotonic() + self.term_grace_s
         for job in running:
-            if job.proc is not None:
-                job.proc.join(max(0.0, deadline - time.monotonic()))
+            self._await_end(job, deadline)
         self.kill_all()
 
     def kill_all(self) -> None:
@@ -162,11 +135,31 @@ class Pool:
         error: Exception | None = None
         for job in jobs:
             try:
-                self._finish(job)
+                self._await_end(job, None)
             except Exception as e:
                 error = error or e
         if error is not None:
             raise error
+
+    def _await_end(self, job: Job, deadline: float | None) -> None:
+        """Until `job` is finished (or `deadline`, a time.monotonic()), hearing only of job ends."""
+        while job.num in self.running:
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if job.lost:
+                assert job.sentinel is not None
+                if not wait([job.sentinel], timeout):
+                    return
+                self._lost(job)
+            elif job.num in self.server.exits:
+                self._finish(job, self.server.exits.pop(job.num))
+            elif self.server.alive:
+                if not wait([self.server.fileno()], timeout):
+                    return
+                self.server.events()
+                if not self.server.alive:
+                    self._server_died()
+            else:
+                self._server_died()
 
     def _prepare(self, job: Job) -> bool:
         if job.ready is None:
@@ -210,10 +203,14 @@ class Pool:
         if self.signals.wakeup_fd >= 0:
             handlers[self.signals.wakeup_fd] = self.signals.drain
         exits = set()
+        if self.server.alive:
+            handlers[self.server.fileno()] = self._hear
+            exits.add(self.server.fileno())
         for job in self.running.values():
-            assert job.proc is not None and job.output is not None
-            handlers[job.proc.sentinel] = partial(self._finish, job)
-            exits.add(job.proc.sentinel)
+            assert job.output is not None
+            if job.lost and job.sentinel is not None:
+                handlers[job.sentinel] = partial(self._lost, job)
+                exits.add(job.sentinel)
             if job.conn is not None:
                 handlers[job.conn.fileno()] = partial(self._receive, job)
             for fd in job.output.fds():
@@ -224,7 +221,8 @@ class Pool:
             handlers[fd]()
         if self._kill_at is not None and time.monotonic() >= self._kill_at:
             for job in self.running.values():
-                self._signal(job, signal.SIGKILL)
+                if job.stopped or job.lost:
+                    self._signal(job, signal.SIGKILL)
             self._kill_at = None
         if all(job.output is None or job.output.ends_line for job in self.running.values()):
             self.hooks.tick()  # not in the middle of a line a job is echoing
@@ -233,32 +231,34 @@ class Pool:
         job.gpus = gpus
         self.hooks.before_fork(job)
         job.output = JobOutput(job.job_dir, self.echo, self.hooks.before_echo)
-        reader, writer = _FORK.Pipe(duplex=False)
+        reader, writer = multiprocessing.Pipe(duplex=False)
+        sentinel, held = os.pipe()  # its write end only the job holds: end-of-file once the job is gone
         env = {"OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}
         if self.use_gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
-        inherited = [reader.fileno()]
-        inherited += self.signals.fds()
-        for other in self.running.values():
-            inherited += other.output.fds() if other.output is not None else []
-            inherited += [other.conn.fileno()] if other.conn is not None else []
-        spec = ChildSpec(stdout_fd=job.output.child_fds[0], stderr_fd=job.output.child_fds[1],
-                         env=env, threads=self.threads, close_fds=inherited, parent_pid=os.getpid())
-        if forked_after_cuda():
-            self._say_cuda()
-        _flush_all()  # or the job would inherit, and write again, whatever the driver still buffers
-        proc = _FORK.Process(target=self.child, args=(job, spec, writer), name=f"sweepit-job-{job.num}")
-        with stop_signals_held():  # the job gets a stop signal only once its own handler is in place
-            proc.start()
-        assert proc.pid is not None
-        with contextlib.suppress(OSError):
-            os.setpgid(proc.pid, proc.pid)  # also done by the job; whichever runs first wins the race
+        self._hear()  # a server that died while no job ran is found now, not by this job
+        if not self.server.alive:  # it died: a new one, which must not hold the running jobs' pipes
+            log.warning("sweepit: starting a new fork server")
+            self.server.start(close_fds=self._held_fds())
+        started = self.server.fork(job, env, self.threads, [*job.output.child_fds, writer.fileno(), held])
         writer.close()
+        os.close(held)
         job.output.close_child_side()
-        job.proc, job.conn, job.pid = proc, reader, proc.pid
+        job.conn, job.sentinel = reader, sentinel
+        job.pid, job.facts = started if started is not None else (None, {})
         job.started_s = time.monotonic()
         self.running[job.num] = job
         self.hooks.started(job)
+        self._hear()  # the ends the server told of while this job was forked; or its death
+
+    def _held_fds(self) -> list[int]:
+        """The descriptors of this process that a process forked from it must not keep open."""
+        fds = self.signals.fds()
+        for job in self.running.values():
+            fds += job.output.fds() if job.output is not None else []
+            fds += [job.conn.fileno()] if job.conn is not None else []
+            fds += [job.sentinel] if job.sentinel is not None else []
+        return fds
 
     def _say_cuda(self) -> None:
         if not self._said_cuda:
@@ -273,30 +273,75 @@ class Pool:
             reply = None
         if isinstance(reply, Reply):
             job.reply = reply
-            if reply.error == FORKED_AFTER_CUDA:  # what this process cannot see of torch's state, its job did
+            if reply.error == FORKED_AFTER_CUDA:  # the fork server's torch state, which its job saw
                 self._say_cuda()
         job.conn.close()
         job.conn = None
 
-    def _finish(self, job: Job) -> None:
-        assert job.proc is not None and job.output is not None
-        if job.conn is not None:
-            if job.conn.poll():
-                self._receive(job)
-            else:
-                job.conn.close()
-                job.conn = None
+    def _hear(self) -> None:
+        """What the fork server says: jobs that ended (finished here), or its own death."""
+        self.server.events()
+        for num in [n for n in self.server.exits if n in self.running and not self.running[n].lost]:
+            self._finish(self.running[num], self.server.exits.pop(num))
+        if not self.server.alive:
+            self._server_died()
+
+    def _server_died(self) -> None:
+        """The fork server died (killed, out of memory): each of its jobs got SIGTERM with it (and records itself
+        interrupted), its process group gets one too, and SIGKILL after the grace period; once a job is gone it
+        runs again (`_lost`)."""
+        lost = [job for job in self.running.values() if not job.lost]
+        if not lost:
+            return
+        log.warning(f"sweepit: the fork server died; its job(s) {', '.join(str(j.num) for j in lost)} are stopped "
+                    "and run again once")
+        for job in lost:
+            job.lost = True
+            self._signal(job, signal.SIGTERM)
+        if self._kill_at is None:
+            self._kill_at = time.monotonic() + self.term_grace_s
+
+    def _lost(self, job: Job) -> None:
+        """A job of a fork server that died is gone: run again once (a new server forks it), unless it ended on its
+        own (its reply came) or the sweep is stopping; else recorded, without an exit status."""
+        if job.conn is not None and job.conn.poll():
+            self._receive(job)
+        reply = job.reply
+        if (job.retried or job.stopped or self.stop_signal is not None
+                or (reply is not None and reply.status != Status.INTERRUPTED)):
+            self._finish(job, None)
+            return
+        self._release(job)
+        job.retried, job.lost, job.reply, job.pid, job.facts = True, False, None, None, {}
+        job.exit_code = job.started_s = job.wall_time_s = None
+        self.queue.appendleft(job)
+        self.hooks.retried(job)
+
+    def _finish(self, job: Job, exit_code: int | None) -> None:
+        """Job ended with `exit_code` (None: unknown, its server died): its last words read, its record written."""
+        assert job.output is not None
+        if job.conn is not None and job.conn.poll():
+            self._receive(job)
         job.output.drain()
-        self._signal(job, signal.SIGKILL)  # whatever the job started and left running
-        job.proc.join()
-        job.exit_code = job.proc.exitcode
-        job.proc.close()
-        job.output.close()
+        job.exit_code = exit_code
         job.wall_time_s = time.monotonic() - (job.started_s or time.monotonic())
+        self._release(job)
+        self.hooks.ended(job)
+
+    def _release(self, job: Job) -> None:
+        """Let go of an ended job's pipes, GPUs and worker slots."""
+        if job.conn is not None:
+            job.conn.close()
+            job.conn = None
+        if job.sentinel is not None:
+            os.close(job.sentinel)
+            job.sentinel = None
+        if job.output is not None:
+            job.output.drain()
+            job.output.close()
+            job.output = None  # closed: a sweep of 100,000 jobs keeps only what it reports
         self.gpu_pool.give(job.gpus)
         del self.running[job.num]
-        self.hooks.ended(job)
-        job.proc = job.output = None  # closed: a sweep of 100,000 jobs keeps only what it reports
 
     def _signal(self, job: Job, sig: int) -> None:
         if job.pid is None:
@@ -317,11 +362,3 @@ class Pool:
             self._escalated = True
             self._kill_at = time.monotonic()
 
-
-def _flush_all() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
-    for handler in logging.getLogger().handlers:
-        with contextlib.suppress(OSError, ValueError):  # a handler whose stream was closed under it
-            handler.flush()

@@ -1,5 +1,5 @@
 """What the driver gives its jobs: how many run at once, which GPUs each one owns, and the modules imported before
-they are forked. Nothing here initialises CUDA: the driver forks."""
+they are forked. Nothing here initialises CUDA: the fork server, a copy of the driver, forks."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from sweepit.errors import ConfigError
 log = logging.getLogger(__name__)
 _preloaded: set[str] = set()
 
-# Imported once in the driver before any job is forked, so each job starts warm. Nothing here may run torch compute:
+# Imported once in the fork server before any job is forked: each job starts warm. Nothing here may run torch compute:
 # OpenMP thread pools do not survive fork. torch._dynamo is what torch's optimizers import on first use (slowly); the
 # private torch modules and sweepit's data modules are imported lazily by a first training step, which each job would
 # otherwise pay for. The list warms torch training, so it is imported only where the app has imported torch or
-# sweepit's own job by the time it launches (TORCH_APP): torch's import costs each driver CPU time and memory.
+# sweepit's own job by the time it launches (TORCH_APP): torch's import costs each server CPU time and memory.
 DEFAULT_PRELOAD = [
     "torch", "torch.optim", "torch._dynamo", "torch.profiler._cupti_monitor", "torch.utils.serialization.config",
     "sweepit.train._loop", "sweepit.train.data.*", "sweepit.train._job:code_version",
@@ -106,7 +106,7 @@ class GpuPool:
 
 
 def preload(names: Sequence[str]) -> None:
-    """Import each module once in the driver, before any fork: `module`, `module:function` (then called),
+    """Import each module once in the fork server, before any job's fork: `module`, `module:function` (then called),
     `package.*` (the package and its modules). A module absent here is skipped; other failures are warned."""
     for name in JOB_MODULES:
         importlib.import_module(name)

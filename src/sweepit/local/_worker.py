@@ -1,6 +1,6 @@
-"""A forked job's end, on both sides: in the child (which has the driver's app and preloaded modules in memory already),
-detach from the terminal's signals, take the output pipes, run the job and reply; in the driver, record how it ended
-(`record_end`: `result.json` for a job that died without writing one)."""
+"""A forked job's end, on both sides: in the child (forked by the fork server, which has the app and preloaded modules
+in memory already), detach from the terminal's signals, take the output pipes, run the job and reply; in the driver,
+record how it ended (`record_end`: `result.json` for a job that died without writing one)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
-from omegaconf import OmegaConf
-
 from sweepit._host import now_iso
 from sweepit._signals import interrupt_on_stop_signals, release_stop_signals
 from sweepit.local._resources import visible_gpus
@@ -27,9 +25,10 @@ from sweepit.results import STDERR_LOG, JobRecord, Recorder, Status, as_number, 
 from sweepit.train import FORKED_AFTER_CUDA, forked_after_cuda
 
 if TYPE_CHECKING:
-    from sweepit.local._pool import Job
+    from sweepit.local._forkserver import Job
 
 _PR_SET_PDEATHSIG = 1
+RECORDED_KEYS = ("metric", "direction")  # of a job's config, in the record of a job that died without one
 
 
 @dataclass(slots=True)
@@ -50,19 +49,20 @@ class ChildSpec:
     stderr_fd: int
     env: dict[str, str]              # CUDA_VISIBLE_DEVICES, thread counts
     threads: int                     # torch CPU threads
-    close_fds: list[int]             # the driver's descriptors the job must not keep open
-    parent_pid: int
+    close_fds: list[int]             # the fork server's descriptors the job must not keep open
+    parent_pid: int                  # the fork server's
 
 
-def _die_with(parent_pid: int) -> None:
-    """Ask Linux to SIGTERM this job if the driver dies (even by SIGKILL), so no job outlives its sweep."""
+def die_with(parent_pid: int, sig: int = signal.SIGTERM) -> None:
+    """Ask Linux to send `sig` to this process if its parent dies (even by SIGKILL), so no job outlives its sweep:
+    a job gets SIGTERM when its fork server dies, the server SIGKILL when the driver does."""
     if sys.platform != "linux":
         return
     try:  # ctypes is imported with this module, in the driver: no job pays its import
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
     except (OSError, AttributeError):
         return
-    if os.getppid() != parent_pid:  # the driver died before the request was in place
+    if os.getppid() != parent_pid:  # the parent died before the request was in place
         os._exit(1)
 
 
@@ -73,7 +73,7 @@ def _detach(spec: ChildSpec) -> None:
         os.setpgid(0, 0)
     signal.set_wakeup_fd(-1)
     interrupt_on_stop_signals()  # a KeyboardInterrupt, which a job records as `interrupted`
-    _die_with(spec.parent_pid)
+    die_with(spec.parent_pid)
     for fd in spec.close_fds:
         with contextlib.suppress(OSError):
             os.close(fd)
@@ -86,7 +86,7 @@ def _detach(spec: ChildSpec) -> None:
     if reconfigure is not None:
         reconfigure(line_buffering=True)  # a pipe would otherwise hold lines back until 8 KB
     os.environ.update(spec.env)
-    # Fresh random state: every fork starts from the driver's, so jobs that do not seed would draw the same numbers
+    # Fresh random state: every fork starts from the server's, so jobs that do not seed would draw the same numbers
     # (Python's `random` reseeds itself after a fork).
     if "torch" in sys.modules:
         sys.modules["torch"].default_generator.seed()
@@ -116,8 +116,8 @@ def child_main(spec: ChildSpec, conn: Connection, body: Callable[[], Reply]) -> 
     """Target of the forked process: `body` runs the job and says how it went."""
     _detach(spec)
     try:
-        # The driver forked with the stop signals held: one sent since (a Ctrl-C just as the job started)
-        # arrives here, now that it raises KeyboardInterrupt, instead of reaching the driver's handler.
+        # The fork server forked with the stop signals held: one sent since (a Ctrl-C just as the job started)
+        # arrives here, now that it raises KeyboardInterrupt, instead of being lost.
         release_stop_signals()
         if forked_after_cuda() and visible_gpus():  # it would die at its first CUDA call: recorded, not run
             sys.stderr.write(f"sweepit: {FORKED_AFTER_CUDA}\n")
@@ -152,8 +152,7 @@ def record_end(job: Job, started_at: str | None, stderr_tail_lines: int, recorde
     """How a forked job ended, as its status; writes `result.json` when the job left none (its own one is kept, with
     the tail of its stderr added to a failure). The local driver and sweepit.slurm's worker engine both use it."""
     reply = job.reply
-    facts: dict[str, Any] = {key: str(value) for key in ("metric", "direction")
-                             if (value := OmegaConf.select(job.config, key, default=None)) is not None}
+    facts: dict[str, Any] = dict(job.facts)
     if reply is not None and reply.status == Status.COMPLETED:
         # An app that does not write result.json itself (not sweepit's train.py): record its return value.
         status, facts["objective"] = Status.COMPLETED, as_number(reply.value)

@@ -11,11 +11,10 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from multiprocessing.connection import Connection
 from pathlib import Path
 
 from sweepit._host import now_iso
-from sweepit.local import ChildSpec, GpuPool, Job, Pool, PoolHooks, Reply, child_main, record_end, visible_gpus
+from sweepit.local import ForkServer, GpuPool, Job, Pool, PoolHooks, Reply, record_end, visible_gpus
 from sweepit.results import RESULT_STATUSES, WAIT, Recorder, Work, WorkSource, heartbeat
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._task_files import record_task, start_job_dir
@@ -32,12 +31,15 @@ def worker_id() -> str:
 
 class Engine(PoolHooks):
     """One worker: `run` until its source has nothing left (or its time is up, or a signal stops it);
-    `stop_for_requeue` before Slurm requeues it."""
+    `stop_for_requeue` before Slurm requeues it. `compose(job, work)` sets the job's directory (and what the worker
+    knows of its config); `run(job)` runs it in its process, forked by `server` (the caller's, forked before it read
+    any work), else by a fork server of this engine's, forked as `run` starts."""
 
     def __init__(self, source: WorkSource, worker: str, sweep_dir: Path, compose: Callable[[Job, Work], None],
                  run: Callable[[Job], Reply], *, recorded_by: Recorder, slots: int = 1, gpus: int = 0, threads: int = 1,
                  timeout_min: float | None = None, job_timeout_min: float | None = None, term_grace_s: float = 5.0,
-                 stderr_tail_lines: int = 50, clock: Callable[[], float] = time.time, wait_s: float = WAIT_S) -> None:
+                 stderr_tail_lines: int = 50, clock: Callable[[], float] = time.time, wait_s: float = WAIT_S,
+                 server: ForkServer | None = None) -> None:
         self.source, self.worker, self.sweep_dir = source, worker, Path(sweep_dir)
         self.compose, self.recorded_by = compose, recorded_by
         self.slots, self.timeout_min, self.job_timeout_min = slots, timeout_min, job_timeout_min
@@ -49,9 +51,6 @@ class Engine(PoolHooks):
         self.walls: list[float] = []
         self.n_run = 0
 
-        def child(job: Job, child_spec: ChildSpec, conn: Connection) -> None:
-            child_main(child_spec, conn, lambda: run(job))
-
         # Each job its own GPUs of those Slurm gave the worker, as the local launcher hands them out.
         visible = visible_gpus() if gpus else []
         if len(visible) < gpus:
@@ -59,8 +58,10 @@ class Engine(PoolHooks):
                         f"{os.environ.get('CUDA_VISIBLE_DEVICES')}), fewer than the {gpus} each of its jobs asks for: "
                         "its jobs share the GPUs it sees")
         self.gpus = gpus if len(visible) >= gpus else 0
+        self.own_server = server is None
         self.pool = Pool(slots, GpuPool(visible if self.gpus else []), threads=threads, echo=False,
-                         term_grace_s=term_grace_s, child=child, hooks=self, clock_ticks=False)
+                         term_grace_s=term_grace_s, server=ForkServer(run) if server is None else server, hooks=self,
+                         clock_ticks=False)
 
     def run(self) -> int:
         """Take and run work until the source has none, or the next job would not fit in the worker's time (packed
@@ -71,6 +72,8 @@ class Engine(PoolHooks):
             fallback = self.clock() + (self.timeout_min or 0) * 60.0
             end = cluster.end_time(self.worker) or fallback
         out_of_time = False
+        if not pool.server.alive:
+            pool.server.start()  # before the source is opened (a grid's plan read): no job's fork copies it
         with heartbeat(self.sweep_dir, self.worker):
             source.open(self.worker)
             pool.open()
@@ -98,7 +101,11 @@ class Engine(PoolHooks):
             finally:
                 for job in pool.queue:  # taken, never started (out of time, or stopped): for others to run
                     source.give_back(self.works.pop(job.num))
-                pool.close()
+                try:
+                    pool.close()
+                finally:
+                    if self.own_server:
+                        pool.server.close()
         why = (f"the next job (expected {self.expected_s():.0f} s) would not fit in its time left" if out_of_time
                else "no job left")
         log.info(f"worker {self.worker}: done after {self.n_run} job(s): "
@@ -127,6 +134,7 @@ class Engine(PoolHooks):
             self.works.pop(job.num)
             return False
         work.job_dir = str(job.job_dir)
+        job.job_env = dict(work.env)
         job.n_gpus = self.gpus
         return True
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from sweepit._files import atomic_write
 from sweepit._host import now_iso
-from sweepit.local import Job, Reply
+from sweepit.local import ForkServer, Job, Reply
 from sweepit.results import (
     JobPaths,
     Recorder,
@@ -189,9 +189,10 @@ class PackedWorker(Engine):
     """One worker of a packed grid: the engine over the plan's jobs of its request."""
 
     def __init__(self, spec: PackSpec, worker: str, compose: Callable[[Job, Work], None],
-                 body: Callable[[Job], Reply], clock: Callable[[], float] = time.time) -> None:
+                 body: Callable[[Job], Reply], clock: Callable[[], float] = time.time,
+                 server: ForkServer | None = None) -> None:
         super().__init__(GridSource(spec), worker, Path(spec.sweep_dir), compose, body,
                          recorded_by=Recorder.PACKED_WORKER, slots=spec.slots, gpus=spec.gpus, threads=spec.threads,
                          timeout_min=spec.timeout_min, job_timeout_min=spec.job_timeout_min,
                          term_grace_s=spec.term_grace_s,
-                         stderr_tail_lines=spec.stderr_tail_lines, clock=clock)
+                         stderr_tail_lines=spec.stderr_tail_lines, clock=clock, server=server)
