@@ -15,7 +15,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
 from hydra_plugins.sweepit._launcher import LaunchError, SweepitLauncher, compact_errors, plain_options
-from hydra_plugins.sweepit._runner import SavedConfig, SlurmTask, expect_saved_config, job_return
+from hydra_plugins.sweepit._runner import SAVED_KEYS, SavedConfig, SlurmTask, job_return, promised_config
 from hydra_plugins.sweepit._worker_tasks import WorkerTask, for_workers
 from sweepit.errors import ConfigError
 from sweepit.slurm import (
@@ -54,14 +54,17 @@ class SlurmLauncher(SweepitLauncher):
         sweep_dir = self.sweep_dir()
         self.options.app_dir = os.path.abspath(sys.path[0]) if sys.path and sys.path[0] != "" else os.getcwd()
 
-        def compose(job: PlannedJob) -> None:
+        def plan(job: PlannedJob, keys: tuple[str, ...]) -> dict[str, Any]:
+            job.job_dir, values = self.plan_job(job.num, job.overrides, sweep_dir, (*keys, *SAVED_KEYS))
+            job.config = promised_config(job.job_dir, *(values[key] for key in SAVED_KEYS))  # read back when asked
+            return values
+
+        def task(job: PlannedJob) -> SlurmTask:  # composed as it is submitted
             job.config, job.job_dir = self.compose_job(job.num, job.overrides, sweep_dir)
+            return self._task(job)
 
-        def release(job: PlannedJob) -> None:
-            job.config = expect_saved_config(job.config, job.job_dir)
-
-        return SlurmSweep(self.options, sweep_dir, compose=compose, make_task=self._task, lock=self.lock,
-                          facts=self.facts, make_worker=self._packed_task, release_config=release)
+        return SlurmSweep(self.options, sweep_dir, plan_job=plan, make_task=task, lock=self.lock, facts=self.facts,
+                          make_worker=self._packed_task)
 
     def _context(self) -> tuple[HydraContext, TaskFunction, dict[Any, Any]]:
         """What a task pickled for a Slurm job carries of the driver's Hydra: the context (the loader without the
@@ -118,7 +121,7 @@ class SlurmLauncher(SweepitLauncher):
         return WorkerTask(*self._context(), self.config, search=for_workers(search), index=index, job_base=job_base)
 
     def _job_return(self, job: PlannedJob, outcome: Outcome) -> JobReturn:
-        if isinstance(job.config, SavedConfig) and not job.config.saved():  # a packed job that never ran
+        if job.config is None or (isinstance(job.config, SavedConfig) and not job.config.saved()):  # never ran
             job.config, _ = self.compose_job(job.num, job.overrides, job.job_dir.parent)  # (its directory is known)
         returned = {"returned": outcome.returned} if outcome.has_returned else {}
         return job_return(job.overrides, job.config, job.job_dir, outcome.status, returned)
