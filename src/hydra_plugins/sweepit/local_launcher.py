@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from hydra_plugins.sweepit._launcher import SweepitLauncher, compact_errors, plain_options
 from hydra_plugins.sweepit._runner import JobRunner, job_return, release_config
-from sweepit.errors import SweepFailedError
+from sweepit.errors import ConfigError, SweepFailedError, with_causes
 from sweepit.local import Job, LocalOptions, LocalSweep, Reply
 from sweepit.results import Status
 
@@ -42,7 +42,11 @@ class LocalLauncher(SweepitLauncher):
 
         def compose(job: Job) -> None:
             t0 = time.perf_counter()
-            job.config, job.job_dir = self.compose_job(job.num, job.overrides, sweep_dir)
+            try:
+                job.config, job.job_dir = self.compose_job(job.num, job.overrides, sweep_dir)
+            except Exception as e:  # Hydra's validation composed a sample of the jobs: this one fails, alone
+                job.job_dir, _ = self.plan_job(job.num, job.overrides, sweep_dir, ())
+                raise ConfigError(f"job {job.num}'s config does not compose: {with_causes(e)}") from e
             log.debug(f"job {job.num} config ready in {time.perf_counter() - t0:.3f} s")
 
         def release(job: Job) -> None:

@@ -15,6 +15,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
 from hydra_plugins.sweepit._launcher import LaunchError, SweepitLauncher, compact_errors, plain_options
+from hydra_plugins.sweepit._plan_job import selected
 from hydra_plugins.sweepit._runner import SAVED_KEYS, SavedConfig, SlurmTask, job_return, promised_config
 from hydra_plugins.sweepit._worker_tasks import WorkerTask, for_workers
 from sweepit.errors import ConfigError
@@ -55,16 +56,16 @@ class SlurmLauncher(SweepitLauncher):
         self.options.app_dir = os.path.abspath(sys.path[0]) if sys.path and sys.path[0] != "" else os.getcwd()
 
         def plan(job: PlannedJob, keys: tuple[str, ...]) -> dict[str, Any]:
+            if not self.options.workers:  # the job's task carries its config: composed here, once, before any submit
+                job.config, job.job_dir = self.compose_job(job.num, job.overrides, sweep_dir)
+                return {key: selected(job.config, key) for key in keys}
+            # A packed job is composed by the worker that runs it, and read back from its files when asked for.
             job.job_dir, values = self.plan_job(job.num, job.overrides, sweep_dir, (*keys, *SAVED_KEYS))
-            job.config = promised_config(job.job_dir, *(values[key] for key in SAVED_KEYS))  # read back when asked
+            job.config = promised_config(job.job_dir, *(values[key] for key in SAVED_KEYS))
             return values
 
-        def task(job: PlannedJob) -> SlurmTask:  # composed as it is submitted
-            job.config, job.job_dir = self.compose_job(job.num, job.overrides, sweep_dir)
-            return self._task(job)
-
-        return SlurmSweep(self.options, sweep_dir, plan_job=plan, make_task=task, lock=self.lock, facts=self.facts,
-                          make_worker=self._packed_task)
+        return SlurmSweep(self.options, sweep_dir, plan_job=plan, make_task=self._task, lock=self.lock,
+                          facts=self.facts, make_worker=self._packed_task)
 
     def _context(self) -> tuple[HydraContext, TaskFunction, dict[Any, Any]]:
         """What a task pickled for a Slurm job carries of the driver's Hydra: the context (the loader without the
