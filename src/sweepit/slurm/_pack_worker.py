@@ -157,6 +157,7 @@ class GridSource:
         some jobs of their kind refuse, or this node's app differs): the job failed, with the error; the others run."""
         assert work.job_dir is not None, "a grid's jobs have planned directories"
         message = f"its config does not compose: {with_causes(error)}"
+        Path(work.job_dir).mkdir(parents=True, exist_ok=True)
         record_failure(work.job_dir, message, Recorder.PACKED_WORKER)
         log.warning(f"worker {self.worker}: job {work.num} failed: {message}")
         return True
