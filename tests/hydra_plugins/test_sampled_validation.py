@@ -54,6 +54,7 @@ def conf_dir(tmp_path: Path) -> Iterator[Path]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     yield tmp_path / "conf"
+    del ConfigStore.instance().repo["sampled_schema.yaml"]  # a local class: the other tests' loaders are pickled
 
 
 def task(cfg: DictConfig) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,23 +22,12 @@ from typing import Any
 
 from omegaconf import AnyNode, Container, DictConfig, Node, OmegaConf, StringNode, ValueNode, read_write
 
+from hydra_plugins.sweepit._config_reads import CLOCK_RESOLVERS, Doubt, dependencies, node_at, related
 from hydra_plugins.sweepit._runner import uses_hydra_resolver
 
 SUBDIR = "hydra.sweep.subdir"
 # What Hydra sets per job after the value overrides (`hydra.job.num`, `.id`: the launcher; the dirname: Hydra).
 PER_JOB = ("hydra.job.num", "hydra.job.id", "hydra.job.override_dirname")
-# Resolvers whose value is a function of their arguments (and the environment) alone; `now` reads the clock, so a
-# value that calls it is computed for each job; a key-reading resolver depends on the key its first argument names.
-PURE_RESOLVERS = frozenset({"oc.env", "oc.decode", "oc.create", "sweepit.job_dir"})
-CLOCK_RESOLVERS = frozenset({"now"})
-KEY_RESOLVERS = {"hydra": "hydra.", "oc.select": "", "oc.dict.keys": "", "oc.dict.values": "", "oc.deprecated": ""}
-_PLACEHOLDER = "\x00sweepit-dependency\x00"
-
-
-class Doubt(Exception):
-    """The fast path cannot be sure of a value: the job is composed in full."""
-
-
 def selected(config: DictConfig, key: str) -> Any:
     """`OmegaConf.select(config, key)` (None where absent), a container as plain dicts and lists, resolved: the
     value a planner reads, the same from a full compose and from `JobPlans`."""
@@ -66,9 +55,9 @@ class Working:
         self.nodes: dict[str, tuple[DictConfig, Node, str] | None] = {}
 
     def node(self, key: str) -> tuple[DictConfig, Node, str] | None:
-        """`_node(self.config, key)`, kept."""
+        """`node_at(self.config, key)`, kept."""
         if key not in self.nodes:
-            self.nodes[key] = _node(self.config, key)
+            self.nodes[key] = node_at(self.config, key)
         return self.nodes[key]
 
     def touches(self, key: str) -> bool:
@@ -177,11 +166,11 @@ class JobPlans:
             dirname = False
             for key in (SUBDIR, *keys):
                 key_deps: set[str] = set()
-                clock = _dependencies(config, key, key_deps, self.trees)
+                clock = dependencies(config, key, key_deps, self.trees)
                 working.deps |= key_deps
-                working.per_job[key] = clock or any(_related(path, key_deps) for path in PER_JOB)
-                dirname |= _related("hydra.job.override_dirname", key_deps)
-            if any(_related("hydra.overrides", {path}) for path in working.deps):
+                working.per_job[key] = clock or any(related(path, key_deps) for path in PER_JOB)
+                dirname |= related("hydra.job.override_dirname", key_deps)
+            if any(related("hydra.overrides", {path}) for path in working.deps):
                 raise Doubt("the job's overrides are read")  # the working config holds the groups' alone
             working.hydra = uses_hydra_resolver(config.hydra.sweep)
             if dirname:
@@ -259,96 +248,6 @@ def job_dir(config: DictConfig, sweep_dir: Path, subdir: Callable[[DictConfig], 
         hydra_config.cfg = saved
 
 
-def _related(path: str, deps: set[str]) -> bool:
-    """Whether `path` is among `deps`, inside one of them, or holds one."""
-    return any(d == path or d.startswith(path + ".") or path.startswith(d + ".") for d in deps)
-
-
-def _node(cfg: DictConfig, key: str) -> tuple[DictConfig, Node, str] | None:
-    """The node at the dotted `key` and its parent, not resolved; None where absent. A key through anything but
-    present dicts (a list, an interpolation, a None) is a doubt."""
-    parent = cfg
-    *path, last = key.split(".")
-    for part in path:
-        child = parent._get_node(part, validate_access=False)
-        if child is None:
-            return None
-        if not isinstance(child, DictConfig) or child._is_interpolation() or child._is_none() or child._is_missing():
-            raise Doubt(f"{key}: reached through something other than a dict")
-        parent = child
-    node = parent._get_node(last, validate_access=False)
-    return None if node is None else (parent, node, last)
-
-
-def _dependencies(cfg: DictConfig, key: str, deps: set[str], trees: dict[str, Any]) -> bool:
-    """Add to `deps` every path the value of `key` reads, through interpolations; whether it reads the clock."""
-    if key in deps:
-        return False
-    deps.add(key)
-    if "[" in key or _PLACEHOLDER in key:
-        raise Doubt(f"{key}: a computed or bracketed key")
-    found = _node(cfg, key)
-    if found is None:
-        return False
-    clock = False
-    for path, node in _walk(key, found[1]):
-        if node._is_interpolation():
-            clock |= _interpolation_deps(cfg, path, str(node._value()), deps, trees)
-    return clock
-
-
-def _walk(path: str, node: Node) -> Iterator[tuple[str, Node]]:
-    """`node` and every node inside it, with their paths."""
-    yield path, node
-    if isinstance(node, Container) and not (node._is_none() or node._is_missing() or node._is_interpolation()):
-        content: Any = node._content
-        for key, child in (content.items() if isinstance(node, DictConfig) else enumerate(content)):
-            yield from _walk(f"{path}.{key}", child)
-
-
-def _interpolation_deps(cfg: DictConfig, path: str, text: str, deps: set[str], trees: dict[str, Any]) -> bool:
-    """The paths that the interpolation `text` of the node at `path` reads, added to `deps`; whether it reads the
-    clock. Visited with OmegaConf's grammar, each dependency returning a placeholder."""
-    from omegaconf.grammar_parser import parse
-    from omegaconf.grammar_visitor import GrammarVisitor
-
-    parent = path.rsplit(".", 1)[0] if "." in path else ""
-    clock = [False]
-
-    def absolute(inter_key: str) -> str:
-        if not inter_key.startswith("."):
-            return inter_key
-        up = len(inter_key) - len(inter_key.lstrip(".")) - 1
-        base = parent.split(".") if parent else []
-        if up > len(base):
-            raise Doubt(f"{inter_key}: above the root")
-        base = base[:len(base) - up]
-        return ".".join([*base, inter_key.lstrip(".")]) if base else inter_key.lstrip(".")
-
-    def on_node(inter_key: str, memo: Any) -> Any:
-        clock[0] |= _dependencies(cfg, absolute(inter_key), deps, trees)
-        return _PLACEHOLDER
-
-    def on_resolver(name: str, args: tuple[Any, ...], args_str: tuple[str, ...]) -> str:
-        if name in CLOCK_RESOLVERS:
-            clock[0] = True
-        elif name in KEY_RESOLVERS:
-            if not args or not isinstance(args[0], str) or _PLACEHOLDER in args[0]:
-                raise Doubt(f"${{{name}:...}} with a computed key")
-            key = args[0] if name == "hydra" else absolute(args[0])
-            clock[0] |= _dependencies(cfg, KEY_RESOLVERS[name] + key, deps, trees)
-        elif name not in PURE_RESOLVERS:
-            raise Doubt(f"${{{name}:...}}: a resolver that may read any key")
-        return _PLACEHOLDER
-
-    tree = trees.get(text)
-    if tree is None:
-        tree = trees[text] = parse(text)
-    GrammarVisitor(node_interpolation_callback=on_node, resolver_interpolation_callback=on_resolver,
-                   memo=None).visit(tree)
-    return clock[0]
-
-
 class _Applied:
     """The job's overrides that touch a wanted value set in the working config, and undone after. Only a plain
     `key=value` of a key the config has as a value (not a container): anything else is a doubt."""
@@ -364,7 +263,7 @@ class _Applied:
             if o.is_add() or o.is_force_add() or o.is_delete() or o.package is not None \
                     or isinstance(o.value(), dict | list):
                 raise Doubt(f"{o.input_line}: not a plain value of a key")
-            found = _node(self.cfg, str(o.key_or_group))
+            found = node_at(self.cfg, str(o.key_or_group))
             if found is None or not isinstance(found[1], ValueNode):
                 raise Doubt(f"{o.input_line}: not a value the config has")
             self.saved.append((found[1], found[1]._value()))
