@@ -39,7 +39,7 @@ trainer:
   gpus: ${gpus_wanted}
 hydra:
   job:
-    env_set: {RUN: "${lr}", FIXED: "x"}
+    env_set: {RUN: "${lr}", FIXED: "x", OUT: "${hydra:runtime.output_dir}"}  # (set as the job runs)
     env_copy: [HOME]
   sweep:
     dir: /tmp/sweepit-plan-test

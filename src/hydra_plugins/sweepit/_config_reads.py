@@ -4,10 +4,9 @@ sure (a resolver that may read any key, a computed key, a key through a list).""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-from omegaconf import Container, DictConfig, Node
+from omegaconf import DictConfig, Node
 
 # Resolvers whose value is a function of their arguments (and the environment) alone; `now` reads the clock, so a
 # value that calls it is computed for each job; a key-reading resolver depends on the key its first argument names.
@@ -43,29 +42,17 @@ def node_at(cfg: DictConfig, key: str) -> tuple[DictConfig, Node, str] | None:
 
 
 def dependencies(cfg: DictConfig, key: str, deps: set[str], trees: dict[str, Any]) -> bool:
-    """Add to `deps` every path the value of `key` reads, through interpolations; whether it reads the clock."""
+    """Add to `deps` every path the value of `key` reads, through interpolations; whether it reads the clock. A
+    container's value is its content unresolved (`selected`): the interpolations inside it are not read."""
     if key in deps:
         return False
     deps.add(key)
     if "[" in key or _PLACEHOLDER in key:
         raise Doubt(f"{key}: a computed or bracketed key")
     found = node_at(cfg, key)
-    if found is None:
+    if found is None or not found[1]._is_interpolation():
         return False
-    clock = False
-    for path, node in _walk(key, found[1]):
-        if node._is_interpolation():
-            clock |= _interpolation_deps(cfg, path, str(node._value()), deps, trees)
-    return clock
-
-
-def _walk(path: str, node: Node) -> Iterator[tuple[str, Node]]:
-    """`node` and every node inside it, with their paths."""
-    yield path, node
-    if isinstance(node, Container) and not (node._is_none() or node._is_missing() or node._is_interpolation()):
-        content: Any = node._content
-        for key, child in (content.items() if isinstance(node, DictConfig) else enumerate(content)):
-            yield from _walk(f"{path}.{key}", child)
+    return _interpolation_deps(cfg, key, str(found[1]._value()), deps, trees)
 
 
 def _interpolation_deps(cfg: DictConfig, path: str, text: str, deps: set[str], trees: dict[str, Any]) -> bool:

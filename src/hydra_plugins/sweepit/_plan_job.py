@@ -29,10 +29,11 @@ SUBDIR = "hydra.sweep.subdir"
 # What Hydra sets per job after the value overrides (`hydra.job.num`, `.id`: the launcher; the dirname: Hydra).
 PER_JOB = ("hydra.job.num", "hydra.job.id", "hydra.job.override_dirname")
 def selected(config: DictConfig, key: str) -> Any:
-    """`OmegaConf.select(config, key)` (None where absent), a container as plain dicts and lists, resolved: the
-    value a planner reads, the same from a full compose and from `JobPlans`."""
+    """`OmegaConf.select(config, key)` (None where absent), a container as plain dicts and lists, its interpolations
+    left as they are (`hydra.job.env_set` may read what only the job's run sets): the value a planner reads, the
+    same from a full compose and from `JobPlans`."""
     value = OmegaConf.select(config, key, default=None)
-    return OmegaConf.to_container(value, resolve=True) if isinstance(value, Container) else value
+    return OmegaConf.to_container(value) if isinstance(value, Container) else value
 
 
 @dataclass
@@ -149,7 +150,7 @@ class JobPlans:
         if resolved is None or resolved._is_missing():
             return selected(cfg, key)
         value = resolved._value() if isinstance(resolved, ValueNode) else resolved
-        return OmegaConf.to_container(value, resolve=True) if isinstance(value, Container) else value
+        return OmegaConf.to_container(value) if isinstance(value, Container) else value
 
     def _working(self, groups: tuple[str, ...], keys: tuple[str, ...]) -> Working | None:
         """The working config of this choice of groups and what `keys` depend on in it (None: every job of it is
