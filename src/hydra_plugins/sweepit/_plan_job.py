@@ -115,8 +115,10 @@ class JobPlans:
             kv_sep, item_sep, exclude_keys = working.dirname
             working.override_dirname._set_value(get_overrides_dirname(
                 overrides=app, kv_sep=kv_sep, item_sep=item_sep, exclude_keys=exclude_keys))
-        # A cached resolver (`${now:}`) as a fresh compose has it: the master's cache alone.
-        OmegaConf.copy_cache(from_config=self.master, to_config=cfg)
+        # A cached resolver (`${now:}`) as a fresh compose has it: the master's cache alone (copied again only when
+        # a job's values added to it).
+        if OmegaConf.get_cache(cfg) != OmegaConf.get_cache(self.master):
+            OmegaConf.copy_cache(from_config=self.master, to_config=cfg)
         path = job_dir(cfg, sweep_dir, lambda c: self._select(working, SUBDIR), working.hydra)
         values = {}
         for key in keys:

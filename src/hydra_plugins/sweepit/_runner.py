@@ -283,6 +283,7 @@ def _chdir(hydra_cfg: DictConfig) -> bool:
     return _chdir_of(hydra_cfg.hydra.job.chdir)
 
 
+@functools.cache
 def _chdir_of(chdir: Any) -> bool:
     from hydra import version
 
