@@ -1,6 +1,7 @@
 """Packed Slurm sweeps (`hydra.launcher.workers=N`) against one Slurm job per job, on the local cluster, in one run.
 
 Run: flock /tmp/slurm-bench.lock python bench/bench_packing.py [--jobs 2000] [--workers 2] [--slots 1] --json PATH
+     (`--first-job-only`: the command to the first job's start of a packed sweep, which is then cancelled)
      (needs `make slurm-up`; the one-job-per-job mode of 2,000 jobs takes about half an hour on a 2-core machine)
 
 Two sweeps (`--app`):
@@ -133,8 +134,43 @@ def timed_status(sweep_dir: Path) -> float:
     return round(time.monotonic() - t0, 2)
 
 
+def first_start(sweep_dir: Path) -> tuple[float, list[str]] | None:
+    """The first job's start (epoch seconds, from the workers' logs) and the workers' array ids (their log files'
+    names), once a job has started; else None. Reads the logs alone (a glob of 100,000 job directories would not)."""
+    import re
+    from datetime import datetime
+
+    line = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]\[sweepit\.slurm\._engine\] worker \S+: "
+                      r"job \d+ started")
+    logs = list(sweep_dir.glob(".submitit/*/*_log.err"))
+    starts = [datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f").timestamp() for log in logs
+              for m in map(line.match, log.read_text(errors="replace").splitlines()) if m]
+    return (min(starts), sorted({log.name.split("_")[0] for log in logs})) if starts else None
+
+
+def stop_at_first_job(proc: subprocess.Popen[bytes], sweep_dir: Path, t0: float) -> float | None:
+    """`--first-job-only`: once a job has started, cancel the workers' arrays (by id: other sweeps on the cluster
+    are left alone) and stop the driver (SIGINT, then SIGKILL after 60 s); the seconds from the command to that
+    start, None if the driver ended first."""
+    import signal
+
+    while proc.poll() is None:
+        found = first_start(sweep_dir)
+        if found is not None:
+            subprocess.run(["scancel", *found[1]], check=False)
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            return round(found[0] - t0, 1)
+        time.sleep(0.5)
+    return None
+
+
 def run_mode(mode: str, app: str, n_jobs: int, work_s: float, epochs: int, workers: int, slots: int,
-             work: Path, status_every_s: float = 0.0) -> dict[str, Any]:
+             work: Path, status_every_s: float = 0.0, first_job_only: bool = False) -> dict[str, Any]:
     label = f"{app}-{mode}-{n_jobs}-{time.strftime('%H%M%S')}"
     sweep_dir, calls_log, shim_dir = work / label, work / f"{label}.calls", work / "shims"
     extra = [f"hydra.launcher.workers={workers}", f"hydra.launcher.slots={slots}"] if mode == "packed" else []
@@ -147,6 +183,11 @@ def run_mode(mode: str, app: str, n_jobs: int, work_s: float, epochs: int, worke
     peak_kb, status_s = 0, []
     with open(work / f"{label}.log", "w") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
+        if first_job_only:
+            to_first = stop_at_first_job(proc, sweep_dir, t0)
+            print(f"  {mode}: command to the first job's start {to_first} s (then cancelled)", flush=True)
+            return {"mode": mode, "app": app, "command": " ".join(cmd[1:]), "n_jobs": n_jobs,
+                    "command_to_first_job_s": to_first, "sweep_dir": str(sweep_dir)}
         next_status = time.monotonic() + status_every_s if status_every_s else float("inf")
         while proc.poll() is None:
             peak_kb = max(peak_kb, vm_hwm_kb(proc.pid))
@@ -191,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="run `sweepit status` every S seconds during each sweep and time it (default: never)")
     parser.add_argument("--json", type=Path, help="write the raw figures here")
     parser.add_argument("--work", type=Path, default=OUT, help=f"sweeps, logs and call counts (default {OUT})")
+    parser.add_argument("--first-job-only", action="store_true",
+                        help="packed mode: time the command to the first job's start, then cancel the sweep")
     args = parser.parse_args(argv)
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -200,6 +243,15 @@ def main(argv: list[str] | None = None) -> int:
     machine, info = machine_line(), machine_info()  # info: taken at the start (the commit it runs)
     print(machine, flush=True)
     started = time.strftime("%Y-%m-%d %H:%M:%S")
+    if args.first_job_only:
+        rows = {"packed": run_mode("packed", args.app, args.jobs, args.work_s, args.epochs, args.workers, args.slots,
+                                   work, first_job_only=True)}
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"benchmark": "bench/bench_packing.py", "argv": sys.argv[1:],
+                                             "started": started, "machine": machine, "machine_info": info,
+                                             "runs": list(rows.values())}, indent=1) + "\n")
+        return 0 if rows["packed"]["command_to_first_job_s"] is not None else 1
     rows = {mode: run_mode(mode, args.app, args.jobs, args.work_s, args.epochs, args.workers, args.slots, work,
                            args.status_every) for mode in args.modes}
     ideal = args.jobs * args.work_s / (args.workers * args.slots) if args.app == "fixed" else None

@@ -90,12 +90,13 @@ def step_plan(work: Path, n_jobs: int) -> dict[str, Any]:
 
     submit_module.submit = fake_submit  # type: ignore[assignment]
 
-    def compose(job: PlannedJob) -> None:
+    def plan_job(job: PlannedJob, keys: tuple[str, ...]) -> dict[str, Any]:
         job.config = config
         job.job_dir = sweep / f"{job.num}_{','.join(job.overrides)}"
+        return {key: OmegaConf.select(config, key, default=None) for key in keys}
 
     options = SlurmOptions.from_params({"gpus_key": None, "timeout_min": 10})
-    slurm = SlurmSweep(options, sweep, compose=compose, make_task=lambda job: print)
+    slurm = SlurmSweep(options, sweep, plan_job=plan_job, make_task=lambda job: print)
     t0, c0 = time.perf_counter(), time.process_time()
     seeds = grid["seed"]
     overrides = [[f"optimizer={o}", f"lr={lr}", f"seed={s}"] for s in seeds for o in grid["optimizer"]

@@ -74,3 +74,15 @@ def require(ok: bool, message: str) -> None:
 def is_count(value: Any, least: int) -> bool:
     """Whether a config value is an integer >= `least` (YAML's true and false are not counts)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def with_causes(error: BaseException) -> str:
+    """`error` as `Type: message`, followed by the messages of its causes (Hydra's compose errors say what was wrong
+    in their cause: "Error merging override mode=7" is caused by "Invalid value '7', expected one of ...")."""
+    parts, seen = [f"{type(error).__name__}: {error}"], {id(error)}
+    cause = error.__cause__
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        parts.append(str(cause).split("\n")[0])
+        cause = cause.__cause__
+    return ": ".join(parts)

@@ -133,6 +133,27 @@ def test_a_job_whose_fork_server_dies_again_is_recorded_interrupted_after_its_on
     assert results[1]["error"] == "KeyboardInterrupt: stopped by SIGTERM", results[1]
 
 
+def test_a_job_whose_config_does_not_compose_fails_alone_and_the_worker_goes_on(tmp_path: Path) -> None:
+    """The driver's validation composes a sample of the jobs: a value that only this job refuses is found by the worker
+    that composes it, recorded as the job's failure with the error and its cause, and the worker runs the rest."""
+    plan(tmp_path, 3)
+
+    def refusing(job: Job, entry: Work) -> None:
+        if entry.num == 1:
+            try:
+                raise ValueError("Invalid value '7', expected one of [fast, slow]")
+            except ValueError as e:
+                raise RuntimeError("Error merging override mode=7") from e
+        compose(job, entry)
+
+    assert PackedWorker(spec(tmp_path, 60), "local-1", refusing, body).run() == 2
+    results = {n: json.loads((tmp_path / f"{n}_x={n}" / "result.json").read_text()) for n in range(3)}
+    assert [results[n]["status"] for n in range(3)] == ["completed", "failed", "completed"]
+    assert results[1]["error"] == ("its config does not compose: RuntimeError: Error merging override mode=7: Invalid "
+                                   "value '7', expected one of [fast, slow]")
+    assert results[1]["recorded_by"] == "sweepit packed worker"
+
+
 def test_a_job_whose_expected_time_does_not_fit_is_left_unclaimed(tmp_path: Path) -> None:
     """Worker time 10 min, jobs expected at their 5 min limit: the first job always starts; 400 s later the next
     would need 600 s (its own 300 after the 300 of the one before it); 800 s in, not even the measured mean fits."""

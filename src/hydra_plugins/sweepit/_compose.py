@@ -79,6 +79,11 @@ class ComposedConfigs:
         self._group_repos: dict[Any, Any] = {}   # config_name -> the repository that says which groups exist
         self._groups: dict[tuple[Any, str], bool] = {}  # (config_name, override key) -> whether it is a group
         self.n_full = self.n_from_base = 0       # jobs composed by Hydra itself / from a base (for tests, logs)
+        self._master: tuple[DictConfig, Any, list[Any]] | None = None  # the last master: config name, parsed overrides
+        # Hydra's validation of a batch now under way (its frame), how many of its jobs were seen, and their kinds.
+        self._validating: Any = None
+        self._n_validated = 0
+        self._kinds: set[tuple[str, ...]] = set()
         # Hydra 1.3's ConfigLoaderImpl keeps its repository in `repository`; any other loader is left as it is. A
         # loader that was wrapped before (the driver's, pickled into a Slurm worker) has its LoadedConfigs already.
         repository = getattr(loader, "repository", None)
@@ -87,11 +92,27 @@ class ComposedConfigs:
         if self._hydra_loader and not wrapped:
             loader.repository = LoadedConfigs(repository)
 
-    def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
+    def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig | None:
+        caller = sys._getframe(1)
+        if caller.f_code is _validation_code() and not self._sampled(caller, sweep_overrides):
+            return None  # Hydra's validation drops what it gets
         config = self.compose(master_config, sweep_overrides)
         if len(self._kept) < MAX_KEPT:
             self._kept[(id(master_config), tuple(sweep_overrides))] = config
         return config
+
+    def _sampled(self, validation: Any, sweep_overrides: list[str]) -> bool:
+        """Whether Hydra's validation of a batch (the frame of `Sweeper.validate_batch_is_legal`) is to compose this
+        job: the first of each kind (`kind`), and jobs 0, 1, 2, 4, 8, ... of the batch. The others are composed
+        where they run: one whose values compose only for some of their kind fails there, recorded as a failed job."""
+        if validation is not self._validating:
+            self._validating, self._n_validated, self._kinds = validation, 0, set()
+        index = self._n_validated
+        self._n_validated += 1
+        kind = job_kind(sweep_overrides)
+        new = kind not in self._kinds
+        self._kinds.add(kind)
+        return new or index & (index - 1) == 0
 
     def take(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
         """The config composed earlier for these overrides (handed out once), else a freshly composed one."""
@@ -103,6 +124,7 @@ class ComposedConfigs:
     def clear(self) -> None:
         """Forget the kept configs (the bases stay: a sweeper's next batch picks the same groups)."""
         self._kept.clear()
+        self._validating = None
 
     def compose(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
         """The job's config, equal to `loader.load_sweep_config(master_config, sweep_overrides)`."""
@@ -124,16 +146,11 @@ class ComposedConfigs:
         from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
         from hydra.core.utils import JobRuntime
 
-        hydra_overrides = OmegaConf.to_container(master_config.hydra.overrides.hydra)
-        assert isinstance(hydra_overrides, list)
-        config_name = master_config.hydra.job.config_name
-        parsed = [parse_override(line) for line in [*hydra_overrides, *sweep_overrides]]
-        if any(o.is_sweep_override() or o.get_key_element() == "hydra.searchpath" for o in parsed):
+        split = self.split(master_config, sweep_overrides)
+        if split is None:
             return None
-        if any(str(o.key_or_group).startswith("hydra.runtime") for o in parsed):
-            return None  # Hydra fills those in after the job's values; a base has them already
-        # Hydra's rule (defaults_list.Overrides): a value override is a dict or names no config group.
-        is_value = [isinstance(o.value(), dict) or not self._is_group(config_name, o.key_or_group) for o in parsed]
+        parsed, is_value = split
+        config_name = master_config.hydra.job.config_name
         groups = [o for o, value in zip(parsed, is_value, strict=True) if not value]
         base = self._base(config_name, groups)
         cfg = copy_config(*base)
@@ -165,6 +182,25 @@ class ComposedConfigs:
         # And load_sweep_config's last step: the master's resolver cache (`${now:}` resolves as it did there).
         OmegaConf.copy_cache(from_config=master_config, to_config=cfg)
         return cfg
+
+    def split(self, master_config: DictConfig, sweep_overrides: list[str]) -> tuple[list[Any], list[bool]] | None:
+        """The master's hydra overrides and the job's, parsed, and which of them are value overrides (the others
+        choose config groups: the job's base); None for a job that Hydra is to compose itself."""
+        if not self._hydra_loader:
+            return None
+        if self._master is None or self._master[0] is not master_config:
+            hydra_overrides = OmegaConf.to_container(master_config.hydra.overrides.hydra)
+            assert isinstance(hydra_overrides, list)
+            self._master = master_config, master_config.hydra.job.config_name, [parse_override(line)
+                                                                                 for line in hydra_overrides]
+        config_name = self._master[1]
+        parsed = [*self._master[2], *(parse_override(line) for line in sweep_overrides)]
+        if any(o.is_sweep_override() or o.get_key_element() == "hydra.searchpath" for o in parsed):
+            return None
+        if any(str(o.key_or_group).startswith("hydra.runtime") for o in parsed):
+            return None  # Hydra fills those in after the job's values; a base has them already
+        # Hydra's rule (defaults_list.Overrides): a value override is a dict or names no config group.
+        return parsed, [isinstance(o.value(), dict) or not self._is_group(config_name, o.key_or_group) for o in parsed]
 
     def _is_group(self, config_name: str | None, key: str) -> bool:
         """Whether `key` names a config group (asked of the repository once per key)."""
@@ -220,6 +256,30 @@ class ComposedConfigs:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.loader, name)
+
+
+@functools.cache
+def _validation_code() -> Any:
+    """The code of Hydra's `Sweeper.validate_batch_is_legal`, which composes every job of a batch and drops the
+    configs: the caller that `ComposedConfigs.load_sweep_config` answers from a sample (a sweeper that overrides it
+    has its jobs composed as it asks)."""
+    from hydra.plugins.sweeper import Sweeper
+
+    return Sweeper.validate_batch_is_legal.__code__
+
+
+def job_kind(sweep_overrides: list[str]) -> tuple[str, ...]:
+    """What a job's overrides compose like: each override as it is, but a `key=number` as its key and whether the
+    number is an int or a float (a `range` or a sampled value: a new string each job, composed alike)."""
+    kind = []
+    for line in sweep_overrides:
+        match = _NUMBER.fullmatch(line)
+        if match is None:
+            kind.append(line)
+        else:
+            value = match["value"]
+            kind.append(f"{match['head']}=<{'float' if any(c in value for c in '.eE') else 'int'}>")
+    return tuple(kind)
 
 
 @functools.lru_cache(maxsize=MAX_PARSED)

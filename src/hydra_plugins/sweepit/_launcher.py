@@ -17,8 +17,8 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from hydra_plugins.sweepit._compose import ComposedConfigs
-from hydra_plugins.sweepit._runner import uses_hydra_resolver
+from hydra_plugins.sweepit._compose import MAX_BASES, ComposedConfigs
+from hydra_plugins.sweepit._plan_job import JobPlans, job_dir, selected
 from sweepit.errors import SweepFailedError, SweepitError, SweepStoppedError
 from sweepit.results import MULTIRUN_FILE, SweepLock, SweepPaths
 
@@ -84,6 +84,7 @@ class SweepitLauncher(Launcher):
         # hydra.job.env_set when it is composed: never an override, so they stay out of the job's overrides,
         # its JobReturn, sweep.json and the printed tables.
         self.job_env: dict[int, dict[str, str]] = {}
+        self._plans: JobPlans | None = None  # plan_job's working configs, of `self.config`
 
     # -- one job at a time, as a sweeper asks: the Optuna sweeper's AsyncLauncher protocol ---------------------
     def start(self, overrides: Sequence[str], job_num: int) -> None:
@@ -156,22 +157,22 @@ class SweepitLauncher(Launcher):
         assert self.config is not None
         return numbered(self.composed.take(self.config, overrides), num, self.job_env.pop(num, {}), sweep_dir)
 
-    def plan_job(self, num: int, overrides: list[str], sweep_dir: Path, keys: Sequence[str]
-                 ) -> tuple[Path, dict[str, Any]]:
-        """What the driver plans a job with, without keeping its config (the job composes its own where it runs):
-        the directory it will run in, and the values of those of `keys` that its config has (dotted keys)."""
+    def plan_job(self, num: int, overrides: Sequence[str], sweep_dir: Path,
+                 keys: Sequence[str]) -> tuple[Path, dict[str, Any]]:
+        """The job's directory and the values of its config's `keys` (`_plan_job.selected`: None where absent), as
+        `compose_job` would give them, at a fraction of its cost: what a driver plans with. The job's config is
+        composed where it runs."""
         assert self.config is not None
-        config, directory = numbered(self.composed.take(self.config, overrides), num, self.job_env.get(num, {}),
-                                     sweep_dir)
-        values: dict[str, Any] = {}
-        for key in keys:
-            value = OmegaConf.select(config, key, default=_ABSENT)
-            if value is not _ABSENT:
-                values[key] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
-        return directory, values
-
-
-_ABSENT = object()
+        keys = tuple(keys)
+        if not self.job_env.get(num):  # (a sweeper's environment for the job: set by numbered alone)
+            if self._plans is None or self._plans.master is not self.config:
+                self._plans = JobPlans(self.composed, self.config, MAX_BASES)
+            planned = self._plans.plan(num, overrides, keys, sweep_dir)
+            if planned is not None:
+                return planned
+        config, path = numbered(self.composed.take(self.config, list(overrides)), num, self.job_env.get(num, {}),
+                                sweep_dir)
+        return path, {key: selected(config, key) for key in keys}
 
 
 def numbered(config: DictConfig, num: int, env: Mapping[str, str], sweep_dir: Path) -> tuple[DictConfig, Path]:
@@ -189,20 +190,3 @@ def number(config: DictConfig, num: int, env: Mapping[str, str]) -> DictConfig:
         for key, value in env.items():
             config.hydra.job.env_set[key] = value
     return config
-
-
-def job_dir(config: DictConfig, sweep_dir: Path) -> Path:
-    """`hydra.sweep.dir/hydra.sweep.subdir` as Hydra's run_job resolves it (the subdir may use hydra.job.*);
-    `sweep_dir` is the sweep's, resolved once (its `${now:}` is cached, so every job's is the same)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if not uses_hydra_resolver(config.hydra.sweep):
-        return sweep_dir / str(OmegaConf.select(config, "hydra.sweep.subdir"))  # no HydraConfig: setting it copies
-    hydra_config = HydraConfig.instance()
-    saved, flag = hydra_config.cfg, config.hydra._get_node_flag("readonly")
-    hydra_config.set_config(config)  # which also marks `config.hydra` read-only, in place
-    try:
-        return sweep_dir / str(OmegaConf.select(config, "hydra.sweep.subdir"))
-    finally:
-        hydra_config.cfg = saved
-        OmegaConf.set_readonly(config.hydra, flag)  # the driver's copy stays as it was: its JobReturn sets a key

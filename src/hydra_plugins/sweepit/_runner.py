@@ -204,15 +204,24 @@ def release_config(config: Any, job_dir_: Path) -> Any:
     return promised if isinstance(promised, SavedConfig) and promised.saved() else config
 
 
-SAVED_CONFIG_KEYS = ("hydra.output_subdir", "hydra.job.name", "hydra.job.chdir")  # what expect_saved_config reads
-
-
 def expect_saved_config(config: Any, job_dir_: Path) -> Any:
     """A SavedConfig in place of `config` for a job that is still to run and will save it (a packed sweep's job, run by
     a worker that composes it again); `config` itself when it would not be saved (`hydra.output_subdir: null`)."""
-    if not isinstance(config, DictConfig) or "hydra" not in config or config.hydra.output_subdir is None:
+    if not isinstance(config, DictConfig) or "hydra" not in config:
         return config
-    return SavedConfig(job_dir_ / str(config.hydra.output_subdir), str(config.hydra.job.name), _chdir(config))
+    hydra = config.hydra
+    return promised_config(job_dir_, hydra.output_subdir, hydra.job.name, hydra.job.chdir) or config
+
+
+# The keys of a job's config that say where it saves its config (a driver plans them: SweepitLauncher.plan_job).
+SAVED_KEYS = ("hydra.output_subdir", "hydra.job.name", "hydra.job.chdir")
+
+
+def promised_config(job_dir_: Path, output_subdir: Any, task_name: Any, chdir: Any) -> SavedConfig | None:
+    """The SavedConfig of a job still to run, from its SAVED_KEYS; None when it saves none (`output_subdir: null`)."""
+    if output_subdir is None:
+        return None
+    return SavedConfig(job_dir_ / str(output_subdir), str(task_name), _chdir_of(chdir))
 
 
 class SavedJobReturn(JobReturn):
@@ -274,9 +283,13 @@ def job_return(overrides: list[str], config: DictConfig | SavedConfig, job_dir_:
 def _chdir(hydra_cfg: DictConfig) -> bool:
     """Whether Hydra's run_job ran the job in its output directory: `hydra.job.chdir`, and when it is unset, the
     version base (before 1.2 it did)."""
+    return _chdir_of(hydra_cfg.hydra.job.chdir)
+
+
+@functools.cache
+def _chdir_of(chdir: Any) -> bool:
     from hydra import version
 
-    chdir = hydra_cfg.hydra.job.chdir
     return bool(chdir) if chdir is not None else not version.base_at_least("1.2")
 
 

@@ -19,8 +19,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.sweepit._job_steps import warm_up
 from hydra_plugins.sweepit._launcher import SweepitLauncher, compact_errors, number, plain_options
-from hydra_plugins.sweepit._runner import SAVED_CONFIG_KEYS, JobRunner, SavedConfig, job_return, release_config
-from sweepit.errors import SweepFailedError
+from hydra_plugins.sweepit._runner import SAVED_KEYS, JobRunner, SavedConfig, job_return, release_config
+from sweepit.errors import ConfigError, SweepFailedError, with_causes
 from sweepit.local import ForkServer, Job, LocalOptions, LocalSweep, Reply, preload
 from sweepit.results import Status
 
@@ -60,15 +60,20 @@ class LocalLauncher(SweepitLauncher):
         if self.options.threads_per_job == 0 and isinstance(own, int) and not isinstance(own, bool) and own > 0:
             self.options.threads_per_job = own
 
-        keys = (self.options.gpus_key, "device", *SAVED_CONFIG_KEYS)
+        keys = (self.options.gpus_key, "device", *SAVED_KEYS)
 
         def plan(job: Job) -> None:
             t0 = time.perf_counter()
-            job.job_dir, values = self.plan_job(job.num, job.overrides, sweep_dir, keys)
+            try:
+                job.job_dir, values = self.plan_job(job.num, job.overrides, sweep_dir, keys)
+            except Exception as e:  # Hydra's validation composed a sample of the jobs: this one fails, alone
+                job.job_dir, _ = self.plan_job(job.num, job.overrides, sweep_dir, ())
+                raise ConfigError(f"job {job.num}'s config does not compose: {with_causes(e)}") from e
             job.job_env = self.job_env.pop(job.num, {})
             job.config = OmegaConf.create()
             for key, value in values.items():
-                OmegaConf.update(job.config, key, value, force_add=True)
+                if value is not None:  # absent from the job's config (plan_job's None)
+                    OmegaConf.update(job.config, key, value, force_add=True)
             log.debug(f"job {job.num} planned in {time.perf_counter() - t0:.3f} s")
 
         def release(job: Job) -> None:

@@ -15,12 +15,14 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
 from hydra_plugins.sweepit._launcher import LaunchError, SweepitLauncher, compact_errors, plain_options
+from hydra_plugins.sweepit._plan_job import selected
 from hydra_plugins.sweepit._runner import (
+    SAVED_KEYS,
     SavedConfig,
     SlurmTask,
-    expect_saved_config,
     job_return,
     pickle_hydra,
+    promised_config,
     release_config,
 )
 from hydra_plugins.sweepit._worker_tasks import WorkerTask, for_workers
@@ -64,14 +66,17 @@ class SlurmLauncher(SweepitLauncher):
         self._hydra = None
         self.options.app_dir = os.path.abspath(sys.path[0]) if sys.path and sys.path[0] != "" else os.getcwd()
 
-        def compose(job: PlannedJob) -> None:
-            job.config, job.job_dir = self.compose_job(job.num, job.overrides, sweep_dir)
+        def plan(job: PlannedJob, keys: tuple[str, ...]) -> dict[str, Any]:
+            if not self.options.workers:  # the job's task carries its config: composed here, once, before any submit
+                job.config, job.job_dir = self.compose_job(job.num, job.overrides, sweep_dir)
+                return {key: selected(job.config, key) for key in keys}
+            # A packed job is composed by the worker that runs it, and read back from its files when asked for.
+            job.job_dir, values = self.plan_job(job.num, job.overrides, sweep_dir, (*keys, *SAVED_KEYS))
+            job.config = promised_config(job.job_dir, *(values[key] for key in SAVED_KEYS))
+            return values
 
-        def release(job: PlannedJob) -> None:
-            job.config = expect_saved_config(job.config, job.job_dir)
-
-        sweep = SlurmSweep(self.options, sweep_dir, compose=compose, make_task=self._task, lock=self.lock,
-                           facts=self.facts, make_worker=self._packed_task, release_config=release)
+        sweep = SlurmSweep(self.options, sweep_dir, plan_job=plan, make_task=self._task, lock=self.lock,
+                           facts=self.facts, make_worker=self._packed_task)
         config = self.config
         if config is not None:
             sweep.while_jobs_run = lambda: preload_report(config)
@@ -135,7 +140,7 @@ class SlurmLauncher(SweepitLauncher):
         return WorkerTask(*self._context(), self.config, search=for_workers(search), index=index, job_base=job_base)
 
     def _job_return(self, job: PlannedJob, outcome: Outcome) -> JobReturn:
-        if isinstance(job.config, SavedConfig) and not job.config.saved():  # a packed job that never ran
+        if job.config is None or (isinstance(job.config, SavedConfig) and not job.config.saved()):  # never ran
             job.config, _ = self.compose_job(job.num, job.overrides, job.job_dir.parent)  # (its directory is known)
         # A job that ran saved its config: read back only if a sweeper asks for it, rather than taken apart here (a
         # copy of its hydra node each, at the end of the sweep).

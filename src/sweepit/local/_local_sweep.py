@@ -238,8 +238,12 @@ class LocalSweep:
         False when it is not to run: finished before (resume), or refused (recorded as failed)."""
         o = self.options
         assert self.pool is not None
-        self.compose(job)
         entry = self.manifest.jobs[job.num]
+        try:
+            self.compose(job)
+        except ConfigError as e:  # its config does not compose (a sweeper validates a sample of the jobs)
+            entry.job_dir = str(job.job_dir)
+            return self._refuse(job, e)
         entry.job_dir = str(job.job_dir)
         if o.resume and is_finished(job.job_dir):
             entry.state = read_record(job.job_dir).status or Status.COMPLETED
@@ -257,12 +261,17 @@ class LocalSweep:
             else:
                 job.n_slots = min(max(int(need), 1), self.pool.n_workers)
         except ConfigError as e:
-            self.statuses[job.num] = entry.state = record_failure(job.job_dir, str(e), Recorder.LOCAL)
-            write_manifest(self.manifest, [job.num])
-            self.progress.start()
-            self.progress.finish(job.num, Status.FAILED, None)
-            return False
+            return self._refuse(job, e)
         return True
+
+    def _refuse(self, job: Job, error: ConfigError) -> bool:
+        """A job that is not to run: recorded as failed, with the error."""
+        entry = self.manifest.jobs[job.num]
+        self.statuses[job.num] = entry.state = record_failure(job.job_dir, str(error), Recorder.LOCAL)
+        write_manifest(self.manifest, [job.num])
+        self.progress.start()
+        self.progress.finish(job.num, Status.FAILED, None)
+        return False
 
     def before_fork(self, job: Job) -> None:
         # A rerun (resume) starts clean: a stale failed result must not stand for this attempt.

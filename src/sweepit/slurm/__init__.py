@@ -1,7 +1,7 @@
 """Slurm sweeps (the engine of hydra/launcher=slurm): each job's request, job arrays through submitit, the drivers
 that follow them in squeue/sacct, and the worker engine of packed grids and Optuna workers.
 
-    sweep = SlurmSweep(SlurmOptions.from_params(params), sweep_dir, compose=fill_in_config_and_dir, make_task=task)
+    sweep = SlurmSweep(SlurmOptions.from_params(params), sweep_dir, plan_job=dir_and_values, make_task=task)
     outcomes = sweep.run([PlannedJob(num=0, overrides=["lr=0.1"]), ...])
 """
 

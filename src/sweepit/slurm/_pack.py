@@ -95,7 +95,7 @@ class PackedSweep(WorkerDriver):
     def plan(self, jobs: list[PlannedJob]) -> list[Shape]:
         """Each job's config and request (checked as for one Slurm job per job), grouped by request."""
         o = self.options
-        max_array_size = self.sweep.plan(jobs, release=True)  # the workers compose the jobs again
+        max_array_size = self.sweep.plan(jobs)  # the workers compose the jobs
         part = self.sweep.facts.partition
         max_time = part.max_time_min if part is not None else None
         node_gpus = o.node_gpus or (part.gpus_per_node if part is not None else 0)

@@ -20,6 +20,7 @@ from typing import Any
 
 from sweepit._files import atomic_write
 from sweepit._host import now_iso
+from sweepit.errors import with_causes
 from sweepit.local import ForkServer, Job, Reply
 from sweepit.results import (
     JobPaths,
@@ -29,6 +30,7 @@ from sweepit.results import (
     Work,
     claim,
     read_record,
+    record_failure,
 )
 from sweepit.slurm._engine import Engine
 
@@ -151,7 +153,14 @@ class GridSource:
         return None
 
     def refused(self, work: Work, error: Exception) -> bool:
-        return False  # a config that composed on the driver and not here: the worker's node differs, it stops
+        """Its config does not compose here (the driver composed a sample of the jobs; an override's value that only
+        some jobs of their kind refuse, or this node's app differs): the job failed, with the error; the others run."""
+        assert work.job_dir is not None, "a grid's jobs have planned directories"
+        message = f"its config does not compose: {with_causes(error)}"
+        Path(work.job_dir).mkdir(parents=True, exist_ok=True)
+        record_failure(work.job_dir, message, Recorder.PACKED_WORKER)
+        log.warning(f"worker {self.worker}: job {work.num} failed: {message}")
+        return True
 
     def started(self, work: Work) -> None:
         pass  # its task file tells the driver, which planned its directory

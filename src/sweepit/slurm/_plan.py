@@ -1,5 +1,6 @@
 """The plan of a Slurm sweep's jobs, shared by its drivers (the per-job `SlurmSweep`, the workers' `WorkerDriver`):
-each job's config composed and its request checked, the sweep's lock and manifest, the end of a followed run.
+each job's directory and request checked (its config is composed where it runs), the sweep's lock and manifest, the
+end of a followed run.
 """
 
 from __future__ import annotations
@@ -8,8 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from omegaconf import OmegaConf
 
 from sweepit.errors import SweepFailedError
 from sweepit.results import (
@@ -27,12 +26,16 @@ from sweepit.results import (
 from sweepit.slurm._budget import budget_line
 from sweepit.slurm._request import ClusterFacts, Request, SlurmOptions, asked, place
 
+# What a plan reads of each job's config besides the request's keys: for sweep.json, and hydra.job.env_set, which a
+# packed worker sets in the job's config again.
+PLANNED_KEYS = ("metric", "direction", "hydra.job.env_set")
+
 
 @dataclass
 class PlannedJob:
     num: int
     overrides: list[str]
-    config: Any = None               # the composed job config (a DictConfig, hydra node included)
+    config: Any = None               # the composed job config (a DictConfig, hydra node included), once composed
     job_dir: Path = Path()
     request: Request | None = None   # filled in when the sweep is planned
     # Read from the config when the sweep is planned, for sweep.json (the config may be let go of then).
@@ -54,36 +57,33 @@ class PlannedJob:
 
 class Planner:
     """One sweep directory as its drivers share it (the per-job `SlurmSweep`, the workers' `WorkerDriver`): the
-    options, the lock, what Slurm said of itself, and the plan of each job (its config composed, its request checked).
-    `compose(job)` fills in the job's config and directory."""
+    options, the lock, what Slurm said of itself, and the plan of each job (its directory and its request, checked).
+    `plan_job(job, keys)` fills in the job's directory and returns the values of those keys of its config (None where
+    absent): the launcher's, which composes the job's config only where the job runs."""
 
-    def __init__(self, options: SlurmOptions, sweep_dir: Path, compose: Callable[[PlannedJob], None],
-                 lock: SweepLock | None = None, facts: ClusterFacts | None = None,
-                 release_config: Callable[[PlannedJob], None] | None = None) -> None:
+    def __init__(self, options: SlurmOptions, sweep_dir: Path,
+                 plan_job: Callable[[PlannedJob, tuple[str, ...]], dict[str, Any]],
+                 lock: SweepLock | None = None, facts: ClusterFacts | None = None) -> None:
         self.options = options
         self.sweep_dir = sweep_dir
-        self.compose = compose
+        self.plan_job = plan_job
         # Asked at the first plan and kept for the sweep; a launcher passes one for all its batches.
         self.facts = facts if facts is not None else ClusterFacts()
-        # How the launcher lets go of a job's config once it is planned (it sets job.config to something lighter).
-        self.release_config: Callable[[PlannedJob], None] = release_config or (lambda job: None)
         # One driver per sweep directory: a lock of the caller's (held for the whole sweep), or one per run.
         self.own_lock = lock is None
         self.lock = SweepLock(sweep_dir) if lock is None else lock
 
-    def plan(self, jobs: list[PlannedJob], release: bool = False) -> int:
-        """Compose each job and set its request, checked against the options and the partition (ConfigError,
-        SlurmError); returns the most jobs one array may hold. `release`: let go of each job's config once read (a
-        packed sweep's workers compose the jobs again; 100,000 composed configs would not fit)."""
+    def plan(self, jobs: list[PlannedJob]) -> int:
+        """Each job's directory and request, checked against the options and the partition (ConfigError,
+        SlurmError); returns the most jobs one array may hold."""
         o = self.options
+        keys = tuple(k for k in (o.gpus_key, o.timeout_key) if k is not None) + PLANNED_KEYS
         asks = []
         for job in jobs:
-            self.compose(job)
-            asks.append(asked(job.num, _select(job.config, o.gpus_key), _select(job.config, o.timeout_key), o))
-            job.metric, job.direction = _select_str(job.config, "metric"), _select_str(job.config, "direction")
-            job.env_set = _env_set(job.config)
-            if release:
-                self.release_config(job)
+            values = self.plan_job(job, keys)
+            asks.append(asked(job.num, _get(values, o.gpus_key), _get(values, o.timeout_key), o))
+            job.metric, job.direction = _text(values["metric"]), _text(values["direction"])
+            job.env_set = _env_set(values["hydra.job.env_set"])
         requests, max_array_size = place(asks, o, self.facts)
         for job, request in zip(jobs, requests, strict=True):
             job.request = request
@@ -126,16 +126,13 @@ def by_request(jobs: list[PlannedJob]) -> dict[Request | None, list[PlannedJob]]
     return groups
 
 
-def _select(config: Any, key: str | None) -> Any:
-    return None if key is None or config is None else OmegaConf.select(config, key, default=None)
+def _get(values: dict[str, Any], key: str | None) -> Any:
+    return None if key is None else values.get(key)
 
 
-def _select_str(config: Any, key: str) -> str | None:
-    value = _select(config, key)
+def _text(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def _env_set(config: Any) -> dict[str, str]:
-    env = _select(config, "hydra.job.env_set")
-    plain = OmegaConf.to_container(env) if env is not None else None
-    return {str(k): str(v) for k, v in plain.items()} if isinstance(plain, dict) else {}
+def _env_set(env: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}

@@ -70,11 +70,11 @@ class SlurmSweep(Planner):
     """One sweep directory's Slurm run. `make_task(job)` is what each of its Slurm tasks runs, `make_worker(spec)` what
     each worker of a packed sweep runs (`hydra.launcher.workers=N`); both are pickled by submitit."""
 
-    def __init__(self, options: SlurmOptions, sweep_dir: Path, compose: Callable[[PlannedJob], None],
+    def __init__(self, options: SlurmOptions, sweep_dir: Path,
+                 plan_job: Callable[[PlannedJob, tuple[str, ...]], dict[str, Any]],
                  make_task: Callable[[PlannedJob], Task], lock: SweepLock | None = None,
-                 facts: ClusterFacts | None = None, make_worker: Callable[[PackSpec], Task] | None = None,
-                 release_config: Callable[[PlannedJob], None] | None = None) -> None:
-        super().__init__(options, sweep_dir, compose, lock, facts, release_config)
+                 facts: ClusterFacts | None = None, make_worker: Callable[[PackSpec], Task] | None = None) -> None:
+        super().__init__(options, sweep_dir, plan_job, lock, facts)
         self.make_task = make_task
         self.make_worker = make_worker
         self._follower: Follower | None = None  # the run of start()/wait_any()
