@@ -72,7 +72,7 @@ class LocalLauncher(SweepitLauncher):
             job.job_env = self.job_env.pop(job.num, {})
             job.config = OmegaConf.create()
             for key, value in values.items():
-                if value is not None:  # absent from the job's config (plan_job's None)
+                if value is not None or key in SAVED_KEYS:  # None: absent, and the sweep's default applies
                     OmegaConf.update(job.config, key, value, force_add=True)
             log.debug(f"job {job.num} planned in {time.perf_counter() - t0:.3f} s")
 

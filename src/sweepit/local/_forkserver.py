@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import OmegaConf
 
 from sweepit._signals import stop_signals_held
+from sweepit.errors import ConfigError, with_causes
 from sweepit.local._worker import RECORDED_KEYS, ChildSpec, Reply, child_main, die_with
 
 if TYPE_CHECKING:
@@ -233,8 +234,10 @@ def _fork(order: Order, fds: list[int], server: ForkServer, close_fds: list[int]
         if server.compose is not None:
             server.compose(job)
         run: Callable[[], Reply] = lambda: body(job)  # noqa: E731
-    except Exception as e:
-        run = _raiser(e)
+    except Exception as e:  # Hydra's validation composed a sample of the jobs: this one fails, alone
+        error = ConfigError(f"job {order.num}'s config does not compose: {with_causes(e)}")
+        error.__cause__ = e
+        run = _raiser(error)
     facts = {key: str(value) for key in RECORDED_KEYS
              if (value := OmegaConf.select(job.config, key, default=None)) is not None} if job.config else {}
     stdout_fd, stderr_fd, reply_fd, sentinel_fd = fds
