@@ -60,8 +60,12 @@ def _worker_pid() -> int:
 
 def _worker(search: Search, index: int, run: Callable[[Job], Reply] = _run, **kwargs: Any) -> Engine:
     source = StudySource(copy.copy(search), index, job_base=0, **kwargs)
-    return Engine(source, f"w{index}", search.sweep_dir, _compose(search.sweep_dir), run, recorded_by="test",
-                  wait_s=0.05)
+    engine = Engine(source, f"w{index}", search.sweep_dir, _compose(search.sweep_dir), run, recorded_by="test",
+                    wait_s=0.05)
+    # Its fork server forked here, before the tests' threads run the engines: a fork from a process with other
+    # threads running may copy a lock one of them holds (a Slurm worker is one thread when it forks its server).
+    engine.pool.server.start()
+    return engine
 
 
 def test_workers_run_exactly_n_trials_between_them(tmp_path: Path) -> None:

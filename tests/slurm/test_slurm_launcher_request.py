@@ -109,12 +109,14 @@ def test_a_dict_return_value_comes_back_through_the_launcher(hydra_sweep_runner:
         returns = [r for batch in sweep.returns for r in batch]
         ids = slurm_ids(tmp_path / "sweep")  # one job array: the value is read from each task's own result
         assert [i.partition("_")[2] for i in ids.values()] == ["0", "1"]
+        # Read back from each job's saved `.hydra/` files when asked for, as the local launcher's: before the runner
+        # removes the sweep's folder on leaving the block.
+        assert all("hydra" not in r.cfg and r.hydra_cfg is not None for r in returns)
     assert [r.return_value for r in returns] == [
         {"x2": 4, "label": "x=2", "nested": {"values": [2, None]}},
         {"x2": 9, "label": "x=3", "nested": {"values": [3, None]}},
     ]
     assert [r.overrides for r in returns] == [["+x=2"], ["+x=3"]]
-    assert all("hydra" not in r.cfg and r.hydra_cfg is not None for r in returns)
 
 
 def test_train_py_takes_the_launchers_time_limit_unless_the_job_sets_its_own(tmp_path: Path) -> None:
