@@ -147,7 +147,9 @@ def warm_up(config: DictConfig | None = None) -> None:
     """Once, in the process that forks jobs (the driver, a packed worker, a fork server), before the first fork: the
     modules a job's Hydra steps import, the parse of every interpolation in `config` (the sweep's: its jobs resolve
     the same ones, its directory's and its log file's among them), and the `.hydra/` files' blocks of `config`."""
-    import hydra._internal.logging_config  # noqa: F401  (Hydra's configure_log imports it at the first job)
+    # Hydra's configure_log imports it at the first job (hydra-core 1.3.2, the declared floor, has none).
+    with contextlib.suppress(ImportError):
+        import hydra._internal.logging_config  # noqa: F401
 
     parse_once()
     if config is None or "hydra" not in config:

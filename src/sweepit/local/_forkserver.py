@@ -22,6 +22,7 @@ import pickle
 import signal
 import socket
 import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -134,6 +135,9 @@ class ForkServer:
                             os.close(fd)
                     _serve(theirs, self, driver)
                     code = 0
+                except BaseException:  # said before the exit below, which would swallow it
+                    traceback.print_exc()
+                    sys.stderr.write("sweepit: the fork server stopped on the error above\n")
                 finally:
                     os._exit(code)  # never the driver's atexit handlers (its sweep lock, its manifest)
         theirs.close()
