@@ -4,7 +4,7 @@ as any other Slurm sweep (table, `sweepit status`, resume)."""
 
 from __future__ import annotations
 
-import json
+import time
 from pathlib import Path
 
 import pytest
@@ -90,17 +90,26 @@ def test_a_failing_job_fails_alone_and_its_worker_goes_on(tmp_path: Path) -> Non
 
 @pytest.mark.exclusive_cluster
 def test_slots_run_jobs_side_by_side_in_one_worker(tmp_path: Path) -> None:
+    """slots=2: two jobs run at once in one worker, both held until the test releases them (an event, not a time),
+    and a third starts only once one of them has ended."""
     sweep = tmp_path / "sweep"
-    proc = run(APP, sweep, "hydra.launcher.workers=1", "hydra.launcher.slots=2", "x=1,2,3,4", "sleep_s=2")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    release = tmp_path / "release"
+    driver = Driver(APP, sweep, "hydra.launcher.workers=1", "hydra.launcher.slots=2", "x=1,2,3,4",
+                    f"release_file={release}")
+    try:
+        wait_until(lambda: len(list(sweep.glob("*/times.json"))) == 2, "two jobs to run side by side", 120)
+        released_at = time.time()
+        release.touch()
+        assert driver.finish() == 0, driver.stderr[-3000:]
+    finally:
+        release.touch()
+        driver.kill()
     m = manifest(sweep)
     assert len({str(e.extra["slurm_job_id"]) for e in m.jobs.values()}) == 1
     (script,) = (sweep / ".submitit").glob("*/*_submission.sh")
     assert "#SBATCH --cpus-per-task=2\n" in script.read_text(), "slots x cpus_per_task cores"
-    spans = sorted((t["start"], t["start"] + 2.0) for t in
-                   (json.loads((Path(e.job_dir) / "times.json").read_text()) for e in m.jobs.values()))
-    assert spans[1][0] < spans[0][1], f"the first two jobs ran at once: {spans}"
-    assert spans[2][0] >= spans[0][1] - 0.2, f"never more than two at once: {spans}"
+    starts = sorted(read_json(Path(e.job_dir) / "times.json")["start"] for e in m.jobs.values())
+    assert starts[2] >= released_at, f"never more than two at once: {starts}, released at {released_at}"
 
 
 def test_jobs_side_by_side_in_a_worker_each_have_gpus_of_their_own(tmp_path: Path) -> None:
