@@ -63,6 +63,15 @@ def private_copy(sweep: Path, tmp_path: Path, *ignore: str) -> Path:
     return copy
 
 
+def write_conf(root: Path, files: Mapping[str, str]) -> Path:
+    """A config directory `root/conf` holding `files` (name under conf/ -> text, leading blank lines dropped)."""
+    for name, text in files.items():
+        path = root / "conf" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text.lstrip())
+    return root / "conf"
+
+
 def write_scaling_sweep(root: Path, epoch_times: dict[int, list[float]], samples: int = 50_000,
                         device: str | None = None, config: Mapping[str, object] | None = None) -> Path:
     """Job dirs as train.py leaves them for `trainer.gpus=N repeat=R` with these mean epoch times (epoch 1 a slow

@@ -15,7 +15,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from hydra_plugins.sweepit._compose import ComposedConfigs
-from sweepit_testing import CONF
+from sweepit_testing import CONF, write_conf
 
 # An app of its own, with what the built-in configs lack: a group option that adds keys, a `_global_` option,
 # a nested group, keys interpolating swept keys, env_copy and a sweep subdir of the job's override_dirname.
@@ -122,11 +122,7 @@ def assert_same(got: DictConfig, expected: DictConfig) -> None:
 
 @pytest.fixture
 def conf_dir(tmp_path: Path) -> Path:
-    for name, text in FILES.items():
-        path = tmp_path / "conf" / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text.lstrip())
-    return tmp_path / "conf"
+    return write_conf(tmp_path, FILES)
 
 
 def _loaders(conf_dir: Path, master_overrides: list[str]) -> tuple[Any, DictConfig, ComposedConfigs]:

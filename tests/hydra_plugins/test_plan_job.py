@@ -17,7 +17,7 @@ from hydra.types import HydraContext, RunMode
 
 from hydra_plugins.sweepit._plan_job import selected
 from hydra_plugins.sweepit.slurm_launcher import SlurmLauncher
-from sweepit_testing import CONF
+from sweepit_testing import CONF, write_conf
 
 KEYS = ("trainer.gpus", "timeout_min", "metric", "direction", "hydra.job.env_set", "device", "name", "nested")
 
@@ -92,11 +92,7 @@ def _assert_plans_equal(conf_dir: Path, master_overrides: list[str], jobs: list[
 
 @pytest.fixture
 def conf_dir(tmp_path: Path) -> Path:
-    for name, text in FILES.items():
-        path = tmp_path / "conf" / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text.lstrip())
-    return tmp_path / "conf"
+    return write_conf(tmp_path, FILES)
 
 
 def test_plan_job_equals_the_full_compose(conf_dir: Path) -> None:
