@@ -35,6 +35,7 @@ returns at once (no Hydra steps: the engine's and the fork's cost alone). `--rep
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import gc
 import json
@@ -42,6 +43,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,37 +73,48 @@ def compose_ms(n_jobs: int) -> dict[str, float]:
     return out
 
 
-def run_job_ms(n_jobs: int) -> dict[str, float]:
+@contextlib.contextmanager
+def linreg_sweep() -> Iterator[tuple[str, Any, Any, Any]]:
+    """(a temporary sweep directory, the multirun's master config of `task=linreg` on the built-in configs, a
+    ComposedConfigs on a copy of its loader, a HydraContext whose callbacks do nothing): what both job
+    measurements start from."""
     import tempfile
 
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.utils import run_job, setup_globals
+    from hydra.core.utils import setup_globals
     from hydra.types import HydraContext, RunMode
-    from omegaconf import open_dict
 
     from hydra_plugins.sweepit._compose import ComposedConfigs
-    from hydra_plugins.sweepit._runner import run_forked_job
 
     class NoCallbacks:
         def on_job_start(self, **_: Any) -> None: ...
         def on_job_end(self, **_: Any) -> None: ...
 
     setup_globals()
-    out = {}
     with tempfile.TemporaryDirectory() as tmp, initialize_config_dir(config_dir=str(REPO / "conf"),
                                                                      version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
         master = loader.load_configuration("config", ["task=linreg", f"hydra.sweep.dir={tmp}"],
                                            run_mode=RunMode.MULTIRUN)
-        composer = ComposedConfigs(copy.deepcopy(loader))
+        context = HydraContext(config_loader=loader, callbacks=NoCallbacks())  # type: ignore[arg-type]
+        yield tmp, master, ComposedConfigs(copy.deepcopy(loader)), context
+
+
+def run_job_ms(n_jobs: int) -> dict[str, float]:
+    from hydra.core.utils import run_job
+    from omegaconf import open_dict
+
+    from hydra_plugins.sweepit._runner import run_forked_job
+
+    out = {}
+    with linreg_sweep() as (_, master, composer, context):
         configs = []
         for i in range(n_jobs):
             config = composer.take(master, [f"seed={i}"])
             with open_dict(config):
                 config.hydra.job.num = config.hydra.job.id = i
             configs.append(config)
-        context = HydraContext(config_loader=loader, callbacks=NoCallbacks())  # type: ignore[arg-type]
         runs = {"hydra_run_job_ms": lambda c: run_job(task_function=lambda cfg: None, config=c,
                                                       job_dir_key="hydra.sweep.dir",
                                                       job_subdir_key="hydra.sweep.subdir", hydra_context=context),
@@ -117,32 +130,15 @@ def run_job_ms(n_jobs: int) -> dict[str, float]:
 
 
 def job_path_ms(n_jobs: int) -> dict[str, Any]:
-    import tempfile
-
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.utils import run_job, setup_globals
-    from hydra.types import HydraContext, RunMode
+    from hydra.core.utils import run_job
     from omegaconf import open_dict
 
     from hydra_plugins.sweepit import _runner
-    from hydra_plugins.sweepit._compose import ComposedConfigs
     from sweepit.local import preload
 
-    class NoCallbacks:
-        def on_job_start(self, **_: Any) -> None: ...
-        def on_job_end(self, **_: Any) -> None: ...
-
-    setup_globals()
     times: dict[str, list[float]] = {"hydra_job_path_ms": [], "sweepit_job_path_ms": []}
     imported: dict[str, set[str]] = {label: set() for label in times}
-    with tempfile.TemporaryDirectory() as tmp, initialize_config_dir(config_dir=str(REPO / "conf"),
-                                                                     version_base="1.3"):
-        loader = GlobalHydra.instance().config_loader()
-        master = loader.load_configuration("config", ["task=linreg", f"hydra.sweep.dir={tmp}"],
-                                           run_mode=RunMode.MULTIRUN)
-        composer = ComposedConfigs(copy.deepcopy(loader))
-        context = HydraContext(config_loader=loader, callbacks=NoCallbacks())  # type: ignore[arg-type]
+    with linreg_sweep() as (tmp, master, composer, context):
         preload([])  # the job modules, as the local launcher's driver imports them
         try:
             from hydra_plugins.sweepit._job_steps import warm_up  # type: ignore[import-not-found, unused-ignore]
