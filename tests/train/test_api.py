@@ -63,6 +63,28 @@ def test_outside_any_job_the_calls_write_nothing(tmp_path: Path, monkeypatch: py
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_multiruns_driver_holding_the_sweeps_hydra_config_is_outside_any_job(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a multirun in this process (sweepit's launchers run no job in the driver), HydraConfig holds the sweep's
+    config, whose runtime.output_dir only a job sets: the calls write nothing, where they once raised
+    MissingMandatoryValue."""
+    from hydra.core.hydra_config import HydraConfig
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(_session.ENV_JOB_DIR, raising=False)
+    before = HydraConfig.instance().cfg
+    HydraConfig.instance().cfg = OmegaConf.create({"hydra": {"runtime": {"output_dir": "???"}}})  # type: ignore[assignment]
+    try:
+        sweepit.report({"loss": 1.0})
+        assert sweepit.context().job_dir is None
+        HydraConfig.get().runtime.output_dir = str(tmp_path / "job")  # a job's: its directory
+        sweepit.report({"loss": 1.0})
+        assert sweepit.context().job_dir == tmp_path / "job"
+    finally:
+        _session.end()
+        HydraConfig.instance().cfg = before
+    assert [p.name for p in tmp_path.iterdir()] == ["job"]
+
+
 def test_finish_records_a_task_that_wrote_no_result(tmp_path: Path) -> None:
     session = _job(tmp_path, metric="val_acc", direction="maximize")
     for epoch, acc in enumerate((0.5, 0.9, 0.8), start=1):

@@ -279,9 +279,12 @@ def job_dir_from_environment() -> Path | None:
     if os.environ.get(ENV_JOB_DIR):
         return Path(os.environ[ENV_JOB_DIR])
     hydra_config = sys.modules.get("hydra.core.hydra_config")  # Hydra runs this job: ask it, never import it
-    if hydra_config is not None and hydra_config.HydraConfig.initialized():
-        return Path(hydra_config.HydraConfig.get().runtime.output_dir)
-    return None
+    if hydra_config is None or not hydra_config.HydraConfig.initialized():
+        return None
+    # A multirun's driver holds the sweep's config, whose output_dir only a job sets: no job runs in this process.
+    from omegaconf import OmegaConf
+    output_dir = OmegaConf.select(hydra_config.HydraConfig.get(), "runtime.output_dir", default=None)
+    return Path(output_dir) if output_dir is not None else None
 
 
 def leave_process_group() -> None:
