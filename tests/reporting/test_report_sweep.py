@@ -6,6 +6,8 @@ import csv
 import json
 import math
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +65,17 @@ def test_plots_are_pngs_of_real_figures(linreg_sweep: Path) -> None:
     assert names == ["learning_curves.png", "linreg_fit.png", "objective_heatmap.png"]
     for name in names:
         assert_plot(out / name)
+
+
+def test_the_report_of_a_linreg_sweep_imports_no_torch(linreg_sweep: Path) -> None:
+    """The linreg fit draws the band its data lies in from the config, not the points (only torch's generator gives
+    those back): a report, at each sweep's end or by `sweepit report`, costs no 1.7 s torch import."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "sweepit.cli", "report", str(linreg_sweep)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    imported = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "matplotlib" in imported and "torch" not in imported
+    assert (linreg_sweep / "report" / "linreg_fit.png").is_file()
 
 
 def test_summary_md_command_reproduces_the_best_job(linreg_sweep: Path, tmp_path: Path) -> None:
