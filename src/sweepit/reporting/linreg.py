@@ -62,8 +62,8 @@ class LinregSection(SectionBuilder):
         ax_fit.grid(alpha=0.3)
         palette.finish(fig, [ax_fit, ax_loss], sweep, drawn)
         path = save(fig, out_dir / "linreg_fit.png")
-        notes = [n for n in (note, "" if data is not None else "the data points could not be regenerated") if n]
-        if any(k.startswith("task.true_") for k in sweep.swept):
+        notes = [note] if note else []
+        if any(k.startswith("task.true_") or k == "task.noise_std" for k in sweep.swept):
             notes.append(f"the true line and data are those of job {best.num}; the sweep varies them")
         return Section(self.title, figures=[Figure(path, "fitted lines against the data; loss per epoch")],
                        notes=notes)
