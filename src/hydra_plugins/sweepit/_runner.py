@@ -199,18 +199,12 @@ class SavedConfig:
 
 def release_config(config: Any, job_dir_: Path) -> Any:
     """A SavedConfig in place of `config` when the job saved it (else `config` itself, kept: it did not get as far as
-    run_job, killed or refused before it ran)."""
-    promised = expect_saved_config(config, job_dir_)
-    return promised if isinstance(promised, SavedConfig) and promised.saved() else config
-
-
-def expect_saved_config(config: Any, job_dir_: Path) -> Any:
-    """A SavedConfig in place of `config` for a job that is still to run and will save it (a packed sweep's job, run by
-    a worker that composes it again); `config` itself when it would not be saved (`hydra.output_subdir: null`)."""
+    run_job, killed or refused before it ran, or would not save it: `hydra.output_subdir: null`)."""
     if not isinstance(config, DictConfig) or "hydra" not in config:
         return config
     hydra = config.hydra
-    return promised_config(job_dir_, hydra.output_subdir, hydra.job.name, hydra.job.chdir) or config
+    promised = promised_config(job_dir_, hydra.output_subdir, hydra.job.name, hydra.job.chdir)
+    return promised if promised is not None and promised.saved() else config
 
 
 # The keys of a job's config that say where it saves its config (a driver plans them: SweepitLauncher.plan_job).
