@@ -4,29 +4,50 @@ file in the sweep directory (shared by the driver and the jobs), and are told to
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import optuna
 import pytest
 from optuna.trial import TrialState
-from slurm_launcher_testing import APP, LINREG, TRAIN, Driver, manifest, result, run, slurm_ids, sweepit, wait_until
+from slurm_launcher_testing import (
+    APP,
+    LINREG,
+    TRAIN,
+    Driver,
+    driver_env,
+    manifest,
+    result,
+    run,
+    slurm_ids,
+    sweepit,
+    wait_until,
+)
 
 if TYPE_CHECKING:
     from slurm_cluster_testing import SlurmCluster
 
 
-def test_optuna_search_through_slurm(tmp_path: Path) -> None:
-    sweep = tmp_path / "sweep"
-    proc = run(TRAIN, sweep, *LINREG, "epochs=3", "hydra/sweeper=optuna", "optimizer=choice(adam,sgd)",
-               "lr=tag(log, interval(1e-3, 0.1))", "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2",
-               "hydra.sweeper.sampler.seed=0", "hydra.callbacks.summary.report=false", "study=optuna_slurm")
+def test_optuna_search_through_slurm_into_the_default_sweep_folder(tmp_path: Path) -> None:
+    """Trials run as Slurm jobs, report their epochs and are told to Optuna; the search as a user types it, without
+    hydra.sweep.dir (issue 20; every other test passes one): it ended in ReadonlyConfigError at its end, exit 1, no
+    table."""
+    proc = subprocess.run([sys.executable, str(TRAIN), "-m", "hydra/sweeper=optuna", *LINREG, "epochs=3",
+                           "optimizer=choice(adam,sgd)", "lr=tag(log, interval(1e-3, 0.1))", "hydra.sweeper.n_trials=2",
+                           "hydra.sweeper.n_jobs=2", "hydra.sweeper.sampler.seed=0"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path, env=driver_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ReadonlyConfigError" not in proc.stderr
     assert "batches" not in proc.stderr + proc.stdout  # the Slurm launcher starts trials one by one
+    (sweep,) = (tmp_path / "outputs" / "multirun").iterdir()
     assert manifest(sweep).launcher == "slurm"
+    assert "2 jobs: 2 completed" in proc.stdout, proc.stdout
+    assert "reproduce: python " in proc.stdout
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(sweep / "optuna.journal")))
-    trials = optuna.load_study(study_name="optuna_slurm", storage=storage).trials
-    assert [t.state for t in trials] == [TrialState.COMPLETE] * 4
+    trials = optuna.load_study(study_name="multirun", storage=storage).trials  # the study is named after `study`
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
     for t in trials:
         assert sorted(t.intermediate_values) == [1, 2, 3]  # reported by the Slurm job, epoch by epoch
         assert result(Path(t.user_attrs["job_dir"]))["status"] == "completed"
@@ -109,36 +130,12 @@ def test_a_task_raising_trial_pruned_on_slurm_is_pruned_and_its_slurm_job_comple
     assert slurm_cluster.wait_until_final(int(job_id.split("_")[0])) == "COMPLETED"
 
 
-def test_one_slurm_job_per_trial_into_the_default_sweep_folder(tmp_path: Path) -> None:
-    """Issue 20's command as a user types it, without hydra.sweep.dir (every other test passes one): the search
-    ended in ReadonlyConfigError at its end, exit 1, no table."""
-    import subprocess
-    import sys
-
-    from slurm_launcher_testing import driver_env
-
-    proc = subprocess.run([sys.executable, str(TRAIN), "-m", "hydra/sweeper=optuna", *LINREG,
-                           "lr=tag(log, interval(1e-4, 1))", "hydra.sweeper.n_trials=2", "epochs=2"],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path, env=driver_env())
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "ReadonlyConfigError" not in proc.stderr
-    (sweep,) = (tmp_path / "outputs" / "multirun").iterdir()
-    assert manifest(sweep).launcher == "slurm"
-    assert "2 jobs: 2 completed" in proc.stdout, proc.stdout
-    assert "reproduce: python " in proc.stdout
-
-
 @pytest.mark.parametrize(("option", "said"), [("hydra.launcher.dry_run=true", "hydra.launcher.dry_run shows"),
                                               ("hydra.launcher.workers=2", "hydra.launcher.workers packs")])
 def test_launcher_options_a_search_cannot_use_are_refused_before_anything_is_written(tmp_path: Path, option: str,
                                                                                      said: str) -> None:
     """A dry run (or packing) of a search of trials one by one is refused with its paragraph, and leaves no sweep
     folder (it left multirun.yaml and an Optuna journal that `sweepit ls` listed as a sweep of 0 jobs)."""
-    import subprocess
-    import sys
-
-    from slurm_launcher_testing import driver_env
-
     proc = subprocess.run([sys.executable, str(TRAIN), "-m", "hydra/sweeper=optuna", *LINREG, option,
                            "lr=tag(log, interval(1e-4, 1))", "hydra.sweeper.n_trials=2"],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path, env=driver_env())

@@ -76,9 +76,11 @@ def test_workers_share_n_trials_with_one_sbatch(tmp_path: Path) -> None:
 
 def test_workers_report_epochs_and_prune(tmp_path: Path) -> None:
     """train.py's epochs reach each trial from inside the worker (the pruning callback), and optuna.TrialPruned
-    from a plain app ends its trial PRUNED."""
+    from a plain app ends its trial PRUNED. One worker for train.py's trials: each worker is a process that imports
+    torch, and the fact is the same in one."""
     sweep = tmp_path / "sweep"
-    proc = run(TRAIN, sweep, *LINREG, "epochs=3", *WORKERS, "lr=tag(log, interval(1e-3, 0.1))",
+    one_worker = [k if k != "hydra.sweeper.workers=2" else "hydra.sweeper.workers=1" for k in WORKERS]
+    proc = run(TRAIN, sweep, *LINREG, "epochs=3", *one_worker, "lr=tag(log, interval(1e-3, 0.1))",
                "hydra.sweeper.n_trials=3", "hydra/sweeper/pruner=median", "hydra.callbacks.summary.report=false")
     assert proc.returncode == 0, proc.stderr[-3000:]
     for t in counted(trials(sweep)):
