@@ -4,7 +4,6 @@ loss curves."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
