@@ -16,8 +16,9 @@ Three parts, each the real entry point (`train.py`) in a subprocess, its figures
 Without --mnist-root / --cifar-root the data are synthetic images of the same shapes (the accuracy target
 then means nothing, and the JSON says so). Without CUDA it stops with a message, except `--smoke`, which runs
 every part tiny on the CPU to check the plumbing (what `make test` does).
-The bench process itself imports no torch: the plain loop and the machine's facts run in child processes, so that
-no CUDA context of its own sits on GPU 0 while the jobs it starts run (a GPU in exclusive-process mode takes one).
+The bench process itself imports no torch: the plain loop and the machine's facts at the start run in child processes
+(at the end, the load is read again beside them), so that no CUDA context of its own sits on GPU 0 while the jobs it
+starts run (a GPU in exclusive-process mode takes one).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from machine import write_json
+from machine import machine_info_at_end, write_json
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -56,7 +57,7 @@ def train(args: list[str], sweep_dir: Path, multirun: bool = True) -> Path:
 
 
 def machine_facts() -> dict[str, Any]:
-    """machine.py's line and facts, asked in a child process (they import torch and name the GPU)."""
+    """machine.py's line and facts, asked in a child process (they import torch and name the GPU), at the start."""
     return dict(json.loads(run([sys.executable, str(HERE / "machine.py")], capture=True)))
 
 
@@ -89,15 +90,17 @@ def mnist_part(root: str | None, device: str, smoke: bool, work: Path) -> dict[s
 
 
 def plain_loop(device: str, batch_size: int, steps: int, epochs: int, image_size: int, workers: int,
-               precision: str = "auto") -> dict[str, Any]:
+               precision: str = "auto", threads: int = 0) -> dict[str, Any]:
     """The course's loop on the same model and synthetic data, in its own process (`--plain-loop`): its precision
-    (auto: bf16 from compute capability 8 on) and samples/s per epoch."""
+    (auto: bf16 from compute capability 8 on) and samples/s per epoch; `threads` torch CPU threads (0: torch's own)."""
     import torch
     import torch.nn.functional as F
     from torch.utils.data import DataLoader, TensorDataset
 
     from sweepit.train.models import resnet50
 
+    if threads:
+        torch.set_num_threads(threads)
     if precision == "auto":
         bf16 = device == "cuda" and torch.cuda.is_available() and torch.cuda.get_device_capability(0)[0] >= 8
         precision = "bf16" if bf16 else "fp32"
@@ -129,8 +132,10 @@ def plain_loop(device: str, batch_size: int, steps: int, epochs: int, image_size
 
 def throughput_part(root: str | None, device: str, smoke: bool, work: Path, precision: str = "auto",
                     steps: int = 50) -> dict[str, Any]:
-    batch, steps, epochs, size = (8, 2, 2, 32) if smoke else (128, steps, 4, 32)
-    loop = [device, batch, steps, epochs, size, 0 if smoke else 4, precision]
+    # The smoke run's images are 8 px: ResNet-50's CIFAR stem keeps them full size through its first stage, where 32 px
+    # cost seconds of one core a batch. Its loops run on one thread each, like for like, as its jobs do.
+    batch, steps, epochs, size = (8, 2, 2, 8) if smoke else (128, steps, 4, 32)
+    loop = [device, batch, steps, epochs, size, 0 if smoke else 4, precision, 1 if smoke else 0]
     plain = json.loads(run([sys.executable, str(Path(__file__).resolve()), "--plain-loop", json.dumps(loop)],
                            capture=True).splitlines()[-1])
     precision = plain["precision"]
@@ -225,7 +230,7 @@ def main() -> int:
             print(f"scaling: {point['gpus']} device(s): {point['epoch_time_s']:.3g} s/epoch, speedup "
                   f"{point['speedup']:.2f}, efficiency {point['efficiency']:.0%}")
     if args.json:
-        write_json(args.json, out, machine["info"], machine_facts()["info"])
+        write_json(args.json, out, machine["info"], machine_info_at_end(machine["info"]))
     return 0
 
 

@@ -193,11 +193,11 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(REPO / "bench"))
-    from machine import machine_line
-
     try:
-        print(machine_line(), flush=True)
-        subprocess.run([sys.executable, "-c", "import torch, torch._dynamo"], cwd=REPO, check=True)  # warm caches
+        # The machine's line comes from the process that warms the caches for the timed runs (torch and torch._dynamo
+        # imported once): this one imports no torch of its own.
+        subprocess.run([sys.executable, "-c", "import torch, torch._dynamo; from machine import machine_line; "
+                        "print(machine_line(), flush=True)"], cwd=REPO / "bench", check=True)
         main_runs: dict[str, list[Run]] = {name: [] for name in launchers}
         memory_runs: dict[str, Run] = {}
         trivial: dict[str, dict[int, list[Run]]] = {name: {} for name in launchers if name != "submitit_local"}

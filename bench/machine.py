@@ -47,15 +47,26 @@ def machine_info() -> dict[str, Any]:
     commit the benchmark runs (taken at its start: code may be committed while a long benchmark runs)."""
     import torch
 
+    return {"code_version": code_version(), "hostname": platform.node(), "nproc": os.cpu_count(), "cpu": cpu_model(),
+            "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None, **load()}
+
+
+def load() -> dict[str, Any]:
+    """What other processes make of the machine now: the load averages and `uptime`'s line."""
     try:
         uptime = subprocess.run(["uptime"], capture_output=True, text=True, timeout=5).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         uptime = "n/a"
-    return {"code_version": code_version(), "hostname": platform.node(), "nproc": os.cpu_count(), "cpu": cpu_model(),
-            "torch": torch.__version__,
-            "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
-            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-            "loadavg_1_5_15min": list(os.getloadavg()) if hasattr(os, "getloadavg") else None, "uptime": uptime}
+    return {"loadavg_1_5_15min": list(os.getloadavg()) if hasattr(os, "getloadavg") else None, "uptime": uptime}
+
+
+def machine_info_at_end(started: dict[str, Any]) -> dict[str, Any]:
+    """`machine_info` at a benchmark's end without importing torch (bench_gpu.py, whose process holds no CUDA context):
+    the load read again, the rest as `started` (a child of the same interpreter) found it, since a run changes neither
+    the torch build, its default threads, the GPU nor the CPU."""
+    return {**started, **load()}
 
 
 def code_version() -> str:

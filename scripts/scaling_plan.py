@@ -15,7 +15,6 @@ from pathlib import Path
 # The GPUs the local launcher hands out, counted as it counts them (CUDA_VISIBLE_DEVICES, else the NVIDIA driver's
 # list): a sweep over more would have jobs refused.
 from sweepit.local import visible_gpus
-from sweepit.train.data import cifar
 
 # Gloo ranks of one core each, a small CNN on synthetic CIFAR-shaped data: the study's plumbing on any machine.
 CPU_VARIANT = ["task.model=cnn", "task.image_size=32", "data.synthetic=true", "data.n_synthetic=6000", "device=cpu",
@@ -26,8 +25,16 @@ ONE_GPU = ("one GPU here: the sweep measures the 1-GPU point (epoch time and sam
            "GPUs or more (`make sweep-scaling` there, or hydra/launcher=<cluster profile>: docs/gpu.md).")
 
 
+def missing_batches(root: Path) -> tuple[Path, list[str]]:
+    """CIFAR-10's own answer (sweepit.train.data.cifar), imported only with a GPU: it imports torch, and the CPU
+    variant reads no CIFAR."""
+    from sweepit.train.data import cifar
+
+    return cifar.missing_batches(root)
+
+
 def has_cifar(root: Path) -> bool:
-    return not cifar.missing_batches(root)[1]
+    return not missing_batches(root)[1]
 
 
 def plan(n_gpus: int, cifar_root: Path) -> tuple[list[str], list[str]]:
@@ -42,7 +49,7 @@ def plan(n_gpus: int, cifar_root: Path) -> tuple[list[str], list[str]]:
         lines.append(f"data: CIFAR-10 from {cifar_root}")
     else:
         data = ["data.synthetic=true"]
-        folder = cifar.missing_batches(cifar_root)[0]
+        folder = missing_batches(cifar_root)[0]
         lines.append(f"data: synthetic CIFAR-shaped images, since {folder} holds no CIFAR-10 "
                      f"(`sweepit data download cifar10 --root {cifar_root}`, or CIFAR_ROOT=DIR, for the real one): "
                      "epoch times and speedups hold, accuracies mean nothing")

@@ -28,7 +28,8 @@ def test_smoke_runs_every_part_and_writes_the_json_and_the_bench_process_imports
 
     The bench process imports no torch, so it holds no CUDA context while its jobs run: its plain loop ran in the bench
     process, whose CUDA context stayed on GPU 0 while the scaling jobs ran (they fail on a GPU in exclusive-process
-    mode); the loop and the machine's facts now run in child processes. Python's own import log of the bench process
+    mode); the loop and the machine's facts at the start now run in child processes (those at the end are the start's
+    with the load read again). Python's own import log of the bench process
     (-X importtime in make's PY, not passed to the children, which start as sys.executable) shows what it imported."""
     out = tmp_path / "gpu.json"
     proc = subprocess.run(["make", "-s", "bench-gpu", f"PY={sys.executable} -X importtime",

@@ -114,11 +114,12 @@ def test_bench_launcher(tmp_path: Path) -> None:
 
 
 def test_bench_optuna(tmp_path: Path) -> None:
-    """The digits grid (3 optimizers x 2 rates, 1 epoch), the replay, and one run of the study itself; a tolerance of
-    1 makes any completed trial reach the target, so the sweeper's run stops at its first."""
+    """The digits grid (3 optimizers x 2 rates, 1 epoch, in one process: each imports torch), the replay, and one run
+    of the study itself; a tolerance of 1 makes any completed trial reach the target, so the sweeper's run stops at its
+    first."""
     out, work = tmp_path / "optuna.json", tmp_path / "work"
-    proc = make("bench-optuna", f"--grid-lrs 2 --epochs 1 --seeds 1 --verify 1 --tolerance 1 --sweeper-seeds 1 "
-                                f"--sweeper-methods random --work {work} --json {out}", "MNIST_ROOT=")
+    proc = make("bench-optuna", f"--grid-lrs 2 --epochs 1 --processes 1 --seeds 1 --verify 1 --tolerance 1 "
+                                f"--sweeper-seeds 1 --sweeper-methods random --work {work} --json {out}", "MNIST_ROOT=")
     record = read_json(out)
     assert record["task"] == "digits" and len(record["grid"]) == 6 and record["grid_epochs"] == 6
     assert 0 < record["grid_best"] <= 1 and record["verify"][0]["same_curve"] is True
