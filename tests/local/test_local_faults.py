@@ -200,6 +200,7 @@ def test_a_stopped_sweep_ends_with_its_own_short_message_and_its_jobs_name_the_s
     assert f"stopped by {stop.name}" in said and not any(line.startswith("  job ") for line in said.splitlines()), said
     if sweeper == "basic":
         assert "what finished is kept" in said and f"sweepit resume {sweep}" in said, said
+    assert not (sweep / "report").exists()  # hydra.callbacks.summary.report=false holds for a stopped sweep too
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["kill-INT", "kill-TERM"])
