@@ -54,12 +54,14 @@ def _held(sweep: Path, hold: Hold, num: int | None = None) -> None:
     assert _mid_training(sweep, num)
 
 
-def _stop_mid_training(sweep: Path, hold: Hold, stop: signal.Signals, *more: str
-                       ) -> tuple[subprocess.Popen[str], str, str]:
-    """A sweep's driver, sent `stop` once a job is mid-training; the driver, its stdout and stderr once it ended."""
+def _stop_mid_training(sweep: Path, hold: Hold, stop: signal.Signals, *more: str,
+                       jobs: tuple[int | None, ...] = (None,)) -> tuple[subprocess.Popen[str], str, str]:
+    """A sweep's driver, sent `stop` once `jobs` are held mid-training (None: any job); the driver, its stdout and
+    stderr once it ended."""
     driver = _driver(sweep, hold, *more)
     try:
-        _held(sweep, hold)
+        for num in jobs:
+            _held(sweep, hold, num)
         driver.send_signal(stop)
         out, err = driver.communicate(timeout=60)
     finally:
@@ -146,7 +148,9 @@ def _started(dirs: dict[int, Path]) -> dict[int, str]:
 def test_a_stopped_driver_keeps_every_epoch_and_a_resume_finishes_the_rest(tmp_path: Path, hold: Hold,
                                                                           fault: signal.Signals) -> None:
     sweep = tmp_path / "sweep"
-    driver, out, err = _stop_mid_training(sweep, hold, fault)
+    # Both running jobs held: each has the checkpoint of its last reported epoch, which its resume must go on from
+    # (a job stopped between an epoch's metrics row and its checkpoint would rightly start again).
+    driver, out, err = _stop_mid_training(sweep, hold, fault, jobs=(0, 1))
     wait_until(lambda: _gone(sweep), "every job of the sweep to end", 15)
     dirs = _intact(sweep)
     stopped = {n: read_result(d) or {} for n, d in dirs.items() if (read_result(d) or {}).get("status") != "completed"}
