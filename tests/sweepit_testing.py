@@ -23,6 +23,7 @@ SHARED_MNIST = REPO.parent / "shared" / "data" / "mnist"  # real MNIST beside th
 CLUSTER_SCRIPT = REPO / "scripts" / "slurm-cluster.sh"
 PACKAGE_CONF = REPO / "src" / "hydra_plugins" / "sweepit" / "conf"  # the cluster profiles, for any Hydra app
 SWEEPIT = str(Path(sys.executable).parent / "sweepit")  # the command as installed, as a user types it
+HELD_JOBS = REPO / "tests" / "local" / "app"  # held_jobs: the built-in models, held mid-training (class Hold)
 
 # Shrinks a job to a few steps: one epoch, CPU, one thread.
 TINY = ["epochs=1", "device=cpu", "trainer.threads=1"]
@@ -109,6 +110,27 @@ def read_by_every_reader(sweep_dir: Path) -> dict[str, str]:
     csv = Path(sweep_dir) / "report" / "results.csv"
     said["results.csv"] = csv.read_text() if csv.is_file() else "(no results.csv)"
     return said
+
+
+class Hold:
+    """A folder through which a test holds the jobs of a train.py sweep mid-training, as an event rather than a time:
+    jobs whose model is one of tests/local/app/held_jobs.py's (`model._target_=held_jobs.linear`), run with `env()`,
+    wait after their second epoch until `release()`; `held(num)` says that job `num` (None: any job) waits."""
+
+    def __init__(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.folder = folder
+
+    def env(self) -> dict[str, str]:
+        """The environment of a process that runs the held jobs (a driver, `sweepit resume`): child_env()'s."""
+        path = os.pathsep.join(p for p in (str(HELD_JOBS), os.environ.get("PYTHONPATH", "")) if p)
+        return child_env(PYTHONPATH=path, SWEEPIT_TEST_HOLD=str(self.folder))
+
+    def held(self, num: int | None = None) -> bool:
+        return any(num is None or p.name == f"held-{num}" for p in self.folder.glob("held-*"))
+
+    def release(self) -> None:
+        (self.folder / "release").touch()
 
 
 def wait_until(predicate: Callable[[], bool], what: str | Callable[[], str], timeout_s: float,

@@ -1,6 +1,8 @@
 """Faults injected for real into local sweeps of `task=linreg`, and what survives each: every job's result exactly
 once, no metrics row lost or doubled, sweep.json in step with the results, and a resume that runs only what did not
 finish (continuing from its epoch checkpoint). The README's "What survives what" table is written from these.
+Each sweep's jobs wait after their second epoch until the test releases them (sweepit_testing.Hold): a fault lands
+mid-training on any machine, and no job burns CPU to be slow enough to be hit there.
 
 Covered elsewhere, not repeated here: a second driver on the same directory, and `sweepit resume` while the driver
 runs, are refused with who holds the lock (tests/local/test_sweep_lock.py); a job that segfaults, raises or exits
@@ -23,28 +25,43 @@ import pytest
 from sweepit.results._job_files import read_result
 from sweepit.results._lock import LOCK_FILE
 from sweepit.results._manifest import read_manifest
-from sweepit_testing import REPO, SWEEPIT, run_command, tmpfs, wait_until
+from sweepit_testing import REPO, SWEEPIT, Hold, run_command, tmpfs, wait_until
 
 pytestmark = pytest.mark.slow
 
 FORK_WINDOW_DRIVER = Path(__file__).parent / "app" / "fork_window_driver.py"
 EPOCHS, N_JOBS = 4, 4
-# Four jobs on two workers, about 0.35 s an epoch each: long enough to be hit mid-training.
-SWEEP = ["task=linreg", f"epochs={EPOCHS}", "data.n_synthetic=20000", "batch_size=8", "lr=0.01,0.02,0.03,0.04",
+# Four jobs on two workers, each held after its second epoch until the test releases them (held_jobs: the model of
+# task=linreg with a hold), so that the test finds them mid-training however loaded the machine is.
+SWEEP = ["task=linreg", "model._target_=held_jobs.linear", f"epochs={EPOCHS}", "lr=0.01,0.02,0.03,0.04",
          "hydra.launcher.n_workers=2", "hydra.callbacks.summary.report=false"]
 
 
-def _driver(sweep: Path, *more: str) -> subprocess.Popen[str]:
+@pytest.fixture
+def hold(tmp_path: Path) -> Hold:
+    return Hold(tmp_path / "hold")
+
+
+def _driver(sweep: Path, hold: Hold, *more: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "train.py", "-m", *SWEEP, f"hydra.sweep.dir={sweep}", *more], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=hold.env())
 
 
-def _stop_mid_training(sweep: Path, stop: signal.Signals, *more: str) -> tuple[subprocess.Popen[str], str, str]:
-    """A sweep's driver, sent `stop` once a job is mid-training; the driver, its stdout and stderr once it ended."""
-    driver = _driver(sweep, *more)
+def _held(sweep: Path, hold: Hold, num: int | None = None) -> None:
+    """Wait until job `num` (any job: None) waits for the release, its first epochs kept."""
+    wait_until(lambda: hold.held(num), f"job {'any' if num is None else num} held mid-training", 120,
+               interval_s=0.05)
+    assert _mid_training(sweep, num)
+
+
+def _stop_mid_training(sweep: Path, hold: Hold, stop: signal.Signals, *more: str,
+                       jobs: tuple[int | None, ...] = (None,)) -> tuple[subprocess.Popen[str], str, str]:
+    """A sweep's driver, sent `stop` once `jobs` are held mid-training (None: any job); the driver, its stdout and
+    stderr once it ended."""
+    driver = _driver(sweep, hold, *more)
     try:
-        wait_until(lambda: _mid_training(sweep), "a job mid-training", 60, interval_s=0.05)
+        for num in jobs:
+            _held(sweep, hold, num)
         driver.send_signal(stop)
         out, err = driver.communicate(timeout=60)
     finally:
@@ -52,8 +69,16 @@ def _stop_mid_training(sweep: Path, stop: signal.Signals, *more: str) -> tuple[s
     return driver, out, err
 
 
-def _sweepit(*args: str) -> subprocess.CompletedProcess[str]:
-    return run_command([SWEEPIT, *args], REPO, timeout_s=120)
+def _sweepit(hold: Hold, *args: str) -> subprocess.CompletedProcess[str]:
+    return run_command([SWEEPIT, *args], REPO, hold.env(), timeout_s=120)
+
+
+def _ended(pid: int) -> bool:
+    """The process is gone, or a zombie: it runs no more code."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 def _job_dirs(sweep: Path) -> dict[int, Path]:
@@ -120,10 +145,12 @@ def _started(dirs: dict[int, Path]) -> dict[int, str]:
 
 
 @pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGINT], ids=["driver-SIGKILL", "driver-Ctrl-C"])
-def test_a_stopped_driver_keeps_every_epoch_and_a_resume_finishes_the_rest(tmp_path: Path,
+def test_a_stopped_driver_keeps_every_epoch_and_a_resume_finishes_the_rest(tmp_path: Path, hold: Hold,
                                                                           fault: signal.Signals) -> None:
     sweep = tmp_path / "sweep"
-    driver, out, err = _stop_mid_training(sweep, fault)
+    # Both running jobs held: each has the checkpoint of its last reported epoch, which its resume must go on from
+    # (a job stopped between an epoch's metrics row and its checkpoint would rightly start again).
+    driver, out, err = _stop_mid_training(sweep, hold, fault, jobs=(0, 1))
     wait_until(lambda: _gone(sweep), "every job of the sweep to end", 15)
     dirs = _intact(sweep)
     stopped = {n: read_result(d) or {} for n, d in dirs.items() if (read_result(d) or {}).get("status") != "completed"}
@@ -137,14 +164,15 @@ def test_a_stopped_driver_keeps_every_epoch_and_a_resume_finishes_the_rest(tmp_p
     else:
         assert driver.returncode == -signal.SIGKILL and (sweep / LOCK_FILE).exists()  # the dead driver's lock
 
-    looked = _sweepit("status", str(sweep))  # nothing is queued or running once the driver is gone
+    looked = _sweepit(hold, "status", str(sweep))  # nothing is queued or running once the driver is gone
     assert looked.returncode == 0, looked.stderr
     states = [line.split()[2] for line in looked.stdout.splitlines()[2:2 + N_JOBS]]
     assert set(states) <= {"completed", "interrupted", "not"}, looked.stdout  # "not started"
     assert f"{N_JOBS - states.count('completed')} job(s) did not complete" in looked.stdout
 
     before = _started(dirs)
-    resumed = _sweepit("resume", str(sweep))
+    hold.release()
+    resumed = _sweepit(hold, "resume", str(sweep))
     assert resumed.returncode == 0, resumed.stderr
     said = resumed.stdout + resumed.stderr
     assert ("taking over" in said) == (fault == signal.SIGKILL)  # the dead driver's lock, with a message
@@ -156,12 +184,13 @@ def test_a_stopped_driver_keeps_every_epoch_and_a_resume_finishes_the_rest(tmp_p
             assert "sweepit: resumed from" in (dirs[num] / "stdout.log").read_text(), num
 
 
-def test_a_job_killed_mid_training_fails_alone_and_a_resume_reruns_only_it(tmp_path: Path) -> None:
+def test_a_job_killed_mid_training_fails_alone_and_a_resume_reruns_only_it(tmp_path: Path, hold: Hold) -> None:
     sweep = tmp_path / "sweep"
-    driver = _driver(sweep)
+    driver = _driver(sweep, hold)
     try:
-        wait_until(lambda: _mid_training(sweep, 0), "job 0 mid-training", 60, interval_s=0.05)
+        _held(sweep, hold, 0)
         os.kill(int(read_manifest(sweep).jobs[0].pid or 0), signal.SIGKILL)
+        hold.release()  # the rest of the sweep goes on
         out, err = driver.communicate(timeout=120)
     finally:
         driver.kill()
@@ -174,7 +203,7 @@ def test_a_job_killed_mid_training_fails_alone_and_a_resume_reruns_only_it(tmp_p
     assert [e.state for e in read_manifest(sweep).jobs.values()] == ["failed"] + ["completed"] * (N_JOBS - 1)
 
     before = _started(dirs)
-    resumed = _sweepit("resume", str(sweep))
+    resumed = _sweepit(hold, "resume", str(sweep))
     assert resumed.returncode == 0, resumed.stderr
     assert f"{N_JOBS - 1} skipped (finished before)" in resumed.stdout + resumed.stderr
     _all_completed_once(sweep)
@@ -185,12 +214,12 @@ def test_a_job_killed_mid_training_fails_alone_and_a_resume_reruns_only_it(tmp_p
 @pytest.mark.parametrize(("stop", "sweeper"), [(signal.SIGINT, "basic"), (signal.SIGTERM, "basic"),
                                                (signal.SIGINT, "optuna")], ids=["Ctrl-C", "SIGTERM", "Ctrl-C-optuna"])
 def test_a_stopped_sweep_ends_with_its_own_short_message_and_its_jobs_name_the_signal(
-        tmp_path: Path, stop: signal.Signals, sweeper: str) -> None:
+        tmp_path: Path, hold: Hold, stop: signal.Signals, sweeper: str) -> None:
     """Ctrl-C ended with Hydra's "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace." (a stop
     is no crash), a line per interrupted job, and each job's note said `stopped by SIGTERM` (the driver's signal to
     its jobs), not the SIGINT the user sent."""
     sweep = tmp_path / "sweep"
-    driver, out, err = _stop_mid_training(sweep, stop, f"hydra/sweeper={sweeper}")
+    driver, out, err = _stop_mid_training(sweep, hold, stop, f"hydra/sweeper={sweeper}")
     assert driver.returncode == 1, err
     assert "HYDRA_FULL_ERROR" not in err and "Traceback" not in err, err
     stopped = [r for r in (read_result(d) or {} for d in _intact(sweep).values()) if r.get("status") == "interrupted"]
@@ -200,17 +229,18 @@ def test_a_stopped_sweep_ends_with_its_own_short_message_and_its_jobs_name_the_s
     assert f"stopped by {stop.name}" in said and not any(line.startswith("  job ") for line in said.splitlines()), said
     if sweeper == "basic":
         assert "what finished is kept" in said and f"sweepit resume {sweep}" in said, said
+    assert not (sweep / "report").exists()  # hydra.callbacks.summary.report=false holds for a stopped sweep too
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["kill-INT", "kill-TERM"])
-def test_a_signal_to_sweepit_resume_reaches_the_driver(tmp_path: Path, stop: signal.Signals) -> None:
+def test_a_signal_to_sweepit_resume_reaches_the_driver(tmp_path: Path, hold: Hold, stop: signal.Signals) -> None:
     """`sweepit resume` is the driver (it ran the driver as a child: SIGINT to its pid was ignored and the sweep ran
     on; SIGTERM, as `timeout`, a batch script or a session's end sends it, orphaned the driver and its jobs)."""
     sweep = tmp_path / "sweep"
-    _stop_mid_training(sweep, signal.SIGINT)
+    _stop_mid_training(sweep, hold, signal.SIGINT)
     wait_until(lambda: _gone(sweep), "every job of the first run to end", 15)
     resumed = subprocess.Popen([SWEEPIT, "resume", str(sweep)], cwd=REPO, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, env=hold.env())  # its jobs held, never released
     try:
         wait_until(lambda: any(e.state == "running" for e in read_manifest(sweep).jobs.values()),
                    "a job of the resumed sweep running", 60, interval_s=0.05)
@@ -233,18 +263,19 @@ def sweep_tmpfs(tmp_path: Path) -> Iterator[Path]:
         yield mount
 
 
-def test_a_full_disk_stops_the_sweep_with_the_path_and_damages_nothing(sweep_tmpfs: Path) -> None:
+def test_a_full_disk_stops_the_sweep_with_the_path_and_damages_nothing(sweep_tmpfs: Path, hold: Hold) -> None:
     sweep = sweep_tmpfs / "sweep"
     filler = sweep_tmpfs / "filler"
-    driver = _driver(sweep)
+    driver = _driver(sweep, hold)
     try:
-        wait_until(lambda: _mid_training(sweep), "a job mid-training", 60, interval_s=0.05)
-        with open(filler, "wb", buffering=0) as f:  # every free block, while the jobs write
+        _held(sweep, hold)
+        with open(filler, "wb", buffering=0) as f:  # every free block, while the jobs train
             try:
                 while True:
                     f.write(b"x" * 4096)
             except OSError:
                 pass
+        hold.release()  # their next writes find the disk full
         _, err = driver.communicate(timeout=120)
     finally:
         driver.kill()
@@ -257,7 +288,7 @@ def test_a_full_disk_stops_the_sweep_with_the_path_and_damages_nothing(sweep_tmp
     assert not (sweep / LOCK_FILE).exists()
 
     filler.unlink()  # space again: the resume finishes the sweep from what was kept
-    resumed = _sweepit("resume", str(sweep))
+    resumed = _sweepit(hold, "resume", str(sweep))
     assert resumed.returncode == 0, resumed.stderr
     _all_completed_once(sweep)
 
@@ -278,17 +309,19 @@ def _parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
-def test_a_job_is_forked_by_the_fork_server_and_its_sigkill_is_recorded_as_before(tmp_path: Path) -> None:
+def test_a_job_is_forked_by_the_fork_server_and_its_sigkill_is_recorded_as_before(tmp_path: Path,
+                                                                                  hold: Hold) -> None:
     """Jobs are forked by a small warm process (the fork server), itself forked by the driver before it held any
     job: a job killed there is recorded as one forked by the driver was."""
     sweep = tmp_path / "sweep"
-    driver = _driver(sweep)
+    driver = _driver(sweep, hold)
     try:
-        wait_until(lambda: _mid_training(sweep, 0), "job 0 mid-training", 60, interval_s=0.05)
+        _held(sweep, hold, 0)
         pid = int(read_manifest(sweep).jobs[0].pid or 0)
         server = _parent(pid)
         assert server != driver.pid and _parent(server) == driver.pid, (pid, server, driver.pid)
         os.kill(pid, signal.SIGKILL)
+        hold.release()
         _, err = driver.communicate(timeout=120)
     finally:
         driver.kill()
@@ -299,17 +332,22 @@ def test_a_job_is_forked_by_the_fork_server_and_its_sigkill_is_recorded_as_befor
     assert [e.state for e in read_manifest(sweep).jobs.values()] == ["failed"] + ["completed"] * (N_JOBS - 1)
 
 
-def test_the_fork_server_killed_mid_sweep_runs_its_jobs_again_once_and_the_sweep_completes(tmp_path: Path) -> None:
+def test_the_fork_server_killed_mid_sweep_runs_its_jobs_again_once_and_the_sweep_completes(tmp_path: Path,
+                                                                                          hold: Hold) -> None:
     """The server's running jobs die with it (each records itself interrupted), and a new server runs each again,
     once: every job ends completed with one result.json and each epoch's metrics once."""
     sweep = tmp_path / "sweep"
-    driver = _driver(sweep)
+    driver = _driver(sweep, hold)
     try:
-        wait_until(lambda: _mid_training(sweep, 0), "job 0 mid-training", 60, interval_s=0.05)
+        _held(sweep, hold, 0)
         running = {n: int(e.pid or 0) for n, e in read_manifest(sweep).jobs.items() if e.state == "running"}
         server = _parent(running[0])
         assert server != driver.pid
         os.kill(server, signal.SIGKILL)
+        # Released once the server's jobs have ended (each at the signal its dying parent sends it), not before:
+        # a job released first could train on to its end.
+        wait_until(lambda: all(_ended(pid) for pid in running.values()), "the server's jobs to end", 60)
+        hold.release()
         out, err = driver.communicate(timeout=180)
     finally:
         driver.kill()

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from sweepit.results import LiveReader, sweep_eta_s
-from sweepit_testing import REPO
+from sweepit_testing import REPO, Hold, wait_until
 
 
 def start_job(job_dir: Path, epochs: int | None, metric: str = "val_acc") -> None:
@@ -121,34 +121,37 @@ def test_the_progress_line_has_an_eta_before_the_first_job_ends(tmp_path: Path) 
 @pytest.mark.slow
 def test_status_shows_each_running_jobs_epoch_and_eta_and_watch_follows_to_the_end(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    epochs = 100  # long enough for a look, polled every half second, to find two jobs mid-training and one queued
+    hold = Hold(tmp_path / "hold")  # two jobs held mid-training and one queued for the first look, then released
+    epochs = 4
     driver = subprocess.Popen([sys.executable, str(REPO / "train.py"), "-m", "task=digits", f"epochs={epochs}",
-                               "trainer.threads=1", "lr=0.01,0.02,0.03", "hydra.launcher.n_workers=2",
-                               "hydra.callbacks.summary.report=false", f"hydra.sweep.dir={sweep}"],
-                              cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                               "model._target_=held_jobs.mlp", "trainer.threads=1", "lr=0.01,0.02,0.03",
+                               "hydra.launcher.n_workers=2", "hydra.callbacks.summary.report=false",
+                               f"hydra.sweep.dir={sweep}"],
+                              cwd=tmp_path, env=hold.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True)
     try:
-        deadline = time.monotonic() + 60
-        text = ""
-        while time.monotonic() < deadline:
-            if (sweep / "sweep.json").is_file():
-                text = subprocess.run([sys.executable, "-m", "sweepit.cli", "status", str(sweep)],
-                                      capture_output=True, text=True, timeout=60).stdout
-                if re.search(rf"running .* \d+/{epochs} val_acc=\S+ ETA \d+:\d\d", text):
-                    break
-            time.sleep(0.5)
+        wait_until(lambda: hold.held(0) and hold.held(1), "jobs 0 and 1 held mid-training", 120)
+        text = subprocess.run([sys.executable, "-m", "sweepit.cli", "status", str(sweep)],
+                              capture_output=True, text=True, timeout=60).stdout
         assert re.search(rf"running .* \d+/{epochs} val_acc=\S+ ETA \d+:\d\d", text), text
         assert re.search(r"^ETA \d+:\d\d at the running jobs' pace \(2 running, 1 queued\)", text, re.M), text
         assert "a driver follows this sweep" in text  # a look while the driver runs writes nothing
-        watch = subprocess.run([sys.executable, "-m", "sweepit.cli", "status", str(sweep), "--watch", "0.5"],
-                               capture_output=True, text=True, timeout=180)  # not a terminal: plain looks
+        # Not a terminal: plain looks.
+        watch = subprocess.Popen([sys.executable, "-m", "sweepit.cli", "status", str(sweep), "--watch", "0.5"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert watch.stdout is not None
+        first = watch.stdout.readline()  # its first look, the jobs still held
+        hold.release()
+        rest, watch_err = watch.communicate(timeout=180)
     finally:
-        driver.wait(timeout=180)
-    assert driver.returncode == 0, driver.stderr[-2000:]
-    assert watch.returncode == 0, watch.stderr
-    looks = re.findall(r"^\[\d\d:\d\d:\d\d\]$", watch.stdout, re.M)
-    assert len(looks) >= 2, watch.stdout[-2000:]  # it looked more than once, and stopped when the sweep ended
-    last = watch.stdout.rsplit("]\n", 1)[-1]
+        hold.release()
+        _, driver_err = driver.communicate(timeout=180)
+    assert driver.returncode == 0, driver_err[-2000:]
+    assert watch.returncode == 0, watch_err
+    said = first + rest
+    looks = re.findall(r"^\[\d\d:\d\d:\d\d\]$", said, re.M)
+    assert len(looks) >= 2, said[-2000:]  # it looked more than once, and stopped when the sweep ended
+    last = said.rsplit("]\n", 1)[-1]
     assert "3 jobs: 3 completed" in last and "a driver follows" not in last, last  # the last look: ended
     bad = subprocess.run([sys.executable, "-m", "sweepit.cli", "status", str(sweep), "--watch", "0"],
                          capture_output=True, text=True, timeout=60)

@@ -24,6 +24,7 @@ LOGGER_CHOICES = sorted(p.stem for p in (REPO / "src/hydra_plugins/sweepit/conf/
 # What each choice writes for a job: the trackers of `many` are listed in its own file.
 TRACKERS = {"many": ("csv", "tensorboard", "mlflow")}
 TRACKER_WARNING = "could not record"
+NO_REPORT = "hydra.callbacks.summary.report=false"
 
 
 def run_app(script: Path, args: list[str], cwd: Path, env: dict[str, str] | None = None,
@@ -188,10 +189,11 @@ def test_an_apps_own_logger_group_is_the_apps(tmp_path: Path, launcher: str) -> 
 @pytest.mark.slow
 def test_basic_launcher_optuna_trial_and_resume_go_through_the_trackers(tmp_path: Path) -> None:
     """Hydra's basic launcher (every job in the driver's process), an Optuna trial, and a resumed job each leave the
-    tracker's rows and status; `sweepit status` and `report` read the sweeps they left."""
+    tracker's rows and status; `sweepit status` and `report` read the sweeps they left (the sweeps end without a
+    report of their own: `sweepit report` makes it)."""
     basic = tmp_path / "basic"
     proc = run_train(["-m", "task=linreg", "epochs=2", "lr=0.01,0.02", "logger=csv", "hydra/launcher=basic",
-                      f"hydra.sweep.dir={basic}"], tmp_path)
+                      NO_REPORT, f"hydra.sweep.dir={basic}"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = sorted(p for p in basic.iterdir() if (p / "result.json").is_file())
     assert len(jobs) == 2
@@ -201,7 +203,7 @@ def test_basic_launcher_optuna_trial_and_resume_go_through_the_trackers(tmp_path
     search = tmp_path / "optuna"
     proc = run_train(["-m", "task=linreg", "epochs=2", "logger=mlflow", "hydra/sweeper=optuna",
                       "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2", "lr=tag(log, interval(0.001, 0.1))",
-                      f"hydra.sweep.dir={search}"], tmp_path)
+                      NO_REPORT, f"hydra.sweep.dir={search}"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     trials = [p for p in search.iterdir() if (p / "result.json").is_file()]
     assert len(trials) == 2
@@ -212,7 +214,7 @@ def test_basic_launcher_optuna_trial_and_resume_go_through_the_trackers(tmp_path
     # resumed jobs end completed.
     data, resumed = tmp_path / "mnist", tmp_path / "resumed"
     proc = run_train(["-m", "task=mnist", f"data.root={data}", "task.model=mlp", "epochs=1", "lr=0.01,0.02",
-                      "logger=mlflow", f"hydra.sweep.dir={resumed}"], tmp_path)
+                      "logger=mlflow", NO_REPORT, f"hydra.sweep.dir={resumed}"], tmp_path)
     assert proc.returncode != 0
     assert {json.loads((p / "result.json").read_text())["status"] for p in resumed.iterdir()
             if (p / "result.json").is_file()} == {"failed"}

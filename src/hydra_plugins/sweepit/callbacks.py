@@ -10,15 +10,19 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 
+def ends_with_report(config: DictConfig) -> bool:
+    """Whether the sweep ends with `<sweep dir>/report/`: its SweepSummary callback's `report` (none: no report)."""
+    return any(str(node.get("_target_", "")) == f"{__name__}.{SweepSummary.__name__}" and node.get("report", True)
+               for node in (config.hydra.get("callbacks") or {}).values())
+
+
 def preload_report(config: DictConfig) -> None:
     """The report's imports (the reporting room, matplotlib), when the sweep ends with a report: a driver makes them
     while its jobs run, and the report then costs its drawing alone."""
-    for node in (config.hydra.get("callbacks") or {}).values():
-        if str(node.get("_target_", "")) == f"{__name__}.{SweepSummary.__name__}" and node.get("report", True):
-            from sweepit.reporting import preload
+    if ends_with_report(config):
+        from sweepit.reporting import preload
 
-            preload()
-            return
+        preload()
 
 
 class SweepSummary(Callback):

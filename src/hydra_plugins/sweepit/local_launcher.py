@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from hydra_plugins.sweepit._job_steps import warm_up
 from hydra_plugins.sweepit._launcher import SweepitLauncher, compact_errors, number, plain_options
 from hydra_plugins.sweepit._runner import SAVED_KEYS, JobRunner, SavedConfig, job_return, release_config
+from hydra_plugins.sweepit.callbacks import ends_with_report
 from sweepit.errors import ConfigError, SweepFailedError, with_causes
 from sweepit.local import ForkServer, Job, LocalOptions, LocalSweep, Reply, preload
 from sweepit.results import Status
@@ -100,10 +101,12 @@ class LocalLauncher(SweepitLauncher):
                 try:
                     statuses = sweep.run(jobs)
                 except SweepFailedError:
-                    # Hydra skips on_multirun_end when the launcher raises: the report is written here instead.
-                    from sweepit.reporting import try_build_report
+                    # Hydra skips on_multirun_end when the launcher raises: the report the sweep would end with is
+                    # written here instead.
+                    if self.config is not None and ends_with_report(self.config):
+                        from sweepit.reporting import try_build_report
 
-                    try_build_report(sweep.sweep_dir)
+                        try_build_report(sweep.sweep_dir)
                     raise
         finally:
             self.composed.clear()
