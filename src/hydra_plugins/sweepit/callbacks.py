@@ -12,8 +12,9 @@ from omegaconf import DictConfig
 
 def ends_with_report(config: DictConfig) -> bool:
     """Whether the sweep ends with `<sweep dir>/report/`: its SweepSummary callback's `report` (none: no report)."""
-    return any(str(node.get("_target_", "")) == f"{__name__}.{SweepSummary.__name__}" and node.get("report", True)
-               for node in (config.hydra.get("callbacks") or {}).values())
+    from sweepit.results import asks_for_report
+
+    return asks_for_report(config.hydra.get("callbacks"))
 
 
 def preload_report(config: DictConfig) -> None:

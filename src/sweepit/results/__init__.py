@@ -84,7 +84,7 @@ from sweepit.results._paths import (
     SweepPaths,
 )
 from sweepit.results._progress import LiveReader, Progress, format_duration, sweep_eta_s
-from sweepit.results._reported import records_digest, report_shows, reports_at_end, write_records
+from sweepit.results._reported import asks_for_report, records_digest, report_shows, reports_at_end, write_records
 from sweepit.results._status import (
     DIRECTIONS,
     FAILED_STATUSES,
@@ -130,7 +130,8 @@ __all__ = [
     "RESULT_STATUSES", "STDERR_LOG", "STDOUT_LOG", "SWEEP_JOURNAL_FILE", "TRIALS_FILE", "WAIT", "WANDB_RUN_FILE",
     "WEIGHT_FILES", "WORKER_STALE_S", "JobEntry", "JobPaths", "JobRecord", "JobRow", "LiveReader", "Manifest",
     "Progress", "Recorder", "ResultGrace", "State", "Status", "SweepLock", "SweepPaths", "UnreadKeys", "Work",
-    "WorkSource", "aligned", "app_command", "array_of", "as_number", "best_row", "claim", "claimed", "clean",
+    "WorkSource", "aligned", "app_command", "array_of", "as_number", "asks_for_report", "best_row", "claim",
+    "claimed", "clean",
     "command_line", "config_source", "counts_text", "driver_argv", "driver_env", "error_line", "failure_report",
     "finite_number", "fixed_overrides", "format_duration", "format_table", "heartbeat", "hydra_quote", "is_finished",
     "iter_manifest", "job_dir_name", "job_folders", "job_num", "job_row", "load_yaml", "measures_speed",

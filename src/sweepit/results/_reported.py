@@ -52,6 +52,13 @@ def reports_at_end(sweep_dir: Path) -> bool | None:
     hydra = saved_hydra(SweepPaths(sweep_dir).multirun)
     if not hydra:
         return None
-    callbacks = hydra.get("callbacks")
-    return any(isinstance(c, dict) and c.get("_target_") == SUMMARY_CALLBACK and c.get("report", True) is not False
-               for c in (callbacks.values() if isinstance(callbacks, dict) else ()))
+    return asks_for_report(hydra.get("callbacks"))
+
+
+def asks_for_report(callbacks: Any) -> bool:
+    """Whether a sweep's `hydra.callbacks` (a mapping: a DictConfig, or the dict of its saved multirun.yaml) end it
+    with its report: sweepit's summary callback is among them, its `report` not false."""
+    if not isinstance(callbacks, Mapping):
+        return False
+    return any(isinstance(c, Mapping) and c.get("_target_") == SUMMARY_CALLBACK and c.get("report", True) is not False
+               for c in callbacks.values())
