@@ -55,6 +55,10 @@ def test_four_job_sweep_is_one_array_and_ends_with_the_results_table(tmp_path: P
         assert (d / "stdout.log").resolve() == Path(m.jobs[num].extra["stdout"])
 
 
+# Alone: its 4-GPU job waits for every GPU of the cluster, and Slurm holds them for it ahead of later jobs, so a test
+# sharing the cluster whose jobs hold GPUs while others of its own must start (the budget's, a detached sweep's) waited
+# past its jobs' time limit behind it.
+@pytest.mark.exclusive_cluster
 def test_gpu_counts_1_2_4_give_each_task_its_rank_and_the_jobs_gpus(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     proc = run(TRAIN, sweep, *LINREG, "trainer.gpus=1,2,4")
