@@ -208,3 +208,18 @@ def test_an_app_whose_config_writes_no_report_is_told_so_not_that_it_ran_detache
     assert sweepit_main(["report", str(sweep)]) == 0
     again, _ = _status(sweep, dict(os.environ))
     assert "sweepit report" not in again, again
+
+
+@pytest.mark.parametrize("report", [True, False, None, 0])
+def test_whether_a_sweep_ends_with_its_report_is_read_as_the_summary_callback_reads_it(report: object) -> None:
+    """One rule for the launcher, the report preload and `sweepit status`: the callback draws when its `report` is
+    true (a live DictConfig or the dict of multirun.yaml alike), so null and 0 draw nothing."""
+    from omegaconf import OmegaConf
+
+    from sweepit.results import asks_for_report
+    from sweepit.results._reported import SUMMARY_CALLBACK
+
+    callbacks = {"summary": {"_target_": SUMMARY_CALLBACK, "report": report}}
+    assert asks_for_report(callbacks) is asks_for_report(OmegaConf.create(callbacks)) is bool(report)
+    assert SweepSummary(report=report).report == report  # type: ignore[arg-type]  # the value its on_multirun_end tests
+    assert asks_for_report({"summary": {"_target_": SUMMARY_CALLBACK}}) and not asks_for_report(None)

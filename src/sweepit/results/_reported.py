@@ -57,8 +57,8 @@ def reports_at_end(sweep_dir: Path) -> bool | None:
 
 def asks_for_report(callbacks: Any) -> bool:
     """Whether a sweep's `hydra.callbacks` (a mapping: a DictConfig, or the dict of its saved multirun.yaml) end it
-    with its report: sweepit's summary callback is among them, its `report` not false."""
+    with its report: sweepit's summary callback is among them, its `report` true as the callback itself reads it."""
     if not isinstance(callbacks, Mapping):
         return False
-    return any(isinstance(c, Mapping) and c.get("_target_") == SUMMARY_CALLBACK and c.get("report", True) is not False
+    return any(isinstance(c, Mapping) and c.get("_target_") == SUMMARY_CALLBACK and bool(c.get("report", True))
                for c in callbacks.values())
