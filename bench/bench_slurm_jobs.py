@@ -110,14 +110,26 @@ def cpu_s(text: str) -> float:
     return (int(days or 0) * 24 + parts[0]) * 3600 + parts[1] * 60 + parts[2]
 
 
-def sacct_cpu(ids: list[str]) -> dict[str, float]:
-    """TotalCPU of each job (its first row, which sums its steps; `-X` would show the allocation alone: 0)."""
-    if not ids:
-        return {}
-    out = subprocess.run(["sacct", "-n", "-P", "--format=JobID,TotalCPU", "-j", ",".join(ids)],
-                         capture_output=True, text=True, timeout=60).stdout
-    rows = (line.split("|") for line in out.splitlines() if line.count("|") == 1)
-    return {job_id: cpu_s(total) for job_id, total in rows if total and "." not in job_id}
+def sacct_cpu(ids: list[str], wait_s: float = 120.0) -> dict[str, float]:
+    """TotalCPU of each job (its first row, which sums its steps; `-X` would show the allocation alone: 0).
+
+    slurmdbd records a job's end some time after squeue drops it (seconds on a busy machine), so this asks again
+    until every job's row has an end, or `wait_s` has passed; a job still missing then is left out and named."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        out = subprocess.run(["sacct", "-n", "-P", "--format=JobID,End,TotalCPU", "-j", ",".join(ids)],
+                             capture_output=True, text=True, timeout=60).stdout if ids else ""
+        rows = (line.split("|") for line in out.splitlines() if line.count("|") == 2)
+        ended = {job_id: cpu_s(total) for job_id, end, total in rows
+                 if "." not in job_id and total and end not in ("", "Unknown", "None")}
+        missing = [i for i in ids if i not in ended]
+        if not missing or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    if missing:
+        print(f"sacct has no end for job(s) {', '.join(missing)} after {wait_s:g} s: their CPU is left out",
+              file=sys.stderr)
+    return ended
 
 
 def sweep(launcher: str, pair: int, n_jobs: int, work_s: float, work: Path, python: str) -> Run:
@@ -209,7 +221,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if installed and not args.keep_submitit:
             pip("uninstall", "-y", "hydra-submitit-launcher")
-    time.sleep(2)  # sacct's record of the last jobs' steps
     cpu = sacct_cpu([i for r in runs for i in r.job_ids])
     for r in runs:
         r.job_cpu_s = [cpu[i] for i in r.job_ids if i in cpu]
