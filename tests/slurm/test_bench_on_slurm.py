@@ -106,7 +106,7 @@ def test_bench_scale(tmp_path: Path) -> None:
 
 def test_bench_packing(tmp_path: Path) -> None:
     work = tmp_path / "work"
-    proc, record = make("bench-packing", f"--jobs 6 --work-s 0.1 --workers 2 --work {work} "
+    proc, record = make("bench-packing", f"--jobs 6 --work-s 0.1 --workers 2 --work {work} --status-every 1 "
                                          f"--json {tmp_path / 'packing.json'}")
     runs = {r["mode"]: r for r in record["runs"]}
     assert sorted(runs) == ["packed", "per_job"]
@@ -120,5 +120,7 @@ def test_bench_packing(tmp_path: Path) -> None:
     assert phases["jobs_seen"] == 6 and 0 < phases["driver_start_to_first_job_s"] < runs["packed"]["wall_s"], phases
     assert phases["job_start_to_end_ms_median"] >= 100 and runs["per_job"]["phases"] is None  # a job sleeps 0.1 s
     assert record["argv"] and record["machine_info"]["code_version"]
+    looks = runs["packed"]["status_cpu_s"]  # `sweepit status` run during the sweep: each look's CPU, beside its wall
+    assert looks["n"] >= 1 and looks["n"] == runs["packed"]["status_s"]["n"] and min(looks["all"]) > 0, looks
     assert proc.returncode == 0 or record["verdict"] == "missed", proc.stderr
     assert "packed / ideal: " in proc.stdout and "packed / one Slurm job per job: " in proc.stdout
