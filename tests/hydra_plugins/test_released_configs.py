@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 from hydra.test_utils.test_utils import TSweepRunner
+from hydra.version import setbase
 from omegaconf import DictConfig, OmegaConf
 
-from hydra_plugins.sweepit._runner import SavedConfig, SavedJobReturn, release_config
+from hydra_plugins.sweepit._runner import SavedConfig, SavedJobReturn, promised_config, release_config
 
 pytestmark = pytest.mark.usefixtures("hydra_default_version_base")
 
@@ -80,3 +81,19 @@ def test_a_config_is_released_only_when_the_job_saved_it(tmp_path: Path, output_
         assert isinstance(kept, SavedConfig) and kept.saved_dir == tmp_path / ".hydra" and kept.task_name == "app"
     else:
         assert kept is config
+
+
+def test_an_unset_chdir_follows_the_version_base_in_force_each_time(tmp_path: Path) -> None:
+    """Hydra's run_job chdirs into the job's directory when `hydra.job.chdir` is unset only under a version base
+    before 1.2. A process may compose under several (a test session does): the answer follows the one in force, as
+    run_job's does, and not the first one asked under (Hydra's Slurm launcher suite once got the checkout as a
+    job's working_dir after an earlier test had asked under 1.3)."""
+    answers = []
+    for base in ("1.3", "1.1", "1.3"):  # (the module's fixture gives the singleton back as it was)
+        setbase(base)
+        promised = promised_config(tmp_path, ".hydra", "app", None)
+        assert promised is not None
+        answers.append(promised.chdir)
+    assert answers == [False, True, False]
+    promised = promised_config(tmp_path, ".hydra", "app", True)
+    assert promised is not None and promised.chdir is True  # set: followed under any base

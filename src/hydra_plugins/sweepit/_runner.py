@@ -280,11 +280,19 @@ def _chdir(hydra_cfg: DictConfig) -> bool:
     return _chdir_of(hydra_cfg.hydra.job.chdir)
 
 
-@functools.cache
 def _chdir_of(chdir: Any) -> bool:
     from hydra import version
 
-    return bool(chdir) if chdir is not None else not version.base_at_least("1.2")
+    return bool(chdir) if chdir is not None else _chdir_by_default(version.getbase())
+
+
+@functools.cache
+def _chdir_by_default(version_base: Any) -> bool:
+    """Whether run_job chdirs when `hydra.job.chdir` is unset, under this version base (Hydra's VersionBase
+    singleton, which a process may set again: the cache is keyed on it)."""
+    from hydra import version
+
+    return not version.base_at_least("1.2")
 
 
 def split_hydra(config: DictConfig, job_dir_: Path) -> tuple[DictConfig, DictConfig]:
