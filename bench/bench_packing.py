@@ -14,9 +14,9 @@ Two sweeps (`--app`):
 Measured per mode: the driver's wall time from its start to its exit (the results table and report included), jobs
 completed, how many times `sbatch`, `squeue`, `sacct` and `scontrol` ran (a PATH shim counts the driver's calls and
 those of everything it starts), how many Slurm jobs the sweep created (array tasks count one each, as Slurm
-counts them), the driver's peak resident memory (its VmHWM, sampled every 0.5 s), and with `--status-every S` the
-wall and CPU time of `sweepit status DIR` run every S seconds during the sweep (issue 39's targets at 100,000 jobs:
-driver <= 300 MB, status CPU <= 0.5 s).
+counts them), the driver's peak resident memory (its VmHWM, sampled every 0.5 s; its VmRSS every 5 s, to see
+when), and with `--status-every S` the wall and CPU time of `sweepit status DIR` run every S seconds during the
+sweep (issue 39's targets at 100,000 jobs: driver <= 300 MB, status CPU <= 0.5 s).
 """
 
 from __future__ import annotations
@@ -118,13 +118,13 @@ def upper_median(values: list[float]) -> float | None:
     return sorted(values)[len(values) // 2] if values else None
 
 
-def vm_hwm_kb(pid: int) -> int:
-    """The process's peak resident memory so far (VmHWM), 0 once it is gone."""
+def vm_kb(pid: int, field: str = "VmHWM") -> int:
+    """The process's peak resident memory so far (VmHWM), or another /proc status field in KB; 0 once it is gone."""
     try:
         text = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return 0
-    return next((int(line.split()[1]) for line in text.splitlines() if line.startswith("VmHWM:")), 0)
+    return next((int(line.split()[1]) for line in text.splitlines() if line.startswith(f"{field}:")), 0)
 
 
 def timed_status(sweep_dir: Path) -> tuple[float, float]:
@@ -188,7 +188,7 @@ def run_mode(mode: str, app: str, n_jobs: int, work_s: float, epochs: int, worke
     env = {**os.environ, "PATH": f"{shim_dir}:{os.environ['PATH']}"}
     print(f"$ {' '.join(cmd)}", flush=True)
     t0 = time.time()
-    peak_kb, status_s, status_cpu_s = 0, [], []
+    peak_kb, status_s, status_cpu_s, rss_mb = 0, [], [], []
     with open(work / f"{label}.log", "w") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
         if first_job_only:
@@ -197,8 +197,12 @@ def run_mode(mode: str, app: str, n_jobs: int, work_s: float, epochs: int, worke
             return {"mode": mode, "app": app, "command": " ".join(cmd[1:]), "n_jobs": n_jobs,
                     "command_to_first_job_s": to_first, "sweep_dir": str(sweep_dir)}
         next_status = time.monotonic() + status_every_s if status_every_s else float("inf")
+        next_rss = time.monotonic()
         while proc.poll() is None:
-            peak_kb = max(peak_kb, vm_hwm_kb(proc.pid))
+            peak_kb = max(peak_kb, vm_kb(proc.pid))
+            if time.monotonic() >= next_rss:  # when the driver holds what: its resident memory every 5 s
+                rss_mb.append((round(time.time() - t0, 1), round(vm_kb(proc.pid, "VmRSS") / 1024, 1)))
+                next_rss += 5.0
             if time.monotonic() >= next_status and (sweep_dir / "sweep.json").exists():
                 wall_s, cpu_s = timed_status(sweep_dir)
                 status_s.append(wall_s)
@@ -222,6 +226,7 @@ def run_mode(mode: str, app: str, n_jobs: int, work_s: float, epochs: int, worke
                         "median": upper_median(status_s)},
            "status_cpu_s": {"n": len(status_cpu_s), "max": max(status_cpu_s, default=None),
                             "median": upper_median(status_cpu_s), "all": status_cpu_s},
+           "driver_rss_mb_every_5s": rss_mb,
            "sweep_dir": str(sweep_dir), "phases": worker_phases(sweep_dir, t0) if mode == "packed" else None}
     print(f"  {mode}: {wall:.1f} s wall, {row['n_completed']}/{n_jobs} completed, {len(ids)} Slurm job(s), "
           f"{row['billed_gpu_hours']} GPU-hours billed, calls {row['calls']}, driver peak RSS "

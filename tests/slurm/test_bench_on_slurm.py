@@ -120,6 +120,7 @@ def test_bench_packing(tmp_path: Path) -> None:
     assert phases["jobs_seen"] == 6 and 0 < phases["driver_start_to_first_job_s"] < runs["packed"]["wall_s"], phases
     assert phases["job_start_to_end_ms_median"] >= 100 and runs["per_job"]["phases"] is None  # a job sleeps 0.1 s
     assert record["argv"] and record["machine_info"]["code_version"]
+    assert runs["packed"]["driver_rss_mb_every_5s"][0][1] > 0  # (seconds from the command, MB), from the start
     looks = runs["packed"]["status_cpu_s"]  # `sweepit status` run during the sweep: each look's CPU, beside its wall
     assert looks["n"] >= 1 and looks["n"] == runs["packed"]["status_s"]["n"] and min(looks["all"]) > 0, looks
     assert proc.returncode == 0 or record["verdict"] == "missed", proc.stderr
