@@ -156,13 +156,15 @@ def first_start(sweep_dir: Path) -> tuple[float, list[str]] | None:
     return (min(starts), sorted({log.name.split("_")[0] for log in logs})) if starts else None
 
 
-def stop_at_first_job(proc: subprocess.Popen[bytes], sweep_dir: Path, t0: float) -> float | None:
+def stop_at_first_job(proc: subprocess.Popen[bytes], sweep_dir: Path, t0: float) -> tuple[float | None, int]:
     """`--first-job-only`: once a job has started, cancel the workers' arrays (by id: other sweeps on the cluster
     are left alone) and stop the driver (SIGINT, then SIGKILL after 60 s); the seconds from the command to that
-    start, None if the driver ended first."""
+    start (None if the driver ended first), and the driver's peak resident memory until then in KB (its plan)."""
     import signal
 
+    peak_kb = 0
     while proc.poll() is None:
+        peak_kb = max(peak_kb, vm_kb(proc.pid))
         found = first_start(sweep_dir)
         if found is not None:
             subprocess.run(["scancel", *found[1]], check=False)
@@ -172,9 +174,9 @@ def stop_at_first_job(proc: subprocess.Popen[bytes], sweep_dir: Path, t0: float)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-            return round(found[0] - t0, 1)
+            return round(found[0] - t0, 1), peak_kb
         time.sleep(0.5)
-    return None
+    return None, peak_kb
 
 
 def run_mode(mode: str, app: str, n_jobs: int, work_s: float, epochs: int, workers: int, slots: int,
@@ -192,10 +194,12 @@ def run_mode(mode: str, app: str, n_jobs: int, work_s: float, epochs: int, worke
     with open(work / f"{label}.log", "w") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
         if first_job_only:
-            to_first = stop_at_first_job(proc, sweep_dir, t0)
-            print(f"  {mode}: command to the first job's start {to_first} s (then cancelled)", flush=True)
+            to_first, peak_kb = stop_at_first_job(proc, sweep_dir, t0)
+            print(f"  {mode}: command to the first job's start {to_first} s (then cancelled), driver peak RSS until "
+                  f"then {peak_kb / 1024:.1f} MB", flush=True)
             return {"mode": mode, "app": app, "command": " ".join(cmd[1:]), "n_jobs": n_jobs,
-                    "command_to_first_job_s": to_first, "sweep_dir": str(sweep_dir)}
+                    "command_to_first_job_s": to_first, "driver_peak_rss_mb_to_first_job": round(peak_kb / 1024, 1),
+                    "sweep_dir": str(sweep_dir)}
         next_status = time.monotonic() + status_every_s if status_every_s else float("inf")
         next_rss = time.monotonic()
         while proc.poll() is None:

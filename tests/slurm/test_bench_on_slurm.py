@@ -125,3 +125,17 @@ def test_bench_packing(tmp_path: Path) -> None:
     assert looks["n"] >= 1 and looks["n"] == runs["packed"]["status_s"]["n"] and min(looks["all"]) > 0, looks
     assert proc.returncode == 0 or record["verdict"] == "missed", proc.stderr
     assert "packed / ideal: " in proc.stdout and "packed / one Slurm job per job: " in proc.stdout
+
+
+def test_bench_packing_to_the_first_job_only(tmp_path: Path) -> None:
+    """`--first-job-only` times the command to the first job's start, with the driver's memory until then (its
+    plan), then cancels the sweep: the other jobs never run."""
+    work = tmp_path / "work"
+    proc, record = make("bench-packing", f"--jobs 6 --work-s 30 --workers 2 --first-job-only --work {work} "
+                                         f"--json {tmp_path / 'first.json'}")
+    (run,) = record["runs"]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert run["command_to_first_job_s"] > 0 and run["driver_peak_rss_mb_to_first_job"] > 0, run
+    assert "driver peak RSS until then" in proc.stdout
+    ended = [p for p in Path(run["sweep_dir"]).glob("*/result.json") if '"completed"' in p.read_text()]
+    assert not ended, "the sweep was cancelled at its first job's start: no job of 30 s could have completed"
