@@ -21,7 +21,7 @@ import pytest
 from slurm_cluster_testing import SlurmCluster, cluster_variant
 from slurm_launcher_testing import APP, ROOT, driver_env, manifest, result
 
-from sweepit.slurm._limits import Cap, QueueLimits, refused_for_limit
+from sweepit.slurm._limits import Cap, QueueLimits, read_limits, refused_for_limit
 
 pytestmark = pytest.mark.exclusive_cluster
 USER = "sweepit-user"  # scripts/slurm-cluster.sh's QOS_USER
@@ -179,3 +179,35 @@ def test_the_tightest_limit_on_queued_jobs_is_the_one_kept() -> None:
                                  "each array task counts, other sweeps' jobs too): the driver submits the rest as "
                                  "earlier ones end; at most 2 run at once (QoS normal: MaxJobsPerUser=2)")
     assert QueueLimits(user="ana").describe() == ""
+
+
+@pytest.mark.no_cluster
+@pytest.mark.parametrize(("account", "qos", "expected"), [
+    (None, None, ("association of ana in account b: MaxSubmitJobs=7", "QoS long: MaxSubmitJobsPerUser=5")),
+    ("a", None, ("association of ana in account a: MaxSubmitJobs=9", "QoS normal: MaxSubmitJobsPerUser=20")),
+    ("B", "Normal", ("association of ana in account b: MaxSubmitJobs=7", "QoS normal: MaxSubmitJobsPerUser=20")),
+    ("c", None, ("QoS normal: MaxSubmitJobsPerUser=20",)),
+])
+def test_the_limits_are_those_of_the_jobs_account_and_qos_among_the_users_several(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, account: str | None, qos: str | None,
+        expected: tuple[str, ...]) -> None:
+    """sacctmgr is asked for all the user's associations and every QoS at once, and the driver picks: the launcher's
+    account (else the user's default), not a partition's own association, and its QoS (else the association's
+    default), names compared as Slurm compares them (without case). A `sacctmgr` on PATH answers as a site with two
+    accounts would."""
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "sacctmgr").write_text("""#!/bin/sh
+case "$*" in
+  *DefaultAccount*) echo 'b' ;;
+  *"show assoc"*) printf 'a||normal,long|normal|9|\\nb|gpu|long|long|1|\\nb||normal,long|long|7|3\\n' ;;
+  *"show qos"*) printf 'normal|20|\\nlong|5|2\\n' ;;
+  *) exit 1 ;;
+esac
+""")
+    (shim / "sacctmgr").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim}:{os.environ['PATH']}")
+    monkeypatch.setattr(pwd, "getpwuid", lambda uid: type("Pw", (), {"pw_name": "ana"})())
+    options = type("Options", (), {"account": account, "qos": qos, "max_queued": None})()
+    limits = read_limits(options)  # type: ignore[arg-type]
+    assert tuple(cap.name for cap in limits.submit) == expected
