@@ -80,8 +80,8 @@ def read_limits(o: SlurmOptions) -> QueueLimits:
     user, max_queued = pwd.getpwuid(os.getuid()).pw_name, o.max_queued
     submit: list[Cap] = [Cap(max_queued, f"hydra.launcher.max_queued={max_queued}")] if max_queued else []
     running: list[Cap] = []
-    # Three sacctmgr calls, each a round trip to slurmdbd (0.2-0.3 s), asked at once rather than one after another
-    # (each used to wait for the answer before it): the user's associations and every QoS are few rows, picked here.
+    # Three sacctmgr calls, each a round trip to slurmdbd (0.2-0.3 s), asked at once: the user's associations and
+    # every QoS are few rows, picked here.
     with ThreadPoolExecutor(3, thread_name_prefix="sweepit-sacctmgr") as pool:
         default = pool.submit(_sacctmgr, "user", user, "format=DefaultAccount") if o.account is None else None
         assocs = pool.submit(_sacctmgr, "assoc", "where", f"user={user}",
@@ -129,9 +129,10 @@ def _sacctmgr(*args: str) -> list[dict[str, str]] | None:
 
 
 def _association(rows: list[dict[str, str]] | None, account: str | None) -> dict[str, str] | None:
-    """The user's association in `account` (any of theirs when it is not known), not a partition's own."""
+    """The user's association in `account` (any of theirs when it is not known: none given, or no default account),
+    not a partition's own."""
     return next((r for r in rows or [] if not r.get("Partition")
-                 and (account is None or r.get("Account", "").lower() == account.lower())), None)
+                 and (not account or r.get("Account", "").lower() == account.lower())), None)
 
 
 def user_jobs_in_queue(user: str) -> int | None:
