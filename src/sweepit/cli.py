@@ -110,15 +110,19 @@ def _watch(sweep_dir: Path, every_s: float, max_rows: int) -> bool:
 
 
 def _resume(args: argparse.Namespace) -> int:
-    from sweepit.results import command_line, read_manifest, rerun_argv
+    from sweepit.results import command_line, read_manifest, read_study_file, rerun_argv
 
-    wrong = [a for a in args.overrides if not a.startswith("hydra.launcher.") or "=" not in a]
-    if wrong:  # a job's own key would give its jobs another config than the ones that ran
-        raise SweepitError(f"a resume takes only the launcher's keys (hydra.launcher.KEY=VALUE), but got "
-                           f"{' '.join(wrong)}. Drop them; e.g. `sweepit resume {args.sweep_dir} "
-                           "hydra.launcher.budget_gpu_hours=200`.")
     m = read_manifest(Path(args.sweep_dir))  # the directory given, wherever the sweep ran first
     argv, cwd = _runnable(m.argv, m.cwd)
+    # An Optuna study goes on with its sweeper's keys too (n_trials counts the whole study: raised, it searches on).
+    study = read_study_file(Path(m.sweep_dir)) is not None
+    kinds = ("hydra.launcher.", "hydra.sweeper.") if study else ("hydra.launcher.",)
+    wrong = [a for a in args.overrides if not a.startswith(kinds) or "=" not in a]
+    if wrong:  # a job's own key would give its jobs another config than the ones that ran
+        allowed = "the launcher's and the Optuna sweeper's keys" if study else "only the launcher's keys"
+        raise SweepitError(f"a resume takes {allowed} ({' or '.join(k + 'KEY=VALUE' for k in kinds)}), but got "
+                           f"{' '.join(wrong)}. Drop them; e.g. `sweepit resume {args.sweep_dir} "
+                           + ("hydra.sweeper.n_trials=40`." if study else "hydra.launcher.budget_gpu_hours=200`."))
     argv = rerun_argv(argv, Path(m.sweep_dir), args.overrides)
     if args.wait is not None and m.launcher != "slurm":
         raise SweepitError(f"--wait/--no-wait applies to Slurm sweeps only, but {m.sweep_dir} ran with the "
@@ -229,7 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", action=argparse.BooleanOptionalAction, default=None,
                    help="Slurm: follow the jobs until they end (--wait, the default) or submit and exit (--no-wait)")
     p.add_argument("overrides", nargs="*", metavar="hydra.launcher.KEY=VALUE",
-                   help="launcher keys to change for this run, e.g. hydra.launcher.budget_gpu_hours=200")
+                   help="launcher keys to change for this run, e.g. hydra.launcher.budget_gpu_hours=200; an Optuna "
+                        "study's sweeper keys too, e.g. hydra.sweeper.n_trials=40 to search on")
 
     p = command(sub, "clean", _clean, help="delete trained weights (model_*.pt) of every job but the best, and "
                                           "checkpoints of finished jobs")

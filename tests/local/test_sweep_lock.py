@@ -97,3 +97,35 @@ def test_a_lock_from_another_host_is_live_while_refreshed_and_stale_after(tmp_pa
     assert json.loads(path.read_text())["pid"] == os.getpid()
     lock.release()
     assert not path.exists()
+
+
+@pytest.mark.slow
+def test_a_sweep_whose_clock_named_folder_is_taken_runs_in_a_folder_of_its_own(tmp_path: Path) -> None:
+    """Two sweeps started in the same second share the folder a `${now:...}` pattern names (here the year, so that
+    they surely do): the second runs in `<folder>-2` and says so; a folder named on the command line stays one
+    sweep's (the test above)."""
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "clock.yaml").write_text("defaults:\n  - config\n  - _self_\n\n"
+                                     "hydra:\n  sweep:\n    dir: ${oc.env:APP_SWEEP_DIR}/${now:%Y}\n")
+    env = {**os.environ, "APP_SWEEP_DIR": str(tmp_path / "s"), "HYDRA_FULL_ERROR": "0"}
+    named = tmp_path / "s" / time.strftime("%Y")
+    release = tmp_path / "release"
+    command = [sys.executable, str(APP), "--config-dir", str(conf), "--config-name", "clock", "-m"]
+    first = subprocess.Popen([*command, "x=0", f"release_file={release}"], cwd=ROOT, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: (named / LOCK_FILE).exists() and (named / "sweep.json").exists(), "the first driver", 30)
+        second = subprocess.run([*command, "x=5"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        release.touch()
+        _, err = first.communicate(timeout=60)
+    finally:
+        first.kill()
+    assert first.returncode == 0, err
+    assert second.returncode == 0, second.stderr[-3000:]
+    own = named.with_name(f"{named.name}-2")
+    assert f"this sweep runs in {own}" in second.stdout + second.stderr
+    assert [j["overrides"][0] for j in iter_manifest(named)[1]] == ["x=0"]
+    assert [(j["overrides"], j["state"]) for j in iter_manifest(own)[1]] == [(["x=5"], "completed")]
+    [job] = [p for p in own.iterdir() if p.name.startswith("0_")]
+    assert (job / "result.json").exists() and json.loads((job / "times.json").read_text())["end"] is not None

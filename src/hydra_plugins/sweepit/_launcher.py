@@ -6,6 +6,7 @@ import atexit
 import contextlib
 import functools
 import gc
+import logging
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -20,7 +21,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from hydra_plugins.sweepit._compose import MAX_BASES, ComposedConfigs
 from hydra_plugins.sweepit._plan_job import JobPlans, job_dir, selected
 from sweepit.errors import SweepFailedError, SweepitError, SweepStoppedError
-from sweepit.results import MULTIRUN_FILE, SweepLock, SweepPaths
+from sweepit.results import MULTIRUN_FILE, SweepLock, SweepPaths, hydra_quote, own_folder
+
+log = logging.getLogger(__name__)
 
 
 class SweepFailed(SweepFailedError, CompactHydraException):
@@ -123,13 +126,12 @@ class SweepitLauncher(Launcher):
         self.composed: ComposedConfigs = hydra_context.config_loader  # type: ignore[assignment]
         # One driver per sweep directory, from now to this process's exit: between a sweeper's batches too.
         self.lock: SweepLock | None = None
+        if not getattr(self.options, "dry_run", False):
+            with compact_errors():
+                self.lock = _take_folder(config)
+            atexit.register(self.lock.release)
         # Hydra makes the sweep directory after this (with multirun.yaml): a dry run takes it away again if it is new.
         self.new_sweep_dir = not Path(str(config.hydra.sweep.dir)).exists()
-        if not getattr(self.options, "dry_run", False):
-            self.lock = SweepLock(Path(str(config.hydra.sweep.dir)).absolute())
-            with compact_errors():
-                self.lock.acquire()
-            atexit.register(self.lock.release)
 
     def end_dry_run(self) -> None:
         """Remove the sweep directory Hydra made for a dry run (or that a refused sweep's lock made), when it holds
@@ -173,6 +175,27 @@ class SweepitLauncher(Launcher):
         config, path = numbered(self.composed.take(self.config, list(overrides)), num, self.job_env.get(num, {}),
                                 sweep_dir)
         return path, {key: selected(config, key) for key in keys}
+
+
+def _take_folder(config: DictConfig) -> SweepLock:
+    """The held lock of the sweep's folder. A folder named by the clock (`${now:...}`, as Hydra's default and
+    sweepit's are) that another sweep started in the same second has taken is this sweep's no more: it runs in a
+    folder of its own (`own_folder`), which the config then names, its jobs' configs too. A folder named otherwise
+    (hydra.sweep.dir=DIR, a resume) is one sweep's: a second driver is refused."""
+    named = Path(str(config.hydra.sweep.dir))
+    pattern = OmegaConf.to_container(config.hydra.sweep, resolve=False)
+    if not (isinstance(pattern, dict) and "${now:" in str(pattern.get("dir"))):
+        lock = SweepLock(named.absolute())
+        lock.acquire()
+        return lock
+    lock = own_folder(named.absolute())
+    if lock.path.parent != named.absolute():
+        chosen = str(named.with_name(lock.path.parent.name))
+        with open_dict(config):
+            config.hydra.sweep.dir = chosen
+            config.hydra.overrides.hydra.append(f"hydra.sweep.dir={hydra_quote(chosen)}")  # jobs compose from these
+        log.warning(f"{named} is taken by another sweep started in the same second: this sweep runs in {chosen}")
+    return lock
 
 
 def numbered(config: DictConfig, num: int, env: Mapping[str, str], sweep_dir: Path) -> tuple[DictConfig, Path]:

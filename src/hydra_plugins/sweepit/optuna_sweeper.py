@@ -21,7 +21,7 @@ from hydra_plugins.sweepit._launcher import SweepitLauncher, compact_errors, pla
 from hydra_plugins.sweepit._space import parse_space, space_params
 from sweepit._targets import locate
 from sweepit.errors import ConfigError
-from sweepit.results import SweepPaths, app_command, driver_argv, driver_env, hydra_quote, rerun_command
+from sweepit.results import SweepPaths, app_command, config_of, driver_argv, driver_env, hydra_quote, rerun_command
 from sweepit.search import JobDefaults, Search, SearchOptions
 from sweepit.slurm import SlurmOptions, check_one_by_one
 
@@ -125,16 +125,13 @@ class OptunaSweeper(Sweeper):
 
     def _command(self) -> str:
         """The single-run command's first words, as the end-of-sweep `reproduce:` line has them: the environment and
-        Python the jobs needed, the script, and the sweep's --config-dir/--config-name."""
+        Python the jobs needed, the script, the sweep's --config-dir/--config-name and what makes it one run."""
         assert self.config is not None
-        sources = OmegaConf.select(self.config, "hydra.runtime.config_sources", default=[]) or []
-        config_dir = next((str(s.path) for s in sources if s.provider == "command-line"), None)
-        if config_dir:
-            rel = os.path.relpath(config_dir)
-            config_dir = config_dir if rel.startswith("..") else rel
-        name = str(OmegaConf.select(self.config, "hydra.job.config_name", default="config"))
+        hydra = OmegaConf.to_container(self.config.hydra, resolve=False)
+        assert isinstance(hydra, dict)
+        hydra.setdefault("runtime", {})["cwd"] = os.getcwd()
         app = app_command({"argv": driver_argv(), "cwd": os.getcwd(), "env": driver_env()})
-        return rerun_command(app, name, config_dir, [], [])
+        return rerun_command(app, config_of(hydra), [], [])
 
 
 def _job_defaults(config: DictConfig) -> JobDefaults:

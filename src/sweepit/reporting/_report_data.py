@@ -17,6 +17,7 @@ from sweepit.results import (
     HYDRA_DIR,
     METRICS_FILE,
     OVERRIDES_FILE,
+    ConfigSource,
     JobPaths,
     JobRow,
     SweepPaths,
@@ -147,8 +148,7 @@ class Sweep:
     created_at: datetime              # from sweep.json, else the sweep directory's files
     swept: list[str]                  # override keys whose value differs between jobs
     fixed: dict[str, str]             # overrides every job shares
-    config_name: str = "config"       # Hydra's --config-name (a study file of sweeps/ or the root config)
-    config_dir: str | None = None     # Hydra's --config-dir, relative to where the sweep ran when inside it
+    config: ConfigSource = field(default_factory=ConfigSource)  # what a single run needs to get a job's config
     launcher: str = ""
     app: str = "python train.py"      # the shell words that run the sweep's app alone where it ran (`app_command`)
     records: str = ""                 # the digest of sweep.json's job records read (`records_digest`)
@@ -240,7 +240,6 @@ def load_sweep(sweep_dir: Path | str, with_metrics: bool = True) -> Sweep:
         for job in jobs:
             if id(job) in drawn or not job.final or finite_number(job.result.get("epoch_time_s_mean")) is None:
                 _read_epochs(job)
-    config_name, config_dir = config_source(sweep_dir, (j.job_dir for j in jobs))
     rows: list[JobRow] = list(jobs)
     swept = swept_keys(rows) if len(jobs) > 1 else []
     return Sweep(
@@ -251,7 +250,7 @@ def load_sweep(sweep_dir: Path | str, with_metrics: bool = True) -> Sweep:
         created_at=_created_at(sweep_dir, manifest),
         swept=swept,
         fixed=fixed_overrides(rows, swept),
-        config_name=config_name, config_dir=config_dir,
+        config=config_source(sweep_dir, (j.job_dir for j in jobs)),
         launcher=str(manifest.get("launcher", "")), app=app_command(manifest, sweep_dir),
         records=records_digest(entry for *_, entry in found if entry is not None),
     )

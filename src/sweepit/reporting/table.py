@@ -113,7 +113,7 @@ def kept_rows(table: Table, direction: str) -> tuple[list[int], str]:
 def reproduce_command(sweep: Sweep, job: JobReport) -> str:
     """The command that trains `job` again as a single run, from where the sweep ran (the app as sweep.json records
     it, train.py when there is no sweep.json)."""
-    return rerun_command(sweep.app, sweep.config_name, sweep.config_dir, job.typed(), sweep.swept)
+    return rerun_command(sweep.app, sweep.config, job.typed(), sweep.swept)
 
 
 def best_lines(sweep: Sweep) -> list[str]:

@@ -27,7 +27,7 @@ from sweepit.results._job_files import (
 )
 from sweepit.results._live import LIVE_ROWS, array_of
 from sweepit.results._lock import HEARTBEAT_S as LOCK_HEARTBEAT_S
-from sweepit.results._lock import SweepLock
+from sweepit.results._lock import SweepLock, own_folder
 from sweepit.results._manifest import (
     JobEntry,
     Manifest,
@@ -45,7 +45,9 @@ from sweepit.results._manifest import (
     write_manifest,
 )
 from sweepit.results._overrides import (
+    ConfigSource,
     app_command,
+    config_of,
     config_source,
     driver_env,
     load_yaml,
@@ -128,14 +130,17 @@ __all__ = [
     "MAX_ROWS", "METRICS_FILE", "MLFLOW_RUN_FILE", "MULTIRUN_FILE", "OPTIMIZATION_RESULTS_FILE", "OVERRIDES_FILE",
     "RANK_STATES", "REPORT_CSV", "REPORT_DIR", "REPORT_PAGE", "REPORT_SUMMARY", "RESULT_FILE", "RESULT_GRACE_S",
     "RESULT_STATUSES", "STDERR_LOG", "STDOUT_LOG", "SWEEP_JOURNAL_FILE", "TRIALS_FILE", "WAIT", "WANDB_RUN_FILE",
-    "WEIGHT_FILES", "WORKER_STALE_S", "JobEntry", "JobPaths", "JobRecord", "JobRow", "LiveReader", "Manifest",
+    "WEIGHT_FILES", "WORKER_STALE_S", "ConfigSource",
+    "JobEntry", "JobPaths", "JobRecord", "JobRow", "LiveReader", "Manifest",
     "Progress", "Recorder", "ResultGrace", "State", "Status", "SweepLock", "SweepPaths", "UnreadKeys", "Work",
     "WorkSource", "aligned", "app_command", "array_of", "as_number", "asks_for_report", "best_row", "claim",
     "claimed", "clean",
-    "command_line", "config_source", "counts_text", "driver_argv", "driver_env", "error_line", "failure_report",
+    "command_line", "config_of",
+    "config_source", "counts_text", "driver_argv", "driver_env", "error_line", "failure_report",
     "finite_number", "fixed_overrides", "format_duration", "format_table", "heartbeat", "hydra_quote", "is_finished",
     "iter_manifest", "job_dir_name", "job_folders", "job_num", "job_row", "load_yaml", "measures_speed",
-    "objective_direction", "objective_values", "open_manifest", "own_key", "own_overrides", "read_live_manifest",
+    "objective_direction", "objective_values", "open_manifest", "own_folder",
+    "own_key", "own_overrides", "read_live_manifest",
     "read_manifest", "read_metrics", "read_record", "read_study_file", "record_failure", "records_digest",
     "report_shows", "reports_at_end", "rerun_argv", "rerun_command", "returned_fields", "settle_orphans",
     "short_value", "silent_s", "speed_study_line", "start_clean", "summarize", "sweep_direction", "sweep_eta_s",

@@ -99,6 +99,27 @@ class SweepLock:
                     self.path.unlink()
 
 
+def own_folder(sweep_dir: Path, max_tries: int = 100) -> SweepLock:
+    """The held lock of `sweep_dir`, a folder named by the clock (`${now:...}`), or of the first of `<dir>-2`,
+    `<dir>-3`, ... that no other sweep has: another sweep started in the same second holds the folder the clock
+    named, or has left its record there. Two such sweeps share the folder otherwise, or the second is refused."""
+    sweep_dir = Path(sweep_dir)
+    for i in range(1, max_tries + 1):
+        folder = sweep_dir if i == 1 else sweep_dir.with_name(f"{sweep_dir.name}-{i}")
+        lock = SweepLock(folder)
+        old = lock._record()
+        if (folder / MANIFEST_FILE).exists() and not (old is not None and _mine(old)):
+            continue  # a sweep that ended already (within the same second): its folder is its own
+        try:
+            lock.acquire()
+        except SweepLockedError:
+            continue
+        return lock
+    raise SweepLockedError(f"a new sweep takes the first free folder of {sweep_dir}, {sweep_dir}-2, ... "
+                           f"{sweep_dir}-{max_tries}, but other sweeps hold every one. Name a folder of its own: "
+                           "hydra.sweep.dir=DIR.")
+
+
 def _mine(record: dict[str, Any]) -> bool:
     return record.get("pid") == os.getpid() and record.get("host") == socket.gethostname()
 

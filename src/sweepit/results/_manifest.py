@@ -305,7 +305,7 @@ def read_live_manifest(sweep_dir: Path) -> tuple[Manifest, Live] | None:
 
 
 def is_finished(job_dir: Path) -> bool:
-    """True when a resume must skip the job: its result says completed (or diverged)."""
+    """True when a resume must skip the job: its result says completed (or pruned, or diverged)."""
     return read_record(job_dir).status in FINISHED_STATUSES
 
 

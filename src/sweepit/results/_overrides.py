@@ -9,6 +9,7 @@ import os
 import shlex
 import shutil
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -151,31 +152,50 @@ def _relative(path: str, cwd: Any) -> str:
     return path
 
 
-def config_source(sweep_dir: Path, job_dirs: Iterable[Path]) -> tuple[str, str | None]:
-    """`--config-name` and `--config-dir` of the sweep, from multirun.yaml or a job's .hydra/hydra.yaml (the first
-    of three that has one)."""
-    hydra = saved_hydra(SweepPaths(sweep_dir).multirun)
-    for job_dir in itertools.islice(job_dirs, 3):
-        hydra = hydra or saved_hydra(JobPaths(job_dir).hydra_config)
-    if not hydra:
-        return "config", None
+@dataclass(frozen=True)
+class ConfigSource:
+    """What a single run of the sweep's app needs besides a job's own overrides to get that job's config."""
+
+    name: str = "config"            # --config-name
+    config_dir: str | None = None   # --config-dir, relative to where the sweep ran when inside it
+    # `hydra.mode=RUN` when the config itself sets `hydra.mode: MULTIRUN` (lightning-hydra-template's
+    # hparams_search files do): without it the one job would start a sweep of its own.
+    single_run: tuple[str, ...] = ()
+
+
+def config_of(hydra: Mapping[Any, Any]) -> ConfigSource:
+    """The ConfigSource of a sweep from its config's `hydra` node (saved or live, as plain data)."""
     name = str((hydra.get("job") or {}).get("config_name") or "config")
     runtime = hydra.get("runtime") or {}
     config_dir = next((str(s.get("path")) for s in runtime.get("config_sources") or []
-                       if isinstance(s, dict) and s.get("provider") == "command-line"), None)
-    return name, config_dir and _relative(config_dir, runtime.get("cwd"))
+                       if isinstance(s, Mapping) and s.get("provider") == "command-line"), None)
+    mode = hydra.get("mode")
+    typed = (hydra.get("overrides") or {}).get("hydra") or []
+    # Hydra adds `hydra.mode=MULTIRUN` to the overrides of a `-m` run whose config sets no mode: a MULTIRUN
+    # without it came from the config.
+    from_config = str(getattr(mode, "name", mode)) == "MULTIRUN" and "hydra.mode=MULTIRUN" not in typed
+    return ConfigSource(name, config_dir and _relative(config_dir, runtime.get("cwd")),
+                        ("hydra.mode=RUN",) if from_config else ())
 
 
-def rerun_command(app: str, config_name: str, config_dir: str | None, overrides: list[str],
-                  swept: Iterable[str]) -> str:
-    """`<app> [--config-dir D --config-name S] <overrides>` (`app`: `app_command`), the overrides of keys not in
-    `swept` (those every job shares) first: one run, pasteable into a shell where the sweep ran."""
+def config_source(sweep_dir: Path, job_dirs: Iterable[Path]) -> ConfigSource:
+    """The sweep's ConfigSource, from multirun.yaml or a job's .hydra/hydra.yaml (the first of three that has
+    one)."""
+    hydra = saved_hydra(SweepPaths(sweep_dir).multirun)
+    for job_dir in itertools.islice(job_dirs, 3):
+        hydra = hydra or saved_hydra(JobPaths(job_dir).hydra_config)
+    return config_of(hydra) if hydra else ConfigSource()
+
+
+def rerun_command(app: str, source: ConfigSource, overrides: list[str], swept: Iterable[str]) -> str:
+    """`<app> [--config-dir D --config-name S] [hydra.mode=RUN] <overrides>` (`app`: `app_command`), the overrides
+    of keys not in `swept` (those every job shares) first: one run, pasteable into a shell where the sweep ran."""
     varying = set(swept)
     ordered = ([o for o in overrides if own_key(o) not in varying]
                + [o for o in overrides if own_key(o) in varying])
     args: list[str] = []
-    if config_dir:
-        args += ["--config-dir", config_dir]
-    if config_name != "config" or config_dir:
-        args += ["--config-name", config_name]
-    return " ".join([app, *map(shlex.quote, [*args, *ordered])])
+    if source.config_dir:
+        args += ["--config-dir", source.config_dir]
+    if source.name != "config" or source.config_dir:
+        args += ["--config-name", source.name]
+    return " ".join([app, *map(shlex.quote, [*args, *source.single_run, *ordered])])

@@ -60,8 +60,9 @@ class Recorder(_Word):
     SWEEPER = "sweepit's Optuna sweeper, from the job's return value"
 
 
-# A resume never runs these again: a diverged job is a result (same seed, same divergence), not an error.
-FINISHED_STATUSES = (Status.COMPLETED, Status.DIVERGED)
+# A resume never runs these again: a diverged job is a result (same seed, same divergence), not an error, and a pruned
+# one is the study's verdict (its trial is told PRUNED; a resumed search asks new trials, never reruns a job).
+FINISHED_STATUSES = (Status.COMPLETED, Status.PRUNED, Status.DIVERGED)
 # Statuses that make a sweep exit non-zero (unless the launcher is told otherwise).
 FAILED_STATUSES = (Status.FAILED, Status.INTERRUPTED)
 RESULT_STATUSES = tuple(s for s in Status if s not in FAILED_STATUSES)  # the job ended with a result

@@ -265,8 +265,8 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
         if best is not None:
             typed = best.typed()
             parts.append(f"best ({direction} {metric}): job {best.num} = {_fmt(best.objective)}  [{' '.join(typed)}]")
-            name, config_dir = config_source(sweep_dir, [best.job_dir])
-            parts.append(f"reproduce: {rerun_command(app_command(manifest, sweep_dir), name, config_dir, typed, keys)}")
+            source = config_source(sweep_dir, [best.job_dir])
+            parts.append(f"reproduce: {rerun_command(app_command(manifest, sweep_dir), source, typed, keys)}")
     if tally.weights:
         parts.append(f"weights: {size_text(sum(tally.weights))} in {len(tally.weights)} jobs (model_*.pt); "
                      f"`sweepit clean {sweep_dir}` keeps only the best job's")

@@ -237,6 +237,20 @@ class Search:
     def n_counted(self) -> int:
         return sum(is_counted(t) for t in self.study.get_trials(deepcopy=False))
 
+    def nothing_left(self) -> str | None:
+        """Why a run of this study has no trial to start (its `n_trials` count already), with how to search on;
+        None while trials are left."""
+        n_counted, total = self.n_counted(), self.total_trials()
+        if n_counted < total:
+            return None
+        if self.grid and grid_size(self.space) <= self.options.n_trials:  # more trials would find no new point
+            return (f"the study {self.info['study_name']!r} has tried every point of its grid ({total}): nothing to "
+                    "run. To search further, widen the space in a new sweep.")
+        more = self.options.n_trials * 2
+        return (f"the study {self.info['study_name']!r} has its hydra.sweeper.n_trials={total} trials already "
+                f"({n_counted}, pruned and failed ones included): nothing to run. To search on, raise n_trials, "
+                f"which counts the whole study: `sweepit resume {self.sweep_dir} hydra.sweeper.n_trials={more}`.")
+
     def opening(self, n_recovered: int, how: str) -> str:
         return (f"Optuna study {self.info['study_name']!r} ({self.objectives()}) in {self.info['storage']}: "
                 f"{self.n_counted()} of {self.total_trials()} trials done before"
@@ -254,6 +268,8 @@ class Search:
         n_recovered = recover(study, self.sweep_dir, self.options.diverged_value, self.options.metrics)
         total, n_counted = self.total_trials(), self.n_counted()
         log.info(self.opening(n_recovered, f"{n_jobs} in flight"))
+        if (done := self.nothing_left()) is not None:
+            log.info(done)
         runner = as_runner(launcher, n_jobs)
         returns: list[Any] = []
         in_flight: dict[int, Any] = {}   # job number -> trial

@@ -160,6 +160,8 @@ def drive(search: Search, array: WorkerArray, n_workers: int, make_task: Callabl
     n_new = 0 if alive else max(0, min(n_workers, total - search.n_counted()))
     log.info(search.opening(n_recovered, "following the workers still running from before" if alive else
                             f"{n_new} worker(s), each asking trials from the study's storage until {total} are done"))
+    if not alive and (done := search.nothing_left()) is not None:
+        log.info(done)
     if n_new:
         array.submit([make_task(i) for i in range(n_new)])
     stopped = array.follow()
