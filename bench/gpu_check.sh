@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The GPU checks of a machine lent for minutes (one H100 or H200, a CUDA torch, no Hydra, no network), in one call:
-#   bash bench/gpu_check.sh pack            here (make gpu-pack): Hydra, OmegaConf and ANTLR's runtime as this .venv
-#                                           installed them into .devpkgs/, MNIST (MNIST_ROOT, default ../shared/data/mnist)
-#                                           into .devdata/ (both git-ignored; carry both with the tree)
+#   bash bench/gpu_check.sh pack            here (make gpu-pack): Hydra, OmegaConf, ANTLR's runtime, PyYAML and packaging
+#                                           as this .venv installed them into .devpkgs/ (numpy into .devpkgs/fallback,
+#                                           used where the machine's Python has none), MNIST (MNIST_ROOT, default
+#                                           ../shared/data/mnist) into .devdata/ (both git-ignored; carry both with the tree)
 #   bash bench/gpu_check.sh run [DIR]       there, from the repository root: every probe of bench/gpu_check.py, each
-#                                           under its own time limit (8 minutes in all), into DIR (default $OUT, else
+#                                           under its own time limit (9 minutes in all), into DIR (default $OUT, else
 #                                           bench/out): gpu_check.json, gpu_check.txt (a line a probe), gpu_check.log
 #   bash bench/gpu_check.sh run --smoke     the same, tiny, on the CPU: the plumbing only (a test runs it)
 # A probe that fails or hangs costs only its own figures: its exit status goes into the JSON and the run goes on; the
@@ -27,6 +28,10 @@ out=${1:-${OUT:-bench/out}}
 PY=${PY:-python3}
 # What `pack` copied comes first: the GPU machine's image has no Hydra; sweepit runs from the tree.
 export PYTHONPATH="$PWD/src:$PWD/.devpkgs${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# The packed numpy (compiled for the packing Python) only where this Python has none: it would shadow the image's.
+if [ -d .devpkgs/fallback ] && ! "$PY" -c "import numpy" >/dev/null 2>&1; then
+  export PYTHONPATH="$PYTHONPATH:$PWD/.devpkgs/fallback"
+fi
 started=$(date +%s.%N)
 command="bash bench/gpu_check.sh run${smoke:+ $smoke}${1:+ $1}"
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX") || exit 1
@@ -44,6 +49,8 @@ while IFS=$'\t' read -r name limit; do
   printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$seconds" "$limit" >>"$work/steps.tsv"
   { echo "== $name: exit $rc after $seconds s (limit $limit s)"; cat "$work/$name.log"; } >>"$out/gpu_check.log"
   echo "== $name: exit $rc after ${seconds%.*} s (limit $limit s): $(tail -1 "$work/$name.log" | cut -c1-150)"
+  # The JSON and the table after each probe: a run cut short keeps the lines of the probes that ended.
+  "$PY" bench/gpu_check.py report --quiet --work "$work" --out "$out" --started "$started" $smoke --command "$command"
 done <<<"$plan"
 "$PY" bench/gpu_check.py report --work "$work" --out "$out" --started "$started" $smoke \
   --command "$command"
