@@ -33,18 +33,15 @@ from machine import code_version
 USER_ENV = dict(os.environ)
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-# What sweepit's local sweeps need beyond a GPU machine's image (Python and torch): pure Python (PyYAML's compiled part
-# is optional; built for another Python it is skipped).
+# What sweepit's local sweeps need beyond a GPU machine's image (Python, torch and numpy): pure Python (PyYAML's
+# compiled part is optional; built for another Python it is skipped).
 PACKED = ("hydra-core", "omegaconf", "antlr4-python3-runtime", "PyYAML", "packaging")
-# Compiled, so of use only to the Python version that packed it: into .devpkgs/fallback, which the run puts on the
-# path only where the machine's Python has no numpy of its own (gpu_check.sh).
-FALLBACK = ("numpy",)
 CARRY_LIMIT_MIB = 64
 # What to do where the python probe finds a module missing: the pack carries the pure-Python ones; numpy and torch are
 # compiled for one Python, so the image (or PY, the Python the check runs) must bring them.
 MISSING_FIX = {
-    "numpy": "the pack carries numpy only for the Python version that packed it (.devpkgs/fallback): install numpy "
-             "in the image (`PY -m pip install numpy`), or run `make gpu-pack` from a venv of this Python's version",
+    "numpy": "the pack cannot carry numpy (compiled for one Python version, and with its BLAS above the 64 MiB a "
+             "call carries): use an image whose Python has it, or install it there (`PY -m pip install numpy`)",
     "torch": "set PY to the Python that has the image's CUDA torch (`PY=/path/to/python bash bench/gpu_check.sh run`)",
     "yaml": "run `make gpu-pack` where sweepit's .venv is, and carry .devpkgs and .devdata with the tree",
 }
@@ -362,21 +359,19 @@ def report(work: Path, out: Path, smoke: bool, command: str, wall_s: float, quie
 
 def pack(mnist_root: Path) -> int:
     """PACKED's files as installed here (their RECORD, bytecode left out) into .devpkgs/, which the run puts first on
-    PYTHONPATH, FALLBACK's into .devpkgs/fallback/, and MNIST's four files into .devdata/mnist/."""
+    PYTHONPATH, and MNIST's four files into .devdata/mnist/."""
     pkgs, data = REPO / ".devpkgs", REPO / ".devdata"
     for folder in (pkgs, data):
         shutil.rmtree(folder, ignore_errors=True)
-    for name in (*PACKED, *FALLBACK):
-        into = pkgs / "fallback" if name in FALLBACK else pkgs
+    for name in PACKED:
         dist = importlib.metadata.distribution(name)
         for file in dist.files or []:
             source = Path(str(dist.locate_file(file)))
             if file.suffix == ".pyc" or ".." in file.parts or not source.is_file():
                 continue  # bytecode, and scripts installed outside site-packages
-            (into / file).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, into / file)
-        print(f"packed {name} {dist.version}" + (f" (for Python {sys.version_info[0]}.{sys.version_info[1]}, used "
-                                                 "where the machine's Python has none)" if name in FALLBACK else ""))
+            (pkgs / file).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, pkgs / file)
+        print(f"packed {name} {dist.version}")
     from sweepit.train.data import mnist as mnist_files
 
     found = [mnist_files.find_file(mnist_root, name) for name in mnist_files.FILES.values()]

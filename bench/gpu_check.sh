@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks of a machine lent for minutes (one H100 or H200, a CUDA torch, no Hydra, no network), in one call:
 #   bash bench/gpu_check.sh pack            here (make gpu-pack): Hydra, OmegaConf, ANTLR's runtime, PyYAML and packaging
-#                                           as this .venv installed them into .devpkgs/ (numpy into .devpkgs/fallback,
-#                                           used where the machine's Python has none), MNIST (MNIST_ROOT, default
+#                                           as this .venv installed them into .devpkgs/, MNIST (MNIST_ROOT, default
 #                                           ../shared/data/mnist) into .devdata/ (both git-ignored; carry both with the tree)
 #   bash bench/gpu_check.sh run [DIR]       there, from the repository root: every probe of bench/gpu_check.py, each
 #                                           under its own time limit (9 minutes in all), into DIR (default $OUT, else
@@ -28,10 +27,6 @@ out=${1:-${OUT:-bench/out}}
 PY=${PY:-python3}
 # What `pack` copied comes first: the GPU machine's image has no Hydra; sweepit runs from the tree.
 export PYTHONPATH="$PWD/src:$PWD/.devpkgs${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-# The packed numpy (compiled for the packing Python) only where this Python has none: it would shadow the image's.
-if [ -d .devpkgs/fallback ] && ! "$PY" -c "import numpy" >/dev/null 2>&1; then
-  export PYTHONPATH="$PYTHONPATH:$PWD/.devpkgs/fallback"
-fi
 started=$(date +%s.%N)
 command="bash bench/gpu_check.sh run${smoke:+ $smoke}${1:+ $1}"
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX") || exit 1

@@ -83,7 +83,6 @@ def test_make_gpu_pack_copies_hydra_as_installed_and_mnist_within_64_mib(tmp_pat
     assert "MiB together, at most 64 MiB" in proc.stdout
     packed = root / ".devpkgs"
     assert {"hydra", "omegaconf", "antlr4", "yaml", "packaging"} <= {p.name for p in packed.iterdir()}
-    assert (packed / "fallback" / "numpy" / "__init__.py").is_file()
     assert not list(packed.rglob("*.pyc"))
     assert sorted(p.name for p in (root / ".devdata" / "mnist").iterdir()) == sorted(p.name for p in mnist.iterdir())
     # What the run puts first on PYTHONPATH is what is imported, with its distribution's metadata.
@@ -208,3 +207,66 @@ def test_a_run_cut_short_keeps_the_lines_of_the_probes_that_ended(tmp_path: Path
     assert list(record["probes"]) == ["nvidia_smi"] and record["probes"]["nvidia_smi"]["rc"] == 1
     assert "nvidia_smi" in table.read_text()
     wait_until(lambda: not _left_running(tmp_path), lambda: f"processes left running: {_left_running(tmp_path)}", 60)
+
+
+def _link_distributions(site: Path, *names: str) -> None:
+    """Link `names` and what they require (their markers evaluated here, extras left out), as this venv installed
+    them, into the site-packages folder of another Python: that Python then has those and nothing else."""
+    import importlib.metadata
+
+    from packaging.requirements import Requirement
+
+    todo, done = list(names), set()
+    while todo:
+        dist = importlib.metadata.distribution(todo.pop())
+        if dist.metadata["Name"].lower() in done:
+            continue
+        done.add(dist.metadata["Name"].lower())
+        for top in {f.parts[0] for f in dist.files or [] if ".." not in f.parts}:
+            if not (site / top).exists():
+                (site / top).symlink_to(Path(str(dist.locate_file(top))))
+        for text in dist.requires or []:
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(req.name)
+
+
+@pytest.mark.slow
+def test_pack_then_run_on_a_python_with_torch_alone(tmp_path: Path) -> None:
+    """A lent machine's image, simulated: a fresh venv with torch (and what torch requires), no Hydra, PyYAML or
+    packaging, and no network; the tree with what `pack` made here. Without numpy, which sweepit needs and the pack
+    cannot carry, the python probe names that fix; with it, the probes run."""
+    tree = tmp_path / "tree"
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True, text=True,
+                            check=True, timeout=60).stdout.split()
+    for name in listed:
+        if (REPO / name).is_file():
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            (tree / name).write_bytes((REPO / name).read_bytes())
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
+    site = next((bare / "lib").glob("python*/site-packages"))
+    _link_distributions(site, "torch")
+    mnist = write_mnist_subset(tmp_path / "mnist", 100, 50)
+    pack = subprocess.run(["bash", "bench/gpu_check.sh", "pack"], cwd=tree, capture_output=True, text=True,
+                          env={**os.environ, "PY": sys.executable, "MNIST_ROOT": str(mnist)}, timeout=300)
+    assert pack.returncode == 0, pack.stdout + pack.stderr
+    python = str(bare / "bin" / "python")
+    has = subprocess.run([python, "-c", "import torch, importlib.util as u; print([m for m in ('numpy', 'yaml', "
+                          "'hydra', 'packaging') if u.find_spec(m)])"], capture_output=True, text=True, timeout=120)
+    assert has.stdout.strip() == "[]", has.stdout + has.stderr
+
+    def check(probes: str) -> dict[str, Any]:
+        (tmp_path / probes.replace(",", "_")).mkdir()
+        env = _shell(tmp_path / probes.replace(",", "_"), PY=python, GPU_CHECK_PROBES=probes)
+        proc = subprocess.run(["bash", "bench/gpu_check.sh", "run", "--smoke"], cwd=tree, env=env, capture_output=True,
+                              text=True, timeout=900)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return _record(tmp_path / probes.replace(",", "_"))["probes"]  # type: ignore[no-any-return]
+
+    said = check("python")["python"]
+    assert not said["ok"] and said["missing"] == "numpy", said
+    assert "the pack cannot carry numpy" in said["summary"] and "make gpu-pack" not in said["summary"]
+    _link_distributions(site, "numpy")
+    probes = check("python,fork,mnist")
+    assert all(probe["ok"] for probe in probes.values()), {name: p["summary"] for name, p in probes.items()}
