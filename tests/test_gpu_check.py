@@ -1,5 +1,5 @@
 """bench/gpu_check.sh, the check of a GPU machine lent for minutes: `make gpu-pack` fills what travels with the tree,
-its probes' time limits fit in 8 minutes, and its smoke run (`bash bench/gpu_check.sh run --smoke`, as docs/gpu.md
+its probes' time limits fit in 9 minutes, and its smoke run (`bash bench/gpu_check.sh run --smoke`, as docs/gpu.md
 shows it) runs every probe tiny on the CPU into the JSON and the table, a probe that fails or overruns costing only its
 own line. What the probes measure needs a GPU; here they check their plumbing."""
 
