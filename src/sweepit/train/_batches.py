@@ -141,11 +141,9 @@ class Batches:
             yield self.prepare(xb.to(self.device, non_blocking=True).float(), False), yb.to(self.device)
 
 
-
-
 class _EpochBatches:
-    """The training loader's batch sampler: this rank's batches of the epoch it was last told (`epoch`), as
-    (epoch, index) keys, so that a worker knows an epoch from the last (`_EpochSeeded`)."""
+    """A kept loader's batch sampler: this rank's batches of the epoch it was last told (`epoch`), as (epoch, index)
+    keys, so that a worker knows one epoch from the last (`_EpochSeeded`)."""
 
     def __init__(self, shards: Callable[[int], Iterator[torch.Tensor]]) -> None:
         self.shards, self.epoch = shards, 0
