@@ -27,12 +27,27 @@ from typing import Any
 import bench_gpu
 from machine import code_version
 
+# The environment as the user's shell gave it, before a probe imports sweepit (which sets
+# PYTORCH_NVML_BASED_CUDA_CHECK=1 for this process and its children; the imports above do not): the apps a probe
+# sweeps start from this one, as they would from that shell.
+USER_ENV = dict(os.environ)
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-# What sweepit's local sweeps need beyond a GPU machine's image (torch, PyYAML and packaging are there): pure Python.
-PACKED = ("hydra-core", "omegaconf", "antlr4-python3-runtime")
+# What sweepit's local sweeps need beyond a GPU machine's image (Python, torch and numpy): pure Python (PyYAML's
+# compiled part is optional; built for another Python it is skipped).
+PACKED = ("hydra-core", "omegaconf", "antlr4-python3-runtime", "PyYAML", "packaging")
 CARRY_LIMIT_MIB = 64
+# What to do where the python probe finds a module missing: the pack carries the pure-Python ones; numpy and torch are
+# compiled for one Python, so the image (or PY, the Python the check runs) must bring them.
+MISSING_FIX = {
+    "numpy": "the pack cannot carry numpy (compiled for one Python version, and with its BLAS above the 64 MiB a "
+             "call carries): use an image whose Python has it, or install it there (`PY -m pip install numpy`)",
+    "torch": "set PY to the Python that has the image's CUDA torch (`PY=/path/to/python bash bench/gpu_check.sh run`)",
+    "yaml": "run `make gpu-pack` where sweepit's .venv is, and carry .devpkgs and .devdata with the tree",
+}
 FORK_ERROR = "Cannot re-initialize CUDA in forked subprocess"  # torch's words for a job forked after CUDA started
+FORK_CASES = HERE / "apps" / "fork_cases.json"  # recorded sweeps of the fork probe, with the right verdict of each
+APP_SAYS = "cuda_at_import: PYTORCH_NVML_BASED_CUDA_CHECK at import: "  # bench/apps/cuda_at_import.py's first line
 # Batches of 128 an epoch: about 1.5 s of ResNet-50 at 32 px in bf16 on an H200, where 50 (bench_gpu.py's default)
 # gave epochs too short to time (bench/RESULTS.md).
 THROUGHPUT_STEPS = 80
@@ -44,6 +59,10 @@ class Probe:
 
     work: Path
     smoke: bool
+
+    def save(self, figures: dict[str, Any]) -> None:
+        """The probe's figures so far, kept should its limit stop it before it returns (run_probe writes the last)."""
+        (self.work.parent / f"{self.work.name}.json").write_text(json.dumps(figures, indent=1, default=str) + "\n")
 
     @property
     def device(self) -> str:
@@ -72,14 +91,20 @@ def nvidia_smi(p: Probe) -> dict[str, Any]:
 
 
 def python(p: Probe) -> dict[str, Any]:
-    """torch and the packed packages as this Python imports them, and the GPU as torch sees it."""
-    try:
-        import hydra
-        import omegaconf
-        import torch
-    except ModuleNotFoundError as e:
-        return {"ok": False, "summary": f"{e.name} is missing here (the check imports it from .devpkgs): run `make "
-                                        "gpu-pack` where sweepit's .venv is, and carry .devpkgs and .devdata"}
+    """torch and the packed packages as this Python imports them, and the GPU as torch sees it. numpy and yaml come
+    first: an image may lack them, and the fix differs by module (MISSING_FIX)."""
+    import importlib
+
+    for module in ("numpy", "yaml", "torch", "hydra", "omegaconf"):
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            return {"ok": False, "missing": module,
+                    "summary": f"{module} does not import here ({e}): {MISSING_FIX.get(module, MISSING_FIX['yaml'])}"}
+    import hydra
+    import omegaconf
+    import torch
+
     from machine import machine_info
 
     facts = {**machine_info(), "torch_cuda": torch.version.cuda, "hydra": hydra.__version__,
@@ -117,9 +142,11 @@ def throughput(precision: str) -> Callable[[Probe], dict[str, Any]]:
 
 
 def fork(p: Probe) -> dict[str, Any]:
-    """A 2-job local sweep of trainer.gpus=1 jobs of an app that asked CUDA something at import (bench/apps/
-    cuda_at_import.py). The check: no job dies of torch's fork error, and jobs of an app that only asked whether
-    CUDA is there complete."""
+    """A 2-job local sweep of trainer.gpus=1 jobs of an app that asked CUDA something at import, before importing
+    sweepit (bench/apps/cuda_at_import.py): `available` asks torch.cuda.is_available(), `tensor` puts a tensor on the
+    GPU. Each runs in the environment of the shell that started the check (USER_ENV): this process has imported
+    sweepit, whose NVML setting the app must not inherit. The smoke run, on a CPU, stands a CUDA context in for
+    `tensor` (torch's initialised flag, and a GPU id for the launcher to hand out). Verdict: `fork_verdict`."""
     from sweepit.reporting import load_sweep
 
     out: dict[str, Any] = {}
@@ -127,19 +154,51 @@ def fork(p: Probe) -> dict[str, Any]:
         sweep = p.work / touch
         cmd = [sys.executable, str(HERE / "apps" / "cuda_at_import.py"), "-m", "+x=1,2", "+trainer.gpus=1",
                "hydra/launcher=local", f"hydra.sweep.dir={sweep}"]
+        env = {**USER_ENV, "CUDA_AT_IMPORT": touch}
+        if p.smoke and touch == "tensor":
+            env.update(CUDA_AT_IMPORT_STAND_IN="1", CUDA_VISIBLE_DEVICES="0")
         print("$ CUDA_AT_IMPORT=" + touch + " " + " ".join(cmd), flush=True)
-        proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "CUDA_AT_IMPORT": touch}, capture_output=True,
-                              text=True)
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
         print(proc.stdout, proc.stderr, flush=True)
         jobs = load_sweep(sweep).jobs if sweep.is_dir() else []
+        said = [line.split(APP_SAYS, 1)[1] for line in proc.stdout.splitlines() if APP_SAYS in line]
         out[touch] = {"rc": proc.returncode, "statuses": [j.status for j in jobs],
                       "errors": [str(j.result.get("error") or "")[:300] for j in jobs],
+                      "nvml_check_at_import": said[0] if said else None,
                       "driver_said": proc.stderr.strip().splitlines()[-5:]}
-    died = [touch for touch, v in out.items() if any(FORK_ERROR in e for e in v["errors"])]
-    ok = not died and out["available"]["statuses"] == ["completed", "completed"]
-    words = [f"{touch}: {v['statuses'].count('completed')}/2 completed" for touch, v in out.items()]
-    return {"ok": ok, **out, "summary": "; ".join(words) + (f"; died of '{FORK_ERROR}': {', '.join(died)}" if died
-                                                            else "")}
+    ok, summary = fork_verdict(out)
+    # The verdict itself, on recorded sweeps whose right verdict is known (sweepit's own message, which quotes torch's
+    # words, is no job that died): a wrong one fails the probe, in the smoke run too.
+    recorded = {name: fork_verdict(case["cases"])[0] == case["ok"]
+                for name, case in json.loads(FORK_CASES.read_text()).items() if name != "about"}
+    wrong = sorted(name for name, right in recorded.items() if not right)
+    if wrong:
+        ok, summary = False, summary + f"; the verdict is wrong on recorded case(s) {', '.join(wrong)}"
+    return {"ok": ok, **out, "recorded_cases_judged_right": recorded, "summary": summary}
+
+
+def fork_verdict(cases: dict[str, Any]) -> tuple[bool, str]:
+    """Whether the fork probe's sweeps (`cases`: per app, its jobs' statuses and errors) show sweepit's rule held:
+    each job completed, or was recorded failed with sweepit's own message (FORKED_AFTER_CUDA, which quotes torch's
+    words: it is not a job that died), and none died of torch's fork error; and each case ran both its jobs."""
+    from sweepit.train import FORKED_AFTER_CUDA
+
+    words, bad = [], []
+    for touch, case in cases.items():
+        kinds = {"completed": 0, "recorded": 0, "died": 0, "other": 0}
+        for status, error in zip(case["statuses"], case["errors"], strict=True):
+            kind = ("completed" if status == "completed" else
+                    "recorded" if error and error[:120] == FORKED_AFTER_CUDA[:120] else
+                    "died" if FORK_ERROR in error else "other")
+            kinds[kind] += 1
+        said = [f"{n} {kind}" for kind, n in kinds.items() if n]
+        words.append(f"{touch}: " + ", ".join(said or ["no jobs"]))
+        if kinds["died"] or kinds["other"] or len(case["statuses"]) != 2:
+            bad.append(touch)
+    summary = "; ".join(words) + " (recorded: failed with sweepit's message, not run)"
+    if bad:
+        summary += f"; wrong in {', '.join(bad)} (died: of '{FORK_ERROR}')"
+    return not bad, summary
 
 
 def deterministic(p: Probe) -> dict[str, Any]:
@@ -195,6 +254,9 @@ def shared(p: Probe) -> dict[str, Any]:
         return subprocess.Popen(cmd, cwd=REPO, text=True)
 
     sweep("alone", 0).wait()
+    alone = load_sweep(p.work / "alone").jobs[0]
+    p.save({"ok": False, "alone": {"status": alone.status, "epoch_time_s": alone.epoch_time_s},
+            "summary": f"alone {alone.status}, {alone.epoch_time_s or 0:.3g} s/epoch; the two at once did not end"})
     side_by_side = [sweep(f"shared_{seed}", seed) for seed in (0, 1)]
     for proc in side_by_side:
         proc.wait()
@@ -221,13 +283,15 @@ def scaling(p: Probe) -> dict[str, Any]:
     return {"ok": bool(s["points"]), "summary": f"{points}{one}; {data}", **s}
 
 
-# Each probe and its time limit in seconds on one H100 or H200: together, with the 5 s each may take to stop, under
-# the 8 minutes the check may take. Sized from the H200's times of mnist, throughput and scaling (bench/RESULTS.md),
-# with room for a slower GPU; the smoke run multiplies them by SMOKE_SCALE (a loaded CPU, where they are no figure).
+# Each probe and its time limit in seconds on one H100 or H200, in the order they run: those that have never run on a
+# GPU first, the throughput next, mnist_best and the scaling plan last, so that a run cut short loses the figures
+# already known. Together, with the 5 s each may take to stop, under the 9 minutes of a 10-minute call that leaves for
+# the report. Sized from the H200's times of mnist, throughput and scaling (bench/RESULTS.md), with room for a slower
+# GPU; the smoke run multiplies them by SMOKE_SCALE (a loaded CPU, where they are no figure).
 PROBES: dict[str, tuple[Callable[[Probe], dict[str, Any]], int]] = {
-    "nvidia_smi": (nvidia_smi, 10), "python": (python, 20), "mnist": (mnist, 80),
-    "throughput_bf16": (throughput("bf16"), 60), "throughput_fp32": (throughput("fp32"), 80), "fork": (fork, 35),
-    "deterministic": (deterministic, 45), "shared": (shared, 40), "scaling": (scaling, 55),
+    "nvidia_smi": (nvidia_smi, 10), "python": (python, 20), "fork": (fork, 40), "deterministic": (deterministic, 45),
+    "shared": (shared, 90), "throughput_bf16": (throughput("bf16"), 60), "throughput_fp32": (throughput("fp32"), 80),
+    "mnist": (mnist, 80), "scaling": (scaling, 55),
 }
 SMOKE_SCALE = 4
 
@@ -254,9 +318,10 @@ def run_probe(name: str, work: Path, smoke: bool) -> int:
     return 0 if figures["ok"] else 1
 
 
-def report(work: Path, out: Path, smoke: bool, command: str, wall_s: float) -> None:
+def report(work: Path, out: Path, smoke: bool, command: str, wall_s: float, quiet: bool = False) -> None:
     """gpu_check.json (each probe's exit status, seconds, limit and figures) and gpu_check.txt (a line per probe),
-    from the steps the shell script ran (WORK/steps.tsv: name, exit status, seconds, limit)."""
+    from the steps the shell script ran (WORK/steps.tsv: name, exit status, seconds, limit). The script writes them
+    after each probe (`quiet`: the table is printed at the end only), so that a run cut short keeps what ended."""
     from sweepit.results import aligned
 
     probes: dict[str, dict[str, Any]] = {}
@@ -268,9 +333,12 @@ def report(work: Path, out: Path, smoke: bool, command: str, wall_s: float) -> N
         if rc != "0":
             log = (work / f"{name}.log").read_text(errors="replace").strip().splitlines()
             entry["log_tail"] = log[-30:]
+            stopped = rc in ("124", "137")
             if not figures:
-                entry["summary"] = (f"stopped at its limit of {limit} s" if rc in ("124", "137") else
+                entry["summary"] = (f"stopped at its limit of {limit} s" if stopped else
                                     f"exited {rc} before its figures: {log[-1][:200] if log else 'no output'}")
+            elif stopped:  # what it saved before its limit (Probe.save)
+                entry["summary"] = f"stopped at its limit of {limit} s; so far: {figures.get('summary', '')}"
         probes[name] = entry
     facts = probes.get("python", {}).get("facts", {})
     record = {"command": command, "smoke": smoke, "code_version": code_version(),
@@ -285,7 +353,8 @@ def report(work: Path, out: Path, smoke: bool, command: str, wall_s: float) -> N
             f"code {record['code_version']}, {wall_s:.0f} s: {command}")
     text = [head, "", *aligned(["probe", "rc", "check", "s/limit", "result"], rows)]
     (out / "gpu_check.txt").write_text("\n".join(text) + "\n")
-    print("\n".join(text))
+    if not quiet:
+        print("\n".join(text))
 
 
 def pack(mnist_root: Path) -> int:
@@ -338,6 +407,7 @@ def main() -> int:
     gather.add_argument("--out", type=Path, required=True)
     gather.add_argument("--command", required=True)
     gather.add_argument("--started", type=float, required=True, help="the run's start, in seconds since the epoch")
+    gather.add_argument("--quiet", action="store_true", help="write the files, print nothing (after each probe)")
     for parser in (one, gather):
         parser.add_argument("--work", type=Path, required=True)
     for parser in (listing, one, gather):
@@ -349,7 +419,7 @@ def main() -> int:
         return plan(args.only, args.scale, args.smoke)
     if args.cmd == "probe":
         return run_probe(args.name, args.work, args.smoke)
-    report(args.work, args.out, args.smoke, args.command, time.time() - args.started)
+    report(args.work, args.out, args.smoke, args.command, time.time() - args.started, args.quiet)
     return 0
 
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The GPU checks of a machine lent for minutes (one H100 or H200, a CUDA torch, no Hydra, no network), in one call:
-#   bash bench/gpu_check.sh pack            here (make gpu-pack): Hydra, OmegaConf and ANTLR's runtime as this .venv
-#                                           installed them into .devpkgs/, MNIST (MNIST_ROOT, default ../shared/data/mnist)
-#                                           into .devdata/ (both git-ignored; carry both with the tree)
+#   bash bench/gpu_check.sh pack            here (make gpu-pack): Hydra, OmegaConf, ANTLR's runtime, PyYAML and packaging
+#                                           as this .venv installed them into .devpkgs/, MNIST (MNIST_ROOT, default
+#                                           ../shared/data/mnist) into .devdata/ (both git-ignored; carry both with the tree)
 #   bash bench/gpu_check.sh run [DIR]       there, from the repository root: every probe of bench/gpu_check.py, each
-#                                           under its own time limit (8 minutes in all), into DIR (default $OUT, else
+#                                           under its own time limit (9 minutes in all), into DIR (default $OUT, else
 #                                           bench/out): gpu_check.json, gpu_check.txt (a line a probe), gpu_check.log
 #   bash bench/gpu_check.sh run --smoke     the same, tiny, on the CPU: the plumbing only (a test runs it)
 # A probe that fails or hangs costs only its own figures: its exit status goes into the JSON and the run goes on; the
@@ -44,6 +44,8 @@ while IFS=$'\t' read -r name limit; do
   printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$seconds" "$limit" >>"$work/steps.tsv"
   { echo "== $name: exit $rc after $seconds s (limit $limit s)"; cat "$work/$name.log"; } >>"$out/gpu_check.log"
   echo "== $name: exit $rc after ${seconds%.*} s (limit $limit s): $(tail -1 "$work/$name.log" | cut -c1-150)"
+  # The JSON and the table after each probe: a run cut short keeps the lines of the probes that ended.
+  "$PY" bench/gpu_check.py report --quiet --work "$work" --out "$out" --started "$started" $smoke --command "$command"
 done <<<"$plan"
 "$PY" bench/gpu_check.py report --work "$work" --out "$out" --started "$started" $smoke \
   --command "$command"

@@ -54,3 +54,13 @@ def test_cuda_initialised_in_the_driver_is_said_once_and_every_gpu_job_records_w
             assert not (job_dir / "seen.json").exists(), "not run"
             assert "Move that call into the task function" in (job_dir / "stderr.log").read_text()
     assert sum("trainer.gpus=1" in d.name for d in dirs.values()) == 2
+
+
+def test_a_job_counts_its_own_gpus_where_torch_cached_the_drivers_count(tmp_path: Path) -> None:
+    """torch 2.2-2.3 cache device_count() (an lru_cache, simulated by the app): the driver counted two GPUs at import,
+    and each forked job, narrowed to one by CUDA_VISIBLE_DEVICES, must count one, or torch asserts at its first
+    CUDA call."""
+    code, out, dirs = sweep(tmp_path / "sweep", "x=0,1", CUDA_VISIBLE_DEVICES="3,5", APP_CACHED_DEVICE_COUNT="1")
+    assert code == 0, out[-3000:]
+    seen = [json.loads((job_dir / "seen.json").read_text()) for job_dir in dirs.values()]
+    assert len(seen) == 2 and all(s["gpus"] in ("3", "5") and s["device_count"] == 1 for s in seen), seen

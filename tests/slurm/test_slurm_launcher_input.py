@@ -34,7 +34,8 @@ def _normalised(text: str, sweep_dir: Path) -> str:
 # without either, whose request is hydra-submitit-launcher's keys (no GPU among them: CPU-only).
 DRY_RUNS = [
     ["x=range(3)", "trainer.gpus=1,2", "hydra.launcher.node_gpus=4", "hydra.launcher.max_array_size=2",
-     "hydra.launcher.account=proj1", "hydra.launcher.setup=[module load cuda]", "hydra.launcher.mem_gb=16"],
+     "hydra.launcher.account=proj1", "hydra.launcher.setup=[module load cuda]", "hydra.launcher.mem_gb=16",
+     "hydra.launcher.cpus_per_task=8"],
     ["x=0,1", "~trainer", "~timeout_min", "hydra.launcher.timeout_min=30", "hydra.launcher.tasks_per_node=2",
      "hydra.launcher.cpus_per_task=4", "hydra.launcher.mem_gb=8", "hydra.launcher.partition=debug",
      "hydra.launcher.qos=normal", "hydra.launcher.constraint=fast",

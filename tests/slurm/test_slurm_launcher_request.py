@@ -47,7 +47,8 @@ def test_submitit_keys_make_the_request_of_a_job_without_its_own(tmp_path: Path)
     assert {"--time=30", "--nodes=1", "--ntasks-per-node=2", "--gpus-per-task=1", "--cpus-per-task=3", "--mem=8GB",
             "--partition=debug", "--account=proj1", "--qos=normal", "--constraint=fast", "--mail-type=FAIL"} <= lines
     assert not any(line.startswith("--gpus-per-node") for line in lines), lines
-    assert "\nexport OMP_NUM_THREADS=3\nexport PYTHONPATH=" in proc.stdout and "\nmodule load cuda\n" in proc.stdout
+    assert "\nexport OMP_NUM_THREADS=3\nexport SRUN_CPUS_PER_TASK=3\nexport PYTHONPATH=" in proc.stdout
+    assert "\nmodule load cuda\n" in proc.stdout
     assert "only to jobs without it" not in proc.stdout  # nothing in the job config overrides the launcher
 
     gres = run(APP, tmp_path / "gres", "x=0", "~trainer", "hydra.launcher.gres=gpu:2", "hydra.launcher.dry_run=true")
@@ -74,6 +75,34 @@ def test_a_jobs_own_gpus_and_time_limit_win_and_the_launcher_names_what_it_leave
                   "hydra.launcher.timeout_key=null", "hydra.launcher.dry_run=true")
     assert ignored.returncode == 0, ignored.stderr
     assert "# 1 job(s) with CPU only, 1 task(s), 60 min" in ignored.stdout  # the launcher's defaults
+
+
+def test_gpu_jobs_of_one_core_per_task_are_warned_once_before_anything_is_submitted(tmp_path: Path) -> None:
+    """The generic profile's cpus_per_task=1 suits CPU jobs; a GPU task's process and its loader workers starve on
+    it, and memory given per core may be below a CUDA process's."""
+    proc = run(APP, tmp_path / "few", "x=0,1", "trainer.gpus=1,2", "hydra.launcher.dry_run=true")
+    assert proc.returncode == 0, proc.stderr
+    said = " ".join(proc.stdout.split())
+    assert ("4 job(s) ask for GPUs with hydra.launcher.cpus_per_task=1, but a GPU task needs 3 cores or more: its "
+            "training process and the 2 loader workers") in said, said[-3000:]
+    assert said.count("ask for GPUs with") == 1 and "set hydra.launcher.mem_gb too" in said
+    enough = run(APP, tmp_path / "enough", "x=0", "trainer.gpus=1", "hydra.launcher.cpus_per_task=4",
+                 "hydra.launcher.mem_gb=16", "hydra.launcher.dry_run=true")
+    assert enough.returncode == 0 and "ask for GPUs with" not in enough.stdout, enough.stdout[-3000:]
+    cpu = run(APP, tmp_path / "cpu", "x=0", "~trainer", "hydra.launcher.dry_run=true")
+    assert cpu.returncode == 0 and "ask for GPUs with" not in cpu.stdout, cpu.stdout[-3000:]
+
+
+def test_gpus_as_gres_asks_for_a_jobs_gpus_with_gres_where_a_site_lacks_cons_tres(tmp_path: Path) -> None:
+    proc = run(APP, tmp_path / "gres", "x=0", "trainer.gpus=2", "hydra.launcher.gpus_as=gres",
+               "hydra.launcher.dry_run=true")
+    assert proc.returncode == 0, proc.stderr
+    lines = _sbatch_lines(proc.stdout)
+    assert {"--gres=gpu:2", "--ntasks-per-node=2"} <= lines and not any("gpus-per" in line for line in lines), lines
+    assert "# 1 job(s) with 2 GPU(s)" in proc.stdout
+    wrong = run(APP, tmp_path / "wrong", "x=0", "hydra.launcher.gpus_as=gpus", "hydra.launcher.dry_run=true")
+    assert wrong.returncode != 0
+    assert "hydra.launcher.gpus_as must be gpus_per_node or gres, but got gpus_as='gpus'" in wrong.stdout + wrong.stderr
 
 
 def test_a_job_with_no_gpu_anywhere_runs_without_asking_for_one(tmp_path: Path) -> None:

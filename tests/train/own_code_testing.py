@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -67,6 +69,24 @@ class BlobDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
 def blob_datasets(n: int = 600, seed: int = 0) -> tuple[BlobDataset, BlobDataset]:
     (x, y), (xv, yv) = blobs(n, seed=seed)
     return BlobDataset(x, y), BlobDataset(xv, yv)
+
+
+class NoisyBlobDataset(BlobDataset):
+    """A Dataset that draws as it reads (as random transforms do), and leaves a file named by its process's pid in
+    `seen_dir` (the loader's workers)."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, seen_dir: str) -> None:
+        super().__init__(x, y)
+        self.seen_dir = seen_dir
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        (Path(self.seen_dir) / str(os.getpid())).touch()
+        return self.x[i] + 0.1 * torch.randn(self.x[i].shape), self.y[i]
+
+
+def noisy_blob_datasets(seen_dir: str, n: int = 600) -> tuple[BlobDataset, BlobDataset]:
+    (x, y), (xv, yv) = blobs(n)
+    return NoisyBlobDataset(x, y, seen_dir), NoisyBlobDataset(xv, yv, seen_dir)
 
 
 def three_things() -> list[int]:

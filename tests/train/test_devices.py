@@ -151,6 +151,21 @@ def test_a_job_with_trainer_deterministic_trains_in_deterministic_mode(
         run_job(compose_cfg("task=linreg", "trainer.deterministic=yes"), tmp_path / "bad")
 
 
+@pytest.mark.usefixtures("global_torch_settings")
+def test_cudnn_benchmark_and_tf32_matmuls_are_keys_off_by_default_and_refused_with_deterministic(
+        compose_cfg: Callable[..., DictConfig], tmp_path: Path) -> None:
+    tiny = ("task=linreg", "data.n_synthetic=200", "epochs=1", "device=cpu", "trainer.threads=1")
+    torch.backends.cudnn.benchmark = torch.backends.cuda.matmul.allow_tf32 = False
+    run_job(compose_cfg(*tiny), tmp_path / "default")
+    assert not torch.backends.cudnn.benchmark and not torch.backends.cuda.matmul.allow_tf32
+    run_job(compose_cfg(*tiny, "trainer.cudnn_benchmark=true", "trainer.tf32_matmul=true"), tmp_path / "fast")
+    assert torch.backends.cudnn.benchmark and torch.backends.cuda.matmul.allow_tf32
+    assert (read_result(tmp_path / "fast") or {})["status"] == "completed"
+    with pytest.raises(ConfigError, match=r"trainer.deterministic=true turns cuDNN's benchmarking and TF32 off, but "
+                                          r"got trainer.tf32_matmul=true. Drop trainer.tf32_matmul=true"):
+        run_job(compose_cfg(*tiny, "trainer.deterministic=true", "trainer.tf32_matmul=true"), tmp_path / "both")
+
+
 @pytest.mark.parametrize(("requested", "index", "visible", "world", "words"), [
     ("cuda:1", 1, 1, 1, r"device=cuda:1 must name one of the 1 GPU\(s\) this job sees \(cuda:0\), but got index 1"),
     ("cuda:3", 3, 2, 1, r"one of the 2 GPU\(s\) this job sees \(cuda:0 \.\. cuda:1\)"),

@@ -146,6 +146,25 @@ def test_rank_from_slurm_and_torchrun_environments() -> None:
     assert from_environment({}) is None
 
 
+SLURM_TASK = {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0", "SLURM_JOB_ID": "77"}
+
+
+@pytest.mark.parametrize(("nodelist", "first"), [
+    ("gpu[003-004,010],cpu1", "gpu003"), ("rack[1-2]-gpu[08-09]", "rack1-gpu08"), ("gpu[08-09]a,cpu1", "gpu08a"),
+    ("cpu1,gpu[1-2]", "cpu1"), ("jwb0001", "jwb0001")])
+def test_the_first_host_of_a_node_list_with_several_bracket_groups_or_a_suffix(
+        nodelist: str, first: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Read without Slurm's commands (PATH holds no scontrol); where scontrol is there, its answer is taken."""
+    env = {**SLURM_TASK, "SLURM_JOB_NODELIST": nodelist}
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert from_environment(env).master_addr == first  # type: ignore[union-attr]
+    scontrol = tmp_path / "scontrol"
+    scontrol.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/asked\necho slurms-own-first\necho another\n")
+    scontrol.chmod(0o755)
+    assert from_environment(env).master_addr == "slurms-own-first"  # type: ignore[union-attr]
+    assert (tmp_path / "asked").read_text().split() == ["show", "hostnames", nodelist]
+
+
 def _threads(rank: Rank) -> int:
     return torch.get_num_threads()
 
@@ -231,7 +250,7 @@ def test_sweepits_loop_leaves_its_group_undestroyed_when_training_raises(monkeyp
     from sweepit.train import _loop
 
     calls: list[str] = []
-    monkeypatch.setattr(_loop, "init_process_group", lambda rank, device: calls.append("init"))
+    monkeypatch.setattr(_loop, "init_process_group", lambda rank, device, **_: calls.append("init"))
     monkeypatch.setattr(_loop, "destroy_process_group", lambda: calls.append("destroy"))
     monkeypatch.setattr(_loop, "abandon_process_group", lambda: calls.append("abandon"))
     monkeypatch.setenv("SWEEPIT_JOB_DIR", str(tmp_path))
@@ -243,3 +262,29 @@ def test_sweepits_loop_leaves_its_group_undestroyed_when_training_raises(monkeyp
     with pytest.raises(RuntimeError, match="training failed"):
         _loop.train(cfg, log=lambda _: None)
     assert calls == ["init", "abandon"]
+
+
+@pytest.mark.parametrize(("overrides", "minutes"), [((), 10), (("trainer.collective_timeout_min=25",), 25)])
+def test_the_collective_timeout_is_a_key_of_at_least_torchs_ten_minutes(
+        monkeypatch: pytest.MonkeyPatch, compose_cfg: Callable[..., DictConfig], overrides: tuple[str, ...],
+        minutes: int) -> None:
+    """Rank 0 alone writes trackers and the best weights between collectives: a slow file system must not make the
+    job's group time out before torch's own default would."""
+    import datetime
+
+    from sweepit.train import _loop
+
+    class Stop(Exception):
+        pass
+
+    seen: dict[str, Any] = {}
+
+    def init(**kwargs: Any) -> None:
+        seen.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(torch.distributed, "init_process_group", init)
+    with pytest.raises(Stop):
+        _loop.train(compose_cfg(*SETUP[:-4], "device=cpu", *overrides), log=lambda _: None,
+                    rank=Rank(0, 0, 2, "127.0.0.1", 1))
+    assert seen["timeout"] == datetime.timedelta(minutes=minutes)

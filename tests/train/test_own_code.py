@@ -3,6 +3,7 @@ module stands for the user's package), the data contract, and one clear error fo
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -68,6 +69,34 @@ def test_streamed_datasets_on_two_local_ranks(compose_cfg: Callable[..., DictCon
     result = read_result(tmp_path)
     assert result is not None and result["status"] == "completed" and result["world_size"] == 2
     assert result["global_batch_size"] == 64 and len(read_metrics(tmp_path)[0]) == 2
+
+
+def test_streamed_datasets_keep_their_loader_workers_and_resume_bit_for_bit(
+        compose_cfg: Callable[..., DictConfig], tmp_path: Path) -> None:
+    """The loaders are built once (persistent workers): over 3 epochs one worker reads the training data and one the
+    validation data, instead of new ones forked each epoch. A Dataset that draws as it reads (random transforms)
+    draws the same in a run resumed after epoch 2, whose workers start there."""
+    def cfg(name: str) -> DictConfig:
+        (tmp_path / name).mkdir()
+        return compose_cfg(*CUSTOM, f"data._target_={OWN}.noisy_blob_datasets", f"+data.seen_dir={tmp_path / name}",
+                           "data.loader.num_workers=1", "epochs=3", "trainer.keep_checkpoint=true")
+
+    run_job(cfg("straight"), tmp_path / "straight_job")
+    workers = {p.name for p in (tmp_path / "straight").iterdir()} - {str(os.getpid())}  # this process: a sample
+    assert len(workers) == 2, "one worker for each loader, for all 3 epochs"
+
+    def stop_after_two(epoch: int, row: dict[str, object]) -> bool:
+        if epoch == 2:
+            raise KeyboardInterrupt
+        return False
+
+    resumed = cfg("resumed")
+    with pytest.raises(KeyboardInterrupt):
+        run_job(resumed, tmp_path / "resumed_job", on_epoch=stop_after_two)
+    run_job(resumed, tmp_path / "resumed_job")
+    untimed = [[{k: v for k, v in row.items() if not k.endswith("_s")} for row in read_metrics(tmp_path / job)[0]]
+               for job in ("straight_job", "resumed_job")]
+    assert len(untimed[0]) == 3 and untimed[1] == untimed[0]
 
 
 @pytest.mark.parametrize(("overrides", "words"), [

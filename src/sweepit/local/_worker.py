@@ -22,7 +22,7 @@ from sweepit._host import now_iso
 from sweepit._signals import interrupt_on_stop_signals, release_stop_signals
 from sweepit.local._resources import visible_gpus
 from sweepit.results import STDERR_LOG, JobRecord, Recorder, Status, as_number, tail_lines, write_result
-from sweepit.train import FORKED_AFTER_CUDA, forked_after_cuda
+from sweepit.train import FORKED_AFTER_CUDA, forget_device_count, forked_after_cuda
 
 if TYPE_CHECKING:
     from sweepit.local._forkserver import Job
@@ -86,6 +86,8 @@ def _detach(spec: ChildSpec) -> None:
     if reconfigure is not None:
         reconfigure(line_buffering=True)  # a pipe would otherwise hold lines back until 8 KB
     os.environ.update(spec.env)
+    if "CUDA_VISIBLE_DEVICES" in spec.env:
+        forget_device_count()  # the server's count, cached by torch 2.2-2.3, is not this job's
     # Fresh random state: every fork starts from the server's, so jobs that do not seed would draw the same numbers
     # (Python's `random` reseeds itself after a fork).
     if "torch" in sys.modules:

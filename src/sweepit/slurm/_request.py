@@ -8,7 +8,7 @@ import logging
 import math
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from sweepit.errors import ConfigError, SlurmError, is_count, require
@@ -97,6 +97,9 @@ class SlurmOptions:
     gpus_key: str | None = "trainer.gpus"
     # Config key holding a job's time limit in minutes; null: never read (hydra.launcher.timeout_min for all).
     timeout_key: str | None = "timeout_min"
+    # How a job's gpus_key asks for its GPUs on each node: gpus_per_node (--gpus-per-node, which needs Slurm's
+    # select/cons_tres) or gres (--gres=gpu:N, for a site without it: `scontrol show config | grep SelectType`).
+    gpus_as: str = "gpus_per_node"
 
     # -- how jobs start ------------------------------------------------------------------------------------
     # Extra arguments of the srun that starts the tasks, e.g. ["--cpu-bind=none"].
@@ -227,6 +230,9 @@ class SlurmOptions:
                 "hydra.launcher.max_gpus throttles the arrays of sweeps whose jobs are each a Slurm job, but got "
                 f"workers={self.workers}: a packed sweep's GPUs in use are its workers x slots x a job's GPUs. Drop "
                 "hydra.launcher.max_gpus and set workers and slots to fit, or drop hydra.launcher.workers.")
+        require(self.gpus_as in ("gpus_per_node", "gres"), "hydra.launcher.gpus_as must be gpus_per_node or gres, "
+                f"but got gpus_as={self.gpus_as!r}. Set hydra.launcher.gpus_as=gres where Slurm's SelectType is not "
+                "select/cons_tres (`scontrol show config | grep SelectType`).")
         require(self.poll_interval_s > 0, "hydra.launcher.poll_interval_s must be > 0, but got "
                 f"poll_interval_s={self.poll_interval_s!r}. Set for example hydra.launcher.poll_interval_s=2.")
 
@@ -350,6 +356,7 @@ class ClusterFacts:
     asked: bool = False
     partition: cluster.Partition | None = None
     max_array_size: int = cluster.DEFAULT_MAX_ARRAY_SIZE
+    said_cores: bool = False  # the warning of GPU jobs short of cores, once per sweep
 
 
 def place(jobs: list[Asked], o: SlurmOptions, facts: ClusterFacts | None = None) -> tuple[list[Request], int]:
@@ -375,7 +382,32 @@ def place(jobs: list[Asked], o: SlurmOptions, facts: ClusterFacts | None = None)
     requests = [_own_request(j, o, part) if j.gpus is not None else _launcher_request(j, o, part) for j in jobs]
     if part is not None:
         _check_max_time(jobs, o, part)
+    if not facts.said_cores:
+        facts.said_cores = _say_gpu_tasks_short_of_cores(requests, o)
     return requests, facts.max_array_size
+
+
+# A GPU task's process and the 2 loader workers (per rank) a streamed Dataset gets by default (data.loader).
+MIN_CORES_PER_GPU_TASK = 3
+
+
+def _say_gpu_tasks_short_of_cores(requests: list[Request], o: SlurmOptions) -> bool:
+    """Warn, before anything is submitted, where GPU jobs get fewer cores per task than a training process and its
+    loader workers need (the generic profile's cpus_per_task is 1, a CPU job's): the GPU would wait for data, and
+    memory given per core by the cluster's default may be below what a CUDA torch process holds. True once said."""
+    cores = o.cpus_per_task or 1
+    gpu_jobs = sum(1 for r in requests if r.n_gpus)
+    if not gpu_jobs or cores >= MIN_CORES_PER_GPU_TASK:
+        return False
+    memory = ("" if o.mem_gb else " With hydra.launcher.mem_gb unset, the job's memory is the partition's default, "
+              "which on many clusters is per core (DefMemPerCPU): one core's share is often below the few GB a CUDA "
+              "torch process holds, and the job is killed out of memory; set hydra.launcher.mem_gb too.")
+    log.warning(f"{gpu_jobs} job(s) ask for GPUs with hydra.launcher.cpus_per_task={cores}, but a GPU task needs "
+                f"{MIN_CORES_PER_GPU_TASK} cores or more: its training process and the 2 loader workers a streamed "
+                f"Dataset gets (data.loader.num_workers) would share {cores}, and the GPU would wait for data. Set "
+                "hydra.launcher.cpus_per_task to the cores of a node divided by its GPUs (`sinfo -o '%P %c %G'`), "
+                f"or use your site's profile (hydra/launcher=marenostrum5, juwels_booster, cte_power).{memory}")
+    return True
 
 
 def _check_max_time(jobs: list[Asked], o: SlurmOptions, part: cluster.Partition) -> None:
@@ -423,7 +455,8 @@ def _own_request(job: Asked, o: SlurmOptions, part: cluster.Partition | None) ->
                 f"({node_cap} node(s) of {node_gpus}), but job {job.num} sets {o.gpus_key}={job.gpus}. Lower "
                 f"{o.gpus_key}, or pick a larger partition with hydra.launcher.partition ({part.name} is "
                 f"{part.chosen_by}).")
-    return spread(job.num, job.gpus, job.timeout_min, node_gpus, o.max_nodes, o.gpus_key)
+    r = spread(job.num, job.gpus, job.timeout_min, node_gpus, o.max_nodes, o.gpus_key)
+    return replace(r, gpus_per_node=None, gres=f"gpu:{r.gpus_per_node}") if o.gpus_as == "gres" else r
 
 
 def _launcher_request(job: Asked, o: SlurmOptions, part: cluster.Partition | None) -> Request:
@@ -462,7 +495,10 @@ def _say_what_the_job_configs_override(jobs: list[Asked], o: SlurmOptions) -> No
 def sbatch_parameters(r: Request, o: SlurmOptions, job_name: str, parallelism: int | None = None) -> dict[str, Any]:
     """submitit's SlurmExecutor parameters (sbatch's names) for one array of jobs with this request (`parallelism`:
     its throttle under max_gpus, else array_parallelism)."""
-    setup = [f"export OMP_NUM_THREADS={o.cpus_per_task}"] if o.cpus_per_task else []
+    # srun of Slurm 22.05-23.02 does not inherit the job's --cpus-per-task (sbatch's man page): each task would be
+    # pinned to one CPU while OMP_NUM_THREADS says more. SRUN_CPUS_PER_TASK is what srun reads instead.
+    setup = ([f"export OMP_NUM_THREADS={o.cpus_per_task}", f"export SRUN_CPUS_PER_TASK={o.cpus_per_task}"]
+             if o.cpus_per_task else [])
     if o.app_dir:
         setup.append(f"export PYTHONPATH={shlex.quote(o.app_dir)}${{PYTHONPATH:+:$PYTHONPATH}}")
     params: dict[str, Any] = {

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from sweepit.train._api import JobContext, context, load_checkpoint, report, save_checkpoint, should_stop
 from sweepit.train._checkpoint import read_state
-from sweepit.train._devices import FORKED_AFTER_CUDA, forked_after_cuda
+from sweepit.train._devices import FORKED_AFTER_CUDA, forget_device_count, forked_after_cuda
 from sweepit.train._session import Session, leave_process_group, status_of
 from sweepit.train._session import begin as begin_session
 from sweepit.train._session import end as end_session
@@ -19,9 +19,9 @@ if TYPE_CHECKING:
     from sweepit.train._loop import load_model
 
 __all__ = [
-    "FORKED_AFTER_CUDA", "JobContext", "Session", "begin_session", "context", "end_session", "forked_after_cuda",
-    "join_session", "leave_process_group", "load_checkpoint", "load_data", "load_model", "read_state", "report",
-    "run_job", "save_checkpoint", "should_stop", "status_of"
+    "FORKED_AFTER_CUDA", "JobContext", "Session", "begin_session", "context", "end_session", "forget_device_count",
+    "forked_after_cuda", "join_session", "leave_process_group", "load_checkpoint", "load_data", "load_model",
+    "read_state", "report", "run_job", "save_checkpoint", "should_stop", "status_of"
 ]
 
 

@@ -5,12 +5,14 @@ rank's share of every global batch, in an order that depends only on the seed, w
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+import random
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, Subset
+from torch.utils.data import DataLoader, Dataset, Subset, get_worker_info
 
 from sweepit.errors import ConfigError
 from sweepit.train._rank import Rank
@@ -57,6 +59,18 @@ class Batches:
             loader = cfg.data.get("loader") or {}
             self.num_workers = int(loader.get("num_workers", 2))
             self.pin_memory = bool(loader.get("pin_memory", True)) and device.type == "cuda"
+        self._train_loader: DataLoader[Any] | None = None  # built at the first epoch, kept (streamed data)
+        self._val_loader: DataLoader[Any] | None = None
+        self._epoch = 0  # the last epoch trained: the validation after it reads with its seeds
+
+    def _loader(self, dataset: Dataset[Any], **how: Any) -> DataLoader[Any]:
+        """A DataLoader built once, whose workers stay from epoch to epoch (forked again from a CUDA process at each
+        epoch they would cost a start each time, and under forkserver or spawn an import of torch). Its own generator:
+        a loader draws its workers' seed at its first pass, and from the global generator, which the loop seeds again
+        at each epoch, that draw would shift a resumed run's later draws (its first pass is a later epoch)."""
+        generator = torch.Generator().manual_seed(epoch_seed(self.seed, f"loader/{self.rank.rank}", 0))
+        return DataLoader(dataset, num_workers=self.num_workers, pin_memory=self.pin_memory,
+                          persistent_workers=self.num_workers > 0, generator=generator, **how)
 
     def describe(self) -> str:
         streamed = (f" (streamed: {self.num_workers} loader worker(s) per rank"
@@ -102,9 +116,11 @@ class Batches:
             for idx in self._shards(epoch, d.y_train if self.stratified else None, d.x_train.device):
                 yield self.prepare(d.x_train[idx], True), d.y_train[idx]
             return
-        loader = DataLoader(d.train, batch_sampler=[idx.tolist() for idx in self._shards(epoch)],
-                            num_workers=self.num_workers, pin_memory=self.pin_memory)
-        for xb, yb in loader:
+        if self._train_loader is None:
+            self._train_loader = self._loader(_EpochSeeded(d.train, self.seed, str(self.rank.rank)),
+                                              batch_sampler=_EpochBatches(self._shards))
+        self._train_loader.batch_sampler.epoch = self._epoch = epoch  # type: ignore[union-attr]
+        for xb, yb in self._train_loader:
             xb, yb = xb.to(self.device, non_blocking=True), yb.to(self.device, non_blocking=True)
             yield self.prepare(xb.float(), True), yb
 
@@ -116,10 +132,48 @@ class Batches:
             for start in range(0, len(x_val), EVAL_BATCH):
                 yield self.prepare(x_val[start:start + EVAL_BATCH], False), y_val[start:start + EVAL_BATCH]
             return
-        mine = Subset(d.val, range(r, d.n_val, w))
-        loader = DataLoader(mine, batch_size=max(self.batch_size, 256), num_workers=self.num_workers,
-                            pin_memory=self.pin_memory)
-        for xb, yb in loader:
+        if self._val_loader is None:
+            mine, size = torch.arange(r, d.n_val, w), max(self.batch_size, 256)
+            self._val_loader = self._loader(_EpochSeeded(d.val, self.seed, f"{r}/val"),
+                                            batch_sampler=_EpochBatches(lambda _: iter(mine.split(size))))
+        self._val_loader.batch_sampler.epoch = self._epoch  # type: ignore[union-attr]
+        for xb, yb in self._val_loader:
             yield self.prepare(xb.to(self.device, non_blocking=True).float(), False), yb.to(self.device)
 
 
+class _EpochBatches:
+    """A kept loader's batch sampler: this rank's batches of the epoch it was last told (`epoch`), as (epoch, index)
+    keys, so that a worker knows one epoch from the last (`_EpochSeeded`)."""
+
+    def __init__(self, shards: Callable[[int], Iterator[torch.Tensor]]) -> None:
+        self.shards, self.epoch = shards, 0
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        epoch = self.epoch
+        return ([(epoch, i) for i in idx.tolist()] for idx in self.shards(epoch))
+
+
+class _EpochSeeded(Dataset[Any]):
+    """A streamed Dataset as a loader's worker reads it: at the first item of each epoch the worker seeds torch,
+    random and numpy from (seed, stream: the rank and split, worker, epoch), so that a Dataset that draws (random
+    transforms) draws in a resumed run what it drew in an uninterrupted one, though its workers started at another
+    epoch. Without workers it draws from the loop's own generators, seeded at each epoch."""
+
+    def __init__(self, dataset: Dataset[Any], seed: int, stream: str) -> None:
+        self.dataset, self.seed, self.stream = dataset, seed, stream
+        self.epoch: int | None = None
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, key: tuple[int, int]) -> Any:
+        epoch, i = key
+        worker = get_worker_info()
+        if worker is not None and epoch != self.epoch:
+            self.epoch = epoch
+            seed = epoch_seed(self.seed, f"loader/{self.stream}/{worker.id}", epoch)
+            torch.manual_seed(seed)
+            random.seed(seed)
+            if "numpy" in sys.modules:
+                sys.modules["numpy"].random.seed(seed % 2**32)
+        return self.dataset[i]

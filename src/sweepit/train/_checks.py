@@ -71,10 +71,15 @@ def check_config(cfg: Any) -> None:
     device = str(cfg.device)
     if not (device in ("auto", "cpu", "cuda") or device.startswith("cuda:")):
         raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, but got device={device!r}.")
-    for flag in ("channels_last", "deterministic"):
+    for flag in ("channels_last", "deterministic", "cudnn_benchmark", "tf32_matmul"):
         value = cfg.trainer.get(flag, False)
         if not isinstance(value, bool):
             raise ConfigError(f"trainer.{flag} must be true or false, but got trainer.{flag}={value!r}.")
+    fast = [f"trainer.{flag}=true" for flag in ("cudnn_benchmark", "tf32_matmul") if cfg.trainer.get(flag, False)]
+    if fast and cfg.trainer.get("deterministic", False):
+        raise ConfigError(f"trainer.deterministic=true turns cuDNN's benchmarking and TF32 off, but got "
+                          f"{' and '.join(fast)}. Drop {' and '.join(fast)} for reproducible runs, or set "
+                          "trainer.deterministic=false for speed.")
     frac = _number(cfg.data, "val_fraction")
     if not 0.0 <= frac < 1.0:
         raise ConfigError(f"data.val_fraction must be in [0, 1), but got data.val_fraction={frac}.")
@@ -117,7 +122,8 @@ def _check_counts(cfg: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ConfigError(f"{key} must be an integer >= {least}, but got {key}={value!r}. "
                               f"Set for example {key}={max(least, 1)}.")
-    for key, low, high in (("task.dropout", 0.0, 1.0), ("trainer.diverge_ratio", 0.0, math.inf)):
+    for key, low, high in (("task.dropout", 0.0, 1.0), ("trainer.diverge_ratio", 0.0, math.inf),
+                           ("trainer.collective_timeout_min", 1.0, math.inf)):
         value = OmegaConf.select(cfg, key, default=None)
         if value is None:
             continue

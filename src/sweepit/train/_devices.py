@@ -54,6 +54,20 @@ def forked_after_cuda() -> bool:
     return bool(getattr(torch.cuda, "_is_in_bad_fork", lambda: False)() or torch.cuda.is_initialized())
 
 
+def forget_device_count() -> None:
+    """Make torch count the GPUs again, once CUDA_VISIBLE_DEVICES was changed in this process (a forked job narrowed
+    to its own GPUs). torch 2.2 and 2.3 cache `torch.cuda.device_count()` for a process's life (pytorch#128819; 2.4
+    caches it only once CUDA is initialised): a job forked after its server counted (an app's is_available() through
+    NVML, torch._dynamo's import on 2.3) would see the server's count and die of torch's "device >= 0 && device <
+    num_gpus" assert at its first CUDA call. Newer torch has no cache here, and this does nothing."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    cache_clear = getattr(getattr(torch.cuda, "device_count", None), "cache_clear", None)
+    if cache_clear is not None:
+        cache_clear()
+
+
 def device_for(rank: Rank, requested: str) -> torch.device:
     """Each rank on its own GPU (the job's visible GPUs, by local rank); CPU ranks share the CPU. `cuda:N` names
     GPU N of those this job sees, for a job of one rank."""
@@ -132,3 +146,15 @@ def make_deterministic() -> None:
     torch.backends.cudnn.deterministic = True
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+
+
+def fast_kernels(cudnn_benchmark: bool, tf32_matmul: bool) -> None:
+    """trainer.cudnn_benchmark (cuDNN times its convolution algorithms on the first batch of each shape and keeps the
+    fastest: faster for fixed shapes, not reproducible) and trainer.tf32_matmul (fp32 matmuls on TF32 tensor cores,
+    A100 and newer: faster, about 3 decimal digits). Only where asked: torch's defaults are off for both."""
+    import torch
+
+    if cudnn_benchmark:
+        torch.backends.cudnn.benchmark = True
+    if tf32_matmul:
+        torch.backends.cuda.matmul.allow_tf32 = True

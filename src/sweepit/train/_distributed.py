@@ -25,9 +25,11 @@ from sweepit.train._devices import use_device
 from sweepit.train._rank import Rank
 
 T = TypeVar("T")
-# A collective that waits longer than this fails instead of hanging a job whose peer died (under Slurm or
-# torchrun; with local ranks the supervising process stops the others as soon as one fails).
-COLLECTIVE_TIMEOUT_S = 300
+# A collective that waits longer than this (trainer.collective_timeout_min) fails instead of hanging a job whose peer
+# died (under Slurm or torchrun; with local ranks the supervising process stops the others as soon as one fails). Not
+# below torch's own 10 minutes: rank 0 alone writes trackers and the best weights between collectives, which a slow
+# shared file system or tracker server can stretch past a shorter limit, and NCCL's watchdog would abort the job.
+COLLECTIVE_TIMEOUT_MIN = 10.0
 GLOO_SETTLE_S = 0.1  # see destroy_process_group
 # torch before 2.7.1 may turn NCCL's non-blocking mode on for a group bound to a device, and NCCL 2.26 can hang a
 # collective in that mode (pytorch/pytorch#153960); 2.7.1 stopped turning it on.
@@ -35,10 +37,11 @@ NONBLOCKING_HANG_NCCL = (2, 26)
 NONBLOCKING_FIXED_TORCH = "2.7.1"  # compared as a version by TorchVersion
 
 
-def init_process_group(rank: Rank, device: torch.device, backend: str | None = None) -> None:
+def init_process_group(rank: Rank, device: torch.device, backend: str | None = None,
+                       timeout_min: float = COLLECTIVE_TIMEOUT_MIN) -> None:
     """The job's process group, once, on this rank's device (made the current one first, and bound to the group where
-    that is safe: NCCL then never reaches for GPU 0). It is destroyed at exit if the code that asked for it does not
-    do so."""
+    that is safe: NCCL then never reaches for GPU 0), its collectives failing after `timeout_min` minutes. It is
+    destroyed at exit if the code that asked for it does not do so."""
     if rank.world_size == 1 or dist.is_initialized():
         return
     use_device(device)
@@ -51,7 +54,7 @@ def init_process_group(rank: Rank, device: torch.device, backend: str | None = N
         backend=backend,
         init_method=f"tcp://{rank.master_addr}:{rank.master_port}",
         rank=rank.rank, world_size=rank.world_size,
-        timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S),
+        timeout=datetime.timedelta(minutes=timeout_min),
         **bound,
     )
     atexit.unregister(destroy_process_group)  # once, in a process that makes a group per job (worker mode)

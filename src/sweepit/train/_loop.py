@@ -23,8 +23,13 @@ from sweepit.train import _checkpoint, _session
 from sweepit.train._batches import Batches, epoch_seed
 from sweepit.train._build import Loss, build_loss, build_model, build_optimizer, check_output, load_data, target_node
 from sweepit.train._checks import check_metric
-from sweepit.train._devices import device_for, make_deterministic, resolve_precision, use_device
-from sweepit.train._distributed import abandon_process_group, destroy_process_group, init_process_group
+from sweepit.train._devices import device_for, fast_kernels, make_deterministic, resolve_precision, use_device
+from sweepit.train._distributed import (
+    COLLECTIVE_TIMEOUT_MIN,
+    abandon_process_group,
+    destroy_process_group,
+    init_process_group,
+)
 from sweepit.train._rank import SINGLE, Rank
 
 # Called after each epoch with (epoch, metrics row) on rank 0; returning True stops training (benchmarks).
@@ -58,7 +63,8 @@ def train(cfg: Any, on_epoch: EpochCallback | None = None, log: Callable[[str], 
     log = log if rank.is_main else (lambda _: None)
     device = device_for(rank, str(cfg.device))
     use_device(device)  # a job of one rank on cuda:1 too: the DataLoader's pinning thread works on the current GPU
-    init_process_group(rank, device)
+    timeout_min = float(cfg.trainer.get("collective_timeout_min", COLLECTIVE_TIMEOUT_MIN))
+    init_process_group(rank, device, timeout_min=timeout_min)
     try:
         outcome = _train(cfg, on_epoch if rank.is_main else None, log, session, rank, device)
     except BaseException:
@@ -75,6 +81,8 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
         torch.set_num_threads(int(cfg.trainer.threads))
     if bool(cfg.trainer.get("deterministic", False)):
         make_deterministic()
+    else:
+        fast_kernels(bool(cfg.trainer.get("cudnn_benchmark", False)), bool(cfg.trainer.get("tf32_matmul", False)))
     torch.manual_seed(int(cfg.seed))  # same initial weights on every rank
     data = load_data(cfg, device)
     regression = data.n_classes == 0

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import subprocess
 from dataclasses import dataclass
 
 PORT_BASE, PORT_SPAN = 15000, 15000  # Slurm jobs' rendezvous ports: 15000-29999 (see master_port)
@@ -28,12 +30,30 @@ SINGLE = Rank()
 
 
 def _first_host(nodelist: str) -> str:
-    """First host of a Slurm node list such as `gpu[003-004,010],cpu1` -> `gpu003`."""
-    m = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist)
-    if m is None:
-        return nodelist
-    prefix, ranges = m.group(1), m.group(2)
-    return prefix + ranges.split(",")[0].split("-")[0] if ranges else prefix
+    """First host of a Slurm node list, as `scontrol show hostnames` names it where Slurm's commands are on PATH
+    (`gpu[003-004,010],cpu1` -> `gpu003`), else as `first_in_nodelist` reads it."""
+    if shutil.which("scontrol"):
+        try:
+            out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                                 timeout=5, check=True).stdout.split()
+        except (OSError, subprocess.SubprocessError):
+            out = []
+        if out:
+            return out[0]
+    return first_in_nodelist(nodelist)
+
+
+def first_in_nodelist(nodelist: str) -> str:
+    """First host of a Slurm node list read here: its first comma-separated item (commas inside brackets do not
+    separate), each bracket group replaced by its first value, zero padding kept (`rack[1-2]-gpu[08-09]a,cpu1` ->
+    `rack1-gpu08a`)."""
+    depth, end = 0, len(nodelist)
+    for i, char in enumerate(nodelist):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            end = i
+            break
+    return re.sub(r"\[([^\]]*)\]", lambda m: m.group(1).split(",")[0].split("-")[0], nodelist[:end].strip())
 
 
 def from_environment(env: dict[str, str] | None = None) -> Rank | None:

@@ -3,6 +3,7 @@ having imported sweepit (as an app of sweepit's API does); each job writes down 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -15,6 +16,15 @@ from omegaconf import DictConfig
 import sweepit  # noqa: F401  (its API: sweepit.report, ...)
 
 NVML_AT_IMPORT = os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")  # what the next line's torch reads
+if os.environ.get("APP_CACHED_DEVICE_COUNT"):
+    # torch 2.2-2.3's device_count(): counted once (through NVML, CUDA_VISIBLE_DEVICES's GPUs) and cached for the
+    # process's life (an lru_cache), here by the driver at import, before the launcher forks its jobs.
+    @functools.lru_cache(maxsize=1)
+    def _device_count() -> int:
+        return len(os.environ.get("CUDA_VISIBLE_DEVICES", "").split(","))
+
+    torch.cuda.device_count = _device_count
+    torch.cuda.device_count()
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 if os.environ.get("APP_CUDA_AT_IMPORT"):
     # A CUDA call at import (a model moved to the GPU) initialises CUDA in the driver. CUDA cannot start on a CPU-only
@@ -25,7 +35,8 @@ if os.environ.get("APP_CUDA_AT_IMPORT"):
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float:
     job_dir = Path(HydraConfig.get().runtime.output_dir)
-    seen = {"nvml_at_import": NVML_AT_IMPORT, "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    seen = {"nvml_at_import": NVML_AT_IMPORT, "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "device_count": torch.cuda.device_count()}
     (job_dir / "seen.json").write_text(json.dumps(seen))
     return float(cfg.x)
 
