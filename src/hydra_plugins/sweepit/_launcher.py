@@ -83,9 +83,10 @@ def light_exit() -> None:
     atexit.register(gc.freeze)
 
 
-# An app that imported sweepit's `run_job` (train.py) trains with sweepit's loop, which checks its config first.
+# A task whose module imported sweepit's `run_job` (train.py's) trains with sweepit's loop, which checks its config
+# first.
 _OWN_LOOP = "sweepit.train._entry"
-MAX_CHECKED = 64  # jobs whose values a driver checks before it launches: a few seconds at most
+MAX_CHECKED = 32  # jobs whose values a driver checks before it launches (a compose and a check each)
 
 
 class SweepitLauncher(Launcher):
@@ -159,7 +160,9 @@ class SweepitLauncher(Launcher):
         fail every job that has it, and a resume would run them to fail again. An app that runs sweepit's loop has
         the jobs that bring an override not seen before checked here (MAX_CHECKED at most), and a refused one stops
         the sweep before any job starts. Only ConfigError counts: anything else is the job's to meet."""
-        if _OWN_LOOP not in sys.modules or self.config is None:
+        entry = sys.modules.get(_OWN_LOOP)
+        task_globals = getattr(self.task_function, "__globals__", {})
+        if entry is None or self.config is None or not any(v is entry.run_job for v in task_globals.values()):
             return
         from sweepit.errors import ConfigError
         from sweepit.train import check_config
@@ -167,7 +170,9 @@ class SweepitLauncher(Launcher):
         seen: set[str] = set()
         n_checked = 0
         for num, overrides in enumerate(job_overrides, start=first_num):
-            if set(overrides) <= seen or n_checked == MAX_CHECKED:
+            if n_checked == MAX_CHECKED:
+                break
+            if set(overrides) <= seen:
                 continue
             seen.update(overrides)
             n_checked += 1
