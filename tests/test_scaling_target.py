@@ -101,3 +101,22 @@ def test_on_one_gpu_the_end_says_no_count_can_be_recommended(tmp_path: Path) -> 
     assert "No recommendation can be made: the jobs ran on one CPU rank count only (1); naming the count to use " \
            "needs the epoch times of two counts or more." in out  # this torch has no CUDA: its one rank ran on CPU
     assert "Recommendation:" not in out
+
+
+def test_the_gpu_page_counts_the_repeats_the_study_runs() -> None:
+    """docs/gpu.md said two repeats where the CPU variant ran three: the page's counts are the study's configs'."""
+    import importlib.util
+
+    import yaml
+
+    spec = importlib.util.spec_from_file_location("scaling_plan", REPO / "scripts" / "scaling_plan.py")
+    assert spec is not None and spec.loader is not None
+    scaling_plan = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scaling_plan)
+    study = yaml.safe_load((REPO / "sweeps" / "scaling.yaml").read_text())
+    gpu = len(str(study["hydra"]["sweeper"]["params"]["repeat"]).split(","))
+    cpu = len(next(o for o in scaling_plan.CPU_VARIANT if o.startswith("repeat=")).split(","))
+    words = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}
+    page = " ".join((REPO / "docs" / "gpu.md").read_text().split())
+    assert f"ResNet-50 at 128 px, {words[gpu]} repeats of each point" in page
+    assert f"1 and 2 gloo ranks of one core each, {words[cpu]} repeats" in page

@@ -19,6 +19,12 @@ def plain(node: Any) -> Any:
     return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
 
+def target_node(cfg: Any, key: str) -> dict[str, Any] | None:
+    """The config's `key` node (model, data, loss) when it names a `_target_`: the user's own."""
+    node = plain(OmegaConf.select(cfg, key, default=None)) if OmegaConf.is_config(cfg) else None
+    return node if isinstance(node, dict) and node.get("_target_") else None
+
+
 def locate(target: Any, key: str) -> Callable[..., Any]:
     """The class or function `target` names (`package.module.Name`); ConfigError when it cannot be imported."""
     if callable(target):

@@ -13,36 +13,39 @@ from typing import Any
 from sweepit.errors import SweepitError
 from sweepit.results import MAX_ROWS
 
+DEFAULT_ROOTS = (Path("outputs"), Path("multirun"))  # where `sweepit ls` looks: sweepit's folder, Hydra's own
+
 
 def _summary(args: argparse.Namespace) -> int:
+    from sweepit.reporting import sweep_folder
     from sweepit.results import summarize
 
-    sweep_dir = Path(args.sweep_dir)
-    if not sweep_dir.is_dir():
-        raise SweepitError(f"sweep directory must exist, but {sweep_dir} does not. List sweeps with `ls outputs/*/`.")
-    print(summarize(sweep_dir, max_rows=args.rows))
+    print(summarize(sweep_folder(Path(args.sweep_dir), "sweepit summary {}"), max_rows=args.rows))
     return 0
 
 
 def _ls(args: argparse.Namespace) -> int:
     from sweepit.reporting.listing import format_listing, list_sweeps
 
-    root = Path(args.root)
-    if not root.is_dir():
-        raise SweepitError(f"the directory to list must exist, but {root} does not; sweeps go to outputs/ "
-                           "under the directory train.py ran in.")
-    sweeps = list_sweeps(root)
+    # sweepit's folder, else Hydra's own default (multirun/<date>/<time>, where a plain Hydra app's sweeps go)
+    roots = [Path(args.root)] if args.root is not None else [p for p in DEFAULT_ROOTS if p.is_dir()]
+    if not roots or not roots[0].is_dir():
+        what = f"{args.root} does not" if args.root else "neither outputs nor multirun (Hydra's) is here"
+        raise SweepitError(f"the directory to list must exist, but {what}.\nRun `sweepit ls` in the folder the app "
+                           "ran in (its sweeps go to outputs/ or multirun/), or name the folder: `sweepit ls DIR`.")
+    sweeps = sorted((s for root in roots for s in list_sweeps(root)), key=lambda s: s.created_at, reverse=True)
     print(format_listing(sweeps) if sweeps else
-          f"No sweeps under {root} (a sweep directory holds multirun.yaml, sweep.json or job directories).")
+          f"No sweeps under {' or '.join(map(str, roots))} (a sweep directory holds multirun.yaml, sweep.json or job "
+          "directories).")
     return 0
 
 
 def _report(args: argparse.Namespace) -> int:
-    from sweepit.reporting import load_sweep, section_text, write_report
+    from sweepit.reporting import load_sweep, section_text, sweep_folder, write_report
     from sweepit.reporting.table import best_lines, to_text
     from sweepit.results import REPORT_PAGE, SweepPaths
 
-    sweep_dir = Path(args.sweep_dir)
+    sweep_dir = sweep_folder(Path(args.sweep_dir), "sweepit report {}")
     sweep = load_sweep(sweep_dir)
     gc.freeze()  # the jobs read live until the end: the collector need not walk them again while plotting
     if not sweep.jobs:
@@ -60,10 +63,11 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from sweepit.reporting import sweep_folder
     from sweepit.reporting.sweep_status import sweep_status
     from sweepit.results import read_manifest, report_shows
 
-    sweep_dir = Path(args.sweep_dir)
+    sweep_dir = sweep_folder(Path(args.sweep_dir), "sweepit status {}")
     if args.watch is None:
         print(sweep_status(sweep_dir, max_rows=args.rows)[0])
         return 0
@@ -110,9 +114,11 @@ def _watch(sweep_dir: Path, every_s: float, max_rows: int) -> bool:
 
 
 def _resume(args: argparse.Namespace) -> int:
+    from sweepit.reporting import sweep_folder
     from sweepit.results import command_line, read_manifest, read_study_file, rerun_argv
 
-    m = read_manifest(Path(args.sweep_dir))  # the directory given, wherever the sweep ran first
+    # the directory given, wherever the sweep ran first
+    m = read_manifest(sweep_folder(Path(args.sweep_dir), "sweepit resume {}"))
     argv, cwd = _runnable(m.argv, m.cwd)
     # An Optuna study goes on with its sweeper's keys too (n_trials counts the whole study: raised, it searches on).
     study = read_study_file(Path(m.sweep_dir)) is not None
@@ -160,11 +166,10 @@ def _runnable(argv: list[str], cwd: str) -> tuple[list[str], str]:
 
 
 def _clean(args: argparse.Namespace) -> int:
+    from sweepit.reporting import sweep_folder
     from sweepit.results import clean
 
-    sweep_dir = Path(args.sweep_dir)
-    if not sweep_dir.is_dir():
-        raise SweepitError(f"a sweep directory must exist, but {sweep_dir} does not; list sweeps with `sweepit ls`.")
+    sweep_dir = sweep_folder(Path(args.sweep_dir), "sweepit clean {}")
     print(*clean(sweep_dir, keep_best=not args.all, dry_run=args.dry_run).lines(args.dry_run), sep="\n")
     return 0
 
@@ -211,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "first")
 
     p = command(sub, "ls", _ls, help="list the sweeps under a directory, newest first, with counts and best job")
-    p.add_argument("root", nargs="?", default="outputs", help="where to look (default: outputs)")
+    p.add_argument("root", nargs="?", default=None, help="where to look (default: outputs, and multirun, Hydra's)")
 
     p = command(sub, "report", _report, help="write DIR/report/: results.csv, summary.md, PNG plots and index.html")
     p.add_argument("sweep_dir", help="e.g. outputs/optimizer_lr/2026-11-21_10-00-00")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -74,6 +76,13 @@ def require(ok: bool, message: str) -> None:
 def is_count(value: Any, least: int) -> bool:
     """Whether a config value is an integer >= `least` (YAML's true and false are not counts)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def closest(name: str, names: Iterable[str], cutoff: float = 0.6) -> str | None:
+    """The one of `names` nearest to a misspelt `name` (for "did you mean ...?"), None when none is near enough;
+    `cutoff=0` always names one."""
+    close = difflib.get_close_matches(name, [n for n in names if n != name], n=1, cutoff=cutoff)
+    return close[0] if close else None
 
 
 def with_causes(error: BaseException) -> str:

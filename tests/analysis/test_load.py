@@ -103,16 +103,17 @@ def test_what_a_job_lacks_is_said_with_what_to_do(linreg_sweep: Path) -> None:
 
 @pytest.mark.slow
 def test_a_folder_that_is_no_sweep_is_told_what_a_sweep_holds(linreg_sweep: Path, tmp_path: Path) -> None:
-    with pytest.raises(SweepitError, match=r"a sweep directory must exist, but \S+nowhere does not; list sweeps with "
-                                           "`sweepit ls`"):
+    with pytest.raises(SweepitError, match=r"or a folder with sweeps under it, but \S+nowhere does not exist.\nList "
+                                           "the sweeps under a folder with `sweepit ls <folder>`"):
         sweepit.load(tmp_path / "nowhere")
     (tmp_path / "empty" / "notes").mkdir(parents=True)
-    with pytest.raises(SweepitError, match=r"takes a sweep directory \(one holding job directories <num>_<overrides>/, "
-                                           r"sweep.json or multirun.yaml\) or a folder with sweeps under it, but "
-                                           r"\S+empty holds neither; list the sweeps under a folder with `sweepit ls"):
+    with pytest.raises(SweepitError, match=r"takes a sweep folder \(one holding multirun.yaml, sweep.json or job "
+                                           r"folders <num>_<overrides>/\) or a folder with sweeps under it, but "
+                                           r"\S+empty holds none, nor any sweep under it.\nList the sweeps under a "
+                                           "folder with `sweepit ls"):
         sweepit.load(tmp_path / "empty")
     job_dir = next(linreg_sweep.glob("0_*"))
-    hint = re.escape(f"It is a job's directory: load its sweep, sweepit.load('{linreg_sweep}').")
+    hint = re.escape(f"is job 0 of the sweep {linreg_sweep}.\nRun `sweepit.load('{linreg_sweep}')`.")
     with pytest.raises(SweepitError, match=hint):
         sweepit.load(job_dir)
 

@@ -235,6 +235,18 @@ def test_real_training_sweep_runs_through_the_local_launcher(tmp_path: Path) -> 
     assert "2 jobs: 2 completed" in proc.stdout and "best (minimize val_loss): job 1" in proc.stdout
 
 
+def test_a_value_the_config_check_refuses_is_refused_before_any_job_starts(tmp_path: Path) -> None:
+    """`lr=abc` failed inside each job, and the resume the sweep printed would have run them to fail again: the
+    driver runs the jobs' config check once per new value, before it launches any."""
+    proc = run_command([sys.executable, ROOT / "train.py", "-m", "task=linreg", "epochs=1", "lr=0.1,abc"], tmp_path)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert proc.stderr.splitlines() == [
+        "lr must be a number, but got lr='abc'. Set it like `lr=0.01`.",
+        "No job was started: job 1 (task=linreg epochs=1 lr=abc) and every job with its value would fail this check "
+        "as it started. Fix the value and run the sweep again."], proc.stderr
+    assert not list(tmp_path.rglob("multirun.yaml"))  # no folder of a sweep of 0 jobs is left
+
+
 def test_a_job_killed_mid_write_leaves_no_temporary_file(tmp_path: Path) -> None:
     """The out-of-memory killer can stop a job inside an atomic write: the driver, which knows the job is gone,
     removes its unfinished temporary file; the job's old files (here: none) stay as they were."""

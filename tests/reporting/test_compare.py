@@ -105,12 +105,17 @@ def test_a_folder_that_is_not_a_sweep(linreg_sweep: Path, after: Path, tmp_path:
                                       capsys: pytest.CaptureFixture[str]) -> None:
     job = next(p for p in linreg_sweep.iterdir() if p.name.startswith("0_"))
     code, _, err = _run(capsys, str(job), str(after))
-    assert code == 2 and "a sweep directory must hold job directories (<num>_<overrides>/)" in err
-    assert f"{job} looks like job 0 of the sweep {linreg_sweep}: compare that." in err
-    code, _, err = _run(capsys, str(after), str(tmp_path))
-    assert code == 2 and f"but {tmp_path} holds neither; list sweeps with `sweepit ls`." in err
+    assert code == 2 and "takes a sweep folder (one holding multirun.yaml, sweep.json or job folders" in err
+    assert f"but {job} is job 0 of the sweep {linreg_sweep}.\nRun `sweepit compare {linreg_sweep} {after}`." in err
+    (tmp_path / "empty").mkdir()
+    code, _, err = _run(capsys, str(after), str(tmp_path / "empty"))
+    assert code == 2 and f"but {tmp_path / 'empty'} holds none, nor any sweep under it." in err
+    code, _, err = _run(capsys, str(after), str(tmp_path))  # the folder the sweep copied here is under
+    assert code == 2 and f"but {tmp_path} holds 1 sweep(s) under it.\nPass one of them: `sweepit compare {after} " \
+        in err
     code, _, err = _run(capsys, str(tmp_path / "nowhere"), "--by", "lr")
-    assert code == 2 and f"a sweep directory must exist, but {tmp_path / 'nowhere'} does not" in err
+    assert code == 2 and "`sweepit compare DIR --by lr` takes a sweep folder" in err
+    assert f"but {tmp_path / 'nowhere'} does not exist." in err
 
 
 def test_two_sweeps_with_no_job_in_common(linreg_sweep_once: Path, tmp_path: Path,

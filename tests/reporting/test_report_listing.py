@@ -61,3 +61,24 @@ def test_ls_of_a_sweep_directory_and_of_nothing(outputs: Path, tmp_path: Path,
     assert "No sweeps under" in capsys.readouterr().out
     assert main(["ls", str(tmp_path / "missing")]) == 2
     assert "must exist" in capsys.readouterr().err
+
+
+def test_ls_with_no_folder_finds_a_plain_hydra_apps_multirun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A plain Hydra app (no sweepit config) sweeps into Hydra's multirun/<date>/<time>/<num>: `sweepit ls` there,
+    with no folder named, lists it, and its study is `multirun`, not the date."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["ls"]) == 2
+    assert capsys.readouterr().err.splitlines()[0] == ("sweepit: error: the directory to list must exist, but neither "
+                                                       "outputs nor multirun (Hydra's) is here.")
+    sweep = Path("multirun/2026-12-01/10-00-00")
+    for num, lr in enumerate(["0.1", "0.01"]):
+        (sweep / str(num) / ".hydra").mkdir(parents=True)
+        (sweep / str(num) / ".hydra" / "config.yaml").write_text(f"lr: {lr}\n")
+        (sweep / str(num) / ".hydra" / "overrides.yaml").write_text(f"- lr={lr}\n")
+    (sweep / "multirun.yaml").write_text("hydra:\n  mode: MULTIRUN\n")
+    assert main(["ls"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and lines[1].split()[:2] == [str(sweep), "multirun"], lines
+    assert main(["ls", "multirun"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split()[:2] == [str(sweep), "multirun"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,15 @@ def test_a_speed_study_on_cpu_says_what_it_measured_and_names_ranks(tmp_path: Pa
     page = (out / "summary.md").read_text()
     assert "best (" not in page and "a speed study: the jobs differ only in trainer.gpus and repeat" in page
     assert summarize(sweep_dir).splitlines()[-2].startswith("a speed study: the jobs differ only in trainer.gpus")
+
+
+def test_a_speed_study_with_weights_is_not_offered_a_best_job_to_keep(tmp_path: Path) -> None:
+    """The scaling study's end said "`sweepit clean DIR` keeps only the best job's" right under "no best job"."""
+    sweep_dir = write_scaling_sweep(tmp_path / "sweep", {1: [2.0], 2: [1.1]})
+    for job_dir in sweep_dir.glob("*_*"):  # weights as the job's record lists them
+        result = json.loads((job_dir / "result.json").read_text())
+        (job_dir / "result.json").write_text(json.dumps({**result, "weights": {"model_best.pt": 1000}}))
+    said = summarize(sweep_dir)
+    assert "\na speed study: the jobs differ only in trainer.gpus, so no job is best" in said
+    assert f"\nweights: 2.0 kB in 2 jobs (model_*.pt); `sweepit clean {sweep_dir} --all` deletes them\n" in said
+    assert "best job's" not in said

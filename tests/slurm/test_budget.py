@@ -31,7 +31,20 @@ def test_a_sweep_whose_at_most_passes_the_budget_is_refused_before_anything_is_s
     assert "the 3 job(s) to submit may take 0.050 against a budget of 0.0417; nothing was submitted" in err, err
     assert "Raise hydra.launcher.budget_gpu_hours to 0.050" in err and "over_budget=stop" in err
     assert "timeout_min" in err and "trainer.gpus" in err
-    assert not SweepPaths(sweep).submitit.exists() and not SweepPaths(sweep).budget.exists()
+    assert "HYDRA_FULL_ERROR" not in err  # sweepit's own error, told in full: no stack trace to ask for
+    assert not sweep.exists()  # nothing ran: no folder that `sweepit ls` would list as a sweep of 0 jobs
+
+
+def test_a_dry_run_of_a_sweep_the_budget_refuses_fails_as_the_sweep_would(tmp_path: Path) -> None:
+    """As `sbatch --test-only` fails for a job sbatch would refuse: the plan is printed, then the refusal, exit 1."""
+    sweep = tmp_path / "sweep"
+    proc = run(APP, sweep, "x=0,1,2", *SHORT, f"hydra.launcher.budget_gpu_hours={2.5 * JOB_H:.4f}",
+               "hydra.launcher.dry_run=true")
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "budget: at most 0.05 of hydra.launcher.budget_gpu_hours=0.0417: the sweep is refused." in proc.stdout
+    err = " ".join(proc.stderr.split())
+    assert "the 3 job(s) to submit may take 0.050 against a budget of 0.0417" in err, err
+    assert not sweep.exists()
 
 
 def test_a_budget_below_one_jobs_at_most_says_so(tmp_path: Path) -> None:

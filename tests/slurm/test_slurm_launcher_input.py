@@ -144,6 +144,8 @@ BAD_INPUT = {
                                       "hydra.launcher.array_parallelism must be an integer >= 1, but got "
                                       "array_parallelism=0."),
     "unknown launcher key": (["hydra.launcher.gpus=2"], {}, "Key 'gpus' not in 'SlurmLauncherConf'"),
+    "misspelt launcher key, added as Hydra suggests": (["+hydra.launcher.partiton=debug"], {},
+                                                       "but got partiton. partiton: did you mean partition?"),
     "time limit shorter than the signal": (["timeout_min=2"], {},
                                            "timeout_min must leave room for the checkpoint signal"),
     "no sbatch on PATH": ([], {"PATH": str(Path(sys.executable).parent)},
@@ -161,7 +163,9 @@ def test_bad_input_stops_the_sweep_before_anything_is_submitted(case: str, tmp_p
     assert "Traceback" not in proc.stderr  # Hydra prints the message alone
     assert "Error in call to target" not in proc.stderr, proc.stderr  # sweepit's paragraph, not wrapped by Hydra
     if case != "unknown launcher key":  # that one is Hydra's own override error, against the schema
-        assert proc.stderr.startswith(message[:40]) and "full_key: hydra.launcher" not in proc.stderr, proc.stderr
+        assert proc.stderr.startswith("hydra.launcher takes only" if "misspelt" in case else message[:40])
+        assert "full_key: hydra.launcher" not in proc.stderr, proc.stderr
+        assert "HYDRA_FULL_ERROR" not in proc.stderr, proc.stderr  # sweepit's message is all there is to see
     assert not (sweep / ".submitit").exists()
 
 

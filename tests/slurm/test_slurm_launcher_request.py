@@ -37,6 +37,9 @@ def test_an_unknown_key_is_refused_with_the_valid_ones_and_what_submitit_users_d
     assert said.startswith("hydra.launcher takes only the Slurm launcher's keys (account, additional_parameters, ")
     assert "but got exclude, gpus, name. " in said
     assert "exclude: pass it as additional_parameters: {exclude: ...}; name: sweepit's key is job_name." in said
+    with pytest.raises(ConfigError) as e:  # a misspelt key (Hydra's own hint for a new key is `+hydra.launcher.KEY`)
+        SlurmOptions.from_params({"partiton": "debug", "timeout_min": 30})
+    assert "but got partiton. partiton: did you mean partition?" in str(e.value)
 
 
 def test_submitit_keys_make_the_request_of_a_job_without_its_own(tmp_path: Path) -> None:

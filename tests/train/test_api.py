@@ -103,6 +103,7 @@ def test_finish_keeps_the_tasks_own_result_and_takes_a_numeric_return_as_the_obj
     session = _job(tmp_path)
     session.finish("completed", returned=3)
     assert read_result(tmp_path)["objective"] == 3.0  # type: ignore[index]
+    assert read_result(tmp_path)["epochs_completed"] is None  # type: ignore[index]  # it reported none: not 0
     assert "direction" not in read_result(tmp_path)  # type: ignore[operator]  # the config names none
     (tmp_path / "result.json").write_text(json.dumps({"status": "completed", "objective": 1.0, "mine": True}))
     session.finish("failed", error=RuntimeError("late"))

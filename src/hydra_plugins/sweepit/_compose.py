@@ -121,6 +121,11 @@ class ComposedConfigs:
             config = self.compose(master_config, sweep_overrides)
         return config
 
+    def peek(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
+        """The config composed earlier for these overrides (kept for `take`), else a freshly composed one (not kept)."""
+        config = self._kept.get((id(master_config), tuple(sweep_overrides)))
+        return config if config is not None else self.compose(master_config, sweep_overrides)
+
     def clear(self) -> None:
         """Forget the kept configs (the bases stay: a sweeper's next batch picks the same groups)."""
         self._kept.clear()

@@ -7,9 +7,11 @@ import contextlib
 import functools
 import gc
 import logging
+import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from hydra.core.utils import JobReturn, configure_log, setup_globals
@@ -21,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from hydra_plugins.sweepit._compose import MAX_BASES, ComposedConfigs
 from hydra_plugins.sweepit._plan_job import JobPlans, job_dir, selected
 from sweepit.errors import SweepFailedError, SweepitError, SweepStoppedError
-from sweepit.results import MULTIRUN_FILE, SweepLock, SweepPaths, hydra_quote, own_folder
+from sweepit.results import SweepLock, SweepPaths, hydra_quote, own_folder
 
 log = logging.getLogger(__name__)
 
@@ -45,20 +47,36 @@ def plain_options(params: Mapping[str, Any]) -> dict[str, Any]:
 @contextlib.contextmanager
 def compact_errors() -> Iterator[None]:
     """sweepit's errors as compact Hydra exceptions: Hydra prints the message alone, without a traceback
-    (HYDRA_FULL_ERROR=1 shows it). A sweep stopped by a signal is no error: sweepit's message alone and exit
-    status 1, without Hydra's hint of a stack trace to see."""
+    (HYDRA_FULL_ERROR=1 shows it). Where Hydra's command line would print one (`run_and_report`), sweepit prints it
+    and exits with Hydra's status 1 itself: Hydra would add its hint to set HYDRA_FULL_ERROR=1 for a stack trace,
+    which says nothing more of a plain-language error. A sweep stopped by a signal is no error either."""
     try:
         yield
     except SweepStoppedError as e:
         sys.stdout.flush()
         print(e, file=sys.stderr, flush=True)
         raise SystemExit(1) from None
-    except (SweepFailed, LaunchError):
-        raise
-    except SweepFailedError as e:
-        raise SweepFailed(str(e)) from None
     except SweepitError as e:
-        raise LaunchError(str(e)) from None
+        compact = e if isinstance(e, SweepFailed | LaunchError) else (
+            SweepFailed(str(e)) if isinstance(e, SweepFailedError) else LaunchError(str(e)))
+        if os.environ.get("HYDRA_FULL_ERROR") != "1" and _reported_by_hydra():
+            sys.stdout.flush()
+            print(compact, file=sys.stderr, flush=True)
+            raise SystemExit(1) from None
+        if compact is e:
+            raise
+        raise compact from None
+
+
+def _reported_by_hydra() -> bool:
+    """Whether an error raised here ends in Hydra's `run_and_report` (an app's command line), not in a caller of
+    Hydra's API (a test, a notebook), which is to get the exception."""
+    from hydra._internal.utils import run_and_report
+
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and frame.f_code is not run_and_report.__code__:
+        frame = frame.f_back
+    return frame is not None
 
 
 @functools.cache
@@ -66,6 +84,12 @@ def light_exit() -> None:
     """Freeze the heap at exit: a final garbage collection over every object torch created is most of what an
     interpreter with torch does to shut down. Registered once, before the other atexit handlers, so it runs last."""
     atexit.register(gc.freeze)
+
+
+# A task whose module imported sweepit's `run_job` (train.py's) trains with sweepit's loop, which checks its config
+# first.
+_OWN_LOOP = "sweepit.train._entry"
+MAX_CHECKED = 32  # jobs whose values a driver checks before it launches (a compose and a check each)
 
 
 class SweepitLauncher(Launcher):
@@ -126,24 +150,61 @@ class SweepitLauncher(Launcher):
         self.composed: ComposedConfigs = hydra_context.config_loader  # type: ignore[assignment]
         # One driver per sweep directory, from now to this process's exit: between a sweeper's batches too.
         self.lock: SweepLock | None = None
+        # Hydra makes the sweep directory after this (with multirun.yaml): a dry run, or a sweep refused before any
+        # job, takes it away again if it is new. A folder of its own (`_take_folder`) is new.
+        named = str(config.hydra.sweep.dir)
+        self.new_sweep_dir = not Path(named).exists()
         if not getattr(self.options, "dry_run", False):
             with compact_errors():
                 self.lock = _take_folder(config)
             atexit.register(self.lock.release)
-        # Hydra makes the sweep directory after this (with multirun.yaml): a dry run takes it away again if it is new.
-        self.new_sweep_dir = not Path(str(config.hydra.sweep.dir)).exists()
+            self.new_sweep_dir |= str(config.hydra.sweep.dir) != named
+
+    def check_values(self, job_overrides: Sequence[Sequence[str]], first_num: int) -> None:
+        """sweepit's own loop checks its config before it trains (`check_config`): a value that check refuses would
+        fail every job that has it, and a resume would run them to fail again. An app that runs sweepit's loop has
+        the jobs that bring an override not seen before checked here (MAX_CHECKED at most), and a refused one stops
+        the sweep before any job starts. Only ConfigError counts: anything else is the job's to meet."""
+        entry = sys.modules.get(_OWN_LOOP)
+        task_globals = getattr(self.task_function, "__globals__", {})
+        if entry is None or self.config is None or not any(v is entry.run_job for v in task_globals.values()):
+            return
+        from sweepit.errors import ConfigError
+        from sweepit.train import check_config
+
+        seen: set[str] = set()
+        n_checked = 0
+        for num, overrides in enumerate(job_overrides, start=first_num):
+            if n_checked == MAX_CHECKED:
+                break
+            if set(overrides) <= seen:
+                continue
+            seen.update(overrides)
+            n_checked += 1
+            try:
+                check_config(self.composed.peek(self.config, list(overrides)), here=False)
+            except ConfigError as e:
+                raise LaunchError(f"{e}\nNo job was started: job {num} ({' '.join(overrides)}) and every job with "
+                                  "its value would fail this check as it started. Fix the value and run the sweep "
+                                  "again.") from None
+            except Exception:  # a config the driver cannot read as the job will (${hydra:...}): the job checks it
+                continue
 
     def end_dry_run(self) -> None:
-        """Remove the sweep directory Hydra made for a dry run (or that a refused sweep's lock made), when it holds
-        nothing but Hydra's multirun.yaml: no sweep is left behind (`sweepit ls` listed it as a sweep of 0 jobs)."""
+        """Remove the sweep directory Hydra made for a dry run, or for a sweep refused before any job (its budget),
+        when it holds nothing but Hydra's multirun.yaml and the locks: no sweep is left behind (`sweepit ls` listed
+        it as a sweep of 0 jobs)."""
         assert self.config is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         if not self.new_sweep_dir or not sweep_dir.is_dir():
             return
-        if self.lock is not None:
-            self.lock.release()
-        if {p.name for p in sweep_dir.iterdir()} <= {MULTIRUN_FILE}:
-            SweepPaths(sweep_dir).multirun.unlink(missing_ok=True)
+        paths = SweepPaths(sweep_dir)
+        made = [paths.multirun, paths.budget_lock]  # the budget's check locks its ledger before it refuses
+        if {p.name for p in sweep_dir.iterdir()} <= {p.name for p in made} | {SweepLock(sweep_dir).path.name}:
+            if self.lock is not None:
+                self.lock.release()
+            for path in made:
+                path.unlink(missing_ok=True)
             with contextlib.suppress(OSError):
                 sweep_dir.rmdir()
 

@@ -21,7 +21,7 @@ from hydra_plugins.sweepit._job_steps import warm_up
 from hydra_plugins.sweepit._launcher import SweepitLauncher, compact_errors, number, plain_options
 from hydra_plugins.sweepit._runner import SAVED_KEYS, JobRunner, SavedConfig, job_return, release_config
 from hydra_plugins.sweepit.callbacks import ends_with_report
-from sweepit.errors import ConfigError, SweepFailedError, with_causes
+from sweepit.errors import ConfigError, SweepFailedError, SweepitError, with_causes
 from sweepit.local import ForkServer, Job, LocalOptions, LocalSweep, Reply, preload
 from sweepit.results import Status
 
@@ -99,6 +99,7 @@ class LocalLauncher(SweepitLauncher):
         try:
             with compact_errors():
                 try:
+                    self.check_values(job_overrides, initial_job_idx)
                     statuses = sweep.run(jobs)
                 except SweepFailedError:
                     # Hydra skips on_multirun_end when the launcher raises: the report the sweep would end with is
@@ -107,6 +108,9 @@ class LocalLauncher(SweepitLauncher):
                         from sweepit.reporting import try_build_report
 
                         try_build_report(sweep.sweep_dir)
+                    raise
+                except SweepitError:
+                    self.end_dry_run()  # refused before any job: no folder of 0 jobs is left
                     raise
         finally:
             self.composed.clear()

@@ -27,7 +27,7 @@ from hydra_plugins.sweepit._runner import (
 )
 from hydra_plugins.sweepit._worker_tasks import WorkerTask, for_workers
 from hydra_plugins.sweepit.callbacks import preload_report
-from sweepit.errors import ConfigError
+from sweepit.errors import ConfigError, SweepitError
 from sweepit.slurm import (
     ClusterFacts,
     Outcome,
@@ -58,7 +58,8 @@ class SlurmLauncher(SweepitLauncher):
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         if self._bad_options is not None:
-            raise LaunchError(self._bad_options)
+            with compact_errors():
+                raise LaunchError(self._bad_options)
         super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
 
     def _new_sweep(self) -> SlurmSweep:
@@ -108,11 +109,19 @@ class SlurmLauncher(SweepitLauncher):
         jobs = [PlannedJob(num=initial_job_idx + i, overrides=list(o)) for i, o in enumerate(job_overrides)]
         try:
             with compact_errors():
-                if self.options.dry_run:
-                    print(sweep.dry_run(jobs), flush=True)
-                    self.end_dry_run()
-                    return []
-                outcomes = sweep.run(jobs)
+                try:
+                    self.check_values(job_overrides, initial_job_idx)
+                    if self.options.dry_run:
+                        text, refused = sweep.dry_run(jobs)
+                        print(text, flush=True)
+                        if refused is not None:  # as `sbatch --test-only` fails for a job sbatch would refuse
+                            raise LaunchError(refused)
+                        self.end_dry_run()
+                        return []
+                    outcomes = sweep.run(jobs)
+                except SweepitError:
+                    self.end_dry_run()  # refused before any job: no folder of 0 jobs is left (a failed sweep's stays)
+                    raise
         finally:
             self.composed.clear()
         return [self._job_return(j, outcomes[j.num]) for j in jobs]

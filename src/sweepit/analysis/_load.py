@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweepit.errors import SweepitError
-from sweepit.reporting import JobReport, Sweep, find_sweeps, load_sweep
+from sweepit.reporting import JobReport, Sweep, find_sweeps, load_sweep, sweep_folder
 from sweepit.reporting.table import best_lines, results_table
 from sweepit.results import (
     BEST_WEIGHTS,
@@ -17,7 +17,6 @@ from sweepit.results import (
     WEIGHT_FILES,
     JobPaths,
     finite_number,
-    job_num,
     read_metrics,
 )
 
@@ -42,16 +41,8 @@ def load(sweep_dir: str | Path) -> SweepResults:
     """The sweep in `sweep_dir`, or every sweep under it (a study's folder, `outputs/`): what it holds now; load again
     to see a running sweep further on."""
     _pandas()  # before any reading: a missing pandas is said at once
-    path = Path(sweep_dir)
-    if not path.is_dir():
-        raise SweepitError(f"a sweep directory must exist, but {path} does not; list sweeps with `sweepit ls`.")
+    path = sweep_folder(Path(sweep_dir), "sweepit.load('{}')", many=True)
     found = find_sweeps(path)
-    if not found:
-        hint = (f" It is a job's directory: load its sweep, sweepit.load({str(path.absolute().parent)!r})."
-                if job_num(path.absolute()) is not None and JobPaths(path).config.is_file() else "")
-        raise SweepitError(f"sweepit.load takes a sweep directory (one holding job directories <num>_<overrides>/, "
-                           f"sweep.json or multirun.yaml) or a folder with sweeps under it, but {path} holds "
-                           f"neither; list the sweeps under a folder with `sweepit ls <folder>`.{hint}")
     one = found == [path]
     return SweepResults(path, {path.absolute().name if one else str(s.relative_to(path)): load_sweep(s)
                                for s in found})

@@ -11,7 +11,7 @@ from pathlib import Path
 from sweepit._files import atomic_write
 from sweepit.reporting._report_data import JobReport, Sweep, load_sweep
 from sweepit.reporting.linreg import LinregSection
-from sweepit.reporting.listing import find_sweeps, format_listing
+from sweepit.reporting.listing import find_sweeps, format_listing, sweep_folder
 from sweepit.reporting.optuna_section import OptunaSection
 from sweepit.reporting.plots import CurvesSection, ParamsSection, preload
 from sweepit.reporting.scaling import ScalingSection
@@ -24,8 +24,8 @@ DEFAULT_SECTIONS: list[SectionBuilder] = [ResultsSection(), CurvesSection(), Par
 
 __all__ = [
     "DEFAULT_SECTIONS", "Figure", "JobReport", "Section", "SectionBuilder", "Sweep",
-    "build_report", "find_sweeps", "format_listing", "load_sweep", "preload", "section_text", "try_build_report",
-    "write_report",
+    "build_report", "find_sweeps", "format_listing", "load_sweep", "preload", "section_text", "sweep_folder",
+    "try_build_report", "write_report",
 ]
 
 

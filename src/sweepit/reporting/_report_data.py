@@ -3,6 +3,7 @@ Nothing here raises on a broken job: a missing or corrupt file becomes a note in
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -210,6 +211,13 @@ def _created_at(sweep_dir: Path, manifest: dict[str, Any]) -> datetime:
     return datetime.fromtimestamp((multirun if multirun.is_file() else sweep_dir).stat().st_mtime, tz=timezone.utc)
 
 
+def _folder_study(sweep_dir: Path) -> str:
+    """The study a sweep's folder names: outputs/<study>/<time>, or Hydra's own multirun/<date>/<time> (the date is no
+    study: `multirun` is)."""
+    parent = sweep_dir.absolute().parent
+    return parent.parent.name if re.fullmatch(r"\d{4}-\d{2}-\d{2}", parent.name) else parent.name
+
+
 @collector_paused()
 def load_sweep(sweep_dir: Path | str, with_metrics: bool = True) -> Sweep:
     """Every job of the sweep (job directories, plus jobs sweep.json lists that have none yet), in job order."""
@@ -244,7 +252,7 @@ def load_sweep(sweep_dir: Path | str, with_metrics: bool = True) -> Sweep:
     swept = swept_keys(rows) if len(jobs) > 1 else []
     return Sweep(
         sweep_dir=sweep_dir, jobs=jobs,
-        study=study if isinstance(study, str) else sweep_dir.parent.name,
+        study=study if isinstance(study, str) else _folder_study(sweep_dir),
         metric=metric or str(job_config.get("metric", "objective")),
         direction=direction,
         created_at=_created_at(sweep_dir, manifest),

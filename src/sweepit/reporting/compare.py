@@ -12,9 +12,10 @@ from typing import Any
 
 from sweepit.errors import SweepitError
 from sweepit.reporting._report_data import JobReport, Sweep, load_sweep
+from sweepit.reporting.listing import sweep_folder
 from sweepit.reporting.sections import Figure, Section
 from sweepit.reporting.table import KEY_METRICS, Table, final_metric_keys, to_csv, to_text
-from sweepit.results import REPORT_DIR, finite_number, job_num
+from sweepit.results import REPORT_DIR, finite_number
 
 Key = tuple[str | None, ...]
 _LISTED = 10  # jobs without a match named one by one; more are counted
@@ -91,16 +92,12 @@ def _difference(a: JobReport | None, b: JobReport | None, measure: str) -> float
     return None if x is None or y is None else y - x
 
 
-def read_sweep(path: Path) -> Sweep:
-    """The sweep in `path`; an error that says what `path` is when it holds no job."""
-    if path.exists() and not path.is_dir():
-        raise SweepitError(f"a sweep directory must be a folder, but {path} is a file; list sweeps with `sweepit ls`.")
-    sweep = load_sweep(path)
+def read_sweep(path: Path, run: str) -> Sweep:
+    """The sweep in `path`; an error that says what `path` is when it holds no job (`run`: the command, `{}` for it)."""
+    sweep = load_sweep(sweep_folder(path, run))
     if not sweep.jobs:
-        where = (f"{path} looks like job {job_num(path)} of the sweep {path.parent}: compare that"
-                 if job_num(path) is not None and load_sweep(path.parent).jobs else "list sweeps with `sweepit ls`")
-        raise SweepitError(f"a sweep directory must hold job directories (<num>_<overrides>/) or a sweep.json listing "
-                           f"jobs, but {path} holds neither; {where}.")
+        raise SweepitError(f"a sweep to compare must hold jobs, but {path} holds none yet (a sweep.json listing no "
+                           "job, or multirun.yaml alone); list sweeps with `sweepit ls`.")
     return sweep
 
 
@@ -231,12 +228,13 @@ def compare(first: Path, second: Path | None = None, by: str | None = None, out:
         got = "two and --by" if by else "one and no --by"
         raise SweepitError("compare takes two sweep directories (sweepit compare A B), or one and the key to compare "
                            f"it along (sweepit compare A --by KEY), but got {got}.")
-    sweep = read_sweep(first)
+    sweep = read_sweep(first, f"sweepit compare {{}} {f'--by {by}' if by is not None else second}")
     if by is not None:
         comparison, name = compare_by(sweep, by), f"compare_by_{by}"
     else:
         assert second is not None
-        comparison, name = compare_two(sweep, read_sweep(second)), f"compare_{second.resolve().name}"
+        other = read_sweep(second, f"sweepit compare {first} {{}}")
+        comparison, name = compare_two(sweep, other), f"compare_{second.resolve().name}"
     # Printed before the files are written: a folder that cannot be written loses nothing already computed.
     shown = [m for m in comparison.measures if m in ("objective", *KEY_METRICS, "epoch_time_s")]
     print(*comparison.about, "", to_text(comparison.table(shown), max_rows), "", *comparison.findings(), sep="\n",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from sweepit.errors import SweepitError
 from sweepit.reporting._report_data import Sweep, load_sweep
 from sweepit.results import HYDRA_DIR, REPORT_DIR, SweepPaths, aligned, job_num
 
@@ -37,12 +38,52 @@ def find_sweeps(root: Path, depth: int = 0) -> list[Path]:
     return [s for child in children for s in find_sweeps(Path(child), depth + 1)]
 
 
+def sweep_folder(path: Path, run: str, many: bool = False) -> Path:
+    """`path` when it is a sweep folder (with `many`, also a folder with sweeps under it); else the one error that
+    every command gives a wrong folder, naming the folder to pass instead. `run` is the command, `{}` for the folder."""
+    path = Path(path)
+    takes = (f"`{run.format('DIR')}` takes a sweep folder (one holding multirun.yaml, sweep.json or job folders "
+             f"<num>_<overrides>/){' or a folder with sweeps under it' if many else ''}")
+    if not path.is_dir():
+        raise SweepitError(f"{takes}, but {path} {'is a file' if path.exists() else 'does not exist'}.\n"
+                           "List the sweeps under a folder with `sweepit ls <folder>`.")
+    if is_sweep(path):
+        return path
+    whole = path.absolute()
+    num = job_num(whole)
+    if num is not None and is_sweep(whole.parent):
+        raise SweepitError(f"{takes}, but {path} is job {num} of the sweep {_shown(whole.parent)}.\n"
+                           f"Run `{run.format(_shown(whole.parent))}`.")
+    found = find_sweeps(path)
+    if found and many:
+        return path
+    if found:
+        newest = max(found, key=_started)
+        raise SweepitError(f"{takes}, but {path} holds {len(found)} sweep(s) under it.\n"
+                           f"Pass one of them: `{run.format(_shown(newest))}` (the newest); `sweepit ls {path}` "
+                           "lists them all.")
+    raise SweepitError(f"{takes}, but {path} holds none, nor any sweep under it.\n"
+                       "List the sweeps under a folder with `sweepit ls <folder>` (sweeps go to outputs/, or to "
+                       "Hydra's multirun/, in the folder the app ran in).")
+
+
+def _started(sweep_dir: Path) -> float:
+    """When the sweep began, from Hydra's multirun.yaml (written then), else its folder."""
+    multirun = SweepPaths(sweep_dir).multirun
+    return (multirun if multirun.is_file() else sweep_dir).stat().st_mtime
+
+
+def _shown(path: Path) -> str:
+    """A path relative to the working folder when it is under it, else as it is."""
+    rel = os.path.relpath(path)
+    return str(path) if rel.startswith("..") else rel
+
+
 def _row(sweep: Sweep) -> list[str]:
     best = sweep.best
     best_text = "-" if best is None else f"{sweep.metric}={best.objective:.4g}"
     overrides = "" if best is None or not sweep.swept else sweep.typed_swept(best)
-    rel = os.path.relpath(sweep.sweep_dir)
-    return [str(sweep.sweep_dir) if rel.startswith("..") else rel, sweep.study,
+    return [_shown(sweep.sweep_dir), sweep.study,
             f"{sweep.created_at.astimezone():%Y-%m-%d %H:%M}", sweep.counts_line(), best_text, overrides]
 
 

@@ -255,6 +255,7 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
     if fixed and tally.n > 1:
         parts.append("same in every job: " + " ".join(f"{k}={v}" for k, v in fixed.items()))
     parts += tally.unread.lines()
+    best: JobRow | None = None
     if multi:
         assert isinstance(directions, list)
         parts += pareto_lines(tally.completed, directions, study.get("metrics") or None)
@@ -267,9 +268,10 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
             parts.append(f"best ({direction} {metric}): job {best.num} = {_fmt(best.objective)}  [{' '.join(typed)}]")
             source = config_source(sweep_dir, [best.job_dir])
             parts.append(f"reproduce: {rerun_command(app_command(manifest, sweep_dir), source, typed, keys)}")
-    if tally.weights:
-        parts.append(f"weights: {size_text(sum(tally.weights))} in {len(tally.weights)} jobs (model_*.pt); "
-                     f"`sweepit clean {sweep_dir}` keeps only the best job's")
+    if tally.weights:  # a sweep with no best job named (a speed study, a Pareto front) has none to keep
+        keep = (f"`sweepit clean {sweep_dir}` keeps only the best job's" if best is not None else
+                f"`sweepit clean {sweep_dir} --all` deletes them")
+        parts.append(f"weights: {size_text(sum(tally.weights))} in {len(tally.weights)} jobs (model_*.pt); {keep}")
     parts.append(f"sweep directory: {sweep_dir}")
     return "\n".join(parts)
 

@@ -4,12 +4,12 @@ out); one group of such jobs whose metrics differ clears it. The end-of-sweep su
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sweepit.errors import closest
 from sweepit.results._overrides import load_yaml
 from sweepit.results._paths import JobPaths
 from sweepit.results._status import REPEAT_KEY, Status
@@ -76,8 +76,8 @@ class UnreadKeys:
             if not shown:
                 continue
             keys = _config_keys(load_yaml(JobPaths(shown[0].job_dir).config))
-            close = difflib.get_close_matches(key, [k for k in keys if k != key], n=1)
-            fix = (f"did you mean {close[0]}?" if close
+            close = closest(key, keys)
+            fix = (f"did you mean {close}?" if close
                    else f"check its name in a job's config ({JobPaths(shown[0].job_dir).config})")
             n = sum(g.n_same + 1 for g in shown)
             lines.append(f"{key} looks unread: the {n} jobs that differ only in {key} ended with identical metrics "

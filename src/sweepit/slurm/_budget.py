@@ -173,27 +173,38 @@ def check(o: SlurmOptions, sweep_dir: Path, requests: Sequence[tuple[int, Reques
             with _ledger(sweep_dir) as data:
                 data["budget_gpu_hours"] = None
         return
+    with _ledger(sweep_dir) as data:
+        why = refusal(o, requests, _settle(data).committed_h, unit)
+        if why is not None:
+            raise ConfigError(why)
+        # the account: whose allocation the budget line shows
+        data["budget_gpu_hours"], data["account"] = float(o.budget_gpu_hours), o.account
+
+
+def refusal(o: SlurmOptions, requests: Sequence[tuple[int, Request]], before: float = 0.0,
+            unit: str = "job") -> str | None:
+    """Why the budget refuses the jobs to submit, None when it takes them (the run's check and the dry run's): one
+    alone could pass it, or (`over_budget=refuse`) all of them to their time limit, with `before` (what earlier runs
+    billed or hold), could."""
+    if o.budget_gpu_hours is None:
+        return None
     budget = float(o.budget_gpu_hours)
     num, big = max(requests, key=lambda nr: at_most_h(nr[1]), default=(0, None))
     if big is not None and at_most_h(big) > budget:
-        raise ConfigError(
-            f"{BUDGET_KEY} must cover at least one {unit} run to its time limit, but {unit} {num} alone may take "
-            f"{at_most_h(big):.3f} GPU-hours ({big.describe()}) against a budget of {budget:g}: no job could start. "
-            f"Raise {BUDGET_KEY} to {at_most_h(big):.3f} or more, or lower the jobs' time limit (timeout_min) or "
-            "GPUs (trainer.gpus).")
-    with _ledger(sweep_dir) as data:
-        before = _settle(data).committed_h
-        total = sum(at_most_h(r) for _, r in requests)
-        if o.over_budget == "refuse" and before + total > budget + 1e-9:
-            before_text = f" + {before:.3f} billed or held by earlier runs" if before else ""
-            raise ConfigError(
-                f"{BUDGET_KEY} must cover the sweep's at-most GPU-hours (every job to its time limit, as "
-                f"hydra.launcher.dry_run=true shows), but the {len(requests)} {unit}(s) to submit may take {total:.3f}"
-                f"{before_text} against a budget of {budget:g}; nothing was submitted. Raise {BUDGET_KEY} to "
-                f"{before + total:.3f}, lower the jobs' time limit (timeout_min) or GPUs (trainer.gpus), sweep fewer "
-                "values, or set hydra.launcher.over_budget=stop to start jobs while they fit and leave the rest not "
-                "started.")
-        data["budget_gpu_hours"], data["account"] = budget, o.account  # the account whose allocation to show
+        return (f"{BUDGET_KEY} must cover at least one {unit} run to its time limit, but {unit} {num} alone may take "
+                f"{at_most_h(big):.3f} GPU-hours ({big.describe()}) against a budget of {budget:g}: no job could "
+                f"start. Raise {BUDGET_KEY} to {at_most_h(big):.3f} or more, or lower the jobs' time limit "
+                "(timeout_min) or GPUs (trainer.gpus).")
+    total = sum(at_most_h(r) for _, r in requests)
+    if o.over_budget == "refuse" and before + total > budget + 1e-9:
+        before_text = f" + {before:.3f} billed or held by earlier runs" if before else ""
+        return (f"{BUDGET_KEY} must cover the sweep's at-most GPU-hours (every job to its time limit, as "
+                f"hydra.launcher.dry_run=true shows), but the {len(requests)} {unit}(s) to submit may take "
+                f"{total:.3f}{before_text} against a budget of {budget:g}; nothing was submitted. Raise {BUDGET_KEY} "
+                f"to {before + total:.3f}, lower the jobs' time limit (timeout_min) or GPUs (trainer.gpus), sweep "
+                "fewer values, or set hydra.launcher.over_budget=stop to start jobs while they fit and leave the "
+                "rest not started.")
+    return None
 
 
 def for_grids_only(o: SlurmOptions) -> None:

@@ -5,7 +5,6 @@ Slurm and submitit print them: `123` for a plain job, `123_4` for task 4 of job 
 
 from __future__ import annotations
 
-import difflib
 import getpass
 import os
 import re
@@ -14,7 +13,7 @@ import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sweepit.errors import ConfigError, SlurmError
+from sweepit.errors import ConfigError, SlurmError, closest
 
 # squeue states of a job that is still to run, running, or coming back (requeue, suspension).
 ACTIVE_STATES = frozenset({
@@ -153,9 +152,9 @@ def _gpus(gres: str) -> int:
 def _suggest(name: str, names: list[str], preferred: Sequence[str]) -> str:
     """`Set hydra.launcher.partition=<closest>`: among `preferred` (partitions with GPUs) when there are any."""
     pool = list(preferred) or names
-    close = difflib.get_close_matches(name, pool, n=1, cutoff=0.0) or pool[:1]
+    close = closest(name, pool, cutoff=0.0) or next(iter(pool), None)
     why = " (the closest name with GPUs)" if preferred else " (the closest name)"
-    return f"Set hydra.launcher.partition={close[0]}{why}; `sinfo -s` lists them." if close else ""
+    return f"Set hydra.launcher.partition={close}{why}; `sinfo -s` lists them." if close else ""
 
 
 def minutes(slurm_time: str) -> int | None:

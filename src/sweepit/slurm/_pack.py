@@ -24,7 +24,7 @@ from sweepit.results import (
     write_manifest,
 )
 from sweepit.slurm import _cluster as cluster
-from sweepit.slurm._budget import BUDGET_KEY, Gate, check, dry_run_line, stopped
+from sweepit.slurm._budget import BUDGET_KEY, Gate, check, dry_run_line, refusal, stopped
 from sweepit.slurm._follow import Follower
 from sweepit.slurm._job_states import LOST, PACKED, Seen, alive_workers
 from sweepit.slurm._limits import Room, dry_run_lines, open_room
@@ -132,9 +132,9 @@ class PackedSweep(WorkerDriver):
             self.shape_of.update(dict.fromkeys((j.num for j in group), index))
         return self.shapes
 
-    def dry_run(self, jobs: list[PlannedJob]) -> str:
+    def dry_run(self, jobs: list[PlannedJob]) -> tuple[str, str | None]:
         """What `run` would submit: each array's sbatch script, the workers, slots and jobs per worker, and the
-        GPU-hours if every worker ran to its time limit."""
+        GPU-hours if every worker ran to its time limit; and why the budget would refuse it (None when it would not)."""
         o = self.options
         out = []
         for i, shape in enumerate(self.plan(jobs)):
@@ -147,7 +147,8 @@ class PackedSweep(WorkerDriver):
         out.append(f"dry run: {len(jobs)} job(s) packed into {n_workers} worker(s) in {len(self.shapes)} sbatch "
                    f"call(s), at most {hours:.2f} GPU-hours (every worker to its time limit); nothing submitted. "
                    "Drop hydra.launcher.dry_run=true to submit.")
-        return "\n".join(out)
+        workers = [(i, s.worker) for s in self.shapes for i in range(s.n_workers)]
+        return "\n".join(out), refusal(o, workers, unit="worker")
 
     # -- the run ------------------------------------------------------------------------------------------------
     def run(self, jobs: list[PlannedJob]) -> dict[int, str] | None:

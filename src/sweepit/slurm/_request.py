@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from sweepit.errors import ConfigError, SlurmError, is_count, require
+from sweepit.errors import ConfigError, SlurmError, closest, is_count, require
 from sweepit.slurm import _cluster as cluster
 
 log = logging.getLogger(__name__)
@@ -193,7 +193,8 @@ class SlurmOptions:
         known = [f.name for f in fields(cls) if f.init]
         unknown = sorted(set(params) - set(known))
         if unknown:
-            hints = "; ".join(f"{k}: {_SUBMITIT_ONLY[k]}" for k in unknown if k in _SUBMITIT_ONLY)
+            hints = "; ".join(f"{k}: {_SUBMITIT_ONLY[k]}" if k in _SUBMITIT_ONLY else f"{k}: did you mean {near}?"
+                              for k in unknown if k in _SUBMITIT_ONLY or (near := closest(k, known, cutoff=0.8)))
             raise ConfigError(f"hydra.launcher takes only the Slurm launcher's keys ({', '.join(sorted(known))}), but "
                               f"got {', '.join(unknown)}. " + (f"{hints}." if hints else "Remove or rename them."))
         return cls(**params)

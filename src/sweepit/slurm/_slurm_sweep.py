@@ -84,8 +84,10 @@ class SlurmSweep(Planner):
         # What the driver does meanwhile, once a fixed list of jobs is out and followed (the end's report imports).
         self.while_jobs_run: Callable[[], None] | None = None
 
-    def dry_run(self, jobs: list[PlannedJob]) -> str:
-        """What `run` would submit: each request's sbatch script, the job count and the GPU-hours."""
+    def dry_run(self, jobs: list[PlannedJob]) -> tuple[str, str | None]:
+        """What `run` would submit: each request's sbatch script, the job count and the GPU-hours; and why the
+        budget would refuse it (None when it would not): a dry run of a refused sweep fails, as `sbatch --test-only`
+        does."""
         if self.options.workers:
             return self._packed().dry_run(jobs)
         return dry_run_text(jobs, self.sweep_dir, self.plan(jobs), self.options)

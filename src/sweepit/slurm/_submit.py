@@ -24,7 +24,7 @@ from sweepit.results import (
     SweepPaths,
     write_manifest,
 )
-from sweepit.slurm._budget import Gate, dry_run_line, throttles
+from sweepit.slurm._budget import Gate, dry_run_line, refusal, throttles
 from sweepit.slurm._cluster import base_ids
 from sweepit.slurm._limits import Room, dry_run_lines, refused_for_limit
 from sweepit.slurm._plan import PlannedJob, by_request
@@ -73,9 +73,10 @@ def job_name(o: SlurmOptions) -> str:
     return f"{o.job_name}-{secrets.token_hex(3)}"
 
 
-def dry_run_text(jobs: list[PlannedJob], sweep_dir: Path, max_array_size: int, o: SlurmOptions) -> str:
+def dry_run_text(jobs: list[PlannedJob], sweep_dir: Path, max_array_size: int,
+                 o: SlurmOptions) -> tuple[str, str | None]:
     """Each request's sbatch script (its first array's), the job count and the GPU-hours if every job ran to
-    its time limit."""
+    its time limit; and why the budget would refuse the sweep (None when it would not)."""
     name = job_name(o)
     out: list[str] = []
     n_calls = 0
@@ -95,7 +96,7 @@ def dry_run_text(jobs: list[PlannedJob], sweep_dir: Path, max_array_size: int, o
     out += dry_run_lines(o) + dry_run_line(o, hours)
     out.append(f"dry run: {len(jobs)} job(s) in {n_calls} sbatch call(s), at most {hours:.2f} GPU-hours (every job "
                "to its time limit); nothing submitted. Drop hydra.launcher.dry_run=true to submit.")
-    return "\n".join(out)
+    return "\n".join(out), refusal(o, [(j.num, j.request) for j in jobs if j.request is not None])
 
 
 def submit(tasks: Sequence[Task], params: dict[str, Any], folder: Path, max_num_timeout: int,

@@ -15,11 +15,13 @@ from sweepit.train._session import join as join_session
 
 if TYPE_CHECKING:
     from sweepit.train._build import load_data
+    from sweepit.train._checks import check_config
     from sweepit.train._entry import run_job
     from sweepit.train._loop import load_model
 
 __all__ = [
-    "FORKED_AFTER_CUDA", "JobContext", "Session", "begin_session", "context", "end_session", "forget_device_count",
+    "FORKED_AFTER_CUDA", "JobContext", "Session", "begin_session", "check_config", "context", "end_session",
+    "forget_device_count",
     "forked_after_cuda", "join_session", "leave_process_group", "load_checkpoint", "load_data", "load_model",
     "read_state", "report", "run_job", "save_checkpoint", "should_stop", "status_of"
 ]
@@ -34,6 +36,10 @@ def __getattr__(name: str) -> Any:
         from sweepit.train._loop import load_model
 
         return load_model
+    if name == "check_config":  # what sweepit's own loop checks before it trains; a sweep checks its jobs' values
+        from sweepit.train._checks import check_config
+
+        return check_config
     if name == "load_data":
         from sweepit.train._build import load_data
 

@@ -7,10 +7,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
-from omegaconf import OmegaConf
 from torch import nn
 
-from sweepit._targets import instantiate, plain
+from sweepit._targets import instantiate, plain, target_node
 from sweepit.errors import ConfigError
 
 Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # an nn.Module loss, or a plain function
@@ -25,12 +24,6 @@ BUILTIN_MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
     "resnet18": ("sweepit.train.models.resnet18", ("image_size",)),
     "resnet50": ("sweepit.train.models.resnet50", ("image_size",)),
 }
-
-
-def target_node(cfg: Any, key: str) -> dict[str, Any] | None:
-    """The config's `key` node (model, data, loss) when it names a `_target_`: the user's own."""
-    node = plain(OmegaConf.select(cfg, key, default=None)) if OmegaConf.is_config(cfg) else None
-    return node if isinstance(node, dict) and node.get("_target_") else None
 
 
 def model_node(cfg: Any) -> dict[str, Any]:

@@ -7,10 +7,10 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from sweepit._targets import target_node
 from sweepit.errors import ConfigError
 from sweepit.results import DIRECTIONS
 from sweepit.trackers import check_trackers
-from sweepit.train._build import target_node
 from sweepit.train._devices import PRECISIONS, cuda_available
 
 MODELS = {  # the built-in tasks and their models
@@ -40,8 +40,9 @@ def _number(cfg: Any, key: str) -> float:
     return float(value)
 
 
-def check_config(cfg: Any) -> None:
-    """Raise ConfigError for the first rule the config breaks."""
+def check_config(cfg: Any, here: bool = True) -> None:
+    """Raise ConfigError for the first rule the config breaks; `here=False` leaves out what depends on the machine
+    (a GPU for device=cuda, a tracker's package): a sweep's driver checks its jobs' values before it launches them."""
     _check_choices(cfg)
     task = cfg.task.name
     model = cfg.task.get("model")
@@ -67,7 +68,8 @@ def check_config(cfg: Any) -> None:
         check_metric(cfg, task == "linreg", f"task {task}")
     if cfg.direction not in DIRECTIONS:
         raise ConfigError(f"direction must be maximize or minimize, but got direction={cfg.direction!r}.")
-    check_trackers(cfg)  # a missing tracker package fails the job now, not after its first epoch
+    if here:
+        check_trackers(cfg)  # a missing tracker package fails the job now, not after its first epoch
     device = str(cfg.device)
     if not (device in ("auto", "cpu", "cuda") or device.startswith("cuda:")):
         raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, but got device={device!r}.")
@@ -83,7 +85,7 @@ def check_config(cfg: Any) -> None:
     frac = _number(cfg.data, "val_fraction")
     if not 0.0 <= frac < 1.0:
         raise ConfigError(f"data.val_fraction must be in [0, 1), but got data.val_fraction={frac}.")
-    if (device == "cuda" or device.startswith("cuda:")) and not cuda_available():
+    if here and (device == "cuda" or device.startswith("cuda:")) and not cuda_available():
         raise ConfigError(f"device={device} needs a CUDA GPU, but torch sees none here (torch.cuda.is_available() is "
                           "False: no GPU, no driver, or a CPU build of torch). Set device=auto (a GPU when there is "
                           "one, else the CPU) or device=cpu.")

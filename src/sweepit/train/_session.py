@@ -187,6 +187,8 @@ class Session:
             wall_time_s=time.perf_counter() - self.t0, hostname=socket.gethostname(), pid=os.getpid(),
             world_size=self.the_rank.world_size, **epoch_facts(rows, metric, direction))
         result = record.result
+        if not rows and recorded_by is not None:  # a task of the user's that reports no epoch: how many it ran is
+            result["epochs_completed"] = None    # not known (sweepit's own loop reports each one)
         # What the config says about the objective, and nothing it does not: readers apply one default.
         result.update({k: str(v) for k, v in (("metric", metric), ("direction", self.value("direction"))) if v})
         if status == Status.COMPLETED:
