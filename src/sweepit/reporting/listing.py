@@ -6,11 +6,12 @@ import os
 from pathlib import Path
 
 from sweepit.reporting._report_data import Sweep, load_sweep
-from sweepit.results import HYDRA_DIR, REPORT_DIR, SweepPaths, aligned, job_num
+from sweepit.results import HYDRA_DIR, REPORT_DIR, SweepPaths, aligned, default_direction_line, job_num
 
 # outputs/<study>/<timestamp>/ is two levels down; a little more for hand-made layouts.
 _MAX_DEPTH = 4
 _SKIP = {HYDRA_DIR, REPORT_DIR, ".git", "runs"}
+_DEFAULT = " *"  # marks a best judged in the default direction, which a line under the listing explains
 
 
 def is_sweep(path: Path) -> bool:
@@ -39,7 +40,8 @@ def find_sweeps(root: Path, depth: int = 0) -> list[Path]:
 
 def _row(sweep: Sweep) -> list[str]:
     best = sweep.best
-    best_text = "-" if best is None else f"{sweep.metric}={best.objective:.4g}"
+    best_text = "-" if best is None else f"{sweep.metric}={best.objective:.4g}" + (_DEFAULT if sweep.direction_default
+                                                                                   else "")
     overrides = "" if best is None or not sweep.swept else sweep.typed_swept(best)
     rel = os.path.relpath(sweep.sweep_dir)
     return [str(sweep.sweep_dir) if rel.startswith("..") else rel, sweep.study,
@@ -54,4 +56,7 @@ def list_sweeps(root: Path) -> list[Sweep]:
 
 def format_listing(sweeps: list[Sweep]) -> str:
     header = ["sweep", "study", "started", "jobs", "best", "best overrides"]
-    return "\n".join(aligned(header, [_row(s) for s in sweeps], rule=False))
+    lines = aligned(header, [_row(s) for s in sweeps], rule=False)
+    if any(s.direction_default and s.best is not None for s in sweeps):
+        lines.append("*: " + default_direction_line("value").removeprefix("warning: "))
+    return "\n".join(lines)

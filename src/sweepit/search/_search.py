@@ -19,6 +19,7 @@ from sweepit.results import (
     JobRecord,
     Status,
     SweepPaths,
+    default_direction_line,
     error_line,
     job_folders,
     objective_direction,
@@ -128,6 +129,10 @@ class Search:
         self.directions = self._directions()
         self.direction = self.directions[0]
         self.multi = len(self.directions) > 1
+        # Nobody chose the direction: Optuna's and Hydra's default is in force, and every "best" line says so.
+        self.direction_set = self.multi or any(d not in (None, "") for d in (options.direction, job.direction))
+        self._check_pruner_hears()
+        self._unreported_warned = False
         self.sampler = resolve_sampler(options.sampler)  # {_target_, keywords}: refused now when unknown
         self.grid = is_grid(self.sampler)
         if self.grid:
@@ -172,6 +177,31 @@ class Search:
                         f"still sees direction={theirs}; set direction={direction} too to make them agree.")
         return direction
 
+    def _check_pruner_hears(self) -> None:
+        """A pruner judges the values a job reports each epoch, and a job reports to its trial only the config's
+        `metric` (sweepit.report): without one the pruner would silently prune nothing, so the search is refused."""
+        pruner = short_name(self.pruner, PRUNER_CLASSES)
+        require(pruner == "none" or self.job.metric is not None,
+                f"a pruner stops trials on the metric their jobs report each epoch, but the app's config names no "
+                f"`metric`, so no job reports one and hydra/sweeper/pruner={pruner} would prune nothing.\n"
+                "Add `metric: NAME` (a key your loop passes to sweepit.report, e.g. val_acc) and `direction: "
+                "maximize` or `minimize` to the config (or +metric=NAME on the command line); or drop the pruner "
+                "(hydra/sweeper/pruner=none).")
+
+    def _warn_unreported(self, trial: Any, record: JobRecord) -> None:
+        """Once a search: a pruner is set, yet a job completed without reporting the metric at any epoch (its loop
+        calls sweepit.report with other keys, or not at all), so the pruner could not judge it."""
+        if self._unreported_warned or short_name(self.pruner, PRUNER_CLASSES) == "none" or self.multi:
+            return
+        if record.status != Status.COMPLETED or self.study._storage.get_trial(trial._trial_id).intermediate_values:
+            return
+        self._unreported_warned = True
+        keys = sorted(k for k in (record.result.get("final") or {}) if k != "epoch")
+        log.warning(f"trial {trial.number} completed without reporting {self.metric} at any epoch, so the pruner "
+                    f"could not judge it (its last report had {', '.join(keys) if keys else 'nothing'}).\n"
+                    f"Call sweepit.report({{'{self.metric}': value}}, epoch=epoch) after each epoch, or set the "
+                    "config's `metric` to a key the loop reports.")
+
     def _pruner_spec(self) -> dict[str, Any]:
         """The pruner, resolved; hyperband's max_resource is the job config's `epochs` when unset (and not searched)."""
         spec = resolve_pruner(self.options.pruner)
@@ -202,7 +232,8 @@ class Search:
         self.seed_sampler(study)
         study.set_user_attr(PRUNER_ATTR, self.pruner)
         self.info = {"storage": storage_url, "study_name": name, "metric": self.job.metric,
-                     "direction": None if self.multi else self.direction, "sampler": self.sampler,
+                     "direction": None if self.multi else self.direction, "direction_set": self.direction_set,
+                     "sampler": self.sampler,
                      "pruner": self.pruner,
                      "space": {p.name: p.spelled for p in self.space.params}, "fixed": list(self.space.fixed),
                      "command": self.command}
@@ -213,6 +244,8 @@ class Search:
         # Where the summary, the report and `sweepit ls` find the study and the direction of its "best".
         write_study_file(self.sweep_dir, self.info)
         self.study = study
+        if not self.direction_set:  # before any trial runs: Ctrl-C now costs nothing
+            log.warning(default_direction_line(self.metric).removeprefix("warning: "))
 
     def attach(self, worker_index: int) -> None:
         """The study the driver opened, loaded again in a worker, whose seeded sampler draws a stream of its own."""
@@ -333,6 +366,7 @@ class Search:
         """Tell Optuna what became of the trial's job; what stopped it when it was interrupted."""
         record, values = read_trial(job_dir, ret, self.options.metrics, len(self.directions))
         state = tell(self.study, trial, record, values, self.options.diverged_value, job_dir)
+        self._warn_unreported(trial, record)
         best = None if self.multi else best_trial(self.study)
         log.info(f"trial {trial.number} {record.status} -> {state}"
                  + (f", {self.metric}={values[0]:.4g}" if values is not None and not self.multi else "")
