@@ -115,8 +115,9 @@ def direction_is_default(sweep_dir: Path, job_directions: Iterable[Any] = ()) ->
 def default_direction_line(metric: str) -> str:
     """The line under every "best" judged in the default direction: which key chooses it. sweepit cannot know whether
     a lower or a higher value of an app's number is better (a loss or an accuracy)."""
-    return (f"warning: {DEFAULT_DIRECTION} is sweepit's default, as the config sets no `direction`: the lowest {metric} "
-            "is \"best\". Higher is better? Add `direction: maximize` (and `metric: NAME`) to the app's config.")
+    return (f"warning: {DEFAULT_DIRECTION} is sweepit's default, as the config sets no `direction`: the lowest "
+            f"{metric} is \"best\". Higher is better? Add `direction: maximize` (and `metric: NAME`) to the app's "
+            "config.")
 
 
 def sweeper_value(status: str | None, objective: Any = None, direction: str | None = None,

@@ -26,7 +26,15 @@ from sweepit.results import (
     summarize,
     write_study_file,
 )
-from sweepit.search._pruning import PRUNER_ATTR, PRUNER_CLASSES, build_pruner, open_storage, resolve_pruner, trial_env
+from sweepit.search._pruning import (
+    PRUNER_ATTR,
+    PRUNER_CLASSES,
+    build_pruner,
+    open_storage,
+    require_metric,
+    resolve_pruner,
+    trial_env,
+)
 from sweepit.search._results import best_trial, write_results
 from sweepit.search._samplers import build_sampler, grid_size, is_grid, resolve_sampler, short_name
 from sweepit.search._space import SearchSpace
@@ -131,7 +139,7 @@ class Search:
         self.multi = len(self.directions) > 1
         # Nobody chose the direction: Optuna's and Hydra's default is in force, and every "best" line says so.
         self.direction_set = self.multi or any(d not in (None, "") for d in (options.direction, job.direction))
-        self._check_pruner_hears()
+        require_metric(self.pruner, job.metric)
         self._unreported_warned = False
         self.sampler = resolve_sampler(options.sampler)  # {_target_, keywords}: refused now when unknown
         self.grid = is_grid(self.sampler)
@@ -176,17 +184,6 @@ class Search:
                         f"study, the summary and the report use {direction} (the sweeper's wins), while each job "
                         f"still sees direction={theirs}; set direction={direction} too to make them agree.")
         return direction
-
-    def _check_pruner_hears(self) -> None:
-        """A pruner judges the values a job reports each epoch, and a job reports to its trial only the config's
-        `metric` (sweepit.report): without one the pruner would silently prune nothing, so the search is refused."""
-        pruner = short_name(self.pruner, PRUNER_CLASSES)
-        require(pruner == "none" or self.job.metric is not None,
-                f"a pruner stops trials on the metric their jobs report each epoch, but the app's config names no "
-                f"`metric`, so no job reports one and hydra/sweeper/pruner={pruner} would prune nothing.\n"
-                "Add `metric: NAME` (a key your loop passes to sweepit.report, e.g. val_acc) and `direction: "
-                "maximize` or `minimize` to the config (or +metric=NAME on the command line); or drop the pruner "
-                "(hydra/sweeper/pruner=none).")
 
     def _warn_unreported(self, trial: Any, record: JobRecord) -> None:
         """Once a search: a pruner is set, yet a job completed without reporting the metric at any epoch (its loop
