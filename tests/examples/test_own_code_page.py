@@ -70,6 +70,8 @@ def test_a_best_in_the_default_direction_says_so_everywhere_it_is_printed(tmp_pa
     assert "minimize is sweepit's default" in proc.stdout[:opened]  # Hydra's log: as the study opens, before any trial
     assert DEFAULT_WARNING in proc.stdout[opened:] and "best trial" in proc.stdout
     assert DEFAULT_WARNING in run_command([SWEEPIT, "summary", str(study)], tmp_path, child_env(), 60).stdout
+    page = (study / "report" / "summary.md").read_text()
+    assert page.count(DEFAULT_WARNING) == 2 and "best (minimize val_acc): " in page  # its results and its study
 
 
 def test_a_pruner_that_would_hear_nothing_is_refused_and_one_that_hears_prunes(tmp_path: Path) -> None:
