@@ -40,8 +40,8 @@ def find_sweeps(root: Path, depth: int = 0) -> list[Path]:
 
 def _row(sweep: Sweep) -> list[str]:
     best = sweep.best
-    best_text = "-" if best is None else f"{sweep.metric}={best.objective:.4g}" + (_DEFAULT if sweep.direction_default
-                                                                                   else "")
+    mark = _DEFAULT if sweep.direction_default else ""
+    best_text = "-" if best is None else f"{sweep.metric}={best.objective:.4g}{mark}"
     overrides = "" if best is None or not sweep.swept else sweep.typed_swept(best)
     rel = os.path.relpath(sweep.sweep_dir)
     return [str(sweep.sweep_dir) if rel.startswith("..") else rel, sweep.study,

@@ -137,7 +137,7 @@ class Search:
         self.directions = self._directions()
         self.direction = self.directions[0]
         self.multi = len(self.directions) > 1
-        # Nobody chose the direction: Optuna's and Hydra's default is in force, and every "best" line says so.
+        # Whether anyone chose the direction; if not, Optuna's (and Hydra's) default is in force, and "best" says so.
         self.direction_set = self.multi or any(d not in (None, "") for d in (options.direction, job.direction))
         require_metric(self.pruner, job.metric)
         self._unreported_warned = False
