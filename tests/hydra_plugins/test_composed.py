@@ -100,3 +100,23 @@ def test_a_job_whose_directory_read_hydras_config_still_gives_its_job_return(tmp
         assert config.hydra._get_node_flag("readonly") == flag
         ret = job_return(["lr=0.3"], config, directory, "completed")
     assert ret.hydra_cfg.hydra.runtime.output_dir == str(directory) and ret.cfg.lr == 0.3
+
+
+@pytest.mark.parametrize(("own", "launcher"), [
+    ([], "hydra_plugins.sweepit.local_launcher.LocalLauncher"),
+    (["  - override hydra/launcher: slurm"], "hydra_plugins.sweepit.slurm_launcher.SlurmLauncher"),
+])
+def test_one_line_brings_sweepit_to_a_users_config_and_the_users_own_choices_win(
+        tmp_path: Path, own: list[str], launcher: str) -> None:
+    """`- sweepit` in an app's defaults list (docs/own-code.md): sweepit's launcher, summary callback and job folders;
+    the app's own override of the launcher, and its own `hydra:` keys after `_self_`, win over the line's."""
+    (tmp_path / "config.yaml").write_text("\n".join(
+        ["defaults:", "  - sweepit", "  - _self_", *own, "lr: 0.1", "hydra:", "  job:", "    name: mine"]) + "\n")
+    with initialize_config_dir(config_dir=str(tmp_path), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        hydra = loader.load_configuration("config", [], run_mode=RunMode.MULTIRUN).hydra
+        assert hydra.launcher._target_ == launcher
+        assert hydra.callbacks.summary._target_ == "hydra_plugins.sweepit.callbacks.SweepSummary"
+        assert str(hydra.sweep.dir).startswith("outputs/mine/")  # the app's name, as `sweepit ls` reads it
+        assert OmegaConf.to_container(hydra.sweep, resolve=False)["subdir"] == (
+            "${sweepit.job_dir:${hydra.job.num},${hydra.job.override_dirname}}")

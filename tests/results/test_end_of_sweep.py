@@ -58,6 +58,33 @@ def test_the_best_line_keeps_the_overrides_as_typed_and_the_command_reproduces_t
     assert format_listing([report]).splitlines()[1].endswith("val_acc=0.9  +model.hidden=64")
 
 
+def test_a_best_in_the_default_direction_says_so_in_every_reader_and_a_chosen_one_does_not(tmp_path: Path) -> None:
+    """Records of an app whose config sets no `direction` (nor `metric`): the lowest return value is "best", and the
+    end of the sweep, `sweepit summary`/report, `sweepit ls` and an Optuna study's record say that it is the default
+    and which key changes it. A direction chosen by the config or by the Optuna sweeper adds nothing."""
+    sweep = tmp_path / "sweep"
+    for num, acc in enumerate((0.9, 0.5)):
+        job = Path(_job(sweep, num, [f"lr={num}"], None))
+        write_result(job, {"status": "completed", "objective": acc})
+    warning = "warning: minimize is sweepit's default, as the config sets no `direction`: the lowest objective is"
+    lines = summarize(sweep).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("best (minimize objective): job 1 = 0.5"))
+    assert lines[at + 1].startswith(warning) and "Add `direction: maximize`" in lines[at + 1]
+    report = load_sweep(sweep)
+    assert best_lines(report)[1].startswith(warning)
+    assert format_listing([report]).splitlines()[-1].startswith("*: minimize is sweepit's default")
+    study = {"storage": "optuna.journal", "study_name": "sweepit", "direction": "minimize"}
+    for direction_set, warned in ((False, True), (True, False)):
+        (sweep / "optuna_study.yaml").write_text(yaml.safe_dump({**study, "direction_set": direction_set}))
+        assert (warning in summarize(sweep)) is warned
+        assert (warning in "\n".join(best_lines(load_sweep(sweep)))) is warned
+    (sweep / "optuna_study.yaml").unlink()
+    chosen = tmp_path / "chosen"
+    for num, acc in enumerate((0.9, 0.5)):
+        _job(chosen, num, [f"lr={num}"], {"status": "completed", "objective": acc})  # the config's maximize
+    assert "warning:" not in summarize(chosen) and "*:" not in format_listing([load_sweep(chosen)])
+
+
 def test_jobs_that_never_started_are_rows_and_counted_as_the_stop_message_counts_them(tmp_path: Path) -> None:
     """After Ctrl-C the table said `4 jobs: 2 completed, 2 interrupted` and the line under it `2 not started (of 6
     jobs launched)`: jobs without a directory were missing from the table."""

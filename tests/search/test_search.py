@@ -124,6 +124,9 @@ def test_ctrl_c_interrupts_the_trials_in_flight(tmp_path: Path) -> None:
     ({"direction": ["maximize", "minimize"], "pruner": {"_target_": "optuna.pruners.MedianPruner"}}, JobDefaults(),
      "Optuna prunes single-objective studies only, but hydra.sweeper.direction=['maximize', 'minimize'] has 2 "
      "objectives and the pruner is median; use hydra/sweeper/pruner=none."),
+    ({"pruner": {"_target_": "optuna.pruners.PercentilePruner", "percentile": 25.0}}, JobDefaults(direction="maximize"),
+     "the app's config names no `metric`, so no job reports one and hydra/sweeper/pruner=percentile would prune "
+     "nothing.\nAdd `metric: NAME`"),
 ])
 def test_bad_input_names_the_key_and_the_value(tmp_path: Path, options: dict[str, Any], job: JobDefaults,
                                                message: str) -> None:

@@ -74,8 +74,13 @@ class OptunaSweeper(Sweeper):
                 except ConfigError:
                     self.launcher.end_dry_run()  # nor is the folder the sweep's lock made kept
                     raise
-            search = Search(self.options, space, sweep_dir, _job_defaults(self.config), command=self._command(),
-                            env_overrides=self._job_env, extend=self._extend())
+            try:
+                search = Search(self.options, space, sweep_dir, _job_defaults(self.config), command=self._command(),
+                                env_overrides=self._job_env, extend=self._extend())
+            except ConfigError:
+                if isinstance(self.launcher, SweepitLauncher):
+                    self.launcher.end_dry_run()  # refused before any trial: no empty sweep folder is left
+                raise
             search.open()
             OmegaConf.save(self.config, SweepPaths(sweep_dir).multirun)
             if self.options.workers:

@@ -27,6 +27,7 @@ from sweepit.results import (
     best_row,
     config_source,
     counts_text,
+    direction_is_default,
     finite_number,
     fixed_overrides,
     iter_manifest,
@@ -153,6 +154,7 @@ class Sweep:
     launcher: str = ""
     app: str = "python train.py"      # the shell words that run the sweep's app alone where it ran (`app_command`)
     records: str = ""                 # the digest of sweep.json's job records read (`records_digest`)
+    direction_default: bool = False   # nobody chose `direction`: every "best" line says so (default_direction_line)
 
     @cached_property
     def measures_speed(self) -> bool:
@@ -242,7 +244,8 @@ def load_sweep(sweep_dir: Path | str, with_metrics: bool = True) -> Sweep:
         study = multirun.get("study") if isinstance(multirun, dict) else None
     metric = next((str(j.result["metric"]) for j in jobs if "metric" in j.result), None)
     # The Optuna sweeper's direction when it ran the sweep, else the jobs' configs': the study's "best" is ours.
-    direction = sweep_direction(sweep_dir, [*(j.result.get("direction") for j in jobs), job_config.get("direction")])
+    chosen = [*(j.result.get("direction") for j in jobs), job_config.get("direction")]
+    direction = sweep_direction(sweep_dir, chosen)
     if with_metrics and not read_all:  # a large sweep: the metrics that a report draws or lacks otherwise
         drawn = {id(j) for j in best_first(jobs, lambda j: j.objective, direction)[:METRICS_DRAWN]}
         for job in jobs:
@@ -254,7 +257,7 @@ def load_sweep(sweep_dir: Path | str, with_metrics: bool = True) -> Sweep:
         sweep_dir=sweep_dir, jobs=jobs,
         study=study if isinstance(study, str) else _folder_study(sweep_dir),
         metric=metric or str(job_config.get("metric", "objective")),
-        direction=direction,
+        direction=direction, direction_default=direction_is_default(sweep_dir, chosen),
         created_at=_created_at(sweep_dir, manifest),
         swept=swept,
         fixed=fixed_overrides(rows, swept),

@@ -7,11 +7,12 @@ from pathlib import Path
 
 from sweepit.errors import SweepitError
 from sweepit.reporting._report_data import Sweep, load_sweep
-from sweepit.results import HYDRA_DIR, REPORT_DIR, SweepPaths, aligned, job_num
+from sweepit.results import HYDRA_DIR, REPORT_DIR, SweepPaths, aligned, default_direction_line, job_num
 
 # outputs/<study>/<timestamp>/ is two levels down; a little more for hand-made layouts.
 _MAX_DEPTH = 4
 _SKIP = {HYDRA_DIR, REPORT_DIR, ".git", "runs"}
+_DEFAULT = " *"  # marks a best judged in the default direction, which a line under the listing explains
 
 
 def is_sweep(path: Path) -> bool:
@@ -81,7 +82,8 @@ def _shown(path: Path) -> str:
 
 def _row(sweep: Sweep) -> list[str]:
     best = sweep.best
-    best_text = "-" if best is None else f"{sweep.metric}={best.objective:.4g}"
+    mark = _DEFAULT if sweep.direction_default else ""
+    best_text = "-" if best is None else f"{sweep.metric}={best.objective:.4g}{mark}"
     overrides = "" if best is None or not sweep.swept else sweep.typed_swept(best)
     return [_shown(sweep.sweep_dir), sweep.study,
             f"{sweep.created_at.astimezone():%Y-%m-%d %H:%M}", sweep.counts_line(), best_text, overrides]
@@ -95,4 +97,7 @@ def list_sweeps(root: Path) -> list[Sweep]:
 
 def format_listing(sweeps: list[Sweep]) -> str:
     header = ["sweep", "study", "started", "jobs", "best", "best overrides"]
-    return "\n".join(aligned(header, [_row(s) for s in sweeps], rule=False))
+    lines = aligned(header, [_row(s) for s in sweeps], rule=False)
+    if any(s.direction_default and s.best is not None for s in sweeps):
+        lines.append("*: " + default_direction_line("value").removeprefix("warning: "))
+    return "\n".join(lines)

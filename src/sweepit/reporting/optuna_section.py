@@ -14,7 +14,14 @@ import numpy as np
 from sweepit.reporting._report_data import Sweep
 from sweepit.reporting.sections import Figure, Section, SectionBuilder
 from sweepit.reporting.table import Table
-from sweepit.results import BEST_PARAMS_FILE, TRIALS_FILE, counts_text, read_study_file
+from sweepit.results import (
+    BEST_PARAMS_FILE,
+    TRIALS_FILE,
+    counts_text,
+    default_direction_line,
+    objective_direction,
+    read_study_file,
+)
 from sweepit.search import best_command, best_trial, load_study_of, trials_table, write_results
 
 
@@ -184,8 +191,9 @@ class OptunaSection(SectionBuilder):
         best = best_trial(study)
         command = ""
         if best is not None:
-            text.insert(1, f"best {metric}: {best.value:.4g} (trial {best.number}): "
-                        + " ".join(f"{k}={v}" for k, v in best.params.items()))
+            text[1:1] = [f"best ({objective_direction(info.get('direction'))} {metric}): {best.value:.4g} "
+                         f"(trial {best.number}): " + " ".join(f"{k}={v}" for k, v in best.params.items()),
+                         *([default_direction_line(metric)] if info.get("direction_set") is False else [])]
             command = best_command(info, best)
         figures, notes = [], []
         importances: dict[str, float] = {}

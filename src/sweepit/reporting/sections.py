@@ -54,7 +54,7 @@ class ResultsSection(SectionBuilder):
         if sweep.fixed:
             text.append("same in every job: " + " ".join(f"{k}={v}" for k, v in sweep.fixed.items()))
         text += sweep.unread
-        text += best_lines(sweep)[:1]
+        text += [line for line in best_lines(sweep) if not line.startswith("reproduce: ")]  # the command: below
         if SweepPaths(sweep.sweep_dir).budget.exists():  # Slurm code (sacct) only for a sweep with a GPU budget
             from sweepit.slurm import budget_line
 

@@ -10,7 +10,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from sweepit.reporting._report_data import JobReport, Sweep, best_first, clip
-from sweepit.results import aligned, finite_number, rerun_command, short_value, speed_study_line
+from sweepit.results import (
+    aligned,
+    default_direction_line,
+    finite_number,
+    rerun_command,
+    short_value,
+    speed_study_line,
+)
 
 # Final metrics shown first, in this order; other scalars follow in the order the training loop logs them.
 KEY_METRICS = ("train_loss", "train_acc", "val_loss", "val_acc")
@@ -125,4 +132,5 @@ def best_lines(sweep: Sweep) -> list[str]:
         return [f"no completed job with a finite {sweep.metric} yet"]
     return [f"best ({sweep.direction} {sweep.metric}): job {best.num} = {fmt(finite_number(best.objective))}"
             + (f"  [{sweep.typed_swept(best)}]" if sweep.swept else ""),
+            *([default_direction_line(sweep.metric)] if sweep.direction_default else []),
             f"reproduce: {reproduce_command(sweep, best)}"]

@@ -103,6 +103,24 @@ def sweep_direction(sweep_dir: Path, job_directions: Iterable[Any] = ()) -> str:
     return objective_direction((read_study_file(sweep_dir) or {}).get("direction"), *job_directions)
 
 
+def direction_is_default(sweep_dir: Path, job_directions: Iterable[Any] = ()) -> bool:
+    """Whether a sweep's "best" is judged in DEFAULT_DIRECTION because nobody chose one: the Optuna sweeper records
+    `direction_set` in `optuna_study.yaml` (its `direction` is always written), and a job records its config's
+    `direction` only when the config has one."""
+    study = read_study_file(sweep_dir) or {}
+    if "direction_set" in study:
+        return not study["direction_set"]
+    return all(d in (None, "") for d in [study.get("direction"), *job_directions])
+
+
+def default_direction_line(metric: str) -> str:
+    """The line under every "best" judged in the default direction: which key chooses it. sweepit cannot know whether
+    a lower or a higher value of an app's number is better (a loss or an accuracy)."""
+    return (f"warning: {DEFAULT_DIRECTION} is sweepit's default, as the config sets no `direction`: the lowest "
+            f"{metric} is \"best\". Higher is better? Add `direction: maximize` (and `metric: NAME`) to the app's "
+            "config.")
+
+
 def sweeper_value(status: str | None, objective: Any = None, direction: str | None = None,
                   returned: Any = _NOTHING) -> Any:
     """What a launcher hands the sweeper for a job (`JobReturn.return_value`): what its task returned; when that is

@@ -27,6 +27,8 @@ from sweepit.results._status import (
     State,
     Status,
     counts_text,
+    default_direction_line,
+    direction_is_default,
     finite_number,
     measures_speed,
     objective_values,
@@ -266,6 +268,8 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
         if best is not None:
             typed = best.typed()
             parts.append(f"best ({direction} {metric}): job {best.num} = {_fmt(best.objective)}  [{' '.join(typed)}]")
+            if direction_is_default(sweep_dir, [tally.direction]):
+                parts.append(default_direction_line(metric))
             source = config_source(sweep_dir, [best.job_dir])
             parts.append(f"reproduce: {rerun_command(app_command(manifest, sweep_dir), source, typed, keys)}")
     if tally.weights:  # a sweep with no best job named (a speed study, a Pareto front) has none to keep

@@ -69,6 +69,21 @@ def build_pruner(spec: Mapping[str, Any]) -> Any:
     return build(node, PRUNER_KEY, node["_target_"])
 
 
+def require_metric(spec: Mapping[str, Any], metric: str | None) -> None:
+    """A pruner judges the values a job reports each epoch, and a job reports to its trial only its config's `metric`
+    (sweepit.train's session): without one the pruner would silently prune nothing, so the search is refused."""
+    target = resolve_pruner(spec)["_target_"]
+    if metric is not None or target == PRUNER_CLASSES["none"]:
+        return
+    name = next((k for k, v in PRUNER_CLASSES.items() if v == target), target)
+    raise ConfigError(
+        "a pruner stops trials on the metric their jobs report each epoch, but the app's config names no `metric`, so "
+        f"no job reports one and hydra/sweeper/pruner={name} would prune nothing.\n"
+        "Add `metric: NAME` (a key your loop passes to sweepit.report, e.g. val_acc) and `direction: maximize` or "
+        "`minimize` to the config (or +metric=NAME on the command line); or drop the pruner "
+        "(hydra/sweeper/pruner=none).")
+
+
 class TrialReporter:
     """The `on_epoch` callback of one job. The storage is opened at the first epoch's end, inside the job's own error
     handling, so that an unreachable storage is recorded as the job's failure in `result.json`."""

@@ -19,13 +19,22 @@ from sweepit.results import (
     JobRecord,
     Status,
     SweepPaths,
+    default_direction_line,
     error_line,
     job_folders,
     objective_direction,
     summarize,
     write_study_file,
 )
-from sweepit.search._pruning import PRUNER_ATTR, PRUNER_CLASSES, build_pruner, open_storage, resolve_pruner, trial_env
+from sweepit.search._pruning import (
+    PRUNER_ATTR,
+    PRUNER_CLASSES,
+    build_pruner,
+    open_storage,
+    require_metric,
+    resolve_pruner,
+    trial_env,
+)
 from sweepit.search._results import best_trial, write_results
 from sweepit.search._samplers import build_sampler, grid_size, is_grid, resolve_sampler, short_name
 from sweepit.search._space import SearchSpace
@@ -128,6 +137,10 @@ class Search:
         self.directions = self._directions()
         self.direction = self.directions[0]
         self.multi = len(self.directions) > 1
+        # Whether anyone chose the direction; if not, Optuna's (and Hydra's) default is in force, and "best" says so.
+        self.direction_set = self.multi or any(d not in (None, "") for d in (options.direction, job.direction))
+        require_metric(self.pruner, job.metric)
+        self._unreported_warned = False
         self.sampler = resolve_sampler(options.sampler)  # {_target_, keywords}: refused now when unknown
         self.grid = is_grid(self.sampler)
         if self.grid:
@@ -172,6 +185,20 @@ class Search:
                         f"still sees direction={theirs}; set direction={direction} too to make them agree.")
         return direction
 
+    def _warn_unreported(self, trial: Any, record: JobRecord) -> None:
+        """Once a search: a pruner is set, yet a job completed without reporting the metric at any epoch (its loop
+        calls sweepit.report with other keys, or not at all), so the pruner could not judge it."""
+        if self._unreported_warned or short_name(self.pruner, PRUNER_CLASSES) == "none" or self.multi:
+            return
+        if record.status != Status.COMPLETED or self.study._storage.get_trial(trial._trial_id).intermediate_values:
+            return
+        self._unreported_warned = True
+        keys = sorted(k for k in (record.result.get("final") or {}) if k != "epoch")
+        log.warning(f"trial {trial.number} completed without reporting {self.metric} at any epoch, so the pruner "
+                    f"could not judge it (its last report had {', '.join(keys) if keys else 'nothing'}).\n"
+                    f"Call sweepit.report({{'{self.metric}': value}}, epoch=epoch) after each epoch, or set the "
+                    "config's `metric` to a key the loop reports.")
+
     def _pruner_spec(self) -> dict[str, Any]:
         """The pruner, resolved; hyperband's max_resource is the job config's `epochs` when unset (and not searched)."""
         spec = resolve_pruner(self.options.pruner)
@@ -202,7 +229,8 @@ class Search:
         self.seed_sampler(study)
         study.set_user_attr(PRUNER_ATTR, self.pruner)
         self.info = {"storage": storage_url, "study_name": name, "metric": self.job.metric,
-                     "direction": None if self.multi else self.direction, "sampler": self.sampler,
+                     "direction": None if self.multi else self.direction, "direction_set": self.direction_set,
+                     "sampler": self.sampler,
                      "pruner": self.pruner,
                      "space": {p.name: p.spelled for p in self.space.params}, "fixed": list(self.space.fixed),
                      "command": self.command}
@@ -213,6 +241,8 @@ class Search:
         # Where the summary, the report and `sweepit ls` find the study and the direction of its "best".
         write_study_file(self.sweep_dir, self.info)
         self.study = study
+        if not self.direction_set:  # before any trial runs: Ctrl-C now costs nothing
+            log.warning(default_direction_line(self.metric).removeprefix("warning: "))
 
     def attach(self, worker_index: int) -> None:
         """The study the driver opened, loaded again in a worker, whose seeded sampler draws a stream of its own."""
@@ -349,6 +379,7 @@ class Search:
         """Tell Optuna what became of the trial's job; what stopped it when it was interrupted."""
         record, values = read_trial(job_dir, ret, self.options.metrics, len(self.directions))
         state = tell(self.study, trial, record, values, self.options.diverged_value, job_dir)
+        self._warn_unreported(trial, record)
         best = None if self.multi else best_trial(self.study)
         log.info(f"trial {trial.number} {record.status} -> {state}"
                  + (f", {self.metric}={values[0]:.4g}" if values is not None and not self.multi else "")
