@@ -24,6 +24,7 @@ from sweepit.results._job_files import (
     write_result,
 )
 from sweepit.results._manifest import JobEntry, Manifest, is_finished, read_manifest, write_manifest
+from sweepit.results._unrecorded import SILENT_S
 from sweepit_testing import REPO, SWEEPIT
 
 SLURM_ID, SLURM_NAME = "4242", "sweepit-status-test"
@@ -148,6 +149,36 @@ def test_summary_and_report_tell_a_started_job_that_recorded_nothing_alike(
         assert sweepit_main([command, str(sweep)]) == 0
         seen[command] = _row(capsys.readouterr().out)[0]
     assert seen == {"summary": State.RUNNING, "report": State.RUNNING}, seen
+
+
+@pytest.mark.slow
+def test_a_finished_sweep_of_a_launcher_that_keeps_no_record_has_ended_jobs_not_running_ones(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Hydra's basic launcher and a plain app: job folders, no result.json, no sweep.json. Before: summary, ls and
+    report said `2 jobs: 2 running` for ever. A folder silent for a while with no process in it has ended; one whose
+    file a process holds open (the job's log, as Hydra's job does while it runs) still runs."""
+    sweep = tmp_path / "sweep"
+    done = subprocess.run([sys.executable, str(ANY_HYDRA_APP), "-m", "x=0,1", "hydra/launcher=basic",
+                           f"hydra.sweep.dir={sweep}"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not list(sweep.glob(f"*/{RESULT_FILE}")) and not (sweep / "sweep.json").exists()
+    then = time.time() - SILENT_S - 60  # the sweep ended a while ago (what a look later finds)
+    for path in [*sweep.rglob("*"), sweep]:
+        os.utime(path, (then, then))
+    for command, where in (("summary", sweep), ("report", sweep), ("ls", tmp_path)):
+        assert sweepit_main([command, str(where)]) == 0
+        out = capsys.readouterr().out
+        assert "2 jobs: 2 ended" in out and "running" not in out, (command, out)
+    (log,) = (sweep / "0_x=0").glob("*.log")
+    holder = subprocess.Popen([sys.executable, "-c", f"f = open({str(log)!r}, 'a'); print(flush=True); input()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "\n"  # it holds the log open
+        assert sweepit_main(["summary", str(sweep)]) == 0
+        out = capsys.readouterr().out
+        assert "2 jobs: 1 ended, 1 running" in out and _row(out)[0] == State.RUNNING, out
+    finally:
+        holder.communicate("", timeout=30)
 
 
 def test_an_ended_sweep_without_its_report_says_how_to_write_it_and_watch_writes_it(tmp_path: Path) -> None:
