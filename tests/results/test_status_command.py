@@ -193,9 +193,23 @@ def test_an_ended_sweep_without_its_report_says_how_to_write_it_and_watch_writes
                              timeout=60)
     assert watched.returncode == 0, watched.stderr
     assert f"sweepit: report in {sweep / 'report' / 'index.html'}" in watched.stdout
+    # Its last look says what it does next, not that the sweep is without a report and what to run for one.
+    assert "without a report" not in watched.stdout and "sweepit report" not in watched.stdout, watched.stdout
+    assert f"the sweep has ended: writing its report into {sweep / 'report'}/" in watched.stdout, watched.stdout
     assert (sweep / "report" / "index.html").is_file()
     again, _ = _status(sweep, dict(os.environ))
     assert "sweepit report" not in again  # the report is there, and newer than the sweep's records
+
+
+def test_status_into_a_pipe_its_reader_closed_ends_quietly(tmp_path: Path) -> None:
+    """`sweepit status DIR | head`: head is gone before all was written. Before: a BrokenPipeError traceback."""
+    sweep, job_dir = _sweep(tmp_path, "local", "completed")
+    write_result(job_dir, {"status": "completed", "objective": 0.5})
+    proc = subprocess.Popen([SWEEPIT, "status", str(sweep)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader stops at once, before sweepit writes its first line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141 and err == "", err  # as `cat` ends by SIGPIPE: 128 + 13, nothing said
 
 
 def test_a_report_stays_current_while_slurms_word_on_ended_jobs_is_recorded_and_not_once_a_job_runs_again(

@@ -69,10 +69,12 @@ def _table(m: Manifest, live: LiveReader, shown: list[int], counts: Counter[str]
     return f"{format_table(rows)}\n\n{n_jobs} jobs: {tally}{more}"
 
 
-def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int = MAX_ROWS) -> tuple[str, bool]:
+def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int = MAX_ROWS,
+                 writes_report: bool = False) -> tuple[str, bool]:
     """What `sweepit status DIR` prints (the refreshed table, the counts, what to run next), and whether the sweep is
     still going (a job queued or running, or a driver holding it): `--watch` looks again until it is not. `live` keeps
-    what was read of the running jobs' metrics between looks."""
+    what was read of the running jobs' metrics between looks; `writes_report`: the caller writes a missing report
+    once the sweep has ended (`--watch`), so the look says that instead of what to run."""
     live = live or LiveReader()
     driver = SweepLock(Path(sweep_dir).absolute()).holder()
     # A live driver of a large sweep keeps its counts and the jobs listed here (sweep.live.json): read those alone.
@@ -140,6 +142,9 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
     going = bool(n_live) or driver is not None or workers
     if not going and not report_shows(Path(m.sweep_dir), m.jobs.values()):
         report_dir = SweepPaths(Path(m.sweep_dir)).report
+        if writes_report:
+            lines.append(f"the sweep has ended: writing its report into {report_dir}/")
+            return "\n".join(lines), going
         ended = ("the sweep has ended without a report (its config writes none: sweepit's summary callback is not "
                  "among its hydra.callbacks)"
                  if not (report_dir / REPORT_PAGE).exists() and reports_at_end(Path(m.sweep_dir)) is False
