@@ -73,6 +73,22 @@ def write_conf(root: Path, files: Mapping[str, str]) -> Path:
     return root / "conf"
 
 
+def write_cpu_loop(root: Path) -> Path:
+    """A user's own loop that never touches a GPU (no torch: it starts in a second), reporting two epochs through
+    sweepit's calls, on sweepit's local launcher; `root/app.py`."""
+    (root / "app.py").write_text(
+        "import hydra\nimport sweepit\n\n\n"
+        "@hydra.main(version_base='1.3', config_path='.', config_name='config')\n"
+        "def main(cfg) -> float:\n"
+        "    for epoch in range(2):\n"
+        "        sweepit.report({'loss': cfg.x / (epoch + 1)})\n"
+        "    return float(cfg.x)\n\n\n"
+        "if __name__ == '__main__':\n    main()\n")
+    (root / "config.yaml").write_text("defaults:\n  - override hydra/launcher: local\n  - _self_\n\n"
+                                      "x: 0.0\ntrainer:\n  gpus: 1  # what the launchers ask for (no GPU is used)\n")
+    return root / "app.py"
+
+
 def write_scaling_sweep(root: Path, epoch_times: dict[int, list[float]], samples: int = 50_000,
                         device: str | None = None, config: Mapping[str, object] | None = None) -> Path:
     """Job dirs as train.py leaves them for `trainer.gpus=N repeat=R` with these mean epoch times (epoch 1 a slow

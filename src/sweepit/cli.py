@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -98,7 +99,7 @@ def _watch(sweep_dir: Path, every_s: float, max_rows: int) -> bool:
     try:
         with live or nullcontext():
             while True:
-                text, going = sweep_status(sweep_dir, live_reader, max_rows)
+                text, going = sweep_status(sweep_dir, live_reader, max_rows, writes_report=True)
                 stamp = datetime.now().strftime("%H:%M:%S")
                 if live is not None:
                     hint = f"every {every_s:g} s; Ctrl-C stops watching (the sweep goes on)" if going else "ended"
@@ -266,10 +267,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # (a closed pipe is found here, not in the interpreter's own flush at exit)
+        return code
     except SweepitError as e:
         print(f"sweepit: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader stopped reading (`sweepit status DIR | head`): end quietly, as cat does, with the status of a
+        # process SIGPIPE ended. What is left in stdout's buffer goes nowhere, not into a second error at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

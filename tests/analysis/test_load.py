@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 
 import sweepit
 from sweepit.errors import SweepitError
+from sweepit_testing import child_env, run_command, write_cpu_loop
 
 
 def _files(job_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
@@ -52,8 +53,25 @@ def test_the_frame_has_a_row_per_job_with_what_its_files_say(linreg_sweep: Path)
         assert row["epoch_time_s"] == result["epoch_time_s_mean"] and row["wall_time_s"] == result["wall_time_s"]
         assert row["started_at"] == pd.Timestamp(result["started_at"])
         assert row["ended_at"] == pd.Timestamp(result["ended_at"])
-        assert math.isnan(row["gpu_hours"]) and row["n_gpus"] == 1  # on the CPU: no GPU-hours
+        assert math.isnan(row["gpu_hours"]) and row["n_gpus"] == 0  # on the CPU: no GPU, no GPU-hours
         assert row["note"] == ""
+
+
+def test_a_cpu_only_loop_of_a_users_own_bills_no_gpu_hours_anywhere(tmp_path: Path) -> None:
+    """An own loop on a machine without GPUs, whose config has `trainer.gpus: 1` and no `device`. Before: the frame,
+    results.csv and the page said gpu_hours = wall time / 3600 and n_gpus 1, read from the config's key; now from
+    what its session recorded the job was given (none)."""
+    app, sweep = write_cpu_loop(tmp_path), tmp_path / "sweep"
+    env = child_env(CUDA_VISIBLE_DEVICES="")  # this machine's GPUs, if it has any, are not the sweep's
+    done = run_command([sys.executable, app, "-m", "x=1,2", f"hydra.sweep.dir={sweep}"], tmp_path, env, 120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [json.loads(p.read_text())["n_gpus"] for p in sorted(sweep.glob("*/result.json"))] == [0, 0]
+    df = sweepit.load(sweep).df
+    assert df["gpu_hours"].isna().all() and list(df["n_gpus"]) == [0, 0] and (df["wall_time_s"] > 0).all(), df
+    from sweepit.reporting import load_sweep
+    from sweepit.reporting.table import results_table
+
+    assert "gpu_hours" not in results_table(load_sweep(sweep)).columns  # results.csv's and the page's table
 
 
 @pytest.mark.slow

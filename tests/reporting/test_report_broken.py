@@ -28,7 +28,8 @@ def _break(sweep: Path) -> None:
     failed = _job(sweep, 2) / "result.json"
     result = json.loads(failed.read_text())
     result.update(status="failed", objective=None, error="RuntimeError: CUDA out of memory\nTraceback ...")
-    del result["world_size"], result["device"]  # a launcher's record of a crashed job: the GPUs are the config's
+    del result["world_size"], result["device"], result["n_gpus"]  # a launcher's record of a crashed job: the GPUs
+    # are those its launcher gives its config
     failed.write_text(json.dumps(result))
     config = _job(sweep, 2) / ".hydra" / "config.yaml"
     config.write_text(config.read_text().replace("gpus: 1", "gpus: 2").replace("device: cpu", "device: cuda"))

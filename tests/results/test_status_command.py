@@ -24,6 +24,7 @@ from sweepit.results._job_files import (
     write_result,
 )
 from sweepit.results._manifest import JobEntry, Manifest, is_finished, read_manifest, write_manifest
+from sweepit.results._unrecorded import SILENT_S
 from sweepit_testing import REPO, SWEEPIT
 
 SLURM_ID, SLURM_NAME = "4242", "sweepit-status-test"
@@ -150,6 +151,36 @@ def test_summary_and_report_tell_a_started_job_that_recorded_nothing_alike(
     assert seen == {"summary": State.RUNNING, "report": State.RUNNING}, seen
 
 
+@pytest.mark.slow
+def test_a_finished_sweep_of_a_launcher_that_keeps_no_record_has_ended_jobs_not_running_ones(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Hydra's basic launcher and a plain app: job folders, no result.json, no sweep.json. Before: summary, ls and
+    report said `2 jobs: 2 running` for ever. A folder silent for a while with no process in it has ended; one whose
+    file a process holds open (the job's log, as Hydra's job does while it runs) still runs."""
+    sweep = tmp_path / "sweep"
+    done = subprocess.run([sys.executable, str(ANY_HYDRA_APP), "-m", "x=0,1", "hydra/launcher=basic",
+                           f"hydra.sweep.dir={sweep}"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not list(sweep.glob(f"*/{RESULT_FILE}")) and not (sweep / "sweep.json").exists()
+    then = time.time() - SILENT_S - 60  # the sweep ended a while ago (what a look later finds)
+    for path in [*sweep.rglob("*"), sweep]:
+        os.utime(path, (then, then))
+    for command, where in (("summary", sweep), ("report", sweep), ("ls", tmp_path)):
+        assert sweepit_main([command, str(where)]) == 0
+        out = capsys.readouterr().out
+        assert "2 jobs: 2 ended" in out and "running" not in out, (command, out)
+    (log,) = (sweep / "0_x=0").glob("*.log")
+    holder = subprocess.Popen([sys.executable, "-c", f"f = open({str(log)!r}, 'a'); print(flush=True); input()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "\n"  # it holds the log open
+        assert sweepit_main(["summary", str(sweep)]) == 0
+        out = capsys.readouterr().out
+        assert "2 jobs: 1 ended, 1 running" in out and _row(out)[0] == State.RUNNING, out
+    finally:
+        holder.communicate("", timeout=30)
+
+
 def test_an_ended_sweep_without_its_report_says_how_to_write_it_and_watch_writes_it(tmp_path: Path) -> None:
     """A detached (wait=false) sweep never got its report, and `sweepit status` did not say to run `sweepit report`;
     `sweepit status --watch`, which follows such a sweep to its end as a driver would, now writes it."""
@@ -162,9 +193,23 @@ def test_an_ended_sweep_without_its_report_says_how_to_write_it_and_watch_writes
                              timeout=60)
     assert watched.returncode == 0, watched.stderr
     assert f"sweepit: report in {sweep / 'report' / 'index.html'}" in watched.stdout
+    # Its last look says what it does next, not that the sweep is without a report and what to run for one.
+    assert "without a report" not in watched.stdout and "sweepit report" not in watched.stdout, watched.stdout
+    assert f"the sweep has ended: writing its report into {sweep / 'report'}/" in watched.stdout, watched.stdout
     assert (sweep / "report" / "index.html").is_file()
     again, _ = _status(sweep, dict(os.environ))
     assert "sweepit report" not in again  # the report is there, and newer than the sweep's records
+
+
+def test_status_into_a_pipe_its_reader_closed_ends_quietly(tmp_path: Path) -> None:
+    """`sweepit status DIR | head`: head is gone before all was written. Before: a BrokenPipeError traceback."""
+    sweep, job_dir = _sweep(tmp_path, "local", "completed")
+    write_result(job_dir, {"status": "completed", "objective": 0.5})
+    proc = subprocess.Popen([SWEEPIT, "status", str(sweep)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader stops at once, before sweepit writes its first line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141 and err == "", err  # as `cat` ends by SIGPIPE: 128 + 13, nothing said
 
 
 def test_a_report_stays_current_while_slurms_word_on_ended_jobs_is_recorded_and_not_once_a_job_runs_again(

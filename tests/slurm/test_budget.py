@@ -23,6 +23,11 @@ SHORT = ["timeout_min=1", "hydra.launcher.signal_delay_s=0", "trainer.gpus=1"]  
 JOB_H = 1 / 60
 
 
+def _spent(out: str) -> str:
+    """What a printed budget line says was billed and is held (`GPU budget: ... of 0.0417`)."""
+    return out.split("GPU budget:")[1].splitlines()[0].split(";")[0]
+
+
 def test_a_sweep_whose_at_most_passes_the_budget_is_refused_before_anything_is_submitted(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     proc = run(APP, sweep, "x=0,1,2", *SHORT, f"hydra.launcher.budget_gpu_hours={2.5 * JOB_H:.4f}")
@@ -74,6 +79,9 @@ def test_a_budget_reached_mid_sweep_ends_it_with_its_results_and_a_resume_with_m
     out = driver.stdout
     assert "4 jobs: 2 completed, 2 not started" in out, out
     assert "GPU budget:" in out and "of 0.0417; reached: 2 job(s) not started" in out, out
+    # Every run had ended: billed, none held at its at-most. Before: "+ 0.033 at most for 2 running job(s)".
+    spent = _spent(out)
+    assert "running" not in spent and " 0.000 GPU-hours" not in spent, out
     m = manifest(sweep)
     refused = sorted(n for n, e in m.jobs.items() if e.state == "not started")
     assert len(refused) == 2 and all("budget" in str(m.jobs[n].extra["not_started"]) for n in refused)
@@ -85,6 +93,7 @@ def test_a_budget_reached_mid_sweep_ends_it_with_its_results_and_a_resume_with_m
 
     looked = sweepit("status", str(sweep))
     assert "GPU budget:" in looked.stdout and "reached: 2 job(s) not started" in looked.stdout, looked.stdout
+    assert _spent(looked.stdout) == spent, looked.stdout  # the end's figures are the final ones
     assert sweepit("report", str(sweep)).returncode == 0
     assert "reached: 2 job(s) not started" in (SweepPaths(sweep).report / "summary.md").read_text()
 
@@ -92,6 +101,8 @@ def test_a_budget_reached_mid_sweep_ends_it_with_its_results_and_a_resume_with_m
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "4 jobs: 4 completed" in resumed.stdout, resumed.stdout
     assert "reached" not in resumed.stdout.split("GPU budget:")[1], resumed.stdout
+    spent = _spent(resumed.stdout)
+    assert "running" not in spent and _spent(sweepit("status", str(sweep)).stdout) == spent, resumed.stdout
     m = manifest(sweep)
     for n, first_id in ran_first.items():  # run once: their record is the first run's
         assert json.loads((Path(m.jobs[n].job_dir) / "times.json").read_text())["slurm_job_id"] == first_id
@@ -114,6 +125,8 @@ def test_a_detached_sweep_keeps_the_budget_with_its_driver_gone(tmp_path: Path) 
     watched = sweepit("status", str(sweep), "--watch", "1", timeout_s=180)
     assert "4 jobs: 2 completed, 2 not started" in watched.stdout, watched.stdout[-3000:]
     assert "reached: 2 job(s) not started" in watched.stdout
+    last = watched.stdout.rsplit("\n[", 1)[-1]  # the last look, once every job had ended
+    assert "running" not in _spent(last), last
 
 
 def test_max_gpus_throttles_the_arrays_so_that_their_gpus_stay_within_it(tmp_path: Path) -> None:

@@ -166,3 +166,28 @@ def test_a_jobs_end_is_taken_when_its_task_writes_its_return_value_not_at_the_ne
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "2 jobs: 2 completed" in proc.stdout, proc.stdout
     assert [manifest(sweep).jobs[n].state for n in range(2)] == ["completed", "completed"]
+
+
+def test_a_job_its_record_ended_while_slurm_still_runs_it_says_no_slurm_state_that_contradicts_it(
+        tmp_path: Path) -> None:
+    """A job writes its result.json a moment before its process ends (here held there). Before: `sweepit status`
+    showed it `completed` with the note `slurm <id> RUNNING <node>`, and kept that note after the job had gone."""
+    sweep, linger = tmp_path / "sweep", tmp_path / "linger"
+    proc = run(APP, sweep, "x=0", "sleep_s=0", "hydra.launcher.wait=false", f"linger_file={linger}")
+    assert proc.returncode == 0, proc.stderr
+    (job_id,) = slurm_ids(sweep).values()
+    try:
+        wait_until(lambda: (sweep / "0_x=0" / "result.json").exists(), "job 0's result", 60)
+        assert slurm_queue.squeue([job_id])[job_id].state == "RUNNING"  # type: ignore[index]
+        looked = sweepit("status", str(sweep))
+        assert looked.returncode == 0, looked.stderr
+        (row,) = looked.stdout.split("\n\n")[0].splitlines()[2:]
+        assert " completed " in row and "RUNNING" not in row and f"slurm {job_id}" in row, looked.stdout
+    finally:
+        linger.touch()
+    watched = sweepit("status", str(sweep), "--watch", "0.5")
+    assert watched.returncode == 0, watched.stderr
+    last = watched.stdout.rsplit("\n[", 1)[-1]  # the last look
+    (row,) = last.split("\n\n")[0].splitlines()[3:]  # its time, the header and the rule first
+    assert " completed " in row and f"slurm {job_id} COMPLETED" in row, watched.stdout
+    assert "RUNNING" not in watched.stdout, watched.stdout

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from slurm_launcher_testing import APP, CPU_ONLY, LINREG, ROOT, TRAIN, job_dirs, manifest, result, run, sweepit, tasks
 
-from sweepit_testing import read_by_every_reader
+import sweepit as sweepit_api
+from sweepit_testing import read_by_every_reader, write_cpu_loop
 
 ANY_HYDRA_APP = ROOT / "examples" / "any_hydra_app" / "app.py"
 # train.py's end of sweep (conf/config.yaml's hydra.callbacks) for the test app: the results table and the report.
@@ -135,3 +136,16 @@ def test_a_plain_apps_slurm_job_loads_neither_torch_nor_the_hydra_plugins_it_doe
         plugins = {"hydra_plugins.sweepit.optuna_sweeper", "hydra_plugins.sweepit.local_launcher",
                    "hydra_plugins.sweepit.slurm_launcher", "hydra_plugins.sweepit.callbacks"}
         assert modules & plugins == set(), sorted(modules & plugins)
+
+
+def test_a_cpu_only_own_loop_on_slurm_bills_no_gpu_hours_and_a_gpu_job_its_allocations(tmp_path: Path) -> None:
+    """The same own loop (its config says `trainer.gpus: 1`), once asking Slurm for no GPU and once for two. Before:
+    the CPU job showed n_gpus 1 and wall time / 3600 GPU-hours, read from that key."""
+    app = write_cpu_loop(tmp_path)
+    cpu, gpus = tmp_path / "cpu", tmp_path / "gpus"
+    for sweep, asked in ((cpu, CPU_ONLY), (gpus, "trainer.gpus=2")):
+        proc = run(app, sweep, "x=1", "hydra/launcher=slurm", asked)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    (on_cpu,), (on_gpus,) = (sweepit_api.load(s).df.to_dict("records") for s in (cpu, gpus))
+    assert on_cpu["n_gpus"] == 0 and on_cpu["gpu_hours"] != on_cpu["gpu_hours"], on_cpu  # NaN
+    assert on_gpus["n_gpus"] == 2 and on_gpus["gpu_hours"] == pytest.approx(2 * on_gpus["wall_time_s"] / 3600)

@@ -21,7 +21,7 @@ from sweepit.results._job_files import read_result
 from sweepit.train import _devices, _distributed
 from sweepit.train._devices import NVML_CHECK, check_device_index, make_deterministic, precision_for
 from sweepit.train._job import run_job
-from sweepit.train._rank import PORT_BASE, PORT_SPAN, Rank, from_environment, master_port
+from sweepit.train._rank import PORT_BASE, PORT_SPAN, Rank, from_environment, gpus_given, master_port
 
 # What initialises the CUDA driver in a process (and so breaks a later fork), per PyTorch's notes on CUDA and
 # multiprocessing: is_available() without the NVML check, and every call that needs a CUDA context.
@@ -178,6 +178,25 @@ def test_device_cuda_n_must_name_a_gpu_the_job_sees(requested: str, index: int, 
     with pytest.raises(ConfigError, match=words):
         check_device_index(requested, index, visible, world)
     check_device_index("cuda:1", 1, 2, 1)  # a single run on a machine with two GPUs may pick the second
+
+
+@pytest.mark.parametrize(("environ", "given"), [
+    ({"SLURM_JOB_ID": "7", "SLURM_GPUS_ON_NODE": "2", "SLURM_STEP_GPUS": "0,1", "CUDA_VISIBLE_DEVICES": "0,1"}, 2),
+    ({"SLURM_JOB_ID": "7", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}, 0),  # exported by the submitting shell: no allocation
+    ({"SLURM_JOB_ID": "7", "SLURM_GPUS_ON_NODE": "4", "SLURM_JOB_GPUS": "0,1,2,3", "CUDA_VISIBLE_DEVICES": "2"}, 1),
+    ({"SLURM_JOB_ID": "7", "SLURM_GPUS_ON_NODE": "4", "SLURM_JOB_NUM_NODES": "2", "CUDA_VISIBLE_DEVICES": "0,1,2,3"},
+     8),
+    ({"SLURM_JOB_ID": "7", "SLURM_JOB_GPUS": "0,1"}, 2),
+    ({"CUDA_VISIBLE_DEVICES": "0,3"}, 2),
+    ({"CUDA_VISIBLE_DEVICES": ""}, 0),  # a local launcher's CPU job on a GPU machine
+    ({"CUDA_VISIBLE_DEVICES": "0,-1,2"}, 1),  # CUDA stops at the first invalid index
+    ({}, 0),  # no launcher gave it GPUs, and this process never used CUDA
+], ids=["slurm", "slurm-none", "packed-share", "two-nodes", "slurm-no-cuda-var", "visible", "hidden", "invalid",
+        "nothing"])
+def test_a_job_counts_the_gpus_it_was_given_not_those_its_config_names(environ: dict[str, str], given: int) -> None:
+    """What a job's record says it was given (`n_gpus`), which its GPU-hours count."""
+    assert not torch.cuda.is_initialized()
+    assert gpus_given(environ) == given
 
 
 def test_slurm_ranks_meet_below_the_ephemeral_ports_and_take_the_address_the_job_exported() -> None:

@@ -101,12 +101,12 @@ class JobReport(JobRow):
         return finite_number(total_wall_time_s(self.result))
 
     @property
-    def n_gpus(self) -> int:
+    def n_devices(self) -> int:
         """`world_size` from result.json (its devices: GPUs, or ranks on CPU); else `trainer.gpus` from the job's
         config (a launcher's result lacks it)."""
-        gpus = self.result.get("world_size")
-        if isinstance(gpus, int):
-            return gpus if gpus > 0 else 1
+        devices = self.result.get("world_size")
+        if isinstance(devices, int):
+            return devices if devices > 0 else 1
         return self._configured[0]
 
     @property
@@ -129,10 +129,22 @@ class JobReport(JobRow):
         return gpus if isinstance(gpus, int) and gpus > 0 else 1, str(config.get("device", ""))
 
     @property
+    def n_gpus(self) -> int:
+        """The GPUs the job was given: none when it reported training on the CPU (`device`), else the count its
+        session recorded (`n_gpus`: its Slurm allocation, CUDA_VISIBLE_DEVICES). A record without it (a launcher's,
+        of a job that died first) gets what the launchers give its config: `n_devices` GPUs, none for `device=cpu`."""
+        given = self.result.get("n_gpus")
+        if str(self.result.get("device")) == "cpu":
+            return 0
+        if isinstance(given, int) and not isinstance(given, bool):
+            return max(given, 0)
+        return 0 if self.on_cpu else self.n_devices
+
+    @property
     def gpu_hours(self) -> float | None:
-        """Devices x wall time; None for a job on CPU, whose ranks are no GPUs."""
-        wall = self.wall_time_s
-        return None if wall is None or self.on_cpu else self.n_gpus * wall / 3600
+        """GPUs given x wall time; None for a job given none (on CPU)."""
+        wall, gpus = self.wall_time_s, self.n_gpus
+        return None if wall is None or not gpus else gpus * wall / 3600
 
     @property
     def best_epoch(self) -> int | None:

@@ -41,7 +41,7 @@ def scaling_points(sweep: Sweep) -> list[ScalingPoint]:
     for job in sweep.jobs:
         time_s, rate = job.epoch_time_s, job.warm_mean("samples_per_s")
         if job.status == Status.COMPLETED and time_s is not None and rate is not None:
-            groups.setdefault(job.n_gpus, []).append((time_s, rate))
+            groups.setdefault(job.n_devices, []).append((time_s, rate))
     points = [
         ScalingPoint(n, len(v), statistics.fmean(t for t, _ in v), _std([t for t, _ in v]),
                      statistics.fmean(r for _, r in v), _std([r for _, r in v]))

@@ -34,6 +34,7 @@ from sweepit.results import (
     write_manifest,
 )
 from sweepit.slurm import (
+    END_SETTLE_S,
     PACKED,
     adopt_trials,
     budget_line,
@@ -69,10 +70,12 @@ def _table(m: Manifest, live: LiveReader, shown: list[int], counts: Counter[str]
     return f"{format_table(rows)}\n\n{n_jobs} jobs: {tally}{more}"
 
 
-def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int = MAX_ROWS) -> tuple[str, bool]:
+def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int = MAX_ROWS,
+                 writes_report: bool = False) -> tuple[str, bool]:
     """What `sweepit status DIR` prints (the refreshed table, the counts, what to run next), and whether the sweep is
     still going (a job queued or running, or a driver holding it): `--watch` looks again until it is not. `live` keeps
-    what was read of the running jobs' metrics between looks."""
+    what was read of the running jobs' metrics between looks; `writes_report`: the caller writes a missing report
+    once the sweep has ended (`--watch`), so the look says that instead of what to run."""
     live = live or LiveReader()
     driver = SweepLock(Path(sweep_dir).absolute()).holder()
     # A live driver of a large sweep keeps its counts and the jobs listed here (sweep.live.json): read those alone.
@@ -110,8 +113,7 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
         arrays = Counter(a for e in m.jobs.values() if e.state in LIVE_STATES and (a := array_of(e)))
     lines = [_table(m, live, shown, counts, n_jobs),
              f"sweep directory: {m.sweep_dir} (launcher: {m.launcher})"] + ([note] if note else [])
-    spent = budget_line(Path(m.sweep_dir)) if m.launcher == "slurm" else None
-    lines += [spent] if spent else []
+    budget_at = len(lines)  # the budget's line goes here, once it is known whether the sweep has ended
     running = [e for e in m.jobs.values() if e.state == State.RUNNING and e.job_dir]
     if running:
         queued = counts[State.QUEUED]
@@ -138,8 +140,15 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
         lines.append(f"{len(ids)} {'packed' if m.workers.get(PACKED) else 'Optuna'} worker(s) of Slurm job(s) "
                      f"{' '.join(worker_arrays)} run {what}; cancel them with `scancel {' '.join(worker_arrays)}`.")
     going = bool(n_live) or driver is not None or workers
+    # The last look of `--watch` waits for accounting to bill the runs that ended, as a driver's end does.
+    spent = budget_line(Path(m.sweep_dir), settle_s=0 if going or not writes_report else END_SETTLE_S) \
+        if m.launcher == "slurm" else None
+    lines[budget_at:budget_at] = [spent] if spent else []
     if not going and not report_shows(Path(m.sweep_dir), m.jobs.values()):
         report_dir = SweepPaths(Path(m.sweep_dir)).report
+        if writes_report:
+            lines.append(f"the sweep has ended: writing its report into {report_dir}/")
+            return "\n".join(lines), going
         ended = ("the sweep has ended without a report (its config writes none: sweepit's summary callback is not "
                  "among its hydra.callbacks)"
                  if not (report_dir / REPORT_PAGE).exists() and reports_at_end(Path(m.sweep_dir)) is False

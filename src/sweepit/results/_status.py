@@ -45,7 +45,9 @@ class State(_Word):
     NOT_STARTED = "not started"  # its sweep stopped before the job started (a resume runs it)
     UNKNOWN = "unknown"          # its result.json says no status
     CORRUPT = "corrupt"          # its result.json cannot be read (a resume runs the job again)
-    ENDED = "ended"              # what its trackers are told when its session ended without a status (a single run)
+    # Ended without a status: what its trackers are told when its session ended so (a single run), and the row of a
+    # job of a launcher that keeps no record, with no result.json and nothing of it alive (`unrecorded_state`).
+    ENDED = "ended"
 
 
 class Recorder(_Word):

@@ -38,6 +38,7 @@ from sweepit.results._status import (
     sweep_direction,
 )
 from sweepit.results._unread import UnreadKeys
+from sweepit.results._unrecorded import new_look, unrecorded_state
 
 # Columns shown for the final metrics, when a job has them.
 KEY_METRICS = ("train_loss", "val_loss", "val_acc")
@@ -87,6 +88,7 @@ def sweep_jobs(sweep_dir: Path, head: dict[str, Any], listed: Iterable[dict[str,
     map of jobs to folders: a listed job is in the folder its launcher recorded, whatever `hydra.sweep.subdir` made of
     it; a `<num>_...` folder that sweep.json does not list is a job of a launcher that keeps no record (Hydra's)."""
     sweep_dir = Path(sweep_dir)
+    new_look()  # (which processes hold a job's files: once a read)
     moved = rerooter(head.get("sweep_dir"), sweep_dir)
     dirs = sorted(job_dirs(sweep_dir), key=lambda d: d[1])
     i = 0
@@ -115,7 +117,8 @@ def job_row(kind: type[Row], num: int, folder: Path | None, entry: dict[str, Any
             read: Callable[[Row], object] | None = None) -> Row:
     """A job's row (`sweep_jobs`' triple) of type `kind`, with sweep.json's overrides when it lists the job (the
     launcher's: a YAML parse a job saved). Without a result.json the launcher's state says where the job stands;
-    without a record either, a job with a folder has started (Hydra makes it as the job starts)."""
+    without a record either, a job with a folder has started (Hydra makes it as the job starts), and runs while
+    something of it may be alive (`unrecorded_state`)."""
     given = entry.get("overrides") if entry else None
     if not (isinstance(given, list) and given) and folder is not None:
         given = typed_overrides(folder)
@@ -135,8 +138,8 @@ def job_row(kind: type[Row], num: int, folder: Path | None, entry: dict[str, Any
             read(row)
     if not row.status:
         state = str(entry.get("state") or "") if entry else ""
-        row.status = state or (State.RUNNING if folder is not None else State.QUEUED)
-        if row.status not in LAUNCH_STATES:  # it ended, by its record, but its result.json (or folder) is gone
+        row.status = state or (unrecorded_state(folder) if folder is not None else State.QUEUED)
+        if row.status not in LAUNCH_STATES:  # it ended, by its record or its folder, but left no result.json
             row.add_note("no result.json")
     return row
 

@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import json
 import os
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,10 @@ from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._request import Request, SlurmOptions
 
 BUDGET_KEY = "hydra.launcher.budget_gpu_hours"
+# How long the end of a followed sweep waits for accounting to bill its runs: a job's processes may take Slurm's
+# KillWait (30 s by default) to end after its record, and its epilog runs after them.
+END_SETTLE_S = 60.0
+_SETTLE_POLL_S = 0.5
 
 
 def at_most_h(r: Request) -> float:
@@ -77,6 +82,7 @@ class Spent:
     n_running: int = 0
     stopped: bool = False
     committed_h: float = 0.0   # what the budget holds against a new job: billed of ended runs, at-most of the others
+    n_going: int = 0           # of the running ones, those accounting says are still going (the others it cannot tell)
 
 
 def _settle(data: dict[str, Any]) -> Spent:
@@ -102,6 +108,7 @@ def _settle(data: dict[str, Any]) -> Spent:
             spent.running_at_most_h += a["at_most_h"]
             spent.committed_h += a["at_most_h"]
             spent.n_running += 1
+            spent.n_going += row is not None
     return spent
 
 
@@ -225,17 +232,24 @@ def dry_run_line(o: SlurmOptions, hours: float) -> list[str]:
     return [f"budget: at most {hours:.2f} of {BUDGET_KEY}={o.budget_gpu_hours:g}: the sweep {fits}."]
 
 
-def budget_line(sweep_dir: Path) -> str | None:
+def budget_line(sweep_dir: Path, settle_s: float = 0.0) -> str | None:
     """One line, for the end table, `sweepit status` and the report: GPU-hours billed and held against the budget,
-    and the account's allocation where accounting sets one; None for a sweep without a budget."""
+    and the account's allocation where accounting sets one; None for a sweep without a budget. `settle_s`: at the
+    end of a sweep, how long to wait for accounting to bill the runs still open (a job runs on a moment after its
+    record, and accounting bills it only once Slurm has ended it), so that the line and the ledger are final."""
     if not SweepPaths(sweep_dir).budget.exists():
         return None
-    try:
-        with _ledger(sweep_dir) as data:
+    deadline = time.monotonic() + settle_s
+    while True:
+        try:
+            with _ledger(sweep_dir) as data:  # (taken for each look: the jobs' gates wait for it)
+                spent = _settle(data)
+        except OSError:  # a sweep this user may read but not write: the same figures, not kept
+            data = read_ledger(sweep_dir)
             spent = _settle(data)
-    except OSError:  # a sweep this user may read but not write: the same figures, not kept
-        data = read_ledger(sweep_dir)
-        spent = _settle(data)
+        if not spent.n_going or spent.budget is None or time.monotonic() >= deadline:
+            break
+        time.sleep(_SETTLE_POLL_S)
     n_refused = len({a["num"] for a in data["attempts"] if not a["admitted"] and a["num"] is not None})
     if spent.budget is None:
         return None

@@ -182,7 +182,10 @@ def pending_reasons(seen: dict[int, Seen]) -> str:
 def _decide(entry: JobEntry, status: str | None, queued: QueueRow | None, accounted: QueueRow | None,
             squeue_failed: bool) -> Seen:
     if status is not None and _settles(status, entry):
-        return Seen(state=status, slurm_state=(queued or accounted or QueueRow("", "", "")).state, final=True)
+        # Slurm's last word on it, once it has one: a job runs on a moment after writing its record (its process
+        # exits), and a RUNNING beside `completed` would say the job is both.
+        said = next((row.state for row in (queued, accounted) if row is not None and row.state in FINAL_STATES), "")
+        return Seen(state=status, slurm_state=said, final=True)
     why = not_started(Path(entry.job_dir), slurm_id(entry)) if status is None and entry.job_dir else None
     if why:  # its gate refused it: it ends at once, and leaves no result
         return Seen(state=State.NOT_STARTED, slurm_state=(queued or accounted or QueueRow("", "", "")).state,

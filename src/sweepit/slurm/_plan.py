@@ -23,7 +23,7 @@ from sweepit.results import (
     read_record,
     summarize,
 )
-from sweepit.slurm._budget import budget_line
+from sweepit.slurm._budget import END_SETTLE_S, budget_line
 from sweepit.slurm._request import ClusterFacts, Request, SlurmOptions, asked, place
 
 # What a plan reads of each job's config besides the request's keys: for sweep.json, and hydra.job.env_set, which a
@@ -111,8 +111,9 @@ class Planner:
     def finish(self, m: Manifest, jobs: list[PlannedJob], statuses: dict[int, str], skipped: set[int]) -> None:
         """The end of a followed run: the results table, and SweepFailedError when jobs failed (and
         `fail_on_error`)."""
+        # Every run has ended by its record: the budget's figures wait for accounting's (the report reads them next).
+        line = budget_line(self.sweep_dir, settle_s=END_SETTLE_S)
         if self.options.print_summary:
-            line = budget_line(self.sweep_dir)
             print(summarize(self.sweep_dir) + (f"\n{line}" if line else ""), flush=True)
         report = failure_report(m, jobs, statuses, skipped, None, self.options.fail_on_error)
         if report is not None:

@@ -1,6 +1,6 @@
-"""Who this process is in its job (rank, local rank, world size, where the ranks meet), from torchrun's or Slurm's
-variables. No torch here: a job records its rank also between Slurm's SIGTERM and SIGKILL (KillWait), where importing
-torch on a loaded node could take longer than that."""
+"""Who this process is in its job (rank, local rank, world size, where the ranks meet) and the GPUs it was given,
+from torchrun's, Slurm's and CUDA's variables. No torch here: a job records its rank also between Slurm's SIGTERM and
+SIGKILL (KillWait), where importing torch on a loaded node could take longer than that."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 PORT_BASE, PORT_SPAN = 15000, 15000  # Slurm jobs' rendezvous ports: 15000-29999 (see master_port)
@@ -77,3 +79,26 @@ def master_port(job_id: int, task_id: int) -> int:
     below Linux's ephemeral ports (32768-60999 by default), which the kernel hands to outgoing connections, so
     that no other process on the node holds it by chance."""
     return PORT_BASE + (job_id * 31 + task_id) % PORT_SPAN
+
+
+def gpus_given(environ: Mapping[str, str] = os.environ) -> int:
+    """How many GPUs this job was given, for its record (`n_gpus`, what its GPU-hours count): under Slurm its
+    allocation (none when Slurm gave it none, whatever the submitting shell exported), the GPUs of it that
+    CUDA_VISIBLE_DEVICES leaves the job (a packed worker's share, a local launcher's), times its nodes; elsewhere
+    CUDA_VISIBLE_DEVICES's, else the GPUs of this machine when the process used CUDA, else none."""
+    slurm = bool(environ.get("SLURM_JOB_ID"))
+    allocated = environ.get("SLURM_STEP_GPUS") or environ.get("SLURM_JOB_GPUS")
+    per_node = environ.get("SLURM_GPUS_ON_NODE")
+    if slurm and not (allocated or per_node):
+        return 0
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        devices = [d.strip() for d in visible.split(",")]
+        n = next((i for i, d in enumerate(devices) if not d or d.startswith("-") or d == "NoDevFiles"), len(devices))
+    elif slurm:
+        n = int(per_node) if per_node and per_node.isdigit() else len((allocated or "").split(","))
+    else:
+        torch = sys.modules.get("torch")  # never imported here: a job that did not import torch used no GPU
+        return int(torch.cuda.device_count()) if torch is not None and torch.cuda.is_initialized() else 0
+    nodes = environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES") or "1"
+    return n * (int(nodes) if slurm and nodes.isdigit() else 1)

@@ -35,7 +35,7 @@ from sweepit.results import (
     write_metrics,
     write_result,
 )
-from sweepit.train._rank import SINGLE, Rank, from_environment
+from sweepit.train._rank import SINGLE, Rank, from_environment, gpus_given
 
 log = logging.getLogger(__name__)
 ENV_JOB_DIR = "SWEEPIT_JOB_DIR"  # where a job writes, when no launcher or Hydra says (set it to try the API alone)
@@ -185,7 +185,7 @@ class Session:
         record = JobRecord.of(
             status, recorded_by, started_at=self.started_at, ended_at=now_iso(),
             wall_time_s=time.perf_counter() - self.t0, hostname=socket.gethostname(), pid=os.getpid(),
-            world_size=self.the_rank.world_size, **epoch_facts(rows, metric, direction))
+            world_size=self.the_rank.world_size, n_gpus=gpus_given(), **epoch_facts(rows, metric, direction))
         result = record.result
         if not rows and recorded_by is not None:  # a task of the user's that reports no epoch: how many it ran is
             result["epochs_completed"] = None    # not known (sweepit's own loop reports each one)
