@@ -1,7 +1,7 @@
 """The `make bench-*` targets run for real (tiny ARGS: each script's own size flags), and their figures are read back
-from the `--json` file each wrote and the lines it printed, so a benchmark that rots fails CI (`make test-slow`), not the
-day its numbers are needed. `make bench` is these two of them (checked with `make -n`); bench-gpu is run by test_bench_gpu.py,
-bench-slurm, bench-slurm-jobs, bench-optuna-workers, bench-packing and bench-scale by
+from the `--json` file each wrote and the lines it printed, so a benchmark that rots fails CI (`make test-slow`), not
+the day its numbers are needed. `make bench` is these two of them (checked with `make -n`); bench-gpu is run by
+test_bench_gpu.py, bench-slurm, bench-slurm-jobs, bench-optuna-workers, bench-packing and bench-scale by
 tests/slurm/test_bench_on_slurm.py. Sweeps and raw
 figures go under tmp_path, never into bench/results/."""
 
