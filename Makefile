@@ -22,7 +22,7 @@ COMPILE := $(PY) -m compileall -q -j 0 src tests examples bench train.py
 SWEEPS := $(basename $(notdir $(wildcard sweeps/*.yaml)))
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-fast test-floors lint typecheck check config-reference docs clean-outputs bench bench-throughput bench-mnist-best bench-report bench-scale bench-launcher test-launcher bench-gpu gpu-pack bench-slurm bench-slurm-jobs test-slurm sweep-optuna bench-optuna bench-optuna-workers bench-packing \
+.PHONY: help install test test-slow test-fast test-floors lint typecheck check config-reference docs clean-outputs bench bench-throughput bench-mnist-best bench-report bench-scale bench-launcher test-launcher bench-gpu gpu-pack bench-slurm bench-slurm-jobs test-slurm sweep-optuna bench-optuna bench-optuna-workers bench-packing \
         slurm-up slurm-down slurm-status \
         $(addprefix sweep-,$(SWEEPS))
 
@@ -39,13 +39,20 @@ install: ## Create .venv and install sweepit (editable) with its dev tools
 	@$(COMPILE)
 	@$(PY) -c "import torch, hydra, sweepit; print(f'sweepit {sweepit.__version__} with torch {torch.__version__}, hydra {hydra.__version__}')"
 
-test: ## Run the whole test suite (slow multiruns included)
+# Two tiers, both run by CI: `make test` every entry path and behaviour once, at the smallest size that shows it;
+# `make test-slow` the tests marked tier_slow (pyproject.toml's markers: benchmark smokes, the README's fresh install
+# and studies at their README size, README commands whose path `make test` covers through another test).
+test: ## Run every entry path and behaviour once, smallest size (real multiruns, Slurm; not make test-slow's tests)
 	@$(COMPILE)
-	$(PYTEST) $(PYTEST_ARGS)
+	$(PYTEST) -m "not tier_slow" $(PYTEST_ARGS)
 
-test-fast: ## Run the tests that take seconds (skips real multiruns)
+test-slow: ## Run what make test leaves out: benchmark smokes, the README's fresh install and studies at README size
 	@$(COMPILE)
-	$(PYTEST) -m "not slow and not slurm" $(PYTEST_ARGS)
+	$(PYTEST) -m tier_slow $(PYTEST_ARGS)
+
+test-fast: ## Run the tests that take seconds: leaves out real multiruns, Slurm tests and make test-slow's
+	@$(COMPILE)
+	$(PYTEST) -m "not slow and not slurm and not tier_slow" $(PYTEST_ARGS)
 
 # The declared minimums (pyproject.toml) of the libraries whose APIs the launchers and the sweeper build on, in a venv
 # of their own beside the same torch: the Optuna sweeper's, the launchers' and the composition's tests run there.

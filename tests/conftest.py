@@ -50,6 +50,7 @@ SHARED_SET_UP = {
     "reporting/test_report_html.py": "linreg-sweep",
     "reporting/test_report_sweep.py": "linreg-sweep",
     "reporting/test_report_broken.py": "linreg-sweep",
+    "reporting/test_compare.py": "linreg-sweep",
     "analysis/test_load.py": "analysis-sweep",
     "analysis/test_load_states.py": "analysis-sweep",
 }
@@ -110,18 +111,22 @@ def run_order(items: list[pytest.Item]) -> list[pytest.Item]:
             + _spread(long_first(computing[first:]), long_first(sharing)))
 
 
-def measured_seconds() -> dict[str, float]:
-    """Each test's seconds in the slowest-durations lists of the suite's measured runs (bench/results/test-suite/:
-    pytest's `--durations` lines, setup, call and teardown added up; the largest of the runs); a test none lists
-    took less than the shortest one listed."""
+MEASURED = REPO / "bench" / "results" / "test-suite"
+
+
+def measured_seconds(folder: Path = MEASURED) -> dict[str, float]:
+    """Each test's seconds in the latest measured run of the suite: the last slowest-durations list (pytest's
+    `--durations` lines, setup, call and teardown added up) of the file of bench/results/test-suite/ whose name sorts
+    last (files are named by the date of their runs, a day's files numbered -1, -2, ...). Only the latest: a test made
+    cheap since an older run is short now. A test it does not list took less than the shortest one listed. pytest-xdist
+    writes a grouped test's id with its group (`...@cluster-alone`), taken off here to match the test's own id."""
+    measured = sorted(folder.glob("*.txt"))
+    blocks = measured[-1].read_text().split("slowest ")[1:] if measured else []
     took: dict[str, float] = {}
-    for measured in sorted((REPO / "bench" / "results" / "test-suite").glob("*.txt")):
-        for block in measured.read_text().split("slowest ")[1:]:
-            run: dict[str, float] = {}
-            for seconds, nodeid in re.findall(r"^([0-9.]+)s (?:setup|call|teardown) +(\S.*?)$", block, re.MULTILINE):
-                run[nodeid] = run.get(nodeid, 0.0) + float(seconds)
-            for nodeid, seconds in run.items():
-                took[nodeid] = max(took.get(nodeid, 0.0), seconds)
+    for seconds, nodeid in re.findall(r"^([0-9.]+)s (?:setup|call|teardown) +(\S.*?)$", blocks[-1] if blocks else "",
+                                      re.MULTILINE):
+        nodeid = re.sub(r"@[\w-]+$", "", nodeid)
+        took[nodeid] = took.get(nodeid, 0.0) + float(seconds)
     return took
 
 

@@ -22,6 +22,7 @@ def test_without_a_gpu_bench_gpu_says_where_to_run_it() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.tier_slow
 def test_smoke_runs_every_part_and_writes_the_json_and_the_bench_process_imports_no_torch(tmp_path: Path) -> None:
     """Every part tiny on the CPU through the make target, in one run that serves both checks (a smoke run is among
     the suite's longest tests).

@@ -1,7 +1,7 @@
 """The `make bench-*` targets run for real (tiny ARGS: each script's own size flags), and their figures are read back
-from the `--json` file each wrote and the lines it printed, so a benchmark that rots fails `make test`, not the day its
-numbers are needed. `make bench` is these two of them (checked with `make -n`); bench-gpu is run by test_bench_gpu.py,
-bench-slurm, bench-slurm-jobs, bench-optuna-workers, bench-packing and bench-scale by
+from the `--json` file each wrote and the lines it printed, so a benchmark that rots fails CI (`make test-slow`), not
+the day its numbers are needed. `make bench` is these two of them (checked with `make -n`); bench-gpu is run by
+test_bench_gpu.py, bench-slurm, bench-slurm-jobs, bench-optuna-workers, bench-packing and bench-scale by
 tests/slurm/test_bench_on_slurm.py. Sweeps and raw
 figures go under tmp_path, never into bench/results/."""
 
@@ -60,6 +60,7 @@ def test_make_bench_is_throughput_then_report() -> None:
                         f"{sys.executable} bench/bench_report.py --rounds 1"], proc.stdout
 
 
+@pytest.mark.tier_slow
 def test_bench_throughput(tmp_path: Path, mnist_root: Path) -> None:
     out = tmp_path / "throughput.json"
     proc = make("bench-throughput", f"--root {mnist_root} --steps 2 --batch-size 32 --rounds 1 --precision fp32 "
@@ -78,6 +79,7 @@ def test_bench_throughput(tmp_path: Path, mnist_root: Path) -> None:
     assert "(target >= 2x: " in proc.stdout
 
 
+@pytest.mark.tier_slow
 def test_bench_report(tmp_path: Path) -> None:
     out = tmp_path / "report.json"
     proc = make("bench-report", f"--jobs 12 --epochs 2 --rounds 1 --json {out}")
@@ -90,6 +92,7 @@ def test_bench_report(tmp_path: Path) -> None:
     assert re.search(r"(meets|misses) the goal: 12 jobs reported in [\d.]+ s cold", proc.stdout), proc.stdout
 
 
+@pytest.mark.tier_slow
 def test_bench_launcher(tmp_path: Path) -> None:
     out, work = tmp_path / "launcher.json", tmp_path / "work"
     proc = make("bench-launcher", f"--jobs 2 --epochs 1 --trivial-jobs 0 --repeat 1 --launchers local,basic "
@@ -113,6 +116,7 @@ def test_bench_launcher(tmp_path: Path) -> None:
                      r".*the memory runs \(sampled\): wall [\d.]+x, peak PSS [\d.]+x", proc.stdout), proc.stdout
 
 
+@pytest.mark.tier_slow
 def test_bench_optuna(tmp_path: Path) -> None:
     """The digits grid (3 optimizers x 2 rates, 1 epoch, in one process: each imports torch), the replay, and one run
     of the study itself; a tolerance of 1 makes any completed trial reach the target, so the sweeper's run stops at its
@@ -132,6 +136,7 @@ def test_bench_optuna(tmp_path: Path) -> None:
     assert list(work.glob("grid-*.json")), "the grid's cache goes under --work"
 
 
+@pytest.mark.tier_slow
 def test_bench_mnist_best(tmp_path: Path, mnist_root: Path) -> None:
     """The study as it stands (CNN, augmentation, stratified batches) for one epoch on the MNIST slice."""
     out, work = tmp_path / "mnist_best.json", tmp_path / "work"
@@ -148,6 +153,7 @@ def test_bench_mnist_best(tmp_path: Path, mnist_root: Path) -> None:
     assert re.search(r"^target: final test accuracy >= 99\.4%: (MET|MISSED)$", proc.stdout, re.MULTILINE)
 
 
+@pytest.mark.tier_slow
 def test_bench_job_overhead(tmp_path: Path) -> None:
     # Not a make target: the per-job costs alone, which bench/RESULTS.md quotes.
     out = tmp_path / "overhead.json"

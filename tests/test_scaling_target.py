@@ -82,7 +82,7 @@ REPORTED = "hydra.callbacks.summary.report=true"  # the end of the study prints 
 @pytest.mark.slow
 @pytest.mark.skipif(Path("/proc/driver/nvidia/gpus").exists(), reason="the NVIDIA driver's own list wins over a stub")
 def test_without_a_gpu_the_cpu_variant_ends_with_the_count_to_use(tmp_path: Path) -> None:
-    out, jobs = _make_sweep_scaling(tmp_path, 0, f"data.n_synthetic=600 repeat=0,1 {REPORTED}")
+    out, jobs = _make_sweep_scaling(tmp_path, 0, f"data.n_synthetic=128 repeat=0,1 {REPORTED}")
     assert "no GPU on this machine: running the CPU variant" in out and sorted(s for s, _ in jobs) == [1, 1, 2, 2]
     table = out[out.index("\nScaling over CPU ranks:\n"):]
     two_ranks = next(line.split() for line in table.splitlines() if line.startswith("2 "))

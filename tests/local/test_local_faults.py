@@ -147,6 +147,8 @@ def _started(dirs: dict[int, Path]) -> dict[int, str]:
 @pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGINT], ids=["driver-SIGKILL", "driver-Ctrl-C"])
 def test_a_stopped_driver_keeps_every_epoch_and_a_resume_finishes_the_rest(tmp_path: Path, hold: Hold,
                                                                           fault: signal.Signals) -> None:
+    """The Ctrl-C stop's sweep also serves its short message (_stopped_sweep_said) and a Ctrl-C to the `sweepit
+    resume` that follows it (_resume_stopped_by): one stopped sweep, not three."""
     sweep = tmp_path / "sweep"
     # Both running jobs held: each has the checkpoint of its last reported epoch, which its resume must go on from
     # (a job stopped between an epoch's metrics row and its checkpoint would rightly start again).
@@ -161,6 +163,7 @@ def test_a_stopped_driver_keeps_every_epoch_and_a_resume_finishes_the_rest(tmp_p
         tally = err.split("sweep stopped by SIGINT: ")[1].split(" (of ")[0]
         assert f"\n{N_JOBS} jobs: {tally}\n" in out, (out, err)
         assert not (sweep / LOCK_FILE).exists()
+        _stopped_sweep_said(sweep, driver, out, err, fault, "basic")
     else:
         assert driver.returncode == -signal.SIGKILL and (sweep / LOCK_FILE).exists()  # the dead driver's lock
 
@@ -169,6 +172,9 @@ def test_a_stopped_driver_keeps_every_epoch_and_a_resume_finishes_the_rest(tmp_p
     states = [line.split()[2] for line in looked.stdout.splitlines()[2:2 + N_JOBS]]
     assert set(states) <= {"completed", "interrupted", "not"}, looked.stdout  # "not started"
     assert f"{N_JOBS - states.count('completed')} job(s) did not complete" in looked.stdout
+    if fault == signal.SIGINT:
+        _resume_stopped_by(sweep, hold, signal.SIGINT)
+        dirs = _intact(sweep)
 
     before = _started(dirs)
     hold.release()
@@ -185,16 +191,21 @@ def test_a_stopped_driver_keeps_every_epoch_and_a_resume_finishes_the_rest(tmp_p
 
 
 def test_a_job_killed_mid_training_fails_alone_and_a_resume_reruns_only_it(tmp_path: Path, hold: Hold) -> None:
+    """Jobs are forked by a small warm process (the fork server), itself forked by the driver before it held any
+    job: a job killed there is recorded as one forked by the driver was."""
     sweep = tmp_path / "sweep"
     driver = _driver(sweep, hold)
     try:
         _held(sweep, hold, 0)
-        os.kill(int(read_manifest(sweep).jobs[0].pid or 0), signal.SIGKILL)
+        pid = int(read_manifest(sweep).jobs[0].pid or 0)
+        server = _parent(pid)
+        assert server != driver.pid and _parent(server) == driver.pid, (pid, server, driver.pid)
+        os.kill(pid, signal.SIGKILL)
         hold.release()  # the rest of the sweep goes on
         out, err = driver.communicate(timeout=120)
     finally:
         driver.kill()
-    assert driver.returncode == 1
+    assert driver.returncode == 1, err
     dirs = _intact(sweep)
     killed = read_result(dirs[0]) or {}
     assert killed["status"] == "failed" and killed["exit_signal"] == "SIGKILL", killed
@@ -211,15 +222,25 @@ def test_a_job_killed_mid_training_fails_alone_and_a_resume_reruns_only_it(tmp_p
     assert "sweepit: resumed from" in (dirs[0] / "stdout.log").read_text()
 
 
-@pytest.mark.parametrize(("stop", "sweeper"), [(signal.SIGINT, "basic"), (signal.SIGTERM, "basic"),
-                                               (signal.SIGINT, "optuna")], ids=["Ctrl-C", "SIGTERM", "Ctrl-C-optuna"])
+@pytest.mark.parametrize(("stop", "sweeper"), [(signal.SIGTERM, "basic"), (signal.SIGINT, "optuna")],
+                         ids=["SIGTERM", "Ctrl-C-optuna"])
 def test_a_stopped_sweep_ends_with_its_own_short_message_and_its_jobs_name_the_signal(
         tmp_path: Path, hold: Hold, stop: signal.Signals, sweeper: str) -> None:
+    """Ctrl-C of a basic sweep: test_a_stopped_driver_keeps_every_epoch_and_a_resume_finishes_the_rest[driver-Ctrl-C].
+    The SIGTERM-stopped sweep then serves a SIGTERM to its `sweepit resume` (_resume_stopped_by)."""
+    sweep = tmp_path / "sweep"
+    driver, out, err = _stop_mid_training(sweep, hold, stop, f"hydra/sweeper={sweeper}")
+    _stopped_sweep_said(sweep, driver, out, err, stop, sweeper)
+    if sweeper == "basic":
+        wait_until(lambda: _gone(sweep), "every job of the first run to end", 15)
+        _resume_stopped_by(sweep, hold, stop)
+
+
+def _stopped_sweep_said(sweep: Path, driver: subprocess.Popen[str], out: str, err: str, stop: signal.Signals,
+                        sweeper: str) -> None:
     """Ctrl-C ended with Hydra's "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace." (a stop
     is no crash), a line per interrupted job, and each job's note said `stopped by SIGTERM` (the driver's signal to
     its jobs), not the SIGINT the user sent."""
-    sweep = tmp_path / "sweep"
-    driver, out, err = _stop_mid_training(sweep, hold, stop, f"hydra/sweeper={sweeper}")
     assert driver.returncode == 1, err
     assert "HYDRA_FULL_ERROR" not in err and "Traceback" not in err, err
     stopped = [r for r in (read_result(d) or {} for d in _intact(sweep).values()) if r.get("status") == "interrupted"]
@@ -232,13 +253,10 @@ def test_a_stopped_sweep_ends_with_its_own_short_message_and_its_jobs_name_the_s
     assert not (sweep / "report").exists()  # hydra.callbacks.summary.report=false holds for a stopped sweep too
 
 
-@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["kill-INT", "kill-TERM"])
-def test_a_signal_to_sweepit_resume_reaches_the_driver(tmp_path: Path, hold: Hold, stop: signal.Signals) -> None:
-    """`sweepit resume` is the driver (it ran the driver as a child: SIGINT to its pid was ignored and the sweep ran
-    on; SIGTERM, as `timeout`, a batch script or a session's end sends it, orphaned the driver and its jobs)."""
-    sweep = tmp_path / "sweep"
-    _stop_mid_training(sweep, hold, signal.SIGINT)
-    wait_until(lambda: _gone(sweep), "every job of the first run to end", 15)
+def _resume_stopped_by(sweep: Path, hold: Hold, stop: signal.Signals) -> None:
+    """A signal to `sweepit resume` of the stopped `sweep` reaches the driver: `sweepit resume` is the driver (it ran
+    the driver as a child: SIGINT to its pid was ignored and the sweep ran on; SIGTERM, as `timeout`, a batch script
+    or a session's end sends it, orphaned the driver and its jobs)."""
     resumed = subprocess.Popen([SWEEPIT, "resume", str(sweep)], cwd=REPO, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=hold.env())  # its jobs held, never released
     try:
@@ -307,29 +325,6 @@ def test_a_sigterm_in_the_fork_window_stops_the_job_at_once(tmp_path: Path) -> N
 
 def _parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-
-
-def test_a_job_is_forked_by_the_fork_server_and_its_sigkill_is_recorded_as_before(tmp_path: Path,
-                                                                                  hold: Hold) -> None:
-    """Jobs are forked by a small warm process (the fork server), itself forked by the driver before it held any
-    job: a job killed there is recorded as one forked by the driver was."""
-    sweep = tmp_path / "sweep"
-    driver = _driver(sweep, hold)
-    try:
-        _held(sweep, hold, 0)
-        pid = int(read_manifest(sweep).jobs[0].pid or 0)
-        server = _parent(pid)
-        assert server != driver.pid and _parent(server) == driver.pid, (pid, server, driver.pid)
-        os.kill(pid, signal.SIGKILL)
-        hold.release()
-        _, err = driver.communicate(timeout=120)
-    finally:
-        driver.kill()
-    assert driver.returncode == 1, err
-    killed = read_result(_intact(sweep)[0]) or {}
-    assert killed["status"] == "failed" and killed["exit_signal"] == "SIGKILL", killed
-    assert "died from signal SIGKILL" in err
-    assert [e.state for e in read_manifest(sweep).jobs.values()] == ["failed"] + ["completed"] * (N_JOBS - 1)
 
 
 def test_the_fork_server_killed_mid_sweep_runs_its_jobs_again_once_and_the_sweep_completes(tmp_path: Path,

@@ -24,7 +24,11 @@ def test_resume_of_a_copied_sweep_runs_in_the_copy_and_leaves_the_original_alone
     original = tmp_path / "first" / "sweep"
     proc = run_train(["-m", "task=linreg", "epochs=1", "lr=0.01,-1", f"hydra.sweep.dir={original}",
                       "hydra.callbacks.summary.report=false"], tmp_path)
-    assert proc.returncode == 1  # lr=-1 fails its config check
+    assert proc.returncode == 1  # lr=-1 fails its config check, its job only
+    assert "lr must be a finite number > 0" in proc.stdout + proc.stderr
+    first = _results(original)
+    assert first["0"]["status"] == "completed" and first["1"]["status"] == "failed", first
+    assert "lr must be a finite number > 0, but got lr=-1" in str(first["1"]["error"])
     copy = tmp_path / "second" / "sweep"
     shutil.copytree(original, copy)
     before = {p: p.stat().st_mtime_ns for p in original.rglob("*") if p.is_file()}

@@ -1,14 +1,20 @@
 """Every command README.md shows, run as written: the same words, from a scratch copy of the checkout as the working
 directory, with the default output folders (`outputs/...`), the Slurm ones on the local cluster.
 
-- The first command (`make install && .venv/bin/python train.py -m ...`) runs in a copy of its own and builds the
-  `.venv` every other command uses, as after `source .venv/bin/activate`, once per test run however many parallel
-  test processes there are; each other command gets a fresh copy, and runs in whichever process is free.
+- The first command (`make install && .venv/bin/python train.py -m ...`) runs in a copy of its own with no venv,
+  once per test run however many parallel test processes there are, and the trackers extra goes into the `.venv` it
+  made. Each other command gets a fresh copy whose `.venv` is the test run's own (as after `source
+  .venv/bin/activate`: the same `make install`, which CI has just run in a fresh clone), and runs in whichever
+  process is free.
+- Each command is run by `make test` or by `make test-slow` (`@shows(..., tier_slow=True)`: marked `tier_slow`):
+  the fresh install, the studies at their README size and the commands whose path a `make test` test elsewhere
+  covers are in `make test-slow`.
 - Only the README's own placeholders are filled in (`PLACEHOLDERS`: a data path, a sweep's time stamp).
 - Work is shrunk only where the README says it can be: a `make sweep-*` study takes extra overrides from `ARGS`
   (here from the environment, so the command's words stay the README's), and the data path is a small MNIST.
-- `test_every_readme_command_is_run_here` fails on a command of the README that no test here runs, so a command
-  added to the README cannot go untested; `make test` itself is the command CI runs (`.ci/run`).
+- `test_every_readme_command_is_run_here` fails on a command of the README that no test here runs, or that neither
+  tier runs, so a command added to the README cannot go untested; `make test` itself is the command CI runs
+  (`.ci/run`).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,18 +52,22 @@ PLACEHOLDERS = {
     "<time2>": "the time stamp of a second sweep, made after the first (`<time>`)",
 }
 SHOWN: dict[str, str] = {}  # README command -> the test that runs it
+TIER = {False: "make test", True: "make test-slow"}
+SHOWN_BY: dict[str, str] = {}  # README command -> the make target whose tier runs its test
 Test = TypeVar("Test", bound=Callable[..., Any])
 
 
-def shows(*commands: str, slurm: bool = False) -> Callable[[Test], Test]:
-    """Registers the README commands a test runs (word for word); the test is a slow one, and with `slurm` one that
-    needs the local cluster (marked so, and skipped or failed as tests/slurm/ are without one)."""
+def shows(*commands: str, slurm: bool = False, tier_slow: bool = False) -> Callable[[Test], Test]:
+    """Registers the README commands a test runs (word for word); the test is a slow one, with `slurm` one that
+    needs the local cluster (marked so, and skipped or failed as tests/slurm/ are without one), and with `tier_slow`
+    one of `make test-slow` (marked `tier_slow`), not of `make test`."""
 
     def register(test: Test) -> Test:
         for command in commands:
             assert command not in SHOWN, f"{command!r} is run by {SHOWN[command]} already"
-            SHOWN[command] = test.__name__
+            SHOWN[command], SHOWN_BY[command] = test.__name__, TIER[tier_slow]
         marked = pytest.mark.slow(test)
+        marked = pytest.mark.tier_slow(marked) if tier_slow else marked
         return pytest.mark.usefixtures("slurm")(pytest.mark.slurm(marked)) if slurm else marked
 
     return register
@@ -192,14 +203,12 @@ def installed(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Insta
 
 
 @pytest.fixture
-def shell(installed: Installed, tmp_path: Path) -> Shell:
-    """A fresh copy of the checkout whose `.venv` is the one the set-up command made, activated."""
-    if installed.proc.returncode != 0:
-        pytest.fail("the README's set-up command failed, so no other command can run:\n"
-                    f"{installed.proc.stderr[-3000:]}")
+def shell(tmp_path: Path) -> Shell:
+    """A fresh copy of the checkout whose `.venv` is the test run's own (`make install`'s), activated."""
+    venv = Path(sys.prefix)
     root = _copy_checkout(tmp_path / "checkout")
-    (root / ".venv").symlink_to(installed.venv)
-    return Shell(root, _user_env(installed.venv))
+    (root / ".venv").symlink_to(venv)
+    return Shell(root, _user_env(venv))
 
 
 @pytest.fixture(scope="module")
@@ -220,6 +229,14 @@ def test_every_readme_command_is_run_here() -> None:
                          f"a test of {Path(__file__).name} with @shows: {missing}")
     stale = sorted(set(SHOWN) - set(shown))
     assert not stale, f"these commands are no longer in README.md nor docs/; drop them from the tests: {stale}"
+    # Run by neither tier: a test whose mark is not the tier it registered, or targets that leave some tests out.
+    for command, test in SHOWN.items():
+        marks = {mark.name for mark in getattr(globals()[test], "pytestmark", [])}
+        assert ("tier_slow" in marks) == (SHOWN_BY[command] == "make test-slow"), (command, test, marks)
+    dry = subprocess.run(["make", "-n", "test", "test-slow"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert dry.returncode == 0, dry.stderr
+    selected = re.findall(r"-m pytest .* -m (\"[^\"]*\"|\S+)", dry.stdout)  # each target's marker expression
+    assert selected == ['"not tier_slow"', "tier_slow"], dry.stdout
 
 
 @shows("make docs")
@@ -255,12 +272,14 @@ def test_the_documentation_pages_are_all_in_the_site() -> None:
 
 
 def test_make_test_is_what_ci_runs() -> None:
-    """The README's test command is run by CI itself (a test running the whole suite would run itself)."""
+    """The README's test command is run by CI itself (a test running the whole suite would run itself), and the slow
+    tier after it: the README commands of `make test-slow` are run in CI too."""
     assert "make test" in readme_commands()
-    assert re.search(r"^make test$", (REPO / ".ci" / "run").read_text(), re.MULTILINE)
+    ci = (REPO / ".ci" / "run").read_text().splitlines()
+    assert ci.index("make test") < ci.index("make test-slow") < ci.index("make test-floors"), ci
 
 
-@shows(INSTALL)
+@shows(INSTALL, tier_slow=True)
 def test_the_set_up_command_installs_sweeps_and_prints_what_the_readme_shows(installed: Installed) -> None:
     out = ok(installed.proc)
     assert re.search(r"^sweepit \S+ with torch \S+, hydra 1\.3\.\d+$", out, re.MULTILINE), out[-3000:]
@@ -296,6 +315,7 @@ def _metric_cells(lines: list[str]) -> dict[str, list[str]]:
 
 
 @pytest.mark.slow  # it reads the set-up command's sweep: `make test-fast` would make the fresh install for it
+@pytest.mark.tier_slow
 def test_the_readme_sample_run_has_this_machines_digits(installed: Installed) -> None:
     """The README says its sample table is one run on a machine it names, and that the same seed, torch build,
     threads and CPU give the same metrics: on that machine, the set-up command's sweep prints its digits."""
@@ -324,7 +344,7 @@ def test_one_job(shell: Shell) -> None:
     assert result["status"] == "completed" and result["epochs_completed"] == epochs
 
 
-@shows("python train.py task=linreg optimizer=sgd lr=0.1")
+@shows("python train.py task=linreg optimizer=sgd lr=0.1", tier_slow=True)  # its path: tests/test_sweep.py
 def test_one_job_with_keys_changed(shell: Shell) -> None:
     ok(shell.run("python train.py task=linreg optimizer=sgd lr=0.1"))
     (run,) = (shell.root / "outputs" / "runs").iterdir()
@@ -357,7 +377,7 @@ def test_a_sweep_leaves_four_complete_job_dirs(shell: Shell) -> None:
 LOAD = "python -c \"import sweepit; print(sweepit.load('outputs/multirun/<time>'))\""
 
 
-@shows(LOAD)
+@shows(LOAD, tier_slow=True)  # its path: tests/analysis/test_load.py
 def test_a_sweep_read_into_pandas_in_python(shell: Shell) -> None:
     made = run_train(["-m", "task=linreg", "epochs=2", "optimizer=adam,sgd", "lr=0.01,0.1"], shell.root)
     assert made.returncode == 0, made.stderr[-3000:]
@@ -367,7 +387,8 @@ def test_a_sweep_read_into_pandas_in_python(shell: Shell) -> None:
     assert re.search(r"^best \(minimize val_loss\): job [0-3] = ", out, re.MULTILINE), out
 
 
-@shows("python train.py -m task=mnist data.root=/data/mnist 'batch_size=range(32,257,32)'")
+@shows("python train.py -m task=mnist data.root=/data/mnist 'batch_size=range(32,257,32)'",
+       tier_slow=True)  # its path: tests/trackers/test_entry_paths.py (MNIST's files), tests/train
 def test_a_batch_size_range_on_mnist(shell: Shell, mnist: str) -> None:
     out = ok(shell.run("python train.py -m task=mnist data.root=/data/mnist 'batch_size=range(32,257,32)'",
                        **{"/data/mnist": mnist}))
@@ -383,7 +404,7 @@ CONFIG_ONLY = ("PYTHONPATH=examples/config_only python train.py -m --config-dir 
                "--config-name stripes")
 
 
-@shows(f"{CONFIG_ONLY} model.width=4,16")
+@shows(f"{CONFIG_ONLY} model.width=4,16", tier_slow=True)  # its path: tests/examples/test_examples.py
 def test_config_only_sweeps_a_users_model_width(shell: Shell) -> None:
     out = ok(shell.run(f"{CONFIG_ONLY} model.width=4,16"))
     done = results(shell.sweep("stripes"))
@@ -394,7 +415,8 @@ def test_config_only_sweeps_a_users_model_width(shell: Shell) -> None:
     assert "best (maximize val_acc)" in out and "model.width" in out
 
 
-@shows(f"{CONFIG_ONLY} data._target_=mypkg.data.on_disk +data.root=/scratch/stripes")
+@shows(f"{CONFIG_ONLY} data._target_=mypkg.data.on_disk +data.root=/scratch/stripes",
+       tier_slow=True)  # its path: tests/examples/test_examples.py
 def test_config_only_streams_datasets_from_disk(shell: Shell, tmp_path: Path) -> None:
     data = tmp_path / "stripes"
     out = ok(shell.run(f"{CONFIG_ONLY} data._target_=mypkg.data.on_disk +data.root=/scratch/stripes",
@@ -406,7 +428,8 @@ def test_config_only_streams_datasets_from_disk(shell: Shell, tmp_path: Path) ->
             "--config-name stripes") in out
 
 
-@shows("PYTHONPATH=examples/config_only python train.py model._target_=mypkg.nets.StripeNet")
+@shows("PYTHONPATH=examples/config_only python train.py model._target_=mypkg.nets.StripeNet",
+       tier_slow=True)  # its path: tests/train/test_own_code.py
 def test_a_users_model_on_a_built_in_task(shell: Shell) -> None:
     out = ok(shell.run("PYTHONPATH=examples/config_only python train.py model._target_=mypkg.nets.StripeNet"))
     (run,) = (shell.root / "outputs" / "runs").iterdir()
@@ -414,7 +437,8 @@ def test_a_users_model_on_a_built_in_task(shell: Shell) -> None:
     assert "model=mypkg.nets.StripeNet" in out and "UCI digits" in out and f"Epoch {epochs}/{epochs}" in out
 
 
-@shows("python examples/own_loop/train.py -m lr=0.003,0.03 width=8,16")
+@shows("python examples/own_loop/train.py -m lr=0.003,0.03 width=8,16",
+       tier_slow=True)  # its path: tests/examples/test_examples.py, tests/trackers/test_entry_paths.py
 def test_own_loop_local_sweep_leaves_curves_results_and_the_summary(shell: Shell) -> None:
     out = ok(shell.run("python examples/own_loop/train.py -m lr=0.003,0.03 width=8,16"))
     sweep = shell.sweep("own_loop")
@@ -436,7 +460,7 @@ OWN_LOOP_OPTUNA = ("python examples/own_loop/train.py -m hydra/sweeper=optuna 'l
                    "hydra.sweeper.n_trials=12 hydra.sweeper.n_jobs=2 hydra/sweeper/pruner=median")
 
 
-@shows(OWN_LOOP_OPTUNA)
+@shows(OWN_LOOP_OPTUNA, tier_slow=True)  # its path: tests/examples/test_examples.py
 def test_own_loop_optuna_search_with_median_pruning(shell: Shell) -> None:
     out = ok(shell.run(OWN_LOOP_OPTUNA))
     sweep = shell.sweep("own_loop")
@@ -447,7 +471,8 @@ def test_own_loop_optuna_search_with_median_pruning(shell: Shell) -> None:
     assert (sweep / "best_params.yaml").is_file() and "Optuna: best trial" in out
 
 
-@shows("python examples/own_loop/train.py -m hydra/launcher=slurm lr=0.003,0.03", slurm=True)
+@shows("python examples/own_loop/train.py -m hydra/launcher=slurm lr=0.003,0.03", slurm=True,
+       tier_slow=True)  # its path: tests/slurm/test_examples_on_slurm.py
 def test_own_loop_on_slurm(shell: Shell) -> None:
     out = ok(shell.run("python examples/own_loop/train.py -m hydra/launcher=slurm lr=0.003,0.03"))
     sweep = shell.sweep("own_loop")
@@ -456,13 +481,15 @@ def test_own_loop_on_slurm(shell: Shell) -> None:
     assert any((sweep / ".submitit").rglob("*_log.out")), "the jobs ran as Slurm jobs"
 
 
-@shows("python examples/any_hydra_app/app.py -m x=-1,0,1 y=0,2")
+@shows("python examples/any_hydra_app/app.py -m x=-1,0,1 y=0,2",
+       tier_slow=True)  # its path: tests/results/test_job_dir_names.py
 def test_any_hydra_app_on_local_workers(shell: Shell) -> None:
     out = ok(shell.run("python examples/any_hydra_app/app.py -m x=-1,0,1 y=0,2"))
     assert "6 jobs: 6 completed" in out and "best (minimize objective): job 4 = 1.154" in out
 
 
-@shows("python examples/any_hydra_app/app.py -m x=-1,0,1 y=0,2 hydra/launcher=slurm", slurm=True)
+@shows("python examples/any_hydra_app/app.py -m x=-1,0,1 y=0,2 hydra/launcher=slurm", slurm=True,
+       tier_slow=True)  # its path: tests/slurm/test_slurm_launcher_sweep.py
 def test_any_hydra_app_on_slurm_cpu_only(shell: Shell) -> None:
     """No trainer.gpus, no timeout_min in the app's config: the launcher's defaults make CPU-only requests."""
     out = ok(shell.run("python examples/any_hydra_app/app.py -m x=-1,0,1 y=0,2 hydra/launcher=slurm"))
@@ -475,7 +502,7 @@ ANY_APP_OPTUNA = ("python examples/any_hydra_app/app.py -m hydra/sweeper=optuna 
                   "hydra.sweeper.n_trials=12 hydra.sweeper.direction=minimize")
 
 
-@shows(ANY_APP_OPTUNA)
+@shows(ANY_APP_OPTUNA, tier_slow=True)  # its path: tests/search/test_optuna_on_any_launcher.py
 def test_any_hydra_app_under_optuna(shell: Shell) -> None:
     out = ok(shell.run(ANY_APP_OPTUNA))
     values = [r["objective"] for r in results(shell.sweep("any_hydra_app")).values()]
@@ -483,7 +510,8 @@ def test_any_hydra_app_under_optuna(shell: Shell) -> None:
 
 
 # -- Slurm --------------------------------------------------------------------------------------------------------
-@shows("python train.py -m optimizer=adam,sgd lr=0.01,0.1 hydra/launcher=slurm", slurm=True)
+@shows("python train.py -m optimizer=adam,sgd lr=0.01,0.1 hydra/launcher=slurm", slurm=True,
+       tier_slow=True)  # its path: tests/slurm/test_slurm_launcher_sweep.py
 def test_the_sweep_on_slurm(shell: Shell) -> None:
     """It crashed at its end without hydra.sweep.dir (ReadonlyConfigError), after the table."""
     out = ok(shell.run("python train.py -m optimizer=adam,sgd lr=0.01,0.1 hydra/launcher=slurm"))
@@ -497,7 +525,7 @@ def test_the_sweep_on_slurm(shell: Shell) -> None:
 PACKED = "python train.py -m optimizer=adam,sgd lr=0.01,0.1 hydra/launcher=slurm hydra.launcher.workers=2"
 
 
-@shows(PACKED, slurm=True)
+@shows(PACKED, slurm=True, tier_slow=True)  # its path: tests/slurm/test_packed.py
 def test_the_sweep_packed_into_two_workers(shell: Shell) -> None:
     out = ok(shell.run(PACKED))
     sweep = shell.sweep()
@@ -528,7 +556,8 @@ DETACHED = "python train.py -m optimizer=adam,sgd lr=0.01,0.1 hydra/launcher=slu
 
 
 @shows(DETACHED, "sweepit status outputs/multirun/<time>", "sweepit status outputs/multirun/<time> --watch",
-       "sweepit resume outputs/multirun/<time>", slurm=True)
+       "sweepit resume outputs/multirun/<time>", slurm=True,
+       tier_slow=True)  # its path: tests/slurm/test_slurm_launcher_follow.py
 def test_a_detached_sweep_followed_reported_and_resumed(shell: Shell) -> None:
     out = ok(shell.run(DETACHED))
     sweep = shell.sweep()
@@ -548,7 +577,7 @@ COMPARE = "sweepit compare outputs/multirun/<time> outputs/multirun/<time2>"
 COMPARE_BY = "sweepit compare outputs/multirun/<time> --by optimizer"
 
 
-@shows(COMPARE, COMPARE_BY)
+@shows(COMPARE, COMPARE_BY, tier_slow=True)  # its path: tests/reporting/test_compare.py
 def test_two_sweeps_compared_and_one_along_a_key(shell: Shell) -> None:
     """Two small linreg grids that share the jobs of lr=0.1 and differ in their epochs (made by commands of no page)."""
     for grid in ("epochs=2 lr=0.01,0.1", "epochs=3 lr=0.1,0.5"):
@@ -571,7 +600,7 @@ BUDGET = ("python train.py -m optimizer=adam,sgd lr=0.01,0.1 hydra/launcher=slur
 MORE_BUDGET = "sweepit resume outputs/multirun/<time> hydra.launcher.budget_gpu_hours=8"
 
 
-@shows(BUDGET, MORE_BUDGET, slurm=True)
+@shows(BUDGET, MORE_BUDGET, slurm=True, tier_slow=True)  # its path: tests/slurm/test_budget.py
 def test_a_gpu_hour_budget_and_a_ceiling_on_gpus_in_use(shell: Shell) -> None:
     """Four jobs of one GPU for 60 min: 4 GPU-hours at most, within 5; two at a time (one array, throttled)."""
     out = ok(shell.run(BUDGET))
@@ -586,7 +615,7 @@ def test_a_gpu_hour_budget_and_a_ceiling_on_gpus_in_use(shell: Shell) -> None:
 
 
 # -- Experiment trackers ------------------------------------------------------------------------------------------
-@shows(TRACKERS_EXTRA)
+@shows(TRACKERS_EXTRA, tier_slow=True)
 def test_installing_a_trackers_extra(installed: Installed) -> None:
     """Run in the checkout the venv was made from (an editable install points at the folder it is run in), right
     after the set-up command (the `installed` fixture)."""
@@ -624,7 +653,8 @@ def test_tensorboard_runs_and_its_server_shows_them(shell: Shell) -> None:
         server.wait(timeout=30)
 
 
-@shows("python train.py -m lr=0.01,0.1 'logger=[tensorboard,mlflow]'")
+@shows("python train.py -m lr=0.01,0.1 'logger=[tensorboard,mlflow]'",
+       tier_slow=True)  # its path: tests/trackers/test_trackers.py
 def test_two_trackers_at_once(shell: Shell) -> None:
     ok(shell.run("python train.py -m lr=0.01,0.1 'logger=[tensorboard,mlflow]'"))
     sweep = shell.sweep()
@@ -636,7 +666,7 @@ OPTUNA = ("python train.py -m hydra/sweeper=optuna 'optimizer=choice(adam,sgd,rm
           "'lr=tag(log, interval(1e-4, 1))' hydra.sweeper.n_trials=40 hydra.sweeper.n_jobs=4")
 
 
-@shows(OPTUNA)
+@shows(OPTUNA, tier_slow=True)  # its path: tests/search/test_optuna_sweep.py
 def test_the_optuna_search(shell: Shell) -> None:
     out = ok(shell.run(OPTUNA))
     sweep = shell.sweep()
@@ -662,18 +692,18 @@ def _study(shell: Shell, study: str, command: str, **fill: str) -> str:
     return out
 
 
-@shows("make sweep-optimizers")
+@shows("make sweep-optimizers", tier_slow=True)
 def test_make_sweep_optimizers(shell: Shell) -> None:
     _study(shell, "optimizers", "make sweep-optimizers")
 
 
-@shows("make sweep-optuna")
+@shows("make sweep-optuna", tier_slow=True)
 def test_make_sweep_optuna(shell: Shell) -> None:
     out = _study(shell, "optuna_lr", "make sweep-optuna")
     assert "--config-name optuna_lr" in out
 
 
-@shows("make sweep-scaling")
+@shows("make sweep-scaling", tier_slow=True)
 def test_make_sweep_scaling(shell: Shell) -> None:
     out = _study(shell, "scaling", "make sweep-scaling")
     assert "no GPU on this machine: running the CPU variant" in out
@@ -686,17 +716,17 @@ def test_make_sweep_scaling(shell: Shell) -> None:
     assert re.search(r"Recommendation: (1 CPU rank|2 CPU ranks) per job, .*\(min_efficiency=0\.7\)", out), out[-3000:]
 
 
-@shows("make sweep-optimizer_lr")
+@shows("make sweep-optimizer_lr", tier_slow=True)
 def test_make_sweep_optimizer_lr(shell: Shell) -> None:
     _study(shell, "optimizer_lr", "make sweep-optimizer_lr")
 
 
-@shows("make sweep-mnist_best ARGS='data.root=/data/mnist'")
+@shows("make sweep-mnist_best ARGS='data.root=/data/mnist'", tier_slow=True)
 def test_make_sweep_mnist_best(shell: Shell, mnist: str) -> None:
     _study(shell, "mnist_best", "make sweep-mnist_best ARGS='data.root=/data/mnist'", **{"/data/mnist": mnist})
 
 
-@shows("make sweep-batch_size ARGS='data.root=/data/mnist'")
+@shows("make sweep-batch_size ARGS='data.root=/data/mnist'", tier_slow=True)
 def test_make_sweep_batch_size(shell: Shell, mnist: str) -> None:
     _study(shell, "batch_size", "make sweep-batch_size ARGS='data.root=/data/mnist'", **{"/data/mnist": mnist})
 

@@ -16,7 +16,7 @@ import pytest
 
 from sweepit_testing import REPO
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.tier_slow]  # benchmark smokes: make test-slow
 
 
 def make(target: str, args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:

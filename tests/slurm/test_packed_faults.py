@@ -27,6 +27,7 @@ from slurm_launcher_testing import (
     TRAIN,
     Driver,
     assert_whole,
+    driver_env,
     epochs,
     job_dirs,
     manifest,
@@ -41,6 +42,7 @@ from slurm_launcher_testing import (
 )
 
 from sweepit.results._job_files import read_result
+from sweepit_testing import Hold
 
 # A fault that is the worker's own (a signal to it, its cancellation) leaves the other tests' jobs alone: those tests
 # share the cluster, their workers asking for no GPU (a worker holds what it asked for the whole sweep: see
@@ -52,27 +54,35 @@ LINREG = ["task=linreg", "data.n_synthetic=40000", "device=cpu", CPU_ONLY, "time
 
 def test_usr2_to_a_worker_gives_its_job_back_and_the_job_resumes_bit_for_bit(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
-    # Two identical trainings in one worker, one after the other; the worker is preempted during the second.
-    driver = Driver(TRAIN, sweep, *LINREG, "epochs=8", "+rep=0,1")
+    # Two identical trainings in one worker, one after the other; the worker is preempted during the first, held
+    # after its second epoch (Hold: no slow training to be caught mid-way), and the second is the reference.
+    hold = Hold(tmp_path / "hold")
+    small = [o for o in LINREG if not o.startswith("data.n_synthetic=")]
+    driver = Driver(TRAIN, sweep, *small, "model._target_=held_jobs.linear", "epochs=4", "+rep=0,1",
+                    env=driver_env(**{k: hold.env()[k] for k in ("PYTHONPATH", "SWEEPIT_TEST_HOLD")}))
     try:
-        job = only_job_dir_when(sweep, 1, timeout_s=180)
-        wait_until(lambda: (job / "metrics.jsonl").exists() and len(epochs(job)) >= 2, "two epochs of job 1", 180)
-        worker = str(manifest(sweep).jobs[1].extra["slurm_job_id"])
+        job = only_job_dir_when(sweep, 0, timeout_s=180)
+        wait_until(lambda: hold.held(0), "job 0 held after its second epoch", 180)
+        assert len(epochs(job)) == 2
+        worker = str(manifest(sweep).jobs[0].extra["slurm_job_id"])
         subprocess.run(["scancel", "--signal=USR2", worker], check=True, timeout=30)
+        wait_until(lambda: "given back" in Path(manifest(sweep).workers["stderr"][worker]).read_text(),
+                   "the worker to give its job back", 60)
+        hold.release()
         code = driver.finish(timeout_s=300)
     finally:
         driver.kill()
     assert code == 0, driver.stderr[-3000:]
-    reference = only_job_dir(sweep, 0)
+    reference = only_job_dir(sweep, 1)
     assert result(job)["status"] == "completed"
     assert_whole(job)
     assert rows(job) == rows(reference)  # every epoch's losses and weights, bit for bit
     assert "sweepit: resumed from" in (job / "stdout.log").read_text()
     m = manifest(sweep)
-    assert m.jobs[1].extra["slurm_job_id"] == worker, "the same worker, requeued, ran it again"
+    assert m.jobs[0].extra["slurm_job_id"] == worker, "the same worker, requeued, ran it again"
     assert read_json(job / ".slurm" / "task-0.json")["slurm_restart_count"] == "1"
     worker_log = Path(m.workers["stderr"][worker]).read_text()
-    assert "stopped for a requeue; job(s) 1 given back" in worker_log, worker_log[-3000:]
+    assert "stopped for a requeue; job(s) 0 given back" in worker_log, worker_log[-3000:]
     assert "2 jobs: 2 completed" in driver.stdout
 
 

@@ -34,6 +34,7 @@ from slurm_launcher_testing import (
 )
 
 from sweepit.slurm import _cluster as slurm_queue
+from sweepit_testing import Hold
 
 if TYPE_CHECKING:
     from slurm_cluster_testing import SlurmCluster
@@ -144,14 +145,21 @@ def test_results_are_reported_while_the_controller_is_down_and_the_user_is_told_
 def test_preempting_a_two_rank_job_requeues_it_and_it_ends_with_an_uninterrupted_runs_metrics(
         tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
-    # Two identical 2-rank trainings (gloo on CPU, one fake GPU per task); job 1 is preempted mid-way.
-    driver = Driver(TRAIN, sweep, *LINREG, "epochs=8", "trainer.gpus=2", "+rep=0,1")
+    # Two identical 2-rank trainings (gloo on CPU, one fake GPU per task), held after their second epoch (Hold: no
+    # slow training to be caught mid-way); job 1 is preempted there.
+    hold = Hold(tmp_path / "hold")
+    small = [o for o in LINREG if not o.startswith("data.n_synthetic=")]
+    driver = Driver(TRAIN, sweep, *small, "model._target_=held_jobs.linear", "epochs=4", "trainer.gpus=2", "+rep=0,1",
+                    env=driver_env(**{k: hold.env()[k] for k in ("PYTHONPATH", "SWEEPIT_TEST_HOLD")}))
     try:
         job = only_job_dir_when(sweep, 1)
-        wait_until(lambda: (job / "metrics.jsonl").exists() and len(epochs(job)) >= 2, "two epochs of job 1", 180)
+        wait_until(lambda: hold.held(1), "job 1 held after its second epoch", 180)
+        assert len(epochs(job)) == 2
         # What Slurm sends signal_delay_s before the time limit, and on preemption; plain scancel --signal reaches the
         # job's srun steps, where submitit's handler runs.
         subprocess.run(["scancel", "--signal=USR2", slurm_ids(sweep)[1]], check=True, timeout=30)
+        wait_until(lambda: "submitit WARNING" in (job / "stderr.log").read_text(), "the job to catch USR2", 60)
+        hold.release()
         code = driver.finish(timeout_s=300)
     finally:
         driver.kill()
