@@ -177,6 +177,7 @@ def test_the_fork_verdict_takes_sweepits_own_message_for_a_recorded_job_and_torc
 
 
 @pytest.mark.slow
+@pytest.mark.tier_slow
 def test_smoke_fork_probe_runs_the_apps_as_from_the_users_shell_and_judges_sweepits_message_right(
         tmp_path: Path) -> None:
     env = _shell(tmp_path, GPU_CHECK_PROBES="fork")
@@ -188,6 +189,7 @@ def test_smoke_fork_probe_runs_the_apps_as_from_the_users_shell_and_judges_sweep
 
 
 @pytest.mark.slow
+@pytest.mark.tier_slow
 def test_a_run_cut_short_keeps_the_lines_of_the_probes_that_ended(tmp_path: Path) -> None:
     """The JSON and the table are written after each probe: the whole run stopped during its second probe (a lent
     machine taken back) still has the first one's line."""
@@ -233,6 +235,7 @@ def _link_distributions(site: Path, *names: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.tier_slow
 def test_pack_then_run_on_a_python_with_torch_alone(tmp_path: Path) -> None:
     """A lent machine's image, simulated: a fresh venv with torch (and what torch requires), no Hydra, PyYAML or
     packaging, and no network; the tree with what `pack` made here. Without numpy, which sweepit needs and the pack
