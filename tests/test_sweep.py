@@ -46,5 +46,6 @@ def test_a_single_run_with_a_bad_value_prints_one_paragraph_and_no_traceback(tmp
     proc = run_train(["task=linreg", "epochs=1", override], tmp_path)
     assert proc.returncode == 1
     assert words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert "HYDRA_FULL_ERROR" not in proc.stderr, proc.stderr  # sweepit's message is all there is to see
     (job,) = (tmp_path / "outputs" / "runs").iterdir()
     assert json.loads((job / "result.json").read_text())["status"] == "failed"  # recorded all the same

@@ -118,11 +118,9 @@ def _resume(args: argparse.Namespace) -> int:
     from sweepit.reporting import sweep_folder
     from sweepit.results import command_line, read_manifest, read_study_file, rerun_argv
 
-    # the directory given, wherever the sweep ran first
-    m = read_manifest(sweep_folder(Path(args.sweep_dir), "sweepit resume {}"))
-    argv, cwd = _runnable(m.argv, m.cwd)
     # An Optuna study goes on with its sweeper's keys too (n_trials counts the whole study: raised, it searches on).
-    study = read_study_file(Path(m.sweep_dir)) is not None
+    # The keys are checked first: a job's key is wrong whatever the folder holds.
+    study = read_study_file(Path(args.sweep_dir)) is not None
     kinds = ("hydra.launcher.", "hydra.sweeper.") if study else ("hydra.launcher.",)
     wrong = [a for a in args.overrides if not a.startswith(kinds) or "=" not in a]
     if wrong:  # a job's own key would give its jobs another config than the ones that ran
@@ -130,6 +128,9 @@ def _resume(args: argparse.Namespace) -> int:
         raise SweepitError(f"a resume takes {allowed} ({' or '.join(k + 'KEY=VALUE' for k in kinds)}), but got "
                            f"{' '.join(wrong)}. Drop them; e.g. `sweepit resume {args.sweep_dir} "
                            + ("hydra.sweeper.n_trials=40`." if study else "hydra.launcher.budget_gpu_hours=200`."))
+    # the directory given, wherever the sweep ran first
+    m = read_manifest(sweep_folder(Path(args.sweep_dir), "sweepit resume {}"))
+    argv, cwd = _runnable(m.argv, m.cwd)
     argv = rerun_argv(argv, Path(m.sweep_dir), args.overrides)
     if args.wait is not None and m.launcher != "slurm":
         raise SweepitError(f"--wait/--no-wait applies to Slurm sweeps only, but {m.sweep_dir} ran with the "

@@ -22,13 +22,15 @@ def _results(sweep: Path) -> dict[str, dict[str, object]]:
 
 def test_resume_of_a_copied_sweep_runs_in_the_copy_and_leaves_the_original_alone(tmp_path: Path) -> None:
     original = tmp_path / "first" / "sweep"
-    proc = run_train(["-m", "task=linreg", "epochs=1", "lr=0.01,-1", f"hydra.sweep.dir={original}",
-                      "hydra.callbacks.summary.report=false"], tmp_path)
-    assert proc.returncode == 1  # lr=-1 fails its config check, its job only
-    assert "lr must be a finite number > 0" in proc.stdout + proc.stderr
+    # MNIST's files missing from data.root fail that job only, as it loads its data (a bad value, lr=-1, is refused
+    # before any job starts: the sweep would not run).
+    proc = run_train(["-m", "task=linreg,mnist", "epochs=1", f"data.root={tmp_path / 'no-mnist'}",
+                      f"hydra.sweep.dir={original}", "hydra.callbacks.summary.report=false"], tmp_path)
+    assert proc.returncode == 1
+    assert "MNIST needs its 4 IDX files" in proc.stdout + proc.stderr
     first = _results(original)
     assert first["0"]["status"] == "completed" and first["1"]["status"] == "failed", first
-    assert "lr must be a finite number > 0, but got lr=-1" in str(first["1"]["error"])
+    assert "MNIST needs its 4 IDX files" in str(first["1"]["error"])
     copy = tmp_path / "second" / "sweep"
     shutil.copytree(original, copy)
     before = {p: p.stat().st_mtime_ns for p in original.rglob("*") if p.is_file()}
@@ -54,9 +56,10 @@ def test_resume_after_the_repository_moved(tmp_path: Path) -> None:
     shutil.copytree(REPO, repo, ignore=shutil.ignore_patterns(".git", ".venv*", ".*_cache", "site", "outputs",
                                                                "__pycache__", "tests", "bench", "examples"))
     sweep = repo / "outputs" / "moved"
-    proc = subprocess.run([sys.executable, str(repo / "train.py"), "-m", "task=linreg", "epochs=1", "lr=0.01,-1",
-                           f"hydra.sweep.dir={sweep}", "hydra.callbacks.summary.report=false"], cwd=repo,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, str(repo / "train.py"), "-m", "task=linreg,mnist", "epochs=1",
+                           f"data.root={tmp_path / 'no-mnist'}", f"hydra.sweep.dir={sweep}",
+                           "hydra.callbacks.summary.report=false"], cwd=repo, capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 1, proc.stderr[-2000:]
     moved = tmp_path / "elsewhere"
     repo.rename(moved)

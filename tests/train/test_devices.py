@@ -235,7 +235,7 @@ def test_a_job_of_one_rank_on_cuda_n_makes_that_gpu_current(monkeypatch: pytest.
     current.clear()
     monkeypatch.setattr(_loop, "_train", lambda *args: (_ for _ in ()).throw(RuntimeError("stop after the device")))
     with pytest.raises(RuntimeError, match="stop after the device"):
-        _loop.train(DictConfig({"device": "cuda:1"}), session=_session.begin(None))
+        _loop.train(DictConfig({"device": "cuda:1", "trainer": {}}), session=_session.begin(None))
     assert current == [torch.device("cuda", 1)]
 
 

@@ -117,10 +117,10 @@ def test_rank_failure_in_a_job_is_recorded(
 ) -> None:
     real = distributed.init_process_group
 
-    def broken(rank: Rank, device: torch.device) -> None:
+    def broken(rank: Rank, device: torch.device, **kwargs: Any) -> None:
         if rank.rank == 1:
             raise RuntimeError("no device for rank 1")
-        real(rank, device)  # rank 0 then waits for rank 1 at the rendezvous
+        real(rank, device, **kwargs)  # rank 0 then waits for rank 1 at the rendezvous
 
     monkeypatch.setattr("sweepit.train._loop.init_process_group", broken)
     t0 = time.monotonic()

@@ -59,7 +59,7 @@ def compact_errors() -> Iterator[None]:
     except SweepitError as e:
         compact = e if isinstance(e, SweepFailed | LaunchError) else (
             SweepFailed(str(e)) if isinstance(e, SweepFailedError) else LaunchError(str(e)))
-        if os.environ.get("HYDRA_FULL_ERROR") != "1" and _reported_by_hydra():
+        if os.environ.get("HYDRA_FULL_ERROR") != "1" and reported_by_hydra():
             sys.stdout.flush()
             print(compact, file=sys.stderr, flush=True)
             raise SystemExit(1) from None
@@ -68,7 +68,7 @@ def compact_errors() -> Iterator[None]:
         raise compact from None
 
 
-def _reported_by_hydra() -> bool:
+def reported_by_hydra() -> bool:
     """Whether an error raised here ends in Hydra's `run_and_report` (an app's command line), not in a caller of
     Hydra's API (a test, a notebook), which is to get the exception."""
     from hydra._internal.utils import run_and_report

@@ -49,6 +49,21 @@ class SweepSummary(Callback):
 
         record(session, job_return)  # and the session ends
 
+    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
+        """A single run that failed with sweepit's own plain-language error, run from the command line: Hydra raises
+        the job's error after this, and would add its hint to set HYDRA_FULL_ERROR=1 for a stack trace, which says
+        nothing more of such an error. Raised as SystemExit instead, Hydra's report passes it by and Python prints
+        the message alone, with exit status 1. HYDRA_FULL_ERROR=1, or a caller of Hydra's API, gets the error."""
+        import os
+
+        from hydra_plugins.sweepit._launcher import reported_by_hydra
+        from sweepit.errors import SweepitError
+
+        job_return = kwargs.get("job_return")
+        error = getattr(job_return, "_return_value", None)
+        if isinstance(error, SweepitError) and os.environ.get("HYDRA_FULL_ERROR") != "1" and reported_by_hydra():
+            job_return.return_value = SystemExit(str(error))  # type: ignore[union-attr]
+
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         launcher = config.hydra.launcher
         if launcher.get("dry_run", False) or launcher.get("wait", True) is False:
