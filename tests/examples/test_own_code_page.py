@@ -15,7 +15,9 @@ from own_code_page import run_app, sweep_dirs, write_page_app
 from sweepit.results._summary import collect
 from sweepit_testing import SWEEPIT, child_env, run_command
 
-pytestmark = pytest.mark.slow
+# make test-slow: make test covers their paths through the example's own loop (tests/examples), the Slurm run of this
+# page's project (tests/slurm/test_examples_on_slurm.py) and the fast tests of every reader's default-direction line.
+pytestmark = [pytest.mark.slow, pytest.mark.tier_slow]
 
 TINY = ["epochs=2", "n_samples=400"]
 NO_OBJECTIVE = ["~metric", "~direction"]  # the page's config without the two keys a new user leaves out
