@@ -23,6 +23,9 @@
 #                             `sweepit-user` (created if missing) whose default QoS `capped` has
 #                             MaxSubmitJobsPerUser=N: sbatch refuses that user's jobs beyond N queued or running. Root's
 #                             jobs are never held to limits, so tests submit as that user.
+#   --site                    a site's own names, checked by Slurm: a second partition `long` (not the default) on
+#                             the same node, a second account `lab` and a QoS `short` that root may use
+#                             (AccountingStorageEnforce=associations,qos). The docs' "Slurm on your cluster" runs on it.
 #
 # Environment:
 #   SLURM_MAX_ARRAY_SIZE=5    cluster's MaxArraySize (default 1001); `up` applies a change by restarting
@@ -46,6 +49,7 @@ GPU_PARTITION=0
 MAX_TIME=INFINITE
 ENFORCE_PART_LIMITS=""
 VARIANT=default
+SITE=0         # --site: partition long, account lab, QoS short
 QOS_LIMIT=""   # --qos-limit=N: MaxSubmitJobsPerUser of QoS $QOS_NAME, the default QoS of $QOS_USER
 QOS_NAME=capped
 QOS_USER=sweepit-user
@@ -202,7 +206,8 @@ JobAcctGatherFrequency=30
 JobCompType=jobcomp/none
 EOF
   if [[ -n $ENFORCE_PART_LIMITS ]]; then echo "EnforcePartLimits=$ENFORCE_PART_LIMITS"; fi
-  if [[ -n $QOS_LIMIT ]]; then echo "AccountingStorageEnforce=associations,limits,qos"; fi
+  if [[ -n $QOS_LIMIT ]]; then echo "AccountingStorageEnforce=associations,limits,qos"
+  elif ((SITE)); then echo "AccountingStorageEnforce=associations,qos"; fi
   echo "NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$N_CPUS Boards=1 SocketsPerBoard=1 CoresPerSocket=$N_CPUS" \
     "ThreadsPerCore=1 RealMemory=$REAL_MEMORY_MB${gres:+ $gres} State=UNKNOWN"
   if ((GPU_PARTITION)); then
@@ -215,6 +220,7 @@ EOF
   else
     echo "PartitionName=debug Nodes=$NODE Default=YES MaxTime=$MAX_TIME State=UP"
   fi
+  if ((SITE)); then echo "PartitionName=long Nodes=$NODE MaxTime=$MAX_TIME State=UP"; fi
 }
 
 # The partition the smoke test's job runs in: under --gpu-partition the default one has no usable node.
@@ -234,7 +240,8 @@ parse_flags() {
     --enforce-part-limits=*) ENFORCE_PART_LIMITS=${flag#*=} ;;
     --max-array-size=*) MAX_ARRAY_SIZE=${flag#*=} ;;
     --qos-limit=*) QOS_LIMIT=${flag#*=} ;;
-    *) die "up takes --no-accounting, --cpu-only, --gpu-partition, --max-time=MIN, --enforce-part-limits=ALL|ANY|NO, --max-array-size=N and --qos-limit=N, but got '$flag'" ;;
+    --site) SITE=1 ;;
+    *) die "up takes --no-accounting, --cpu-only, --gpu-partition, --max-time=MIN, --enforce-part-limits=ALL|ANY|NO, --max-array-size=N, --qos-limit=N and --site, but got '$flag'" ;;
     esac
     given+=("$flag")
   done
@@ -244,6 +251,7 @@ parse_flags() {
   [[ $MAX_ARRAY_SIZE =~ ^[1-9][0-9]*$ ]] || die "--max-array-size must be a positive number, but got '$MAX_ARRAY_SIZE'"
   [[ $QOS_LIMIT =~ ^([1-9][0-9]*)?$ ]] || die "--qos-limit must be a positive number, but got '$QOS_LIMIT'"
   if [[ -n $QOS_LIMIT ]] && ((ACCOUNTING == 0)); then die "--qos-limit needs accounting: drop --no-accounting"; fi
+  if ((SITE && ACCOUNTING == 0)); then die "--site needs accounting: drop --no-accounting"; fi
   if ((${#given[@]})); then VARIANT=${given[*]}; fi
 }
 
@@ -388,6 +396,21 @@ apply_qos_limit() {
   log "QoS $QOS_NAME: MaxSubmitJobsPerUser=$QOS_LIMIT, the default QoS of user $QOS_USER (limits enforced)"
 }
 
+# --site: the account `lab` and the QoS `short`, open to root beside its defaults (idempotent; they stay in the
+# database after the variant, unused, as no other variant enforces associations without creating its own).
+apply_site() {
+  ((SITE)) || return 0
+  if ! sacctmgr -n -P show qos short format=name | grep -qx short; then sacctmgr -i -Q add qos short >/dev/null; fi
+  if ! sacctmgr -n -P show account lab format=account | grep -qx lab; then
+    sacctmgr -i -Q add account lab Cluster="$CLUSTER" Description=site Organization=sweepit >/dev/null
+  fi
+  if ! sacctmgr -n -P show assoc where user=root account=lab format=user | grep -qx root; then
+    sacctmgr -i -Q add user root Account=lab Cluster="$CLUSTER" >/dev/null
+  fi
+  sacctmgr -i -Q modify user root set QOS=normal,short >/dev/null
+  log "site names: partition long, account lab, QoS short (associations and QoS enforced)"
+}
+
 ctld_ok() { scontrol ping 2>/dev/null | grep 'is UP' >/dev/null; }
 
 start_slurmctld() {
@@ -471,6 +494,7 @@ cmd_up() {
     start_mariadb
     start_slurmdbd
     apply_qos_limit
+    apply_site
   else
     stop_daemons slurmdbd # as on a cluster without accounting: sacct fails
   fi

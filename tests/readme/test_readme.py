@@ -20,6 +20,7 @@ directory, with the default output folders (`outputs/...`), the Slurm ones on th
 from __future__ import annotations
 
 import fcntl
+import html
 import json
 import os
 import re
@@ -36,11 +37,11 @@ from typing import Any, TypeVar
 import optuna
 import pytest
 import yaml
-from readme_commands import README, readme_commands, sample_output
+from readme_commands import README, code_blocks, readme_commands, sample_output
 
 from sweepit.results._manifest import iter_manifest
 from sweepit.results._summary import collect
-from sweepit_testing import REPO, require_slurm, run_train, wait_until, write_mnist_subset
+from sweepit_testing import CLUSTER_SCRIPT, REPO, require_slurm, run_train, wait_until, write_mnist_subset
 
 MNIST_TRAIN = 200  # MNIST's training images in the data path: a few steps an epoch, all that the checks need
 # The README's placeholders, and what fills each in here (the only words of a command a test may change).
@@ -248,6 +249,10 @@ def test_make_docs_builds_the_site_strictly_and_ci_runs_it(shell: Shell) -> None
     site = shell.root / "site"
     for page in ("getting-started", "own-code", "slurm", "optuna", "faults", "configuration", "benchmarks"):
         assert (site / page / "index.html").is_file(), page
+    tutorial = (site / "getting-started" / "index.html").read_text()  # the README's quickstart, included
+    shown = [html.escape(line, quote=False) for line in sample_output() if line.strip()]
+    assert all(line in tutorial for line in shown), "the quickstart's output, included from the README"
+    assert "--8&lt;--" not in tutorial and "[start:quickstart]" not in tutorial
     benchmarks = (site / "benchmarks" / "index.html").read_text()
     assert "bench/results/packing/" in benchmarks and "Packed sweeps" in benchmarks
     assert re.search(r"^make docs$", (REPO / ".ci" / "run").read_text(), re.MULTILINE)
@@ -312,6 +317,33 @@ def _metric_cells(lines: list[str]) -> dict[str, list[str]]:
             break
         rows.append(line.split())
     return {row[0]: [row[header.index(c)] for c in METRIC_COLUMNS] for row in rows}
+
+
+# -- Install into your environment (docs/install.md) ----------------------------------------------------------
+USER_INSTALL = "pip install '.[analysis]'"
+USER_CHECK = "python -c \"import torch, sweepit; print(sweepit.__version__, torch.__version__)\""
+
+
+@shows(USER_INSTALL, USER_CHECK, tier_slow=True)
+def test_a_user_install_into_an_environment_with_a_torch_keeps_that_torch(tmp_path: Path) -> None:
+    """A fresh environment that already holds a torch (the Makefile's TORCH_SPEC, from local disk), as a cluster's
+    conda env or module does: the page's install leaves that torch's files as they were, and a sweep runs."""
+    env_dir = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True, timeout=120)
+    spec = re.search(r"^TORCH_SPEC \?= (\S+)$", (REPO / "Makefile").read_text(), re.MULTILINE)
+    assert spec, "the Makefile's TORCH_SPEC default"
+    got = subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "--quiet", spec.group(1)],
+                         capture_output=True, text=True, timeout=900)
+    assert got.returncode == 0, got.stderr[-3000:]
+    torch_init = next((env_dir / "lib").glob("python3*/site-packages/torch/__init__.py"))
+    before = torch_init.stat()
+    shell = Shell(_copy_checkout(tmp_path / "clone"), _user_env(env_dir))
+    ok(shell.run(USER_INSTALL, timeout_s=900))
+    after = torch_init.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns), "pip replaced the torch"
+    version = spec.group(1).split("==")[1]
+    assert re.search(rf"^\S+ {re.escape(version)}\S*$", ok(shell.run(USER_CHECK)), re.MULTILINE)
+    assert "4 jobs: 4 completed" in ok(shell.run("python train.py -m optimizer=adam,sgd lr=0.01,0.1"))
 
 
 @pytest.mark.slow  # it reads the set-up command's sweep: `make test-fast` would make the fresh install for it
@@ -550,6 +582,66 @@ def test_a_gpu_count_study_on_marenostrum5_as_a_dry_run(shell: Shell) -> None:
     assert not any(line.startswith("--gpus-per-task") for line in sbatch), sbatch
     assert "module purge" not in out and " --gpu-bind=none " in out  # the jobs keep your modules, see all their GPUs
     assert not any((shell.root / "outputs").rglob("multirun.yaml")), "a dry run leaves no sweep behind"
+
+
+# -- Slurm on your cluster (docs/howto-slurm.md): the local cluster with a site's own names ------------------------
+SITE = ("python train.py -m optimizer=adam,sgd lr=0.01,0.1 hydra/launcher=slurm hydra.launcher.gpus_key=null "
+        "hydra.launcher.partition=long hydra.launcher.account=lab hydra.launcher.qos=short")
+SITE_DRY = f"{SITE} hydra.launcher.dry_run=true"
+LAUNCHER_KEYS = "python train.py --cfg hydra -p hydra.launcher hydra/launcher=slurm"
+PROFILE_DRY = "python train.py -m optimizer=adam,sgd lr=0.01,0.1 hydra/launcher=mysite hydra.launcher.dry_run=true"
+PROFILE_RUN = "python train.py -m optimizer=adam,sgd lr=0.01,0.1 hydra/launcher=mysite"
+PROFILE_FILE = "conf/hydra/launcher/mysite.yaml"
+
+
+def _cluster_up(*flags: str) -> None:
+    proc = subprocess.run([str(CLUSTER_SCRIPT), "up", *flags], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, f"slurm-cluster.sh up {' '.join(flags)} failed:\n{proc.stdout}{proc.stderr}"
+
+
+@shows(SITE_DRY, SITE, LAUNCHER_KEYS, PROFILE_DRY, PROFILE_RUN, slurm=True,
+       tier_slow=True)  # its path: tests/slurm/test_slurm_launcher_sweep.py; the names: make test's MN5 dry run
+@pytest.mark.exclusive_cluster
+def test_the_sweep_on_your_cluster_with_its_partition_account_and_qos(shell: Shell) -> None:
+    """On `slurm-cluster.sh up --site` (a non-default partition, a second account and QoS, checked by Slurm): the
+    README's and the how-to's commands, and the how-to's profile file as the page shows it."""
+    if os.geteuid() != 0:
+        pytest.skip("reconfiguring the local cluster (--site) needs root")
+    try:
+        _cluster_up("--site")
+        dry = ok(shell.run(SITE_DRY))
+        sbatch = {line.removeprefix("#SBATCH ") for line in dry.splitlines() if line.startswith("#SBATCH ")}
+        assert {"--partition=long", "--account=lab", "--qos=short"} <= sbatch, sbatch
+        assert not any("gpu" in line for line in sbatch), sbatch  # the digits model asks for no GPU
+        assert not (shell.root / "outputs").exists() or not any((shell.root / "outputs").rglob("multirun.yaml"))
+        out = ok(shell.run(SITE))
+        assert "4 jobs: 4 completed" in out, out[-3000:]
+        ids = [str(e["extra"]["slurm_job_id"]) for e in iter_manifest(shell.sweep())[1]]
+        acct = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "Partition,Account,QOS", "-j", ",".join(ids)],
+                              capture_output=True, text=True, timeout=60).stdout.split()
+        assert set(acct) == {"long|lab|short"}, acct  # Slurm ran them there, under those names
+        keys = ok(shell.run(LAUNCHER_KEYS))
+        assert all(f"{key}:" in keys for key in ("partition", "account", "qos", "timeout_min", "gpus_key")), keys
+        profile = next(lines for language, lines in code_blocks((REPO / "docs" / "howto-slurm.md").read_text())
+                       if language == "yaml")
+        (shell.root / PROFILE_FILE).parent.mkdir(parents=True)
+        (shell.root / PROFILE_FILE).write_text("\n".join(profile) + "\n")
+        dry = ok(shell.run(PROFILE_DRY))
+        assert {"#SBATCH --partition=long", "#SBATCH --account=lab", "#SBATCH --qos=short"} <= set(dry.splitlines())
+        shutil.rmtree(shell.root / "outputs")
+        assert "4 jobs: 4 completed" in ok(shell.run(PROFILE_RUN))
+    finally:
+        _cluster_up()
+
+
+def test_the_submitit_keys_the_how_to_says_are_refused_are_those_the_launcher_refuses() -> None:
+    """docs/howto-slurm.md lists hydra-submitit-launcher's keys that sweepit refuses: the launcher's own list."""
+    from sweepit.slurm._request import _SUBMITIT_ONLY
+
+    page = (REPO / "docs" / "howto-slurm.md").read_text()
+    listed = page.split("are refused by name")[1].split("\n\n", 2)[1]
+    named = {key for line in listed.splitlines() for key in re.findall(r"`(\w+)`", line.split(":")[0])}
+    assert named == set(_SUBMITIT_ONLY), (named, set(_SUBMITIT_ONLY))
 
 
 DETACHED = "python train.py -m optimizer=adam,sgd lr=0.01,0.1 hydra/launcher=slurm hydra.launcher.wait=false"
