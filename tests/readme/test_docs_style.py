@@ -186,6 +186,26 @@ def test_every_how_to_opens_with_a_command(page: Path) -> None:
     assert opens_with_a_command(page.read_text()), f"{page.name}: put the command first, after at most one line"
 
 
+def test_the_one_make_test_figure_is_the_last_run_its_raw_file_records() -> None:
+    """docs/development.md gives one `make test` time and test count, dated, naming its raw file; they are that
+    file's last `make test` summary line, and no other page of the README or the site gives a test count."""
+    text = (REPO / "docs" / "development.md").read_text()
+    figures = re.findall(r"it took (\d+) min (\d+) s for (\d+) tests", text)
+    assert len(figures) == 1, figures
+    minutes, seconds, tests = (int(x) for x in figures[0])
+    raw = re.findall(r"`(bench/results/test-suite/[^`]+\.txt)`", text)
+    assert len(raw) == 1 and raw[0] == sorted(str(p.relative_to(REPO)) for p in
+                                              (REPO / "bench" / "results" / "test-suite").glob("*.txt"))[-1]
+    summaries = [line for line in (REPO / raw[0]).read_text().splitlines()
+                 if re.search(r"\d+ passed.* in [\d.]+s \(0:(\d+):(\d+)\)", line) and " skipped" in line]
+    last = re.search(r"(\d+) passed, (\d+) skipped.*\(0:(\d+):(\d+)\)", summaries[-1])
+    assert last is not None
+    assert (int(last[1]) + int(last[2]), int(last[3]), int(last[4])) == (tests, minutes, seconds), summaries[-1]
+    for page in pages():
+        if page.name != "development.md":
+            assert not re.search(r"\b\d{3,} (tests|passed)\b", page.read_text()), f"{page.name} gives a test count"
+
+
 if __name__ == "__main__":
     for path in (Path(a) for a in sys.argv[1:]) if sys.argv[1:] else pages():
         text = path.read_text()
