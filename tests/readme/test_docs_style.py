@@ -123,8 +123,8 @@ def problems(markdown: str) -> list[str]:
     """What breaks the rule on one page, worst first; empty when it keeps it."""
     found = sentences(markdown)
     counts = [words(s) for s in found]
-    out = [f"{n} words (at most {MAX_WORDS}): {s[:120]}..." for s, n in sorted(zip(found, counts), key=lambda x: -x[1])
-           if n > MAX_WORDS]
+    ranked = sorted(zip(found, counts, strict=True), key=lambda x: -x[1])
+    out = [f"{n} words (at most {MAX_WORDS}): {s[:120]}..." for s, n in ranked if n > MAX_WORDS]
     out += [f"parentheses {depth(s)} deep (at most {MAX_DEPTH}): {s[:120]}..." for s in found if depth(s) > MAX_DEPTH]
     if counts and sum(counts) / len(counts) > AVERAGE_WORDS:
         out.append(f"{sum(counts) / len(counts):.1f} words a sentence on average (at most {AVERAGE_WORDS})")

@@ -25,10 +25,11 @@ os.environ.setdefault(NVML_CHECK, "1")
 # Three lines: what happened, what to do, where the reasons are (an anchor tests/train/test_devices.py checks). Torch's
 # own words stay in the first 300 characters, which bench/gpu_check.py keeps of a job's error.
 FORKED_AFTER_CUDA = (
-    "CUDA was initialised at import time, before the sweep's jobs were forked, so a forked job cannot use it (PyTorch: \"Cannot "
-    "re-initialize CUDA in forked subprocess\"): each job given GPUs is recorded as failed instead of running.\n"
-    "Move that call into the task function, or import sweepit before it; then "
-    "`sweepit resume <sweep dir>` runs these jobs.\n"
+    "CUDA was initialised at import time, before the sweep's jobs were forked, so a forked job cannot use it "
+    "(PyTorch: \"Cannot re-initialize CUDA in forked subprocess\"): each job given GPUs is recorded as failed "
+    "instead of running.\n"
+    "Move that call into the task function, or import sweepit before it; then `sweepit resume <sweep dir>` runs "
+    "these jobs.\n"
     "Why, and the other fixes: docs/gpu.md#cuda-initialised-before-the-fork")
 BF16_CAPABILITY = (8, 0)
 FP16_CAPABILITY = (7, 0)  # tensor cores (Volta on): float16 matmuls and convolutions several times fp32's speed
