@@ -22,7 +22,7 @@ COMPILE := $(PY) -m compileall -q -j 0 src tests examples bench train.py
 SWEEPS := $(basename $(notdir $(wildcard sweeps/*.yaml)))
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow test-fast test-floors lint typecheck check config-reference docs clean-outputs bench bench-throughput bench-mnist-best bench-report bench-scale bench-launcher test-launcher bench-gpu gpu-pack bench-slurm bench-slurm-jobs test-slurm sweep-optuna bench-optuna bench-optuna-workers bench-packing \
+.PHONY: help install test test-slow test-fast test-floors lint typecheck check config-reference commands-reference api-reference docs clean-outputs bench bench-throughput bench-mnist-best bench-report bench-scale bench-launcher test-launcher bench-gpu gpu-pack bench-slurm bench-slurm-jobs test-slurm sweep-optuna bench-optuna bench-optuna-workers bench-packing \
         slurm-up slurm-down slurm-status \
         $(addprefix sweep-,$(SWEEPS))
 
@@ -103,6 +103,12 @@ docs: ## Build the documentation site (docs/, bench/RESULTS.md) into site/; a br
 
 config-reference: ## Write docs/configuration.md from the schema dataclasses (a test fails when it is out of date)
 	$(PY) scripts/config_reference.py
+
+commands-reference: ## Write docs/commands.md from the sweepit command's parser (a test fails when it is out of date)
+	$(PY) scripts/commands_reference.py
+
+api-reference: ## Write docs/api.md from sweepit's __all__ and docstrings (a test fails when it is out of date)
+	$(PY) scripts/api_reference.py
 
 # One target per file of sweeps/ (extra overrides: ARGS='epochs=2'); `make help` lists them with their question.
 # A static pattern rule: GNU make skips implicit rules for .PHONY targets, so a plain `sweep-%:` rule did nothing.

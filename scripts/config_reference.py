@@ -131,6 +131,7 @@ def render() -> str:
         OptunaSweeperConf,
         SlurmLauncherConf,
     )
+    from sweepit.search._samplers import REMOVED_SAMPLERS
 
     lines = [
         "# Configuration reference",
@@ -150,15 +151,22 @@ def render() -> str:
                     "schema that `slurm` and the profiles extend: the keys below with their defaults, no site's "
                     "values.", SlurmLauncherConf)
     lines += _group("hydra.sweeper: Optuna", "Optuna", "`hydra/sweeper=optuna`: adaptive search.", OptunaSweeperConf)
+    removed: list[str] = []
     for title, group, confs in (("samplers", "sampler", SAMPLER_CONFS), ("pruners", "pruner", PRUNER_CONFS)):
         lines += [f"## hydra.sweeper.{group}: the {title}", "",
                   f"`hydra/sweeper/{group}=<name>`; each holds every keyword of its Optuna class, with Optuna's own "
                   "default (null: Optuna's default), and means what Optuna's documentation of the class says.", ""]
         for name, conf in confs.items():
             target = next((f.default for f in dataclasses.fields(conf) if f.name == "_target_"), "")
+            if target in REMOVED_SAMPLERS:  # kept in the group so that choosing it explains; not offered here
+                removed.append(f"`{group}={name}` ({REMOVED_SAMPLERS[target]})")
+                continue
             lines += [f"### `{group}={name}` ({target})", ""]
             rows = keys(conf)
             lines += (_table(rows, blank="the Optuna keyword") if rows else ["No keywords."]) + [""]
+        if removed:
+            lines += [f"Not offered: {'; '.join(removed)}.", ""]
+            removed = []
     return "\n".join(lines).rstrip() + "\n"
 
 

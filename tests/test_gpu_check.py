@@ -161,7 +161,7 @@ def _check_fork(fork: dict[str, Any]) -> None:
 
 def test_the_fork_verdict_takes_sweepits_own_message_for_a_recorded_job_and_torchs_for_one_that_died() -> None:
     """bench/apps/fork_cases.json: the fork probe's sweeps as recorded, with the right verdict. sweepit's message
-    quotes torch's "Cannot re-initialize CUDA in forked subprocess" at character 186 of the 300 kept."""
+    quotes torch's "Cannot re-initialize CUDA in forked subprocess" within the 300 characters kept."""
     sys.path.insert(0, str(REPO / "bench"))
     try:
         import gpu_check

@@ -23,6 +23,7 @@ from hydra_plugins.sweepit.config import (
     SlurmLauncherConf,
 )
 from sweepit.local._local_sweep import LocalOptions
+from sweepit.search._samplers import REMOVED_SAMPLERS
 from sweepit.search._search import SearchOptions
 from sweepit.slurm._request import SlurmOptions
 from sweepit_testing import REPO
@@ -60,6 +61,8 @@ def test_the_page_lists_every_key_of_every_schema_with_what_it_is() -> None:
         assert not missing, f"{schema.__name__}: {missing} not in {PAGE.name}"
     for group, confs in (("sampler", SAMPLER_CONFS), ("pruner", PRUNER_CONFS)):
         for name, conf in confs.items():
+            if conf._target_ in REMOVED_SAMPLERS:
+                continue
             section = text.split(f"### `{group}={name}`", 1)[1].split("\n### ", 1)[0]
             keywords = [f.name for f in dataclasses.fields(conf) if not f.name.startswith("_")]
             assert keywords == _page_rows(section), f"{group}={name}"
@@ -86,3 +89,28 @@ def test_the_pages_send_readers_to_the_reference_not_to_the_schemas_source() -> 
                if "hydra_plugins/sweepit/config.py" in page.read_text()]
     assert not sources, f"{sources} send readers to src/hydra_plugins/sweepit/config.py; link configuration.md"
     assert "](configuration.md#hydralauncher-slurm)" in (REPO / "docs" / "slurm.md").read_text()
+
+
+def test_the_reference_offers_no_sampler_optuna_removed_and_optuna_md_agrees() -> None:
+    """A sampler the released plugin had and Optuna 4 removed stays choosable (choosing it explains) but is not
+    offered: the reference names it under "Not offered" only, and the Optuna how-to lists no such sampler."""
+    text = PAGE.read_text()
+    for name, conf in SAMPLER_CONFS.items():
+        if conf._target_ in REMOVED_SAMPLERS:
+            assert f"### `sampler={name}`" not in text and f"Not offered: `sampler={name}`" in text
+            assert f"`{name}`" not in (REPO / "docs" / "optuna.md").read_text()
+
+
+def test_the_gpu_binding_is_said_as_the_request_makes_it() -> None:
+    """trainer.gpus=N asks --gpus-per-node, never --gpus-per-task (tests/slurm/test_slurm_launcher_request.py
+    holds the request itself): the generated reference, the launcher's yaml and the GPU how-to say so."""
+    from sweepit.slurm._request import spread
+
+    request = spread(0, 2, 5, node_gpus=4, max_nodes=1, gpus_key="trainer.gpus")
+    assert (request.tasks_per_node, request.gpus_per_node, request.gpus_per_task) == (2, 2, None)
+    launcher_yaml = REPO / "src" / "hydra_plugins" / "sweepit" / "conf" / "hydra" / "launcher" / "slurm.yaml"
+    for place in (PAGE, launcher_yaml, REPO / "docs" / "gpu.md"):
+        assert "one GPU each" not in place.read_text(), place.name
+    row = next(line for line in PAGE.read_text().splitlines() if line.startswith("| `gpus_key` | `str \\| None`"))
+    assert "--gpus-per-node, not --gpus-per-task" in row and "sees all of its node's GPUs" in row
+    assert "each task seeing all of them" in launcher_yaml.read_text()

@@ -68,7 +68,7 @@ def test_a_jobs_own_gpus_and_time_limit_win_and_the_launcher_names_what_it_leave
             "--partition=debug", "--account=proj1"} <= lines
     assert "--gpus-per-task=1" not in lines, "the job's own GPUs are per node: every task sees them all"
     said = " ".join(proc.stdout.split())  # Hydra logs the driver's warnings to stdout
-    assert ("trainer.gpus in the job config sets the request of 1 job(s) (trainer.gpus=N: N tasks with one GPU each); "
+    assert ("trainer.gpus in the job config sets the request of 1 job(s) (trainer.gpus=N: N tasks sharing N GPUs); "
             "these launcher keys apply only to jobs without it: hydra.launcher.tasks_per_node=2, gpus_per_task=1. "
             "Set hydra.launcher.gpus_key=null to use them for every job.") in said
     assert ("timeout_min in the job config sets the time limit of 1 job(s) (e.g. 7 min); "

@@ -260,3 +260,18 @@ def test_the_job_asks_its_own_gpu_for_its_capability_and_count(monkeypatch: pyte
     with pytest.raises(ConfigError, match=seen):
         _devices.device_for(Rank(0, 0, 1), "cuda:2")
     assert _devices.device_for(Rank(1, 1, 2), "auto") == torch.device("cuda", 1)
+
+
+def test_the_forked_after_cuda_message_says_what_happened_then_what_to_do_then_links_its_reasons() -> None:
+    """Three short lines, not one long sentence; the anchor it links is a heading of docs/gpu.md, which holds the
+    reasons; torch's own words are in the 300 characters bench/gpu_check.py keeps of a job's error."""
+    from sweepit.train import FORKED_AFTER_CUDA
+    from sweepit_testing import REPO
+
+    happened, to_do, why = FORKED_AFTER_CUDA.split("\n")
+    assert happened.startswith("CUDA was initialised at import time") and len(happened.split()) <= 40
+    assert to_do.startswith("Move that call") and "sweepit resume <sweep dir>" in to_do and len(to_do.split()) <= 30
+    page, anchor = why.split(": ", 1)[1].split("#")
+    headings = [line[3:] for line in (REPO / page).read_text().splitlines() if line.startswith("## ")]
+    assert anchor in ["-".join(h.lower().split()) for h in headings], (anchor, headings)
+    assert "Cannot re-initialize CUDA in forked subprocess" in FORKED_AFTER_CUDA[:300]

@@ -39,9 +39,9 @@ class SlurmOptions:
     Keys shared with hydra-submitit-launcher mean what they mean there, so a submitit_slurm config carries over:
     timeout_min, cpus_per_task, gpus_per_node, gpus_per_task, gres, mem_gb, nodes, tasks_per_node, partition,
     account, qos, constraint, setup, additional_parameters (and signal_delay_s, max_num_timeout,
-    array_parallelism). They make the request of every job whose config says nothing; a job's own config wins
-    where it has `gpus_key` (trainer.gpus=N: N tasks with one GPU each) or `timeout_key` (timeout_min), and the
-    launcher warns about the keys this leaves unused. A request with no GPU anywhere is a CPU-only job.
+    array_parallelism). They make the request of every job whose config says nothing. A job's own config wins
+    where it has `gpus_key` (see that key) or `timeout_key` (timeout_min), and the launcher warns about the keys
+    this leaves unused. A request with no GPU anywhere is a CPU-only job.
 
     gpus_per_node means, as in submitit, the GPUs a job *asks for* on each node; what a node has is `node_gpus`.
     (A profile that sets it to the GPUs its nodes have asks for them in every job without trainer.gpus, and the
@@ -92,8 +92,9 @@ class SlurmOptions:
     node_gpus: int | None = None
     # Most nodes a job's gpus_key may spread over (a job with more GPUs than max_nodes x node_gpus is refused).
     max_nodes: int = 1
-    # Config key holding a job's GPUs (its tasks, one GPU each); null: never read (every job takes the request
-    # above, e.g. CPU-only jobs of an app that has trainer.gpus).
+    # Config key holding a job's GPUs. N asks for N tasks and N GPUs with --gpus-per-node, not --gpus-per-task:
+    # every task sees all of its node's GPUs, and each rank takes the one of its local rank. Null: never read, and
+    # every job takes the request above (e.g. CPU-only jobs of an app that has trainer.gpus).
     gpus_key: str | None = "trainer.gpus"
     # Config key holding a job's time limit in minutes; null: never read (hydra.launcher.timeout_min for all).
     timeout_key: str | None = "timeout_min"
@@ -484,7 +485,7 @@ def _say_what_the_job_configs_override(jobs: list[Asked], o: SlurmOptions) -> No
               if getattr(o, k) not in (getattr(SlurmOptions, k), 0)]
     if own and unused:
         log.warning(f"{o.gpus_key} in the job config sets the request of {len(own)} job(s) ({o.gpus_key}=N: N tasks "
-                    f"with one GPU each); these launcher keys apply only to jobs without it: hydra.launcher."
+                    f"sharing N GPUs); these launcher keys apply only to jobs without it: hydra.launcher."
                     f"{', '.join(unused)}. Set hydra.launcher.gpus_key=null to use them for every job.")
     differ = [j for j in jobs if j.own_timeout and j.timeout_min != o.timeout_min]
     if differ and o.timeout_min != SlurmOptions.timeout_min:

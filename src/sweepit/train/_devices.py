@@ -22,15 +22,15 @@ PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 # it imports, in a Hydra callback: Hydra imports sweepit's plugins before those) asks NVML and leaves CUDA alone in the
 # process the launchers fork jobs from. `PYTORCH_NVML_BASED_CUDA_CHECK=0` in the environment keeps torch's own check.
 os.environ.setdefault(NVML_CHECK, "1")
+# Three lines: what happened, what to do, where the reasons are (an anchor tests/train/test_devices.py checks). Torch's
+# own words stay in the first 300 characters, which bench/gpu_check.py keeps of a job's error.
 FORKED_AFTER_CUDA = (
-    "CUDA was initialised in the process that forks the sweep's jobs (the local launcher's driver, or a Slurm worker) "
-    "before they were forked, and a forked process cannot use CUDA (PyTorch: \"Cannot re-initialize CUDA in forked "
-    "subprocess\"): each job given GPUs is recorded as failed with this message instead of running. Something called "
-    "CUDA at import time (in the app, a package it imports, or a Hydra callback): a model or tensor moved to the GPU, "
-    "or torch.cuda.is_available() asked before sweepit was imported (sweepit sets PYTORCH_NVML_BASED_CUDA_CHECK=1, "
-    "with which torch asks NVML instead). Move that call into the task function, import sweepit before it, or export "
-    "PYTORCH_NVML_BASED_CUDA_CHECK=1 before the sweep; or give each job a process of its own on Slurm "
-    "(hydra.launcher.workers=0, hydra.sweeper.workers=0). Then `sweepit resume <sweep dir>` runs these jobs.")
+    "CUDA was initialised at import time, before the sweep's jobs were forked, so a forked job cannot use it "
+    "(PyTorch: \"Cannot re-initialize CUDA in forked subprocess\"): each job given GPUs is recorded as failed "
+    "instead of running.\n"
+    "Move that call into the task function, or import sweepit before it; then `sweepit resume <sweep dir>` runs "
+    "these jobs.\n"
+    "Why, and the other fixes: docs/gpu.md#cuda-initialised-before-the-fork")
 BF16_CAPABILITY = (8, 0)
 FP16_CAPABILITY = (7, 0)  # tensor cores (Volta on): float16 matmuls and convolutions several times fp32's speed
 # cuBLAS's reproducible workspace (CUDA's documentation, "Results reproducibility"); read when cuBLAS starts.
