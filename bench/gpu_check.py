@@ -34,8 +34,9 @@ USER_ENV = dict(os.environ)
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 # What sweepit's local sweeps need beyond a GPU machine's image (Python, torch and numpy): pure Python (PyYAML's
-# compiled part is optional; built for another Python it is skipped).
-PACKED = ("hydra-core", "omegaconf", "antlr4-python3-runtime", "PyYAML", "packaging")
+# compiled part is optional; built for another Python it is skipped). cloudpickle carries a GPU job to a fresh
+# interpreter where the app initialised CUDA before the fork server (the fork probe's tensor case).
+PACKED = ("hydra-core", "omegaconf", "antlr4-python3-runtime", "PyYAML", "packaging", "cloudpickle")
 CARRY_LIMIT_MIB = 64
 # What to do where the python probe finds a module missing: the pack carries the pure-Python ones; numpy and torch are
 # compiled for one Python, so the image (or PY, the Python the check runs) must bring them.

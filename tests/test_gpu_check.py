@@ -82,7 +82,7 @@ def test_make_gpu_pack_copies_hydra_as_installed_and_mnist_within_64_mib(tmp_pat
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "MiB together, at most 64 MiB" in proc.stdout
     packed = root / ".devpkgs"
-    assert {"hydra", "omegaconf", "antlr4", "yaml", "packaging"} <= {p.name for p in packed.iterdir()}
+    assert {"hydra", "omegaconf", "antlr4", "yaml", "packaging", "cloudpickle"} <= {p.name for p in packed.iterdir()}
     assert not list(packed.rglob("*.pyc"))
     assert sorted(p.name for p in (root / ".devdata" / "mnist").iterdir()) == sorted(p.name for p in mnist.iterdir())
     # What the run puts first on PYTHONPATH is what is imported, with its distribution's metadata.

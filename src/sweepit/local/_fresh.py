@@ -20,7 +20,7 @@ def main() -> None:
     def run() -> Reply:
         # Unpickled in the job, after its output went to its logs: an app that fails to import is the job's error.
         body = pickle.loads(payload)
-        return body()  # type: ignore[no-any-return]
+        return body()
 
     child_main(spec, Connection(reply_fd, readable=False), run)
 
