@@ -226,7 +226,8 @@ def precision(p: Probe) -> dict[str, Any]:
     auto_ok = out["auto"]["precision"] == "fp32" if p.smoke else out["auto"]["precision"] in ("bf16", "fp16")
     ok = (all(r["status"] == "completed" for r in out.values()) and out["fp16"]["precision"] == "fp16"
           and auto_ok)
-    summary = "; ".join(f"{name}: {r['status']} in {r['precision']}, objective {r['objective']}" for name, r in out.items())
+    summary = "; ".join(f"{name}: {r['status']} in {r['precision']}, objective {r['objective']}"
+                        for name, r in out.items())
     return {"ok": ok, "summary": summary, **out}
 
 
