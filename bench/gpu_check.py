@@ -148,7 +148,7 @@ def fork(p: Probe) -> dict[str, Any]:
     GPU. Each runs in the environment of the shell that started the check (USER_ENV): this process has imported
     sweepit, whose NVML setting the app must not inherit. The smoke run, on a CPU, stands a CUDA context in for
     `tensor` (torch's initialised flag, and a GPU id for the launcher to hand out). Verdict: `fork_verdict`."""
-    from sweepit.local._pool import FRESH_FOR_CUDA
+    from sweepit.local import FRESH_FOR_CUDA
     from sweepit.reporting import load_sweep
 
     out: dict[str, Any] = {}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sweepit.local._pool import FRESH_FOR_CUDA
+from sweepit.local import FRESH_FOR_CUDA
 from sweepit.results._job_files import read_result
 from sweepit.train import FORKED_AFTER_CUDA
 from sweepit_testing import child_env, run_command
