@@ -163,7 +163,7 @@ bench-gpu: ## On a GPU node: mnist_best time to 99.4%, CIFAR-10 ResNet-50 sweepi
 	$(PY) bench/bench_gpu.py $(ARGS)
 
 # bench/gpu_check.sh's pack: what a lent GPU machine lacks (its image has torch, but no Hydra), carried with the tree.
-gpu-pack: ## Fill .devpkgs/ and .devdata/ for `bash bench/gpu_check.sh run` on a lent GPU machine: Hydra, OmegaConf, ANTLR, PyYAML, packaging as .venv has them, MNIST from MNIST_ROOT (default ../shared/data/mnist); at most 64 MiB
+gpu-pack: ## Fill .devpkgs/ and .devdata/ for `bash bench/gpu_check.sh run` on a lent GPU machine: Hydra, OmegaConf, ANTLR, PyYAML, packaging, cloudpickle as .venv has them, MNIST from MNIST_ROOT (default ../shared/data/mnist); at most 64 MiB
 	PY=$(PY) bash bench/gpu_check.sh pack
 
 slurm-up: ## Start the local one-node Slurm cluster with 4 fake GPUs (root; installs Debian's packages once)

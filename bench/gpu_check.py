@@ -34,8 +34,9 @@ USER_ENV = dict(os.environ)
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 # What sweepit's local sweeps need beyond a GPU machine's image (Python, torch and numpy): pure Python (PyYAML's
-# compiled part is optional; built for another Python it is skipped).
-PACKED = ("hydra-core", "omegaconf", "antlr4-python3-runtime", "PyYAML", "packaging")
+# compiled part is optional; built for another Python it is skipped). cloudpickle carries a GPU job to a fresh
+# interpreter where the app initialised CUDA before the fork server (the fork probe's tensor case).
+PACKED = ("hydra-core", "omegaconf", "antlr4-python3-runtime", "PyYAML", "packaging", "cloudpickle")
 CARRY_LIMIT_MIB = 64
 # What to do where the python probe finds a module missing: the pack carries the pure-Python ones; numpy and torch are
 # compiled for one Python, so the image (or PY, the Python the check runs) must bring them.
@@ -147,6 +148,7 @@ def fork(p: Probe) -> dict[str, Any]:
     GPU. Each runs in the environment of the shell that started the check (USER_ENV): this process has imported
     sweepit, whose NVML setting the app must not inherit. The smoke run, on a CPU, stands a CUDA context in for
     `tensor` (torch's initialised flag, and a GPU id for the launcher to hand out). Verdict: `fork_verdict`."""
+    from sweepit.local import FRESH_FOR_CUDA
     from sweepit.reporting import load_sweep
 
     out: dict[str, Any] = {}
@@ -165,7 +167,9 @@ def fork(p: Probe) -> dict[str, Any]:
         out[touch] = {"rc": proc.returncode, "statuses": [j.status for j in jobs],
                       "errors": [str(j.result.get("error") or "")[:300] for j in jobs],
                       "nvml_check_at_import": said[0] if said else None,
-                      "driver_said": proc.stderr.strip().splitlines()[-5:]}
+                      "driver_said": proc.stderr.strip().splitlines()[-5:],
+                      # sweepit's word that it started the GPU jobs in fresh interpreters (CUDA before the fork)
+                      "fresh_interpreters": FRESH_FOR_CUDA[:100] in proc.stdout + proc.stderr}
     ok, summary = fork_verdict(out)
     # The verdict itself, on recorded sweeps whose right verdict is known (sweepit's own message, which quotes torch's
     # words, is no job that died): a wrong one fails the probe, in the smoke run too.
@@ -199,6 +203,48 @@ def fork_verdict(cases: dict[str, Any]) -> tuple[bool, str]:
     if bad:
         summary += f"; wrong in {', '.join(bad)} (died: of '{FORK_ERROR}')"
     return not bad, summary
+
+
+def _result(run: Path) -> dict[str, Any]:
+    return dict(json.loads((run / "result.json").read_text()))
+
+
+def precision(p: Probe) -> dict[str, Any]:
+    """mnist_best for one epoch in fp16 (autocast and GradScaler) and in `auto` (bf16 from compute capability 8.0, fp16
+    on 7.x; fp32 on the CPU), each a run of its own: both complete, in the precision they name."""
+    data = ([f"data.root={p.mnist_root}"] if p.mnist_root else
+            ["data.synthetic=true", f"data.n_synthetic={128 if p.smoke else 2048}"])
+    out: dict[str, Any] = {}
+    for name in ("fp16", "auto"):
+        args = ["--config-dir", str(REPO / "sweeps"), "--config-name", "mnist_best", "epochs=1", f"device={p.device}",
+                f"trainer.precision={name}", "trainer.checkpoint=false", "trainer.save_model=none", *data,
+                *(["trainer.threads=1"] if p.smoke else [])]
+        result = _result(bench_gpu.train(args, p.work / name, multirun=False))
+        out[name] = {k: result.get(k) for k in ("status", "precision", "objective", "epoch_time_s_mean")}
+        p.save({"ok": False, **out, "summary": f"{name} ended {result.get('status')}; the next did not end"})
+    # auto on the CPU (the smoke run) is fp32; on a GPU of tensor cores, bf16 or fp16.
+    auto_ok = out["auto"]["precision"] == "fp32" if p.smoke else out["auto"]["precision"] in ("bf16", "fp16")
+    ok = (all(r["status"] == "completed" for r in out.values()) and out["fp16"]["precision"] == "fp16"
+          and auto_ok)
+    summary = "; ".join(f"{name}: {r['status']} in {r['precision']}, objective {r['objective']}"
+                        for name, r in out.items())
+    return {"ok": ok, "summary": summary, **out}
+
+
+def streamed(p: Probe) -> dict[str, Any]:
+    """Map-style Datasets (bench/apps/streamed_data.py) read by 2 loader workers per rank, over 2 epochs: the loaders
+    built once, their workers kept from epoch to epoch."""
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE / "apps"), os.environ.get("PYTHONPATH", "")])
+    args = ["task=custom", "data._target_=streamed_data.make", "model._target_=torch.nn.Linear",
+            "+model.in_features=16", "+model.out_features=4", "data.loader.num_workers=2", "epochs=2",
+            "batch_size=64", f"device={p.device}", "trainer.checkpoint=false", "trainer.save_model=none",
+            *(["trainer.threads=1", "+data.n=256"] if p.smoke else [])]
+    result = _result(bench_gpu.train(args, p.work / "run", multirun=False))
+    figures = {k: result.get(k) for k in ("status", "device", "epochs_completed", "objective", "epoch_time_s_mean",
+                                          "samples_per_s_mean")}
+    ok = figures["status"] == "completed" and figures["epochs_completed"] == 2
+    return {"ok": ok, **figures, "summary": f"{figures['status']} on {figures['device']}, 2 loader workers: objective "
+            f"{figures['objective']}, {figures['samples_per_s_mean'] or 0:,.0f} samples/s"}
 
 
 def deterministic(p: Probe) -> dict[str, Any]:
@@ -289,9 +335,10 @@ def scaling(p: Probe) -> dict[str, Any]:
 # the report. Sized from the H200's times of mnist, throughput and scaling (bench/RESULTS.md), with room for a slower
 # GPU; the smoke run multiplies them by SMOKE_SCALE (a loaded CPU, where they are no figure).
 PROBES: dict[str, tuple[Callable[[Probe], dict[str, Any]], int]] = {
-    "nvidia_smi": (nvidia_smi, 10), "python": (python, 20), "fork": (fork, 40), "deterministic": (deterministic, 45),
-    "shared": (shared, 90), "throughput_bf16": (throughput("bf16"), 60), "throughput_fp32": (throughput("fp32"), 80),
-    "mnist": (mnist, 80), "scaling": (scaling, 55),
+    "nvidia_smi": (nvidia_smi, 10), "python": (python, 15), "fork": (fork, 35), "precision": (precision, 30),
+    "streamed": (streamed, 20), "deterministic": (deterministic, 40), "shared": (shared, 75),
+    "throughput_bf16": (throughput("bf16"), 60), "throughput_fp32": (throughput("fp32"), 70), "mnist": (mnist, 70),
+    "scaling": (scaling, 55),
 }
 SMOKE_SCALE = 4
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks of a machine lent for minutes (one H100 or H200, a CUDA torch, no Hydra, no network), in one call:
-#   bash bench/gpu_check.sh pack            here (make gpu-pack): Hydra, OmegaConf, ANTLR's runtime, PyYAML and packaging
+#   bash bench/gpu_check.sh pack            here (make gpu-pack): Hydra, OmegaConf, ANTLR's runtime, PyYAML, packaging,
+#                                           cloudpickle
 #                                           as this .venv installed them into .devpkgs/, MNIST (MNIST_ROOT, default
 #                                           ../shared/data/mnist) into .devdata/ (both git-ignored; carry both with the tree)
 #   bash bench/gpu_check.sh run [DIR]       there, from the repository root: every probe of bench/gpu_check.py, each

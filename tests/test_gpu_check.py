@@ -20,8 +20,8 @@ from sweepit_testing import REPO, wait_until, write_mnist_subset
 
 SMOKE = "bash bench/gpu_check.sh run --smoke"
 # In the order they run: those that never ran on a GPU first, mnist_best and the scaling plan last.
-PROBES = ["nvidia_smi", "python", "fork", "deterministic", "shared", "throughput_bf16", "throughput_fp32", "mnist",
-          "scaling"]
+PROBES = ["nvidia_smi", "python", "fork", "precision", "streamed", "deterministic", "shared", "throughput_bf16",
+          "throughput_fp32", "mnist", "scaling"]
 NO_DRIVER = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
 
 
@@ -82,7 +82,7 @@ def test_make_gpu_pack_copies_hydra_as_installed_and_mnist_within_64_mib(tmp_pat
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "MiB together, at most 64 MiB" in proc.stdout
     packed = root / ".devpkgs"
-    assert {"hydra", "omegaconf", "antlr4", "yaml", "packaging"} <= {p.name for p in packed.iterdir()}
+    assert {"hydra", "omegaconf", "antlr4", "yaml", "packaging", "cloudpickle"} <= {p.name for p in packed.iterdir()}
     assert not list(packed.rglob("*.pyc"))
     assert sorted(p.name for p in (root / ".devdata" / "mnist").iterdir()) == sorted(p.name for p in mnist.iterdir())
     # What the run puts first on PYTHONPATH is what is imported, with its distribution's metadata.
@@ -117,6 +117,10 @@ def test_smoke_runs_every_probe_and_writes_the_json_and_the_table(tmp_path: Path
         figures = probes[f"throughput_{precision}"]
         assert figures["precision"] == precision and figures["ratio_sweepit_over_plain"] > 0
     _check_fork(probes["fork"])
+    # fp16 and auto (fp32 on the CPU) each complete in the precision they name; the streamed Dataset over 2 epochs.
+    assert [(probes["precision"][name]["status"], probes["precision"][name]["precision"]) for name in ("fp16", "auto")
+            ] == [("completed", "fp16"), ("completed", "fp32")]
+    assert probes["streamed"]["status"] == "completed" and probes["streamed"]["epochs_completed"] == 2
     metrics = probes["deterministic"]["metrics"]
     assert len(metrics[0]) == 2 and metrics[0] == metrics[1] and probes["deterministic"]["differing_weights"] == []
     assert [probes["shared"][run]["status"] for run in ("alone", "shared_0", "shared_1")] == ["completed"] * 3
@@ -146,16 +150,14 @@ def test_a_probe_past_its_limit_is_stopped_with_its_sweeps_and_recorded(tmp_path
 
 def _check_fork(fork: dict[str, Any]) -> None:
     """The fork probe's smoke run: the `available` app in the user's environment (no NVML setting inherited from the
-    probe's process) completes; `tensor`, with a CUDA context stood in, has each job recorded failed with sweepit's
-    message, which quotes torch's words: the verdict holds, as on the recorded cases."""
-    from sweepit.train import FORKED_AFTER_CUDA
-
+    probe's process) completes; `tensor`, with a CUDA context stood in, completes too, each job in a fresh
+    interpreter (the driver says so): the verdict holds, as on the recorded cases."""
     assert fork["ok"], fork["summary"]
     assert fork["available"]["statuses"] == ["completed"] * 2
     assert [fork[touch]["nvml_check_at_import"] for touch in ("available", "tensor")] == ["None", "None"]
-    assert fork["tensor"]["statuses"] == ["failed"] * 2
-    assert fork["tensor"]["errors"] == [FORKED_AFTER_CUDA[:300]] * 2
-    assert fork["summary"].startswith("available: 2 completed; tensor: 2 recorded"), fork["summary"]
+    assert fork["tensor"]["statuses"] == ["completed"] * 2
+    assert [fork[touch]["fresh_interpreters"] for touch in ("available", "tensor")] == [False, True]
+    assert fork["summary"].startswith("available: 2 completed; tensor: 2 completed"), fork["summary"]
     assert all(fork["recorded_cases_judged_right"].values()) and len(fork["recorded_cases_judged_right"]) == 3
 
 

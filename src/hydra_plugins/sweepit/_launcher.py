@@ -112,6 +112,25 @@ class SweepitLauncher(Launcher):
         # its JobReturn, sweep.json and the printed tables.
         self.job_env: dict[int, dict[str, str]] = {}
         self._plans: JobPlans | None = None  # plan_job's working configs, of `self.config`
+        self._hydra: bytes | None = None  # what every job run afresh carries of the driver's Hydra, pickled once
+
+    def _context(self) -> tuple[HydraContext, TaskFunction, dict[Any, Any]]:
+        """What a job pickled for a process of its own (a Slurm job's tasks, a Slurm worker, a local job in a fresh
+        interpreter) carries of the driver's Hydra: the context (the loader without the driver's composer), the task
+        function, and Hydra's singletons (its search path, plugins, job runtime)."""
+        from hydra.core.singleton import Singleton
+
+        assert self.hydra_context is not None and self.task_function is not None
+        context = HydraContext(config_loader=self.composed.loader, callbacks=self.hydra_context.callbacks)
+        return context, self.task_function, Singleton.get_state()
+
+    def pickled_hydra(self) -> bytes:
+        """`_context`, pickled once for every job of the sweep (`pickle_hydra`)."""
+        from hydra_plugins.sweepit._runner import pickle_hydra
+
+        if self._hydra is None:
+            self._hydra = pickle_hydra(*self._context())
+        return self._hydra
 
     # -- one job at a time, as a sweeper asks: the Optuna sweeper's AsyncLauncher protocol ---------------------
     def start(self, overrides: Sequence[str], job_num: int) -> None:

@@ -367,6 +367,13 @@ class SlurmTask:
             return None  # optuna.TrialPruned: a result, and the Slurm job ends COMPLETED
         raise error
 
+    def reply(self) -> Reply:
+        """The job in a fresh interpreter of the local launcher (its fork server could not use CUDA): the Reply a
+        forked job sends back."""
+        hydra_context, task_function, singleton_state = pickle.loads(self.hydra)
+        restore_hydra(singleton_state)
+        return JobRunner(hydra_context, task_function).reply(self.config, Path(self.job_dir))
+
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
         """Called by submitit on rank 0 when USR2 arrives: the same job again, unless it has just finished."""
         import submitit

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.sweepit._job_steps import warm_up
 from hydra_plugins.sweepit._launcher import SweepitLauncher, compact_errors, number, plain_options
-from hydra_plugins.sweepit._runner import SAVED_KEYS, JobRunner, SavedConfig, job_return, release_config
+from hydra_plugins.sweepit._runner import SAVED_KEYS, JobRunner, SavedConfig, SlurmTask, job_return, release_config
 from hydra_plugins.sweepit.callbacks import ends_with_report
 from sweepit.errors import ConfigError, SweepFailedError, SweepitError, with_causes
 from sweepit.local import ForkServer, Job, LocalOptions, LocalSweep, Reply, preload
@@ -42,7 +42,7 @@ class LocalLauncher(SweepitLauncher):
         super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
         if self._server is not None:
             self._server.close()
-        self._server = ForkServer(self._body, compose=self._compose, setup=self._warm_up)
+        self._server = ForkServer(self._body, compose=self._compose, setup=self._warm_up, fresh=self._fresh)
         self._server.start()
         atexit.register(self._server.close)  # reaped, not left to init: its CPU time counts in the driver's
 
@@ -88,6 +88,14 @@ class LocalLauncher(SweepitLauncher):
         """In the fork server, just before it forks the job: the job's config, as Hydra's own launchers compose it."""
         assert self.config is not None
         job.config = number(self.composed.compose(self.config, job.overrides), job.num, job.job_env)
+
+    def _fresh(self, job: Job) -> bytes:
+        """In the driver: the job composed and pickled for a fresh interpreter, as a Slurm job's task is (its fork
+        server cannot use CUDA: `ForkServer.spawn`)."""
+        import pickle
+
+        self._compose(job)
+        return pickle.dumps(SlurmTask(self.pickled_hydra(), job.config, str(job.job_dir)).reply)
 
     def _body(self, job: Job) -> Reply:
         assert self.hydra_context is not None and self.task_function is not None

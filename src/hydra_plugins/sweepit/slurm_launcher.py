@@ -21,7 +21,6 @@ from hydra_plugins.sweepit._runner import (
     SavedConfig,
     SlurmTask,
     job_return,
-    pickle_hydra,
     promised_config,
     release_config,
 )
@@ -54,7 +53,6 @@ class SlurmLauncher(SweepitLauncher):
             self.options = SlurmOptions(dry_run=True)  # never used: setup() raises first
         self._sweep: SlurmSweep | None = None    # the run of start()/wait_any()
         self.facts = ClusterFacts()              # Slurm's partition and limits, asked once for the whole sweep
-        self._hydra: bytes | None = None  # what every task of the sweep carries of the driver's Hydra, pickled once
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         if self._bad_options is not None:
@@ -83,21 +81,10 @@ class SlurmLauncher(SweepitLauncher):
             sweep.while_jobs_run = lambda: preload_report(config)
         return sweep
 
-    def _context(self) -> tuple[HydraContext, TaskFunction, dict[Any, Any]]:
-        """What a task pickled for a Slurm job carries of the driver's Hydra: the context (the loader without the
-        driver's composer), the task function, and Hydra's singletons (its search path, plugins, job runtime)."""
-        from hydra.core.singleton import Singleton
-
-        assert self.hydra_context is not None and self.task_function is not None
-        context = HydraContext(config_loader=self.composed.loader, callbacks=self.hydra_context.callbacks)
-        return context, self.task_function, Singleton.get_state()
-
     def _task(self, job: PlannedJob) -> SlurmTask:
         """What each Slurm task of the job runs: the job's runner, in the job's directory. The driver's Hydra is the
         same for every task of the sweep: copied (`Singleton.get_state`, as much as a compose) and pickled once."""
-        if self._hydra is None:
-            self._hydra = pickle_hydra(*self._context())
-        return SlurmTask(self._hydra, job.config, str(job.job_dir), job.gate)
+        return SlurmTask(self.pickled_hydra(), job.config, str(job.job_dir), job.gate)
 
     def _packed_task(self, spec: PackSpec) -> WorkerTask:
         """What each worker of a packed sweep runs: jobs composed in the worker, each forked from it."""

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from sweepit.local._forkserver import ForkServer
 from sweepit.local._local_sweep import LocalOptions, LocalSweep
-from sweepit.local._pool import Job, Pool, PoolHooks
+from sweepit.local._pool import FRESH_FOR_CUDA, Job, Pool, PoolHooks
 from sweepit.local._resources import DEFAULT_PRELOAD, GpuPool, preload, visible_gpus
 from sweepit.local._worker import ChildSpec, Reply, child_main, failure, picklable, record_end
 
 __all__ = [
-    "DEFAULT_PRELOAD", "ChildSpec", "ForkServer", "GpuPool", "Job", "LocalOptions", "LocalSweep", "Pool", "PoolHooks",
-    "Reply", "child_main", "failure", "picklable", "preload", "record_end", "visible_gpus"
+    "DEFAULT_PRELOAD", "FRESH_FOR_CUDA", "ChildSpec", "ForkServer", "GpuPool", "Job", "LocalOptions", "LocalSweep",
+    "Pool", "PoolHooks", "Reply", "child_main", "failure", "picklable", "preload", "record_end", "visible_gpus"
 ]

@@ -9,6 +9,10 @@ sentinel) over SCM_RIGHTS; the server forks the job (multiprocessing's fork star
 multiprocessing child does), says `started` with its pid, and `exited` with its exit status once it reaps it (negative:
 the signal that killed it). The server dies with the driver (SIGKILL on the driver's death), and each job with the
 server (SIGTERM, as a job forked by the driver died with it); a server that died is replaced by the pool.
+
+Before its first order the server says whether CUDA was initialised where it was forked (`READY`): its forks could not
+use CUDA then. A job given GPUs is then started in a fresh interpreter instead (`spawn`, where the caller can pickle
+it: `fresh`), with the same descriptors, and the driver reaps it itself.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import os
 import pickle
 import signal
 import socket
+import subprocess
 import sys
 import traceback
 from collections.abc import Callable
@@ -35,6 +40,7 @@ from omegaconf import OmegaConf
 from sweepit._signals import stop_signals_held
 from sweepit.errors import ConfigError, with_causes
 from sweepit.local._worker import RECORDED_KEYS, ChildSpec, Reply, child_main, die_with
+from sweepit.train import forked_after_cuda
 
 if TYPE_CHECKING:
     from sweepit.local._capture import JobOutput
@@ -43,6 +49,7 @@ log = logging.getLogger(__name__)
 _FORK = multiprocessing.get_context("fork")
 _MAX_MESSAGE = 1 << 20  # an order: a job's overrides and environment
 _N_FDS = 4              # stdout, stderr, reply, sentinel
+READY = -1              # the number of the server's first event: set up, and whether CUDA was initialised before it
 
 
 @dataclass(slots=True)  # slots: a sweep of 100,000 jobs keeps them all
@@ -93,20 +100,23 @@ class Event:
     pid: int
     exit_code: int | None = None
     facts: dict[str, str] = field(default_factory=dict)  # its config's RECORDED_KEYS, for a record of its death
+    cuda: bool = False      # READY's: CUDA was initialised in the server (or before its fork): no fork can use it
 
 
 class ForkServer:
     """The driver's side: `start` forks the server, `fork` has it fork one job, `events` reads what it says.
     `body(job)` runs the job in its process; `compose(job)` sets `job.config` in the server just before the fork
     (from the server's warm config loader: each job composed once, for its own process; an error is the job's);
-    `setup()` runs in the server once it is forked (preloads, which the driver then need not import)."""
+    `setup()` runs in the server once it is forked (preloads, which the driver then need not import). `fresh(job)`, in
+    the caller: the job composed and pickled (a callable returning its Reply) for `spawn`; None: no job is spawned."""
 
     def __init__(self, body: Callable[[Job], Reply], compose: Callable[[Job], None] | None = None,
-                 setup: Callable[[], None] = lambda: None) -> None:
-        self.body, self.compose, self.setup = body, compose, setup
+                 setup: Callable[[], None] = lambda: None, fresh: Callable[[Job], bytes] | None = None) -> None:
+        self.body, self.compose, self.setup, self.fresh = body, compose, setup, fresh
         self.pid: int | None = None
         self.sock: socket.socket | None = None
         self.exits: dict[int, int] = {}   # job number -> exit code, heard and not yet taken
+        self.cuda: bool | None = None     # READY's word: None until heard
 
     @property
     def alive(self) -> bool:
@@ -141,7 +151,37 @@ class ForkServer:
                 finally:
                     os._exit(code)  # never the driver's atexit handlers (its sweep lock, its manifest)
         theirs.close()
-        self.pid, self.sock, self.exits = pid, ours, {}
+        self.pid, self.sock, self.exits, self.cuda = pid, ours, {}, None
+
+    def forks_without_cuda(self) -> bool:
+        """Whether a job forked by the server can use CUDA: false where CUDA was initialised before the server's fork
+        (the app, a package it imports) or in its setup. Waits for its READY (its preloads) the first time."""
+        while self.sock is not None and self.cuda is None:
+            self.events(block=True)
+        return not self.cuda
+
+    def spawn(self, job: Job, env: dict[str, str], threads: int, fds: list[int]
+              ) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+        """Start `job` in a fresh interpreter (`python -m sweepit.local._fresh`), a child of this process, with its
+        descriptors `fds` as `fork` takes them: its process, and its config's facts. Composed here (`fresh`); a config
+        that does not compose is the job's error, raised in it."""
+        assert self.fresh is not None
+        try:
+            payload = self.fresh(job)
+        except Exception as e:
+            payload = pickle.dumps(_Raises(ConfigError(f"job {job.num}'s config does not compose: {with_causes(e)}")))
+        stdout_fd, stderr_fd, reply_fd, _ = fds
+        spec = ChildSpec(stdout_fd=stdout_fd, stderr_fd=stderr_fd, env=env, threads=threads, close_fds=[],
+                         parent_pid=os.getpid())
+        _flush_all()
+        # Its own session: the terminal's Ctrl-C reaches only the driver, from the job's first instruction on.
+        proc = subprocess.Popen([sys.executable, "-m", "sweepit.local._fresh"], stdin=subprocess.PIPE, pass_fds=fds,
+                                env={**os.environ, **env}, start_new_session=True)
+        assert proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError):  # it died at its start: its exit status says how
+            proc.stdin.write(pickle.dumps((spec, reply_fd, sys.path, payload)))
+        proc.stdin.close()
+        return proc, _facts(job)
 
     def fork(self, job: Job, env: dict[str, str], threads: int, fds: list[int]) -> tuple[int, dict[str, str]] | None:
         """Fork `job` with its descriptors `fds` (stdout, stderr, reply, sentinel): its pid and its config's facts,
@@ -163,9 +203,10 @@ class ForkServer:
         """What the server said since the last call (exits are also kept in `exits`); at its death, `alive` is
         false after this."""
         out: list[Event] = []
+        heard = False
         while self.sock is not None:
             try:
-                data = self.sock.recv(_MAX_MESSAGE, 0 if block and not out else socket.MSG_DONTWAIT)
+                data = self.sock.recv(_MAX_MESSAGE, 0 if block and not heard else socket.MSG_DONTWAIT)
             except BlockingIOError:
                 break
             except OSError:
@@ -174,6 +215,10 @@ class ForkServer:
                 self.close()
                 break
             event: Event = pickle.loads(data)
+            heard = True
+            if event.num == READY:
+                self.cuda = event.cuda
+                continue
             if event.exit_code is not None:
                 self.exits[event.num] = event.exit_code
             out.append(event)
@@ -203,6 +248,7 @@ def _serve(sock: socket.socket, server: ForkServer, driver: int) -> None:
     # collection over torch's many objects is slow.
     gc.collect(1)
     gc.freeze()
+    _say(sock, Event(READY, os.getpid(), cuda=forked_after_cuda()))
     running: dict[int, tuple[int, BaseProcess]] = {}  # sentinel -> (job number, process)
     while True:
         ready = wait([sock, *running], timeout=None)
@@ -242,8 +288,7 @@ def _fork(order: Order, fds: list[int], server: ForkServer, close_fds: list[int]
         error = ConfigError(f"job {order.num}'s config does not compose: {with_causes(e)}")
         error.__cause__ = e
         run = _raiser(error)
-    facts = {key: str(value) for key in RECORDED_KEYS
-             if (value := OmegaConf.select(job.config, key, default=None)) is not None} if job.config else {}
+    facts = _facts(job)
     stdout_fd, stderr_fd, reply_fd, sentinel_fd = fds
     spec = ChildSpec(stdout_fd=stdout_fd, stderr_fd=stderr_fd, env=order.env, threads=order.threads,
                      close_fds=close_fds, parent_pid=os.getpid())
@@ -259,6 +304,22 @@ def _fork(order: Order, fds: list[int], server: ForkServer, close_fds: list[int]
     for fd in (stdout_fd, stderr_fd, sentinel_fd):
         os.close(fd)
     return proc, facts
+
+
+def _facts(job: Job) -> dict[str, str]:
+    """What the record of a job that dies without one needs of its config."""
+    return {key: str(value) for key in RECORDED_KEYS
+            if (value := OmegaConf.select(job.config, key, default=None)) is not None} if job.config else {}
+
+
+@dataclass
+class _Raises:
+    """A spawned job's body whose config did not compose: picklable, as a closure is not."""
+
+    error: Exception
+
+    def __call__(self) -> Reply:
+        raise self.error
 
 
 def _raiser(error: Exception) -> Callable[[], Reply]:

@@ -9,6 +9,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import subprocess
 import time
 from collections import deque
 from collections.abc import Callable
@@ -26,6 +27,12 @@ from sweepit.train import FORKED_AFTER_CUDA
 
 log = logging.getLogger(__name__)
 _CLOCK_TICK_S = 1.0  # how often a terminal's progress clock is redrawn
+FRESH_FOR_CUDA = (
+    "CUDA was initialised in the process that forks the sweep's jobs before they were forked (at the app's import, in "
+    "a package it imports, or in a Hydra callback: a tensor or model on the GPU, torch.cuda.is_available() asked "
+    "before sweepit was imported, or NVML failing), and a forked process cannot use CUDA: each job given GPUs starts "
+    "in a fresh Python interpreter instead, which imports the app, Hydra and torch again (seconds more per job). "
+    "Move that call into the task function, or import sweepit before it, for jobs forked warm again.")
 
 
 class PoolHooks(Protocol):
@@ -67,6 +74,8 @@ class Pool:
         self._kill_at: float | None = None   # monotonic time at which stopped jobs get SIGKILL
         self._escalated = False
         self._said_cuda = False
+        self._said_fresh = False
+        self.spawned: dict[int, subprocess.Popen[bytes]] = {}  # jobs in fresh interpreters: this process reaps them
 
     @property
     def stop_signal(self) -> int | None:
@@ -145,7 +154,12 @@ class Pool:
         """Until `job` is finished (or `deadline`, a time.monotonic()), hearing only of job ends."""
         while job.num in self.running:
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if job.lost:
+            if job.num in self.spawned:
+                assert job.sentinel is not None
+                if not wait([job.sentinel], timeout):
+                    return
+                self._reap(job)
+            elif job.lost:
                 assert job.sentinel is not None
                 if not wait([job.sentinel], timeout):
                     return
@@ -211,6 +225,9 @@ class Pool:
             if job.lost and job.sentinel is not None:
                 handlers[job.sentinel] = partial(self._lost, job)
                 exits.add(job.sentinel)
+            elif job.num in self.spawned and job.sentinel is not None:
+                handlers[job.sentinel] = partial(self._reap, job)
+                exits.add(job.sentinel)
             if job.conn is not None:
                 handlers[job.conn.fileno()] = partial(self._receive, job)
             for fd in job.output.fds():
@@ -240,7 +257,14 @@ class Pool:
         if not self.server.alive:  # it died: a new one, which must not hold the running jobs' pipes
             log.warning("sweepit: starting a new fork server")
             self.server.start(close_fds=self._held_fds())
-        started = self.server.fork(job, env, self.threads, [*job.output.child_fds, writer.fileno(), held])
+        fds = [*job.output.child_fds, writer.fileno(), held]
+        if gpus and self.server.fresh is not None and not self.server.forks_without_cuda():
+            self._say_fresh()
+            proc, facts = self.server.spawn(job, env, self.threads, fds)
+            self.spawned[job.num] = proc
+            started: tuple[int, dict[str, str]] | None = (proc.pid, facts)
+        else:
+            started = self.server.fork(job, env, self.threads, fds)
         writer.close()
         os.close(held)
         job.output.close_child_side()
@@ -264,6 +288,15 @@ class Pool:
         if not self._said_cuda:
             self._said_cuda = True
             log.warning(f"sweepit: {FORKED_AFTER_CUDA}")
+
+    def _say_fresh(self) -> None:
+        if not self._said_fresh:
+            self._said_fresh = True
+            log.warning(f"sweepit: {FRESH_FOR_CUDA}")
+
+    def _reap(self, job: Job) -> None:
+        """A job in a fresh interpreter is gone (its sentinel closed): its exit status, then its end."""
+        self._finish(job, self.spawned.pop(job.num).wait())
 
     def _receive(self, job: Job) -> None:
         assert job.conn is not None
@@ -290,7 +323,7 @@ class Pool:
         """The fork server died (killed, out of memory): each of its jobs got SIGTERM with it (and records itself
         interrupted), its process group gets one too, and SIGKILL after the grace period; once a job is gone it
         runs again (`_lost`)."""
-        lost = [job for job in self.running.values() if not job.lost]
+        lost = [job for job in self.running.values() if not job.lost and job.num not in self.spawned]
         if not lost:
             return
         log.warning(f"sweepit: the fork server died; its job(s) {', '.join(str(j.num) for j in lost)} are stopped "

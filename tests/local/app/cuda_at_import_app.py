@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 from pathlib import Path
 
 import hydra
@@ -15,6 +16,7 @@ from omegaconf import DictConfig
 
 import sweepit  # noqa: F401  (its API: sweepit.report, ...)
 
+APP_IMPORTED_HERE = True  # in the module's run: a fresh interpreter's job did not run it
 NVML_AT_IMPORT = os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")  # what the next line's torch reads
 if os.environ.get("APP_CACHED_DEVICE_COUNT"):
     # torch 2.2-2.3's device_count(): counted once (through NVML, CUDA_VISIBLE_DEVICES's GPUs) and cached for the
@@ -36,7 +38,9 @@ if os.environ.get("APP_CUDA_AT_IMPORT"):
 def main(cfg: DictConfig) -> float:
     job_dir = Path(HydraConfig.get().runtime.output_dir)
     seen = {"nvml_at_import": NVML_AT_IMPORT, "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
-            "device_count": torch.cuda.device_count()}
+            "device_count": torch.cuda.device_count(),
+            # A fresh interpreter did not run this module: its `main` came by value, in a `__main__` of its own.
+            "fresh": "APP_IMPORTED_HERE" not in sys.modules["__main__"].__dict__}
     (job_dir / "seen.json").write_text(json.dumps(seen))
     return float(cfg.x)
 
