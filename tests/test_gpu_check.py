@@ -100,6 +100,7 @@ def test_make_gpu_pack_copies_hydra_as_installed_and_mnist_within_64_mib(tmp_pat
 
 @pytest.mark.slow
 @pytest.mark.tier_slow
+@pytest.mark.timeout(1200)  # every probe, each a process that imports torch: over 10 minutes under load
 def test_smoke_runs_every_probe_and_writes_the_json_and_the_table(tmp_path: Path) -> None:
     assert f"`{SMOKE}`" in (REPO / "docs" / "gpu.md").read_text()
     proc = subprocess.run(["bash", "-c", SMOKE], cwd=REPO, env=_shell(tmp_path), capture_output=True, text=True,

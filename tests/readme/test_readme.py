@@ -185,6 +185,11 @@ def _saved(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return {"args": proc.args, "returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
 
 
+# A fresh install (pip, torch from local disk) shares 2 cores with make test-slow's other processes: it has taken
+# 5 minutes alone and over 10 under load, past pytest's default limit (pyproject.toml).
+INSTALL_TIMEOUT_S = 1800
+
+
 @pytest.fixture(scope="session")
 def installed(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Installed:
     """Made once per test run: the first of the parallel test processes (pytest-xdist) to need it installs under a
@@ -285,6 +290,7 @@ def test_make_test_is_what_ci_runs() -> None:
 
 
 @shows(INSTALL, tier_slow=True)
+@pytest.mark.timeout(INSTALL_TIMEOUT_S)
 def test_the_set_up_command_installs_sweeps_and_prints_what_the_readme_shows(installed: Installed) -> None:
     out = ok(installed.proc)
     assert re.search(r"^sweepit \S+ with torch \S+, hydra 1\.3\.\d+$", out, re.MULTILINE), out[-3000:]
@@ -325,6 +331,7 @@ USER_CHECK = "python -c \"import torch, sweepit; print(sweepit.__version__, torc
 
 
 @shows(USER_INSTALL, USER_CHECK, tier_slow=True)
+@pytest.mark.timeout(INSTALL_TIMEOUT_S)
 def test_a_user_install_into_an_environment_with_a_torch_keeps_that_torch(tmp_path: Path) -> None:
     """A fresh environment that already holds a torch (the Makefile's TORCH_SPEC, from local disk), as a cluster's
     conda env or module does: the page's install leaves that torch's files as they were, and a sweep runs."""
@@ -348,6 +355,7 @@ def test_a_user_install_into_an_environment_with_a_torch_keeps_that_torch(tmp_pa
 
 @pytest.mark.slow  # it reads the set-up command's sweep: `make test-fast` would make the fresh install for it
 @pytest.mark.tier_slow
+@pytest.mark.timeout(INSTALL_TIMEOUT_S)
 def test_the_readme_sample_run_has_this_machines_digits(installed: Installed) -> None:
     """The README says its sample table is one run on a machine it names, and that the same seed, torch build,
     threads and CPU give the same metrics: on that machine, the set-up command's sweep prints its digits."""
@@ -708,6 +716,7 @@ def test_a_gpu_hour_budget_and_a_ceiling_on_gpus_in_use(shell: Shell) -> None:
 
 # -- Experiment trackers ------------------------------------------------------------------------------------------
 @shows(TRACKERS_EXTRA, tier_slow=True)
+@pytest.mark.timeout(INSTALL_TIMEOUT_S)
 def test_installing_a_trackers_extra(installed: Installed) -> None:
     """Run in the checkout the venv was made from (an editable install points at the folder it is run in), right
     after the set-up command (the `installed` fixture)."""
