@@ -157,6 +157,7 @@ def test_an_own_loop_job_stopped_and_resumed_keeps_both_attempts_and_counts_thei
     assert "2 attempts" in resumed.stdout  # the table's note: its time_s is both attempts'
 
     assert (job_dir / "checkpoint.pt").is_file()
-    said = {page: " ".join((REPO / "docs" / page).read_text().split()) for page in ("results.md", "own-code.md")}
-    assert "your own loop's stays" in said["results.md"] and "deleted when it completes)" not in said["results.md"]
+    said = {page: " ".join((REPO / "docs" / page).read_text().split()) for page in ("sweep-files.md", "own-code.md")}
+    files = said["sweep-files.md"]
+    assert "your own loop's stays" in files and "deleted when it completes)" not in files
     assert "The checkpoint stays when the job completes" in said["own-code.md"]
