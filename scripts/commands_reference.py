@@ -48,9 +48,9 @@ def render() -> str:
 
 
 def main() -> int:
-    OUT.write_text(render())
-    print(f"wrote {OUT.relative_to(Path.cwd()) if OUT.is_relative_to(Path.cwd()) else OUT}")
-    return 0
+    from config_reference import write_page  # a sibling script: scripts/ is on sys.path when it runs
+
+    return write_page(OUT, render())
 
 
 if __name__ == "__main__":

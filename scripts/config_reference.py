@@ -170,11 +170,16 @@ def render() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def main() -> int:
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(render())
-    print(f"wrote {OUT.relative_to(Path.cwd()) if OUT.is_relative_to(Path.cwd()) else OUT}")
+def write_page(out: Path, text: str) -> int:
+    """Write a generated page and say where; the other reference scripts write theirs through this too."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(f"wrote {out.relative_to(Path.cwd()) if out.is_relative_to(Path.cwd()) else out}")
     return 0
+
+
+def main() -> int:
+    return write_page(OUT, render())
 
 
 if __name__ == "__main__":
