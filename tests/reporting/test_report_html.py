@@ -115,7 +115,7 @@ def test_a_wide_results_table_fits_1280_pixels(chromium: str, tmp_path: Path) ->
     assert done.returncode == 0, done.stderr[-2000:]
     on_gpus, failed = (next(sweep.glob(f"{n}_*")) / "result.json" for n in (0, 1))
     result = json.loads(on_gpus.read_text())
-    on_gpus.write_text(json.dumps({**result, "device": "cuda:0"}))  # as a job on a GPU records
+    on_gpus.write_text(json.dumps({**result, "device": "cuda:0", "n_gpus": 1}))  # as a job given one GPU records
     failed.write_text(json.dumps({**json.loads(failed.read_text()), "status": "failed", "objective": None,
                                   "error": f"DataMissingError: {'no such file, ' * 20}Fix: set data.root."}))
     page = build_report(sweep) / "index.html"
