@@ -82,7 +82,7 @@ class Spent:
     n_running: int = 0
     stopped: bool = False
     committed_h: float = 0.0   # what the budget holds against a new job: billed of ended runs, at-most of the others
-    n_going: int = 0           # of the running ones, those accounting says are still going (the others it cannot tell)
+    n_going: int = 0           # of the running ones, those accounting says are going or has not listed yet
 
 
 def _settle(data: dict[str, Any]) -> Spent:
@@ -108,7 +108,9 @@ def _settle(data: dict[str, Any]) -> Spent:
             spent.running_at_most_h += a["at_most_h"]
             spent.committed_h += a["at_most_h"]
             spent.n_running += 1
-            spent.n_going += row is not None
+            # Accounting that answered but lists no row for the run has not caught up with it yet (slurmdbd lags
+            # under load): it will bill it, so it is waited for like one it says is going.
+            spent.n_going += rows is not None
     return spent
 
 
