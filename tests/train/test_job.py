@@ -147,8 +147,9 @@ def test_mixed_precision_channels_last_trains_the_cnn_like_fp32(compose_cfg: Cal
                                                                 precision: str) -> None:
     """bf16 autocast, fp16 autocast with its gradient scaler and NHWC layout change the arithmetic, not the training:
     same data order, close metrics."""
-    base = ["task=mnist", "task.model=cnn", "data.synthetic=true", "data.n_synthetic=512", "epochs=2",
-            "batch_size=64", *TINY[1:]]
+    # The digits' 8x8 images: CPU fp16 is emulated, and MNIST's 28x28 took 26 CPU-s for the same check. A low lr keeps
+    # the loss far from zero, where a relative tolerance means something.
+    base = ["task=digits", "task.model=cnn", "epochs=2", "batch_size=64", "lr=0.0003", *TINY[1:]]
     run_job(compose_cfg(*base), tmp_path / "fp32")
     run_job(compose_cfg(*base, f"trainer.precision={precision}", "trainer.channels_last=true"), tmp_path / "mixed")
     fp32, mixed = read_result(tmp_path / "fp32"), read_result(tmp_path / "mixed")
@@ -158,8 +159,8 @@ def test_mixed_precision_channels_last_trains_the_cnn_like_fp32(compose_cfg: Cal
     assert mixed["status"] == "completed"
     assert mixed["final"]["train_loss"] != fp32["final"]["train_loss"]  # the other arithmetic really ran ...
     assert mixed["final"]["train_loss"] == pytest.approx(fp32["final"]["train_loss"], rel=0.05)  # ... to the same end
-    # val_acc over 100 images moves in steps of 0.01 and flips by a few images between CPUs with and without
-    # native bf16; the validation loss is the steadier measure of "the same end".
+    # val_acc flips by a few images between CPUs with and without native bf16; the validation loss is the steadier
+    # measure of "the same end".
     assert mixed["final"]["val_loss"] == pytest.approx(fp32["final"]["val_loss"], rel=0.05)
 
 
