@@ -14,6 +14,7 @@ from hydra import compose, initialize_config_dir
 from hydra.version import _UNSPECIFIED_, VersionBase
 from omegaconf import DictConfig
 
+import sweepit_testing
 from sweepit_testing import CONF, REPO, cluster_access, tmpfs
 
 
@@ -55,7 +56,6 @@ SHARED_SET_UP = {
     "analysis/test_load_states.py": "analysis-sweep",
 }
 CLUSTER_ALONE = "cluster-alone"  # the xdist group of every test marked exclusive_cluster
-COMPUTING_FIRST = 0.4  # the share of the tests using no cluster (README aside) that run before any test sharing it
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups and the order
@@ -79,54 +79,56 @@ def cluster_use(item: pytest.Item) -> str:
 
 
 def run_order(items: list[pytest.Item]) -> list[pytest.Item]:
-    """The order pytest-xdist hands the tests out in (its biggest group first: `cluster-alone`).
+    """The order pytest-xdist hands the tests out in: the tests that need the cluster alone, then those that use no
+    cluster, then those sharing it.
 
-    The tests that need the cluster alone run back to back in one process, from the start, while the other processes
-    run the tests that use no cluster (they mostly compute); a test sharing the cluster handed out meanwhile would
-    only wait for it. So the tests sharing the cluster (they mostly wait on it: a job's queue, its time limit, a node
-    down) come after the first COMPUTING_FIRST of the computing ones, spread evenly among the rest, so that waiting
-    and computing overlap to the end. The README's tests (the longest computing ones: each runs a command in a copy
-    of its own) are spread among the second half of the computing ones before that (last in the order, they ended
-    the run a minute after the rest); the first of them, which makes the README's fresh install for all, goes before
-    every computing test, so that the install runs beside the first half (spread among them, the other processes sat
-    idle waiting for it). A test marked `waits_minutes` goes first of its kind (the same). After the first
-    COMPUTING_FIRST, the computing tests and the sharing ones each go longest first, by the seconds the suite's
-    measured runs took (`measured_seconds`), so that the run ends on short tests that fill every process, not on a
-    long one started last (pytest-xdist hands tests out in this order, never by their length). Measured on the 2-core
-    machine: docs/development.md."""
+    The tests needing the cluster alone run back to back in one process (the group `cluster-alone`), from the start.
+    Meanwhile the other processes run the tests that use no cluster (they mostly compute); a test sharing the
+    cluster handed out then would hold its process idle until the group ends. The tests sharing the cluster come
+    last: they mostly wait (a job's queue, its time limit, a node down), so the processes that run them overlap
+    their waits to the end. The README's tests (each runs a command in a copy of its own) are spread among the
+    computing ones; the first of them, which makes the README's fresh install for all, goes first. Within each kind,
+    a test marked `waits_minutes` goes first, then the longest first by the latest measured run
+    (`measured_seconds`), so that the run ends on short tests that fill every process, not on a long one started
+    last (pytest-xdist hands tests out in this order, never by their length). Measured: docs/development.md."""
 
-    took = measured_seconds()
+    measured = measured_seconds()
+
+    def took(item: pytest.Item) -> float:
+        """Its call and teardown, and its setup where it takes no cluster lock: a cluster test's setup is mostly its
+        wait for the lock (`_cluster_access`), which says when it ran, not how long it takes."""
+        setup_s, rest_s = measured.get(item.nodeid, (0.0, 0.0))
+        return rest_s + (setup_s if cluster_use(item) == "computing" else 0.0)
 
     def long_first(tests: list[pytest.Item]) -> list[pytest.Item]:
-        return sorted(tests, key=lambda item: (item.get_closest_marker("waits_minutes") is None,
-                                               -took.get(item.nodeid, 0.0)))  # stable
+        return sorted(tests, key=lambda item: (item.get_closest_marker("waits_minutes") is None, -took(item)))  # stable
 
     alone, sharing, computing = ([i for i in items if cluster_use(i) == k] for k in ("alone", "sharing", "computing"))
     readme = [i for i in computing if i.path.parent.name == "readme"]
     install = [i for i in readme if "installed" in getattr(i, "fixturenames", ())][:1]
     readme = [i for i in readme if i not in install]
     computing = [i for i in computing if i.path.parent.name != "readme"]
-    first = round(len(computing) * COMPUTING_FIRST)
-    return (long_first(alone) + install + computing[:first // 2] + _spread(computing[first // 2:first], readme)
-            + _spread(long_first(computing[first:]), long_first(sharing)))
+    return long_first(alone) + install + _spread(long_first(computing), readme) + long_first(sharing)
 
 
 MEASURED = REPO / "bench" / "results" / "test-suite"
 
 
-def measured_seconds(folder: Path = MEASURED) -> dict[str, float]:
-    """Each test's seconds in the latest measured run of the suite: the last slowest-durations list (pytest's
-    `--durations` lines, setup, call and teardown added up) of the file of bench/results/test-suite/ whose name sorts
+def measured_seconds(folder: Path = MEASURED) -> dict[str, tuple[float, float]]:
+    """Each test's seconds of setup and of call and teardown in the latest measured run of the suite: the last
+    slowest-durations list (pytest's `--durations` lines) of the file of bench/results/test-suite/ whose name sorts
     last (files are named by the date of their runs, a day's files numbered -1, -2, ...). Only the latest: a test made
-    cheap since an older run is short now. A test it does not list took less than the shortest one listed. pytest-xdist
-    writes a grouped test's id with its group (`...@cluster-alone`), taken off here to match the test's own id."""
+    cheap since an older run is short now. A test it does not list took less than the shortest one listed.
+    pytest-xdist writes a grouped test's id with its group (`...@cluster-alone`), taken off here to match the test's
+    own id."""
     measured = sorted(folder.glob("*.txt"))
     blocks = measured[-1].read_text().split("slowest ")[1:] if measured else []
-    took: dict[str, float] = {}
-    for seconds, nodeid in re.findall(r"^([0-9.]+)s (?:setup|call|teardown) +(\S.*?)$", blocks[-1] if blocks else "",
-                                      re.MULTILINE):
+    took: dict[str, tuple[float, float]] = {}
+    for seconds, phase, nodeid in re.findall(r"^([0-9.]+)s (setup|call|teardown) +(\S.*?)$",
+                                             blocks[-1] if blocks else "", re.MULTILINE):
         nodeid = re.sub(r"@[\w-]+$", "", nodeid)
-        took[nodeid] = took.get(nodeid, 0.0) + float(seconds)
+        setup_s, rest_s = took.get(nodeid, (0.0, 0.0))
+        took[nodeid] = (setup_s + float(seconds), rest_s) if phase == "setup" else (setup_s, rest_s + float(seconds))
     return took
 
 
@@ -136,27 +138,23 @@ def _spread(many: list[pytest.Item], few: list[pytest.Item]) -> list[pytest.Item
     return [item for *_, item in sorted(placed, key=lambda p: (p[0], p[1]))]
 
 
-_next_test: dict[str, pytest.Item | None] = {"item": None}  # what this process runs after the test running now
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    _next_test["item"] = nextitem
+    # Known before the test's set-up: a class's or module's cluster variant, set up and torn down around its tests,
+    # keeps the cluster alone for the next test too when that one needs it alone (sweepit_testing.cluster_access).
+    sweepit_testing.next_test_alone["yes"] = nextitem is not None and cluster_use(nextitem) == "alone"
     yield
 
 
 @pytest.fixture(autouse=True)
 def _cluster_access(request: pytest.FixtureRequest) -> Iterator[None]:
     """A test marked `slurm` holds the local cluster shared, one marked `exclusive_cluster` holds it alone (see
-    sweepit_testing.cluster_access), and keeps it for the next test of its process when that one needs it alone
-    too (the `cluster-alone` group runs back to back); the others take no lock."""
+    sweepit_testing.cluster_access); the others take no lock."""
     use = cluster_use(request.node)
     if use == "computing":
         yield
         return
-    following = _next_test["item"]
-    keep = use == "alone" and following is not None and cluster_use(following) == "alone"
-    with cluster_access(use == "alone", keep=keep):
+    with cluster_access(use == "alone"):
         yield
 
 

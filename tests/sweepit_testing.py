@@ -243,14 +243,17 @@ _hold = {"exclusive": False, "depth": 0}  # this process's hold
 
 
 _kept: list[IO[str]] = []  # the room, held alone past a test whose process runs another exclusive test next
+# Whether the next test of this process needs the cluster alone (tests/conftest.py sets it before each test).
+next_test_alone = {"yes": False}
 
 
 @contextmanager
-def cluster_access(exclusive: bool, keep: bool = False) -> Iterator[None]:
+def cluster_access(exclusive: bool) -> Iterator[None]:
     """Hold the local cluster shared (`exclusive=False`) or alone; re-entrant within one process (an exclusive
-    hold covers a shared request; a shared hold cannot be raised to exclusive). With `keep` an exclusive hold
-    outlives the block, for the next test of this process that needs the cluster alone too: no test sharing it
-    comes in between (one that did would hold the tests needing it alone back by its whole length)."""
+    hold covers a shared request; a shared hold cannot be raised to exclusive). An exclusive hold outlives the block
+    when the next test of this process needs the cluster alone too (`next_test_alone`), whichever hold ends last (a
+    class's cluster variant, the test's own): a test sharing the cluster that came in between would hold the tests
+    needing it alone back by its whole length."""
     if _hold["depth"]:
         if exclusive and not _hold["exclusive"]:
             raise RuntimeError("a test holding the cluster shared asked for it alone: mark it exclusive_cluster")
@@ -277,7 +280,7 @@ def cluster_access(exclusive: bool, keep: bool = False) -> Iterator[None]:
         yield
     finally:
         _hold.update(exclusive=False, depth=0)
-        if keep and (exclusive or held_alone):
+        if next_test_alone["yes"] and (exclusive or held_alone):
             _kept.append(room)
         else:
             fcntl.flock(room, fcntl.LOCK_UN)

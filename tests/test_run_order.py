@@ -28,7 +28,8 @@ def test_only_the_latest_run_counts_and_grouped_ids_match_the_tests_own(tmp_path
     (tmp_path / "2026-11-26-1.txt").write_text(OLD + "\n" + NEW)  # the last list of a file is its latest run
     (tmp_path / "2026-11-26-2-evening.txt").write_text(NEW + "\n" + OLD)
     (tmp_path / "2026-11-26-3.txt").write_text(OLD + "\n" + NEW)
-    assert measured_seconds(tmp_path) == {"tests/a.py::test_alone": 35.0, "tests/b.py::test_shared[one]": 20.0}
+    assert measured_seconds(tmp_path) == {"tests/a.py::test_alone": (30.0, 5.0),  # (setup, call and teardown)
+                                          "tests/b.py::test_shared[one]": (0.0, 20.0)}
 
 
 def test_the_recorded_runs_are_read_and_no_id_keeps_its_group() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-import pickle
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +15,7 @@ from omegaconf import OmegaConf, open_dict
 from hydra_plugins.sweepit._compose import ComposedConfigs, LoadedConfigs, hydra_parse, parse_number
 from hydra_plugins.sweepit._launcher import job_dir
 from hydra_plugins.sweepit._runner import job_return, uses_hydra_resolver
-from sweepit_testing import CONF
+from sweepit_testing import CONF, run_command
 
 SWEEP_JOBS = [
     ["seed=1"],
@@ -45,9 +45,29 @@ def test_loaded_once_composes_the_same_configs_as_hydra() -> None:
         n = len(loaded)
         wrapped.take(master, ["optimizer=sgd", "lr=0.3"])
         assert len(loaded) == n  # ... and read once: a job of the same files loads none again
-        # The loader still travels to other processes (the Slurm launcher pickles it with each job).
-        again = pickle.loads(pickle.dumps(wrapped.loader))
-        assert _yaml(again.load_sweep_config(master, SWEEP_JOBS[1])) == expected[1]
+    # The loader still travels to other processes (the Slurm launcher pickles it with each job). Pickled in a fresh
+    # interpreter, as the launcher's driver is: a process that ran Hydra's launcher suites has scanned Hydra's plugins
+    # again, and holds config-source classes that pickle no longer finds under their names.
+    travelled = run_command([sys.executable, "-c", _PICKLED.format(conf=str(CONF), job=SWEEP_JOBS[1])])
+    assert travelled.returncode == 0, travelled.stderr[-3000:]
+    assert travelled.stdout == expected[1]
+
+
+_PICKLED = """
+import pickle, sys
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.types import RunMode
+from omegaconf import OmegaConf
+from hydra_plugins.sweepit._compose import ComposedConfigs
+with initialize_config_dir(config_dir={conf!r}, version_base="1.3"):
+    loader = GlobalHydra.instance().config_loader()
+    master = loader.load_configuration("config", ["task=linreg"], run_mode=RunMode.MULTIRUN)
+    wrapped = ComposedConfigs(loader)
+    wrapped.take(master, {job!r})
+    again = pickle.loads(pickle.dumps(wrapped.loader))
+    sys.stdout.write(OmegaConf.to_yaml(again.load_sweep_config(master, {job!r}), resolve=False))
+"""
 
 
 NUMBER_LINES = ["seed=0", "seed=7", "seed=-3", "seed=+12", "+x=1999", "++a.b_c=4", "lr=0.1", "lr=1e-3", "lr=1.",
