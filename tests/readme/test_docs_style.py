@@ -46,6 +46,9 @@ KINDS = {
     "install.md": "how-to",
     "howto-slurm.md": "how-to",
     "howto-monitor.md": "how-to",
+    "howto-pack.md": "how-to",
+    "howto-budgets.md": "how-to",
+    "howto-hydra-plugins.md": "how-to",
     "troubleshooting.md": "reference",  # symptoms and their fixes, looked up by a message's link
 }
 

@@ -124,7 +124,7 @@ class SlurmOptions:
     # site's limit is not visible to you (sbatch refuses a whole array that would go over).
     max_queued: int | None = None
 
-    # -- GPU-hours and GPUs in use (docs/slurm.md, "A GPU-hour budget") ------------------------------------------
+    # -- GPU-hours and GPUs in use (docs/howto-budgets.md) --------------------------------------------------------
     # Most GPU-hours the sweep may cost (allocated GPUs x elapsed, as sacct bills them), over all its runs and
     # resumes; null: no budget. A job starts only while the GPU-hours billed plus the at-most (GPUs x time limit)
     # of the running jobs and its own stay within it; the jobs that would pass it end `not started`.
