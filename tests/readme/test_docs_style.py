@@ -42,6 +42,7 @@ KINDS = {
     "sweep-files.md": "reference",
     "faults.md": "reference",
     "how-a-job-runs.md": "explanation",
+    "reproducibility.md": "explanation",
     "tutorial-own-loop.md": "tutorial",
     "install.md": "how-to",
     "howto-slurm.md": "how-to",
