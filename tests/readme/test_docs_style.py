@@ -241,6 +241,15 @@ def test_every_row_of_todays_figures_names_a_raw_file_that_exists() -> None:
     assert f"`{make_test[3].strip('`')}`" in development, make_test[3]
 
 
+
+def test_every_troubleshooting_link_of_a_message_has_its_section() -> None:
+    """A message in src/ that says `See docs/troubleshooting.md#anchor` names a section of that page ({#anchor})."""
+    linked = {m for p in (REPO / "src").rglob("*.py") for m in re.findall(r"docs/troubleshooting\.md#([\w-]+)",
+                                                                          p.read_text())}
+    anchors = set(re.findall(r"^## .* \{#([\w-]+)\}$", (REPO / "docs" / "troubleshooting.md").read_text(), re.M))
+    assert linked and linked <= anchors, linked - anchors
+
+
 if __name__ == "__main__":
     for path in (Path(a) for a in sys.argv[1:]) if sys.argv[1:] else pages():
         text = path.read_text()

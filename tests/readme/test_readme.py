@@ -667,7 +667,7 @@ def test_the_defaults_the_how_to_says_differ_are_sweepits_defaults() -> None:
         assert getattr(schemas[prefix](), key.removeprefix(prefix)) == value, key
 
 
-@shows(SWEEPER_KEYS, tier_slow=True)  # prints a config, as make test's LAUNCHER_KEYS does on the cluster
+@shows(SWEEPER_KEYS, tier_slow=True)  # prints a config only; LAUNCHER_KEYS runs in the --site test above
 def test_the_sweeper_keys_printed_by_hydra_have_the_defaults_the_how_to_gives(shell: Shell) -> None:
     printed = yaml.safe_load(ok(shell.run(SWEEPER_KEYS)).split("# @package hydra.sweeper", 1)[1])
     for key, value in differing_defaults().items():

@@ -401,14 +401,11 @@ def _say_gpu_tasks_short_of_cores(requests: list[Request], o: SlurmOptions) -> b
     gpu_jobs = sum(1 for r in requests if r.n_gpus)
     if not gpu_jobs or cores >= MIN_CORES_PER_GPU_TASK:
         return False
-    memory = ("" if o.mem_gb else " With hydra.launcher.mem_gb unset, the job's memory is the partition's default, "
-              "which on many clusters is per core (DefMemPerCPU): one core's share is often below the few GB a CUDA "
-              "torch process holds, and the job is killed out of memory; set hydra.launcher.mem_gb too.")
+    memory = "" if o.mem_gb else ", and set hydra.launcher.mem_gb"
     log.warning(f"{gpu_jobs} job(s) ask for GPUs with hydra.launcher.cpus_per_task={cores}, but a GPU task needs "
-                f"{MIN_CORES_PER_GPU_TASK} cores or more: its training process and the 2 loader workers a streamed "
-                f"Dataset gets (data.loader.num_workers) would share {cores}, and the GPU would wait for data. Set "
-                "hydra.launcher.cpus_per_task to the cores of a node divided by its GPUs (`sinfo -o '%P %c %G'`), "
-                f"or use your site's profile (hydra/launcher=marenostrum5, juwels_booster, cte_power).{memory}")
+                f"{MIN_CORES_PER_GPU_TASK} cores or more, or the GPU waits for data.\n"
+                f"Set hydra.launcher.cpus_per_task to the cores of a node divided by its GPUs{memory}.\n"
+                "See docs/troubleshooting.md#gpu-task-cores")
     return True
 
 
