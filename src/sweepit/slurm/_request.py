@@ -420,9 +420,9 @@ def _check_max_time(jobs: list[Asked], o: SlurmOptions, part: cluster.Partition)
     others = f" (and {len(over) - 1} more job(s))" if len(over) > 1 else ""
     raise ConfigError(
         f"{key} must be at most the MaxTime of partition {part.name} ({part.chosen_by}), {part.max_time_min} min, "
-        f"but job {j.num} has {key}={j.timeout_min}{others}: Slurm would leave it pending for ever (reason "
-        f"PartitionTimeLimit) or refuse it. Set {key}={part.max_time_min} or lower, or pick a partition with a "
-        "longer limit with hydra.launcher.partition (`sinfo -o '%P %l'` lists the limits).")
+        f"but job {j.num} has {key}={j.timeout_min}{others}.\n"
+        f"Set {key}={part.max_time_min} or lower, or pick a partition with a longer limit (hydra.launcher.partition).\n"
+        "See docs/troubleshooting.md#time-limit-above-maxtime")
 
 
 def _node_gpus(o: SlurmOptions, part: cluster.Partition | None) -> int:
