@@ -321,10 +321,10 @@ def asked(num: int, gpus: Any, timeout_min: Any, o: SlurmOptions) -> Asked:
     limit = o.timeout_min if timeout_min is None else integer(timeout_min, key, num)
     if limit * 60 < o.signal_delay_s + SIGNAL_EARLY_S:
         raise ConfigError(
-            f"{key} must leave room for the checkpoint signal: Slurm sends USR2 hydra.launcher.signal_delay_s="
-            f"{o.signal_delay_s} s before the limit, up to {SIGNAL_EARLY_S} s early, so the limit must be at least "
-            f"{o.signal_delay_s + SIGNAL_EARLY_S} s, but job {num} has {key}={limit} ({limit * 60} s) "
-            f"and would be requeued as soon as it starts. Raise {key}, or lower hydra.launcher.signal_delay_s.")
+            f"{key} must leave room for the checkpoint signal, at least {o.signal_delay_s + SIGNAL_EARLY_S} s, but "
+            f"job {num} has {key}={limit} ({limit * 60} s).\n"
+            f"Raise {key}, or lower hydra.launcher.signal_delay_s (now {o.signal_delay_s}).\n"
+            "See docs/troubleshooting.md#time-limit-below-the-signal")
     cpu_only = ", or hydra.launcher.gpus_key=null for jobs that ask for no GPU (CPU only)"  # after a gpus_key of 0
     return Asked(num, None if gpus is None else integer(gpus, str(o.gpus_key), num, cpu_only), limit,
                  timeout_min is not None)
