@@ -42,10 +42,14 @@ KINDS = {
     "sweep-files.md": "reference",
     "faults.md": "reference",
     "how-a-job-runs.md": "explanation",
+    "reproducibility.md": "explanation",
     "tutorial-own-loop.md": "tutorial",
     "install.md": "how-to",
     "howto-slurm.md": "how-to",
     "howto-monitor.md": "how-to",
+    "howto-pack.md": "how-to",
+    "howto-budgets.md": "how-to",
+    "howto-hydra-plugins.md": "how-to",
     "troubleshooting.md": "reference",  # symptoms and their fixes, looked up by a message's link
 }
 
@@ -205,6 +209,45 @@ def test_the_one_make_test_figure_is_the_last_run_its_raw_file_records() -> None
     for page in pages():
         if page.name != "development.md":
             assert not re.search(r"\b\d{3,} (tests|passed)\b", page.read_text()), f"{page.name} gives a test count"
+
+
+
+def todays_figures() -> list[list[str]]:
+    """The rows of bench/RESULTS.md's summary table, each a list of its cells."""
+    text = (REPO / "bench" / "RESULTS.md").read_text()
+    section = text.split("## Today's figures", 1)[1].split("\n#", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")][2:]  # past the header and its rule
+    return [[cell.strip() for cell in row.strip("|").split(" | ")] for row in rows]
+
+
+def test_every_row_of_todays_figures_names_a_raw_file_that_exists() -> None:
+    """Each benchmark's latest figure in bench/RESULTS.md names the command that printed it and its raw output under
+    bench/results/, a file that exists; a figure whose output was not kept says so instead. The `make test` row
+    gives docs/development.md's one figure, from the same last raw file."""
+    rows = todays_figures()
+    assert len(rows) >= 10, rows
+    for benchmark, figure, command, raw, history in rows:
+        assert figure and re.fullmatch(r"`[^`]+`", command), (benchmark, figure, command)
+        assert re.fullmatch(r"\[[^\]]+\]\(#[a-z0-9-_]+\)", history), (benchmark, history)
+        if raw.startswith("none kept: "):
+            continue
+        path = re.fullmatch(r"`(bench/results/[^`]+)`", raw)
+        assert path is not None, (benchmark, raw)
+        assert (REPO / path[1]).is_file(), f"{benchmark}: {path[1]} is not a file"
+    make_test = next(row for row in rows if row[0].startswith("`make test`"))
+    development = (REPO / "docs" / "development.md").read_text()
+    took = re.search(r"it took (\d+ min \d+ s)", development)
+    assert took is not None and make_test[1].startswith(took[1]), (make_test[1], took)
+    assert f"`{make_test[3].strip('`')}`" in development, make_test[3]
+
+
+
+def test_every_troubleshooting_link_of_a_message_has_its_section() -> None:
+    """A message in src/ that says `See docs/troubleshooting.md#anchor` names a section of that page ({#anchor})."""
+    linked = {m for p in (REPO / "src").rglob("*.py") for m in re.findall(r"docs/troubleshooting\.md#([\w-]+)",
+                                                                          p.read_text())}
+    anchors = set(re.findall(r"^## .* \{#([\w-]+)\}$", (REPO / "docs" / "troubleshooting.md").read_text(), re.M))
+    assert linked and linked <= anchors, linked - anchors
 
 
 if __name__ == "__main__":

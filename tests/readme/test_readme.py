@@ -642,11 +642,48 @@ def test_the_sweep_on_your_cluster_with_its_partition_account_and_qos(shell: She
         _cluster_up()
 
 
+# -- Coming from Hydra's plugins (docs/howto-hydra-plugins.md) ---------------------------------------------------
+PLUGINS_PAGE = REPO / "docs" / "howto-hydra-plugins.md"
+SWEEPER_KEYS = "python train.py --cfg hydra -p hydra.sweeper hydra/sweeper=optuna"
+
+
+def differing_defaults() -> dict[str, Any]:
+    """The how-to's tables of defaults that differ from the released plugins': each key and sweepit's value."""
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in PLUGINS_PAGE.read_text().splitlines()
+            if line.startswith("| `hydra.")]
+    return {key.strip("`"): yaml.safe_load(ours.strip("`")) for key, _, ours, _ in rows}
+
+
+def test_the_defaults_the_how_to_says_differ_are_sweepits_defaults() -> None:
+    """docs/howto-hydra-plugins.md's sweepit column holds what the schemas (and the sampler's defaults) set."""
+    from hydra_plugins.sweepit.config import OptunaSweeperConf, SlurmLauncherConf, TPESamplerConf
+
+    schemas = {"hydra.launcher.": SlurmLauncherConf, "hydra.sweeper.sampler.": TPESamplerConf,
+               "hydra.sweeper.": OptunaSweeperConf}
+    shown = differing_defaults()
+    assert len(shown) == 9, shown
+    for key, value in shown.items():
+        prefix = next(p for p in schemas if key.startswith(p) and "." not in key.removeprefix(p))
+        assert getattr(schemas[prefix](), key.removeprefix(prefix)) == value, key
+
+
+@shows(SWEEPER_KEYS, tier_slow=True)  # prints a config only; LAUNCHER_KEYS runs in the --site test above
+def test_the_sweeper_keys_printed_by_hydra_have_the_defaults_the_how_to_gives(shell: Shell) -> None:
+    printed = yaml.safe_load(ok(shell.run(SWEEPER_KEYS)).split("# @package hydra.sweeper", 1)[1])
+    for key, value in differing_defaults().items():
+        if key.startswith("hydra.sweeper."):
+            node = printed
+            for part in key.removeprefix("hydra.sweeper.").split("."):
+                node = node[part]
+            assert node == value, (key, node)
+
+
 def test_the_submitit_keys_the_how_to_says_are_refused_are_those_the_launcher_refuses() -> None:
-    """docs/howto-slurm.md lists hydra-submitit-launcher's keys that sweepit refuses: the launcher's own list."""
+    """docs/howto-hydra-plugins.md lists hydra-submitit-launcher's keys that sweepit refuses: the launcher's own
+    list."""
     from sweepit.slurm._request import _SUBMITIT_ONLY
 
-    page = (REPO / "docs" / "howto-slurm.md").read_text()
+    page = PLUGINS_PAGE.read_text()
     listed = page.split("are refused by name")[1].split("\n\n", 2)[1]
     named = {key for line in listed.splitlines() for key in re.findall(r"`(\w+)`", line.split(":")[0])}
     assert named == set(_SUBMITIT_ONLY), (named, set(_SUBMITIT_ONLY))

@@ -71,17 +71,18 @@ def test_a_resume_raises_n_trials_to_search_on_in_the_same_study(tmp_path: Path)
 
 
 def _docs_target_override() -> str:
-    """The one line docs/optuna.md tells a project with the released plugin's `_target_` to add."""
-    found = re.findall(r"hydra\.sweeper\._target_=\S+?(?=`| )", (REPO / "docs" / "optuna.md").read_text())
-    assert found, "docs/optuna.md must show the hydra.sweeper._target_ override for such a project"
+    """The one line docs/howto-hydra-plugins.md tells a project with the released plugin's `_target_` to add."""
+    page = (REPO / "docs" / "howto-hydra-plugins.md").read_text()
+    found = re.findall(r"hydra\.sweeper\._target_=\S+?(?=`| )", page)
+    assert found, "docs/howto-hydra-plugins.md must show the hydra.sweeper._target_ override for such a project"
     return found[0]
 
 
 def test_a_projects_own_search_config_runs_and_its_best_trial_reproduces_as_one_run(tmp_path: Path) -> None:
     """A config group option in lightning-hydra-template's habit (hparams_search=plain_optuna: `# @package
     _global_`, hydra.mode MULTIRUN, the released plugin's `_target_`, its own `params`), swept by sweepit's sweeper
-    with the override docs/optuna.md gives, without -m. Each printed reproduce line runs as printed: one run with the
-    best trial's values, no new sweep."""
+    with the override docs/howto-hydra-plugins.md gives, without -m. Each printed reproduce line runs as printed: one
+    run with the best trial's values, no new sweep."""
     sweep = tmp_path / "lht"
     out = _ok(_run([sys.executable, str(APP), "hparams_search=plain_optuna", _docs_target_override(), *LOCAL,
                     f"hydra.sweep.dir={sweep}"], tmp_path))

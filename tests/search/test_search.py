@@ -126,7 +126,8 @@ def test_ctrl_c_interrupts_the_trials_in_flight(tmp_path: Path) -> None:
      "objectives and the pruner is median; use hydra/sweeper/pruner=none."),
     ({"pruner": {"_target_": "optuna.pruners.PercentilePruner", "percentile": 25.0}}, JobDefaults(direction="maximize"),
      "the app's config names no `metric`, so no job reports one and hydra/sweeper/pruner=percentile would prune "
-     "nothing.\nAdd `metric: NAME`"),
+     "nothing.\nAdd `metric: NAME` and `direction: maximize` or `minimize` to the config, or use "
+     "hydra/sweeper/pruner=none.\nSee docs/troubleshooting.md#pruner-without-metric"),
 ])
 def test_bad_input_names_the_key_and_the_value(tmp_path: Path, options: dict[str, Any], job: JobDefaults,
                                                message: str) -> None:

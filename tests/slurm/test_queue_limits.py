@@ -148,9 +148,10 @@ def test_where_the_limit_cannot_be_read_the_refusal_names_it_and_max_queued_keep
     assert proc.returncode == 1
     said = proc.stdout + proc.stderr
     assert "Traceback" not in said, said[-3000:]
-    assert "sbatch refused 5 job(s) for a limit on the Slurm jobs one user may have in the queue " \
-           "(QOSMaxSubmitJobPerUserLimit;" in said, said[-3000:]
-    assert "Set hydra.launcher.max_queued=M" in said and "Nothing was submitted." in said
+    refused = ("sbatch refused 5 job(s) for a limit on the Slurm jobs one user may have in the queue "
+               "(QOSMaxSubmitJobPerUserLimit). Nothing was submitted.\nSet hydra.launcher.max_queued=M")
+    assert refused in said, said[-3000:]
+    assert "See docs/troubleshooting.md#queue-limit\nsbatch said: " in said
     assert {e.state for e in manifest(sweep).jobs.values()} == {"not started"}
     again = as_user(sweep, "x=1,2,3,4,5", f"hydra.launcher.max_queued={LIMIT}", path_first=shim)
     assert again.returncode == 0, again.stderr[-3000:]

@@ -147,7 +147,10 @@ BAD_INPUT = {
     "misspelt launcher key, added as Hydra suggests": (["+hydra.launcher.partiton=debug"], {},
                                                        "but got partiton. partiton: did you mean partition?"),
     "time limit shorter than the signal": (["timeout_min=2"], {},
-                                           "timeout_min must leave room for the checkpoint signal"),
+                                           "timeout_min must leave room for the checkpoint signal, at least "
+                                           "150 s, but job 0 has timeout_min=2 (120 s). Raise timeout_min, or lower "
+                                           "hydra.launcher.signal_delay_s (now 90). "
+                                           "See docs/troubleshooting.md#time-limit-below-the-signal"),
     "no sbatch on PATH": ([], {"PATH": str(Path(sys.executable).parent)},
                           "hydra/launcher=slurm needs Slurm's `sbatch` on PATH, but it is not there"),
 }

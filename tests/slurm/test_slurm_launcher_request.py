@@ -86,9 +86,10 @@ def test_gpu_jobs_of_one_core_per_task_are_warned_once_before_anything_is_submit
     proc = run(APP, tmp_path / "few", "x=0,1", "trainer.gpus=1,2", "hydra.launcher.dry_run=true")
     assert proc.returncode == 0, proc.stderr
     said = " ".join(proc.stdout.split())
-    assert ("4 job(s) ask for GPUs with hydra.launcher.cpus_per_task=1, but a GPU task needs 3 cores or more: its "
-            "training process and the 2 loader workers") in said, said[-3000:]
-    assert said.count("ask for GPUs with") == 1 and "set hydra.launcher.mem_gb too" in said
+    assert ("4 job(s) ask for GPUs with hydra.launcher.cpus_per_task=1, but a GPU task needs 3 cores or more, or the "
+            "GPU waits for data.") in said, said[-3000:]
+    assert said.count("ask for GPUs with") == 1 and "divided by its GPUs, and set hydra.launcher.mem_gb." in said
+    assert "See docs/troubleshooting.md#gpu-task-cores" in said
     enough = run(APP, tmp_path / "enough", "x=0", "trainer.gpus=1", "hydra.launcher.cpus_per_task=4",
                  "hydra.launcher.mem_gb=16", "hydra.launcher.dry_run=true")
     assert enough.returncode == 0 and "ask for GPUs with" not in enough.stdout, enough.stdout[-3000:]

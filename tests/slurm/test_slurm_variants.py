@@ -112,8 +112,8 @@ class TestPartitionTimeLimit:
         assert proc.returncode == 1, proc.stdout + proc.stderr
         said = proc.stderr.replace("\n", " ")
         assert ("timeout_min must be at most the MaxTime of partition debug (the cluster's default partition), 4 min, "
-                "but job 0 has timeout_min=5: Slurm would leave it pending for ever (reason PartitionTimeLimit) or "
-                "refuse it. Set timeout_min=4 or lower") in said, proc.stderr
+                "but job 0 has timeout_min=5. Set timeout_min=4 or lower") in said, proc.stderr
+        assert "See docs/troubleshooting.md#time-limit-above-maxtime" in said, proc.stderr
         assert not (sweep / ".submitit").exists()
         launcher_limit = run(APP, tmp_path / "sweep2", "x=0", "~timeout_min", "hydra.launcher.timeout_min=10",
                              timeout_s=60)

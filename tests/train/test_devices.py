@@ -97,8 +97,9 @@ def test_bf16_needs_compute_capability_8(name: str, capability: tuple[int, int],
     """On a V100 torch.cuda.is_bf16_supported() is True, but cuDNN emulates bf16 convolutions (CTE-Power)."""
     if refused:
         with pytest.raises(ConfigError, match=rf"compute capability 8\.0 or newer .* but cuda:0 is a {name} "
-                                              rf"\({capability[0]}\.{capability[1]}\).* Set trainer\.precision=auto "
-                                              r"\(fp16 with a gradient scaler .*\), or fp16 or fp32 by name"):
+                                              rf"\({capability[0]}\.{capability[1]}\)\.\nSet trainer\.precision=auto "
+                                              r"\(fp16 with a gradient scaler .*\), or fp16\s+or fp32 by name\.\n"
+                                              r"See docs/troubleshooting\.md#bf16-needs-capability-8$"):
             precision_for("bf16", capability, f"cuda:0 is a {name}")
     else:
         assert precision_for("bf16", capability, f"cuda:0 is a {name}") == "bf16"

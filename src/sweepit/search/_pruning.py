@@ -79,9 +79,8 @@ def require_metric(spec: Mapping[str, Any], metric: str | None) -> None:
     raise ConfigError(
         "a pruner stops trials on the metric their jobs report each epoch, but the app's config names no `metric`, so "
         f"no job reports one and hydra/sweeper/pruner={name} would prune nothing.\n"
-        "Add `metric: NAME` (a key your loop passes to sweepit.report, e.g. val_acc) and `direction: maximize` or "
-        "`minimize` to the config (or +metric=NAME on the command line); or drop the pruner "
-        "(hydra/sweeper/pruner=none).")
+        "Add `metric: NAME` and `direction: maximize` or `minimize` to the config, or use hydra/sweeper/pruner=none.\n"
+        "See docs/troubleshooting.md#pruner-without-metric")
 
 
 class TrialReporter:

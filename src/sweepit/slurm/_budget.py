@@ -220,10 +220,9 @@ def for_grids_only(o: SlurmOptions) -> None:
     """The budget and max_gpus are kept for a fixed list of jobs: an adaptive search is refused them."""
     if o.max_gpus is not None or o.budget_gpu_hours is not None:
         raise ConfigError("hydra.launcher.max_gpus and budget_gpu_hours apply to a fixed list of jobs (a grid), but "
-                          "an adaptive search submits its trials as it goes; got "
-                          f"max_gpus={o.max_gpus}, budget_gpu_hours={o.budget_gpu_hours}. Bound the search with "
-                          "hydra.sweeper.n_trials and the trials in flight with hydra.sweeper.n_jobs (each takes its "
-                          "own GPUs), and drop these keys.")
+                          f"an adaptive search got max_gpus={o.max_gpus}, budget_gpu_hours={o.budget_gpu_hours}.\n"
+                          "Drop these keys; bound the search with hydra.sweeper.n_trials and hydra.sweeper.n_jobs.\n"
+                          "See docs/troubleshooting.md#grid-only-keys")
 
 
 def dry_run_line(o: SlurmOptions, hours: float) -> list[str]:

@@ -124,7 +124,7 @@ class SlurmOptions:
     # site's limit is not visible to you (sbatch refuses a whole array that would go over).
     max_queued: int | None = None
 
-    # -- GPU-hours and GPUs in use (docs/slurm.md, "A GPU-hour budget") ------------------------------------------
+    # -- GPU-hours and GPUs in use (docs/howto-budgets.md) --------------------------------------------------------
     # Most GPU-hours the sweep may cost (allocated GPUs x elapsed, as sacct bills them), over all its runs and
     # resumes; null: no budget. A job starts only while the GPU-hours billed plus the at-most (GPUs x time limit)
     # of the running jobs and its own stay within it; the jobs that would pass it end `not started`.
@@ -321,10 +321,10 @@ def asked(num: int, gpus: Any, timeout_min: Any, o: SlurmOptions) -> Asked:
     limit = o.timeout_min if timeout_min is None else integer(timeout_min, key, num)
     if limit * 60 < o.signal_delay_s + SIGNAL_EARLY_S:
         raise ConfigError(
-            f"{key} must leave room for the checkpoint signal: Slurm sends USR2 hydra.launcher.signal_delay_s="
-            f"{o.signal_delay_s} s before the limit, up to {SIGNAL_EARLY_S} s early, so the limit must be at least "
-            f"{o.signal_delay_s + SIGNAL_EARLY_S} s, but job {num} has {key}={limit} ({limit * 60} s) "
-            f"and would be requeued as soon as it starts. Raise {key}, or lower hydra.launcher.signal_delay_s.")
+            f"{key} must leave room for the checkpoint signal, at least {o.signal_delay_s + SIGNAL_EARLY_S} s, but "
+            f"job {num} has {key}={limit} ({limit * 60} s).\n"
+            f"Raise {key}, or lower hydra.launcher.signal_delay_s (now {o.signal_delay_s}).\n"
+            "See docs/troubleshooting.md#time-limit-below-the-signal")
     cpu_only = ", or hydra.launcher.gpus_key=null for jobs that ask for no GPU (CPU only)"  # after a gpus_key of 0
     return Asked(num, None if gpus is None else integer(gpus, str(o.gpus_key), num, cpu_only), limit,
                  timeout_min is not None)
@@ -401,14 +401,11 @@ def _say_gpu_tasks_short_of_cores(requests: list[Request], o: SlurmOptions) -> b
     gpu_jobs = sum(1 for r in requests if r.n_gpus)
     if not gpu_jobs or cores >= MIN_CORES_PER_GPU_TASK:
         return False
-    memory = ("" if o.mem_gb else " With hydra.launcher.mem_gb unset, the job's memory is the partition's default, "
-              "which on many clusters is per core (DefMemPerCPU): one core's share is often below the few GB a CUDA "
-              "torch process holds, and the job is killed out of memory; set hydra.launcher.mem_gb too.")
+    memory = "" if o.mem_gb else ", and set hydra.launcher.mem_gb"
     log.warning(f"{gpu_jobs} job(s) ask for GPUs with hydra.launcher.cpus_per_task={cores}, but a GPU task needs "
-                f"{MIN_CORES_PER_GPU_TASK} cores or more: its training process and the 2 loader workers a streamed "
-                f"Dataset gets (data.loader.num_workers) would share {cores}, and the GPU would wait for data. Set "
-                "hydra.launcher.cpus_per_task to the cores of a node divided by its GPUs (`sinfo -o '%P %c %G'`), "
-                f"or use your site's profile (hydra/launcher=marenostrum5, juwels_booster, cte_power).{memory}")
+                f"{MIN_CORES_PER_GPU_TASK} cores or more, or the GPU waits for data.\n"
+                f"Set hydra.launcher.cpus_per_task to the cores of a node divided by its GPUs{memory}.\n"
+                "See docs/troubleshooting.md#gpu-task-cores")
     return True
 
 
@@ -423,9 +420,9 @@ def _check_max_time(jobs: list[Asked], o: SlurmOptions, part: cluster.Partition)
     others = f" (and {len(over) - 1} more job(s))" if len(over) > 1 else ""
     raise ConfigError(
         f"{key} must be at most the MaxTime of partition {part.name} ({part.chosen_by}), {part.max_time_min} min, "
-        f"but job {j.num} has {key}={j.timeout_min}{others}: Slurm would leave it pending for ever (reason "
-        f"PartitionTimeLimit) or refuse it. Set {key}={part.max_time_min} or lower, or pick a partition with a "
-        "longer limit with hydra.launcher.partition (`sinfo -o '%P %l'` lists the limits).")
+        f"but job {j.num} has {key}={j.timeout_min}{others}.\n"
+        f"Set {key}={part.max_time_min} or lower, or pick a partition with a longer limit (hydra.launcher.partition).\n"
+        "See docs/troubleshooting.md#time-limit-above-maxtime")
 
 
 def _node_gpus(o: SlurmOptions, part: cluster.Partition | None) -> int:

@@ -54,10 +54,10 @@ def check_one_by_one(o: SlurmOptions) -> None:
     """Options that a search submitting its trials one by one (the Optuna sweeper) cannot use: refused before the
     search opens its study, so that nothing is written."""
     if o.workers:
-        raise ConfigError("hydra.launcher.workers packs a fixed list of jobs (a grid) into long-lived workers, so "
-                          "an adaptive search, whose next trial depends on the last ones, cannot use it; but got "
-                          f"workers={o.workers}. For Optuna on Slurm use hydra.sweeper.workers=N (workers that ask "
-                          "the study for trials), or drop hydra.launcher.workers.")
+        raise ConfigError("hydra.launcher.workers packs a fixed list of jobs (a grid) into long-lived workers, but "
+                          f"an adaptive search got workers={o.workers}.\n"
+                          "Use hydra.sweeper.workers=N for Optuna's own workers, or drop hydra.launcher.workers.\n"
+                          "See docs/troubleshooting.md#grid-only-keys")
     if o.dry_run:
         raise ConfigError("hydra.launcher.dry_run shows the submission of a fixed list of jobs, so an adaptive "
                           "search (whose next trial depends on the last ones) cannot use it, but got "

@@ -114,10 +114,9 @@ def submit(tasks: Sequence[Task], params: dict[str, Any], folder: Path, max_num_
         if limit is not None:
             raise QueueLimitError(limit,
                 f"sbatch refused {len(tasks)} job(s) for a limit on the Slurm jobs one user may have in the queue "
-                f"({limit}; each array task counts as a job, other sweeps' jobs too). Set hydra.launcher.max_queued=M "
-                "to that limit (`sacctmgr show qos format=Name,MaxSubmitPU` shows it where accounting lets you see "
-                "it): the driver then keeps at most M jobs of yours in the queue and submits the rest as earlier ones "
-                f"end; or pack the jobs into a few workers with hydra.launcher.workers=N. sbatch said: {said}") from e
+                f"({limit}).\n"
+                "Set hydra.launcher.max_queued=M to that limit, or pack the jobs with hydra.launcher.workers=N.\n"
+                f"See docs/troubleshooting.md#queue-limit\nsbatch said: {said}") from e
         raise SlurmError(f"sbatch must accept the jobs, but refused them: {said}. Check the hydra.launcher values it "
                          f"names (partition, account, qos, ...); the script is in {folder}.") from e
     return [str(j.job_id) for j in jobs]
@@ -144,9 +143,10 @@ def submit_jobs(jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, mak
     except SlurmError as e:
         done = (f" {len(before)} job(s) were submitted before (Slurm job(s) {', '.join(base_ids(before))}): follow "
                 f"them with `sweepit status {sweep_dir}`." if before else " Nothing was submitted.")
+        what, lines, rest = str(e).partition("\n")  # what happened, then what to do: the jobs out belong to the first
         if isinstance(e, QueueLimitError):
-            raise QueueLimitError(e.limit, f"{e}{done}") from None
-        raise SlurmError(f"{e}{done}") from None
+            raise QueueLimitError(e.limit, f"{what}{done}{lines}{rest}") from None
+        raise SlurmError(f"{what}{done}{lines}{rest}") from None
     submitted_at = now_iso()
     for job, job_id in zip(jobs, ids, strict=True):
         stdout, stderr = log_paths(folder, job_id)

@@ -118,9 +118,10 @@ def precision_for(requested: str, capability: tuple[int, int] | None, gpu: str =
         major, minor = capability
         raise ConfigError(
             f"trainer.precision=bf16 needs a GPU of compute capability {BF16_CAPABILITY[0]}.{BF16_CAPABILITY[1]} or "
-            f"newer (A100, H100), but {gpu} ({major}.{minor}): there cuDNN has no bf16 convolutions and emulates "
-            "them, far slower than fp32, which would skew every time this job measures. Set trainer.precision=auto "
-            "(fp16 with a gradient scaler on tensor cores, from 7.0; fp32 below), or fp16 or fp32 by name.")
+            f"newer (A100, H100), but {gpu} ({major}.{minor}).\n"
+            "Set trainer.precision=auto (fp16 with a gradient scaler on tensor cores, from 7.0; fp32 below), or fp16 "
+            "or fp32 by name.\n"
+            "See docs/troubleshooting.md#bf16-needs-capability-8")
     return requested
 
 
