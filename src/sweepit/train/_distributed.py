@@ -31,6 +31,7 @@ T = TypeVar("T")
 # shared file system or tracker server can stretch past a shorter limit, and NCCL's watchdog would abort the job.
 COLLECTIVE_TIMEOUT_MIN = 10.0
 GLOO_SETTLE_S = 0.1  # see destroy_process_group
+GLOO_LEAVE_S = 30.0  # see _leave_together
 # torch before 2.7.1 may turn NCCL's non-blocking mode on for a group bound to a device, and NCCL 2.26 can hang a
 # collective in that mode (pytorch/pytorch#153960); 2.7.1 stopped turning it on.
 NONBLOCKING_HANG_NCCL = (2, 26)
@@ -177,4 +178,16 @@ def _rank_main(target: Callable[[Rank], object], rank: Rank, writer: multiproces
             writer.send(("error", time.time(), f"{type(e).__name__}: {e}"))
         os._exit(1)
     writer.send(("ok", time.time(), value if rank.is_main else None))
+    _leave_together()
     os._exit(0)
+
+
+def _leave_together() -> None:
+    """Wait, at most GLOO_LEAVE_S, for every rank of a gloo group to end its code before this one exits: a rank that
+    left its last collective first and exited reset its sockets while a slower one still read them, and that rank
+    failed a completed job ("Connection reset by peer"). Its value is sent already: a peer gone here changes nothing."""
+    if dist.is_initialized() and dist.get_backend() == "gloo":
+        try:
+            dist.monitored_barrier(timeout=datetime.timedelta(seconds=GLOO_LEAVE_S))
+        except Exception:
+            pass
