@@ -29,14 +29,14 @@ from sweepit.results import (
     HYDRA_FILE,
     OVERRIDES_FILE,
     JobPaths,
-    Status,
+    JobState,
     read_record,
     sweeper_value,
 )
 from sweepit.slurm import failed_task, rank_failure, record_task, record_task_error
 from sweepit.train import Session, begin_session, end_session, leave_process_group, status_of
 
-Ended = tuple[Status, BaseException | None, JobReturn]  # how a job ended: its status, its error (None: completed)
+Ended = tuple[JobState, BaseException | None, JobReturn]  # how a job ended: its status, its error (None: completed)
 
 
 class JobRunner:
@@ -65,9 +65,9 @@ class JobRunner:
         """The job run in a process forked for it, and what that process sends back to the one that forked it."""
         status, error, ret = self(config, job_dir)
         if error is None:
-            reply = Reply(status=Status.COMPLETED, value=picklable(ret.return_value))
-        elif status == Status.PRUNED:
-            reply = Reply(status=Status.PRUNED, error=f"{type(error).__name__}: {error}")
+            reply = Reply(status=JobState.COMPLETED, value=picklable(ret.return_value))
+        elif status == JobState.PRUNED:
+            reply = Reply(status=JobState.PRUNED, error=f"{type(error).__name__}: {error}")
         else:
             reply = failure(status, error)
         reply.working_dir, reply.task_name = ret.working_dir, ret.task_name
@@ -80,8 +80,8 @@ def record(session: Session, ret: JobReturn, rank: int | None = None, requeued: 
     job whose other task failed first records that task's error; another rank leaves its own for rank 0 to tell."""
     try:
         if ret.status == JobStatus.COMPLETED:
-            session.finish(Status.COMPLETED, returned=ret.return_value)
-            return Status.COMPLETED, None, ret
+            session.finish(JobState.COMPLETED, returned=ret.return_value)
+            return JobState.COMPLETED, None, ret
         value = ret._return_value
         error = value if isinstance(value, BaseException) else RuntimeError(repr(value))
         leave_process_group()  # the task's own process group (sweepit.context().init_process_group())
@@ -96,7 +96,7 @@ def record(session: Session, ret: JobReturn, rank: int | None = None, requeued: 
             error = RankFailedError(rank_failure(failed))
         status = status_of(error)
         session.finish(status, error=error)
-        if task_dir is not None and rank and status == Status.FAILED:
+        if task_dir is not None and rank and status == JobState.FAILED:
             record_task_error(task_dir, rank, error)  # before this task exits: the cause, for the others
         return status, error, ret
     finally:
@@ -363,7 +363,7 @@ class SlurmTask:
         status, error, ret = runner(self.config, Path(self.job_dir))
         if error is None:
             return picklable(ret.return_value)
-        if status == Status.PRUNED:
+        if status == JobState.PRUNED:
             return None  # optuna.TrialPruned: a result, and the Slurm job ends COMPLETED
         raise error
 

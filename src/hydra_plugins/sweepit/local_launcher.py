@@ -23,7 +23,7 @@ from hydra_plugins.sweepit._runner import SAVED_KEYS, JobRunner, SavedConfig, Sl
 from hydra_plugins.sweepit.callbacks import ends_with_report
 from sweepit.errors import ConfigError, SweepFailedError, SweepitError, with_causes
 from sweepit.local import ForkServer, Job, LocalOptions, LocalSweep, Reply, preload
-from sweepit.results import Status
+from sweepit.results import JobState
 
 log = logging.getLogger(__name__)
 THREADS_KEY = "trainer.threads"  # sweepit's training config: a job's own torch threads (0: the launcher's choice)
@@ -130,5 +130,5 @@ class LocalLauncher(SweepitLauncher):
         reply = job.reply
         if reply is None:
             return job_return(job.overrides, job.config, job.job_dir, status)
-        returned = {"returned": reply.value} if reply.status == Status.COMPLETED else {}
+        returned = {"returned": reply.value} if reply.status == JobState.COMPLETED else {}
         return job_return(job.overrides, job.config, job.job_dir, status, returned, reply.working_dir, reply.task_name)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from sweepit._host import now_iso
 from sweepit._signals import interrupt_on_stop_signals, release_stop_signals
 from sweepit.local._resources import visible_gpus
-from sweepit.results import STDERR_LOG, JobRecord, Recorder, Status, as_number, tail_lines, write_result
+from sweepit.results import STDERR_LOG, JobRecord, JobState, Recorder, as_number, tail_lines, write_result
 from sweepit.train import FORKED_AFTER_CUDA, forget_device_count, forked_after_cuda
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ RECORDED_KEYS = ("metric", "direction")  # of a job's config, in the record of a
 class Reply:
     """What a job sends back before it exits. A job that dies first sends nothing: the driver looks at how."""
 
-    status: Status                   # completed | pruned | failed | interrupted
+    status: JobState                 # completed | pruned | failed | interrupted
     value: Any = None                # the task function's return value, when it pickles (else its repr)
     error: str = ""                  # `Type: message` of what the job raised
     traceback: str = ""
@@ -107,7 +107,7 @@ def picklable(value: Any) -> Any:
     return value
 
 
-def failure(status: Status, e: BaseException) -> Reply:
+def failure(status: JobState, e: BaseException) -> Reply:
     """The reply of a job that raised `e`; its traceback also goes to the job's stderr."""
     tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
     sys.stderr.write(f"Error executing job: {tb}")
@@ -123,13 +123,13 @@ def child_main(spec: ChildSpec, conn: Connection, body: Callable[[], Reply]) -> 
         release_stop_signals()
         if forked_after_cuda() and visible_gpus():  # it would die at its first CUDA call: recorded, not run
             sys.stderr.write(f"sweepit: {FORKED_AFTER_CUDA}\n")
-            reply = Reply(status=Status.FAILED, error=FORKED_AFTER_CUDA)
+            reply = Reply(status=JobState.FAILED, error=FORKED_AFTER_CUDA)
         else:
             reply = body()
     except KeyboardInterrupt as e:
-        reply = failure(Status.INTERRUPTED, e)
+        reply = failure(JobState.INTERRUPTED, e)
     except BaseException as e:  # SystemExit, and errors in the body's own set-up
-        reply = failure(Status.FAILED, e)
+        reply = failure(JobState.FAILED, e)
     sys.stdout.flush()
     sys.stderr.flush()
     # If the driver is gone or the reply cannot travel, the driver reads the exit status instead.
@@ -155,16 +155,16 @@ def record_end(job: Job, started_at: str | None, stderr_tail_lines: int, recorde
     the tail of its stderr added to a failure). The local driver and sweepit.slurm's worker engine both use it."""
     reply = job.reply
     facts: dict[str, Any] = dict(job.facts)
-    if reply is not None and reply.status == Status.COMPLETED:
+    if reply is not None and reply.status == JobState.COMPLETED:
         # An app that does not write result.json itself (not sweepit's train.py): record its return value.
-        status, facts["objective"] = Status.COMPLETED, as_number(reply.value)
-    elif job.stopped or (reply is not None and reply.status == Status.INTERRUPTED):
-        status, facts["error"] = Status.INTERRUPTED, reply.error if reply else "stopped by the sweep driver"
+        status, facts["objective"] = JobState.COMPLETED, as_number(reply.value)
+    elif job.stopped or (reply is not None and reply.status == JobState.INTERRUPTED):
+        status, facts["error"] = JobState.INTERRUPTED, reply.error if reply else "stopped by the sweep driver"
     elif reply is not None:
-        status = Status.FAILED
+        status = JobState.FAILED
         facts.update(error=reply.error, traceback=reply.traceback)
     else:
-        status, facts["error"] = Status.FAILED, describe_exit(job.exit_code, job.stopped)
+        status, facts["error"] = JobState.FAILED, describe_exit(job.exit_code, job.stopped)
     if reply is None and job.exit_code is not None and job.exit_code < 0:
         facts["exit_signal"] = signal.Signals(-job.exit_code).name
     elif reply is None:

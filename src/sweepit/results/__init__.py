@@ -89,13 +89,8 @@ from sweepit.results._progress import LiveReader, Progress, format_duration, swe
 from sweepit.results._reported import asks_for_report, records_digest, report_shows, reports_at_end, write_records
 from sweepit.results._status import (
     DIRECTIONS,
-    FAILED_STATUSES,
-    FINISHED_STATUSES,
-    LIVE_STATES,
-    RESULT_STATUSES,
+    JobState,
     Recorder,
-    State,
-    Status,
     as_number,
     counts_text,
     default_direction_line,
@@ -127,14 +122,14 @@ from sweepit.results._summary import (
 from sweepit.results._unread import UnreadKeys
 
 __all__ = [
-    "BEST_PARAMS_FILE", "BEST_WEIGHTS", "CONFIG_FILE", "DIRECTIONS", "FAILED_STATUSES", "FINISHED_STATUSES",
-    "HYDRA_DIR", "HYDRA_FILE", "LAST_WEIGHTS", "LIVE_ROWS", "LIVE_STATES", "LOCK_HEARTBEAT_S", "MANIFEST_FILE",
+    "BEST_PARAMS_FILE", "BEST_WEIGHTS", "CONFIG_FILE", "DIRECTIONS",
+    "HYDRA_DIR", "HYDRA_FILE", "LAST_WEIGHTS", "LIVE_ROWS", "LOCK_HEARTBEAT_S", "MANIFEST_FILE",
     "MAX_ROWS", "METRICS_FILE", "MLFLOW_RUN_FILE", "MULTIRUN_FILE", "OPTIMIZATION_RESULTS_FILE", "OVERRIDES_FILE",
     "RANK_STATES", "REPORT_CSV", "REPORT_DIR", "REPORT_PAGE", "REPORT_SUMMARY", "RESULT_FILE", "RESULT_GRACE_S",
-    "RESULT_STATUSES", "STDERR_LOG", "STDOUT_LOG", "SWEEP_JOURNAL_FILE", "TRIALS_FILE", "WAIT", "WANDB_RUN_FILE",
+    "STDERR_LOG", "STDOUT_LOG", "SWEEP_JOURNAL_FILE", "TRIALS_FILE", "WAIT", "WANDB_RUN_FILE",
     "WEIGHT_FILES", "WORKER_STALE_S", "ConfigSource",
-    "JobEntry", "JobPaths", "JobRecord", "JobRow", "LiveReader", "Manifest",
-    "Progress", "Recorder", "ResultGrace", "State", "Status", "SweepLock", "SweepPaths", "UnreadKeys", "Work",
+    "JobEntry", "JobPaths", "JobRecord", "JobRow", "JobState", "LiveReader", "Manifest",
+    "Progress", "Recorder", "ResultGrace", "SweepLock", "SweepPaths", "UnreadKeys", "Work",
     "WorkSource", "aligned", "app_command", "array_of", "as_number", "asks_for_report", "best_row", "claim",
     "claimed", "clean",
     "command_line", "config_of", "config_source", "counts_text", "default_direction_line", "direction_is_default",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from sweepit._host import now_iso
 from sweepit.local import ForkServer, GpuPool, Job, Pool, PoolHooks, Reply, record_end, visible_gpus
-from sweepit.results import RESULT_STATUSES, WAIT, Recorder, Work, WorkSource, heartbeat
+from sweepit.results import WAIT, JobState, Recorder, Work, WorkSource, heartbeat
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._task_files import record_task, start_job_dir
 
@@ -150,7 +150,7 @@ class Engine(PoolHooks):
     def ended(self, job: Job) -> None:
         status = record_end(job, self.started_at.get(job.num), self.stderr_tail_lines, self.recorded_by)
         self.n_run += 1
-        if status in RESULT_STATUSES and job.wall_time_s is not None:
+        if JobState.is_success(status) and job.wall_time_s is not None:
             self.walls.append(job.wall_time_s)
         log.info(f"worker {self.worker}: job {job.num} {status} after {job.wall_time_s or 0:.1f} s")
         self.source.ended(self.works.pop(job.num), job.reply.value if job.reply is not None else None)

@@ -24,8 +24,8 @@ from sweepit.errors import with_causes
 from sweepit.local import ForkServer, Job, Reply
 from sweepit.results import (
     JobPaths,
+    JobState,
     Recorder,
-    Status,
     SweepPaths,
     Work,
     claim,
@@ -188,7 +188,7 @@ class GridSource:
             return
         for num in sorted(nums):
             entry = entries.get(num)
-            if entry is not None and read_record(Path(entry.job_dir)).status in (None, Status.INTERRUPTED):
+            if entry is not None and read_record(Path(entry.job_dir)).status in (None, JobState.INTERRUPTED):
                 release(self.sweep_dir, self.spec.generation, num)
                 log.info(f"worker {self.worker}: job {num}, which this worker ran before Slurm requeued it, is "
                          "claimable again")

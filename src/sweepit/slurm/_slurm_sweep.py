@@ -18,11 +18,10 @@ from sweepit._host import now_iso
 from sweepit._signals import StopSignals
 from sweepit.errors import ConfigError, SweepStoppedError
 from sweepit.results import (
-    FAILED_STATUSES,
     JobEntry,
+    JobState,
     Manifest,
     Progress,
-    Status,
     SweepLock,
     write_manifest,
 )
@@ -227,7 +226,7 @@ class SlurmSweep(Planner):
             if follower.pending and not self._cancelled:
                 self._cancel_in_flight(follower, "the search stopped")
             for n in follower.pending:
-                follower.manifest.jobs[n].state, follower.manifest.jobs[n].ended_at = Status.INTERRUPTED, now_iso()
+                follower.manifest.jobs[n].state, follower.manifest.jobs[n].ended_at = JobState.INTERRUPTED, now_iso()
         finally:
             follower.progress.close()
             write_manifest(follower.manifest)
@@ -249,7 +248,7 @@ def _in_queue(manifest: Manifest, nums: Iterable[int]) -> set[str]:
 
 def _outcome(entry: JobEntry, status: str | None) -> Outcome:
     """The job's Outcome; a job that finished before (a resume skipped it) has its status from its result."""
-    if status in FAILED_STATUSES or (status is None and entry.state in FAILED_STATUSES):
+    if JobState.is_failure(status) or (status is None and JobState.is_failure(entry.state)):
         return Outcome(status)
     has_returned, value = returned(entry)
     return Outcome(status, has_returned, value)

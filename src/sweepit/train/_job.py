@@ -11,7 +11,7 @@ from typing import Any
 
 import sweepit
 from sweepit.errors import DivergedError
-from sweepit.results import WEIGHT_FILES, JobPaths, Status, worst, write_result
+from sweepit.results import WEIGHT_FILES, JobPaths, JobState, worst, write_result
 from sweepit.train import _checkpoint, _session
 from sweepit.train._checks import check_config
 from sweepit.train._devices import cuda_available
@@ -56,7 +56,7 @@ def _run_main(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None, rank: Ran
               session: _session.Session) -> float:
     """Rank 0: train (forking the local ranks when no launcher started them) and record how the job ended."""
     gpus = int(cfg.trainer.gpus)
-    status, objective, outcome = Status.FAILED, None, Outcome()
+    status, objective, outcome = JobState.FAILED, None, Outcome()
     error: BaseException | None = None
     try:
         check_config(cfg)
@@ -69,10 +69,10 @@ def _run_main(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None, rank: Ran
             _checkpoint.remove(JobPaths(job_dir).checkpoint)
         objective = float(outcome.rows[-1][cfg.metric])
         # A pruned job was stopped early: its last value (in `final`) is no objective to compare with the others'.
-        status = Status.PRUNED if outcome.stopped_early else Status.COMPLETED
+        status = JobState.PRUNED if outcome.stopped_early else JobState.COMPLETED
         return objective
     except DivergedError as e:
-        status, error = Status.DIVERGED, e
+        status, error = JobState.DIVERGED, e
         print(f"sweepit: job diverged: {e}; recorded with the worst objective", flush=True)
         return worst(str(cfg.direction))
     except BaseException as e:
@@ -103,10 +103,10 @@ def _train_rank(cfg: Any, on_epoch: EpochCallback | None, job_dir: Path, rank: R
     """One local rank of a multi-rank job, in its own forked process and session (rank 0's trackers end
     here: the supervising process writes result.json only after the ranks are gone)."""
     session = _session.begin(job_dir, cfg, rank)
-    status: str = Status.INTERRUPTED
+    status: str = JobState.INTERRUPTED
     try:
         outcome = train(cfg, on_epoch, rank=rank, session=session)
-        status = Status.PRUNED if outcome.stopped_early else Status.COMPLETED
+        status = JobState.PRUNED if outcome.stopped_early else JobState.COMPLETED
         return outcome
     except BaseException as e:
         status = _session.status_of(e)
