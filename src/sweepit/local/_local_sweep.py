@@ -27,9 +27,10 @@ from sweepit.local._resources import (
     resolve_threads,
     visible_gpus,
 )
-from sweepit.local._worker import Reply, record_end
+from sweepit.local._worker import record_end
 from sweepit.results import (
     JobEntry,
+    JobOutcome,
     JobState,
     LiveReader,
     Progress,
@@ -100,7 +101,7 @@ class LocalSweep:
     between runs, its body the same), else one of this run's, forked before the run holds its jobs."""
 
     def __init__(self, options: LocalOptions, sweep_dir: Path, compose: Callable[[Job], None],
-                 body: Callable[[Job], Reply], lock: SweepLock | None = None,
+                 body: Callable[[Job], JobOutcome], lock: SweepLock | None = None,
                  release: Callable[[Job], None] = lambda job: None, server: ForkServer | None = None) -> None:
         self.options = options
         self.sweep_dir = sweep_dir

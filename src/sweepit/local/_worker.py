@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from sweepit._host import now_iso
 from sweepit._signals import interrupt_on_stop_signals, release_stop_signals
 from sweepit.local._resources import visible_gpus
-from sweepit.results import STDERR_LOG, JobRecord, JobState, Recorder, as_number, tail_lines, write_result
+from sweepit.results import STDERR_LOG, JobOutcome, JobRecord, JobState, Recorder, as_number, tail_lines, write_result
 from sweepit.train import FORKED_AFTER_CUDA, forget_device_count, forked_after_cuda
 
 if TYPE_CHECKING:
@@ -29,18 +29,6 @@ if TYPE_CHECKING:
 
 _PR_SET_PDEATHSIG = 1
 RECORDED_KEYS = ("metric", "direction")  # of a job's config, in the record of a job that died without one
-
-
-@dataclass(slots=True)
-class Reply:
-    """What a job sends back before it exits. A job that dies first sends nothing: the driver looks at how."""
-
-    status: JobState                 # completed | pruned | failed | interrupted
-    value: Any = None                # the task function's return value, when it pickles (else its repr)
-    error: str = ""                  # `Type: message` of what the job raised
-    traceback: str = ""
-    working_dir: str | None = None
-    task_name: str | None = None
 
 
 @dataclass
@@ -107,14 +95,14 @@ def picklable(value: Any) -> Any:
     return value
 
 
-def failure(status: JobState, e: BaseException) -> Reply:
-    """The reply of a job that raised `e`; its traceback also goes to the job's stderr."""
+def failure(status: JobState, e: BaseException) -> JobOutcome:
+    """What a job that raised `e` sends back; its traceback also goes to the job's stderr."""
     tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
     sys.stderr.write(f"Error executing job: {tb}")
-    return Reply(status=status, error=f"{type(e).__name__}: {e}", traceback=tb)
+    return JobOutcome(status, error=f"{type(e).__name__}: {e}", traceback=tb)
 
 
-def child_main(spec: ChildSpec, conn: Connection, body: Callable[[], Reply]) -> None:
+def child_main(spec: ChildSpec, conn: Connection, body: Callable[[], JobOutcome]) -> None:
     """Target of the forked process: `body` runs the job and says how it went."""
     _detach(spec)
     try:
@@ -123,7 +111,7 @@ def child_main(spec: ChildSpec, conn: Connection, body: Callable[[], Reply]) -> 
         release_stop_signals()
         if forked_after_cuda() and visible_gpus():  # it would die at its first CUDA call: recorded, not run
             sys.stderr.write(f"sweepit: {FORKED_AFTER_CUDA}\n")
-            reply = Reply(status=JobState.FAILED, error=FORKED_AFTER_CUDA)
+            reply = JobOutcome(JobState.FAILED, error=FORKED_AFTER_CUDA)
         else:
             reply = body()
     except KeyboardInterrupt as e:
@@ -157,7 +145,7 @@ def record_end(job: Job, started_at: str | None, stderr_tail_lines: int, recorde
     facts: dict[str, Any] = dict(job.facts)
     if reply is not None and reply.status == JobState.COMPLETED:
         # An app that does not write result.json itself (not sweepit's train.py): record its return value.
-        status, facts["objective"] = JobState.COMPLETED, as_number(reply.value)
+        status, facts["objective"] = JobState.COMPLETED, as_number(reply.returned)
     elif job.stopped or (reply is not None and reply.status == JobState.INTERRUPTED):
         status, facts["error"] = JobState.INTERRUPTED, reply.error if reply else "stopped by the sweep driver"
     elif reply is not None:

@@ -1,5 +1,6 @@
 """A job's directory and what a job leaves there: `metrics.jsonl` (one object per epoch) and `result.json`, its
-record (`JobRecord`). Both are written atomically, so a killed job never leaves half a file."""
+record (`JobRecord`). Both are written atomically, so a killed job never leaves half a file. `JobOutcome`: how a job
+ended, as its process or its driver tells it."""
 
 from __future__ import annotations
 
@@ -194,7 +195,7 @@ class JobRecord:
     """What a job left in its `result.json`, as every reader and writer sees it (`read_record`, `write_result`). Its
     facts are read from `result`, the file's keys as written (an app's own among them), so that any record reads."""
 
-    status: str | None               # a Status or State (or an app's own word); None: no result.json yet
+    status: str | None               # a JobState (or an app's own word); None: no result.json yet
     result: dict[str, Any] = field(default_factory=dict)  # the file's keys (status, objective, error, times, ...)
     problem: str = ""                # why it cannot be read
 
@@ -234,6 +235,22 @@ class JobRecord:
     def ended(self) -> bool:
         """Whether the record says how the job ended: one that cannot be read, or says no status, is no record."""
         return self.status not in (None, "", JobState.CORRUPT, JobState.UNKNOWN)
+
+
+@dataclass(slots=True)
+class JobOutcome:
+    """How a job ended, as its process sends it back (a job that dies first sends nothing: the driver looks at how) or
+    its driver learns it: its status (None: not followed, `wait=false`), what its task returned (`has_returned`: it
+    did; a forked job sends the repr of a value that does not pickle), what it raised, and where it ran."""
+
+    status: str | None               # completed | pruned | failed | interrupted (a Slurm job: any record's status)
+    returned: Any = None
+    has_returned: bool = False       # False: it did not return (it failed, or was killed first)
+    error: str = ""                  # `Type: message` of what the job raised
+    traceback: str = ""
+    working_dir: str | None = None   # Hydra's JobReturn's
+    task_name: str | None = None
+    raised: BaseException | None = None  # in the job's own process, to raise again; never sent back
 
 
 def write_result(job_dir: Path | str, record: JobRecord | dict[str, Any], *, replace: bool = True,
