@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.sweepit._compose import job_kind
 from hydra_plugins.sweepit._launcher import SweepFailed
-from sweepit.results import Status, read_record
+from sweepit.results import JobState, read_record
 
 
 class Mode(Enum):
@@ -115,7 +115,7 @@ def test_a_value_that_only_some_jobs_of_its_kind_refuse_fails_at_that_jobs_run(c
                             "hydra.launcher.n_workers=1"])
     records = {path.parent.name: read_record(path.parent) for path in sweep_dir.glob("*/result.json")}  # by job
     assert sorted(records) == ["0", "1", "2", "3"], records
-    assert [records[n].status for n in "0123"] == [Status.COMPLETED] * 3 + [Status.FAILED]
+    assert [records[n].status for n in "0123"] == [JobState.COMPLETED] * 3 + [JobState.FAILED]
     assert "mode=7: Invalid value '7', expected one of [fast, slow, exact]" in str(records["3"].result.get("error"))
 
 

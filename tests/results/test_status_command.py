@@ -16,7 +16,7 @@ import pytest
 
 from hydra_plugins.sweepit.callbacks import SweepSummary
 from sweepit.cli import main as sweepit_main
-from sweepit.results import State
+from sweepit.results import JobState
 from sweepit.results._job_files import (
     RESULT_FILE,
     RESULT_GRACE_S,
@@ -129,9 +129,9 @@ def test_status_summary_and_report_read_a_bad_result_alike(tmp_path: Path, conte
     for command in ("status", "summary", "report"):
         assert sweepit_main([command, str(sweep)]) == 0
         seen[command] = _row(capsys.readouterr().out)
-    assert {status for status, _ in seen.values()} == {State.CORRUPT}, seen
+    assert {status for status, _ in seen.values()} == {JobState.CORRUPT}, seen
     assert all("result.json unreadable" in note for _, note in seen.values()), seen
-    assert read_manifest(sweep).jobs[0].state == State.CORRUPT
+    assert read_manifest(sweep).jobs[0].state == JobState.CORRUPT
     assert not is_finished(job_dir)  # a resume runs it again
 
 
@@ -148,7 +148,7 @@ def test_summary_and_report_tell_a_started_job_that_recorded_nothing_alike(
     for command in ("summary", "report"):
         assert sweepit_main([command, str(sweep)]) == 0
         seen[command] = _row(capsys.readouterr().out)[0]
-    assert seen == {"summary": State.RUNNING, "report": State.RUNNING}, seen
+    assert seen == {"summary": JobState.RUNNING, "report": JobState.RUNNING}, seen
 
 
 @pytest.mark.slow
@@ -176,7 +176,7 @@ def test_a_finished_sweep_of_a_launcher_that_keeps_no_record_has_ended_jobs_not_
         assert holder.stdout is not None and holder.stdout.readline() == "\n"  # it holds the log open
         assert sweepit_main(["summary", str(sweep)]) == 0
         out = capsys.readouterr().out
-        assert "2 jobs: 1 ended, 1 running" in out and _row(out)[0] == State.RUNNING, out
+        assert "2 jobs: 1 ended, 1 running" in out and _row(out)[0] == JobState.RUNNING, out
     finally:
         holder.communicate("", timeout=30)
 

@@ -1,4 +1,4 @@
-"""A job's status is one of the enums of `sweepit.results._status` everywhere in the package: no module spells a
+"""A job's state is a member of `JobState` (`sweepit.results._status`) everywhere in the package: no module spells a
 status or a state as a string of its own, so that a word renamed or added there cannot leave a reader behind."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from sweepit.results import State, Status
+from sweepit.results import JobState
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 ENUM_MODULE = Path("sweepit/results/_status.py")
@@ -20,9 +20,9 @@ EXCEPTIONS = {
 
 
 def status_literals(root: Path) -> list[str]:
-    """`path:line: 'word'` for each string constant under `root` equal to a Status or State value, outside the enum
+    """`path:line: 'word'` for each string constant under `root` equal to a JobState value, outside the enum
     module and EXCEPTIONS."""
-    words = {str(w) for w in (*Status, *State)}
+    words = {str(w) for w in JobState}
     found = []
     for path in sorted(root.rglob("*.py")):
         module = path.relative_to(root)
@@ -36,8 +36,8 @@ def status_literals(root: Path) -> list[str]:
 
 def test_no_status_is_spelled_outside_its_enum() -> None:
     found = status_literals(SRC)
-    assert not found, (f"a job's status or state must be a member of Status or State ({ENUM_MODULE}), but "
-                       f"{len(found)} string(s) spell one: {found[:20]}; write Status.X / State.X instead")
+    assert not found, (f"a job's status or state must be a member of JobState ({ENUM_MODULE}), but "
+                       f"{len(found)} string(s) spell one: {found[:20]}; write JobState.X instead")
 
 
 def test_the_scan_finds_a_status_spelled_as_a_string(tmp_path: Path) -> None:

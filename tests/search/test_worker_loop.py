@@ -20,8 +20,8 @@ import optuna
 from omegaconf import OmegaConf
 from optuna.trial import TrialState
 
-from sweepit.local import Job, Reply
-from sweepit.results import Work, open_manifest
+from sweepit.local import Job
+from sweepit.results import JobOutcome, Work, open_manifest
 from sweepit.results._job_files import write_result
 from sweepit.search import JobDefaults, Param, Search, SearchOptions, SearchSpace, StudySource, load_study_of
 from sweepit.slurm import Engine, adopt_trials
@@ -46,11 +46,11 @@ def _compose(sweep_dir: Path) -> Callable[[Job, Work], None]:
     return compose
 
 
-def _run(job: Job) -> Reply:
+def _run(job: Job) -> JobOutcome:
     time.sleep(0.01)
     x = float(job.job_dir.name.split("=", 1)[1])
     write_result(job.job_dir, {"status": "completed", "objective": (x - 0.3) ** 2})
-    return Reply("completed")
+    return JobOutcome("completed", has_returned=True)
 
 
 def _worker_pid() -> int:
@@ -58,7 +58,7 @@ def _worker_pid() -> int:
     return int(Path(f"/proc/{os.getppid()}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
-def _worker(search: Search, index: int, run: Callable[[Job], Reply] = _run, **kwargs: Any) -> Engine:
+def _worker(search: Search, index: int, run: Callable[[Job], JobOutcome] = _run, **kwargs: Any) -> Engine:
     source = StudySource(copy.copy(search), index, job_base=0, **kwargs)
     engine = Engine(source, f"w{index}", search.sweep_dir, _compose(search.sweep_dir), run, recorded_by="test",
                     wait_s=0.05)
@@ -119,10 +119,10 @@ def test_a_killed_workers_trial_is_found_by_its_claim_wherever_its_job_ran(tmp_p
         job.job_dir = tmp_path / f"trial-{work.num}"
         job.job_dir.mkdir()
 
-    def killed(job: Job) -> Reply:
+    def killed(job: Job) -> JobOutcome:
         write_result(job.job_dir, {"status": "completed", "objective": 0.25})
         os.kill(_worker_pid(), signal.SIGKILL)  # the worker dies before it tells the study
-        return Reply("completed")
+        return JobOutcome("completed", has_returned=True)
 
     engine = Engine(StudySource(copy.copy(search), 0, job_base=0), "w0", tmp_path, compose, killed, recorded_by="test")
     worker = multiprocessing.get_context("fork").Process(target=engine.run)
@@ -140,10 +140,10 @@ def test_a_killed_workers_trial_is_found_by_its_claim_wherever_its_job_ran(tmp_p
 def test_a_stopped_worker_interrupts_its_trial(tmp_path: Path) -> None:
     search = _search(tmp_path, n_trials=4)
 
-    def stopped(job: Job) -> Reply:
+    def stopped(job: Job) -> JobOutcome:
         os.kill(_worker_pid(), signal.SIGTERM)  # scancel reaches the worker, which stops its trial's job
         time.sleep(60)
-        return Reply("completed")
+        return JobOutcome("completed", has_returned=True)
 
     assert _worker(search, 0, run=stopped).run() == 1
     trials = load_study_of(tmp_path).trials

@@ -21,8 +21,8 @@ import torch
 from omegaconf import OmegaConf
 
 from hydra_plugins.sweepit._worker_tasks import WorkerTask
-from sweepit.local import Job, Reply
-from sweepit.results import SweepPaths, Work
+from sweepit.local import Job
+from sweepit.results import JobOutcome, SweepPaths, Work
 from sweepit.slurm._pack import worker_request
 from sweepit.slurm._pack_worker import (
     PackedWorker,
@@ -51,10 +51,10 @@ def compose(job: Job, entry: Work) -> None:
     job.job_dir.mkdir(parents=True, exist_ok=True)
 
 
-def body(job: Job) -> Reply:
+def body(job: Job) -> JobOutcome:
     if job.num == 1:
         raise ValueError("job 1 fails on purpose")
-    return Reply(status="completed", value=float(job.num))
+    return JobOutcome("completed", float(job.num), has_returned=True)
 
 
 class Clock:
@@ -93,13 +93,13 @@ def test_a_fork_server_killed_under_a_job_has_the_job_run_again_once_by_a_new_on
     `interrupted` after its one retry, and the worker goes on."""
     plan(tmp_path, 3)
 
-    def kills_its_server(job: Job) -> Reply:
+    def kills_its_server(job: Job) -> JobOutcome:
         with open(job.job_dir / "attempts", "a") as f:
             f.write(f"{os.getpid()}\n")
         if job.num == 1 and (kills == "every time" or len((job.job_dir / "attempts").read_text().split()) == 1):
             os.kill(os.getppid(), signal.SIGKILL)
             time.sleep(30)  # until the server's death reaches this job (SIGTERM)
-        return Reply(status="completed", value=float(job.num))
+        return JobOutcome("completed", float(job.num), has_returned=True)
 
     worker = multiprocessing.get_context("fork").Process(
         target=PackedWorker(spec(tmp_path, 60), "local-1", compose, kills_its_server).run)
@@ -198,13 +198,13 @@ def test_jobs_side_by_side_in_a_worker_each_get_gpus_of_their_own(tmp_path: Path
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")  # as Slurm sets it for the worker's allocation
     plan(tmp_path, 4)
 
-    def sees(job: Job) -> Reply:
+    def sees(job: Job) -> JobOutcome:
         (job.job_dir / "gpus").write_text(os.environ["CUDA_VISIBLE_DEVICES"])
         partner = job.job_dir.parent / f"{job.num ^ 1}_x={job.num ^ 1}" / "gpus"  # 0 with 1, 2 with 3
         deadline = time.monotonic() + 30
         while not partner.exists() and time.monotonic() < deadline:  # both at once: an event, not a time
             time.sleep(0.01)
-        return Reply(status="completed", value=float(partner.exists()))
+        return JobOutcome("completed", float(partner.exists()), has_returned=True)
 
     assert PackedWorker(spec(tmp_path, 60, slots=2, gpus=1), "local-1", compose, sees).run() == 4
     seen = {n: (tmp_path / f"{n}_x={n}" / "gpus").read_text() for n in range(4)}
@@ -271,11 +271,11 @@ def test_process_wide_cuda_flags_a_job_sets_end_with_it(tmp_path: Path) -> None:
     plan(tmp_path, 2)
     defaults = cuda_flags()
 
-    def flags(job: Job) -> Reply:
+    def flags(job: Job) -> JobOutcome:
         if job.num == 0:
             make_deterministic()
         (job.job_dir / "flags").write_text(json.dumps(cuda_flags()))
-        return Reply(status="completed", value=0.0)
+        return JobOutcome("completed", 0.0, has_returned=True)
 
     assert PackedWorker(spec(tmp_path, 60), "local-1", compose, flags).run() == 2
     first, second = (json.loads((tmp_path / f"{n}_x={n}" / "flags").read_text()) for n in range(2))

@@ -224,7 +224,7 @@ from hydra_plugins.sweepit._runner import record
 from sweepit.train import _session
 ret = JobReturn(status=JobStatus.FAILED if rank == 1 else JobStatus.COMPLETED)
 ret._return_value = RuntimeError("rank 1's own error") if rank == 1 else 0.5
-print("status:", record(_session.begin(None), ret)[0], flush=True)
+print("status:", record(_session.begin(None), ret).status, flush=True)
 """
 
 

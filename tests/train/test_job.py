@@ -13,7 +13,7 @@ import torch
 from omegaconf import DictConfig
 
 from sweepit.errors import ConfigError, DataMissingError
-from sweepit.results import Status
+from sweepit.results import JobState
 from sweepit.results._job_files import read_metrics, read_result
 from sweepit.train import _session
 from sweepit.train._job import run_job
@@ -45,7 +45,7 @@ def test_a_jobs_record_writes_its_times_as_sweep_json_does(compose_cfg: Callable
     run_job(compose_cfg(*LINREG), tmp_path / "loop")
     (tmp_path / "task").mkdir()
     session = _session.begin(tmp_path / "task", {"metric": "loss"})
-    session.finish(Status.COMPLETED, returned=1.0)
+    session.finish(JobState.COMPLETED, returned=1.0)
     _session.end(session)
     for job in ("loop", "task"):
         result = read_result(tmp_path / job) or {}

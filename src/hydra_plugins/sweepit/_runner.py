@@ -23,20 +23,19 @@ from hydra_plugins.sweepit._job_steps import SAVED, hydra_view, task_config
 from sweepit._files import atomic_write
 from sweepit._signals import SLURM_STOP, interrupt_on_stop_signals
 from sweepit.errors import RankFailedError
-from sweepit.local import Reply, failure, picklable
+from sweepit.local import failure, picklable
 from sweepit.results import (
     CONFIG_FILE,
     HYDRA_FILE,
     OVERRIDES_FILE,
+    JobOutcome,
     JobPaths,
-    Status,
+    JobState,
     read_record,
     sweeper_value,
 )
 from sweepit.slurm import failed_task, rank_failure, record_task, record_task_error
 from sweepit.train import Session, begin_session, end_session, leave_process_group, status_of
-
-Ended = tuple[Status, BaseException | None, JobReturn]  # how a job ended: its status, its error (None: completed)
 
 
 class JobRunner:
@@ -49,7 +48,7 @@ class JobRunner:
         self.requeueing = False  # stopped by submitit to be requeued: what the job leaves now is not its end
         self.finished = False    # the task has returned: a stop signal no longer stops the job
 
-    def __call__(self, config: DictConfig, job_dir: Path) -> Ended:
+    def __call__(self, config: DictConfig, job_dir: Path) -> JobOutcome:
         session = begin_session(job_dir, config)
         try:
             # A Slurm job's other ranks leave `.hydra/` and the job's log file to rank 0: one copy of each.
@@ -61,27 +60,29 @@ class JobRunner:
         self.finished = True
         return record(session, ret, self.rank)
 
-    def reply(self, config: DictConfig, job_dir: Path) -> Reply:
+    def reply(self, config: DictConfig, job_dir: Path) -> JobOutcome:
         """The job run in a process forked for it, and what that process sends back to the one that forked it."""
-        status, error, ret = self(config, job_dir)
+        outcome = self(config, job_dir)
+        error, outcome.raised = outcome.raised, None
         if error is None:
-            reply = Reply(status=Status.COMPLETED, value=picklable(ret.return_value))
-        elif status == Status.PRUNED:
-            reply = Reply(status=Status.PRUNED, error=f"{type(error).__name__}: {error}")
+            outcome.returned = picklable(outcome.returned)
+        elif outcome.status == JobState.PRUNED:
+            outcome.error = f"{type(error).__name__}: {error}"
         else:
-            reply = failure(status, error)
-        reply.working_dir, reply.task_name = ret.working_dir, ret.task_name
-        return reply
+            told = failure(JobState(outcome.status), error)
+            outcome.error, outcome.traceback = told.error, told.traceback
+        return outcome
 
 
-def record(session: Session, ret: JobReturn, rank: int | None = None, requeued: bool = False) -> Ended:
+def record(session: Session, ret: JobReturn, rank: int | None = None, requeued: bool = False) -> JobOutcome:
     """How the job ended (Hydra's JobReturn of its task, or of what the job raised), recorded in result.json when the
     task wrote none; the session ends after that, so that its trackers close with the job's status. Rank 0 of a Slurm
     job whose other task failed first records that task's error; another rank leaves its own for rank 0 to tell."""
     try:
         if ret.status == JobStatus.COMPLETED:
-            session.finish(Status.COMPLETED, returned=ret.return_value)
-            return Status.COMPLETED, None, ret
+            session.finish(JobState.COMPLETED, returned=ret.return_value)
+            return JobOutcome(JobState.COMPLETED, ret.return_value, True, working_dir=ret.working_dir,
+                              task_name=ret.task_name)
         value = ret._return_value
         error = value if isinstance(value, BaseException) else RuntimeError(repr(value))
         leave_process_group()  # the task's own process group (sweepit.context().init_process_group())
@@ -90,15 +91,15 @@ def record(session: Session, ret: JobReturn, rank: int | None = None, requeued: 
             # The job carries on when requeued: the SystemExit that stops this run is not its end, nor is the result
             # the task wrote as it stopped.
             JobPaths(task_dir).result.unlink(missing_ok=True)
-            return status_of(error), error, ret
+            return JobOutcome(status_of(error), raised=error)
         failed = failed_task(task_dir, but=0) if task_dir is not None and rank == 0 else None
         if failed is not None:  # its error came from a peer that failed first (a collective's lost connection)
             error = RankFailedError(rank_failure(failed))
         status = status_of(error)
         session.finish(status, error=error)
-        if task_dir is not None and rank and status == Status.FAILED:
+        if task_dir is not None and rank and status == JobState.FAILED:
             record_task_error(task_dir, rank, error)  # before this task exits: the cause, for the others
-        return status, error, ret
+        return JobOutcome(status, raised=error, working_dir=ret.working_dir, task_name=ret.task_name)
     finally:
         end_session(session)
 
@@ -360,16 +361,16 @@ class SlurmTask:
             return None
         restore_hydra(singleton_state)
         record_task(Path(self.job_dir), rank)
-        status, error, ret = runner(self.config, Path(self.job_dir))
-        if error is None:
-            return picklable(ret.return_value)
-        if status == Status.PRUNED:
+        outcome = runner(self.config, Path(self.job_dir))
+        if outcome.raised is None:
+            return picklable(outcome.returned)
+        if outcome.status == JobState.PRUNED:
             return None  # optuna.TrialPruned: a result, and the Slurm job ends COMPLETED
-        raise error
+        raise outcome.raised
 
-    def reply(self) -> Reply:
-        """The job in a fresh interpreter of the local launcher (its fork server could not use CUDA): the Reply a
-        forked job sends back."""
+    def reply(self) -> JobOutcome:
+        """The job in a fresh interpreter of the local launcher (its fork server could not use CUDA): what a forked
+        job sends back."""
         hydra_context, task_function, singleton_state = pickle.loads(self.hydra)
         restore_hydra(singleton_state)
         return JobRunner(hydra_context, task_function).reply(self.config, Path(self.job_dir))

@@ -21,8 +21,8 @@ from hydra_plugins.sweepit._compose import ComposedConfigs
 from hydra_plugins.sweepit._job_steps import warm_up
 from hydra_plugins.sweepit._launcher import job_dir, number, numbered
 from hydra_plugins.sweepit._runner import JobRunner, restore_hydra
-from sweepit.local import ForkServer, Job, Reply
-from sweepit.results import Recorder, Work
+from sweepit.local import ForkServer, Job
+from sweepit.results import JobOutcome, Recorder, Work
 from sweepit.search import Search, StudySource, no_env
 from sweepit.slurm import Engine, PackedWorker, PackSpec, worker_id
 
@@ -110,7 +110,7 @@ class WorkerTask:
             raise RuntimeError(f"job {job.num} composes to directory {composed} in this worker, but the driver "
                                f"planned {job.job_dir}: is the app's config the same on this node?")
 
-    def _body(self, job: Job) -> Reply:
+    def _body(self, job: Job) -> JobOutcome:
         # Slurm's USR2 reaches every process of the allocation: the worker alone answers it (it stops its jobs).
         signal.signal(signal.SIGUSR2, signal.SIG_IGN)
         return JobRunner(self.hydra_context, self.task_function).reply(job.config, job.job_dir)

@@ -22,8 +22,8 @@ from hydra_plugins.sweepit._launcher import SweepitLauncher, compact_errors, num
 from hydra_plugins.sweepit._runner import SAVED_KEYS, JobRunner, SavedConfig, SlurmTask, job_return, release_config
 from hydra_plugins.sweepit.callbacks import ends_with_report
 from sweepit.errors import ConfigError, SweepFailedError, SweepitError, with_causes
-from sweepit.local import ForkServer, Job, LocalOptions, LocalSweep, Reply, preload
-from sweepit.results import Status
+from sweepit.local import ForkServer, Job, LocalOptions, LocalSweep, preload
+from sweepit.results import JobOutcome
 
 log = logging.getLogger(__name__)
 THREADS_KEY = "trainer.threads"  # sweepit's training config: a job's own torch threads (0: the launcher's choice)
@@ -97,7 +97,7 @@ class LocalLauncher(SweepitLauncher):
         self._compose(job)
         return pickle.dumps(SlurmTask(self.pickled_hydra(), job.config, str(job.job_dir)).reply)
 
-    def _body(self, job: Job) -> Reply:
+    def _body(self, job: Job) -> JobOutcome:
         assert self.hydra_context is not None and self.task_function is not None
         return JobRunner(self.hydra_context, self.task_function).reply(job.config, job.job_dir)
 
@@ -130,5 +130,5 @@ class LocalLauncher(SweepitLauncher):
         reply = job.reply
         if reply is None:
             return job_return(job.overrides, job.config, job.job_dir, status)
-        returned = {"returned": reply.value} if reply.status == Status.COMPLETED else {}
+        returned = {"returned": reply.returned} if reply.has_returned else {}
         return job_return(job.overrides, job.config, job.job_dir, status, returned, reply.working_dir, reply.task_name)

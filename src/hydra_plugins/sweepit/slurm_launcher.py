@@ -27,9 +27,9 @@ from hydra_plugins.sweepit._runner import (
 from hydra_plugins.sweepit._worker_tasks import WorkerTask, for_workers
 from hydra_plugins.sweepit.callbacks import preload_report
 from sweepit.errors import ConfigError, SweepitError
+from sweepit.results import JobOutcome
 from sweepit.slurm import (
     ClusterFacts,
-    Outcome,
     PackSpec,
     PlannedJob,
     SlurmOptions,
@@ -135,7 +135,7 @@ class SlurmLauncher(SweepitLauncher):
         assert self.config is not None
         return WorkerTask(*self._context(), self.config, search=for_workers(search), index=index, job_base=job_base)
 
-    def _job_return(self, job: PlannedJob, outcome: Outcome) -> JobReturn:
+    def _job_return(self, job: PlannedJob, outcome: JobOutcome) -> JobReturn:
         if job.config is None or (isinstance(job.config, SavedConfig) and not job.config.saved()):  # never ran
             job.config, _ = self.compose_job(job.num, job.overrides, job.job_dir.parent)  # (its directory is known)
         # A job that ran saved its config: read back only if a sweeper asks for it, rather than taken apart here (a

@@ -39,7 +39,8 @@ from omegaconf import OmegaConf
 
 from sweepit._signals import stop_signals_held
 from sweepit.errors import ConfigError, with_causes
-from sweepit.local._worker import RECORDED_KEYS, ChildSpec, Reply, child_main, die_with
+from sweepit.local._worker import RECORDED_KEYS, ChildSpec, child_main, die_with
+from sweepit.results import JobOutcome
 from sweepit.train import forked_after_cuda
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ class Job:
     started_s: float | None = None   # time.monotonic()
     wall_time_s: float | None = None
     exit_code: int | None = None     # negative: killed by that signal (multiprocessing's convention)
-    reply: Reply | None = None
+    reply: JobOutcome | None = None
     facts: dict[str, str] = field(default_factory=dict)  # its config's values for its record (from the server)
     stopped: bool = False            # the driver signalled it (Ctrl-C, SIGTERM)
     lost: bool = False               # its fork server died: it is gone once its sentinel closes
@@ -108,9 +109,10 @@ class ForkServer:
     `body(job)` runs the job in its process; `compose(job)` sets `job.config` in the server just before the fork
     (from the server's warm config loader: each job composed once, for its own process; an error is the job's);
     `setup()` runs in the server once it is forked (preloads, which the driver then need not import). `fresh(job)`, in
-    the caller: the job composed and pickled (a callable returning its Reply) for `spawn`; None: no job is spawned."""
+    the caller: the job composed and pickled (a callable returning its JobOutcome) for `spawn`; None: no job is
+    spawned."""
 
-    def __init__(self, body: Callable[[Job], Reply], compose: Callable[[Job], None] | None = None,
+    def __init__(self, body: Callable[[Job], JobOutcome], compose: Callable[[Job], None] | None = None,
                  setup: Callable[[], None] = lambda: None, fresh: Callable[[Job], bytes] | None = None) -> None:
         self.body, self.compose, self.setup, self.fresh = body, compose, setup, fresh
         self.pid: int | None = None
@@ -283,7 +285,7 @@ def _fork(order: Order, fds: list[int], server: ForkServer, close_fds: list[int]
     try:
         if server.compose is not None:
             server.compose(job)
-        run: Callable[[], Reply] = lambda: body(job)  # noqa: E731
+        run: Callable[[], JobOutcome] = lambda: body(job)  # noqa: E731
     except Exception as e:  # Hydra's validation composed a sample of the jobs: this one fails, alone
         error = ConfigError(f"job {order.num}'s config does not compose: {with_causes(e)}")
         error.__cause__ = e
@@ -318,12 +320,12 @@ class _Raises:
 
     error: Exception
 
-    def __call__(self) -> Reply:
+    def __call__(self) -> JobOutcome:
         raise self.error
 
 
-def _raiser(error: Exception) -> Callable[[], Reply]:
-    def run() -> Reply:
+def _raiser(error: Exception) -> Callable[[], JobOutcome]:
+    def run() -> JobOutcome:
         raise error
     return run
 

@@ -8,7 +8,8 @@ import pickle
 import sys
 from multiprocessing.connection import Connection
 
-from sweepit.local._worker import ChildSpec, Reply, child_main
+from sweepit.local._worker import ChildSpec, child_main
+from sweepit.results import JobOutcome
 
 
 def main() -> None:
@@ -17,7 +18,7 @@ def main() -> None:
     # The app's own folder and modules, found as the driver found them (`python app.py` puts the app's folder first).
     sys.path[:] = [*path, *(p for p in sys.path if p not in path)]
 
-    def run() -> Reply:
+    def run() -> JobOutcome:
         # Unpickled in the job, after its output went to its logs: an app that fails to import is the job's error.
         body = pickle.loads(payload)
         return body()

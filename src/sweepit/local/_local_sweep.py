@@ -27,14 +27,14 @@ from sweepit.local._resources import (
     resolve_threads,
     visible_gpus,
 )
-from sweepit.local._worker import Reply, record_end
+from sweepit.local._worker import record_end
 from sweepit.results import (
     JobEntry,
+    JobOutcome,
+    JobState,
     LiveReader,
     Progress,
     Recorder,
-    State,
-    Status,
     SweepLock,
     failure_report,
     is_finished,
@@ -101,7 +101,7 @@ class LocalSweep:
     between runs, its body the same), else one of this run's, forked before the run holds its jobs."""
 
     def __init__(self, options: LocalOptions, sweep_dir: Path, compose: Callable[[Job], None],
-                 body: Callable[[Job], Reply], lock: SweepLock | None = None,
+                 body: Callable[[Job], JobOutcome], lock: SweepLock | None = None,
                  release: Callable[[Job], None] = lambda job: None, server: ForkServer | None = None) -> None:
         self.options = options
         self.sweep_dir = sweep_dir
@@ -221,8 +221,8 @@ class LocalSweep:
             self.server.close()
         self.progress.close()
         for entry in self.manifest.jobs.values():
-            if entry.state == State.QUEUED:
-                entry.state = State.NOT_STARTED  # the sweep was stopped first
+            if entry.state == JobState.QUEUED:
+                entry.state = JobState.NOT_STARTED  # the sweep was stopped first
         try:
             write_manifest(self.manifest)
         except OutputWriteError:
@@ -246,7 +246,7 @@ class LocalSweep:
             return self._refuse(job, e)
         entry.job_dir = str(job.job_dir)
         if o.resume and is_finished(job.job_dir):
-            entry.state = read_record(job.job_dir).status or Status.COMPLETED
+            entry.state = read_record(job.job_dir).status or JobState.COMPLETED
             write_manifest(self.manifest, [job.num])
             self.skipped.add(job.num)
             self.progress.skip()
@@ -270,7 +270,7 @@ class LocalSweep:
         self.statuses[job.num] = entry.state = record_failure(job.job_dir, str(error), Recorder.LOCAL)
         write_manifest(self.manifest, [job.num])
         self.progress.start()
-        self.progress.finish(job.num, Status.FAILED, None)
+        self.progress.finish(job.num, JobState.FAILED, None)
         return False
 
     def before_fork(self, job: Job) -> None:
@@ -279,7 +279,7 @@ class LocalSweep:
 
     def started(self, job: Job) -> None:
         entry = self.manifest.jobs[job.num]
-        entry.state, entry.pid = State.RUNNING, job.pid
+        entry.state, entry.pid = JobState.RUNNING, job.pid
         entry.started_at = now_iso()
         entry.ended_at = None
         entry.extra = {"gpus": job.gpus} if job.gpus else {}
@@ -288,7 +288,7 @@ class LocalSweep:
 
     def retried(self, job: Job) -> None:
         entry = self.manifest.jobs[job.num]
-        entry.state, entry.pid = State.QUEUED, None
+        entry.state, entry.pid = JobState.QUEUED, None
         write_manifest(self.manifest, [job.num])
         self.progress.running -= 1
         self.progress.queued += 1
@@ -309,7 +309,7 @@ class LocalSweep:
         if self.progress.done == 0 and time.monotonic() - self._looked >= _LOOK_S:
             self._looked = time.monotonic()
             running = [self._live.look(Path(e.job_dir)) for e in self.manifest.jobs.values()
-                       if e.state == State.RUNNING and e.job_dir]
+                       if e.state == JobState.RUNNING and e.job_dir]
             self.progress.early_eta(running)
         self.progress.draw()
         self.lock.touch()  # keeps the sweep lock fresh

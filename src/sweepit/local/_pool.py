@@ -21,8 +21,7 @@ from sweepit._signals import StopSignals
 from sweepit.local._capture import JobOutput
 from sweepit.local._forkserver import ForkServer, Job
 from sweepit.local._resources import GpuPool
-from sweepit.local._worker import Reply
-from sweepit.results import LOCK_HEARTBEAT_S, Status
+from sweepit.results import LOCK_HEARTBEAT_S, JobOutcome, JobState
 from sweepit.train import FORKED_AFTER_CUDA
 
 log = logging.getLogger(__name__)
@@ -304,7 +303,7 @@ class Pool:
             reply = job.conn.recv()
         except (EOFError, OSError):
             reply = None
-        if isinstance(reply, Reply):
+        if isinstance(reply, JobOutcome):
             job.reply = reply
             if reply.error == FORKED_AFTER_CUDA:  # the fork server's torch state, which its job saw
                 self._say_cuda()
@@ -341,7 +340,7 @@ class Pool:
             self._receive(job)
         reply = job.reply
         if (job.retried or job.stopped or self.stop_signal is not None
-                or (reply is not None and reply.status != Status.INTERRUPTED)):
+                or (reply is not None and reply.status != JobState.INTERRUPTED)):
             self._finish(job, None)
             return
         self._release(job)

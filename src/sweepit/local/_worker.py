@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from sweepit._host import now_iso
 from sweepit._signals import interrupt_on_stop_signals, release_stop_signals
 from sweepit.local._resources import visible_gpus
-from sweepit.results import STDERR_LOG, JobRecord, Recorder, Status, as_number, tail_lines, write_result
+from sweepit.results import STDERR_LOG, JobOutcome, JobRecord, JobState, Recorder, as_number, tail_lines, write_result
 from sweepit.train import FORKED_AFTER_CUDA, forget_device_count, forked_after_cuda
 
 if TYPE_CHECKING:
@@ -29,18 +29,6 @@ if TYPE_CHECKING:
 
 _PR_SET_PDEATHSIG = 1
 RECORDED_KEYS = ("metric", "direction")  # of a job's config, in the record of a job that died without one
-
-
-@dataclass(slots=True)
-class Reply:
-    """What a job sends back before it exits. A job that dies first sends nothing: the driver looks at how."""
-
-    status: Status                   # completed | pruned | failed | interrupted
-    value: Any = None                # the task function's return value, when it pickles (else its repr)
-    error: str = ""                  # `Type: message` of what the job raised
-    traceback: str = ""
-    working_dir: str | None = None
-    task_name: str | None = None
 
 
 @dataclass
@@ -107,14 +95,14 @@ def picklable(value: Any) -> Any:
     return value
 
 
-def failure(status: Status, e: BaseException) -> Reply:
-    """The reply of a job that raised `e`; its traceback also goes to the job's stderr."""
+def failure(status: JobState, e: BaseException) -> JobOutcome:
+    """What a job that raised `e` sends back; its traceback also goes to the job's stderr."""
     tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
     sys.stderr.write(f"Error executing job: {tb}")
-    return Reply(status=status, error=f"{type(e).__name__}: {e}", traceback=tb)
+    return JobOutcome(status, error=f"{type(e).__name__}: {e}", traceback=tb)
 
 
-def child_main(spec: ChildSpec, conn: Connection, body: Callable[[], Reply]) -> None:
+def child_main(spec: ChildSpec, conn: Connection, body: Callable[[], JobOutcome]) -> None:
     """Target of the forked process: `body` runs the job and says how it went."""
     _detach(spec)
     try:
@@ -123,13 +111,13 @@ def child_main(spec: ChildSpec, conn: Connection, body: Callable[[], Reply]) -> 
         release_stop_signals()
         if forked_after_cuda() and visible_gpus():  # it would die at its first CUDA call: recorded, not run
             sys.stderr.write(f"sweepit: {FORKED_AFTER_CUDA}\n")
-            reply = Reply(status=Status.FAILED, error=FORKED_AFTER_CUDA)
+            reply = JobOutcome(JobState.FAILED, error=FORKED_AFTER_CUDA)
         else:
             reply = body()
     except KeyboardInterrupt as e:
-        reply = failure(Status.INTERRUPTED, e)
+        reply = failure(JobState.INTERRUPTED, e)
     except BaseException as e:  # SystemExit, and errors in the body's own set-up
-        reply = failure(Status.FAILED, e)
+        reply = failure(JobState.FAILED, e)
     sys.stdout.flush()
     sys.stderr.flush()
     # If the driver is gone or the reply cannot travel, the driver reads the exit status instead.
@@ -155,16 +143,16 @@ def record_end(job: Job, started_at: str | None, stderr_tail_lines: int, recorde
     the tail of its stderr added to a failure). The local driver and sweepit.slurm's worker engine both use it."""
     reply = job.reply
     facts: dict[str, Any] = dict(job.facts)
-    if reply is not None and reply.status == Status.COMPLETED:
+    if reply is not None and reply.status == JobState.COMPLETED:
         # An app that does not write result.json itself (not sweepit's train.py): record its return value.
-        status, facts["objective"] = Status.COMPLETED, as_number(reply.value)
-    elif job.stopped or (reply is not None and reply.status == Status.INTERRUPTED):
-        status, facts["error"] = Status.INTERRUPTED, reply.error if reply else "stopped by the sweep driver"
+        status, facts["objective"] = JobState.COMPLETED, as_number(reply.returned)
+    elif job.stopped or (reply is not None and reply.status == JobState.INTERRUPTED):
+        status, facts["error"] = JobState.INTERRUPTED, reply.error if reply else "stopped by the sweep driver"
     elif reply is not None:
-        status = Status.FAILED
+        status = JobState.FAILED
         facts.update(error=reply.error, traceback=reply.traceback)
     else:
-        status, facts["error"] = Status.FAILED, describe_exit(job.exit_code, job.stopped)
+        status, facts["error"] = JobState.FAILED, describe_exit(job.exit_code, job.stopped)
     if reply is None and job.exit_code is not None and job.exit_code < 0:
         facts["exit_signal"] = signal.Signals(-job.exit_code).name
     elif reply is None:

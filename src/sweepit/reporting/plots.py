@@ -13,7 +13,7 @@ import numpy as np
 from sweepit._files import atomic_write
 from sweepit.reporting._report_data import METRICS_DRAWN, JobReport, Sweep, best_first
 from sweepit.reporting.sections import Figure, Section, SectionBuilder
-from sweepit.results import Status, finite_number, read_study_file
+from sweepit.results import JobState, finite_number, read_study_file
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -241,7 +241,7 @@ def objective_heatmap(sweep: Sweep, path: Path) -> str:
             continue  # its overrides could not be read
         i, k = ia[job.overrides[a]], ib[job.overrides[b]]
         score = finite_number(job.objective)
-        if job.status == Status.COMPLETED and score is not None:
+        if job.status == JobState.COMPLETED and score is not None:
             total[i, k] += score
             count[i, k] += 1
         else:
@@ -298,7 +298,7 @@ def objective_by_param(sweep: Sweep, path: Path) -> str:
     keys = sweep.swept[:4]
     fig = figure(max(6.0, 4.5 * len(keys)), 7.0)
     # One pass over the jobs per quantity (100,000 jobs in a large sweep), then arrays.
-    objective = np.array([v if j.status == Status.COMPLETED and (v := finite_number(j.objective)) is not None
+    objective = np.array([v if j.status == JobState.COMPLETED and (v := finite_number(j.objective)) is not None
                           else np.nan for j in sweep.jobs], dtype=float)
     epoch_time = np.array([np.nan if (t := j.epoch_time_s) is None else t for j in sweep.jobs], dtype=float)
     n_done = int(np.count_nonzero(~np.isnan(objective)))
@@ -333,7 +333,7 @@ class ParamsSection(SectionBuilder):
     title = "Objective per parameter"
 
     def build(self, sweep: Sweep, out_dir: Path) -> Section | None:
-        if not sweep.swept or sweep.measures_speed or not any(j.status == Status.COMPLETED for j in sweep.jobs):
+        if not sweep.swept or sweep.measures_speed or not any(j.status == JobState.COMPLETED for j in sweep.jobs):
             return None  # a speed study's device counts and repeats are the scaling section's
         if read_study_file(sweep.sweep_dir) is not None:
             return None  # sampled values are not a grid: the Optuna section's slice and contour plots show them

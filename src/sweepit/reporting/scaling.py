@@ -13,7 +13,7 @@ from sweepit.reporting._report_data import Sweep
 from sweepit.reporting.scaling_advice import min_efficiency, recommendation
 from sweepit.reporting.sections import Figure, Section, SectionBuilder
 from sweepit.reporting.table import Table
-from sweepit.results import Status
+from sweepit.results import JobState
 
 # Adding devices that buys less than this fraction of the ideal extra speed is called a plateau.
 PLATEAU_GAIN = 0.25
@@ -40,7 +40,7 @@ def scaling_points(sweep: Sweep) -> list[ScalingPoint]:
     groups: dict[int, list[tuple[float, float]]] = {}
     for job in sweep.jobs:
         time_s, rate = job.epoch_time_s, job.warm_mean("samples_per_s")
-        if job.status == Status.COMPLETED and time_s is not None and rate is not None:
+        if job.status == JobState.COMPLETED and time_s is not None and rate is not None:
             groups.setdefault(job.n_devices, []).append((time_s, rate))
     points = [
         ScalingPoint(n, len(v), statistics.fmean(t for t, _ in v), _std([t for t, _ in v]),
@@ -111,7 +111,7 @@ class ScalingSection(SectionBuilder):
 
     def build(self, sweep: Sweep, out_dir: Path) -> Section | None:
         points = scaling_points(sweep)
-        done = [j for j in sweep.jobs if j.status == Status.COMPLETED]  # their ranks are no GPUs when all ran on CPU
+        done = [j for j in sweep.jobs if j.status == JobState.COMPLETED]  # their ranks are no GPUs when all ran on CPU
         devices = "CPU ranks" if done and all(j.on_cpu for j in done) else "GPUs"
         title = self.title if devices == "GPUs" else f"Scaling over {devices}"
         floor, asked, note = min_efficiency(j.config() for j in done[:1])

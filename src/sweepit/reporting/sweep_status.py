@@ -9,15 +9,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 from sweepit.results import (
-    FINISHED_STATUSES,
     LIVE_ROWS,
-    LIVE_STATES,
     MAX_ROWS,
     REPORT_PAGE,
     JobRow,
+    JobState,
     LiveReader,
     Manifest,
-    State,
     SweepLock,
     SweepPaths,
     array_of,
@@ -54,7 +52,7 @@ def _table(m: Manifest, live: LiveReader, shown: list[int], counts: Counter[str]
         has_dir = bool(e.job_dir) and Path(e.job_dir).is_dir()
         row = job_row(JobRow, num, Path(e.job_dir) if has_dir else None, asdict(e))
         row.status = e.state  # as just brought up to date, which the counts below tell too
-        progress = live.look(Path(e.job_dir)) if has_dir and e.state == State.RUNNING else None
+        progress = live.look(Path(e.job_dir)) if has_dir and e.state == JobState.RUNNING else None
         reason = f"({e.extra['slurm_reason']})" if e.extra.get("slurm_reason") else ""
         where = " ".join(x for x in (slurm_id(e), e.extra.get("slurm_state"), reason, e.extra.get("node")) if x)
         held = f"not submitted yet: {e.extra['held']}" if e.extra.get("held") else ""
@@ -62,7 +60,8 @@ def _table(m: Manifest, live: LiveReader, shown: list[int], counts: Counter[str]
                                          held, row.note) if x)
         rows.append(row)
     tally = counts_text(counts)
-    done = sum(counts[s] for s in FINISHED_STATUSES) - sum(m.jobs[n].state in FINISHED_STATUSES for n in shown)
+    done = (sum(n for s, n in counts.items() if JobState.is_success(s))
+            - sum(JobState.is_success(m.jobs[n].state) for n in shown))
     left = n_jobs - len(rows) - done  # more unfinished jobs than rows: the first ones are listed
     hidden = " and ".join(f"{n} {what}" for n, what in ((done, "finished"), (left, "unfinished")) if n)
     more = (f" ({hidden} jobs not listed: `sweepit summary {m.sweep_dir}` lists every job, `--rows 0` "
@@ -85,7 +84,7 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
         view = None
     m = view[0] if view is not None else read_manifest(sweep_dir)
     adopted = adopt_trials(m) if view is None else []  # Optuna worker mode: trials started since it was written
-    unfinished = [n for n in sorted(m.jobs) if m.jobs[n].state not in FINISHED_STATUSES]
+    unfinished = [n for n in sorted(m.jobs) if not JobState.is_success(m.jobs[n].state)]
     n_jobs = view[1].n_jobs if view is not None else len(m.jobs)
     # Beyond `max_rows` jobs (0: no limit) the first `max_rows` of those that did not finish, the finished counted.
     shown = sorted(m.jobs) if max_rows <= 0 or n_jobs <= max_rows else unfinished[:max_rows]
@@ -105,18 +104,18 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
         for n, (state, array) in before.items():
             for (s, a), step in (((state, array), -1), ((m.jobs[n].state, array_of(m.jobs[n])), 1)):
                 counts[s] += step
-                if a and s in LIVE_STATES:
+                if a and JobState.is_live(s):
                     arrays[a] += step
         counts, arrays = +counts, +arrays
     else:
         counts = Counter(e.state for e in m.jobs.values())
-        arrays = Counter(a for e in m.jobs.values() if e.state in LIVE_STATES and (a := array_of(e)))
+        arrays = Counter(a for e in m.jobs.values() if JobState.is_live(e.state) and (a := array_of(e)))
     lines = [_table(m, live, shown, counts, n_jobs),
              f"sweep directory: {m.sweep_dir} (launcher: {m.launcher})"] + ([note] if note else [])
     budget_at = len(lines)  # the budget's line goes here, once it is known whether the sweep has ended
-    running = [e for e in m.jobs.values() if e.state == State.RUNNING and e.job_dir]
+    running = [e for e in m.jobs.values() if e.state == JobState.RUNNING and e.job_dir]
     if running:
-        queued = counts[State.QUEUED]
+        queued = counts[JobState.QUEUED]
         eta = sweep_eta_s([live.look(Path(e.job_dir)) for e in running], queued, len(running))
         if eta is not None:
             lines.append(f"ETA {format_duration(eta)} at the running jobs' pace ({len(running)} running, {queued} "
@@ -124,12 +123,12 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
     if driver is not None:
         lines.append(f"a driver follows this sweep (pid {driver.get('pid')} on {driver.get('host')}, since "
                      f"{driver.get('since')}): it records what ends; this is a look, nothing was written.")
-    n_live = sum(counts[s] for s in LIVE_STATES)
+    n_live = sum(n for s, n in counts.items() if JobState.is_live(s))
     if n_live and m.launcher == "slurm":
         cancel = sorted(set(arrays) | set(m.workers.get("arrays") or {}), key=int)
         lines.append(f"{n_live} job(s) still queued or running in Slurm: look again with `sweepit status "
                      f"{m.sweep_dir}`; cancel with `scancel {' '.join(cancel)}`.")
-    redo = sum(n for s, n in counts.items() if s not in LIVE_STATES and s not in FINISHED_STATUSES)
+    redo = sum(n for s, n in counts.items() if not JobState.is_live(s) and not JobState.is_success(s))
     if redo:
         lines.append(f"{redo} job(s) did not complete: `sweepit resume {m.sweep_dir}` runs only those again.")
     workers = bool(m.workers) and m.launcher == "slurm" and workers_alive(m)

@@ -10,6 +10,7 @@ from sweepit.results._claims import WAIT, Work, WorkSource, claim, claimed, hear
 from sweepit.results._clean import clean
 from sweepit.results._job_files import (
     RESULT_GRACE_S,
+    JobOutcome,
     JobRecord,
     ResultGrace,
     error_line,
@@ -89,13 +90,8 @@ from sweepit.results._progress import LiveReader, Progress, format_duration, swe
 from sweepit.results._reported import asks_for_report, records_digest, report_shows, reports_at_end, write_records
 from sweepit.results._status import (
     DIRECTIONS,
-    FAILED_STATUSES,
-    FINISHED_STATUSES,
-    LIVE_STATES,
-    RESULT_STATUSES,
+    JobState,
     Recorder,
-    State,
-    Status,
     as_number,
     counts_text,
     default_direction_line,
@@ -127,25 +123,21 @@ from sweepit.results._summary import (
 from sweepit.results._unread import UnreadKeys
 
 __all__ = [
-    "BEST_PARAMS_FILE", "BEST_WEIGHTS", "CONFIG_FILE", "DIRECTIONS", "FAILED_STATUSES", "FINISHED_STATUSES",
-    "HYDRA_DIR", "HYDRA_FILE", "LAST_WEIGHTS", "LIVE_ROWS", "LIVE_STATES", "LOCK_HEARTBEAT_S", "MANIFEST_FILE",
-    "MAX_ROWS", "METRICS_FILE", "MLFLOW_RUN_FILE", "MULTIRUN_FILE", "OPTIMIZATION_RESULTS_FILE", "OVERRIDES_FILE",
-    "RANK_STATES", "REPORT_CSV", "REPORT_DIR", "REPORT_PAGE", "REPORT_SUMMARY", "RESULT_FILE", "RESULT_GRACE_S",
-    "RESULT_STATUSES", "STDERR_LOG", "STDOUT_LOG", "SWEEP_JOURNAL_FILE", "TRIALS_FILE", "WAIT", "WANDB_RUN_FILE",
-    "WEIGHT_FILES", "WORKER_STALE_S", "ConfigSource",
-    "JobEntry", "JobPaths", "JobRecord", "JobRow", "LiveReader", "Manifest",
-    "Progress", "Recorder", "ResultGrace", "State", "Status", "SweepLock", "SweepPaths", "UnreadKeys", "Work",
-    "WorkSource", "aligned", "app_command", "array_of", "as_number", "asks_for_report", "best_row", "claim",
-    "claimed", "clean",
-    "command_line", "config_of", "config_source", "counts_text", "default_direction_line", "direction_is_default",
-    "driver_argv", "driver_env", "error_line", "failure_report",
-    "finite_number", "fixed_overrides", "format_duration", "format_table", "heartbeat", "hydra_quote", "is_finished",
-    "iter_manifest", "job_dir_name", "job_folders", "job_num", "job_row", "load_yaml", "measures_speed",
-    "objective_direction", "objective_values", "open_manifest", "own_folder",
-    "own_key", "own_overrides", "read_live_manifest",
-    "read_manifest", "read_metrics", "read_record", "read_study_file", "record_failure", "records_digest",
-    "report_shows", "reports_at_end", "rerun_argv", "rerun_command", "returned_fields", "settle_orphans",
-    "short_value", "silent_s", "speed_study_line", "start_clean", "summarize", "sweep_direction", "sweep_eta_s",
-    "sweep_jobs", "sweeper_value", "swept_keys", "tail_lines", "total_wall_time_s", "typed_overrides", "worst",
-    "write_manifest", "write_metrics", "write_records", "write_result", "write_study_file"
+    "BEST_PARAMS_FILE", "BEST_WEIGHTS", "CONFIG_FILE", "DIRECTIONS", "HYDRA_DIR", "HYDRA_FILE", "LAST_WEIGHTS",
+    "LIVE_ROWS", "LOCK_HEARTBEAT_S", "MANIFEST_FILE", "MAX_ROWS", "METRICS_FILE", "MLFLOW_RUN_FILE", "MULTIRUN_FILE",
+    "OPTIMIZATION_RESULTS_FILE", "OVERRIDES_FILE", "RANK_STATES", "REPORT_CSV", "REPORT_DIR", "REPORT_PAGE",
+    "REPORT_SUMMARY", "RESULT_FILE", "RESULT_GRACE_S", "STDERR_LOG", "STDOUT_LOG", "SWEEP_JOURNAL_FILE", "TRIALS_FILE",
+    "WAIT", "WANDB_RUN_FILE", "WEIGHT_FILES", "WORKER_STALE_S", "ConfigSource", "JobEntry", "JobOutcome", "JobPaths",
+    "JobRecord", "JobRow", "JobState", "LiveReader", "Manifest", "Progress", "Recorder", "ResultGrace", "SweepLock",
+    "SweepPaths", "UnreadKeys", "Work", "WorkSource", "aligned", "app_command", "array_of", "as_number",
+    "asks_for_report", "best_row", "claim", "claimed", "clean", "command_line", "config_of", "config_source",
+    "counts_text", "default_direction_line", "direction_is_default", "driver_argv", "driver_env", "error_line",
+    "failure_report", "finite_number", "fixed_overrides", "format_duration", "format_table", "heartbeat", "hydra_quote",
+    "is_finished", "iter_manifest", "job_dir_name", "job_folders", "job_num", "job_row", "load_yaml", "measures_speed",
+    "objective_direction", "objective_values", "open_manifest", "own_folder", "own_key", "own_overrides",
+    "read_live_manifest", "read_manifest", "read_metrics", "read_record", "read_study_file", "record_failure",
+    "records_digest", "report_shows", "reports_at_end", "rerun_argv", "rerun_command", "returned_fields",
+    "settle_orphans", "short_value", "silent_s", "speed_study_line", "start_clean", "summarize", "sweep_direction",
+    "sweep_eta_s", "sweep_jobs", "sweeper_value", "swept_keys", "tail_lines", "total_wall_time_s", "typed_overrides",
+    "worst", "write_manifest", "write_metrics", "write_records", "write_result", "write_study_file"
 ]

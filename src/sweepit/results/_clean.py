@@ -9,7 +9,7 @@ from pathlib import Path
 from sweepit.errors import SweepitError
 from sweepit.results._lock import SweepLock, describe_holder
 from sweepit.results._paths import RANK_STATES, WEIGHT_FILES, JobPaths
-from sweepit.results._status import RESULT_STATUSES, sweep_direction
+from sweepit.results._status import JobState, sweep_direction
 from sweepit.results._summary import best_row, collect
 from sweepit.results._summary import size_text as _mb
 
@@ -45,7 +45,7 @@ def clean(sweep_dir: Path, keep_best: bool = True, dry_run: bool = False) -> Cle
     out = Cleaned(best_job=None if best is None else best.num)
     for row in rows:
         names = [n for n in WEIGHT_FILES if (row.job_dir / n).is_file()]
-        if row.status in RESULT_STATUSES:  # the checkpoint, and each rank's random states beside it
+        if JobState.is_success(row.status):  # the checkpoint, and each rank's random states beside it
             names += [p.name for p in (JobPaths(row.job_dir).checkpoint, *row.job_dir.glob(RANK_STATES)) if p.is_file()]
         for name in names:
             path = row.job_dir / name

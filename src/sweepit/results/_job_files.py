@@ -1,5 +1,6 @@
 """A job's directory and what a job leaves there: `metrics.jsonl` (one object per epoch) and `result.json`, its
-record (`JobRecord`). Both are written atomically, so a killed job never leaves half a file."""
+record (`JobRecord`). Both are written atomically, so a killed job never leaves half a file. `JobOutcome`: how a job
+ended, as its process or its driver tells it."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 from sweepit._files import atomic_write
 from sweepit._host import now_iso
 from sweepit.results._paths import METRICS_FILE, RESULT_FILE, STDERR_LOG, STDOUT_LOG, JobPaths
-from sweepit.results._status import FAILED_STATUSES, Recorder, State, Status, as_number
+from sweepit.results._status import JobState, Recorder, as_number
 
 # How long a job seen ended without result.json is given for its own to show up before a record of its death is
 # written: on a shared file system a file another node wrote a moment ago can take a second or two to appear.
@@ -194,12 +195,12 @@ class JobRecord:
     """What a job left in its `result.json`, as every reader and writer sees it (`read_record`, `write_result`). Its
     facts are read from `result`, the file's keys as written (an app's own among them), so that any record reads."""
 
-    status: str | None               # a Status or State (or an app's own word); None: no result.json yet
+    status: str | None               # a JobState (or an app's own word); None: no result.json yet
     result: dict[str, Any] = field(default_factory=dict)  # the file's keys (status, objective, error, times, ...)
     problem: str = ""                # why it cannot be read
 
     @classmethod
-    def of(cls, status: Status, recorded_by: Recorder | None = None, **facts: Any) -> JobRecord:
+    def of(cls, status: JobState, recorded_by: Recorder | None = None, **facts: Any) -> JobRecord:
         """A record to write: how the job ended, who recorded it when the job did not, and what else is known."""
         result: dict[str, Any] = {"status": status, "objective": None, **facts}
         if recorded_by is not None:
@@ -233,7 +234,23 @@ class JobRecord:
     @property
     def ended(self) -> bool:
         """Whether the record says how the job ended: one that cannot be read, or says no status, is no record."""
-        return self.status not in (None, "", State.CORRUPT, State.UNKNOWN)
+        return self.status not in (None, "", JobState.CORRUPT, JobState.UNKNOWN)
+
+
+@dataclass(slots=True)
+class JobOutcome:
+    """How a job ended, as its process sends it back (a job that dies first sends nothing: the driver looks at how) or
+    its driver learns it: its status (None: not followed, `wait=false`), what its task returned (`has_returned`: it
+    did; a forked job sends the repr of a value that does not pickle), what it raised, and where it ran."""
+
+    status: str | None               # completed | pruned | failed | interrupted (a Slurm job: any record's status)
+    returned: Any = None
+    has_returned: bool = False       # False: it did not return (it failed, or was killed first)
+    error: str = ""                  # `Type: message` of what the job raised
+    traceback: str = ""
+    working_dir: str | None = None   # Hydra's JobReturn's
+    task_name: str | None = None
+    raised: BaseException | None = None  # in the job's own process, to raise again; never sent back
 
 
 def write_result(job_dir: Path | str, record: JobRecord | dict[str, Any], *, replace: bool = True,
@@ -246,14 +263,14 @@ def write_result(job_dir: Path | str, record: JobRecord | dict[str, Any], *, rep
     signal) takes this record's facts on top, its words kept as `job_error`."""
     job_dir = Path(job_dir)
     new = dict(record.result if isinstance(record, JobRecord) else record)
-    status = str(new.get("status", State.UNKNOWN))
+    status = str(new.get("status", JobState.UNKNOWN))
     own = JobRecord(None) if replace else read_record(job_dir)
     if own.ended and not (retell is not None and retell(own)):
-        if stderr_tail is not None and own.status in FAILED_STATUSES and own.recorded_by == Recorder.SESSION \
+        if stderr_tail is not None and JobState.is_failure(own.status) and own.recorded_by == Recorder.SESSION \
                 and "stderr_tail" not in own.result:
             _write(job_dir, {**own.result, "stderr_tail": stderr_tail()})
         return str(own.status)
-    if stderr_tail is not None and status in FAILED_STATUSES and "stderr_tail" not in new:
+    if stderr_tail is not None and JobState.is_failure(status) and "stderr_tail" not in new:
         new["stderr_tail"] = stderr_tail()
     if own.ended:  # retold
         new = {**own.result, **({"job_error": own.error} if own.error else {}), **new}
@@ -272,10 +289,10 @@ def _write(job_dir: Path, result: dict[str, Any], replace: bool = True) -> bool:
     return True
 
 
-def record_failure(job_dir: Path | str, error: str, recorded_by: Recorder) -> Status:
+def record_failure(job_dir: Path | str, error: str, recorded_by: Recorder) -> JobState:
     """Record that a job failed before it ran (its config refused, no worker started it)."""
-    write_result(job_dir, JobRecord.of(Status.FAILED, recorded_by, error=error, ended_at=now_iso()))
-    return Status.FAILED
+    write_result(job_dir, JobRecord.of(JobState.FAILED, recorded_by, error=error, ended_at=now_iso()))
+    return JobState.FAILED
 
 
 def total_wall_time_s(result: dict[str, Any]) -> float | None:
@@ -290,14 +307,14 @@ def read_record(job_dir: Path | str | None, name: str = RESULT_FILE) -> JobRecor
     try:
         result = read_result(Path(job_dir), name)
     except (ValueError, OSError) as e:
-        return JobRecord(State.CORRUPT, problem=f"{RESULT_FILE} unreadable: {e}")
+        return JobRecord(JobState.CORRUPT, problem=f"{RESULT_FILE} unreadable: {e}")
     if result is None:
         return JobRecord(None)
-    status = str(result.get("status", State.UNKNOWN))
+    status = str(result.get("status", JobState.UNKNOWN))
     return JobRecord(_STATUS_OF.get(status, status), result)
 
 
-_STATUS_OF: dict[str, str] = {s.value: s for s in Status}
+_STATUS_OF: dict[str, str] = {s.value: s for s in JobState}
 
 
 def write_metrics(job_dir: Path, rows: list[dict[str, Any]]) -> None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from sweepit.results._paths import SweepPaths
 from sweepit.results._records import RecordCodec
-from sweepit.results._status import FINISHED_STATUSES, LIVE_STATES, MAX_ROWS, State
+from sweepit.results._status import MAX_ROWS, JobState
 
 if TYPE_CHECKING:
     from sweepit.results._manifest import JobEntry
@@ -59,9 +59,9 @@ class Tally:
         state, array = str(entry.state), array_of(entry)
         self.recorded[num] = (state, array)
         self.counts[state] += 1
-        if state in LIVE_STATES and array:
+        if JobState.is_live(state) and array:
             self.arrays[array] += 1
-        if state not in FINISHED_STATUSES:
+        if not JobState.is_success(state):
             self.open.add(num)
             if num not in self.in_order:
                 self.in_order.add(num)
@@ -70,7 +70,7 @@ class Tally:
                 else:
                     i = bisect.bisect_left(self.order, num, self.head)
                     self.order.insert(i, num)
-        if state == State.RUNNING:
+        if state == JobState.RUNNING:
             self.running.add(num)
 
     def _drop(self, num: int) -> None:
@@ -78,7 +78,7 @@ class Tally:
         self.counts[state] -= 1
         if not self.counts[state]:
             del self.counts[state]
-        if state in LIVE_STATES and array:
+        if JobState.is_live(state) and array:
             self.arrays[array] -= 1
             if not self.arrays[array]:
                 del self.arrays[array]

@@ -25,7 +25,7 @@ from sweepit.results._live import LIVE_ROWS, Live, Tally, read_live, write_live
 from sweepit.results._overrides import driver_env, override_key, shell_line
 from sweepit.results._paths import MANIFEST_FILE, JobPaths, SweepPaths
 from sweepit.results._records import DEFAULTS_KEY, RecordCodec, choose_defaults
-from sweepit.results._status import FAILED_STATUSES, FINISHED_STATUSES, RESULT_STATUSES, State, Status, counts_text
+from sweepit.results._status import JobState, counts_text
 
 MANIFEST_VERSION = 3  # 2: `generation`, continued by sweep.journal; 3: records in `_records`' layout
 
@@ -40,7 +40,7 @@ class JobEntry:
     num: int
     overrides: list[str]
     job_dir: str                     # absolute
-    state: str = State.QUEUED        # queued | running | not started | a result.json status
+    state: str = JobState.QUEUED        # queued | running | not started | a result.json status
     pid: int | None = None
     started_at: str | None = None    # ISO 8601, UTC
     ended_at: str | None = None
@@ -306,7 +306,7 @@ def read_live_manifest(sweep_dir: Path) -> tuple[Manifest, Live] | None:
 
 def is_finished(job_dir: Path) -> bool:
     """True when a resume must skip the job: its result says completed (or pruned, or diverged)."""
-    return read_record(job_dir).status in FINISHED_STATUSES
+    return JobState.is_success(read_record(job_dir).status)
 
 
 def settle_orphans(m: Manifest) -> list[int]:
@@ -317,11 +317,11 @@ def settle_orphans(m: Manifest) -> list[int]:
         return []  # a Slurm job stays in Slurm's hands and runs without its driver
     changed = []
     for n, e in m.jobs.items():
-        if e.state == State.QUEUED:
-            e.state = State.NOT_STARTED
-        elif e.state == State.RUNNING and read_record(Path(e.job_dir)).status is None and not (
+        if e.state == JobState.QUEUED:
+            e.state = JobState.NOT_STARTED
+        elif e.state == JobState.RUNNING and read_record(Path(e.job_dir)).status is None and not (
                 e.pid and process_alive(e.pid)):
-            e.state = Status.INTERRUPTED
+            e.state = JobState.INTERRUPTED
         else:
             continue
         changed.append(n)
@@ -365,16 +365,16 @@ def failure_report(manifest: Manifest, jobs: Sequence[LaunchedJob], statuses: di
                    stop_signal: int | None, fail_on_error: bool) -> str | None:
     """The message of the error that ends a sweep with failures (which jobs, their errors and logs, how to resume),
     or None when it ends cleanly. `skipped`: jobs a resume found finished before."""
-    bad = [j for j in jobs if statuses.get(j.num) in FAILED_STATUSES]
+    bad = [j for j in jobs if JobState.is_failure(statuses.get(j.num))]
     # Every reader of the sweep finds a job's record in the folder recorded for it: one ended there without it
     # (the folder moved or deleted since, by the app or by hand) is as good as failed.
-    lost = [j for j in jobs if statuses.get(j.num) in RESULT_STATUSES and j.num not in skipped
+    lost = [j for j in jobs if JobState.is_success(statuses.get(j.num)) and j.num not in skipped
             and not JobPaths(j.job_dir).result.exists()]
     if stop_signal is None and (not (bad or lost) or not fail_on_error):
         return None
     if stop_signal is not None:  # the jobs the stop interrupted need no line each: the stop is their error
-        bad = [j for j in bad if statuses.get(j.num) != Status.INTERRUPTED]
-    tally = counts_text(Counter("finished before" if j.num in skipped else statuses.get(j.num, State.NOT_STARTED)
+        bad = [j for j in bad if statuses.get(j.num) != JobState.INTERRUPTED]
+    tally = counts_text(Counter("finished before" if j.num in skipped else statuses.get(j.num, JobState.NOT_STARTED)
                                 for j in jobs))
     if stop_signal is not None:
         lines = [f"sweep stopped by {signal.Signals(stop_signal).name}: {tally} (of {len(jobs)} jobs launched); what "

@@ -15,7 +15,7 @@ from typing import TextIO
 from sweepit.results._job_files import parse_metrics
 from sweepit.results._overrides import load_yaml
 from sweepit.results._paths import JobPaths
-from sweepit.results._status import FAILED_STATUSES, counts_text, finite_number
+from sweepit.results._status import JobState, counts_text, finite_number
 
 _CLEAR = "\r\033[K"
 
@@ -58,7 +58,7 @@ class Progress:
     def finish(self, num: int, status: str, wall_time_s: float | None) -> None:
         self.running -= 1
         self.done += 1
-        if status in FAILED_STATUSES:
+        if JobState.is_failure(status):
             self.bad[status] = self.bad.get(status, 0) + 1
         if self.live:
             self.draw()

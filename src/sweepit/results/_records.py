@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from sweepit.results._status import State
+from sweepit.results._status import JobState
 
 if TYPE_CHECKING:
     from sweepit.results._manifest import JobEntry
@@ -70,7 +70,7 @@ class RecordCodec:
     def __init__(self, sweep_dir: str, defaults: Mapping[str, Any] | None) -> None:
         self.root = str(sweep_dir).rstrip("/") + "/"
         self.compact = defaults is not None
-        self.state = str((defaults or {}).get("state", State.QUEUED))
+        self.state = str((defaults or {}).get("state", JobState.QUEUED))
         extra = (defaults or {}).get("extra")
         self.extra: dict[str, Any] = dict(extra) if isinstance(extra, Mapping) else {}
 

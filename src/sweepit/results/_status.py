@@ -1,6 +1,6 @@
-"""A job's outcome in one word (`Status`), where a job stands before it has one (`State`), who recorded it
-(`Recorder`), the one rule that turns an outcome into what a sweeper receives, and the objective's direction, which
-the Optuna sweeper records in `optuna_study.yaml` (read here: every reader of a sweep judges "best" by it)."""
+"""Where a job stands, from planned to ended (`JobState`), who recorded it (`Recorder`), the one rule that turns an
+outcome into what a sweeper receives, and the objective's direction, which the Optuna sweeper records in
+`optuna_study.yaml` (read here: every reader of a sweep judges "best" by it)."""
 
 from __future__ import annotations
 
@@ -26,28 +26,47 @@ class _Word(str, Enum):
         return str(self.value)
 
 
-class Status(_Word):
-    """How a job ended: `result.json`'s `status`, and its job's state in `sweep.json` from then on."""
+class JobState(_Word):
+    """Where a job stands, from planned to ended: sweep.json's `state`, a table's row and, once it ended,
+    `result.json`'s `status`. The predicates take a member or a word read from a file (an app may write its own)."""
 
+    NOT_STARTED = "not started"  # planned, or its sweep stopped before it started (a resume runs it)
+    QUEUED = "queued"
+    RUNNING = "running"
     COMPLETED = "completed"      # trained to the end (or the task returned): the objective, or the task's return value
     PRUNED = "pruned"            # stopped early by the Optuna pruner: its last reported value, told as PRUNED
     DIVERGED = "diverged"        # the loss stopped being finite: a result, not an error; the sweeper gets the worst
     FAILED = "failed"            # raised, crashed, was killed, or Slurm ended it: no value
     INTERRUPTED = "interrupted"  # stopped by the sweep driver (Ctrl-C, scancel): no value; a resume runs it again
-
-
-class State(_Word):
-    """What a job is when no status says how it ended: before it ends (sweep.json's `state`, a table's row), or
-    when its record tells none."""
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    NOT_STARTED = "not started"  # its sweep stopped before the job started (a resume runs it)
     UNKNOWN = "unknown"          # its result.json says no status
     CORRUPT = "corrupt"          # its result.json cannot be read (a resume runs the job again)
     # Ended without a status: what its trackers are told when its session ended so (a single run), and the row of a
     # job of a launcher that keeps no record, with no result.json and nothing of it alive (`unrecorded_state`).
     ENDED = "ended"
+
+    def is_ended(self: str | None) -> bool:
+        """Whether the job has ended (by its record, or by its folder), whatever the way."""
+        return self is not None and self not in _NOT_ENDED
+
+    def is_success(self: str | None) -> bool:
+        """Whether it ended with a result: a resume never runs it again. A diverged job is a result (same seed, same
+        divergence), not an error, and a pruned one is the study's verdict (its trial is told PRUNED)."""
+        return self in _SUCCESS
+
+    def is_failure(self: str | None) -> bool:
+        """Whether it ended without a value: such jobs make a sweep exit non-zero (unless the launcher is told
+        otherwise)."""
+        return self in _FAILURE
+
+    def is_live(self: str | None) -> bool:
+        """Whether it is still in its launcher's hands (a Slurm job: in Slurm's queue)."""
+        return self in _LIVE
+
+
+_LIVE = frozenset((JobState.QUEUED, JobState.RUNNING))
+_NOT_ENDED = _LIVE | {JobState.NOT_STARTED}
+_SUCCESS = frozenset((JobState.COMPLETED, JobState.PRUNED, JobState.DIVERGED))
+_FAILURE = frozenset((JobState.FAILED, JobState.INTERRUPTED))
 
 
 class Recorder(_Word):
@@ -62,15 +81,6 @@ class Recorder(_Word):
     SWEEPER = "sweepit's Optuna sweeper, from the job's return value"
 
 
-# A resume never runs these again: a diverged job is a result (same seed, same divergence), not an error, and a pruned
-# one is the study's verdict (its trial is told PRUNED; a resumed search asks new trials, never reruns a job).
-FINISHED_STATUSES = (Status.COMPLETED, Status.PRUNED, Status.DIVERGED)
-# Statuses that make a sweep exit non-zero (unless the launcher is told otherwise).
-FAILED_STATUSES = (Status.FAILED, Status.INTERRUPTED)
-RESULT_STATUSES = tuple(s for s in Status if s not in FAILED_STATUSES)  # the job ended with a result
-# The states of a job that has not ended (any other is how it ended, which its result.json says).
-LAUNCH_STATES = (State.QUEUED, State.RUNNING, State.NOT_STARTED)
-LIVE_STATES = (State.QUEUED, State.RUNNING)  # still in its launcher's hands (a Slurm job: in Slurm's queue)
 # Rows of the table a sweep prints at its end, and the default of `sweepit summary`, `report` and `status --rows`.
 MAX_ROWS = 50
 DIRECTIONS = ("maximize", "minimize")
@@ -128,13 +138,13 @@ def sweeper_value(status: str | None, objective: Any = None, direction: str | No
     """What a launcher hands the sweeper for a job (`JobReturn.return_value`): what its task returned; when that is
     not known (the job died after writing its result), its recorded objective, or the worst value when it diverged.
     A job that failed or was interrupted gives None, as Hydra's sweepers would end the sweep on a FAILED return."""
-    if status in FAILED_STATUSES:
+    if JobState.is_failure(status):
         return None
     if returned is not _NOTHING:
         return returned
-    if status == Status.DIVERGED:
+    if status == JobState.DIVERGED:
         return worst(direction or DEFAULT_DIRECTION)
-    if status == Status.COMPLETED:
+    if status == JobState.COMPLETED:
         return objective
     return None
 

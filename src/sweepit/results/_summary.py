@@ -21,11 +21,8 @@ from sweepit.results._overrides import (
     typed_overrides,
 )
 from sweepit.results._status import (
-    FAILED_STATUSES,
-    LAUNCH_STATES,
     MAX_ROWS,
-    State,
-    Status,
+    JobState,
     counts_text,
     default_direction_line,
     direction_is_default,
@@ -130,7 +127,7 @@ def job_row(kind: type[Row], num: int, folder: Path | None, entry: dict[str, Any
         if record.status is not None:
             row.status, row.result, row.objective = record.status, record.result, record.objective
             row.note = record.problem
-            if row.status in FAILED_STATUSES and record.error:
+            if JobState.is_failure(row.status) and record.error:
                 row.note = error_line(record.error)
             elif record.attempts > 1 and not row.note:
                 row.note = f"{record.attempts} attempts"  # its time is theirs together
@@ -138,8 +135,8 @@ def job_row(kind: type[Row], num: int, folder: Path | None, entry: dict[str, Any
             read(row)
     if not row.status:
         state = str(entry.get("state") or "") if entry else ""
-        row.status = state or (unrecorded_state(folder) if folder is not None else State.QUEUED)
-        if row.status not in LAUNCH_STATES:  # it ended, by its record or its folder, but left no result.json
+        row.status = state or (unrecorded_state(folder) if folder is not None else JobState.QUEUED)
+        if JobState.is_ended(row.status):  # it ended, by its record or its folder, but left no result.json
             row.add_note("no result.json")
     return row
 
@@ -152,7 +149,7 @@ def collect(sweep_dir: Path) -> list[JobRow]:
 def best_row(rows: list[JobRow], direction: str) -> JobRow | None:
     """The completed job with the best finite objective; the first one on ties, as Optuna's journal storage picks its
     best trial."""
-    scored = [r for r in rows if r.status == Status.COMPLETED and finite_number(r.objective) is not None]
+    scored = [r for r in rows if r.status == JobState.COMPLETED and finite_number(r.objective) is not None]
     if not scored:
         return None
     pick = max if direction == "maximize" else min
@@ -314,9 +311,9 @@ class _Tally:
         weights = result.get("weights")
         if isinstance(weights, dict) and weights:
             self.weights.append(sum(n for n in weights.values() if isinstance(n, int)))
-        if self.multi and row.status == Status.COMPLETED:
+        if self.multi and row.status == JobState.COMPLETED:
             self.completed.append(row)
-        objective = finite_number(row.objective) if row.status == Status.COMPLETED else None
+        objective = finite_number(row.objective) if row.status == JobState.COMPLETED else None
         if objective is None:
             if not self.limit or len(self.unscored) < self.limit:
                 self.unscored.append((self.n, row))
@@ -352,7 +349,7 @@ def size_text(n_bytes: int) -> str:
 def pareto_lines(rows: list[JobRow], directions: list[str], metrics: list[str] | None) -> list[str]:
     """The completed jobs on the Pareto front of a multi-objective study, with their values."""
     names = metrics or [f"value {i}" for i in range(len(directions))]
-    scored = [(r, v) for r in rows if r.status == Status.COMPLETED
+    scored = [(r, v) for r in rows if r.status == JobState.COMPLETED
               and (v := objective_values(r.result, metrics, len(directions))) is not None]
     front = [scored[i] for i in pareto_front([v for _, v in scored], directions)]
     head = f"Pareto front ({', '.join(f'{d} {n}' for d, n in zip(directions, names, strict=False))}): "

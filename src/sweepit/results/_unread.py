@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from sweepit.errors import closest
 from sweepit.results._overrides import load_yaml
 from sweepit.results._paths import JobPaths
-from sweepit.results._status import REPEAT_KEY, Status
+from sweepit.results._status import REPEAT_KEY, JobState
 
 if TYPE_CHECKING:
     from sweepit.results._summary import JobRow
@@ -46,7 +46,7 @@ class UnreadKeys:
             self.add(job)
 
     def add(self, job: JobRow) -> None:
-        if job.status != Status.COMPLETED or self._read.issuperset(job.overrides):
+        if job.status != JobState.COMPLETED or self._read.issuperset(job.overrides):
             return  # once every key of a sweep is known to be read (soon, in most), a job costs this test alone
         metrics = _metrics(job.result)
         if metrics is None:

@@ -12,18 +12,18 @@ import time
 from pathlib import Path
 
 from sweepit.results._lock import STALE_S, SweepLock
-from sweepit.results._status import State
+from sweepit.results._status import JobState
 
 # A folder silent this long, with no process of this host in it, ended: the window a driver's lock is given on
 # another host, whose processes cannot be asked either.
 SILENT_S = STALE_S
 
 
-def unrecorded_state(folder: Path) -> State:
+def unrecorded_state(folder: Path) -> JobState:
     """`running` or `ended` (its trackers' word for a job that ended without a status) for an unrecorded job."""
     if SweepLock(folder.parent).holder() is not None or _changed_s_ago(folder) < SILENT_S:
-        return State.RUNNING
-    return State.RUNNING if _in_use(folder) else State.ENDED
+        return JobState.RUNNING
+    return JobState.RUNNING if _in_use(folder) else JobState.ENDED
 
 
 def _changed_s_ago(folder: Path) -> float:

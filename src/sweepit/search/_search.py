@@ -17,7 +17,7 @@ from sweepit.results import (
     OPTIMIZATION_RESULTS_FILE,
     TRIALS_FILE,
     JobRecord,
-    Status,
+    JobState,
     SweepPaths,
     default_direction_line,
     error_line,
@@ -190,7 +190,7 @@ class Search:
         calls sweepit.report with other keys, or not at all), so the pruner could not judge it."""
         if self._unreported_warned or short_name(self.pruner, PRUNER_CLASSES) == "none" or self.multi:
             return
-        if record.status != Status.COMPLETED or self.study._storage.get_trial(trial._trial_id).intermediate_values:
+        if record.status != JobState.COMPLETED or self.study._storage.get_trial(trial._trial_id).intermediate_values:
             return
         self._unreported_warned = True
         keys = sorted(k for k in (record.result.get("final") or {}) if k != "epoch")
@@ -369,7 +369,7 @@ class Search:
             error = " ".join(str(e).split()) or type(e).__name__
             if what == "custom_search_space":
                 error = f"custom_search_space raised {type(e).__name__}: {error}"
-            tell(self.study, trial, JobRecord.of(Status.FAILED, error=error), None, self.options.diverged_value)
+            tell(self.study, trial, JobRecord.of(JobState.FAILED, error=error), None, self.options.diverged_value)
             reason = "its job's config cannot be made" if what == "config" else "the custom search space raised"
             log.warning(f"trial {trial.number} failed before it started: {reason} ({error[:300]}); the search goes on")
             return False
@@ -386,7 +386,7 @@ class Search:
                  + (f", values {values}" if self.multi and values is not None else "")
                  + (f": {error_line(record.error)}" if record.error else "")
                  + ("" if best is None else f" (best {best.value:.4g}, trial {best.number})"))
-        if record.status != Status.INTERRUPTED:
+        if record.status != JobState.INTERRUPTED:
             return None
         return record.error.splitlines()[0][:200] if record.error else "no error recorded"
 

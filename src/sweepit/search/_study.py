@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from sweepit.results import JobRecord, Status, read_record
+from sweepit.results import JobRecord, JobState, read_record
 from sweepit.search._trials import find_job_dir, read_trial
 
 log = logging.getLogger(__name__)
@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 STATUS_ATTR = "sweepit_status"
 # FAIL trials that count nowhere: cut short by a stopped driver or worker (retried), or asked by a worker after
 # n_trials were (worker mode: two workers asked at once).
-NOT_COUNTED = (Status.INTERRUPTED, "surplus")
+NOT_COUNTED = (JobState.INTERRUPTED, "surplus")
 
 
 def _trial_state() -> Any:
@@ -38,7 +38,7 @@ def failure_rate(study: Any) -> tuple[int, int]:
     """(failed, finished) over the whole study; diverged trials are results, not failures."""
     finished = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished() and is_counted(t)]
     fail = _trial_state().FAIL
-    return sum(t.state == fail and t.user_attrs.get(STATUS_ATTR) != Status.DIVERGED for t in finished), len(finished)
+    return sum(t.state == fail and t.user_attrs.get(STATUS_ATTR) != JobState.DIVERGED for t in finished), len(finished)
 
 
 def tell(study: Any, trial: Any, record: JobRecord, values: list[float] | None, diverged_value: float | None,
@@ -53,15 +53,15 @@ def tell(study: Any, trial: Any, record: JobRecord, values: list[float] | None, 
         told.set_user_attr("job_dir", str(job_dir))
     if record.error:
         told.set_user_attr("error", record.error[:500])
-    if record.status == Status.INTERRUPTED:
+    if record.status == JobState.INTERRUPTED:
         interrupt(study, trial.number, trial._trial_id)
         return "FAIL"
-    if record.status == Status.PRUNED:
+    if record.status == JobState.PRUNED:
         return str(study.tell(trial.number, state=_trial_state().PRUNED).state.name)
     multi = len(study.directions) > 1
-    if record.status == Status.DIVERGED and not multi and diverged_value is not None:
+    if record.status == JobState.DIVERGED and not multi and diverged_value is not None:
         values = [diverged_value]
-    elif record.status != Status.COMPLETED:
+    elif record.status != JobState.COMPLETED:
         values = None
     if values is None or not all(math.isfinite(v) for v in values):
         return str(study.tell(trial.number, state=_trial_state().FAIL).state.name)
@@ -75,7 +75,7 @@ def interrupt(study: Any, trial_number: int, trial_id: int) -> None:
     frozen = study._storage.get_trial(trial_id)
     if frozen.state.is_finished():
         return
-    optuna.trial.Trial(study, trial_id).set_user_attr(STATUS_ATTR, Status.INTERRUPTED)
+    optuna.trial.Trial(study, trial_id).set_user_attr(STATUS_ATTR, JobState.INTERRUPTED)
     study.tell(trial_number, state=_trial_state().FAIL)
     if frozen.params:
         study.enqueue_trial(dict(frozen.params), user_attrs={"retry_of": trial_number})
@@ -97,10 +97,10 @@ def recover_trial(study: Any, trial: Any, sweep_dir: Path, diverged_value: float
         job_dir = find_job_dir(sweep_dir, trial.user_attrs["job_num"])
     job_dir = Path(job_dir) if job_dir else None
     status = read_record(job_dir).status
-    if status in (Status.COMPLETED, Status.PRUNED, Status.DIVERGED, Status.FAILED):
+    if JobState.is_success(status) or status == JobState.FAILED:
         tell(study, trial, *read_trial(job_dir, None, metrics, len(study.directions)), diverged_value, job_dir)
         log.info(f"trial {trial.number}: recorded its finished job ({status}) from {job_dir}")
         return str(status)
     interrupt(study, trial.number, trial._trial_id)
     log.info(f"trial {trial.number}: interrupted by the earlier run; its parameters will be tried again")
-    return Status.INTERRUPTED
+    return JobState.INTERRUPTED

@@ -12,8 +12,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from sweepit.results import (
     JobRecord,
+    JobState,
     Recorder,
-    Status,
     job_folders,
     objective_values,
     read_record,
@@ -98,7 +98,7 @@ def read_trial(job_dir: Path | None, ret: Any, metrics: list[str] | None = None,
     and the study name the same best job. A completed job whose values are missing FAILs, with why as its error."""
     record = read_record(job_dir)
     if not record.ended:
-        record = _recorded(job_dir, ret) or JobRecord.of(Status.FAILED,
+        record = _recorded(job_dir, ret) or JobRecord.of(JobState.FAILED,
                                                          error="the launcher returned no result for the job")
     result, why = record.result, ""
     if metrics or n_values > 1:
@@ -108,7 +108,7 @@ def read_trial(job_dir: Path | None, ret: Any, metrics: list[str] | None = None,
         values = None if record.objective is None else [record.objective]
         if values is None and not record.error:
             why = f"the job returned {result.get('returned', 'nothing')}, not a number"
-    if why and record.status == Status.COMPLETED:
+    if why and record.status == JobState.COMPLETED:
         record = JobRecord(record.status, {**result, "error": why})
     return record, values
 
@@ -119,9 +119,9 @@ def _recorded(job_dir: Path | None, ret: Any) -> JobRecord | None:
         return None
     try:
         value = ret.return_value  # raises the job's exception when it failed
-        record = JobRecord.of(Status.COMPLETED, Recorder.SWEEPER, **returned_fields(value))
+        record = JobRecord.of(JobState.COMPLETED, Recorder.SWEEPER, **returned_fields(value))
     except BaseException as e:
-        record = JobRecord.of(Status.FAILED, Recorder.SWEEPER, error=f"{type(e).__name__}: {e}")
+        record = JobRecord.of(JobState.FAILED, Recorder.SWEEPER, error=f"{type(e).__name__}: {e}")
     if job_dir is not None and job_dir.is_dir():
         try:
             write_result(job_dir, record, replace=False)

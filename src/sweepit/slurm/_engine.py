@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sweepit._host import now_iso
-from sweepit.local import ForkServer, GpuPool, Job, Pool, PoolHooks, Reply, record_end, visible_gpus
-from sweepit.results import RESULT_STATUSES, WAIT, Recorder, Work, WorkSource, heartbeat
+from sweepit.local import ForkServer, GpuPool, Job, Pool, PoolHooks, record_end, visible_gpus
+from sweepit.results import WAIT, JobOutcome, JobState, Recorder, Work, WorkSource, heartbeat
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._task_files import record_task, start_job_dir
 
@@ -36,10 +36,10 @@ class Engine(PoolHooks):
     any work), else by a fork server of this engine's, forked as `run` starts."""
 
     def __init__(self, source: WorkSource, worker: str, sweep_dir: Path, compose: Callable[[Job, Work], None],
-                 run: Callable[[Job], Reply], *, recorded_by: Recorder, slots: int = 1, gpus: int = 0, threads: int = 1,
-                 timeout_min: float | None = None, job_timeout_min: float | None = None, term_grace_s: float = 5.0,
-                 stderr_tail_lines: int = 50, clock: Callable[[], float] = time.time, wait_s: float = WAIT_S,
-                 server: ForkServer | None = None) -> None:
+                 run: Callable[[Job], JobOutcome], *, recorded_by: Recorder, slots: int = 1, gpus: int = 0,
+                 threads: int = 1, timeout_min: float | None = None, job_timeout_min: float | None = None,
+                 term_grace_s: float = 5.0, stderr_tail_lines: int = 50, clock: Callable[[], float] = time.time,
+                 wait_s: float = WAIT_S, server: ForkServer | None = None) -> None:
         self.source, self.worker, self.sweep_dir = source, worker, Path(sweep_dir)
         self.compose, self.recorded_by = compose, recorded_by
         self.slots, self.timeout_min, self.job_timeout_min = slots, timeout_min, job_timeout_min
@@ -150,10 +150,10 @@ class Engine(PoolHooks):
     def ended(self, job: Job) -> None:
         status = record_end(job, self.started_at.get(job.num), self.stderr_tail_lines, self.recorded_by)
         self.n_run += 1
-        if status in RESULT_STATUSES and job.wall_time_s is not None:
+        if JobState.is_success(status) and job.wall_time_s is not None:
             self.walls.append(job.wall_time_s)
         log.info(f"worker {self.worker}: job {job.num} {status} after {job.wall_time_s or 0:.1f} s")
-        self.source.ended(self.works.pop(job.num), job.reply.value if job.reply is not None else None)
+        self.source.ended(self.works.pop(job.num), job.reply.returned if job.reply is not None else None)
         job.config = None  # a worker of thousands of jobs keeps none of their configs
 
     def stop_for_requeue(self) -> None:

@@ -18,13 +18,12 @@ from typing import Any
 from sweepit._signals import StopSignals
 from sweepit.errors import SlurmError
 from sweepit.results import (
-    FAILED_STATUSES,
     JobEntry,
+    JobState,
     LiveReader,
     Manifest,
     Progress,
     ResultGrace,
-    State,
     own_overrides,
     read_record,
     tail_lines,
@@ -68,10 +67,10 @@ class Follower:
         self.stderr_tail_lines = o.stderr_tail_lines
         self.on_poll = on_poll
         self.statuses: dict[int, str] = {}
-        self._phase: dict[int, str] = {n: State.RUNNING if manifest.jobs[n].state == State.RUNNING else State.QUEUED
-                                       for n in nums}
+        self._phase: dict[int, str] = {
+            n: JobState.RUNNING if manifest.jobs[n].state == JobState.RUNNING else JobState.QUEUED for n in nums}
         for phase in self._phase.values():  # adopted from an earlier driver
-            if phase == State.RUNNING:
+            if phase == JobState.RUNNING:
                 progress.start()
         self._dead = ResultGrace(o.result_grace_s)  # its own result may be a moment late on a shared file system
         self._returning: dict[int, tuple[float, str]] = {}  # result in, return value not yet: (since, status)
@@ -89,7 +88,7 @@ class Follower:
         """Follow one more job (submitted after the follower was made: the Optuna sweeper's trials; a packed job once
         a worker claims it, `counted` among the queued jobs of the progress line already)."""
         self.pending[num] = None
-        self._phase[num] = State.QUEUED
+        self._phase[num] = JobState.QUEUED
         if not counted:
             self.progress.queued += 1
 
@@ -98,7 +97,7 @@ class Follower:
         worker claims it)."""
         if num in self.pending:
             del self.pending[num]
-            self._move(num, State.QUEUED)
+            self._move(num, JobState.QUEUED)
             self._returning.pop(num, None)
 
     def follow(self, look: Callable[[], bool], going: Callable[[], bool]) -> int | None:
@@ -167,7 +166,7 @@ class Follower:
             self._tell_reasons(pending_reasons({n: s for n, s in seen.items() if n in self.pending}))
         if self.progress.done == 0:  # before the first job ends: an ETA from the running jobs' epochs
             running = [self._live.look(Path(self.manifest.jobs[n].job_dir)) for n in self.pending
-                       if self._phase[n] == State.RUNNING and self.manifest.jobs[n].job_dir]
+                       if self._phase[n] == JobState.RUNNING and self.manifest.jobs[n].job_dir]
             self.progress.early_eta(running)
         self.progress.draw()
 
@@ -259,22 +258,22 @@ class Follower:
                 self._end(num, self._returning[num][1])
 
     def _advance(self, num: int, s: Seen) -> None:
-        if s.final or s.state == State.RUNNING:
-            self._move(num, State.RUNNING)  # one seen ended at once has run
-        elif s.state == State.QUEUED:
-            self._move(num, State.QUEUED)  # requeued (time limit, preemption)
+        if s.final or s.state == JobState.RUNNING:
+            self._move(num, JobState.RUNNING)  # one seen ended at once has run
+        elif s.state == JobState.QUEUED:
+            self._move(num, JobState.QUEUED)  # requeued (time limit, preemption)
         if s.final:
             entry = self.manifest.jobs[num]
-            if s.state in FAILED_STATUSES or not slurm_id(entry) or _has_returned(entry):
+            if JobState.is_failure(s.state) or not slurm_id(entry) or _has_returned(entry):
                 self._end(num, s.state)
             else:
                 self._returning.setdefault(num, (time.monotonic(), s.state))
 
     def _move(self, num: int, phase: str) -> None:
         """Job `num` counted among the queued or the running jobs of the progress line."""
-        if self._phase.get(num) == State.QUEUED and phase == State.RUNNING:
+        if self._phase.get(num) == JobState.QUEUED and phase == JobState.RUNNING:
             self.progress.start()
-        elif self._phase.get(num) == State.RUNNING and phase == State.QUEUED:
+        elif self._phase.get(num) == JobState.RUNNING and phase == JobState.QUEUED:
             self.progress.running -= 1
             self.progress.queued += 1
         self._phase[num] = phase

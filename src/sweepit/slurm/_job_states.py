@@ -18,17 +18,14 @@ from sweepit._host import now_iso
 from sweepit._signals import SLURM_STOP
 from sweepit.errors import SlurmError
 from sweepit.results import (
-    FAILED_STATUSES,
-    LIVE_STATES,
     RESULT_GRACE_S,
     JobEntry,
     JobPaths,
     JobRecord,
+    JobState,
     Manifest,
     Recorder,
     ResultGrace,
-    State,
-    Status,
     SweepPaths,
     claimed,
     read_metrics,
@@ -108,7 +105,7 @@ def look(entries: Iterable[JobEntry], ask_all: bool = False, sweep_dir: Path | N
     statuses = {e.num: read_record(Path(e.job_dir)).status if e.job_dir and e.num not in waiting else None
                 for e in entries}
     ask = [e for e in entries if slurm_id(e) and (ask_all or statuses[e.num] is None
-                                                  or statuses[e.num] in FAILED_STATUSES)]
+                                                  or JobState.is_failure(statuses[e.num]))]
     queue = slurm_queue.squeue(slurm_id(e) or "" for e in ask) if ask else {}
     unsure = [e for e in ask if (row := _mine(queue, e)) is None or row.state == "COMPLETING"]
     acct = slurm_queue.sacct(slurm_id(e) or "" for e in unsure) if unsure else {}
@@ -136,7 +133,7 @@ def _not_in_slurm(entry: JobEntry) -> bool:
     """A job queued in the manifest that is not in Slurm: a packed one no worker has started (it has no Slurm job of
     its own until one does), or one held back by the queue limit."""
     return (slurm_id(entry) is None and (entry.extra.get(PACKED) is not None or bool(entry.extra.get("held")))
-            and entry.state in LIVE_STATES)
+            and JobState.is_live(entry.state))
 
 
 def settle_unclaimed(m: Manifest) -> list[int]:
@@ -146,7 +143,7 @@ def settle_unclaimed(m: Manifest) -> list[int]:
     if not waiting or (m.workers.get(PACKED) and workers_alive(m)):
         return []
     for n in waiting:
-        m.jobs[n].state = State.NOT_STARTED
+        m.jobs[n].state = JobState.NOT_STARTED
         m.jobs[n].extra.pop("held", None)
     return waiting
 
@@ -166,14 +163,14 @@ def _settles(status: str, entry: JobEntry) -> bool:
     """Whether a job's own result settles its outcome whatever Slurm says. A failed or interrupted job may be
     requeued; a packed job's failure is its own (its worker runs it once), but one interrupted may be given back
     (its worker stopped for a requeue) while its worker is still in Slurm's hands."""
-    return status not in FAILED_STATUSES or (entry.extra.get(PACKED) is not None and status != Status.INTERRUPTED)
+    return not JobState.is_failure(status) or (entry.extra.get(PACKED) is not None and status != JobState.INTERRUPTED)
 
 
 def pending_reasons(seen: dict[int, Seen]) -> str:
     """Why queued jobs wait, as squeue says: `2 Resources (jobs 0, 1), 1 PartitionTimeLimit (job 2)`."""
     by_reason: dict[str, list[int]] = {}
     for num, s in sorted(seen.items()):
-        if s.state == State.QUEUED and s.reason:
+        if s.state == JobState.QUEUED and s.reason:
             by_reason.setdefault(s.reason, []).append(num)
     return ", ".join(f"{len(nums)} {reason} (job{'s' if len(nums) > 1 else ''} {', '.join(map(str, nums[:8]))}"
                      f"{', ...' if len(nums) > 8 else ''})" for reason, nums in by_reason.items())
@@ -188,19 +185,19 @@ def _decide(entry: JobEntry, status: str | None, queued: QueueRow | None, accoun
         return Seen(state=status, slurm_state=said, final=True)
     why = not_started(Path(entry.job_dir), slurm_id(entry)) if status is None and entry.job_dir else None
     if why:  # its gate refused it: it ends at once, and leaves no result
-        return Seen(state=State.NOT_STARTED, slurm_state=(queued or accounted or QueueRow("", "", "")).state,
+        return Seen(state=JobState.NOT_STARTED, slurm_state=(queued or accounted or QueueRow("", "", "")).state,
                     final=True, not_started=why)
     if _not_in_slurm(entry):
-        return Seen(state=State.QUEUED)  # no worker has claimed it yet, or the queue limit holds it back
+        return Seen(state=JobState.QUEUED)  # no worker has claimed it yet, or the queue limit holds it back
     if slurm_id(entry) is None:
-        return Seen(state=status or State.NOT_STARTED, final=True)  # never submitted
+        return Seen(state=status or JobState.NOT_STARTED, final=True)  # never submitted
     if queued is not None and queued.state in ACTIVE_STATES:
         # A failed result.json here is one of a run that Slurm has requeued since.
-        state = State.RUNNING if queued.state in ("RUNNING", "SIGNALING") else State.QUEUED
+        state = JobState.RUNNING if queued.state in ("RUNNING", "SIGNALING") else JobState.QUEUED
         packed = entry.extra.get(PACKED) is not None
-        if state == State.RUNNING and packed and not JobPaths(Path(entry.job_dir)).task_file(0).exists():
-            state = State.QUEUED  # claimed by a running worker, waiting for one of its slots
-        reason = queued.reason if state == State.QUEUED and queued.reason not in ("None", "(null)") else ""
+        if state == JobState.RUNNING and packed and not JobPaths(Path(entry.job_dir)).task_file(0).exists():
+            state = JobState.QUEUED  # claimed by a running worker, waiting for one of its slots
+        reason = queued.reason if state == JobState.QUEUED and queued.reason not in ("None", "(null)") else ""
         return Seen(state=state, slurm_state=queued.state, node=queued.node, reason=reason)
     ended = _ended(queued, accounted)
     if ended is None:
@@ -208,10 +205,10 @@ def _decide(entry: JobEntry, status: str | None, queued: QueueRow | None, accoun
             said = _said_before_it_went(entry)
             return Seen(state=status or _status_for(said), slurm_state=said, final=True, dead=status is None)
         row = queued or accounted  # ending (COMPLETING), or squeue did not answer this time
-        return Seen(state=State.RUNNING if row is not None and row.state == "COMPLETING" else entry.state,
+        return Seen(state=JobState.RUNNING if row is not None and row.state == "COMPLETING" else entry.state,
                     slurm_state=row.state if row is not None else "", node=row.node if row is not None else "")
     # A job that SIGTERM stopped recorded itself `interrupted`; Slurm knows why (scancel, time limit, node failure).
-    retell = status == Status.INTERRUPTED and _retold(entry, read_record(entry.job_dir).result)
+    retell = status == JobState.INTERRUPTED and _retold(entry, read_record(entry.job_dir).result)
     return Seen(state=status or _status_for(ended.state), slurm_state=ended.state,
                 node=ended.node or (queued.node if queued is not None else ""),
                 exit_code=accounted.reason if accounted is not None else "", final=True,
@@ -230,7 +227,7 @@ def _said_before_it_went(entry: JobEntry) -> str:
 def _retold(entry: JobEntry, own: dict[str, Any]) -> bool:
     """Whether a job's own record is of its stop by a signal whose cause Slurm knows (and the record does not say
     yet): SIGTERM from Slurm to a job's task, or a packed job stopped with its worker."""
-    if "slurm_state" in own or own.get("status") != Status.INTERRUPTED:
+    if "slurm_state" in own or own.get("status") != JobState.INTERRUPTED:
         return False
     return SLURM_STOP in str(own.get("error", "")) or entry.extra.get(PACKED) is not None
 
@@ -250,9 +247,9 @@ def _ended(queued: QueueRow | None, accounted: QueueRow | None) -> QueueRow | No
     return None
 
 
-def _status_for(slurm_state: str) -> Status:
+def _status_for(slurm_state: str) -> JobState:
     """The result.json status of a job Slurm ended: stopped by someone is `interrupted`, anything else `failed`."""
-    return Status.INTERRUPTED if slurm_state in ("CANCELLED", "PREEMPTED") else Status.FAILED
+    return JobState.INTERRUPTED if slurm_state in ("CANCELLED", "PREEMPTED") else JobState.FAILED
 
 
 def explain(slurm_state: str, job_id: str, exit_code: str = "", timeout_min: Any = None) -> str:
@@ -289,7 +286,7 @@ def record_dead(entry: JobEntry, seen: Seen, stderr_tail: str) -> str:
     rows, _ = read_metrics(Path(entry.job_dir))
     said = explain(seen.slurm_state, job_id, seen.exit_code, entry.extra.get("timeout_min"))
     record = JobRecord.of(
-        Status.FAILED if failed else _status_for(seen.slurm_state), Recorder.SLURM,
+        JobState.FAILED if failed else _status_for(seen.slurm_state), Recorder.SLURM,
         error=f"{rank_failure(failed)}; the job {said}" if failed else said,
         slurm_state=seen.slurm_state, slurm_job_id=job_id, node=seen.node or None, epochs_completed=len(rows),
         started_at=entry.started_at, ended_at=now_iso(), recorded_on=socket.gethostname(),
@@ -318,7 +315,7 @@ def apply(entry: JobEntry, seen: Seen) -> bool:
         entry.extra["node"] = seen.node
     if seen.not_started:
         entry.extra["not_started"] = seen.not_started
-    if seen.state == State.RUNNING and entry.started_at is None:
+    if seen.state == JobState.RUNNING and entry.started_at is None:
         entry.started_at = now_iso()
     if seen.final and entry.ended_at is None and slurm_id(entry):
         entry.ended_at = now_iso()

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sweepit.errors import ConfigError
-from sweepit.results import JobEntry, Manifest, State
+from sweepit.results import JobEntry, JobState, Manifest
 from sweepit.search import started_trials
 from sweepit.slurm._budget import for_grids_only
 from sweepit.slurm._cluster import array_id
@@ -37,7 +37,7 @@ def adopt_trials(m: Manifest) -> list[int]:
         wid, path = str(record.get("worker")), str(record.get("job_dir"))
         stdout, stderr = workers.get("stdout", {}).get(wid), workers.get("stderr", {}).get(wid)
         m.jobs[num] = JobEntry(num=num, overrides=list(record.get("overrides") or []), job_dir=path,
-                               state=State.RUNNING, started_at=record.get("started_at"), extra={
+                               state=JobState.RUNNING, started_at=record.get("started_at"), extra={
                                    **worker_job(wid, m), "stdout": stdout, "stderr": stderr,
                                    WORKER_TRIAL: record.get("trial")})
         if stdout and stderr:
@@ -91,7 +91,7 @@ class WorkerSweep(WorkerDriver):
     def watch(self, follower: Follower) -> tuple[Callable[[], bool], Callable[[], bool]]:
         """Until every worker has ended and every trial they started is recorded."""
         for num, entry in sorted(self.m.jobs.items()):  # an earlier driver's trials that had not ended when it stopped
-            if entry.extra.get(WORKER_TRIAL) is not None and entry.state in (State.QUEUED, State.RUNNING):
+            if entry.extra.get(WORKER_TRIAL) is not None and JobState.is_live(entry.state):
                 follower.add(num)
 
         def adopt() -> bool:

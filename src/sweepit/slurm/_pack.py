@@ -15,10 +15,9 @@ from sweepit._host import now_iso
 from sweepit.errors import ConfigError, SweepStoppedError
 from sweepit.results import (
     JobPaths,
+    JobState,
     Progress,
     Recorder,
-    State,
-    Status,
     read_record,
     record_failure,
     write_manifest,
@@ -162,7 +161,7 @@ class PackedSweep(WorkerDriver):
             self.todo = dict.fromkeys(j.num for j in jobs if j.num not in skipped)
             # Workers of an earlier driver are followed while a job of theirs has no result yet; once each has one they
             # are only ending (a resume right after a sweep with failures: its failed jobs run in a new generation).
-            if alive and any(read_record(j.job_dir).status in (None, Status.INTERRUPTED)
+            if alive and any(read_record(j.job_dir).status in (None, JobState.INTERRUPTED)
                              for j in jobs if j.num in self.todo):
                 self.generation = int(self.m.workers["generation"])
                 log.info(f"Following the packed workers still running from before ({len(alive_workers(self.m))} of "
@@ -199,7 +198,7 @@ class PackedSweep(WorkerDriver):
             start_job_dir(job.job_dir)
             index = self.shape_of[job.num]
             entries.append(PlannedEntry(job.num, list(job.overrides), str(job.job_dir), index, dict(job.env_set)))
-            entry.state, entry.pid, entry.started_at, entry.ended_at = State.QUEUED, None, None, None
+            entry.state, entry.pid, entry.started_at, entry.ended_at = JobState.QUEUED, None, None, None
             entry.extra = {PACKED: index, "generation": self.generation, "stdout": str(JobPaths(job.job_dir).stdout),
                            "stderr": str(JobPaths(job.job_dir).stderr), **job.planned(o)}
         write_plan(self.sweep_dir, self.generation, entries, [s.request.describe() for s in self.shapes])
@@ -269,7 +268,7 @@ class PackedSweep(WorkerDriver):
                 continue
             entry.extra.update(worker_job(worker, m))
             # Queued until the follower sees it started: a worker claims one job ahead of a free slot.
-            entry.state, entry.started_at, entry.ended_at = State.QUEUED, None, None
+            entry.state, entry.started_at, entry.ended_at = JobState.QUEUED, None, None
             self.ran.add(cluster.array_id(worker))
             if num not in follower.pending:
                 follower.add(num, counted=True)
@@ -282,7 +281,7 @@ class PackedSweep(WorkerDriver):
         entry = self.m.jobs[num]
         for key in ("slurm_job_id", "slurm_array_job_id", "slurm_job_name", "slurm_state", "node"):
             entry.extra.pop(key, None)
-        entry.state, entry.started_at, entry.ended_at = State.QUEUED, None, None
+        entry.state, entry.started_at, entry.ended_at = JobState.QUEUED, None, None
         self.follower.drop(num)
         self.adopted.pop(num, None)
 
@@ -290,7 +289,7 @@ class PackedSweep(WorkerDriver):
         """The follower's hook for a job that has ended: True (and the job given back) when its worker ended under it
         for a reason another worker need not share (RETRY_STATES), at most MAX_RETRIES times."""
         entry = self.m.jobs[num]
-        if entry.extra.get(PACKED) is None or not seen.final or not (seen.dead or seen.state == Status.INTERRUPTED):
+        if entry.extra.get(PACKED) is None or not seen.final or not (seen.dead or seen.state == JobState.INTERRUPTED):
             return False
         retries = int(entry.extra.get("retries") or 0)
         if seen.slurm_state not in RETRY_STATES or retries >= MAX_RETRIES:
@@ -336,7 +335,7 @@ class PackedSweep(WorkerDriver):
                                   f"{self.shapes[index].request.describe()} not started (`sweepit resume "
                                   f"{self.sweep_dir}` runs them)")
                 for num in nums:
-                    self.m.jobs[num].state = self.given_up[num] = State.NOT_STARTED
+                    self.m.jobs[num].state = self.given_up[num] = JobState.NOT_STARTED
                     self.m.jobs[num].extra["not_started"] = why
                     self.follower.progress.skip()
                 write_manifest(self.m, nums)
@@ -375,5 +374,5 @@ class PackedSweep(WorkerDriver):
         entry.state = self.given_up[num] = record_failure(entry.job_dir, error, Recorder.PACKED_DRIVER)
         entry.ended_at = now_iso()
         self.follower.progress.start()
-        self.follower.progress.finish(num, Status.FAILED, None)
+        self.follower.progress.finish(num, JobState.FAILED, None)
         write_manifest(self.m, [num])

@@ -21,11 +21,12 @@ from typing import Any
 from sweepit._files import atomic_write
 from sweepit._host import now_iso
 from sweepit.errors import with_causes
-from sweepit.local import ForkServer, Job, Reply
+from sweepit.local import ForkServer, Job
 from sweepit.results import (
+    JobOutcome,
     JobPaths,
+    JobState,
     Recorder,
-    Status,
     SweepPaths,
     Work,
     claim,
@@ -188,7 +189,7 @@ class GridSource:
             return
         for num in sorted(nums):
             entry = entries.get(num)
-            if entry is not None and read_record(Path(entry.job_dir)).status in (None, Status.INTERRUPTED):
+            if entry is not None and read_record(Path(entry.job_dir)).status in (None, JobState.INTERRUPTED):
                 release(self.sweep_dir, self.spec.generation, num)
                 log.info(f"worker {self.worker}: job {num}, which this worker ran before Slurm requeued it, is "
                          "claimable again")
@@ -198,7 +199,7 @@ class PackedWorker(Engine):
     """One worker of a packed grid: the engine over the plan's jobs of its request."""
 
     def __init__(self, spec: PackSpec, worker: str, compose: Callable[[Job, Work], None],
-                 body: Callable[[Job], Reply], clock: Callable[[], float] = time.time,
+                 body: Callable[[Job], JobOutcome], clock: Callable[[], float] = time.time,
                  server: ForkServer | None = None) -> None:
         super().__init__(GridSource(spec), worker, Path(spec.sweep_dir), compose, body,
                          recorded_by=Recorder.PACKED_WORKER, slots=spec.slots, gpus=spec.gpus, threads=spec.threads,

@@ -13,9 +13,8 @@ from typing import Any
 from sweepit.errors import SweepFailedError
 from sweepit.results import (
     JobEntry,
+    JobState,
     Manifest,
-    State,
-    Status,
     SweepLock,
     failure_report,
     is_finished,
@@ -45,7 +44,7 @@ class PlannedJob:
     gate: Any = None                 # what its task runs first under a GPU budget (slurm._budget.Gate), else None
 
     def entry(self) -> JobEntry:
-        return JobEntry(num=self.num, overrides=self.overrides, job_dir=str(self.job_dir), state=State.NOT_STARTED)
+        return JobEntry(num=self.num, overrides=self.overrides, job_dir=str(self.job_dir), state=JobState.NOT_STARTED)
 
     def planned(self, o: SlurmOptions) -> dict[str, Any]:
         """What sweep.json keeps of the job's plan (`result_grace_s` for `sweepit status`, which has no options)."""
@@ -105,7 +104,7 @@ class Planner:
         for job in jobs:
             if self.options.resume and is_finished(job.job_dir):
                 skipped.add(job.num)
-                m.jobs.setdefault(job.num, job.entry()).state = read_record(job.job_dir).status or Status.COMPLETED
+                m.jobs.setdefault(job.num, job.entry()).state = read_record(job.job_dir).status or JobState.COMPLETED
         return skipped
 
     def finish(self, m: Manifest, jobs: list[PlannedJob], statuses: dict[int, str], skipped: set[int]) -> None:

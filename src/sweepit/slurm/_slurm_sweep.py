@@ -10,7 +10,6 @@ import signal
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +17,11 @@ from sweepit._host import now_iso
 from sweepit._signals import StopSignals
 from sweepit.errors import ConfigError, SweepStoppedError
 from sweepit.results import (
-    FAILED_STATUSES,
     JobEntry,
+    JobOutcome,
+    JobState,
     Manifest,
     Progress,
-    Status,
     SweepLock,
     write_manifest,
 )
@@ -38,16 +37,6 @@ from sweepit.slurm._request import ClusterFacts, SlurmOptions
 from sweepit.slurm._submit import Feeder, Task, arrays, dry_run_text, returned, submit_jobs
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Outcome:
-    """How a job ended, for the sweeper: its status (None: not followed, `wait=false`) and what its task
-    returned (`has_returned` False: it did not return, e.g. it failed or was killed first)."""
-
-    status: str | None
-    has_returned: bool = False
-    returned: Any = None
 
 
 def check_one_by_one(o: SlurmOptions) -> None:
@@ -97,12 +86,12 @@ class SlurmSweep(Planner):
         return PackedSweep(self, self.make_worker)
 
     # -- a fixed list of jobs --------------------------------------------------------------------------------
-    def run(self, jobs: list[PlannedJob]) -> dict[int, Outcome]:
-        """Submit `jobs` and follow them to their end (or detach, `wait=false`); each one's Outcome. Raises
+    def run(self, jobs: list[PlannedJob]) -> dict[int, JobOutcome]:
+        """Submit `jobs` and follow them to their end (or detach, `wait=false`); how each one ended. Raises
         SweepFailedError, after the results table, when jobs failed (and `fail_on_error`) or on Ctrl-C."""
         if self.options.workers:  # a packed job's worker returns nothing of it: its status is all
             statuses = self._packed().run(jobs) or {}
-            return {j.num: Outcome(statuses.get(j.num)) for j in jobs}
+            return {j.num: JobOutcome(statuses.get(j.num)) for j in jobs}
         limits = read_limits_meanwhile(self.options)
         max_array_size = self.plan(jobs)
         manifest = self.begin()
@@ -112,7 +101,7 @@ class SlurmSweep(Planner):
             self.end()
 
     def _run(self, jobs: list[PlannedJob], manifest: Manifest, max_array_size: int,
-             limits: Future[QueueLimits]) -> dict[int, Outcome]:
+             limits: Future[QueueLimits]) -> dict[int, JobOutcome]:
         o = self.options
         skipped = self.skip_finished(manifest, jobs)
         adopted = self._adopt(jobs, manifest, skipped)
@@ -131,7 +120,7 @@ class SlurmSweep(Planner):
             feeder.leave()
             write_manifest(manifest)  # whole, journal folded in: what a reader of sweep.json alone expects
             print(_detached(manifest, following, self.sweep_dir, len(feeder.held)), flush=True)
-            return {j.num: Outcome(None) for j in jobs}
+            return {j.num: JobOutcome(None) for j in jobs}
         if self.while_jobs_run is not None and following:
             threading.Thread(target=_meanwhile, args=(self.while_jobs_run,), name="sweepit-meanwhile",
                              daemon=True).start()
@@ -178,9 +167,9 @@ class SlurmSweep(Planner):
         self._started[job.num] = job
         follower.add(job.num)
 
-    def wait_any(self) -> list[tuple[PlannedJob, Outcome]]:
+    def wait_any(self) -> list[tuple[PlannedJob, JobOutcome]]:
         """Follow the jobs in flight (one squeue call every `poll_interval_s`) until one of them ends; each job
-        that ended since the last call, with its Outcome.
+        that ended since the last call, with how it ended.
 
         Ctrl-C (or SIGTERM) cancels every job in flight with scancel; they come back as `interrupted` once
         Slurm has ended them, so the sweeper stops with its message. A second one stops waiting for that."""
@@ -227,7 +216,7 @@ class SlurmSweep(Planner):
             if follower.pending and not self._cancelled:
                 self._cancel_in_flight(follower, "the search stopped")
             for n in follower.pending:
-                follower.manifest.jobs[n].state, follower.manifest.jobs[n].ended_at = Status.INTERRUPTED, now_iso()
+                follower.manifest.jobs[n].state, follower.manifest.jobs[n].ended_at = JobState.INTERRUPTED, now_iso()
         finally:
             follower.progress.close()
             write_manifest(follower.manifest)
@@ -247,12 +236,12 @@ def _in_queue(manifest: Manifest, nums: Iterable[int]) -> set[str]:
     return {i for n in nums if (i := slurm_id(manifest.jobs[n]))}
 
 
-def _outcome(entry: JobEntry, status: str | None) -> Outcome:
-    """The job's Outcome; a job that finished before (a resume skipped it) has its status from its result."""
-    if status in FAILED_STATUSES or (status is None and entry.state in FAILED_STATUSES):
-        return Outcome(status)
+def _outcome(entry: JobEntry, status: str | None) -> JobOutcome:
+    """How the job ended; a job that finished before (a resume skipped it) has its status from its result."""
+    if JobState.is_failure(status) or (status is None and JobState.is_failure(entry.state)):
+        return JobOutcome(status)
     has_returned, value = returned(entry)
-    return Outcome(status, has_returned, value)
+    return JobOutcome(status, value, has_returned)
 
 
 # -- what the driver tells the user (an array's id stands for all its tasks) -------------------------------------

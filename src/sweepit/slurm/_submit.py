@@ -19,8 +19,8 @@ from sweepit.results import (
     STDERR_LOG,
     STDOUT_LOG,
     JobEntry,
+    JobState,
     Manifest,
-    State,
     SweepPaths,
     write_manifest,
 )
@@ -155,7 +155,7 @@ def submit_jobs(jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, mak
         link_task_logs(job.job_dir, [log_paths(folder, job_id, task) for task in range(n_tasks)])
         array_id, _, index = job_id.partition("_")
         entry = manifest.jobs[job.num]
-        entry.state, entry.pid, entry.started_at, entry.ended_at = State.QUEUED, None, None, None
+        entry.state, entry.pid, entry.started_at, entry.ended_at = JobState.QUEUED, None, None, None
         entry.extra = {
             "slurm_job_id": job_id, "slurm_array_job_id": array_id,
             "slurm_array_index": int(index) if index else None, "slurm_job_name": name,
@@ -206,7 +206,7 @@ class Feeder:
     def _hold(self, why: str) -> None:
         for job in self.held:
             entry = self.manifest.jobs[job.num]
-            entry.state, entry.extra = State.QUEUED, {"held": why}
+            entry.state, entry.extra = JobState.QUEUED, {"held": why}
         write_manifest(self.manifest, [j.num for j in self.held])
         log.warning(f"sweepit: {len(self.held)} job(s) held back: {why}")
         self._said = why
@@ -215,7 +215,7 @@ class Feeder:
         """The driver does not follow (wait=false): the held jobs are `not started`, for `sweepit resume`."""
         for job in self.held:
             entry = self.manifest.jobs[job.num]
-            entry.state = State.NOT_STARTED
+            entry.state = JobState.NOT_STARTED
             entry.extra.pop("held", None)
         write_manifest(self.manifest, [j.num for j in self.held])
 

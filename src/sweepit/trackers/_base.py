@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from sweepit.errors import ConfigError
-from sweepit.results import MANIFEST_FILE, MULTIRUN_FILE, State, Status
+from sweepit.results import MANIFEST_FILE, MULTIRUN_FILE, JobState
 
 # Files beside a job's directories that say the directory above a job is a sweep (sweepit's, Hydra's basic one).
 _SWEEP_MARKERS = (MANIFEST_FILE, MULTIRUN_FILE)
 # Config subtrees that are not hyperparameters of the job.
 _NOT_PARAMS = ("hydra", "logger")
 # The endings a tracker shows as a run that finished well (`ended`: a single run of a user's own loop).
-ENDED_WELL = (Status.COMPLETED, Status.PRUNED, State.ENDED)
+ENDED_WELL = (JobState.COMPLETED, JobState.PRUNED, JobState.ENDED)
 
 
 @dataclass(frozen=True)

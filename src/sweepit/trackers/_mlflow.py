@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sweepit._files import atomic_write
-from sweepit.results import MLFLOW_RUN_FILE, State, Status
+from sweepit.results import MLFLOW_RUN_FILE, JobState
 from sweepit.trackers._base import ENDED_WELL, RunInfo, Tracker
 
 _PARAMS_PER_CALL = 100        # MLflow's log_batch limit
@@ -64,7 +64,7 @@ class MLflow(Tracker):
         params = [Param(k, str(v)[:_PARAM_CHARS]) for k, v in run.params.items()]
         for i in range(0, len(params), _PARAMS_PER_CALL):
             client.log_batch(self.run_id, params=params[i:i + _PARAMS_PER_CALL])
-        client.log_batch(self.run_id, tags=[RunTag("sweepit.status", State.RUNNING)])
+        client.log_batch(self.run_id, tags=[RunTag("sweepit.status", JobState.RUNNING)])
 
     def log(self, metrics: Mapping[str, float], epoch: int) -> None:
         from mlflow.entities import Metric
@@ -78,6 +78,6 @@ class MLflow(Tracker):
         self.client.set_tag(self.run_id, "sweepit.status", status)
         if result is not None and isinstance(result.get("objective"), int | float):
             self.client.log_metric(self.run_id, "objective", float(result["objective"]))
-        ended = "FINISHED" if status in ENDED_WELL else "KILLED" if status == Status.INTERRUPTED else "FAILED"
+        ended = "FINISHED" if status in ENDED_WELL else "KILLED" if status == JobState.INTERRUPTED else "FAILED"
         self.client.set_terminated(self.run_id, status=ended)
         self.client = None

@@ -11,12 +11,12 @@ from typing import Any
 
 import sweepit
 from sweepit.errors import DivergedError
-from sweepit.results import WEIGHT_FILES, JobPaths, Status, worst, write_result
+from sweepit.results import WEIGHT_FILES, JobPaths, JobState, worst, write_result
 from sweepit.train import _checkpoint, _session
 from sweepit.train._checks import check_config
 from sweepit.train._devices import cuda_available
 from sweepit.train._distributed import spawn_local
-from sweepit.train._loop import EpochCallback, Outcome, train
+from sweepit.train._loop import EpochCallback, TrainRun, train
 from sweepit.train._rank import SINGLE, Rank, from_environment
 
 
@@ -56,23 +56,23 @@ def _run_main(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None, rank: Ran
               session: _session.Session) -> float:
     """Rank 0: train (forking the local ranks when no launcher started them) and record how the job ended."""
     gpus = int(cfg.trainer.gpus)
-    status, objective, outcome = Status.FAILED, None, Outcome()
+    status, objective, trained = JobState.FAILED, None, TrainRun()
     error: BaseException | None = None
     try:
         check_config(cfg)
         if rank is None and gpus > 1:
             _warn_oversubscribed(cfg, gpus)
-            outcome = spawn_local(gpus, lambda r: _train_rank(cfg, on_epoch, job_dir, r))
+            trained = spawn_local(gpus, lambda r: _train_rank(cfg, on_epoch, job_dir, r))
         else:
-            outcome = train(cfg, on_epoch, rank=rank or SINGLE, session=session)
+            trained = train(cfg, on_epoch, rank=rank or SINGLE, session=session)
         if not cfg.trainer.get("keep_checkpoint", False):
             _checkpoint.remove(JobPaths(job_dir).checkpoint)
-        objective = float(outcome.rows[-1][cfg.metric])
+        objective = float(trained.rows[-1][cfg.metric])
         # A pruned job was stopped early: its last value (in `final`) is no objective to compare with the others'.
-        status = Status.PRUNED if outcome.stopped_early else Status.COMPLETED
+        status = JobState.PRUNED if trained.stopped_early else JobState.COMPLETED
         return objective
     except DivergedError as e:
-        status, error = Status.DIVERGED, e
+        status, error = JobState.DIVERGED, e
         print(f"sweepit: job diverged: {e}; recorded with the worst objective", flush=True)
         return worst(str(cfg.direction))
     except BaseException as e:
@@ -80,7 +80,7 @@ def _run_main(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None, rank: Ran
         raise
     finally:
         record = session.outcome(status, objective, error, recorded_by=None)
-        record.result.update({"world_size": gpus, "code_version": code_version(), **outcome.info})
+        record.result.update({"world_size": gpus, "code_version": code_version(), **trained.info})
         weights = {name: (job_dir / name).stat().st_size for name in WEIGHT_FILES if (job_dir / name).is_file()}
         if weights:
             record.result["weights"] = weights  # file -> bytes: what `sweepit clean` can free
@@ -99,15 +99,15 @@ def _warn_oversubscribed(cfg: Any, gpus: int) -> None:
               f"Use trainer.gpus<={cores} on this machine to time it.", flush=True)
 
 
-def _train_rank(cfg: Any, on_epoch: EpochCallback | None, job_dir: Path, rank: Rank) -> Outcome:
+def _train_rank(cfg: Any, on_epoch: EpochCallback | None, job_dir: Path, rank: Rank) -> TrainRun:
     """One local rank of a multi-rank job, in its own forked process and session (rank 0's trackers end
     here: the supervising process writes result.json only after the ranks are gone)."""
     session = _session.begin(job_dir, cfg, rank)
-    status: str = Status.INTERRUPTED
+    status: str = JobState.INTERRUPTED
     try:
-        outcome = train(cfg, on_epoch, rank=rank, session=session)
-        status = Status.PRUNED if outcome.stopped_early else Status.COMPLETED
-        return outcome
+        trained = train(cfg, on_epoch, rank=rank, session=session)
+        status = JobState.PRUNED if trained.stopped_early else JobState.COMPLETED
+        return trained
     except BaseException as e:
         status = _session.status_of(e)
         raise

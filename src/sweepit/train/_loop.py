@@ -38,7 +38,10 @@ LR_SCALING = {"none": lambda w: 1.0, "linear": float, "sqrt": math.sqrt}
 
 
 @dataclass
-class Outcome:
+class TrainRun:
+    """What one run of the training loop leaves: a metrics row per epoch, the derived values, and whether it stopped
+    early (should_stop(), or an epoch callback)."""
+
     rows: list[dict[str, Any]] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)  # derived values printed at start, kept in result.json
     stopped_early: bool = False
@@ -56,7 +59,7 @@ def _all_reduce(values: torch.Tensor, world: int, maximum: bool = False) -> torc
 
 
 def train(cfg: Any, on_epoch: EpochCallback | None = None, log: Callable[[str], None] = print,
-          rank: Rank = SINGLE, session: _session.Session | None = None) -> Outcome:
+          rank: Rank = SINGLE, session: _session.Session | None = None) -> TrainRun:
     """Train as `cfg` says, as `rank` of its world. Raises DivergedError when the loss stops being finite. Metrics,
     pruning and checkpoints go through `session`, the job's (without one, a session of no job: nothing is written)."""
     session = session or _session.Session(job_dir=None, config=cfg, rank=rank)
@@ -66,16 +69,16 @@ def train(cfg: Any, on_epoch: EpochCallback | None = None, log: Callable[[str], 
     timeout_min = float(cfg.trainer.get("collective_timeout_min", COLLECTIVE_TIMEOUT_MIN))
     init_process_group(rank, device, timeout_min=timeout_min)
     try:
-        outcome = _train(cfg, on_epoch if rank.is_main else None, log, session, rank, device)
+        run = _train(cfg, on_epoch if rank.is_main else None, log, session, rank, device)
     except BaseException:
         abandon_process_group()  # its peers are stopped by the local supervisor or srun's --kill-on-bad-exit
         raise
     destroy_process_group()
-    return outcome
+    return run
 
 
 def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None], session: _session.Session,
-           rank: Rank, device: torch.device) -> Outcome:
+           rank: Rank, device: torch.device) -> TrainRun:
     world = rank.world_size
     if int(cfg.trainer.threads) > 0:
         torch.set_num_threads(int(cfg.trainer.threads))
@@ -120,7 +123,7 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
     loss_fn = build_loss(cfg, regression)
     batch_size = int(cfg.batch_size)
 
-    out = Outcome(info={
+    out = TrainRun(info={
         "device": str(device), "world_size": world, "n_params": sum(p.numel() for p in model.parameters()),
         "batch_size": batch_size, "global_batch_size": batch_size * world, "lr": lr,
         "lr_scaling": scaling, "effective_lr": effective_lr, "warmup_epochs": warmup_epochs,

@@ -19,13 +19,11 @@ from typing import Any
 from sweepit._host import now_iso
 from sweepit.errors import ConfigError, DivergedError
 from sweepit.results import (
-    FAILED_STATUSES,
     METRICS_FILE,
     JobPaths,
     JobRecord,
+    JobState,
     Recorder,
-    State,
-    Status,
     as_number,
     finite_number,
     objective_direction,
@@ -135,7 +133,7 @@ class Session:
         if not trackers:
             return
         record = read_record(self.job_dir)
-        final = str(record.status if record.ended else status or Status.INTERRUPTED)
+        final = str(record.status if record.ended else status or JobState.INTERRUPTED)
         for tracker in trackers:
             try:
                 tracker.finish(final, record.result or None)
@@ -176,7 +174,7 @@ class Session:
         if self.is_main and self.job_dir is not None:
             write_metrics(self.job_dir, self.rows)
 
-    def outcome(self, status: Status, returned: Any = None, error: BaseException | None = None,
+    def outcome(self, status: JobState, returned: Any = None, error: BaseException | None = None,
                 recorded_by: Recorder | None = Recorder.SESSION) -> JobRecord:
         """The job's record: status, objective, final metrics, best epoch, times; recorded by the session for a
         task that wrote none, by nobody else for sweepit's own job (its own record)."""
@@ -191,27 +189,27 @@ class Session:
             result["epochs_completed"] = None    # not known (sweepit's own loop reports each one)
         # What the config says about the objective, and nothing it does not: readers apply one default.
         result.update({k: str(v) for k, v in (("metric", metric), ("direction", self.value("direction"))) if v})
-        if status == Status.COMPLETED:
+        if status == JobState.COMPLETED:
             result.update(returned_fields(returned))
             if result["objective"] is None and metric:  # the last reported value
                 result["objective"] = next((v for r in reversed(rows) if (v := as_number(r.get(metric))) is not None),
                                            None)
-        elif status == Status.PRUNED:  # stopped early: no objective to compare (docs/results.md); `final` has its last
+        elif status == JobState.PRUNED:  # stopped early: no objective (docs/results.md); `final` has its last
             result.update(returned_fields(returned), objective=None)
-        elif status == Status.DIVERGED:
+        elif status == JobState.DIVERGED:
             result["error"] = str(error) if error is not None else "the loss stopped being finite"
-        if error is not None and status in FAILED_STATUSES:
+        if error is not None and JobState.is_failure(status):
             result["error"] = f"{type(error).__name__}: {error}"
             result["traceback"] = "".join(traceback.format_exception(type(error), error, error.__traceback__))
         return record
 
-    def finish(self, status: Status, returned: Any = None, error: BaseException | None = None) -> None:
+    def finish(self, status: JobState, returned: Any = None, error: BaseException | None = None) -> None:
         """Rank 0 writes `result.json` unless the task wrote its own (sweepit's train.py does; a corrupt one,
         half-written by the task, is replaced by this record)."""
         if self.job_dir is None or not self.is_main:
             return
-        if status == Status.COMPLETED and self.told_to_stop:
-            status = Status.PRUNED  # the task returned because should_stop() said so
+        if status == JobState.COMPLETED and self.told_to_stop:
+            status = JobState.PRUNED  # the task returned because should_stop() said so
         write_result(self.job_dir, self.outcome(status, returned, error), replace=False)
 
 
@@ -265,7 +263,7 @@ def active() -> Session:
     if _active is not None and _active.job_dir == here:
         return _active
     if _active is not None:
-        end(_active, State.ENDED)  # the last job of this process has ended: its trackers with it
+        end(_active, JobState.ENDED)  # the last job of this process has ended: its trackers with it
     _active = Session(job_dir=here, implicit=True)
     atexit.unregister(_end_implicit)  # registered once: no launcher ends the last one (a user's own loop run alone)
     atexit.register(_end_implicit)
@@ -274,7 +272,7 @@ def active() -> Session:
 
 def _end_implicit() -> None:
     if _active is not None and _active.implicit:
-        end(_active, State.ENDED)
+        end(_active, JobState.ENDED)
 
 
 def job_dir_from_environment() -> Path | None:
@@ -297,16 +295,16 @@ def leave_process_group() -> None:
         distributed.abandon_process_group()
 
 
-def status_of(error: BaseException) -> Status:
+def status_of(error: BaseException) -> JobState:
     """The status a job that raised `error` ends with (optuna.TrialPruned: Optuna's own way to prune a trial)."""
     if isinstance(error, DivergedError):
-        return Status.DIVERGED
+        return JobState.DIVERGED
     if isinstance(error, KeyboardInterrupt):
-        return Status.INTERRUPTED
+        return JobState.INTERRUPTED
     optuna_exceptions = sys.modules.get("optuna.exceptions")
     if optuna_exceptions is not None and isinstance(error, optuna_exceptions.TrialPruned):
-        return Status.PRUNED
-    return Status.FAILED
+        return JobState.PRUNED
+    return JobState.FAILED
 
 
 def epoch_facts(rows: list[dict[str, Any]], metric: str | None, direction: str) -> dict[str, Any]:

@@ -20,7 +20,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from sweepit.errors import SweepFailedError
-from sweepit.local import Job, LocalOptions, LocalSweep, Reply
+from sweepit.local import Job, LocalOptions, LocalSweep
+from sweepit.results import JobOutcome
 from sweepit.results._job_files import read_result
 
 BODY_S = 15.0
@@ -32,9 +33,9 @@ def main(sweep_dir: Path) -> None:
         job.job_dir = sweep_dir / f"{job.num}_x"
         job.job_dir.mkdir(parents=True, exist_ok=True)
 
-    def body(job: Job) -> Reply:
+    def body(job: Job) -> JobOutcome:
         time.sleep(BODY_S)
-        return Reply(status="completed", value=1.0)
+        return JobOutcome("completed", 1.0, has_returned=True)
 
     # In the child, between the fork and anything the job runs: the window where a stop signal not held over the
     # fork would land on the driver's handler (inherited, it only notes the signal) and be lost.
