@@ -4,6 +4,7 @@ ranks beside the calling process when neither torchrun nor Slurm started them.""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import datetime
 import functools
 import gc
@@ -187,7 +188,5 @@ def _leave_together() -> None:
     left its last collective first and exited reset its sockets while a slower one still read them, and that rank
     failed a completed job ("Connection reset by peer"). Its value is sent already: a peer gone here changes nothing."""
     if dist.is_initialized() and dist.get_backend() == "gloo":
-        try:
+        with contextlib.suppress(Exception):
             dist.monitored_barrier(timeout=datetime.timedelta(seconds=GLOO_LEAVE_S))
-        except Exception:
-            pass
