@@ -10,8 +10,9 @@ TORCH_SPEC ?= torch==2.13.0
 VENV_FLAGS ?=
 PYTEST_ARGS ?=
 # The tests run in TEST_PROCESSES parallel processes (pytest-xdist; most of the suite waits on subprocesses and the
-# Slurm cluster, so more processes than cores pay off; 6 used more CPU than 4 and took no less time on 2 cores:
-# docs/development.md); tests sharing a costly set-up stay in one process (tests/conftest.py). TEST_PROCESSES=0 runs
+# Slurm cluster, so more processes than cores pay off; 6 took longer than 4 on 2 cores, measured again after the
+# suite's cuts: bench/results/test-suite/processes/); tests sharing a costly set-up stay in one process
+# (tests/conftest.py). TEST_PROCESSES=0 runs
 # them in this one process, in order.
 TEST_PROCESSES ?= 4
 PYTEST := $(PY) -m pytest -n $(TEST_PROCESSES) --dist loadgroup

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
 from slurm_launcher_testing import (
     APP,
     Driver,
@@ -78,6 +79,9 @@ def test_max_array_size_splits_a_group_into_several_arrays(slurm_cluster: SlurmC
     assert re.sub(r"-[0-9a-f]{6}\n", "\n", printed.group(0)).strip() == re.sub(r"-[0-9a-f]{6}\n", "\n", first).strip()
 
 
+# Alone: the user's other jobs count against max_queued, and the jobs of the tests sharing the cluster held job 0
+# back for up to 96 s.
+@pytest.mark.exclusive_cluster
 def test_status_during_a_sweep_lists_the_jobs_the_queue_limit_holds_back_as_queued(tmp_path: Path) -> None:
     """hydra.launcher.max_queued=1 (the user's other jobs in the queue count too): while the driver holds jobs back,
     `sweepit status` lists them as `queued`, "not submitted yet" (as docs/slurm.md says), not as `not started`."""
@@ -85,7 +89,6 @@ def test_status_during_a_sweep_lists_the_jobs_the_queue_limit_holds_back_as_queu
     driver = Driver(APP, sweep, "x=0,1,2", "~trainer", "slow_on=[0,1,2]", "extra_sleep_s=10",
                     "hydra.launcher.max_queued=1")
     try:
-        # Other tests' jobs in the queue count against max_queued too: job 0 may be held a while before it goes.
         wait_until(lambda: (sweep / "sweep.json").exists() and bool(manifest(sweep).jobs[2].extra.get("held"))
                    and bool(manifest(sweep).jobs[0].extra.get("slurm_job_id")),
                    "the driver to submit job 0 and hold job 2 back", 180)
