@@ -180,6 +180,25 @@ def test_every_page_says_what_it_is() -> None:
     assert KINDS.keys() - names == set(), "KINDS names pages that are gone"
 
 
+NAV_SECTIONS = {"Tutorials": "tutorial", "How-to guides": "how-to", "Reference": "reference",
+                "Explanation": "explanation"}
+
+
+def test_the_sites_nav_groups_the_pages_by_their_kind() -> None:
+    """mkdocs.yml's nav has one section per kind (Diataxis), and each page sits in the section of its kind in KINDS:
+    KINDS is the one place a page's kind is written."""
+    import yaml
+
+    nav = yaml.safe_load((REPO / "mkdocs.yml").read_text())["nav"]
+    sections = {title: entries for item in nav for title, entries in item.items() if isinstance(entries, list)}
+    assert sorted(sections) == sorted(NAV_SECTIONS), sorted(sections)
+    for title, entries in sections.items():
+        for entry in entries:
+            (page,) = entry.values()
+            if (REPO / "docs" / page).exists():  # benchmarks.md is bench/RESULTS.md, added by the site's hook
+                assert KINDS[page] == NAV_SECTIONS[title], f"{page} is a {KINDS[page]} page, under {title}"
+
+
 @pytest.mark.parametrize("page", pages(),
                          ids=lambda p: p.name)
 def test_every_page_keeps_the_writing_rule(page: Path) -> None:
