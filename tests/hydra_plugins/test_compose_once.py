@@ -132,6 +132,7 @@ def _loaders(conf_dir: Path, master_overrides: list[str]) -> tuple[Any, DictConf
     return loader, master, ComposedConfigs(copy.deepcopy(loader))
 
 
+@pytest.mark.slow  # composes every job twice: 12 s
 def test_every_job_equals_hydras_composition(conf_dir: Path) -> None:
     with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
         loader, master, composed = _loaders(conf_dir, MASTER_OVERRIDES)

@@ -77,6 +77,7 @@ def items(update: Any) -> dict[str, Any]:
     return {item.key or ".".join(item.nested_key): json.loads(item.value_json) for item in update}
 
 
+@pytest.mark.slow  # a real multirun
 def test_a_sweep_logs_every_job_to_each_tracker_with_its_status(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     proc = run_train(["-m", "task=linreg", "epochs=3", "optimizer=sgd", "lr=0.01,1e9",
@@ -144,6 +145,7 @@ def test_a_sweep_logs_every_job_to_each_tracker_with_its_status(tmp_path: Path) 
     assert bad_summary["sweepit_status"] == "diverged"
 
 
+@pytest.mark.slow  # two rank processes
 def test_two_local_ranks_log_once_from_rank_0(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     proc = run_train(["task=linreg", "epochs=2", "trainer.gpus=2", "logger=many",

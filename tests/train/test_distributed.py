@@ -207,6 +207,7 @@ model(torch.randn(4, 2)).sum().backward()
 """
 
 
+@pytest.mark.slow  # rank processes of a script
 def test_a_group_the_users_code_leaves_open_is_destroyed_at_exit(tmp_path: Path) -> None:
     # A user's own loop (examples/own_loop) asks for the group through sweepit and never destroys it.
     port = distributed._free_port()
@@ -228,6 +229,7 @@ print("status:", record(_session.begin(None), ret).status, flush=True)
 """
 
 
+@pytest.mark.slow  # rank processes of a script
 def test_a_rank_whose_task_failed_leaves_its_group_undestroyed_at_exit(tmp_path: Path) -> None:
     """Any launcher records a task's failure through `record`: from then on the process does not destroy its group,
     at exit either (NCCL's destroy may block on the peer that failed or is stuck, until its watchdog); the rank that

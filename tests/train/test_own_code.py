@@ -71,6 +71,7 @@ def test_streamed_datasets_on_two_local_ranks(compose_cfg: Callable[..., DictCon
     assert result["global_batch_size"] == 64 and len(read_metrics(tmp_path)[0]) == 2
 
 
+@pytest.mark.slow  # loader worker processes
 def test_streamed_datasets_keep_their_loader_workers_and_resume_bit_for_bit(
         compose_cfg: Callable[..., DictConfig], tmp_path: Path) -> None:
     """The loaders are built once (persistent workers): over 3 epochs one worker reads the training data and one the
