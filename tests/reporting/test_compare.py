@@ -123,10 +123,10 @@ def test_two_sweeps_with_no_job_in_common(linreg_sweep_once: Path, tmp_path: Pat
     other = _sweep(tmp_path, "epochs=2", "optimizer=rmsprop", "lr=0.5")
     code, out, err = _run(capsys, str(linreg_sweep_once), str(other))
     assert code == 2 and out == ""
-    assert ("two sweeps compare where they share a job (the same values of optimizer, lr), but none of A's 4 jobs "
-            f"matches one of B's 1: A ({linreg_sweep_once}) has optimizer=adam,sgd lr=0.01,0.1; B ({other}) has "
-            "optimizer=rmsprop lr=0.5. Compare two sweeps of one grid") in err
-    assert "sweepit compare DIR --by KEY" in err
+    assert ("A and B share no job: none of A's 4 jobs has the values of optimizer, lr of one of B's 1. "
+            f"A ({linreg_sweep_once}) has optimizer=adam,sgd lr=0.01,0.1; B ({other}) has optimizer=rmsprop lr=0.5.\n"
+            "Compare two sweeps of one grid") in err
+    assert "sweepit compare DIR --by KEY.\nSee docs/troubleshooting.md#compare-no-shared-job" in err
 
 
 def test_a_key_the_sweep_does_not_sweep(linreg_sweep: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -142,10 +142,12 @@ def compare_two(a: Sweep, b: Sweep) -> Comparison:
     comparison = _matched("Compare A and B", keys, {"A": a.jobs, "B": b.jobs}, a, about)
     if not any(len(row) > 1 for row in comparison.rows):
         raise SweepitError(
-            f"two sweeps compare where they share a job (the same values of {', '.join(keys) or 'their overrides'}), "
-            f"but none of A's {len(a.jobs)} jobs matches one of B's {len(b.jobs)}: A ({a.sweep_dir}) has "
-            f"{_values_text(a, keys)}; B ({b.sweep_dir}) has {_values_text(b, keys)}. Compare two sweeps of one grid "
-            "(the same keys, some values in common), or one sweep along a key: sweepit compare DIR --by KEY.")
+            f"A and B share no job: none of A's {len(a.jobs)} jobs has the values of "
+            f"{', '.join(keys) or 'their overrides'} of one of B's {len(b.jobs)}. A ({a.sweep_dir}) has "
+            f"{_values_text(a, keys)}; B ({b.sweep_dir}) has {_values_text(b, keys)}.\n"
+            "Compare two sweeps of one grid (the same keys, some values in common), or one sweep along a key: "
+            "sweepit compare DIR --by KEY.\n"
+            "See docs/troubleshooting.md#compare-no-shared-job")
     return comparison
 
 
