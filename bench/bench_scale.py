@@ -106,13 +106,12 @@ def step_plan(work: Path, n_jobs: int) -> dict[str, Any]:
     t_plan, c_plan = time.perf_counter() - t0, time.process_time() - c0
     u0, k0 = _user_sys()
     sweep.mkdir(parents=True)
-    from sweepit.results._manifest import JobEntry, open_manifest, write_manifest
+    from sweepit.results import JobState, Ledger, SweepLock
 
-    manifest = open_manifest(sweep, launcher="slurm")
+    manifest = Ledger.open(sweep, "slurm", SweepLock(sweep))
     for job in jobs:
-        manifest.jobs[job.num] = JobEntry(num=job.num, overrides=job.overrides, job_dir=str(job.job_dir),
-                                          state="not started")
-    write_manifest(manifest)
+        manifest.plan(job.num, job.overrides, str(job.job_dir), JobState.NOT_STARTED)
+    manifest.write()
     for chunk in submit_module.arrays(jobs, max_array_size):
         submit_module.submit_jobs(chunk, manifest, options, lambda job: print)
     t_submit, c_submit = time.perf_counter() - t0 - t_plan, time.process_time() - c0 - c_plan

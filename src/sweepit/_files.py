@@ -19,10 +19,13 @@ _UMASK = os.umask(0)  # read by setting it, then set back
 os.umask(_UMASK)
 
 
-def remove_temporaries(folder: Path) -> None:
-    """Delete what `atomic_file` writes killed mid-way (SIGKILL, out of memory) left in `folder`. Only for a folder
-    no live process writes to: a driver calls it once the job that owned the folder is gone."""
+def remove_temporaries(folder: Path, keep: str = "") -> None:
+    """Delete what `atomic_file` writes killed mid-way (SIGKILL, out of memory) left in `folder`, but those of the file
+    `keep`. Only for a folder no live process writes to but for `keep`: a driver calls it once the job that owned the
+    folder is gone."""
     for tmp in Path(folder).glob(".*.tmp"):
+        if keep and tmp.name.startswith(f".{keep}."):
+            continue
         with contextlib.suppress(OSError):
             tmp.unlink()
 

@@ -16,13 +16,12 @@ from sweepit.errors import ConfigError, ManifestError
 from sweepit.local import DEFAULT_PRELOAD, preload
 from sweepit.local._resources import GpuPool, resolve_n_workers, resolve_threads, visible_gpus
 from sweepit.local._worker import describe_exit
-from sweepit.results import tail_lines
+from sweepit.results import is_finished, tail_lines
 from sweepit.results._job_files import write_result
 from sweepit.results._manifest import (
     JobEntry,
     Manifest,
     hydra_quote,
-    is_finished,
     iter_manifest,
     read_manifest,
     rerun_argv,

@@ -18,13 +18,12 @@ import pytest
 
 from sweepit.reporting import load_sweep
 from sweepit.reporting.sweep_status import sweep_status
-from sweepit.results import MANIFEST_FILE, SWEEP_JOURNAL_FILE, SweepPaths, _journal
+from sweepit.results import MANIFEST_FILE, SWEEP_JOURNAL_FILE, SweepPaths, _journal, is_finished
 from sweepit.results._claims import claim
 from sweepit.results._job_files import write_result
 from sweepit.results._manifest import (
     JobEntry,
     Manifest,
-    is_finished,
     iter_manifest,
     read_manifest,
     write_manifest,

@@ -16,14 +16,14 @@ import pytest
 
 from hydra_plugins.sweepit.callbacks import SweepSummary
 from sweepit.cli import main as sweepit_main
-from sweepit.results import JobState
+from sweepit.results import JobState, is_finished
 from sweepit.results._job_files import (
     RESULT_FILE,
     RESULT_GRACE_S,
     read_result,
     write_result,
 )
-from sweepit.results._manifest import JobEntry, Manifest, is_finished, read_manifest, write_manifest
+from sweepit.results._manifest import JobEntry, Manifest, read_manifest, write_manifest
 from sweepit.results._unrecorded import SILENT_S
 from sweepit_testing import REPO, SWEEPIT
 

@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 from optuna.trial import TrialState
 
 from sweepit.local import Job
-from sweepit.results import JobOutcome, Work, open_manifest
+from sweepit.results import JobOutcome, Ledger, Work
 from sweepit.results._job_files import write_result
 from sweepit.search import JobDefaults, Param, Search, SearchOptions, SearchSpace, StudySource, load_study_of
 from sweepit.slurm import Engine, adopt_trials
@@ -129,8 +129,7 @@ def test_a_killed_workers_trial_is_found_by_its_claim_wherever_its_job_ran(tmp_p
     worker.start()
     worker.join(timeout=60)
     assert worker.exitcode == -signal.SIGKILL
-    m = open_manifest(tmp_path, launcher="slurm")
-    m.workers = {"ids": ["w0"]}
+    m = Ledger(sweep_dir=str(tmp_path), argv=[], cwd=str(tmp_path), launcher="slurm", workers={"ids": ["w0"]})
     assert adopt_trials(m) == [0] and m.jobs[0].job_dir == str(tmp_path / "trial-0")
     assert _worker(search, 1, stale_s=0.0).run() == 0
     trials = load_study_of(tmp_path).trials

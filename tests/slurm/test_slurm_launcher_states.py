@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from sweepit._signals import SLURM_STOP
+from sweepit.results import Ledger
 from sweepit.results._job_files import read_result, write_result
 from sweepit.results._manifest import JobEntry
 from sweepit.slurm._cluster import QueueRow, minutes
@@ -22,6 +23,10 @@ def entry(tmp_path: Path, status: str | None = None) -> JobEntry:
         write_result(tmp_path, {"status": status})
     return JobEntry(num=3, overrides=["lr=0.1"], job_dir=str(tmp_path), state="running",
                     extra={"slurm_job_id": "40_3", "slurm_job_name": NAME, "stderr": str(tmp_path / "err")})
+
+
+def ledger_of(e: JobEntry) -> Ledger:
+    return Ledger(sweep_dir=str(Path(e.job_dir).parent), argv=[], cwd="", launcher="slurm", jobs={e.num: e})
 
 
 def row(state: str, name: str = NAME, reason: str = "") -> QueueRow:
@@ -75,7 +80,9 @@ def test_a_dead_job_gets_a_result_with_the_slurm_state_and_its_stderr(tmp_path: 
     (tmp_path / "metrics.jsonl").write_text('{"epoch": 1, "val_loss": 0.5}\n')
     seen = _decide(e, None, None, row("TIMEOUT"), False)
     e.extra["timeout_min"] = 30
-    assert record_dead(e, seen, "slurmstepd: *** JOB 40 CANCELLED DUE TO TIME LIMIT ***") == "failed"
+    m = ledger_of(e)
+    record_dead(m, e.num, seen, "slurmstepd: *** JOB 40 CANCELLED DUE TO TIME LIMIT ***")
+    assert m.jobs[e.num].state == "failed"
     import json
 
     result = json.loads((tmp_path / "result.json").read_text())
@@ -110,7 +117,9 @@ def test_a_job_sigterm_stopped_keeps_its_record_with_what_slurm_says_it_was(tmp_
     assert (cancelled.state, cancelled.dead) == ("interrupted", True)  # told that scancel it was
     seen = _decide(e, "interrupted", row("TIMEOUT"), None, False)
     assert seen.dead is True
-    assert record_dead(e, seen, "") == "failed"
+    m = ledger_of(e)
+    record_dead(m, e.num, seen, "")
+    assert m.jobs[e.num].state == "failed"
     result = read_result(tmp_path) or {}
     assert result["error"].startswith("reached its Slurm time limit") and result["wall_time_s"] == 7.0
     assert SLURM_STOP in result["job_error"]

@@ -13,7 +13,6 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from sweepit._files import remove_temporaries
 from sweepit._host import now_iso
 from sweepit.errors import ConfigError, OutputWriteError, SweepFailedError, SweepStoppedError, is_count, require
 from sweepit.local._forkserver import ForkServer
@@ -27,23 +26,21 @@ from sweepit.local._resources import (
     resolve_threads,
     visible_gpus,
 )
-from sweepit.local._worker import record_end
+from sweepit.local._worker import end_facts
 from sweepit.results import (
-    JobEntry,
+    STDERR_LOG,
     JobOutcome,
     JobState,
+    Ledger,
     LiveReader,
     Progress,
     Recorder,
     SweepLock,
     failure_report,
     is_finished,
-    open_manifest,
-    read_record,
-    record_failure,
     start_clean,
     summarize,
-    write_manifest,
+    tail_lines,
 )
 
 log = logging.getLogger(__name__)
@@ -129,8 +126,8 @@ class LocalSweep:
         recorded = bool(self.manifest.jobs)
         for j in jobs:
             if not (o.resume and j.num in self.manifest.jobs):  # a resume keeps the record of finished jobs
-                self.manifest.jobs[j.num] = JobEntry(num=j.num, overrides=j.overrides, job_dir="")
-        write_manifest(self.manifest)
+                self.manifest.plan(j.num, j.overrides)
+        self.manifest.write()
         if o.resume and not recorded and not any(is_finished(p) for p in self.sweep_dir.iterdir() if p.is_dir()):
             # (A sweep stopped before any job finished is resumed without a word: its sweep.json says so.)
             log.warning(f"hydra.launcher.resume=true, but {self.sweep_dir} holds no record of a sweep (sweep.json) "
@@ -166,8 +163,8 @@ class LocalSweep:
             log.info(f"Running jobs as the sweeper asks, on {pool.n_workers} local worker(s), {pool.threads} "
                      f"torch thread(s) each{f', GPUs {self.gpus}' if self.gpus else ''}; sweep dir {self.sweep_dir}")
             pool.open()
-        self.manifest.jobs[job.num] = JobEntry(num=job.num, overrides=job.overrides, job_dir="")
-        write_manifest(self.manifest, [job.num])
+        self.manifest.plan(job.num, job.overrides)
+        self.manifest.write([job.num])
         self.progress.queued += 1
         self._started[job.num] = job
         pool.submit(job)
@@ -207,7 +204,7 @@ class LocalSweep:
         self.gpus = visible_gpus()
         n_workers = resolve_n_workers(o.n_workers, o.threads_per_job, len(self.gpus), cpu_count(), n_jobs)
         threads = resolve_threads(o.threads_per_job, n_workers, cpu_count())
-        self.manifest = open_manifest(self.sweep_dir, launcher="local")
+        self.manifest = Ledger.open(self.sweep_dir, "local", self.lock)
         self.progress = Progress(0)
         self.pool = Pool(n_workers, GpuPool(self.gpus), threads=threads, echo=n_workers == 1,
                          term_grace_s=o.term_grace_s, server=self.server, hooks=self, clock_ticks=self.progress.live)
@@ -220,11 +217,9 @@ class LocalSweep:
         if self.own_server:
             self.server.close()
         self.progress.close()
-        for entry in self.manifest.jobs.values():
-            if entry.state == JobState.QUEUED:
-                entry.state = JobState.NOT_STARTED  # the sweep was stopped first
+        self.manifest.stop_queued()  # the sweep was stopped first
         try:
-            write_manifest(self.manifest)
+            self.manifest.write()
         except OutputWriteError:
             if not failing:
                 raise
@@ -245,9 +240,8 @@ class LocalSweep:
             entry.job_dir = str(job.job_dir)
             return self._refuse(job, e)
         entry.job_dir = str(job.job_dir)
-        if o.resume and is_finished(job.job_dir):
-            entry.state = read_record(job.job_dir).status or JobState.COMPLETED
-            write_manifest(self.manifest, [job.num])
+        if o.resume and self.manifest.skip_finished(job.num, job.job_dir):
+            self.manifest.write([job.num])
             self.skipped.add(job.num)
             self.progress.skip()
             return False
@@ -266,9 +260,8 @@ class LocalSweep:
 
     def _refuse(self, job: Job, error: ConfigError) -> bool:
         """A job that is not to run: recorded as failed, with the error."""
-        entry = self.manifest.jobs[job.num]
-        self.statuses[job.num] = entry.state = record_failure(job.job_dir, str(error), Recorder.LOCAL)
-        write_manifest(self.manifest, [job.num])
+        self.statuses[job.num] = self.manifest.fail(job.num, str(error), Recorder.LOCAL)
+        self.manifest.write([job.num])
         self.progress.start()
         self.progress.finish(job.num, JobState.FAILED, None)
         return False
@@ -278,31 +271,27 @@ class LocalSweep:
         start_clean(job.job_dir)
 
     def started(self, job: Job) -> None:
-        entry = self.manifest.jobs[job.num]
-        entry.state, entry.pid = JobState.RUNNING, job.pid
-        entry.started_at = now_iso()
-        entry.ended_at = None
-        entry.extra = {"gpus": job.gpus} if job.gpus else {}
-        write_manifest(self.manifest, [job.num])
+        self.manifest.move(job.num, JobState.RUNNING, again=True, pid=job.pid, started_at=now_iso(), ended_at=None,
+                           extra={"gpus": job.gpus} if job.gpus else {})
+        self.manifest.write([job.num])
         self.progress.start()
 
     def retried(self, job: Job) -> None:
-        entry = self.manifest.jobs[job.num]
-        entry.state, entry.pid = JobState.QUEUED, None
-        write_manifest(self.manifest, [job.num])
+        self.manifest.move(job.num, JobState.QUEUED, pid=None)
+        self.manifest.write([job.num])
         self.progress.running -= 1
         self.progress.queued += 1
 
     def ended(self, job: Job) -> None:
-        remove_temporaries(job.job_dir)  # of writes the job's death cut short (its processes are gone)
         entry = self.manifest.jobs[job.num]
         # The job's own result.json is kept; one is written for a job that left none.
-        status = record_end(job, entry.started_at, self.options.stderr_tail_lines, Recorder.LOCAL)
+        seen, facts = end_facts(job, entry.started_at)
+        status = self.manifest.end(job.num, seen, Recorder.LOCAL, stderr_tail=lambda: tail_lines(
+            job.job_dir / STDERR_LOG, self.options.stderr_tail_lines), **facts)
         self.release(job)
         self.statuses[job.num] = status
-        entry.state, entry.ended_at = status, now_iso()
         entry.extra["exit_code"] = job.exit_code
-        write_manifest(self.manifest, [job.num])
+        self.manifest.write([job.num])
         self.progress.finish(job.num, status, job.wall_time_s)
 
     def tick(self) -> None:

@@ -1,6 +1,6 @@
 """A forked job's end, on both sides: in the child (forked by the fork server, which has the app and preloaded modules
 in memory already), detach from the terminal's signals, take the output pipes, run the job and reply; in the driver,
-record how it ended (`record_end`: `result.json` for a job that died without writing one)."""
+tell how it ended (`end_facts`: for the `result.json` of a job that died without writing one)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from sweepit._host import now_iso
 from sweepit._signals import interrupt_on_stop_signals, release_stop_signals
 from sweepit.local._resources import visible_gpus
-from sweepit.results import STDERR_LOG, JobOutcome, JobRecord, JobState, Recorder, as_number, tail_lines, write_result
+from sweepit.results import JobOutcome, JobState, as_number
 from sweepit.train import FORKED_AFTER_CUDA, forget_device_count, forked_after_cuda
 
 if TYPE_CHECKING:
@@ -138,9 +138,9 @@ def describe_exit(exit_code: int | None, stopped: bool) -> str:
     return f"exited with code {exit_code} before reporting a result (os._exit, or a crash in native code)"
 
 
-def record_end(job: Job, started_at: str | None, stderr_tail_lines: int, recorded_by: Recorder) -> str:
-    """How a forked job ended, as its status; writes `result.json` when the job left none (its own one is kept, with
-    the tail of its stderr added to a failure). The local driver and sweepit.slurm's worker engine both use it."""
+def end_facts(job: Job, started_at: str | None) -> tuple[JobState, dict[str, Any]]:
+    """How a forked job ended, as its status and the facts of sweepit's record of it (`sweepit.results.record_end`,
+    written when the job left none). The local driver and sweepit.slurm's worker engine both use it."""
     reply = job.reply
     facts: dict[str, Any] = dict(job.facts)
     if reply is not None and reply.status == JobState.COMPLETED:
@@ -157,7 +157,6 @@ def record_end(job: Job, started_at: str | None, stderr_tail_lines: int, recorde
         facts["exit_signal"] = signal.Signals(-job.exit_code).name
     elif reply is None:
         facts["exit_code"] = job.exit_code
-    record = JobRecord.of(status, recorded_by, hostname=socket.gethostname(), pid=job.pid,
-                          wall_time_s=job.wall_time_s, started_at=started_at, ended_at=now_iso(), **facts)
-    return write_result(job.job_dir, record, replace=False,
-                        stderr_tail=lambda: tail_lines(job.job_dir / STDERR_LOG, stderr_tail_lines))
+    facts.update(hostname=socket.gethostname(), pid=job.pid, wall_time_s=job.wall_time_s, started_at=started_at,
+                 ended_at=now_iso())
+    return status, facts

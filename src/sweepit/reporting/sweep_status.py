@@ -14,6 +14,7 @@ from sweepit.results import (
     REPORT_PAGE,
     JobRow,
     JobState,
+    Ledger,
     LiveReader,
     Manifest,
     SweepLock,
@@ -24,12 +25,9 @@ from sweepit.results import (
     format_table,
     job_row,
     read_live_manifest,
-    read_manifest,
     report_shows,
     reports_at_end,
-    settle_orphans,
     sweep_eta_s,
-    write_manifest,
 )
 from sweepit.slurm import (
     END_SETTLE_S,
@@ -79,10 +77,11 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
     driver = SweepLock(Path(sweep_dir).absolute()).holder()
     # A live driver of a large sweep keeps its counts and the jobs listed here (sweep.live.json): read those alone.
     # Not for Optuna's workers, whose trials the manifest may not list yet (adopt_trials needs every record).
-    view = read_live_manifest(sweep_dir) if driver is not None and 0 < max_rows <= LIVE_ROWS else None
+    view = read_live_manifest(sweep_dir, Ledger) if driver is not None and 0 < max_rows <= LIVE_ROWS else None
     if view is not None and (view[1].n_jobs <= max_rows or (view[0].workers and not view[0].workers.get(PACKED))):
         view = None
-    m = view[0] if view is not None else read_manifest(sweep_dir)
+    m = view[0] if view is not None else Ledger.read(sweep_dir)
+    assert isinstance(m, Ledger)
     adopted = adopt_trials(m) if view is None else []  # Optuna worker mode: trials started since it was written
     unfinished = [n for n in sorted(m.jobs) if not JobState.is_success(m.jobs[n].state)]
     n_jobs = view[1].n_jobs if view is not None else len(m.jobs)
@@ -96,9 +95,9 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
     changed, note = refresh(m, record=driver is None, nums=nums)
     changed += adopted
     if driver is None:  # with a live driver, it alone writes the sweep's records
-        changed += settle_orphans(m) + settle_unclaimed(m)
+        changed += m.settle_orphans() + settle_unclaimed(m)
         if changed:
-            write_manifest(m, changed)
+            m.write(changed)
     if view is not None:  # the driver's counts, with what the look at the jobs shown found since
         counts, arrays = view[1].counts, view[1].arrays
         for n, (state, array) in before.items():

@@ -18,7 +18,6 @@ from sweepit.results._job_files import (
     job_num,
     read_metrics,
     read_record,
-    record_failure,
     returned_fields,
     start_clean,
     tail_lines,
@@ -26,6 +25,7 @@ from sweepit.results._job_files import (
     write_metrics,
     write_result,
 )
+from sweepit.results._ledger import Ledger, is_finished, record_end, record_failure
 from sweepit.results._live import LIVE_ROWS, array_of
 from sweepit.results._lock import HEARTBEAT_S as LOCK_HEARTBEAT_S
 from sweepit.results._lock import SweepLock, own_folder
@@ -36,13 +36,10 @@ from sweepit.results._manifest import (
     driver_argv,
     failure_report,
     hydra_quote,
-    is_finished,
     iter_manifest,
-    open_manifest,
     read_live_manifest,
     read_manifest,
     rerun_argv,
-    settle_orphans,
     write_manifest,
 )
 from sweepit.results._overrides import (
@@ -128,16 +125,16 @@ __all__ = [
     "OPTIMIZATION_RESULTS_FILE", "OVERRIDES_FILE", "RANK_STATES", "REPORT_CSV", "REPORT_DIR", "REPORT_PAGE",
     "REPORT_SUMMARY", "RESULT_FILE", "RESULT_GRACE_S", "STDERR_LOG", "STDOUT_LOG", "SWEEP_JOURNAL_FILE", "TRIALS_FILE",
     "WAIT", "WANDB_RUN_FILE", "WEIGHT_FILES", "WORKER_STALE_S", "ConfigSource", "JobEntry", "JobOutcome", "JobPaths",
-    "JobRecord", "JobRow", "JobState", "LiveReader", "Manifest", "Progress", "Recorder", "ResultGrace", "SweepLock",
-    "SweepPaths", "UnreadKeys", "Work", "WorkSource", "aligned", "app_command", "array_of", "as_number",
+    "JobRecord", "JobRow", "JobState", "Ledger", "LiveReader", "Manifest", "Progress", "Recorder", "ResultGrace",
+    "SweepLock", "SweepPaths", "UnreadKeys", "Work", "WorkSource", "aligned", "app_command", "array_of", "as_number",
     "asks_for_report", "best_row", "claim", "claimed", "clean", "command_line", "config_of", "config_source",
     "counts_text", "default_direction_line", "direction_is_default", "driver_argv", "driver_env", "error_line",
     "failure_report", "finite_number", "fixed_overrides", "format_duration", "format_table", "heartbeat", "hydra_quote",
     "is_finished", "iter_manifest", "job_dir_name", "job_folders", "job_num", "job_row", "load_yaml", "measures_speed",
-    "objective_direction", "objective_values", "open_manifest", "own_folder", "own_key", "own_overrides",
-    "read_live_manifest", "read_manifest", "read_metrics", "read_record", "read_study_file", "record_failure",
-    "records_digest", "report_shows", "reports_at_end", "rerun_argv", "rerun_command", "returned_fields",
-    "settle_orphans", "short_value", "silent_s", "speed_study_line", "start_clean", "summarize", "sweep_direction",
-    "sweep_eta_s", "sweep_jobs", "sweeper_value", "swept_keys", "tail_lines", "total_wall_time_s", "typed_overrides",
-    "worst", "write_manifest", "write_metrics", "write_records", "write_result", "write_study_file"
+    "objective_direction", "objective_values", "own_folder", "own_key", "own_overrides", "read_live_manifest",
+    "read_manifest", "read_metrics", "read_record", "read_study_file", "record_end", "record_failure", "records_digest",
+    "report_shows", "reports_at_end", "rerun_argv", "rerun_command", "returned_fields", "short_value", "silent_s",
+    "speed_study_line", "start_clean", "summarize", "sweep_direction", "sweep_eta_s", "sweep_jobs", "sweeper_value",
+    "swept_keys", "tail_lines", "total_wall_time_s", "typed_overrides", "worst", "write_manifest", "write_metrics",
+    "write_records", "write_result", "write_study_file"
 ]

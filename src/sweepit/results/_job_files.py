@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from sweepit._files import atomic_write
-from sweepit._host import now_iso
 from sweepit.results._paths import METRICS_FILE, RESULT_FILE, STDERR_LOG, STDOUT_LOG, JobPaths
 from sweepit.results._status import JobState, Recorder, as_number
 
@@ -287,12 +286,6 @@ def _write(job_dir: Path, result: dict[str, Any], replace: bool = True) -> bool:
     except FileExistsError:
         return False
     return True
-
-
-def record_failure(job_dir: Path | str, error: str, recorded_by: Recorder) -> JobState:
-    """Record that a job failed before it ran (its config refused, no worker started it)."""
-    write_result(job_dir, JobRecord.of(JobState.FAILED, recorded_by, error=error, ended_at=now_iso()))
-    return JobState.FAILED
 
 
 def total_wall_time_s(result: dict[str, Any]) -> float | None:

@@ -12,17 +12,17 @@ import signal
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any, Protocol
 
 from sweepit._files import atomic_file, collector_paused
-from sweepit._host import now_iso, process_alive
+from sweepit._host import now_iso
 from sweepit.errors import ManifestError
 from sweepit.results._job_files import error_line, read_record
 from sweepit.results._journal import Journal, append_records, compact_now, read_journal, start_journal
 from sweepit.results._live import LIVE_ROWS, Live, Tally, read_live, write_live
-from sweepit.results._overrides import driver_env, override_key, shell_line
+from sweepit.results._overrides import override_key, shell_line
 from sweepit.results._paths import MANIFEST_FILE, JobPaths, SweepPaths
 from sweepit.results._records import DEFAULTS_KEY, RecordCodec, choose_defaults
 from sweepit.results._status import JobState, counts_text
@@ -71,8 +71,8 @@ class Manifest:
         """Sweep fields, then one job per line (no indentation pass), into `out` one job at a time (a large sweep's
         text is never in memory at once); returns the characters written (all ASCII: the bytes)."""
         codec = codec or self.codec()
-        head = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("jobs", "_disk")}
-        head[DEFAULTS_KEY] = {"state": codec.state, "extra": codec.extra}
+        head = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "jobs" and f.compare}  # (no lock)
+        head[DEFAULTS_KEY] = {"state": codec.shared_state, "extra": codec.extra}
         n = out.write(json.dumps(head, indent=1)[:-2] + ',\n "jobs": [')
         separator = "\n  "
         for num in sorted(self.jobs):
@@ -189,14 +189,15 @@ def _merged(jobs: Iterator[dict[str, Any]], journal: dict[int, dict[str, Any]]) 
     yield from (journal[n] for n in sorted(journal))
 
 
-def read_manifest(sweep_dir: Path) -> Manifest:
+def read_manifest(sweep_dir: Path, kind: type[Manifest] = Manifest) -> Manifest:
+    """sweep.json, as a `kind` (a `Ledger`, for a reader that records what it finds)."""
     path = SweepPaths(sweep_dir).manifest
     sweep_dir = Path(sweep_dir).absolute()
     try:
         with collector_paused():  # 100,000 job records
             data, jobs, snapshot_bytes, journal, codec = read_manifest_data(sweep_dir)
             entries = {job["num"]: JobEntry(**job) for job in jobs}
-            m = Manifest(**data, jobs=entries)
+            m = kind(**data, jobs=entries)
     except FileNotFoundError:
         raise ManifestError(
             f"a sweep directory must hold {MANIFEST_FILE} for `sweepit status` and `sweepit resume`, but {path} does "
@@ -229,17 +230,6 @@ def rerooter(recorded_sweep_dir: Any, sweep_dir: Path) -> Callable[[Any], Any]:
         return path
 
     return moved
-
-
-def open_manifest(sweep_dir: Path, launcher: str) -> Manifest:
-    """The manifest to update for this run: the existing one (its jobs kept) or a new one."""
-    run: dict[str, Any] = {"sweep_dir": str(Path(sweep_dir).absolute()), "argv": driver_argv(), "cwd": os.getcwd(),
-                           "launcher": launcher, "env": driver_env()}
-    try:
-        # (a copy made by `replace` has no `_disk`: the new command goes into the snapshot, whose first write is whole)
-        return replace(read_manifest(sweep_dir), **run)
-    except ManifestError:
-        return Manifest(**run)
 
 
 def write_manifest(m: Manifest, changed: Iterable[int] | None = None) -> Path:
@@ -287,7 +277,7 @@ def _keep_live(m: Manifest, disk: _OnDisk, changed: dict[int, str] | None, befor
     write_live(Path(m.sweep_dir), m.generation, disk.journal_bytes, disk.tally, m.jobs, disk.codec, m.updated_at)
 
 
-def read_live_manifest(sweep_dir: Path) -> tuple[Manifest, Live] | None:
+def read_live_manifest(sweep_dir: Path, kind: type[Manifest] = Manifest) -> tuple[Manifest, Live] | None:
     """The manifest with only the jobs `sweep.live.json` lists, and what it counts, when it describes the records
     on disk now; None otherwise (then `read_manifest` reads every record)."""
     sweep_dir = Path(sweep_dir).absolute()
@@ -298,34 +288,10 @@ def read_live_manifest(sweep_dir: Path) -> tuple[Manifest, Live] | None:
         if live is None or Path(str(head.get("sweep_dir"))) != sweep_dir:
             return None
         head["updated_at"] = live.updated_at or head.get("updated_at", "")
-        m = Manifest(**head, jobs={job["num"]: JobEntry(**job) for job in live.jobs})
+        m = kind(**head, jobs={job["num"]: JobEntry(**job) for job in live.jobs})
     except (OSError, ValueError, TypeError):
         return None
     return m, live
-
-
-def is_finished(job_dir: Path) -> bool:
-    """True when a resume must skip the job: its result says completed (or pruned, or diverged)."""
-    return JobState.is_success(read_record(job_dir).status)
-
-
-def settle_orphans(m: Manifest) -> list[int]:
-    """A local sweep whose driver is gone (killed, the machine rebooted): its queued jobs are `not started` and a job
-    whose process is gone without a result `interrupted`, not `queued` and `running` for ever; returns the numbers of
-    the jobs that changed."""
-    if m.launcher != "local":
-        return []  # a Slurm job stays in Slurm's hands and runs without its driver
-    changed = []
-    for n, e in m.jobs.items():
-        if e.state == JobState.QUEUED:
-            e.state = JobState.NOT_STARTED
-        elif e.state == JobState.RUNNING and read_record(Path(e.job_dir)).status is None and not (
-                e.pid and process_alive(e.pid)):
-            e.state = JobState.INTERRUPTED
-        else:
-            continue
-        changed.append(n)
-    return changed
 
 
 def hydra_quote(value: str) -> str:

@@ -70,7 +70,7 @@ class RecordCodec:
     def __init__(self, sweep_dir: str, defaults: Mapping[str, Any] | None) -> None:
         self.root = str(sweep_dir).rstrip("/") + "/"
         self.compact = defaults is not None
-        self.state = str((defaults or {}).get("state", JobState.QUEUED))
+        self.shared_state = str((defaults or {}).get("state", JobState.QUEUED))
         extra = (defaults or {}).get("extra")
         self.extra: dict[str, Any] = dict(extra) if isinstance(extra, Mapping) else {}
 
@@ -81,7 +81,7 @@ class RecordCodec:
         job_dir = j.job_dir
         if job_dir:
             record["job_dir"] = job_dir[len(self.root):] if job_dir.startswith(self.root) else job_dir
-        if j.state != self.state:
+        if j.state != self.shared_state:
             record["state"] = j.state
         for key in ("pid", "started_at", "ended_at"):
             if (value := getattr(j, key)) is not None:
@@ -113,6 +113,6 @@ class RecordCodec:
         if isinstance(given, dict):
             extra.update(given)
         return {"num": record["num"], "overrides": record.get("overrides") or [], "job_dir": job_dir,
-                "state": record.get("state", self.state), "pid": record.get("pid"),
+                "state": record.get("state", self.shared_state), "pid": record.get("pid"),
                 "started_at": record.get("started_at"), "ended_at": record.get("ended_at"),
                 "extra": {k: _in(v, job_dir) for k, v in extra.items()}}

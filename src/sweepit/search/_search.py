@@ -23,6 +23,7 @@ from sweepit.results import (
     error_line,
     job_folders,
     objective_direction,
+    record_end,
     summarize,
     write_study_file,
 )
@@ -369,7 +370,8 @@ class Search:
             error = " ".join(str(e).split()) or type(e).__name__
             if what == "custom_search_space":
                 error = f"custom_search_space raised {type(e).__name__}: {error}"
-            tell(self.study, trial, JobRecord.of(JobState.FAILED, error=error), None, self.options.diverged_value)
+            failed = record_end(None, JobState.FAILED, None, error=error)
+            tell(self.study, trial, failed, None, self.options.diverged_value)
             reason = "its job's config cannot be made" if what == "config" else "the custom search space raised"
             log.warning(f"trial {trial.number} failed before it started: {reason} ({error[:300]}); the search goes on")
             return False

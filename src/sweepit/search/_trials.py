@@ -17,8 +17,8 @@ from sweepit.results import (
     job_folders,
     objective_values,
     read_record,
+    record_end,
     returned_fields,
-    write_result,
 )
 
 log = logging.getLogger(__name__)
@@ -98,8 +98,8 @@ def read_trial(job_dir: Path | None, ret: Any, metrics: list[str] | None = None,
     and the study name the same best job. A completed job whose values are missing FAILs, with why as its error."""
     record = read_record(job_dir)
     if not record.ended:
-        record = _recorded(job_dir, ret) or JobRecord.of(JobState.FAILED,
-                                                         error="the launcher returned no result for the job")
+        record = _recorded(job_dir, ret) or record_end(None, JobState.FAILED, None,
+                                                       error="the launcher returned no result for the job")
     result, why = record.result, ""
     if metrics or n_values > 1:
         values = objective_values(result, metrics, n_values)
@@ -119,15 +119,15 @@ def _recorded(job_dir: Path | None, ret: Any) -> JobRecord | None:
         return None
     try:
         value = ret.return_value  # raises the job's exception when it failed
-        record = JobRecord.of(JobState.COMPLETED, Recorder.SWEEPER, **returned_fields(value))
+        status, facts = JobState.COMPLETED, returned_fields(value)
     except BaseException as e:
-        record = JobRecord.of(JobState.FAILED, Recorder.SWEEPER, error=f"{type(e).__name__}: {e}")
+        status, facts = JobState.FAILED, {"error": f"{type(e).__name__}: {e}"}
     if job_dir is not None and job_dir.is_dir():
         try:
-            write_result(job_dir, record, replace=False)
+            return record_end(job_dir, status, Recorder.SWEEPER, **facts)
         except OSError as e:  # the study has the value; the table will say the job is pending
             log.warning(f"could not record job {job_dir.name}'s result: {e}")
-    return record
+    return record_end(None, status, Recorder.SWEEPER, **facts)
 
 
 def _missing(result: dict[str, Any], metrics: list[str] | None, n: int) -> str:

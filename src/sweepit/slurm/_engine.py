@@ -14,8 +14,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sweepit._host import now_iso
-from sweepit.local import ForkServer, GpuPool, Job, Pool, PoolHooks, record_end, visible_gpus
-from sweepit.results import WAIT, JobOutcome, JobState, Recorder, Work, WorkSource, heartbeat
+from sweepit.local import ForkServer, GpuPool, Job, Pool, PoolHooks, end_facts, visible_gpus
+from sweepit.results import (
+    STDERR_LOG,
+    WAIT,
+    JobOutcome,
+    JobState,
+    Recorder,
+    Work,
+    WorkSource,
+    heartbeat,
+    record_end,
+    tail_lines,
+)
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._task_files import record_task, start_job_dir
 
@@ -148,7 +159,9 @@ class Engine(PoolHooks):
         log.info(f"worker {self.worker}: job {job.num} started ({' '.join(job.overrides)})")
 
     def ended(self, job: Job) -> None:
-        status = record_end(job, self.started_at.get(job.num), self.stderr_tail_lines, self.recorded_by)
+        seen, facts = end_facts(job, self.started_at.get(job.num))
+        status = record_end(job.job_dir, seen, self.recorded_by, stderr_tail=lambda: tail_lines(
+            job.job_dir / STDERR_LOG, self.stderr_tail_lines), **facts).status or seen
         self.n_run += 1
         if JobState.is_success(status) and job.wall_time_s is not None:
             self.walls.append(job.wall_time_s)

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +21,13 @@ from sweepit.errors import SlurmError
 from sweepit.results import (
     JobEntry,
     JobState,
+    Ledger,
     LiveReader,
-    Manifest,
     Progress,
     ResultGrace,
     own_overrides,
     read_record,
     tail_lines,
-    write_manifest,
 )
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._job_states import (
@@ -38,7 +38,6 @@ from sweepit.slurm._job_states import (
     apply,
     look,
     pending_reasons,
-    record_dead,
     settled_by_results,
     slurm_id,
 )
@@ -56,7 +55,7 @@ class Follower:
     """Follows the jobs `nums` of `manifest` and those `add`ed later; `on_poll` runs at every look (the sweep lock's
     heartbeat)."""
 
-    def __init__(self, manifest: Manifest, nums: list[int], progress: Progress, o: SlurmOptions,
+    def __init__(self, manifest: Ledger, nums: list[int], progress: Progress, o: SlurmOptions,
                  on_poll: Callable[[], None]) -> None:
         self.manifest = manifest
         # In job order; a dict, so that `n in pending` and a job's end cost O(1) (a list: O(N^2) over a sweep).
@@ -110,7 +109,7 @@ class Follower:
                 self.loop(lambda: stop.first is None and look(), lambda: stop.first is None and going())
             finally:
                 self.progress.close()
-                write_manifest(self.manifest)
+                self.manifest.write()
         return stop.first
 
     def loop(self, look: Callable[[], bool], going: Callable[[], bool]) -> None:
@@ -152,16 +151,15 @@ class Follower:
                 continue
             if s.final and self.retry(num, s):
                 continue
-            if s.dead:
-                s.state = record_dead(entry, s, tail_lines(entry.extra.get("stderr"), self.stderr_tail_lines))
-                self.say(f"sweepit: job {num} [{' '.join(own_overrides(entry.overrides))}] {s.state}: "
-                         f"{read_record(entry.job_dir).error} (stderr: {entry.extra.get('stderr')})")
-            if apply(entry, s):
+            if apply(self.manifest, num, s, partial(tail_lines, entry.extra.get("stderr"), self.stderr_tail_lines)):
                 changed.append(num)
-            self._advance(num, s)
+            if s.dead:
+                self.say(f"sweepit: job {num} [{' '.join(own_overrides(entry.overrides))}] {entry.state}: "
+                         f"{read_record(entry.job_dir).error} (stderr: {entry.extra.get('stderr')})")
+            self._advance(num, entry.state if s.final else s.state, s.final)
         self._give_up_on_returns(now)
         if changed:
-            write_manifest(self.manifest, changed)
+            self.manifest.write(changed)
         if asked or not self.pending:
             self._tell_reasons(pending_reasons({n: s for n, s in seen.items() if n in self.pending}))
         if self.progress.done == 0:  # before the first job ends: an ETA from the running jobs' epochs
@@ -257,17 +255,17 @@ class Follower:
             if row is None or not row.in_queue:
                 self._end(num, self._returning[num][1])
 
-    def _advance(self, num: int, s: Seen) -> None:
-        if s.final or s.state == JobState.RUNNING:
+    def _advance(self, num: int, state: str, final: bool) -> None:
+        if final or state == JobState.RUNNING:
             self._move(num, JobState.RUNNING)  # one seen ended at once has run
-        elif s.state == JobState.QUEUED:
+        elif state == JobState.QUEUED:
             self._move(num, JobState.QUEUED)  # requeued (time limit, preemption)
-        if s.final:
+        if final:
             entry = self.manifest.jobs[num]
-            if JobState.is_failure(s.state) or not slurm_id(entry) or _has_returned(entry):
-                self._end(num, s.state)
+            if JobState.is_failure(state) or not slurm_id(entry) or _has_returned(entry):
+                self._end(num, state)
             else:
-                self._returning.setdefault(num, (time.monotonic(), s.state))
+                self._returning.setdefault(num, (time.monotonic(), state))
 
     def _move(self, num: int, phase: str) -> None:
         """Job `num` counted among the queued or the running jobs of the progress line."""

@@ -8,12 +8,12 @@ from __future__ import annotations
 import re
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from sweepit._files import remove_temporaries
 from sweepit._host import now_iso
 from sweepit._signals import SLURM_STOP
 from sweepit.errors import SlurmError
@@ -21,8 +21,8 @@ from sweepit.results import (
     RESULT_GRACE_S,
     JobEntry,
     JobPaths,
-    JobRecord,
     JobState,
+    Ledger,
     Manifest,
     Recorder,
     ResultGrace,
@@ -31,7 +31,6 @@ from sweepit.results import (
     read_metrics,
     read_record,
     tail_lines,
-    write_result,
 )
 from sweepit.slurm import _cluster as slurm_queue
 from sweepit.slurm._budget import not_started
@@ -136,14 +135,14 @@ def _not_in_slurm(entry: JobEntry) -> bool:
             and JobState.is_live(entry.state))
 
 
-def settle_unclaimed(m: Manifest) -> list[int]:
+def settle_unclaimed(m: Ledger) -> list[int]:
     """Jobs that never reached Slurm, once no driver follows the sweep and no worker of it is left: `not started`
     (`sweepit resume` submits them)."""
     waiting = [n for n, e in m.jobs.items() if _not_in_slurm(e)]
     if not waiting or (m.workers.get(PACKED) and workers_alive(m)):
         return []
     for n in waiting:
-        m.jobs[n].state = JobState.NOT_STARTED
+        m.move(n, JobState.NOT_STARTED)
         m.jobs[n].extra.pop("held", None)
     return waiting
 
@@ -276,33 +275,39 @@ def explain(slurm_state: str, job_id: str, exit_code: str = "", timeout_min: Any
     return f"ended in Slurm state {slurm_state}{code} (job {job_id}) before it wrote a result"
 
 
-def record_dead(entry: JobEntry, seen: Seen, stderr_tail: str) -> str:
-    """Write the result.json of a job Slurm ended without one (or one that SIGTERM stopped, with what Slurm
-    says it was: the rest of the job's own record is kept); return its status. Any other result of the job's,
-    one that came in the meantime included, is never replaced: then its status is returned."""
+def record_dead(m: Ledger, num: int, seen: Seen, stderr_tail: str) -> None:
+    """Record the end of a job Slurm ended without a result.json (or one that SIGTERM stopped, with what Slurm
+    says it was: the rest of the job's own record is kept). Any other result of the job's, one that came in the
+    meantime included, is never replaced: the ledger's entry takes its status then."""
+    entry = m.jobs[num]
     job_id = slurm_id(entry) or "?"
     failed = failed_task(Path(entry.job_dir))  # a task of a multi-task job that failed first: the cause
-    remove_temporaries(Path(entry.job_dir))  # of writes its end cut short: Slurm says its processes are gone
     rows, _ = read_metrics(Path(entry.job_dir))
     said = explain(seen.slurm_state, job_id, seen.exit_code, entry.extra.get("timeout_min"))
-    record = JobRecord.of(
-        JobState.FAILED if failed else _status_for(seen.slurm_state), Recorder.SLURM,
-        error=f"{rank_failure(failed)}; the job {said}" if failed else said,
-        slurm_state=seen.slurm_state, slurm_job_id=job_id, node=seen.node or None, epochs_completed=len(rows),
-        started_at=entry.started_at, ended_at=now_iso(), recorded_on=socket.gethostname(),
-        **{key: entry.extra[key] for key in ("metric", "direction") if entry.extra.get(key) is not None},
-        **({"final": rows[-1]} if rows else {}), **({"slurm_exit_code": seen.exit_code} if seen.exit_code else {}))
-    return write_result(entry.job_dir, record, replace=False, stderr_tail=lambda: stderr_tail,
-                        retell=lambda own: _retold(entry, own.result))
+    m.end(num, JobState.FAILED if failed else _status_for(seen.slurm_state), Recorder.SLURM,
+          stderr_tail=lambda: stderr_tail, retell=lambda own: _retold(entry, own.result),
+          error=f"{rank_failure(failed)}; the job {said}" if failed else said,
+          slurm_state=seen.slurm_state, slurm_job_id=job_id, node=seen.node or None, epochs_completed=len(rows),
+          started_at=entry.started_at, ended_at=now_iso(), recorded_on=socket.gethostname(),
+          **{key: entry.extra[key] for key in ("metric", "direction") if entry.extra.get(key) is not None},
+          **({"final": rows[-1]} if rows else {}), **({"slurm_exit_code": seen.exit_code} if seen.exit_code else {}))
 
 
-def apply(entry: JobEntry, seen: Seen) -> bool:
-    """Copy what was seen into the manifest entry; True when something changed."""
+def apply(m: Ledger, num: int, seen: Seen, stderr_tail: Callable[[], str] | None = None) -> bool:
+    """Record what was seen of job `num`; True when something changed. A job Slurm ended without a result gets one
+    (`record_dead`) when `stderr_tail` is given (a driver, or `sweepit status` with none). An end is its record's,
+    where it has one (a look that records nothing has none); a job Slurm has in its queue runs again when it had
+    ended (a requeue)."""
+    entry = m.jobs[num]
+
     def now() -> tuple[Any, ...]:
         return entry.state, entry.extra.get("slurm_state"), entry.extra.get("node"), entry.extra.get("slurm_reason")
 
     before = now()
-    entry.state = seen.state
+    if seen.dead and stderr_tail is not None:
+        record_dead(m, num, seen, stderr_tail())
+    if not (seen.final and JobState.is_ended(seen.state) and m.mirror(num)):
+        m.move(num, seen.state, again=not seen.final)
     if seen.slurm_state:
         entry.extra["slurm_state"] = seen.slurm_state
     elif seen.final and entry.extra.get("slurm_state") in (*ACTIVE_STATES, "COMPLETING"):
@@ -322,7 +327,7 @@ def apply(entry: JobEntry, seen: Seen) -> bool:
     return before != now()
 
 
-def refresh(m: Manifest, stderr_tail_lines: int = 50, record: bool = True,
+def refresh(m: Ledger, stderr_tail_lines: int = 50, record: bool = True,
             nums: list[int] | None = None) -> tuple[list[int], str]:
     """Bring the state of the jobs `nums` (default: every job) up to date (from Slurm for a Slurm sweep, else from
     the results); a job Slurm ended without a result gets one. Returns the numbers of the jobs that changed, and a
@@ -344,10 +349,8 @@ def refresh(m: Manifest, stderr_tail_lines: int = 50, record: bool = True,
             note = f"Slurm could not be asked ({e}); the states below come from the jobs' results alone."
             return _from_results(m, nums), note
         for num, s in seen.items():
-            entry = m.jobs[num]
-            if s.dead and record:
-                s.state = record_dead(entry, s, tail_lines(entry.extra.get("stderr"), stderr_tail_lines))
-            if apply(entry, s):
+            if apply(m, num, s, partial(tail_lines, m.jobs[num].extra.get("stderr"), stderr_tail_lines) if record
+                     else None):
                 changed.append(num)
         return changed, ""
     return _from_results(m, nums), ""
@@ -359,13 +362,6 @@ def _grace_s(entry: JobEntry) -> float:
     return float(grace) if isinstance(grace, int | float) and grace >= 0 else RESULT_GRACE_S
 
 
-def _from_results(m: Manifest, nums: list[int]) -> list[int]:
-    changed = []
-    for num in nums:
-        entry = m.jobs[num]
-        status = read_record(Path(entry.job_dir)).status if entry.job_dir else None
-        if status is not None and status != entry.state:
-            entry.state = status
-            changed.append(num)
-    return changed
+def _from_results(m: Ledger, nums: list[int]) -> list[int]:
+    return [num for num in nums if m.mirror(num)]
 

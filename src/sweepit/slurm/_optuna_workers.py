@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sweepit.errors import ConfigError
-from sweepit.results import JobEntry, JobState, Manifest
+from sweepit.results import JobState, Ledger
 from sweepit.search import started_trials
 from sweepit.slurm._budget import for_grids_only
 from sweepit.slurm._cluster import array_id
@@ -26,7 +26,7 @@ from sweepit.slurm._worker_driver import WorkerDriver, worker_job
 log = logging.getLogger(__name__)
 
 
-def adopt_trials(m: Manifest) -> list[int]:
+def adopt_trials(m: Ledger) -> list[int]:
     """Jobs that workers started and the manifest does not list yet, added as running jobs of their worker (logs
     linked); their numbers."""
     workers = m.workers
@@ -36,10 +36,9 @@ def adopt_trials(m: Manifest) -> list[int]:
     for num, record in new.items():
         wid, path = str(record.get("worker")), str(record.get("job_dir"))
         stdout, stderr = workers.get("stdout", {}).get(wid), workers.get("stderr", {}).get(wid)
-        m.jobs[num] = JobEntry(num=num, overrides=list(record.get("overrides") or []), job_dir=path,
-                               state=JobState.RUNNING, started_at=record.get("started_at"), extra={
-                                   **worker_job(wid, m), "stdout": stdout, "stderr": stderr,
-                                   WORKER_TRIAL: record.get("trial")})
+        m.plan(num, list(record.get("overrides") or []), path, extra={
+            **worker_job(wid, m), "stdout": stdout, "stderr": stderr, WORKER_TRIAL: record.get("trial")})
+        m.move(num, JobState.RUNNING, started_at=record.get("started_at"))
         if stdout and stderr:
             with contextlib.suppress(OSError):
                 link_logs(Path(path), Path(stdout), Path(stderr))

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from sweepit._host import now_iso
 from sweepit.errors import ConfigError, SweepStoppedError
 from sweepit.results import (
     JobPaths,
@@ -19,8 +18,6 @@ from sweepit.results import (
     Progress,
     Recorder,
     read_record,
-    record_failure,
-    write_manifest,
 )
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._budget import BUDGET_KEY, Gate, check, dry_run_line, refusal, stopped
@@ -191,19 +188,20 @@ class PackedSweep(WorkerDriver):
         self.generation = int(m.workers.get("generation", 0)) + 1 if m.workers.get(PACKED) else 1
         entries = []
         for job in jobs:
-            entry = m.jobs.setdefault(job.num, job.entry())
-            entry.job_dir = str(job.job_dir)
+            if job.num not in m.jobs:
+                m.plan(job.num, job.overrides, str(job.job_dir), JobState.NOT_STARTED)
+            m.jobs[job.num].job_dir = str(job.job_dir)
             if job.num not in self.todo:
                 continue
             start_job_dir(job.job_dir)
             index = self.shape_of[job.num]
             entries.append(PlannedEntry(job.num, list(job.overrides), str(job.job_dir), index, dict(job.env_set)))
-            entry.state, entry.pid, entry.started_at, entry.ended_at = JobState.QUEUED, None, None, None
-            entry.extra = {PACKED: index, "generation": self.generation, "stdout": str(JobPaths(job.job_dir).stdout),
-                           "stderr": str(JobPaths(job.job_dir).stderr), **job.planned(o)}
+            m.move(job.num, JobState.QUEUED, again=True, pid=None, started_at=None, ended_at=None, extra={
+                PACKED: index, "generation": self.generation, "stdout": str(JobPaths(job.job_dir).stdout),
+                "stderr": str(JobPaths(job.job_dir).stderr), **job.planned(o)})
         write_plan(self.sweep_dir, self.generation, entries, [s.request.describe() for s in self.shapes])
         m.workers = {PACKED: True, "generation": self.generation, "ids": [], "job_name": job_name(o), "slots": o.slots}
-        write_manifest(m)
+        m.write()
         self.room = open_room(o) if self.todo else Room(None)
         calls = wanted = 0
         for shape, n in zip(self.shapes, wanted_of, strict=True):
@@ -268,20 +266,20 @@ class PackedSweep(WorkerDriver):
                 continue
             entry.extra.update(worker_job(worker, m))
             # Queued until the follower sees it started: a worker claims one job ahead of a free slot.
-            entry.state, entry.started_at, entry.ended_at = JobState.QUEUED, None, None
+            m.move(num, JobState.QUEUED, started_at=None, ended_at=None)
             self.ran.add(cluster.array_id(worker))
             if num not in follower.pending:
                 follower.add(num, counted=True)
             self.adopted[num] = text
             changed.append(num)
         if changed:
-            write_manifest(m, changed)
+            m.write(changed)
 
     def _unadopt(self, num: int) -> None:
         entry = self.m.jobs[num]
         for key in ("slurm_job_id", "slurm_array_job_id", "slurm_job_name", "slurm_state", "node"):
             entry.extra.pop(key, None)
-        entry.state, entry.started_at, entry.ended_at = JobState.QUEUED, None, None
+        self.m.move(num, JobState.QUEUED, again=True, started_at=None, ended_at=None)
         self.follower.drop(num)
         self.adopted.pop(num, None)
 
@@ -294,11 +292,13 @@ class PackedSweep(WorkerDriver):
         retries = int(entry.extra.get("retries") or 0)
         if seen.slurm_state not in RETRY_STATES or retries >= MAX_RETRIES:
             return False
+        if not self.m.requeue(num):
+            return False  # it ended by its own record meanwhile
         worker = entry.extra.get("slurm_job_id")
         release(self.sweep_dir, self.generation, num)
         self._unadopt(num)
         entry.extra["retries"] = retries + 1
-        write_manifest(self.m, [num])
+        self.m.write([num])
         self.follower.say(f"sweepit: job {num}: its worker {worker} ended ({seen.slurm_state}) while running it; "
                           f"given to another worker (retry {retries + 1} of {MAX_RETRIES})")
         return True
@@ -335,10 +335,11 @@ class PackedSweep(WorkerDriver):
                                   f"{self.shapes[index].request.describe()} not started (`sweepit resume "
                                   f"{self.sweep_dir}` runs them)")
                 for num in nums:
-                    self.m.jobs[num].state = self.given_up[num] = JobState.NOT_STARTED
+                    self.m.move(num, JobState.NOT_STARTED)
+                    self.given_up[num] = JobState.NOT_STARTED
                     self.m.jobs[num].extra["not_started"] = why
                     self.follower.progress.skip()
-                write_manifest(self.m, nums)
+                self.m.write(nums)
                 continue
             if last is not None and last not in self.ran:
                 logs = self.m.workers["stderr"].get(self.m.workers["arrays"][last]["ids"][0], "?")
@@ -370,9 +371,7 @@ class PackedSweep(WorkerDriver):
         return next((i for i in ids if (row := rows.get(i)) is not None and row.state == "CANCELLED"), None)
 
     def _give_up(self, num: int, error: str) -> None:
-        entry = self.m.jobs[num]
-        entry.state = self.given_up[num] = record_failure(entry.job_dir, error, Recorder.PACKED_DRIVER)
-        entry.ended_at = now_iso()
+        self.given_up[num] = self.m.fail(num, error, Recorder.PACKED_DRIVER)
         self.follower.progress.start()
         self.follower.progress.finish(num, JobState.FAILED, None)
-        write_manifest(self.m, [num])
+        self.m.write([num])

@@ -11,17 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sweepit.errors import SweepFailedError
-from sweepit.results import (
-    JobEntry,
-    JobState,
-    Manifest,
-    SweepLock,
-    failure_report,
-    is_finished,
-    open_manifest,
-    read_record,
-    summarize,
-)
+from sweepit.results import JobState, Ledger, Manifest, SweepLock, failure_report, is_finished, summarize
 from sweepit.slurm._budget import END_SETTLE_S, budget_line
 from sweepit.slurm._request import ClusterFacts, Request, SlurmOptions, asked, place
 
@@ -42,9 +32,6 @@ class PlannedJob:
     direction: str | None = None
     env_set: dict[str, str] = field(default_factory=dict)  # hydra.job.env_set
     gate: Any = None                 # what its task runs first under a GPU budget (slurm._budget.Gate), else None
-
-    def entry(self) -> JobEntry:
-        return JobEntry(num=self.num, overrides=self.overrides, job_dir=str(self.job_dir), state=JobState.NOT_STARTED)
 
     def planned(self, o: SlurmOptions) -> dict[str, Any]:
         """What sweep.json keeps of the job's plan (`result_grace_s` for `sweepit status`, which has no options)."""
@@ -88,23 +75,23 @@ class Planner:
             job.request = request
         return max_array_size
 
-    def begin(self) -> Manifest:
-        """Hold the sweep's lock (released by `end`) and read its manifest."""
-        self.sweep_dir.mkdir(parents=True, exist_ok=True)
-        self.lock.acquire()
-        return open_manifest(self.sweep_dir, launcher="slurm")
+    def begin(self) -> Ledger:
+        """Hold the sweep's lock (released by `end`) and take its ledger."""
+        return Ledger.open(self.sweep_dir, "slurm", self.lock)
 
     def end(self) -> None:
         if self.own_lock:
             self.lock.release()
 
-    def skip_finished(self, m: Manifest, jobs: list[PlannedJob]) -> set[int]:
+    def skip_finished(self, m: Ledger, jobs: list[PlannedJob]) -> set[int]:
         """A resume's jobs that finished before: not run again, their entries' states from their results."""
         skipped = set()
         for job in jobs:
             if self.options.resume and is_finished(job.job_dir):
+                if job.num not in m.jobs:
+                    m.plan(job.num, job.overrides, str(job.job_dir), JobState.NOT_STARTED)
+                m.skip_finished(job.num, job.job_dir)
                 skipped.add(job.num)
-                m.jobs.setdefault(job.num, job.entry()).state = read_record(job.job_dir).status or JobState.COMPLETED
         return skipped
 
     def finish(self, m: Manifest, jobs: list[PlannedJob], statuses: dict[int, str], skipped: set[int]) -> None:

@@ -20,10 +20,9 @@ from sweepit.results import (
     JobEntry,
     JobOutcome,
     JobState,
-    Manifest,
+    Ledger,
     Progress,
     SweepLock,
-    write_manifest,
 )
 from sweepit.slurm import _budget as budget
 from sweepit.slurm._cluster import base_ids, scancel
@@ -100,7 +99,7 @@ class SlurmSweep(Planner):
         finally:
             self.end()
 
-    def _run(self, jobs: list[PlannedJob], manifest: Manifest, max_array_size: int,
+    def _run(self, jobs: list[PlannedJob], manifest: Ledger, max_array_size: int,
              limits: Future[QueueLimits]) -> dict[int, JobOutcome]:
         o = self.options
         skipped = self.skip_finished(manifest, jobs)
@@ -110,15 +109,15 @@ class SlurmSweep(Planner):
         throttle = budget.throttles([(c[0].request, len(c)) for c in arrays(to_submit, max_array_size)
                                      if c[0].request is not None], o)
         for job in to_submit:
-            manifest.jobs[job.num] = job.entry()
-        write_manifest(manifest)
+            manifest.plan(job.num, job.overrides, str(job.job_dir), JobState.NOT_STARTED)
+        manifest.write()
         feeder = Feeder(to_submit, manifest, o, max_array_size, self.make_task,
                         open_room(o, limits) if to_submit else Room(None), throttle)
         following = sorted(adopted + [j.num for j in feeder.feed(lambda: _in_queue(manifest, adopted))])
         log.info(_submitted(len(jobs), feeder.ids, len(skipped), len(adopted), self.sweep_dir, len(feeder.held)))
         if not o.wait:
             feeder.leave()
-            write_manifest(manifest)  # whole, journal folded in: what a reader of sweep.json alone expects
+            manifest.write()  # whole, journal folded in: what a reader of sweep.json alone expects
             print(_detached(manifest, following, self.sweep_dir, len(feeder.held)), flush=True)
             return {j.num: JobOutcome(None) for j in jobs}
         if self.while_jobs_run is not None and following:
@@ -142,7 +141,7 @@ class SlurmSweep(Planner):
         self.finish(manifest, jobs, follower.statuses, skipped)
         return {j.num: _outcome(manifest.jobs[j.num], follower.statuses.get(j.num)) for j in jobs}
 
-    def _adopt(self, jobs: list[PlannedJob], manifest: Manifest, skipped: set[int]) -> list[int]:
+    def _adopt(self, jobs: list[PlannedJob], manifest: Ledger, skipped: set[int]) -> list[int]:
         """A resume's jobs still queued or running from an earlier submission: followed, not submitted again."""
         if not self.options.resume:
             return []
@@ -160,7 +159,7 @@ class SlurmSweep(Planner):
             self._follower = Follower(self.begin(), [], Progress(0), o, self.lock.touch)  # the lock: till close()
             self._room = open_room(o)
         follower = self._follower
-        follower.manifest.jobs[job.num] = job.entry()
+        follower.manifest.plan(job.num, job.overrides, str(job.job_dir), JobState.NOT_STARTED)
         self._room.submit_waiting(1, lambda n: submit_jobs([job], follower.manifest, o, self.make_task),
                                   lambda: _in_queue(follower.manifest, follower.pending), f"trial job {job.num}",
                                   o.poll_interval_s, follower.poll)
@@ -202,7 +201,7 @@ class SlurmSweep(Planner):
             scancel(ids)
             for n in left:  # read back once squeue and sacct have forgotten the job (no accounting, or purged)
                 manifest.jobs[n].extra[CANCELLED_BY_DRIVER] = now_iso()
-            write_manifest(manifest, left)
+            manifest.write(left)
             log.warning(f"{why}: cancelled {len(ids)} Slurm job(s) still in flight: {', '.join(ids)} (jobs "
                         f"{', '.join(map(str, left))})")
 
@@ -216,10 +215,10 @@ class SlurmSweep(Planner):
             if follower.pending and not self._cancelled:
                 self._cancel_in_flight(follower, "the search stopped")
             for n in follower.pending:
-                follower.manifest.jobs[n].state, follower.manifest.jobs[n].ended_at = JobState.INTERRUPTED, now_iso()
+                follower.manifest.move(n, JobState.INTERRUPTED, ended_at=now_iso())
         finally:
             follower.progress.close()
-            write_manifest(follower.manifest)
+            follower.manifest.write()
             self._started.clear()
             self._cancelled = False
             self.end()
@@ -231,7 +230,7 @@ def _meanwhile(work: Callable[[], None]) -> None:
         work()
 
 
-def _in_queue(manifest: Manifest, nums: Iterable[int]) -> set[str]:
+def _in_queue(manifest: Ledger, nums: Iterable[int]) -> set[str]:
     """The Slurm ids of the jobs `nums` (those followed: in the queue until seen ended)."""
     return {i for n in nums if (i := slurm_id(manifest.jobs[n]))}
 
@@ -258,7 +257,7 @@ def _submitted(n_jobs: int, ids: list[str], n_skipped: int, n_adopted: int, swee
     return "; ".join(parts) + f"; sweep dir {sweep_dir}"
 
 
-def _detached(manifest: Manifest, nums: list[int], sweep_dir: Path, n_held: int = 0) -> str:
+def _detached(manifest: Ledger, nums: list[int], sweep_dir: Path, n_held: int = 0) -> str:
     ids = [str(manifest.jobs[n].extra.get("slurm_job_id")) for n in nums]
     lines = [f"Not waiting (hydra.launcher.wait=false): {len(ids)} job(s) in Slurm: {' '.join(ids)}"]
     if n_held:
@@ -271,7 +270,7 @@ def _detached(manifest: Manifest, nums: list[int], sweep_dir: Path, n_held: int 
     return "\n".join(lines)
 
 
-def _stopped(manifest: Manifest, pending: list[int], signum: int, sweep_dir: Path) -> str:
+def _stopped(manifest: Ledger, pending: list[int], signum: int, sweep_dir: Path) -> str:
     name = signal.Signals(signum).name
     ids = [str(manifest.jobs[n].extra.get("slurm_job_id")) for n in pending]
     return (f"stopped following the sweep ({name}); its {len(ids)} job(s) still in Slurm go on.\n"

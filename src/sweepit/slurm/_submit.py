@@ -20,9 +20,8 @@ from sweepit.results import (
     STDOUT_LOG,
     JobEntry,
     JobState,
-    Manifest,
+    Ledger,
     SweepPaths,
-    write_manifest,
 )
 from sweepit.slurm._budget import Gate, dry_run_line, refusal, throttles
 from sweepit.slurm._cluster import base_ids
@@ -122,7 +121,7 @@ def submit(tasks: Sequence[Task], params: dict[str, Any], folder: Path, max_num_
     return [str(j.job_id) for j in jobs]
 
 
-def submit_jobs(jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, make_task: Callable[[PlannedJob], Task],
+def submit_jobs(jobs: list[PlannedJob], manifest: Ledger, o: SlurmOptions, make_task: Callable[[PlannedJob], Task],
                 before: Sequence[str] = (), throttle: dict[Request, int] | None = None) -> list[str]:
     """One sbatch call for `jobs` (of one request, at most MaxArraySize), recorded in the manifest; a refusal says
     which jobs of the sweep's went out `before`. `throttle`: each request's array throttle under max_gpus."""
@@ -154,15 +153,13 @@ def submit_jobs(jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, mak
         n_tasks = job.request.nodes * job.request.tasks_per_node if job.request else 1
         link_task_logs(job.job_dir, [log_paths(folder, job_id, task) for task in range(n_tasks)])
         array_id, _, index = job_id.partition("_")
-        entry = manifest.jobs[job.num]
-        entry.state, entry.pid, entry.started_at, entry.ended_at = JobState.QUEUED, None, None, None
-        entry.extra = {
+        manifest.move(job.num, JobState.QUEUED, again=True, pid=None, started_at=None, ended_at=None, extra={
             "slurm_job_id": job_id, "slurm_array_job_id": array_id,
             "slurm_array_index": int(index) if index else None, "slurm_job_name": name,
             "submitit_folder": str(folder), "stdout": str(stdout), "stderr": str(stderr),
             "submitted_at": submitted_at, **job.planned(o),
-        }
-    write_manifest(manifest, [job.num for job in jobs])
+        })
+    manifest.write([job.num for job in jobs])
     return ids
 
 
@@ -170,7 +167,7 @@ class Feeder:
     """A sweep's jobs submitted within the user's queue limits (`room`): at every `feed()` as many as there is room
     for, one sbatch call per array, the rest held (queued in `sweep.json`, without a Slurm id)."""
 
-    def __init__(self, jobs: list[PlannedJob], manifest: Manifest, o: SlurmOptions, max_array_size: int,
+    def __init__(self, jobs: list[PlannedJob], manifest: Ledger, o: SlurmOptions, max_array_size: int,
                  make_task: Callable[[PlannedJob], Task], room: Room,
                  throttle: dict[Request, int] | None = None) -> None:
         self.held = list(jobs)
@@ -205,19 +202,17 @@ class Feeder:
 
     def _hold(self, why: str) -> None:
         for job in self.held:
-            entry = self.manifest.jobs[job.num]
-            entry.state, entry.extra = JobState.QUEUED, {"held": why}
-        write_manifest(self.manifest, [j.num for j in self.held])
+            self.manifest.move(job.num, JobState.QUEUED, extra={"held": why})
+        self.manifest.write([j.num for j in self.held])
         log.warning(f"sweepit: {len(self.held)} job(s) held back: {why}")
         self._said = why
 
     def leave(self) -> None:
         """The driver does not follow (wait=false): the held jobs are `not started`, for `sweepit resume`."""
         for job in self.held:
-            entry = self.manifest.jobs[job.num]
-            entry.state = JobState.NOT_STARTED
-            entry.extra.pop("held", None)
-        write_manifest(self.manifest, [j.num for j in self.held])
+            self.manifest.move(job.num, JobState.NOT_STARTED)
+            self.manifest.jobs[job.num].extra.pop("held", None)
+        self.manifest.write([j.num for j in self.held])
 
 
 def log_paths(folder: Path, job_id: str, task: int = 0) -> tuple[Path, Path]:

@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from sweepit._host import now_iso
-from sweepit.results import Manifest, Progress, write_manifest
+from sweepit.results import Ledger, Manifest, Progress
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._follow import Follower
 from sweepit.slurm._job_states import workers_alive
@@ -38,7 +38,7 @@ class WorkerDriver:
         self.sweep = sweep
         self.options = sweep.options
         self.sweep_dir = sweep.sweep_dir
-        self.m: Manifest  # read by open()
+        self.m: Ledger  # read by open()
 
     def open(self) -> bool:
         """Hold the sweep's lock and read its manifest; True when workers of an earlier driver are still alive (then
@@ -77,7 +77,7 @@ class WorkerDriver:
         workers.setdefault("arrays", {})[cluster.array_id(ids[0])] = {
             "shape": shape, "ids": ids, "submitted_at": now_iso(), "request": request.describe(),
             "submitit_folder": str(folder)}
-        write_manifest(self.m)
+        self.m.write()
         return ids
 
     def watch(self, follower: Follower) -> tuple[Callable[[], bool], Callable[[], bool]]:

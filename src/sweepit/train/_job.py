@@ -11,7 +11,7 @@ from typing import Any
 
 import sweepit
 from sweepit.errors import DivergedError
-from sweepit.results import WEIGHT_FILES, JobPaths, JobState, worst, write_result
+from sweepit.results import WEIGHT_FILES, JobPaths, JobState, worst
 from sweepit.train import _checkpoint, _session
 from sweepit.train._checks import check_config
 from sweepit.train._devices import cuda_available
@@ -84,7 +84,7 @@ def _run_main(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None, rank: Ran
         weights = {name: (job_dir / name).stat().st_size for name in WEIGHT_FILES if (job_dir / name).is_file()}
         if weights:
             record.result["weights"] = weights  # file -> bytes: what `sweepit clean` can free
-        write_result(job_dir, record)
+        session.write_own(record)
 
 
 def _warn_oversubscribed(cfg: Any, gpus: int) -> None:

@@ -212,6 +212,12 @@ class Session:
             status = JobState.PRUNED  # the task returned because should_stop() said so
         write_result(self.job_dir, self.outcome(status, returned, error), replace=False)
 
+    def write_own(self, record: JobRecord) -> None:
+        """Sweepit's own loop's record (`outcome` with its training's facts added): the job's whole story, written
+        over whatever an earlier attempt left."""
+        if self.job_dir is not None:
+            write_result(self.job_dir, record)
+
 
 _active: Session | None = None
 _tracked: set[Path] = set()  # job directories whose trackers a session of this process has opened
