@@ -113,7 +113,10 @@ def test_what_a_job_lacks_is_said_with_what_to_do(linreg_sweep: Path) -> None:
     with pytest.raises(SweepitError, match="which must be one of 'best', 'last', but got which='worst'"):
         job.model("worst")
     (job.job_dir / "checkpoint.pt").unlink()
-    with pytest.raises(SweepitError, match=r"must have a checkpoint .*trainer.keep_checkpoint=true"):
+    with pytest.raises(SweepitError, match=r"job 1 must have a checkpoint for checkpoint\(\), but .* does not "
+                                           r"exist\.\nLoad its trained weights with model\(\), or run it again with "
+                                           r"trainer\.keep_checkpoint=true\.\n"
+                                           r"See docs/troubleshooting\.md#no-checkpoint$"):
         job.checkpoint()
     with pytest.raises(SweepitError, match=r"job must be a job number of .* \(0\.\.3\), but got 7"):
         results.job(7)

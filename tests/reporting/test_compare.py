@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -148,3 +149,16 @@ def test_a_folder_it_cannot_write_loses_not_the_comparison(linreg_sweep_once: Pa
     assert code == 2 and "B against A on 2 matched job(s)" in out  # printed before the files are written
     assert f"the comparison's folder must be writable, but {taken} is not (File exists); pass another with --out " \
            "DIR." in err
+
+
+def test_values_along_a_key_that_share_no_other_values(linreg_sweep: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With Adam's jobs at one learning rate and SGD's at the other, no two jobs differ in the optimizer alone."""
+    for result in linreg_sweep.glob("*/result.json"):
+        overrides = yaml.safe_load((result.parent / ".hydra" / "overrides.yaml").read_text())
+        if {"optimizer=adam", "lr=0.1"} <= set(overrides) or {"optimizer=sgd", "lr=0.01"} <= set(overrides):
+            shutil.rmtree(result.parent)
+    code, out, err = _run(capsys, str(linreg_sweep), "--by", "optimizer")
+    assert code == 2 and out == ""
+    assert ("values of optimizer compare where they share the other swept keys' values, but no two do: "
+            "optimizer=adam,sgd lr=0.01,0.1.\nCompare along another key: sweepit compare DIR --by lr.\n"
+            "See docs/troubleshooting.md#compare-by-no-match") in err, err

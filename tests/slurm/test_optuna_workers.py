@@ -210,3 +210,14 @@ def test_a_dry_run_shows_the_workers_array_and_submits_nothing(tmp_path: Path) -
     assert "# 3 Optuna worker(s)" in proc.stdout and "#SBATCH --array=0-2%3" in proc.stdout, proc.stdout
     assert not (sweep / ".submitit").exists()
 
+
+def test_workers_of_more_than_one_task_are_refused_before_anything_is_submitted(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    proc = run(APP, sweep, *WORKERS, "x=choice(0,1)", "trainer.gpus=2", "hydra.launcher.dry_run=true")
+    assert proc.returncode != 0
+    assert ("hydra.sweeper.workers runs each worker as one Slurm task, but the job's request is 1 node(s) x 2 task(s) "
+            "(2 GPU(s)") in proc.stderr, proc.stderr[-3000:]
+    assert ("Ask one task per job (trainer.gpus=1, hydra.launcher.tasks_per_node=1, nodes=1), or set "
+            "hydra.sweeper.workers=0.\nSee docs/troubleshooting.md#optuna-worker-one-task") in proc.stderr
+    assert not (sweep / ".submitit").exists()
+

@@ -121,10 +121,10 @@ class JobResult:
 
         path = JobPaths(self.job_dir).checkpoint
         if not path.is_file():
-            raise SweepitError(f"job {self.num} must have a checkpoint for checkpoint(), but {path} does not exist: a "
-                               "completed job's is deleted unless trainer.keep_checkpoint=true; a running or stopped "
-                               "job has the one it saved last (trainer.checkpoint, sweepit.save_checkpoint). Its "
-                               "trained weights: model().")
+            raise SweepitError(f"job {self.num} must have a checkpoint for checkpoint(), but {path} does not exist.\n"
+                               "Load its trained weights with model(), or run it again with "
+                               "trainer.keep_checkpoint=true.\n"
+                               "See docs/troubleshooting.md#no-checkpoint")
         state = read_state(path)
         if state is None:
             raise SweepitError(f"a checkpoint must be one this sweepit writes, but {path} is not (another version's?).")

@@ -166,8 +166,9 @@ def compare_by(sweep: Sweep, key: str) -> Comparison:
     comparison = _matched(f"Compare along {key}", others, groups, sweep, about)
     if not any(len(row) > 1 for row in comparison.rows):
         raise SweepitError(f"values of {key} compare where they share the other swept keys' values, but no two do: "
-                           f"{_values_text(sweep, sweep.swept)}. Compare along another key: --by "
-                           f"{others[0] if others else 'KEY'}.")
+                           f"{_values_text(sweep, sweep.swept)}.\n"
+                           f"Compare along another key: sweepit compare DIR --by {others[0] if others else 'KEY'}.\n"
+                           "See docs/troubleshooting.md#compare-by-no-match")
     return comparison
 
 

@@ -278,15 +278,17 @@ def throttles(arrays: Sequence[tuple[Request, int]], o: SlurmOptions) -> dict[Re
     if big is not None and big.n_gpus > o.max_gpus:
         raise ConfigError(
             f"hydra.launcher.max_gpus must be at least one job's GPUs, but a job asks for {big.n_gpus} "
-            f"({big.describe()}) and max_gpus={o.max_gpus}. Raise hydra.launcher.max_gpus to {big.n_gpus} or more, "
-            "or lower the jobs' GPUs (trainer.gpus).")
+            f"({big.describe()}) and max_gpus={o.max_gpus}.\n"
+            f"Raise hydra.launcher.max_gpus to {big.n_gpus} or more, or lower the jobs' GPUs (trainer.gpus).\n"
+            "See docs/troubleshooting.md#max-gpus")
     need = sum(r.n_gpus for r, _ in gpu_arrays)
     if need > o.max_gpus:
         raise ConfigError(
-            f"hydra.launcher.max_gpus must let each of the sweep's {len(gpu_arrays)} job arrays (one per GPU request, "
-            f"split at max_array_size) run one job at a time, {need} GPUs in all, but got max_gpus={o.max_gpus}. "
+            f"hydra.launcher.max_gpus must let each of the sweep's {len(gpu_arrays)} job arrays run one job at a time, "
+            f"{need} GPUs in all, but got max_gpus={o.max_gpus}.\n"
             f"Raise it to {need}, raise hydra.launcher.max_array_size (fewer arrays), or sweep the GPU counts in "
-            "separate sweeps.")
+            "separate sweeps.\n"
+            "See docs/troubleshooting.md#max-gpus-across-arrays")
     k = [1] * len(gpu_arrays)
     left = o.max_gpus - need
     grew = True

@@ -61,10 +61,11 @@ class WorkerSweep(WorkerDriver):
         r = job.request
         if r.nodes * r.tasks_per_node != 1:
             raise ConfigError(
-                "hydra.sweeper.workers runs each worker as one Slurm task that trains its trials one after the "
-                f"other, but the job's request is {r.nodes} node(s) x {r.tasks_per_node} task(s) ({r.describe()}). "
-                "Use one task per job (trainer.gpus=1, hydra.launcher.tasks_per_node=1, nodes=1), or "
-                "hydra.sweeper.workers=0 to submit each trial as its own job.")
+                "hydra.sweeper.workers runs each worker as one Slurm task, but the job's request is "
+                f"{r.nodes} node(s) x {r.tasks_per_node} task(s) ({r.describe()}).\n"
+                "Ask one task per job (trainer.gpus=1, hydra.launcher.tasks_per_node=1, nodes=1), or set "
+                "hydra.sweeper.workers=0.\n"
+                "See docs/troubleshooting.md#optuna-worker-one-task")
         self.request = r
 
     def dry_run(self, n_workers: int) -> str:
