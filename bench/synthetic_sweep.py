@@ -14,7 +14,7 @@ import random
 import time
 from pathlib import Path
 
-from sweepit.results import RESULT_FILE
+from sweepit.results import JobPaths
 
 DEFAULT_GRID = {
     "optimizer": ["sgd", "momentum", "nesterov", "adagrad", "rmsprop", "adam", "adamw", "adamax", "adadelta", "nadam"],
@@ -64,7 +64,7 @@ def write_synthetic_sweep(sweep_dir: Path, n_jobs: int = 1000, n_epochs: int = 2
         if status == "failed":
             result["error"] = "RuntimeError: synthetic failure"
         # Not write_result: plain writes, to generate 100,000 jobs quickly (nothing reads them while written).
-        (job_dir / RESULT_FILE).write_text(json.dumps(result, indent=2, sort_keys=True))
+        JobPaths(job_dir).result.write_text(json.dumps(result, indent=2, sort_keys=True))
     return dirs
 
 

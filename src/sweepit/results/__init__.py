@@ -58,34 +58,7 @@ from sweepit.results._overrides import (
     short_value,
     typed_overrides,
 )
-from sweepit.results._paths import (
-    BEST_PARAMS_FILE,
-    BEST_WEIGHTS,
-    CONFIG_FILE,
-    HYDRA_DIR,
-    HYDRA_FILE,
-    LAST_WEIGHTS,
-    MANIFEST_FILE,
-    METRICS_FILE,
-    MLFLOW_RUN_FILE,
-    MULTIRUN_FILE,
-    OPTIMIZATION_RESULTS_FILE,
-    OVERRIDES_FILE,
-    RANK_STATES,
-    REPORT_CSV,
-    REPORT_DIR,
-    REPORT_PAGE,
-    REPORT_SUMMARY,
-    RESULT_FILE,
-    STDERR_LOG,
-    STDOUT_LOG,
-    SWEEP_JOURNAL_FILE,
-    TRIALS_FILE,
-    WANDB_RUN_FILE,
-    WEIGHT_FILES,
-    JobPaths,
-    SweepPaths,
-)
+from sweepit.results._paths import METRICS_FILE, STDERR_LOG, STDOUT_LOG, WEIGHT_FILES, JobPaths, SweepPaths
 from sweepit.results._progress import LiveReader, Progress, format_duration, sweep_eta_s
 from sweepit.results._reported import asks_for_report, records_digest, report_shows, reports_at_end, write_records
 from sweepit.results._status import (
@@ -123,11 +96,8 @@ from sweepit.results._summary import (
 from sweepit.results._unread import UnreadKeys
 
 __all__ = [
-    "BEST_PARAMS_FILE", "BEST_WEIGHTS", "CONFIG_FILE", "DIRECTIONS", "HYDRA_DIR", "HYDRA_FILE", "LAST_WEIGHTS",
-    "LIVE_ROWS", "LOCK_HEARTBEAT_S", "MANIFEST_FILE", "MAX_ROWS", "METRICS_FILE", "MLFLOW_RUN_FILE", "MULTIRUN_FILE",
-    "OPTIMIZATION_RESULTS_FILE", "OVERRIDES_FILE", "RANK_STATES", "REPORT_CSV", "REPORT_DIR", "REPORT_PAGE",
-    "REPORT_SUMMARY", "RESULT_FILE", "RESULT_GRACE_S", "STDERR_LOG", "STDOUT_LOG", "SWEEP_JOURNAL_FILE", "TRIALS_FILE",
-    "WAIT", "WANDB_RUN_FILE", "WEIGHT_FILES", "WORKER_STALE_S", "ConfigSource", "JobEntry", "JobOutcome", "JobPaths",
+    "DIRECTIONS", "LIVE_ROWS", "LOCK_HEARTBEAT_S", "MAX_ROWS", "METRICS_FILE", "RESULT_GRACE_S", "STDERR_LOG",
+    "STDOUT_LOG", "WAIT", "WEIGHT_FILES", "WORKER_STALE_S", "ConfigSource", "JobEntry", "JobOutcome", "JobPaths",
     "JobRecord", "JobRow", "JobState", "LiveReader", "Manifest", "Progress", "Recorder", "ResultGrace", "SweepLock",
     "SweepPaths", "UnreadKeys", "Work", "WorkSource", "aligned", "app_command", "array_of", "as_number",
     "asks_for_report", "best_row", "claim", "claimed", "clean", "command_line", "config_of", "config_source",

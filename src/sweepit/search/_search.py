@@ -11,10 +11,7 @@ from typing import Any
 
 from sweepit.errors import SweepFailedError, SweepStoppedError, require
 from sweepit.results import (
-    BEST_PARAMS_FILE,
     DIRECTIONS,
-    OPTIMIZATION_RESULTS_FILE,
-    TRIALS_FILE,
     JobRecord,
     JobState,
     SweepPaths,
@@ -343,17 +340,17 @@ class Search:
 
     def print_end(self) -> None:
         """The sweep's table (its "best" in the study's direction) and the study's best."""
+        paths = SweepPaths(self.sweep_dir)
         print(summarize(self.sweep_dir), flush=True)
         if self.multi:
             front = self.study.best_trials
             print(f"Optuna: {len(front)} trial(s) on the Pareto front ({self.objectives()}): "
                   + ", ".join(f"trial {t.number} (job {t.user_attrs.get('job_num')})" for t in front)
-                  + f"; in {self.sweep_dir / OPTIMIZATION_RESULTS_FILE} and {self.sweep_dir / BEST_PARAMS_FILE}",
+                  + f"; in {paths.optimization_results} and {paths.best_params}",
                   flush=True)
             return
         best = best_trial(self.study)
         head = "no trial completed" if best is None else (
             f"best trial {best.number} (job {best.user_attrs.get('job_num')}): {self.direction} {self.metric} = "
             f"{best.value:.4g}")
-        print(f"Optuna: {head}; best parameters in {self.sweep_dir / BEST_PARAMS_FILE}, all trials in "
-              f"{self.sweep_dir / TRIALS_FILE}", flush=True)
+        print(f"Optuna: {head}; best parameters in {paths.best_params}, all trials in {paths.trials}", flush=True)
