@@ -14,7 +14,7 @@ import random
 import time
 from pathlib import Path
 
-from sweepit.results import RESULT_FILE
+from sweepit.results import JobPaths
 
 DEFAULT_GRID = {
     "optimizer": ["sgd", "momentum", "nesterov", "adagrad", "rmsprop", "adam", "adamw", "adamax", "adadelta", "nadam"],
@@ -64,7 +64,7 @@ def write_synthetic_sweep(sweep_dir: Path, n_jobs: int = 1000, n_epochs: int = 2
         if status == "failed":
             result["error"] = "RuntimeError: synthetic failure"
         # Not write_result: plain writes, to generate 100,000 jobs quickly (nothing reads them while written).
-        (job_dir / RESULT_FILE).write_text(json.dumps(result, indent=2, sort_keys=True))
+        JobPaths(job_dir).result.write_text(json.dumps(result, indent=2, sort_keys=True))
     return dirs
 
 
@@ -74,7 +74,7 @@ def write_followed_sweep(sweep_dir: Path, n_jobs: int, n_running: int = 4,
     writes: every job planned (queued, its logs in its folder, the sweep's settings: `slurm/_pack.py`), the first
     half claimed by one of 4 workers, started and completed one write at a time, the next `n_running` running. No
     job folders (a look at a followed sweep reads none but those it lists). Returns the CPU seconds of the writes."""
-    from sweepit.results import JobEntry, Manifest, write_manifest
+    from sweepit.results._manifest import JobEntry, Manifest, write_manifest
 
     grid = grid or {**DEFAULT_GRID, "seed": [str(s) for s in range(max(1, -(-n_jobs // 100)))]}
     sweep_dir = Path(sweep_dir)

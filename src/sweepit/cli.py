@@ -44,7 +44,7 @@ def _ls(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from sweepit.reporting import load_sweep, section_text, sweep_folder, write_report
     from sweepit.reporting.table import best_lines, to_text
-    from sweepit.results import REPORT_PAGE, SweepPaths
+    from sweepit.results import SweepPaths
 
     sweep_dir = sweep_folder(Path(args.sweep_dir), "sweepit report {}")
     sweep = load_sweep(sweep_dir)
@@ -59,7 +59,7 @@ def _report(args: argparse.Namespace) -> int:
         if section.table is not None:
             print(f"\n{section_text(section)}")
     figures = sum(len(s.figures) for s in sections)
-    print(f"report: {SweepPaths(sweep_dir).report / REPORT_PAGE} (with results.csv, summary.md and {figures} plots)")
+    print(f"report: {SweepPaths(sweep_dir).report_page} (with results.csv, summary.md and {figures} plots)")
     return 0
 
 

@@ -23,8 +23,8 @@ from hydra_plugins.sweepit.config import (
     SlurmLauncherConf,
 )
 from sweepit.local._local_sweep import LocalOptions
+from sweepit.search._options import SearchOptions
 from sweepit.search._samplers import REMOVED_SAMPLERS
-from sweepit.search._search import SearchOptions
 from sweepit.slurm._request import SlurmOptions
 from sweepit_testing import REPO
 
@@ -104,7 +104,7 @@ def test_the_reference_offers_no_sampler_optuna_removed_and_optuna_md_agrees() -
 def test_the_gpu_binding_is_said_as_the_request_makes_it() -> None:
     """trainer.gpus=N asks --gpus-per-node, never --gpus-per-task (tests/slurm/test_slurm_launcher_request.py
     holds the request itself): the generated reference, the launcher's yaml and the GPU how-to say so."""
-    from sweepit.slurm._request import spread
+    from sweepit.slurm._place import spread
 
     request = spread(0, 2, 5, node_gpus=4, max_nodes=1, gpus_key="trainer.gpus")
     assert (request.tasks_per_node, request.gpus_per_node, request.gpus_per_task) == (2, 2, None)

@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 from sweepit.reporting.sweep_status import sweep_status
-from sweepit.results import LIVE_ROWS, MANIFEST_FILE, SWEEP_JOURNAL_FILE, SweepPaths
+from sweepit.results import LIVE_ROWS, SweepPaths
 from sweepit.results._job_files import write_result
 from sweepit.results._journal import append_records
 from sweepit.results._live import Tally
@@ -82,19 +82,19 @@ def test_a_sweep_json_of_before_reads_and_takes_appends(tmp_path: Path) -> None:
             "generation": 4, "version": 2, "workers": {"packed": True, "generation": 1}}
     records = [{"num": e.num, "overrides": e.overrides, "job_dir": e.job_dir, "state": e.state, "pid": e.pid,
                 "started_at": e.started_at, "ended_at": e.ended_at, "extra": e.extra} for e in m.jobs.values()]
-    (sweep / MANIFEST_FILE).write_text(json.dumps(head, indent=1)[:-2] + ',\n "jobs": [\n  '
+    SweepPaths(sweep).manifest.write_text(json.dumps(head, indent=1)[:-2] + ',\n "jobs": [\n  '
                                        + ",\n  ".join(json.dumps(r) for r in records) + "\n ]\n}\n")
     ended = {**records[1], "state": "completed", "ended_at": "2026-11-20T10:05:00.000+00:00"}
-    (sweep / SWEEP_JOURNAL_FILE).write_text(json.dumps({"generation": 4}) + "\n" + json.dumps(
+    SweepPaths(sweep).journal.write_text(json.dumps({"generation": 4}) + "\n" + json.dumps(
         {"job": ended, "at": "2026-11-20T10:05:00.000+00:00"}) + "\n")
     back = read_manifest(sweep)
     assert back.jobs[0] == m.jobs[0] and back.jobs[1].state == "completed" and back.workers["packed"] is True
     back.jobs[2].state = "running"
     write_manifest(back, [2])  # appended in the layout the snapshot is in
-    assert json.loads((sweep / SWEEP_JOURNAL_FILE).read_text().splitlines()[-1])["job"]["job_dir"] == m.jobs[2].job_dir
+    assert json.loads(SweepPaths(sweep).journal.read_text().splitlines()[-1])["job"]["job_dir"] == m.jobs[2].job_dir
     assert [e.state for e in read_manifest(sweep).jobs.values()] == ["queued", "completed", "running"]
     write_manifest(back)  # the next whole write is in the compact layout
-    assert json.loads((sweep / MANIFEST_FILE).read_text())["version"] == 3
+    assert json.loads(SweepPaths(sweep).manifest.read_text())["version"] == 3
     assert read_manifest(sweep).jobs == back.jobs
 
 

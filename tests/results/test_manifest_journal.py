@@ -18,7 +18,7 @@ import pytest
 
 from sweepit.reporting import load_sweep
 from sweepit.reporting.sweep_status import sweep_status
-from sweepit.results import MANIFEST_FILE, SWEEP_JOURNAL_FILE, SweepPaths, _journal, is_finished
+from sweepit.results import SweepPaths, _journal, is_finished
 from sweepit.results._claims import claim
 from sweepit.results._job_files import write_result
 from sweepit.results._manifest import (
@@ -46,14 +46,14 @@ def _sweep(tmp_path: Path, n_jobs: int = 3) -> Manifest:
 
 def test_a_state_change_is_appended_and_every_reader_sees_it(tmp_path: Path) -> None:
     m = _sweep(tmp_path)
-    snapshot = (Path(m.sweep_dir) / MANIFEST_FILE).read_bytes()
+    snapshot = SweepPaths(Path(m.sweep_dir)).manifest.read_bytes()
     m.jobs[1].state, m.jobs[1].pid = "running", 4242
     write_manifest(m, [1])
     m.jobs[1].state = "completed"
     write_result(Path(m.jobs[1].job_dir), {"status": "completed", "objective": 0.5})
     write_manifest(m, [1])
-    assert (Path(m.sweep_dir) / MANIFEST_FILE).read_bytes() == snapshot  # not rewritten
-    assert len((Path(m.sweep_dir) / SWEEP_JOURNAL_FILE).read_text().splitlines()) == 3  # head + two records
+    assert SweepPaths(Path(m.sweep_dir)).manifest.read_bytes() == snapshot  # not rewritten
+    assert len(SweepPaths(Path(m.sweep_dir)).journal.read_text().splitlines()) == 3  # head + two records
     back = read_manifest(Path(m.sweep_dir))
     assert back.jobs == m.jobs and back.updated_at == m.updated_at
     assert [n for n, j in back.jobs.items() if not is_finished(Path(j.job_dir))] == [0, 2]  # what a resume runs
@@ -64,7 +64,7 @@ def test_a_state_change_is_appended_and_every_reader_sees_it(tmp_path: Path) -> 
     assert read_manifest(Path(m.sweep_dir)).jobs[2].state == "running"
     write_manifest(back)
     assert [j["state"] for j in iter_manifest(Path(m.sweep_dir))[1]][2] == "running"
-    assert (Path(m.sweep_dir) / SWEEP_JOURNAL_FILE).read_text() == json.dumps({"generation": back.generation}) + "\n"
+    assert SweepPaths(Path(m.sweep_dir)).journal.read_text() == json.dumps({"generation": back.generation}) + "\n"
 
 
 def test_writes_cost_linear_bytes_over_a_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -88,7 +88,7 @@ def test_a_whole_write_streams_the_same_json_and_knows_its_size(tmp_path: Path) 
     m = _sweep(tmp_path, n_jobs=5)
     m.jobs[3].overrides = ["lr=0.1", "+note=caf\u00e9"]  # not ASCII: written escaped, one byte a character
     write_manifest(m)
-    path = Path(m.sweep_dir) / MANIFEST_FILE
+    path = SweepPaths(Path(m.sweep_dir)).manifest
     whole = io.StringIO()
     m.write_json(whole)
     assert path.read_text() == whole.getvalue()
@@ -103,7 +103,7 @@ def test_a_line_cut_short_is_skipped_and_the_next_write_is_whole(tmp_path: Path)
     m = _sweep(tmp_path)
     m.jobs[0].state = "running"
     write_manifest(m, [0])
-    with open(Path(m.sweep_dir) / SWEEP_JOURNAL_FILE, "a") as f:  # the driver killed in the middle of its next write
+    with open(SweepPaths(Path(m.sweep_dir)).journal, "a") as f:  # the driver killed in the middle of its next write
         f.write('{"job": {"num": 1, "overrides": ["x=1"], "job_di')
     back = read_manifest(Path(m.sweep_dir))
     assert [e.state for e in back.jobs.values()] == ["running", "queued", "queued"]
@@ -121,10 +121,10 @@ def test_a_journal_of_an_older_snapshot_is_not_folded_in(tmp_path: Path) -> None
     m = _sweep(tmp_path)
     m.jobs[0].state = "running"
     write_manifest(m, [0])
-    stale = (Path(m.sweep_dir) / SWEEP_JOURNAL_FILE).read_bytes()
+    stale = SweepPaths(Path(m.sweep_dir)).journal.read_bytes()
     m.jobs[0].state = "completed"
     write_manifest(m)
-    (Path(m.sweep_dir) / SWEEP_JOURNAL_FILE).write_bytes(stale)
+    SweepPaths(Path(m.sweep_dir)).journal.write_bytes(stale)
     back = read_manifest(Path(m.sweep_dir))
     assert back.jobs[0].state == "completed"
     back.jobs[1].state = "running"
@@ -145,7 +145,7 @@ def test_a_moved_sweep_reads_its_journal_and_writes_at_its_new_place(tmp_path: P
     write_result(moved / "1_x=1", {"status": "completed", "objective": 1.0})
     text, going = sweep_status(moved)
     assert not going and "1 completed" in text and "1 interrupted" in text
-    on_disk = json.loads((moved / MANIFEST_FILE).read_text())  # written whole at the new place
+    on_disk = json.loads(SweepPaths(moved).manifest.read_text())  # written whole at the new place
     assert on_disk["sweep_dir"] == str(moved)
     jobs = list(iter_manifest(moved)[1])
     assert [j["state"] for j in jobs] == ["interrupted", "completed", "not started"]
@@ -154,11 +154,11 @@ def test_a_moved_sweep_reads_its_journal_and_writes_at_its_new_place(tmp_path: P
 
 def test_a_manifest_of_an_earlier_version_without_a_journal_reads_and_is_written_whole(tmp_path: Path) -> None:
     m = _sweep(tmp_path)
-    data = json.loads((Path(m.sweep_dir) / MANIFEST_FILE).read_text())
+    data = json.loads(SweepPaths(Path(m.sweep_dir)).manifest.read_text())
     del data["generation"]
     data["version"] = 1
-    (Path(m.sweep_dir) / MANIFEST_FILE).write_text(json.dumps(data))
-    (Path(m.sweep_dir) / SWEEP_JOURNAL_FILE).unlink()
+    SweepPaths(Path(m.sweep_dir)).manifest.write_text(json.dumps(data))
+    SweepPaths(Path(m.sweep_dir)).journal.unlink()
     back = read_manifest(Path(m.sweep_dir))
     assert back.jobs == m.jobs
     back.jobs[0].state = "running"

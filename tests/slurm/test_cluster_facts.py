@@ -9,7 +9,8 @@ from collections.abc import Sequence
 import pytest
 
 from sweepit.slurm import _cluster as cluster
-from sweepit.slurm._request import ClusterFacts, SlurmOptions, asked, place
+from sweepit.slurm._place import ClusterFacts, asked, place
+from sweepit.slurm._request import SlurmOptions
 
 ANSWERS = {
     ("scontrol", "ping"): "Slurmctld(primary) at vm is UP\n",

@@ -14,7 +14,8 @@ from hydra.utils import instantiate
 from slurm_launcher_testing import APP, ROOT, driver_env, run
 
 from sweepit.errors import ConfigError
-from sweepit.slurm._request import Request, sbatch_parameters, spread
+from sweepit.slurm._place import spread
+from sweepit.slurm._request import Request, sbatch_parameters
 from sweepit.slurm._submit import sbatch_script
 from sweepit_testing import PACKAGE_CONF
 

@@ -14,7 +14,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, flag_override
 from omegaconf._utils import get_omega_conf_dumper
 
 from hydra_plugins.sweepit._compose import copy_config, pickled
-from sweepit.results import CONFIG_FILE, HYDRA_FILE, OVERRIDES_FILE
+from sweepit.results import JobPaths
 
 _BLOCK_CACHE_MAX = 256  # blocks kept of each kind of file: the same in every job of a sweep, a few per file
 _PARSED_MAX = 1024  # interpolations' parse trees kept, by text: a sweep's configs hold a few dozen
@@ -140,7 +140,8 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-SAVED = {name: YamlBlocks() for name in (CONFIG_FILE, HYDRA_FILE, OVERRIDES_FILE)}  # the `.hydra/` files' blocks
+# The `.hydra/` files' blocks, by file name.
+SAVED = {f.name: YamlBlocks() for f in (JobPaths.config, JobPaths.hydra_config, JobPaths.overrides)}
 
 
 def warm_up(config: DictConfig | None = None) -> None:
@@ -155,8 +156,8 @@ def warm_up(config: DictConfig | None = None) -> None:
     if config is None or "hydra" not in config:
         return
     _parse_all(config)
-    SAVED[HYDRA_FILE].learn(OmegaConf.masked_copy(config, "hydra"))
-    SAVED[CONFIG_FILE].learn(task_config(config))
+    SAVED[JobPaths.hydra_config.name].learn(OmegaConf.masked_copy(config, "hydra"))
+    SAVED[JobPaths.config.name].learn(task_config(config))
 
 
 def parse_once() -> None:

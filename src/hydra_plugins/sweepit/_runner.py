@@ -25,9 +25,6 @@ from sweepit._signals import SLURM_STOP, interrupt_on_stop_signals
 from sweepit.errors import RankFailedError
 from sweepit.local import failure, picklable
 from sweepit.results import (
-    CONFIG_FILE,
-    HYDRA_FILE,
-    OVERRIDES_FILE,
     JobOutcome,
     JobPaths,
     JobState,
@@ -148,9 +145,9 @@ def run_forked_job(hydra_context: HydraContext, task_function: TaskFunction, con
             configure_log(config.hydra.job_logging, config.hydra.verbose)
         if primary and config.hydra.output_subdir is not None:
             saved_dir = Path(config.hydra.runtime.output_dir) / str(config.hydra.output_subdir)
-            for name, node in ((CONFIG_FILE, task_cfg), (HYDRA_FILE, hydra_cfg),
-                               (OVERRIDES_FILE, config.hydra.overrides.task)):
-                atomic_write(saved_dir / name, SAVED[name].to_yaml(node), fsync=False)
+            for file, node in ((JobPaths.config, task_cfg), (JobPaths.hydra_config, hydra_cfg),
+                               (JobPaths.overrides, config.hydra.overrides.task)):
+                atomic_write(saved_dir / file.name, SAVED[file.name].to_yaml(node), fsync=False)
         with env_override(hydra_cfg.hydra.job.env_set):
             callbacks.on_job_start(config=config, task_function=task_function)
             try:
@@ -195,7 +192,7 @@ class SavedConfig:
 
     def saved(self) -> bool:
         """Whether the job's saved files are there to read back."""
-        return (self.saved_dir / CONFIG_FILE).is_file() and (self.saved_dir / HYDRA_FILE).is_file()
+        return all((self.saved_dir / f.name).is_file() for f in (JobPaths.config, JobPaths.hydra_config))
 
 
 def release_config(config: Any, job_dir_: Path) -> Any:
@@ -229,11 +226,11 @@ class SavedJobReturn(JobReturn):
 
     @functools.cached_property
     def cfg(self) -> DictConfig | None:  # type: ignore[override]
-        return self._load(CONFIG_FILE)
+        return self._load(JobPaths.config.name)
 
     @functools.cached_property
     def hydra_cfg(self) -> DictConfig | None:  # type: ignore[override]
-        hydra_cfg = self._load(HYDRA_FILE)
+        hydra_cfg = self._load(JobPaths.hydra_config.name)
         mode = OmegaConf.select(hydra_cfg, "hydra.mode")
         if isinstance(mode, str):  # the one field of Hydra's schema that YAML does not give back as Hydra had it
             from hydra.types import RunMode

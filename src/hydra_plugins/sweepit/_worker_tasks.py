@@ -23,7 +23,7 @@ from hydra_plugins.sweepit._launcher import job_dir, number, numbered
 from hydra_plugins.sweepit._runner import JobRunner, restore_hydra
 from sweepit.local import ForkServer, Job
 from sweepit.results import JobOutcome, Recorder, Work
-from sweepit.search import Search, StudySource, no_env
+from sweepit.search import Search, StudySource
 from sweepit.slurm import Engine, PackedWorker, PackSpec, worker_id
 
 
@@ -32,7 +32,7 @@ def for_workers(search: Search) -> Search:
     itself) and its driver-side hooks."""
     out = copy.copy(search)
     out.study = None
-    out.env_overrides = no_env
+    out.env_overrides = None
     return out
 
 

@@ -11,10 +11,7 @@ from sweepit.errors import SweepitError
 from sweepit.reporting import JobReport, Sweep, find_sweeps, load_sweep, sweep_folder
 from sweepit.reporting.table import best_lines, results_table
 from sweepit.results import (
-    BEST_WEIGHTS,
-    LAST_WEIGHTS,
     MAX_ROWS,
-    WEIGHT_FILES,
     JobPaths,
     finite_number,
     read_metrics,
@@ -25,7 +22,7 @@ if TYPE_CHECKING:
     from omegaconf import DictConfig
     from torch import nn
 
-WEIGHTS = {"best": BEST_WEIGHTS, "last": LAST_WEIGHTS}
+WEIGHTS = {"best": JobPaths.best_weights, "last": JobPaths.last_weights}
 
 
 def _pandas() -> Any:
@@ -93,7 +90,7 @@ class JobResult:
             raise SweepitError(f"which must be one of {', '.join(map(repr, WEIGHTS))}, but got which={which!r}.")
         path = self.job_dir / WEIGHTS[which]
         if not path.is_file():
-            has = [n for n in WEIGHT_FILES if (self.job_dir / n).is_file()]
+            has = [w.name for w in WEIGHTS.values() if (self.job_dir / w).is_file()]
             raise SweepitError(
                 f"model(which={which!r}) reads {path.name}, but job {self.num} has "
                 + (f"only {', '.join(has)} in {self.job_dir}: model(which={'last' if which == 'best' else 'best'!r})"

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from sweepit.results import STDERR_LOG, STDOUT_LOG
+from sweepit.results import JobPaths
 
 _CHUNK = 1 << 16
 
@@ -38,13 +38,13 @@ class JobOutput:
         self.ends_line = True               # whether the last byte echoed was a newline
         self._sinks: dict[int, tuple[BinaryIO, TextIO]] = {}
         child: list[int] = []
-        for name, stream in ((STDOUT_LOG, sys.stdout), (STDERR_LOG, sys.stderr)):
+        for file, stream in ((JobPaths(job_dir).stdout, sys.stdout), (JobPaths(job_dir).stderr, sys.stderr)):
             if echo:
                 r, w = os.pipe()
-                self._sinks[r] = (open(job_dir / name, "wb", buffering=0), stream)  # noqa: SIM115
+                self._sinks[r] = (open(file, "wb", buffering=0), stream)  # noqa: SIM115
                 child.append(w)
             else:
-                child.append(os.open(job_dir / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644))
+                child.append(os.open(file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644))
         self.child_fds: tuple[int, int] = (child[0], child[1])
 
     def fds(self) -> list[int]:

@@ -28,8 +28,8 @@ from sweepit.local._resources import (
 )
 from sweepit.local._worker import end_facts
 from sweepit.results import (
-    STDERR_LOG,
     JobOutcome,
+    JobPaths,
     JobState,
     Ledger,
     LiveReader,
@@ -287,7 +287,7 @@ class LocalSweep:
         # The job's own result.json is kept; one is written for a job that left none.
         seen, facts = end_facts(job, entry.started_at)
         status = self.manifest.end(job.num, seen, Recorder.LOCAL, stderr_tail=lambda: tail_lines(
-            job.job_dir / STDERR_LOG, self.options.stderr_tail_lines), **facts)
+            JobPaths(job.job_dir).stderr, self.options.stderr_tail_lines), **facts)
         self.release(job)
         self.statuses[job.num] = status
         entry.extra["exit_code"] = job.exit_code

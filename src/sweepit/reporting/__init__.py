@@ -16,7 +16,7 @@ from sweepit.reporting.optuna_section import OptunaSection
 from sweepit.reporting.plots import CurvesSection, ParamsSection, preload
 from sweepit.reporting.scaling import ScalingSection
 from sweepit.reporting.sections import Figure, ResultsSection, Section, SectionBuilder
-from sweepit.results import REPORT_CSV, REPORT_PAGE, REPORT_SUMMARY, SweepPaths, write_records
+from sweepit.results import SweepPaths, write_records
 
 # The report's sections, in order; to add one, subclass SectionBuilder (sections.py) and append an instance.
 DEFAULT_SECTIONS: list[SectionBuilder] = [ResultsSection(), CurvesSection(), ParamsSection(), LinregSection(),
@@ -38,7 +38,8 @@ def write_report(sweep: Sweep, builders: Sequence[SectionBuilder] | None = None)
     # matplotlib's INFO lines (its font cache, "Using categorical units ...") would print through Hydra's log handler
     # at the end of a sweep; its warnings still show.
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
-    out_dir = SweepPaths(sweep.sweep_dir).report
+    paths = SweepPaths(sweep.sweep_dir)
+    out_dir = paths.report
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("*.png"):  # a plot that no longer applies must not linger
         old.unlink(missing_ok=True)
@@ -54,9 +55,9 @@ def write_report(sweep: Sweep, builders: Sequence[SectionBuilder] | None = None)
             sections.append(section)
     table = next((s.table for s in sections if s.table is not None), None)
     if table is not None:
-        atomic_write(out_dir / REPORT_CSV, to_csv(table), fsync=False)
-    atomic_write(out_dir / REPORT_SUMMARY, render_markdown(sweep, sections), fsync=False)
-    atomic_write(out_dir / REPORT_PAGE, render_html(sweep, sections), fsync=False)
+        atomic_write(paths.report_csv, to_csv(table), fsync=False)
+    atomic_write(paths.report_summary, render_markdown(sweep, sections), fsync=False)
+    atomic_write(paths.report_page, render_html(sweep, sections), fsync=False)
     write_records(out_dir, sweep.records)  # what `sweepit status` asks to know whether the report is current
     return sections
 
@@ -84,9 +85,9 @@ def try_build_report(sweep_dir: Path | str) -> Path | None:
         print(f"sweepit: warning: no report written for {sweep_dir}: {type(e).__name__}: {e}",
               file=sys.stderr, flush=True)
         return None
-    out = SweepPaths(Path(sweep_dir)).report
+    paths = SweepPaths(Path(sweep_dir))
     for section in sections:
         if section.printed:
             print(f"\n{section_text(section)}\n", flush=True)
-    print(f"sweepit: report in {out / REPORT_PAGE}", flush=True)
-    return out
+    print(f"sweepit: report in {paths.report_page}", flush=True)
+    return paths.report

@@ -15,9 +15,6 @@ from typing import Any, TypeVar
 from sweepit._files import collector_paused
 from sweepit.errors import SweepitError
 from sweepit.results import (
-    HYDRA_DIR,
-    METRICS_FILE,
-    OVERRIDES_FILE,
     ConfigSource,
     JobPaths,
     JobRow,
@@ -206,11 +203,11 @@ def _read_epochs(job: JobReport) -> None:
     try:
         job.epochs, notes = read_metrics(job.job_dir)
     except (OSError, ValueError) as e:
-        notes = [f"{METRICS_FILE} unreadable: {e}"]
+        notes = [f"{JobPaths.metrics} unreadable: {e}"]
     for note in notes[:3]:
         job.add_note(note)
     if len(notes) > 3:
-        job.add_note(f"{len(notes) - 3} more bad lines in {METRICS_FILE}")
+        job.add_note(f"{len(notes) - 3} more bad lines in {JobPaths.metrics}")
 
 
 def _created_at(sweep_dir: Path, manifest: dict[str, Any]) -> datetime:
@@ -244,7 +241,7 @@ def load_sweep(sweep_dir: Path | str, with_metrics: bool = True) -> Sweep:
 
     def read(job: JobReport) -> None:
         if not job.overrides and not JobPaths(job.job_dir).overrides.is_file():
-            job.add_note(f"no {HYDRA_DIR}/{OVERRIDES_FILE}")
+            job.add_note(f"no {JobPaths.overrides}")
         if read_all:
             _read_epochs(job)
 

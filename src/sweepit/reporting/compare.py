@@ -15,7 +15,7 @@ from sweepit.reporting._report_data import JobReport, Sweep, load_sweep
 from sweepit.reporting.listing import sweep_folder
 from sweepit.reporting.sections import Figure, Section
 from sweepit.reporting.table import KEY_METRICS, Table, final_metric_keys, to_csv, to_text
-from sweepit.results import REPORT_DIR, finite_number
+from sweepit.results import SweepPaths, finite_number
 
 Key = tuple[str | None, ...]
 _LISTED = 10  # jobs without a match named one by one; more are counted
@@ -242,5 +242,5 @@ def compare(first: Path, second: Path | None = None, by: str | None = None, out:
     shown = [m for m in comparison.measures if m in ("objective", *KEY_METRICS, "epoch_time_s")]
     print(*comparison.about, "", to_text(comparison.table(shown), max_rows), "", *comparison.findings(), sep="\n",
           flush=True)
-    page = write_comparison(comparison, out or first / REPORT_DIR / name)
+    page = write_comparison(comparison, out or SweepPaths(first).report / name)
     return f"compare: {page} (with compare.csv and compare.png)"

@@ -7,11 +7,11 @@ from pathlib import Path
 
 from sweepit.errors import SweepitError
 from sweepit.reporting._report_data import Sweep, load_sweep
-from sweepit.results import HYDRA_DIR, REPORT_DIR, SweepPaths, aligned, default_direction_line, job_num
+from sweepit.results import JobPaths, SweepPaths, aligned, default_direction_line, job_num
 
 # outputs/<study>/<timestamp>/ is two levels down; a little more for hand-made layouts.
 _MAX_DEPTH = 4
-_SKIP = {HYDRA_DIR, REPORT_DIR, ".git", "runs"}
+_SKIP = {JobPaths.hydra.name, SweepPaths.report.name, ".git", "runs"}
 _DEFAULT = " *"  # marks a best judged in the default direction, which a line under the listing explains
 
 
@@ -20,8 +20,8 @@ def is_sweep(path: Path) -> bool:
     if SweepPaths(path).multirun.is_file() or SweepPaths(path).manifest.is_file():
         return True
     try:
-        return any(e.is_dir() and job_num(Path(e.name)) is not None and os.path.isdir(os.path.join(e.path, HYDRA_DIR))
-                   for e in os.scandir(path))
+        return any(e.is_dir() and job_num(Path(e.name)) is not None
+                   and os.path.isdir(os.path.join(e.path, JobPaths.hydra)) for e in os.scandir(path))
     except OSError:
         return False
 

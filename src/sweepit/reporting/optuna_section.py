@@ -15,8 +15,7 @@ from sweepit.reporting._report_data import Sweep
 from sweepit.reporting.sections import Figure, Section, SectionBuilder
 from sweepit.reporting.table import Table
 from sweepit.results import (
-    BEST_PARAMS_FILE,
-    TRIALS_FILE,
+    SweepPaths,
     counts_text,
     default_direction_line,
     objective_direction,
@@ -186,8 +185,8 @@ class OptunaSection(SectionBuilder):
         text = [f"study {study.study_name!r} in {info['storage']}: {counts_text(counts)}"
                 + f"; sampler {_name(info.get('sampler'))}, pruner {_name(info.get('pruner'))}.",
                 "Space: " + ", ".join(f"{k}={v}" for k, v in (info.get("space") or {}).items()),
-                f"Best parameters: {BEST_PARAMS_FILE}; every trial: {TRIALS_FILE}. Diverged trials are told to Optuna "
-                "as FAIL (unless hydra.sweeper.diverged_value is set); pruned ones as PRUNED."]
+                f"Best parameters: {SweepPaths.best_params}; every trial: {SweepPaths.trials}. Diverged trials are "
+                "told to Optuna as FAIL (unless hydra.sweeper.diverged_value is set); pruned ones as PRUNED."]
         best = best_trial(study)
         command = ""
         if best is not None:

@@ -11,7 +11,7 @@ from typing import Any
 from sweepit.reporting._report_data import Sweep
 from sweepit.reporting.sections import Figure, Section
 from sweepit.reporting.table import Table, fmt, kept_rows
-from sweepit.results import REPORT_CSV, REPORT_SUMMARY
+from sweepit.results import SweepPaths
 
 _STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1400px;
@@ -144,7 +144,7 @@ def _section(section: Section, direction: str) -> str:
 def render_html(sweep: Sweep, sections: list[Section]) -> str:
     meta = (f"{sweep.sweep_dir} · started {sweep.created_at.astimezone():%Y-%m-%d %H:%M}"
             + (f" · launcher {sweep.launcher}" if sweep.launcher else "") + f" · {sweep.counts_line()}")
-    files = f'<a href="{REPORT_CSV}">{REPORT_CSV}</a> · <a href="{REPORT_SUMMARY}">{REPORT_SUMMARY}</a>'
+    files = " · ".join(f'<a href="{f.name}">{f.name}</a>' for f in (SweepPaths.report_csv, SweepPaths.report_summary))
     return html_page(f"Sweep {sweep.study}", [escape(meta), f"Files beside this page: {files}"], sections,
                      sweep.direction)
 

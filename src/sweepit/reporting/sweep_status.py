@@ -11,7 +11,6 @@ from pathlib import Path
 from sweepit.results import (
     LIVE_ROWS,
     MAX_ROWS,
-    REPORT_PAGE,
     JobRow,
     JobState,
     Ledger,
@@ -143,13 +142,14 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
         if m.launcher == "slurm" else None
     lines[budget_at:budget_at] = [spent] if spent else []
     if not going and not report_shows(Path(m.sweep_dir), m.jobs.values()):
-        report_dir = SweepPaths(Path(m.sweep_dir)).report
+        paths = SweepPaths(Path(m.sweep_dir))
+        report_dir = paths.report
         if writes_report:
             lines.append(f"the sweep has ended: writing its report into {report_dir}/")
             return "\n".join(lines), going
         ended = ("the sweep has ended without a report (its config writes none: sweepit's summary callback is not "
                  "among its hydra.callbacks)"
-                 if not (report_dir / REPORT_PAGE).exists() and reports_at_end(Path(m.sweep_dir)) is False
+                 if not paths.report_page.exists() and reports_at_end(Path(m.sweep_dir)) is False
                  else "the sweep has ended, without a report since (it ran detached, or was stopped)")
         lines.append(f"{ended}: `sweepit report {m.sweep_dir}` writes its tables and plots into {report_dir}/.")
     return "\n".join(lines), going

@@ -40,7 +40,6 @@ from sweepit.results._manifest import (
     read_live_manifest,
     read_manifest,
     rerun_argv,
-    write_manifest,
 )
 from sweepit.results._overrides import (
     ConfigSource,
@@ -55,34 +54,7 @@ from sweepit.results._overrides import (
     short_value,
     typed_overrides,
 )
-from sweepit.results._paths import (
-    BEST_PARAMS_FILE,
-    BEST_WEIGHTS,
-    CONFIG_FILE,
-    HYDRA_DIR,
-    HYDRA_FILE,
-    LAST_WEIGHTS,
-    MANIFEST_FILE,
-    METRICS_FILE,
-    MLFLOW_RUN_FILE,
-    MULTIRUN_FILE,
-    OPTIMIZATION_RESULTS_FILE,
-    OVERRIDES_FILE,
-    RANK_STATES,
-    REPORT_CSV,
-    REPORT_DIR,
-    REPORT_PAGE,
-    REPORT_SUMMARY,
-    RESULT_FILE,
-    STDERR_LOG,
-    STDOUT_LOG,
-    SWEEP_JOURNAL_FILE,
-    TRIALS_FILE,
-    WANDB_RUN_FILE,
-    WEIGHT_FILES,
-    JobPaths,
-    SweepPaths,
-)
+from sweepit.results._paths import JobPaths, SweepPaths
 from sweepit.results._progress import LiveReader, Progress, format_duration, sweep_eta_s
 from sweepit.results._reported import asks_for_report, records_digest, report_shows, reports_at_end, write_records
 from sweepit.results._status import (
@@ -120,21 +92,18 @@ from sweepit.results._summary import (
 from sweepit.results._unread import UnreadKeys
 
 __all__ = [
-    "BEST_PARAMS_FILE", "BEST_WEIGHTS", "CONFIG_FILE", "DIRECTIONS", "HYDRA_DIR", "HYDRA_FILE", "LAST_WEIGHTS",
-    "LIVE_ROWS", "LOCK_HEARTBEAT_S", "MANIFEST_FILE", "MAX_ROWS", "METRICS_FILE", "MLFLOW_RUN_FILE", "MULTIRUN_FILE",
-    "OPTIMIZATION_RESULTS_FILE", "OVERRIDES_FILE", "RANK_STATES", "REPORT_CSV", "REPORT_DIR", "REPORT_PAGE",
-    "REPORT_SUMMARY", "RESULT_FILE", "RESULT_GRACE_S", "STDERR_LOG", "STDOUT_LOG", "SWEEP_JOURNAL_FILE", "TRIALS_FILE",
-    "WAIT", "WANDB_RUN_FILE", "WEIGHT_FILES", "WORKER_STALE_S", "ConfigSource", "JobEntry", "JobOutcome", "JobPaths",
-    "JobRecord", "JobRow", "JobState", "Ledger", "LiveReader", "Manifest", "Progress", "Recorder", "ResultGrace",
-    "SweepLock", "SweepPaths", "UnreadKeys", "Work", "WorkSource", "aligned", "app_command", "array_of", "as_number",
-    "asks_for_report", "best_row", "claim", "claimed", "clean", "command_line", "config_of", "config_source",
-    "counts_text", "default_direction_line", "direction_is_default", "driver_argv", "driver_env", "error_line",
-    "failure_report", "finite_number", "fixed_overrides", "format_duration", "format_table", "heartbeat", "hydra_quote",
-    "is_finished", "iter_manifest", "job_dir_name", "job_folders", "job_num", "job_row", "load_yaml", "measures_speed",
-    "objective_direction", "objective_values", "own_folder", "own_key", "own_overrides", "read_live_manifest",
-    "read_manifest", "read_metrics", "read_record", "read_study_file", "record_end", "record_failure", "records_digest",
-    "report_shows", "reports_at_end", "rerun_argv", "rerun_command", "returned_fields", "short_value", "silent_s",
-    "speed_study_line", "start_clean", "summarize", "sweep_direction", "sweep_eta_s", "sweep_jobs", "sweeper_value",
-    "swept_keys", "tail_lines", "total_wall_time_s", "typed_overrides", "worst", "write_manifest", "write_metrics",
-    "write_records", "write_result", "write_study_file"
+    "DIRECTIONS", "LIVE_ROWS", "LOCK_HEARTBEAT_S", "MAX_ROWS", "RESULT_GRACE_S", "WAIT", "WORKER_STALE_S",
+    "ConfigSource", "JobEntry", "JobOutcome", "JobPaths", "JobRecord", "JobRow", "JobState", "Ledger", "LiveReader",
+    "Manifest", "Progress", "Recorder", "ResultGrace", "SweepLock", "SweepPaths", "UnreadKeys", "Work", "WorkSource",
+    "aligned", "annotations", "app_command", "array_of", "as_number", "asks_for_report", "best_row", "claim", "claimed",
+    "clean", "command_line", "config_of", "config_source", "counts_text", "default_direction_line",
+    "direction_is_default", "driver_argv", "driver_env", "error_line", "failure_report", "finite_number",
+    "fixed_overrides", "format_duration", "format_table", "heartbeat", "hydra_quote", "is_finished", "iter_manifest",
+    "job_dir_name", "job_folders", "job_num", "job_row", "load_yaml", "measures_speed", "objective_direction",
+    "objective_values", "own_folder", "own_key", "own_overrides", "read_live_manifest", "read_manifest", "read_metrics",
+    "read_record", "read_study_file", "record_end", "record_failure", "records_digest", "report_shows",
+    "reports_at_end", "rerun_argv", "rerun_command", "returned_fields", "short_value", "silent_s", "speed_study_line",
+    "start_clean", "summarize", "sweep_direction", "sweep_eta_s", "sweep_jobs", "sweeper_value", "swept_keys",
+    "tail_lines", "total_wall_time_s", "typed_overrides", "worst", "write_metrics", "write_records", "write_result",
+    "write_study_file"
 ]

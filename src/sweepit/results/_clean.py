@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sweepit.errors import SweepitError
 from sweepit.results._lock import SweepLock, describe_holder
-from sweepit.results._paths import RANK_STATES, WEIGHT_FILES, JobPaths
+from sweepit.results._paths import WEIGHT_FILES, JobPaths
 from sweepit.results._status import JobState, sweep_direction
 from sweepit.results._summary import best_row, collect
 from sweepit.results._summary import size_text as _mb
@@ -44,9 +44,9 @@ def clean(sweep_dir: Path, keep_best: bool = True, dry_run: bool = False) -> Cle
     best = best_row(rows, sweep_direction(sweep_dir, (r.result.get("direction") for r in rows))) if keep_best else None
     out = Cleaned(best_job=None if best is None else best.num)
     for row in rows:
-        names = [n for n in WEIGHT_FILES if (row.job_dir / n).is_file()]
+        paths, names = JobPaths(row.job_dir), [n for n in WEIGHT_FILES if (row.job_dir / n).is_file()]
         if JobState.is_success(row.status):  # the checkpoint, and each rank's random states beside it
-            names += [p.name for p in (JobPaths(row.job_dir).checkpoint, *row.job_dir.glob(RANK_STATES)) if p.is_file()]
+            names += [p.name for p in (paths.checkpoint, *paths.rank_states()) if p.is_file()]
         for name in names:
             path = row.job_dir / name
             entry = (path, path.stat().st_size)

@@ -43,13 +43,14 @@ MLFLOW_RUN_FILE = ".mlflow_run_id"
 
 
 class _In:
-    """A path of the directory that a `SweepPaths` or `JobPaths` maps: `SweepPaths(d).manifest` is d / sweep.json."""
+    """A path of the directory that a `SweepPaths` or `JobPaths` maps: `SweepPaths(d).manifest` is d / sweep.json; on
+    the class, the path within that directory: `JobPaths.config` is .hydra/config.yaml (its `.name`, config.yaml)."""
 
     def __init__(self, *names: str) -> None:
         self.names = names
 
     def __get__(self, paths: Any, owner: type | None = None) -> Path:
-        return Path(paths.root, *self.names)
+        return Path(*self.names) if paths is None else Path(paths.root, *self.names)
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,12 @@ class SweepPaths:
     trial_claims = _In(WORKERS_DIR, "jobs")  # the job numbers claimed by Optuna's workers
     submitit = _In(".submitit")  # submitit's pickles and Slurm logs of each submission
     report = _In(REPORT_DIR)
+    report_page = _In(REPORT_DIR, REPORT_PAGE)
+    report_csv = _In(REPORT_DIR, REPORT_CSV)
+    report_summary = _In(REPORT_DIR, REPORT_SUMMARY)
+    best_params = _In(BEST_PARAMS_FILE)  # the study's result files (search/_results.py)
+    trials = _In(TRIALS_FILE)
+    optimization_results = _In(OPTIMIZATION_RESULTS_FILE)
     study_file = _In("optuna_study.yaml")  # the study's name, storage, directions and metrics
     study_journal = _In("optuna.journal")  # Optuna's storage of the study when none is given
     budget = _In("gpu_budget.json")  # the GPU-hours its Slurm jobs reserved and were billed (slurm/_budget.py)
@@ -96,11 +103,16 @@ class JobPaths:
     stdout = _In(STDOUT_LOG)
     stderr = _In(STDERR_LOG)
     checkpoint = _In("checkpoint.pt")
+    best_weights = _In(BEST_WEIGHTS)
+    last_weights = _In(LAST_WEIGHTS)
     not_started = _In("not_started.json")  # why its Slurm run did not start its task (the sweep's GPU budget)
+    hydra = _In(HYDRA_DIR)
     config = _In(HYDRA_DIR, CONFIG_FILE)
     overrides = _In(HYDRA_DIR, OVERRIDES_FILE)
     hydra_config = _In(HYDRA_DIR, HYDRA_FILE)
     tasks = _In(TASK_DIR)
+    wandb_run = _In(WANDB_RUN_FILE)
+    mlflow_run = _In(MLFLOW_RUN_FILE)
 
     def task_file(self, rank: int) -> Path:
         """Slurm task `rank`'s record: where it ran, which GPUs it saw, the error it failed with."""
@@ -108,6 +120,9 @@ class JobPaths:
 
     def task_files(self) -> Iterator[Path]:
         return self.tasks.glob("task-*.json")
+
+    def rank_states(self) -> Iterator[Path]:
+        return self.root.glob(RANK_STATES)
 
     def task_log(self, rank: int, kind: str) -> Path:
         """A link to Slurm task `rank`'s own log, `kind` "stdout" or "stderr"."""

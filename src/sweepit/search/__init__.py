@@ -3,15 +3,16 @@ long-lived workers; Hydra-free (the Hydra sweeper reads the space from Hydra's o
 
 from __future__ import annotations
 
+from sweepit.search._options import JobDefaults, SearchOptions
 from sweepit.search._pruning import pruning_callback
 from sweepit.search._results import best_command, best_trial, load_study_of, trials_table, write_results
-from sweepit.search._search import JobDefaults, Search, SearchOptions, no_env
+from sweepit.search._search import Search
 from sweepit.search._space import Param, SearchSpace, spelled
 from sweepit.search._trials import AsyncLauncher
 from sweepit.search._worker_loop import StudySource, drive, started_trials
 
 __all__ = [
     "AsyncLauncher", "JobDefaults", "Param", "Search", "SearchOptions", "SearchSpace", "StudySource", "best_command",
-    "best_trial", "drive", "load_study_of", "no_env", "pruning_callback", "spelled", "started_trials", "trials_table",
+    "best_trial", "drive", "load_study_of", "pruning_callback", "spelled", "started_trials", "trials_table",
     "write_results"
 ]

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from sweepit._files import atomic_write
-from sweepit.results import BEST_PARAMS_FILE, OPTIMIZATION_RESULTS_FILE, TRIALS_FILE, read_study_file
+from sweepit.results import SweepPaths, read_study_file
 from sweepit.search._pruning import open_storage
 
 
@@ -121,12 +121,12 @@ def optimization_results(study: Any) -> dict[str, Any] | None:
 
 def write_results(sweep_dir: Path, study: Any, info: dict[str, Any], out_dir: Path | None = None) -> list[Path]:
     """The files into `out_dir` (default: the sweep directory)."""
-    out_dir = Path(sweep_dir) if out_dir is None else out_dir
-    paths = [out_dir / BEST_PARAMS_FILE, out_dir / TRIALS_FILE]
+    out = SweepPaths(Path(sweep_dir) if out_dir is None else out_dir)
+    paths = [out.best_params, out.trials]
     atomic_write(paths[0], best_params_yaml(study, info))
     atomic_write(paths[1], trials_csv(study))
     results = optimization_results(study)
     if results is not None:
-        paths.append(out_dir / OPTIMIZATION_RESULTS_FILE)
+        paths.append(out.optimization_results)
         atomic_write(paths[2], yaml.safe_dump(results, sort_keys=False))
     return paths

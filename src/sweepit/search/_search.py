@@ -6,16 +6,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sweepit.errors import SweepFailedError, SweepStoppedError, is_count, require
+from sweepit.errors import SweepFailedError, SweepStoppedError, require
 from sweepit.results import (
-    BEST_PARAMS_FILE,
     DIRECTIONS,
-    OPTIMIZATION_RESULTS_FILE,
-    TRIALS_FILE,
     JobRecord,
     JobState,
     SweepPaths,
@@ -27,6 +23,7 @@ from sweepit.results import (
     summarize,
     write_study_file,
 )
+from sweepit.search._options import JobDefaults, SearchOptions
 from sweepit.search._pruning import (
     PRUNER_ATTR,
     PRUNER_CLASSES,
@@ -46,84 +43,17 @@ log = logging.getLogger(__name__)
 SEED_STRIDE = 100_003  # seeded samplers: each worker its own stream, or they would ask the same points
 
 
-@dataclass
-class SearchOptions:
-    """The Optuna sweeper's options, `hydra.sweeper.*` (the plugin's schema adds the keys only Hydra has);
-    docs/configuration.md is generated from the comments on its fields."""
-
-    # The sampler: `_target_` and its keywords (hydra/sweeper/sampler=<name>); without `_target_`, tpe.
-    sampler: dict[str, Any] = field(default_factory=dict)
-    # The pruner: `_target_` and its keywords (hydra/sweeper/pruner=<name>); without `_target_`, none.
-    pruner: dict[str, Any] = field(default_factory=dict)
-    # maximize | minimize; null = the job config's `direction` (the objective is its `metric`), else minimize.
-    # Recorded in optuna_study.yaml: the printed summary, `sweepit summary` and the report judge "best" by it.
-    # A list ([maximize, minimize]) searches several objectives: the study keeps a Pareto front (no pruning).
-    direction: Any = None
-    # The objectives' names when there are several, one per direction, read from each job's result.json: the
-    # config's `metric` (its best epoch), a top-level number (epoch_time_s_mean, wall_time_s), else the last
-    # epoch's value. null: each job's task returns the list of values (the released plugin's habit).
-    metrics: list[str] | None = None
-    # Trials in the study, counting those of earlier runs of it: re-running a finished study does nothing,
-    # raise n_trials to search on. Trials cut short by a stopped driver are not counted (they are retried).
-    n_trials: int = 20
-    # Trials in flight at once; the next trial is asked and started as soon as any trial ends.
-    n_jobs: int = 1
-    # 0: the driver asks each trial and submits it as its own job (n_jobs in flight). N > 0 (hydra/launcher=slurm
-    # only): N long-lived workers in one Slurm job array, each looping ask -> train -> tell against the study's
-    # storage until n_trials are done; the driver only submits them (one sbatch) and follows. n_jobs is then unused.
-    workers: int = 0
-    # Study name in the storage; null = the job config's `study` (else "sweepit").
-    study_name: str | None = None
-    # null = an Optuna journal file `optuna.journal` in the sweep directory (no database server; works on
-    # shared cluster file systems). Else any Optuna storage URL (sqlite:///study.db, postgresql://...,
-    # redis://...) or a journal file path. Same storage + study name = the study resumes.
-    storage: str | None = None
-    # The search stops with an error once more than this fraction of its finished trials failed
-    # (diverged and pruned trials are results, not failures) ...
-    max_failure_rate: float = 0.5
-    # ... checked only from this many finished trials on, so that one early failure does not stop it.
-    failure_rate_min_trials: int = 5
-    # A diverged trial (non-finite loss) is told to Optuna as FAIL when null (samplers then ignore it);
-    # a number tells it as COMPLETE with that value (e.g. 0.0 for accuracy), so samplers avoid the region.
-    diverged_value: float | None = None
-
-    def __post_init__(self) -> None:
-        require(self.n_trials >= 1, f"hydra.sweeper.n_trials must be >= 1, but got n_trials={self.n_trials}; "
-                                    "set for example hydra.sweeper.n_trials=20.")
-        require(self.n_jobs >= 1, "hydra.sweeper.n_jobs (trials in flight) must be >= 1, but got "
-                                  f"n_jobs={self.n_jobs}; set for example hydra.sweeper.n_jobs=4.")
-        require(is_count(self.workers, 0),
-                "hydra.sweeper.workers must be an integer >= 0 (0: each trial its own Slurm job), but got "
-                f"workers={self.workers!r}; set for example hydra.sweeper.workers=4.")
-        require(0.0 <= self.max_failure_rate <= 1.0, "hydra.sweeper.max_failure_rate must be between 0 and 1, "
-                f"but got max_failure_rate={self.max_failure_rate}; set for example 0.5 (1 never stops).")
-
-
-@dataclass
-class JobDefaults:
-    """What the search takes from the job's own config where the sweeper's options say nothing."""
-
-    metric: str | None = None         # `metric`: the objective's name, for messages and the study record
-    direction: Any = None             # `direction`: the objective's direction when options.direction is unset
-    epochs: Any = None                # `epochs`: the pruner's max_resource when unset (and epochs is not searched)
-    study: Any = None                 # `study`: the study name when options.study_name is unset
-
-
-def no_env(job_num: int, env: Mapping[str, str]) -> list[str]:
-    """For a launcher that cannot pass environment variables: jobs then train without pruning."""
-    return []
-
-
 class Search:
     """One Optuna search over `space` in `sweep_dir`. Everything is checked in `__init__` and `open()`, before
     any trial starts; `run()` then starts trials until `n_trials` count in the study."""
 
     def __init__(self, options: SearchOptions, space: SearchSpace, sweep_dir: Path, job: JobDefaults,
                  command: str = "python train.py",
-                 env_overrides: Callable[[int, Mapping[str, str]], list[str]] = no_env,
+                 env_overrides: Callable[[int, Mapping[str, str]], list[str]] | None = None,
                  extend: Callable[[Any], None] | None = None) -> None:
         """`env_overrides(job_num, env)` hands a job the variables that name its trial to the launcher, and returns
-        the overrides that carry them, if any. `extend(trial)` may draw more parameters (conditional ones)."""
+        the overrides that carry them, if any (None: a launcher that cannot pass them; jobs then train without pruning).
+        `extend(trial)` may draw more parameters (conditional ones)."""
         require(bool(space.params) or extend is not None,
                 "the Optuna sweeper needs a search space, but none was given; add one to hydra.sweeper.params or the "
                 "command line, e.g. 'lr=tag(log, interval(1e-4, 1))'.")
@@ -231,8 +161,7 @@ class Search:
         study.set_user_attr(PRUNER_ATTR, self.pruner)
         self.info = {"storage": storage_url, "study_name": name, "metric": self.job.metric,
                      "direction": None if self.multi else self.direction, "direction_set": self.direction_set,
-                     "sampler": self.sampler,
-                     "pruner": self.pruner,
+                     "sampler": self.sampler, "pruner": self.pruner,
                      "space": {p.name: p.spelled for p in self.space.params}, "fixed": list(self.space.fixed),
                      "command": self.command}
         if self.multi:  # a Pareto front, no single "best": the summary and the report show the front
@@ -318,7 +247,8 @@ class Search:
                     if overrides is None:
                         stop = stop or self.failure_stop()
                         continue
-                    job_overrides = [*overrides, *self.env_overrides(job, trial_env(self.info, trial.number))]
+                    env = trial_env(self.info, trial.number)
+                    job_overrides = [*overrides, *(self.env_overrides(job, env) if self.env_overrides else [])]
                     log.info(f"trial {trial.number} -> job {job}: {' '.join(overrides)}")
                     runner.start(job_overrides, job)
                     in_flight[job] = trial
@@ -412,17 +342,17 @@ class Search:
 
     def print_end(self) -> None:
         """The sweep's table (its "best" in the study's direction) and the study's best."""
+        paths = SweepPaths(self.sweep_dir)
         print(summarize(self.sweep_dir), flush=True)
         if self.multi:
             front = self.study.best_trials
             print(f"Optuna: {len(front)} trial(s) on the Pareto front ({self.objectives()}): "
                   + ", ".join(f"trial {t.number} (job {t.user_attrs.get('job_num')})" for t in front)
-                  + f"; in {self.sweep_dir / OPTIMIZATION_RESULTS_FILE} and {self.sweep_dir / BEST_PARAMS_FILE}",
+                  + f"; in {paths.optimization_results} and {paths.best_params}",
                   flush=True)
             return
         best = best_trial(self.study)
         head = "no trial completed" if best is None else (
             f"best trial {best.number} (job {best.user_attrs.get('job_num')}): {self.direction} {self.metric} = "
             f"{best.value:.4g}")
-        print(f"Optuna: {head}; best parameters in {self.sweep_dir / BEST_PARAMS_FILE}, all trials in "
-              f"{self.sweep_dir / TRIALS_FILE}", flush=True)
+        print(f"Optuna: {head}; best parameters in {paths.best_params}, all trials in {paths.trials}", flush=True)

@@ -12,8 +12,9 @@ from sweepit.slurm._engine import Engine, worker_id
 from sweepit.slurm._job_states import PACKED, refresh, settle_unclaimed, slurm_id, workers_alive
 from sweepit.slurm._optuna_workers import WorkerSweep, adopt_trials
 from sweepit.slurm._pack_worker import PackedWorker, PackSpec
+from sweepit.slurm._place import ClusterFacts
 from sweepit.slurm._plan import PlannedJob
-from sweepit.slurm._request import ClusterFacts, SlurmOptions
+from sweepit.slurm._request import SlurmOptions
 from sweepit.slurm._slurm_sweep import SlurmSweep, check_one_by_one
 from sweepit.slurm._task_files import failed_task, rank_failure, record_task, record_task_error
 

@@ -35,11 +35,6 @@ END_SETTLE_S = 60.0
 _SETTLE_POLL_S = 0.5
 
 
-def at_most_h(r: Request) -> float:
-    """A job's GPU-hours if it runs to its time limit (the dry run's figure)."""
-    return r.n_gpus * r.timeout_min / 60
-
-
 @contextlib.contextmanager
 def _ledger(sweep_dir: Path) -> Iterator[dict[str, Any]]:
     """The sweep's ledger, read and written back under an exclusive lock (flock: jobs on several nodes of a shared
@@ -121,7 +116,7 @@ class Gate:
 
     def __init__(self, sweep_dir: Path, request: Request, num: int | None = None, job_dir: Path | None = None) -> None:
         self.sweep_dir, self.job_dir, self.num = str(sweep_dir), str(job_dir) if job_dir else None, num
-        self.gpus, self.at_most_h = request.n_gpus, at_most_h(request)
+        self.gpus, self.at_most_h = request.n_gpus, request.at_most_h
 
     def __call__(self) -> bool:
         env = os.environ
@@ -198,13 +193,13 @@ def refusal(o: SlurmOptions, requests: Sequence[tuple[int, Request]], before: fl
     if o.budget_gpu_hours is None:
         return None
     budget = float(o.budget_gpu_hours)
-    num, big = max(requests, key=lambda nr: at_most_h(nr[1]), default=(0, None))
-    if big is not None and at_most_h(big) > budget:
+    num, big = max(requests, key=lambda nr: nr[1].at_most_h, default=(0, None))
+    if big is not None and big.at_most_h > budget:
         return (f"{BUDGET_KEY} must cover at least one {unit} run to its time limit, but {unit} {num} alone may take "
-                f"{at_most_h(big):.3f} GPU-hours ({big.describe()}) against a budget of {budget:g}: no job could "
-                f"start. Raise {BUDGET_KEY} to {at_most_h(big):.3f} or more, or lower the jobs' time limit "
+                f"{big.at_most_h:.3f} GPU-hours ({big.describe()}) against a budget of {budget:g}: no job could "
+                f"start. Raise {BUDGET_KEY} to {big.at_most_h:.3f} or more, or lower the jobs' time limit "
                 "(timeout_min) or GPUs (trainer.gpus).")
-    total = sum(at_most_h(r) for _, r in requests)
+    total = sum(r.at_most_h for _, r in requests)
     if o.over_budget == "refuse" and before + total > budget + 1e-9:
         before_text = f" + {before:.3f} billed or held by earlier runs" if before else ""
         return (f"{BUDGET_KEY} must cover the sweep's at-most GPU-hours (every job to its time limit, as "

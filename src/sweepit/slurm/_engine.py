@@ -16,9 +16,9 @@ from pathlib import Path
 from sweepit._host import now_iso
 from sweepit.local import ForkServer, GpuPool, Job, Pool, PoolHooks, end_facts, visible_gpus
 from sweepit.results import (
-    STDERR_LOG,
     WAIT,
     JobOutcome,
+    JobPaths,
     JobState,
     Recorder,
     Work,
@@ -161,7 +161,7 @@ class Engine(PoolHooks):
     def ended(self, job: Job) -> None:
         seen, facts = end_facts(job, self.started_at.get(job.num))
         status = record_end(job.job_dir, seen, self.recorded_by, stderr_tail=lambda: tail_lines(
-            job.job_dir / STDERR_LOG, self.stderr_tail_lines), **facts).status or seen
+            JobPaths(job.job_dir).stderr, self.stderr_tail_lines), **facts).status or seen
         self.n_run += 1
         if JobState.is_success(status) and job.wall_time_s is not None:
             self.walls.append(job.wall_time_s)

@@ -13,7 +13,8 @@ from typing import Any
 from sweepit.errors import SweepFailedError
 from sweepit.results import JobState, Ledger, Manifest, SweepLock, failure_report, is_finished, summarize
 from sweepit.slurm._budget import END_SETTLE_S, budget_line
-from sweepit.slurm._request import ClusterFacts, Request, SlurmOptions, asked, place
+from sweepit.slurm._place import ClusterFacts, asked, place
+from sweepit.slurm._request import Request, SlurmOptions
 
 # What a plan reads of each job's config besides the request's keys: for sweep.json, and hydra.job.env_set, which a
 # packed worker sets in the job's config again.

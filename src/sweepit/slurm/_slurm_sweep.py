@@ -31,8 +31,9 @@ from sweepit.slurm._job_states import CANCELLED_BY_DRIVER, look, slurm_id
 from sweepit.slurm._limits import QueueLimits, Room, open_room, read_limits_meanwhile
 from sweepit.slurm._pack import PackedSweep
 from sweepit.slurm._pack_worker import PackSpec
+from sweepit.slurm._place import ClusterFacts
 from sweepit.slurm._plan import PlannedJob, Planner
-from sweepit.slurm._request import ClusterFacts, SlurmOptions
+from sweepit.slurm._request import SlurmOptions
 from sweepit.slurm._submit import Feeder, Task, arrays, dry_run_text, returned, submit_jobs
 
 log = logging.getLogger(__name__)

@@ -15,14 +15,7 @@ from typing import Any
 
 from sweepit._host import now_iso
 from sweepit.errors import QueueLimitError, SlurmError
-from sweepit.results import (
-    STDERR_LOG,
-    STDOUT_LOG,
-    JobEntry,
-    JobState,
-    Ledger,
-    SweepPaths,
-)
+from sweepit.results import JobEntry, JobPaths, JobState, Ledger, SweepPaths
 from sweepit.slurm._budget import Gate, dry_run_line, refusal, throttles
 from sweepit.slurm._cluster import base_ids
 from sweepit.slurm._limits import Room, dry_run_lines, refused_for_limit
@@ -217,9 +210,9 @@ class Feeder:
 
 def log_paths(folder: Path, job_id: str, task: int = 0) -> tuple[Path, Path]:
     """stdout and stderr of the job's task `task` (rank 0 by default), as submitit names them."""
-    from submitit.core.utils import JobPaths
+    from submitit.core import utils
 
-    paths = JobPaths(folder, job_id=job_id, task_id=task)
+    paths = utils.JobPaths(folder, job_id=job_id, task_id=task)
     return paths.stdout, paths.stderr
 
 
@@ -227,8 +220,8 @@ def link_logs(job_dir: Path, stdout: Path, stderr: Path) -> None:
     """`stdout.log` and `stderr.log` in the job directory point at the Slurm logs, as the local launcher's
     files are there."""
     job_dir.mkdir(parents=True, exist_ok=True)
-    relink(job_dir / STDOUT_LOG, stdout)
-    relink(job_dir / STDERR_LOG, stderr)
+    relink(JobPaths(job_dir).stdout, stdout)
+    relink(JobPaths(job_dir).stderr, stderr)
 
 
 def result_pickle(entry: JobEntry) -> Path | None:

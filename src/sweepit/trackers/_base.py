@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from sweepit.errors import ConfigError
-from sweepit.results import MANIFEST_FILE, MULTIRUN_FILE, JobState
+from sweepit.results import JobState, SweepPaths
 
 # Files beside a job's directories that say the directory above a job is a sweep (sweepit's, Hydra's basic one).
-_SWEEP_MARKERS = (MANIFEST_FILE, MULTIRUN_FILE)
+_SWEEP_MARKERS = (SweepPaths.manifest, SweepPaths.multirun)
 # Config subtrees that are not hyperparameters of the job.
 _NOT_PARAMS = ("hydra", "logger")
 # The endings a tracker shows as a run that finished well (`ended`: a single run of a user's own loop).

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sweepit._files import atomic_write
-from sweepit.results import MLFLOW_RUN_FILE, JobState
+from sweepit.results import JobPaths, JobState
 from sweepit.trackers._base import ENDED_WELL, RunInfo, Tracker
 
 _PARAMS_PER_CALL = 100        # MLflow's log_batch limit
@@ -52,7 +52,7 @@ class MLflow(Tracker):
                 experiment_id = experiment.experiment_id
         else:
             experiment_id = experiment.experiment_id
-        id_file = run.job_dir / MLFLOW_RUN_FILE
+        id_file = JobPaths(run.job_dir).mlflow_run
         self.run_id = id_file.read_text().strip() if id_file.is_file() else ""
         if self.run_id:
             client.update_run(self.run_id, status="RUNNING")

@@ -14,7 +14,7 @@ from typing import Any
 
 from sweepit._files import atomic_write
 from sweepit.errors import ConfigError
-from sweepit.results import WANDB_RUN_FILE
+from sweepit.results import JobPaths
 from sweepit.trackers._base import ENDED_WELL, RunInfo, Tracker
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ class WandB(Tracker):
     def start(self, run: RunInfo) -> None:
         import wandb
 
-        id_file = run.job_dir / WANDB_RUN_FILE
+        id_file = JobPaths(run.job_dir).wandb_run
         run_id = id_file.read_text().strip() if id_file.is_file() else secrets.token_hex(4)  # W&B's id alphabet
         atomic_write(id_file, run_id)
         self.run = wandb.init(

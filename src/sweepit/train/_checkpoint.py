@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweepit._files import atomic_file
-from sweepit.results import RANK_STATES
+from sweepit.results import JobPaths
 
 if TYPE_CHECKING:
     from sweepit.train._session import Session
@@ -156,5 +156,5 @@ def load(session: Session) -> Any:
 
 def remove(path: Path) -> None:
     """The checkpoint and every rank's random states beside it."""
-    for file in [path, *path.parent.glob(RANK_STATES)]:
+    for file in [path, *JobPaths(path.parent).rank_states()]:
         file.unlink(missing_ok=True)

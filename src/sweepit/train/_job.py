@@ -11,7 +11,7 @@ from typing import Any
 
 import sweepit
 from sweepit.errors import DivergedError
-from sweepit.results import WEIGHT_FILES, JobPaths, JobState, worst
+from sweepit.results import JobPaths, JobState, worst
 from sweepit.train import _checkpoint, _session
 from sweepit.train._checks import check_config
 from sweepit.train._devices import cuda_available
@@ -81,7 +81,8 @@ def _run_main(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None, rank: Ran
     finally:
         record = session.outcome(status, objective, error, recorded_by=None)
         record.result.update({"world_size": gpus, "code_version": code_version(), **trained.info})
-        weights = {name: (job_dir / name).stat().st_size for name in WEIGHT_FILES if (job_dir / name).is_file()}
+        paths = JobPaths(job_dir)
+        weights = {p.name: p.stat().st_size for p in (paths.best_weights, paths.last_weights) if p.is_file()}
         if weights:
             record.result["weights"] = weights  # file -> bytes: what `sweepit clean` can free
         session.write_own(record)

@@ -18,7 +18,7 @@ from torch import nn
 import sweepit
 from sweepit._files import atomic_file
 from sweepit.errors import ConfigError, DivergedError
-from sweepit.results import BEST_WEIGHTS, LAST_WEIGHTS
+from sweepit.results import JobPaths
 from sweepit.train import _checkpoint, _session
 from sweepit.train._batches import Batches, epoch_seed
 from sweepit.train._build import Loss, build_loss, build_model, build_optimizer, check_output, load_data, target_node
@@ -218,7 +218,7 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
         session.report(row, epoch=epoch)  # the job's rows, those of a resumed run's checkpoint with them
         best_epoch = _session.epoch_facts(session.rows, metric, direction).get("best_epoch")
         if save_model in ("best", "both") and weights_dir is not None and best_epoch == epoch:
-            _save_weights(weights_dir / BEST_WEIGHTS, model, epoch, metric, row[metric])
+            _save_weights(JobPaths(weights_dir).best_weights, model, epoch, metric, row[metric])
         if cfg.trainer.log_every_epoch:
             log(epoch_line(row, epochs))
         if checkpointing and (epoch % every == 0 or epoch == epochs):
@@ -231,7 +231,7 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
     out.rows = list(session.rows)
     if save_model in ("last", "both") and weights_dir is not None and out.rows:
         last = out.rows[-1]
-        _save_weights(weights_dir / LAST_WEIGHTS, model, int(last["epoch"]), metric, last.get(metric))
+        _save_weights(JobPaths(weights_dir).last_weights, model, int(last["epoch"]), metric, last.get(metric))
     return out
 
 

@@ -19,7 +19,6 @@ from typing import Any
 from sweepit._host import now_iso
 from sweepit.errors import ConfigError, DivergedError
 from sweepit.results import (
-    METRICS_FILE,
     JobPaths,
     JobRecord,
     JobState,
@@ -124,7 +123,7 @@ class Session:
         # A job that ended before its first report (none here, no metrics.jsonl from a forked rank) is still a run
         # in rank 0's trackers, with its status, so that their comparisons show every job of the sweep.
         if (self._trackers is None and job_dir is not None and self.is_main and job_dir.resolve() not in _tracked
-                and not (job_dir / METRICS_FILE).exists()):
+                and not JobPaths(job_dir).metrics.exists()):
             try:
                 self._track(None, 0)
             except Exception as e:
