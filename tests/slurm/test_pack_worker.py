@@ -4,6 +4,7 @@ the clock is the test's."""
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import multiprocessing
@@ -18,10 +19,19 @@ import cloudpickle
 import pytest
 import submitit
 import torch
-from omegaconf import OmegaConf
+from hydra import initialize_config_dir
+from hydra._internal.callbacks import Callbacks
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.singleton import Singleton
+from hydra.core.utils import setup_globals
+from hydra.types import HydraContext, RunMode
+from omegaconf import DictConfig, OmegaConf
 
+from hydra_plugins.sweepit._compose import ComposedConfigs
+from hydra_plugins.sweepit._launcher import numbered
 from hydra_plugins.sweepit._worker_tasks import WorkerTask
-from sweepit.local import Job
+from sweepit.local import FRESH_FOR_CUDA, Job
 from sweepit.results import JobOutcome, SweepPaths, Work
 from sweepit.slurm._pack import worker_request
 from sweepit.slurm._pack_worker import (
@@ -218,9 +228,9 @@ def test_jobs_side_by_side_in_a_worker_each_get_gpus_of_their_own(tmp_path: Path
 @pytest.mark.parametrize("gpus", [1, 0], ids=["packed-jobs-given-gpus", "jobs-seeing-the-workers-gpus"])
 def test_cuda_initialised_in_a_worker_is_said_once_and_every_gpu_job_records_why_it_did_not_run(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, gpus: int) -> None:
-    """A packed worker's jobs, each given a GPU, and an Optuna worker's (given none: they see the worker's GPUs),
-    forked after CUDA was initialised in the worker: each is recorded as failed with the cause and the fix, instead of
-    dying of "Cannot re-initialize CUDA in forked subprocess"."""
+    """Where no fresh interpreter can be started (the engine's own fork server, which cannot pickle a job), the jobs
+    of a worker whose CUDA was initialised, each given a GPU or seeing the worker's, are forked: each is recorded as
+    failed with the cause and the fix, instead of dying of "Cannot re-initialize CUDA in forked subprocess"."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     # CUDA cannot start on a CPU-only machine: torch's own flag, read by torch.cuda.is_initialized(), stands in for it
     monkeypatch.setattr(torch.cuda, "_initialized", True)
@@ -231,6 +241,46 @@ def test_cuda_initialised_in_a_worker_is_said_once_and_every_gpu_job_records_why
         record = json.loads((tmp_path / f"{n}_x={n}" / "result.json").read_text())
         assert (record["status"], record["error"]) == ("failed", FORKED_AFTER_CUDA), record
     assert [r.getMessage() for r in caplog.records].count(f"sweepit: {FORKED_AFTER_CUDA}") == 1
+
+
+@pytest.mark.parametrize("gpus", [1, 0], ids=["packed-jobs-given-gpus", "jobs-seeing-the-workers-gpus"])
+def test_cuda_initialised_in_a_worker_is_said_once_and_every_gpu_job_runs_in_a_fresh_interpreter(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, gpus: int) -> None:
+    """A Slurm worker's task (a packed worker's jobs, each given a GPU, and jobs that see the worker's GPUs, as an
+    Optuna worker's do) whose fork server finds CUDA initialised before its fork: each job starts in a fresh
+    interpreter, a child of the worker, where CUDA is new, and completes; the worker says so once. Before, each was
+    forked and recorded failed."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    # CUDA cannot start on a CPU-only machine: torch's own flag, read by torch.cuda.is_initialized(), stands in for it
+    monkeypatch.setattr(torch.cuda, "_initialized", True)
+    worker_pid = os.getpid()
+
+    def task(cfg: DictConfig) -> float:  # nested: pickled by value, as an app's `__main__` function is
+        seen = {"parent": os.getppid(), "gpus": os.environ["CUDA_VISIBLE_DEVICES"],
+                "cuda": sys.modules["torch"].cuda.is_initialized() if "torch" in sys.modules else False,
+                "usr2_ignored": signal.getsignal(signal.SIGUSR2) == signal.SIG_IGN}  # the worker's signal alone
+        (Path(HydraConfig.get().runtime.output_dir) / "seen.json").write_text(json.dumps(seen))
+        return float(cfg.x)
+
+    setup_globals()
+    with initialize_config_dir(config_dir=str(Path(__file__).parent / "app" / "conf"), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        config = loader.load_configuration("config", [f"hydra.sweep.dir={tmp_path}"], run_mode=RunMode.MULTIRUN)
+        composer = ComposedConfigs(copy.deepcopy(loader))
+        entries = [PlannedEntry(n, [f"x={n}"], str(numbered(composer.compose(config, [f"x={n}"]), n, {}, tmp_path)[1]),
+                                0, {}) for n in range(2)]
+        write_plan(tmp_path, 1, entries, ["1 GPU(s), 5 min"])
+        worker = WorkerTask(HydraContext(config_loader=loader, callbacks=Callbacks()), task, Singleton.get_state(),
+                            config, spec=spec(tmp_path, 60, gpus=gpus))
+        with caplog.at_level(logging.WARNING):
+            assert worker() == 2
+    for entry in entries:
+        record = json.loads((Path(entry.job_dir) / "result.json").read_text())
+        assert (record["status"], record["objective"]) == ("completed", float(entry.num)), record
+        seen = json.loads((Path(entry.job_dir) / "seen.json").read_text())
+        assert seen == {"parent": worker_pid, "gpus": "0" if gpus else "0,1", "cuda": False, "usr2_ignored": True}, seen
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages.count(f"sweepit: {FRESH_FOR_CUDA}") == 1 and f"sweepit: {FORKED_AFTER_CUDA}" not in messages
 
 
 # A fresh interpreter that notes the NVML check as torch is first imported, then unpickles a worker's task as submitit

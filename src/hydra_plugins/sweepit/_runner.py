@@ -366,8 +366,8 @@ class SlurmTask:
         raise outcome.raised
 
     def reply(self) -> JobOutcome:
-        """The job in a fresh interpreter of the local launcher (its fork server could not use CUDA): what a forked
-        job sends back."""
+        """The job in a fresh interpreter of the local launcher or a Slurm worker (its fork server could not use
+        CUDA): what a forked job sends back."""
         hydra_context, task_function, singleton_state = pickle.loads(self.hydra)
         restore_hydra(singleton_state)
         return JobRunner(hydra_context, task_function).reply(self.config, Path(self.job_dir))

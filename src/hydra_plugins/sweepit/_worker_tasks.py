@@ -1,8 +1,10 @@
 """What long-lived workers run on Slurm (`WorkerTask`): sweepit.slurm's worker engine over a packed grid's plan
 (`hydra.launcher.workers=N`) or an Optuna study (`hydra.sweeper.workers=N`). Each job runs in a process forked by the
 worker's fork server (forked before the worker reads any work), which composes the job as the driver composes it (the
-same directory, so every reader of a sweep reads worker jobs unchanged) just before it forks it. On requeue the
-running jobs are stopped and given back, and the requeued worker goes on.
+same directory, so every reader of a sweep reads worker jobs unchanged) just before it forks it. Where CUDA was
+initialised before that server's fork, a job that uses GPUs starts in a fresh interpreter instead, as the local
+launcher's do (`ForkServer.spawn`). On requeue the running jobs are stopped and given back, and the requeued worker
+goes on.
 """
 
 from __future__ import annotations
@@ -10,7 +12,10 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import pickle
 import signal
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +25,7 @@ from omegaconf import DictConfig
 from hydra_plugins.sweepit._compose import ComposedConfigs
 from hydra_plugins.sweepit._job_steps import warm_up
 from hydra_plugins.sweepit._launcher import job_dir, number, numbered
-from hydra_plugins.sweepit._runner import JobRunner, restore_hydra
+from hydra_plugins.sweepit._runner import JobRunner, SlurmTask, pickle_hydra, restore_hydra
 from sweepit.local import ForkServer, Job
 from sweepit.results import JobOutcome, Recorder, Work
 from sweepit.search import Search, StudySource
@@ -48,6 +53,7 @@ class WorkerTask:
         self.sweep_dir = Path(spec.sweep_dir) if spec is not None else Path(search.sweep_dir)  # type: ignore[union-attr]
         self._engine: Engine | None = None  # the running loop (not pickled: see checkpoint)
         self._composer: ComposedConfigs | None = None
+        self._hydra: bytes | None = None  # what a job in a fresh interpreter carries of Hydra, pickled once
 
     def __call__(self) -> int:
         logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s] %(message)s")
@@ -55,7 +61,7 @@ class WorkerTask:
         self._composer = ComposedConfigs(self.hydra_context.config_loader)  # composed once per choice of groups
         # Forked now, before the worker reads its work (a grid's plan): each job's fork copies the app and the
         # preloads (imported in the server alone, once, so that each job starts warm: see LocalOptions.preload).
-        server = ForkServer(self._body, compose=self._compose, setup=self._warm_up)
+        server = ForkServer(self._body, compose=self._compose, setup=self._warm_up, fresh=self._fresh)
         server.start()
         try:
             if self.spec is not None:
@@ -84,7 +90,7 @@ class WorkerTask:
         if self._engine is not None:
             self._engine.stop_for_requeue()
         fresh = copy.copy(self)
-        fresh._engine, fresh._composer = None, None
+        fresh._engine, fresh._composer, fresh._hydra = None, None, None
         if self.search is not None:  # not the open study (its storage holds locks): reopened when back
             fresh.search = for_workers(self.search)
         return submitit.helpers.DelayedSubmission(fresh, *args, **kwargs)
@@ -110,7 +116,20 @@ class WorkerTask:
             raise RuntimeError(f"job {job.num} composes to directory {composed} in this worker, but the driver "
                                f"planned {job.job_dir}: is the app's config the same on this node?")
 
+    def _fresh(self, job: Job) -> bytes:
+        """In the worker: the job composed and pickled for a fresh interpreter (its fork server cannot use CUDA:
+        `ForkServer.spawn`), as the local launcher's `_fresh` does."""
+        self._compose(job)
+        if self._hydra is None:
+            self._hydra = pickle_hydra(self.hydra_context, self.task_function, self.singleton_state)
+        return pickle.dumps(partial(in_worker, SlurmTask(self._hydra, job.config, str(job.job_dir)).reply))
+
     def _body(self, job: Job) -> JobOutcome:
-        # Slurm's USR2 reaches every process of the allocation: the worker alone answers it (it stops its jobs).
-        signal.signal(signal.SIGUSR2, signal.SIG_IGN)
-        return JobRunner(self.hydra_context, self.task_function).reply(job.config, job.job_dir)
+        return in_worker(partial(JobRunner(self.hydra_context, self.task_function).reply, job.config, job.job_dir))
+
+
+def in_worker(run: Callable[[], JobOutcome]) -> JobOutcome:
+    """A worker's job, forked or in a fresh interpreter. Slurm's USR2 reaches every process of the allocation: the
+    worker alone answers it (it stops its jobs)."""
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    return run()

@@ -1,6 +1,7 @@
-"""A job of the local launcher in a fresh interpreter (`python -m sweepit.local._fresh`), where its fork server could
-not start it: CUDA was initialised before that server was forked (`ForkServer.spawn`). It reads from stdin what the
-driver pickled (its ChildSpec, the reply's descriptor, the driver's `sys.path`, the job), and runs as a forked job."""
+"""A job of the local launcher or of a Slurm worker in a fresh interpreter (`python -m sweepit.local._fresh`), where its
+fork server could not start it: CUDA was initialised before that server was forked (`ForkServer.spawn`). It reads from
+stdin what the driver or worker pickled (its ChildSpec, the reply's descriptor, that process's `sys.path`, the job), and
+runs as a forked job."""
 
 from __future__ import annotations
 

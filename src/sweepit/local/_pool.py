@@ -20,7 +20,7 @@ from typing import Protocol
 from sweepit._signals import StopSignals
 from sweepit.local._capture import JobOutput
 from sweepit.local._forkserver import ForkServer, Job
-from sweepit.local._resources import GpuPool
+from sweepit.local._resources import GpuPool, visible_gpus
 from sweepit.results import LOCK_HEARTBEAT_S, JobOutcome, JobState
 from sweepit.train import FORKED_AFTER_CUDA
 
@@ -257,7 +257,10 @@ class Pool:
             log.warning("sweepit: starting a new fork server")
             self.server.start(close_fds=self._held_fds())
         fds = [*job.output.child_fds, writer.fileno(), held]
-        if gpus and self.server.fresh is not None and not self.server.forks_without_cuda():
+        # A job that uses GPUs (its own, or the process's where none are handed out: an Optuna worker's) starts in a
+        # fresh interpreter where its fork server's forks cannot use CUDA.
+        if (self.server.fresh is not None and (gpus or not self.use_gpus) and not self.server.forks_without_cuda()
+                and (gpus or visible_gpus())):
             self._say_fresh()
             proc, facts = self.server.spawn(job, env, self.threads, fds)
             self.spawned[job.num] = proc
