@@ -26,12 +26,11 @@ from sweepit.train import FORKED_AFTER_CUDA
 
 log = logging.getLogger(__name__)
 _CLOCK_TICK_S = 1.0  # how often a terminal's progress clock is redrawn
-FRESH_FOR_CUDA = (
-    "CUDA was initialised in the process that forks the sweep's jobs before they were forked (at the app's import, in "
-    "a package it imports, or in a Hydra callback: a tensor or model on the GPU, torch.cuda.is_available() asked "
-    "before sweepit was imported, or NVML failing), and a forked process cannot use CUDA: each job given GPUs starts "
-    "in a fresh Python interpreter instead, which imports the app, Hydra and torch again (seconds more per job). "
-    "Move that call into the task function, or import sweepit before it, for jobs forked warm again.")
+FRESH_FOR_CUDA = (  # three lines: what happened, what to do, where the reasons are
+    "CUDA was initialised before the sweep's jobs were forked, so each job given GPUs starts in a fresh Python "
+    "interpreter instead: no job is lost, but each imports the app, Hydra and torch again.\n"
+    "Move that call into the task function, or import sweepit before it, for warm forks again.\n"
+    "Why, and the other fixes: docs/gpu.md#cuda-initialised-before-the-fork")
 
 
 class PoolHooks(Protocol):
