@@ -116,6 +116,39 @@ def _end_own(job_dir: str, barrier: multiprocessing.synchronize.Barrier, queue: 
     queue.put(("job", JobState.COMPLETED))
 
 
+def _requeue(sweep: str, barrier: multiprocessing.synchronize.Barrier, queue: multiprocessing.Queue) -> None:
+    """The packed driver giving a job back to the queue: its worker died under it, as Slurm says."""
+    m = _ledger(Path(sweep), packed=0)
+    barrier.wait()
+    queue.put(("requeue", (m.requeue(0), m.jobs[0].state)))
+
+
+def test_a_worker_ending_a_job_and_the_driver_requeuing_it_leave_one_end(tmp_path: Path) -> None:
+    """Raced: either the requeue came first (the job runs again, its record of this attempt is then an earlier
+    attempt's) or it is refused and the job's own end stands; never a second record, never a requeue over an end
+    already on disk."""
+    ctx = multiprocessing.get_context("fork")
+    for round_ in range(12):
+        sweep = tmp_path / str(round_)
+        sweep.mkdir()
+        job_dir = Path(_ledger(sweep).jobs[0].job_dir)
+        barrier, queue = ctx.Barrier(2), ctx.Queue()
+        procs = [ctx.Process(target=_requeue, args=(str(sweep), barrier, queue)),
+                 ctx.Process(target=_end_own, args=(str(job_dir), barrier, queue))]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=60)
+            assert p.exitcode == 0
+        said = dict(queue.get(timeout=5) for _ in range(2))
+        requeued, state = said["requeue"]
+        assert state == (JobState.QUEUED if requeued else JobState.RUNNING)
+        assert sorted(p.name for p in job_dir.iterdir() if p.name.startswith("result")) == ["result.json"]
+        assert json.loads((job_dir / "result.json").read_text()) == {"status": "completed", "objective": 0.25}
+        if requeued:  # it looked before the end was on disk; a look now refuses
+            assert _ledger(sweep, packed=0).requeue(0) is False
+
+
 @pytest.mark.parametrize("with_own", [False, True], ids=["driver-and-status", "driver-status-and-the-job"])
 def test_writers_racing_to_end_one_job_leave_one_record_the_jobs_own_where_it_has_one(tmp_path: Path,
                                                                                       with_own: bool) -> None:
