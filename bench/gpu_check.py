@@ -11,10 +11,13 @@ hold the GPU (one in exclusive-process mode takes a single context).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -209,6 +212,102 @@ def _result(run: Path) -> dict[str, Any]:
     return dict(json.loads((run / "result.json").read_text()))
 
 
+# A job of several ranks whose rank fails must end long before its collectives' timeout (10 minutes): sweepit's
+# supervisor stops the other ranks at once. Well under the minute the check allows, and the probe's limit.
+RANK_FAILS_END_S = 30
+RANK_NAMED = re.compile(r"\brank (\d+)\b")
+
+
+def failing_rank(p: Probe) -> dict[str, Any]:
+    """One run of trainer.gpus=2 on one GPU: both ranks on cuda:0, which NCCL refuses ("Duplicate GPU detected"). The
+    smoke run on the CPU, where gloo takes two ranks on one device, makes rank 1's process group fail to start
+    instead (bench/apps/train_hooks.py's FAIL_RANK). Its limit is RANK_FAILS_END_S: the run is stopped there, its
+    ranks with it. Verdict: `failing_rank_verdict`."""
+    app = HERE / "apps" / "train_hooks.py" if p.smoke else REPO / "train.py"
+    cmd = [sys.executable, str(app), "trainer.gpus=2", f"device={p.device}", "epochs=1", "trainer.checkpoint=false",
+           "trainer.save_model=none", f"hydra.run.dir={p.work / 'run'}", *(["trainer.threads=1"] if p.smoke else [])]
+    env = {**os.environ, **({"FAIL_RANK": "1"} if p.smoke else {})}
+    print("$ " + " ".join(cmd), flush=True)
+    limit = RANK_FAILS_END_S * (SMOKE_SCALE if p.smoke else 1)
+    # The run and its ranks are a process group of their own, stopped at once at the bound; the probe's own limit
+    # (`timeout`'s SIGTERM, which reaches only the probe's group) stops them the same way.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, text=True, start_new_session=True)
+    try:
+        rc: int | None = proc.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        rc = None
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the ranks too, had any been left
+        proc.wait()
+    seconds = time.monotonic() - started
+    result_file = p.work / "run" / "result.json"
+    result = json.loads(result_file.read_text()) if result_file.is_file() else {}
+    case = {"run_rc": rc, "run_s": round(seconds, 1), "run_limit_s": limit, "status": result.get("status"),
+            "error": str(result.get("error") or "")[:600]}
+    ok, summary = failing_rank_verdict(case)
+    return {"ok": ok, "summary": summary, **case}
+
+
+def failing_rank_verdict(case: dict[str, Any]) -> tuple[bool, str]:
+    """Whether the run ended within its bound, recorded failed with an error that names a rank: sweepit's "rank 1 of 2
+    failed", or the failure's own words where rank 0 failed first ("rank 0 and rank 1 both on CUDA device"). `case`:
+    its exit status (None: stopped at its bound), seconds and bound, named apart from the probe's own, which the report
+    adds; its result.json's status and error."""
+    ranks = RANK_NAMED.findall(case["error"])
+    said = f"{case['status'] or 'no result.json'} after {case['run_s']:.0f} s"
+    if case["run_rc"] is None:
+        return False, f"did not end within {case['run_limit_s']} s (stopped: its collectives' timeout would hold it)"
+    if case["status"] != "failed":
+        return False, f"{said}: a rank's failure should have failed the job: {case['error'][:200]}"
+    if not ranks:
+        return False, f"{said}, its error names no rank: {case['error'][:200]}"
+    return True, f"{said}, naming rank {ranks[0]}: {case['error'][:160]}"
+
+
+def resume(p: Probe) -> dict[str, Any]:
+    """mnist_best for 2 epochs with trainer.deterministic=true, each run a process of its own: once uninterrupted, once
+    stopped after epoch 1 (bench/apps/train_hooks.py's STOP_AFTER_EPOCH, as a preemption between epochs) and run again,
+    which resumes from its checkpoint. Every epoch's metrics but the clock's are the same, bit for bit, as in
+    tests/train/test_checkpoint.py. Synthetic images: resuming needs no real data."""
+    from sweepit.results import read_metrics
+
+    args = ["--config-dir", str(REPO / "sweeps"), "--config-name", "mnist_best", "epochs=2", f"device={p.device}",
+            "trainer.deterministic=true", "trainer.save_model=none", "data.synthetic=true",
+            f"data.n_synthetic={128 if p.smoke else 2048}", *(["trainer.threads=1"] if p.smoke else [])]
+    app = str(HERE / "apps" / "train_hooks.py")
+
+    def run(name: str, stop_after: int = 0) -> tuple[dict[str, Any], str]:
+        """The run's result.json and what it printed."""
+        cmd = [sys.executable, app, *args, f"hydra.run.dir={p.work / name}"]
+        print(f"$ STOP_AFTER_EPOCH={stop_after} " + " ".join(cmd), flush=True)
+        proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "STOP_AFTER_EPOCH": str(stop_after)},
+                              capture_output=True, text=True)
+        print(proc.stdout, proc.stderr, flush=True)
+        return (_result(p.work / name) if (p.work / name / "result.json").is_file() else {}), proc.stdout
+
+    straight, _ = run("straight")
+    p.save({"ok": False, "summary": f"the uninterrupted run ended {straight.get('status')}; the others did not end"})
+    stopped, _ = run("resumed", stop_after=1)
+    resumed, said = run("resumed")
+    # The loop's word that it resumed: a run that trained again from scratch would give the same metrics too.
+    after = re.findall(r"^sweepit: resumed from .* after epoch (\d+)$", said, re.MULTILINE)
+    rows = [[{k: v for k, v in row.items() if not k.endswith("_s")} for row in read_metrics(p.work / name)[0]]
+            for name in ("straight", "resumed")]
+    statuses = {"straight": straight.get("status"), "stopped": stopped.get("status"), "resumed": resumed.get("status")}
+    same = len(rows[0]) == 2 and rows[0] == rows[1]
+    ok = statuses == {"straight": "completed", "stopped": "interrupted", "resumed": "completed"} and after == ["1"]
+    ok = ok and same
+    if ok:
+        summary = f"stopped after epoch 1 and resumed: {len(rows[0])} epochs of metrics bit-identical to a straight run"
+    else:
+        summary = (f"runs {', '.join(f'{k} {v}' for k, v in statuses.items())}; resumed after epoch "
+                   f"{after[0] if after else 'none'}; metrics {'same' if same else 'differ'}")
+    return {"ok": ok, "summary": summary, "statuses": statuses, "resumed_after_epoch": after, "metrics": rows}
+
+
 def precision(p: Probe) -> dict[str, Any]:
     """mnist_best for one epoch in fp16 (autocast and GradScaler) and in `auto` (bf16 from compute capability 8.0, fp16
     on 7.x; fp32 on the CPU), each a run of its own: both complete, in the precision they name."""
@@ -333,12 +432,14 @@ def scaling(p: Probe) -> dict[str, Any]:
 # GPU first, the throughput next, mnist_best and the scaling plan last, so that a run cut short loses the figures
 # already known. Together, with the 5 s each may take to stop, under the 9 minutes of a 10-minute call that leaves for
 # the report. Sized from the H200's times of mnist, throughput and scaling (bench/RESULTS.md), with room for a slower
-# GPU; the smoke run multiplies them by SMOKE_SCALE (a loaded CPU, where they are no figure).
+# GPU; the smoke run multiplies them by SMOKE_SCALE (a loaded CPU, where they are no figure). failing_rank's is its
+# run's bound (RANK_FAILS_END_S) and the probe's own start.
 PROBES: dict[str, tuple[Callable[[Probe], dict[str, Any]], int]] = {
-    "nvidia_smi": (nvidia_smi, 10), "python": (python, 15), "fork": (fork, 35), "precision": (precision, 30),
-    "streamed": (streamed, 20), "deterministic": (deterministic, 40), "shared": (shared, 75),
-    "throughput_bf16": (throughput("bf16"), 60), "throughput_fp32": (throughput("fp32"), 70), "mnist": (mnist, 70),
-    "scaling": (scaling, 55),
+    "nvidia_smi": (nvidia_smi, 10), "python": (python, 15), "fork": (fork, 35),
+    "failing_rank": (failing_rank, RANK_FAILS_END_S + 10), "resume": (resume, 35), "precision": (precision, 30),
+    "streamed": (streamed, 20), "deterministic": (deterministic, 40), "shared": (shared, 60),
+    "throughput_bf16": (throughput("bf16"), 45), "throughput_fp32": (throughput("fp32"), 50), "mnist": (mnist, 50),
+    "scaling": (scaling, 40),
 }
 SMOKE_SCALE = 4
 

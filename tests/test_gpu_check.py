@@ -20,8 +20,8 @@ from sweepit_testing import REPO, wait_until, write_mnist_subset
 
 SMOKE = "bash bench/gpu_check.sh run --smoke"
 # In the order they run: those that never ran on a GPU first, mnist_best and the scaling plan last.
-PROBES = ["nvidia_smi", "python", "fork", "precision", "streamed", "deterministic", "shared", "throughput_bf16",
-          "throughput_fp32", "mnist", "scaling"]
+PROBES = ["nvidia_smi", "python", "fork", "failing_rank", "resume", "precision", "streamed", "deterministic", "shared",
+          "throughput_bf16", "throughput_fp32", "mnist", "scaling"]
 NO_DRIVER = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
 
 
@@ -118,6 +118,12 @@ def test_smoke_runs_every_probe_and_writes_the_json_and_the_table(tmp_path: Path
         figures = probes[f"throughput_{precision}"]
         assert figures["precision"] == precision and figures["ratio_sweepit_over_plain"] > 0
     _check_fork(probes["fork"])
+    # Rank 1 of a 2-rank run fails (a stand-in for NCCL's refusal): the job ends, recorded failed by sweepit naming it.
+    assert probes["failing_rank"]["status"] == "failed" and probes["failing_rank"]["run_rc"] not in (0, None)
+    assert probes["failing_rank"]["error"].startswith("RankFailedError: rank 1 of 2 failed: RuntimeError: ")
+    # Stopped after epoch 1 and run again: it resumed there, with a straight run's metrics.
+    assert probes["resume"]["statuses"] == {"straight": "completed", "stopped": "interrupted", "resumed": "completed"}
+    assert probes["resume"]["resumed_after_epoch"] == ["1"] and len(probes["resume"]["metrics"][0]) == 2
     # fp16 and auto (fp32 on the CPU) each complete in the precision they name; the streamed Dataset over 2 epochs.
     assert [(probes["precision"][name]["status"], probes["precision"][name]["precision"]) for name in ("fp16", "auto")
             ] == [("completed", "fp16"), ("completed", "fp32")]
@@ -140,7 +146,7 @@ def test_a_probe_past_its_limit_is_stopped_with_its_sweeps_and_recorded(tmp_path
     """`shared` starts three sweeps one after the other, each seconds long: a limit of 3.75 s stops it in the first, and
     the sweep's driver stops its job (the limit's SIGTERM reaches the probe's process group). Not less: on a loaded
     machine the probe's own start took 1.5 s, and it was stopped before its first line."""
-    env = _shell(tmp_path, GPU_CHECK_PROBES="shared", GPU_CHECK_LIMIT_SCALE="0.05")
+    env = _shell(tmp_path, GPU_CHECK_PROBES="shared", GPU_CHECK_LIMIT_SCALE="0.0625")  # of its 60 s
     proc = subprocess.run(["bash", "-c", SMOKE], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     probes = _record(tmp_path)["probes"]
@@ -178,6 +184,26 @@ def test_the_fork_verdict_takes_sweepits_own_message_for_a_recorded_job_and_torc
     assert gpu_check.FORK_ERROR in cases["sweepit_recorded_the_jobs"]["cases"]["tensor"]["errors"][0]
     assert judged["jobs_died_of_the_fork"][1].endswith("wrong in tensor (died: of 'Cannot re-initialize CUDA in "
                                                        "forked subprocess')")
+
+
+def test_the_failing_rank_verdict_wants_the_run_ended_failed_and_a_rank_named() -> None:
+    """Its run stopped at its bound (a rank waiting in a collective for a peer that failed), completed (NCCL took two
+    ranks on one GPU), failed with no rank named, then named by sweepit, and by NCCL where rank 0 failed first."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import gpu_check
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    base = {"run_rc": 1, "run_s": 9.0, "run_limit_s": 30, "status": "failed"}
+    cases = {"hung": ({**base, "run_rc": None, "run_s": 30.0, "status": None, "error": ""}, False),
+             "completed": ({**base, "run_rc": 0, "status": "completed", "error": ""}, False),
+             "unnamed": ({**base, "error": "DistBackendError: NCCL error: invalid usage"}, False),
+             "by_sweepit": ({**base, "error": "RankFailedError: rank 1 of 2 failed: DistBackendError: NCCL"}, True),
+             "by_nccl": ({**base, "error": "DistBackendError: Duplicate GPU detected : rank 0 and rank 1 both on CUDA "
+                                           "device 18000"}, True)}
+    judged = {name: gpu_check.failing_rank_verdict(case) for name, (case, _) in cases.items()}
+    assert {name: ok for name, (ok, _) in judged.items()} == {name: ok for name, (_, ok) in cases.items()}
+    assert judged["hung"][1].startswith("did not end within 30 s") and "naming rank 1" in judged["by_sweepit"][1]
 
 
 @pytest.mark.slow
