@@ -204,8 +204,10 @@ def run_mode(mode: str, app: str, n_jobs: int, work_s: float, epochs: int, worke
         next_rss = time.monotonic()
         while proc.poll() is None:
             peak_kb = max(peak_kb, vm_kb(proc.pid))
-            if time.monotonic() >= next_rss:  # when the driver holds what: its resident memory every 5 s
-                rss_mb.append((round(time.time() - t0, 1), round(vm_kb(proc.pid, "VmRSS") / 1024, 1)))
+            # When the driver holds what: its resident memory every 5 s. 0 is no reading (seen once under load, right
+            # after the driver started): the next look takes it.
+            if time.monotonic() >= next_rss and (rss_kb := vm_kb(proc.pid, "VmRSS")):
+                rss_mb.append((round(time.time() - t0, 1), round(rss_kb / 1024, 1)))
                 next_rss += 5.0
             if time.monotonic() >= next_status and (sweep_dir / "sweep.json").exists():
                 wall_s, cpu_s = timed_status(sweep_dir)
