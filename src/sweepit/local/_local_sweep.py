@@ -240,7 +240,7 @@ class LocalSweep:
             entry.job_dir = str(job.job_dir)
             return self._refuse(job, e)
         entry.job_dir = str(job.job_dir)
-        if o.resume and self.manifest.skip_finished(job.num, job.job_dir):
+        if o.resume and self.manifest.skip_finished(job.num, job.overrides, job.job_dir):
             self.manifest.write([job.num])
             self.skipped.add(job.num)
             self.progress.skip()

@@ -148,13 +148,15 @@ class Ledger(Manifest):
         entry.state = status
         return True
 
-    def skip_finished(self, num: int, job_dir: Path | str) -> bool:
-        """A resume's job that finished before (in `job_dir`): its entry takes its record's status, and it is not run
-        again."""
+    def skip_finished(self, num: int, overrides: list[str], job_dir: Path | str) -> bool:
+        """A resume's job that finished before (in `job_dir`): its entry (planned, where it has none) takes its record's
+        status, and it is not run again."""
         status = read_record(job_dir).status
-        if not JobState.is_success(status):
+        if status is None or not JobState.is_success(status):
             return False
-        self.jobs[num].state = status or JobState.COMPLETED
+        if num not in self.jobs:
+            self.plan(num, overrides, str(job_dir))
+        self.jobs[num].state = status
         return True
 
     def stop_queued(self) -> list[int]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sweepit.errors import SweepFailedError
-from sweepit.results import JobState, Ledger, Manifest, SweepLock, failure_report, is_finished, summarize
+from sweepit.results import Ledger, Manifest, SweepLock, failure_report, summarize
 from sweepit.slurm._budget import END_SETTLE_S, budget_line
 from sweepit.slurm._place import ClusterFacts, asked, place
 from sweepit.slurm._request import Request, SlurmOptions
@@ -88,10 +88,7 @@ class Planner:
         """A resume's jobs that finished before: not run again, their entries' states from their results."""
         skipped = set()
         for job in jobs:
-            if self.options.resume and is_finished(job.job_dir):
-                if job.num not in m.jobs:
-                    m.plan(job.num, job.overrides, str(job.job_dir), JobState.NOT_STARTED)
-                m.skip_finished(job.num, job.job_dir)
+            if self.options.resume and m.skip_finished(job.num, job.overrides, job.job_dir):
                 skipped.add(job.num)
         return skipped
 
