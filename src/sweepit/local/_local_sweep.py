@@ -29,7 +29,6 @@ from sweepit.local._resources import (
 from sweepit.local._worker import end_facts
 from sweepit.results import (
     JobOutcome,
-    JobPaths,
     JobState,
     Ledger,
     LiveReader,
@@ -40,7 +39,6 @@ from sweepit.results import (
     is_finished,
     start_clean,
     summarize,
-    tail_lines,
 )
 
 log = logging.getLogger(__name__)
@@ -285,9 +283,8 @@ class LocalSweep:
     def ended(self, job: Job) -> None:
         entry = self.manifest.jobs[job.num]
         # The job's own result.json is kept; one is written for a job that left none.
-        seen, facts = end_facts(job, entry.started_at)
-        status = self.manifest.end(job.num, seen, Recorder.LOCAL, stderr_tail=lambda: tail_lines(
-            JobPaths(job.job_dir).stderr, self.options.stderr_tail_lines), **facts)
+        seen, stderr_tail, facts = end_facts(job, entry.started_at, self.options.stderr_tail_lines)
+        status = self.manifest.end(job.num, seen, Recorder.LOCAL, stderr_tail=stderr_tail, **facts)
         self.release(job)
         self.statuses[job.num] = status
         entry.extra["exit_code"] = job.exit_code

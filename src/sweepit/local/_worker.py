@@ -15,13 +15,14 @@ import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 from sweepit._host import now_iso
 from sweepit._signals import interrupt_on_stop_signals, release_stop_signals
 from sweepit.local._resources import visible_gpus
-from sweepit.results import JobOutcome, JobState, as_number
+from sweepit.results import JobOutcome, JobPaths, JobState, as_number, tail_lines
 from sweepit.train import FORKED_AFTER_CUDA, forget_device_count, forked_after_cuda
 
 if TYPE_CHECKING:
@@ -138,9 +139,11 @@ def describe_exit(exit_code: int | None, stopped: bool) -> str:
     return f"exited with code {exit_code} before reporting a result (os._exit, or a crash in native code)"
 
 
-def end_facts(job: Job, started_at: str | None) -> tuple[JobState, dict[str, Any]]:
-    """How a forked job ended, as its status and the facts of sweepit's record of it (`sweepit.results.record_end`,
-    written when the job left none). The local driver and sweepit.slurm's worker engine both use it."""
+def end_facts(job: Job, started_at: str | None, stderr_tail_lines: int
+              ) -> tuple[JobState, Callable[[], str], dict[str, Any]]:
+    """How a forked job ended, as its status, the tail of its stderr for a failure, and the facts of sweepit's record
+    of it (`sweepit.results.record_end`, written when the job left none). The local driver and sweepit.slurm's worker
+    engine both use it."""
     reply = job.reply
     facts: dict[str, Any] = dict(job.facts)
     if reply is not None and reply.status == JobState.COMPLETED:
@@ -159,4 +162,4 @@ def end_facts(job: Job, started_at: str | None) -> tuple[JobState, dict[str, Any
         facts["exit_code"] = job.exit_code
     facts.update(hostname=socket.gethostname(), pid=job.pid, wall_time_s=job.wall_time_s, started_at=started_at,
                  ended_at=now_iso())
-    return status, facts
+    return status, partial(tail_lines, JobPaths(job.job_dir).stderr, stderr_tail_lines), facts

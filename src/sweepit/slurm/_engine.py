@@ -18,14 +18,12 @@ from sweepit.local import ForkServer, GpuPool, Job, Pool, PoolHooks, end_facts, 
 from sweepit.results import (
     WAIT,
     JobOutcome,
-    JobPaths,
     JobState,
     Recorder,
     Work,
     WorkSource,
     heartbeat,
     record_end,
-    tail_lines,
 )
 from sweepit.slurm import _cluster as cluster
 from sweepit.slurm._task_files import record_task, start_job_dir
@@ -159,9 +157,8 @@ class Engine(PoolHooks):
         log.info(f"worker {self.worker}: job {job.num} started ({' '.join(job.overrides)})")
 
     def ended(self, job: Job) -> None:
-        seen, facts = end_facts(job, self.started_at.get(job.num))
-        status = record_end(job.job_dir, seen, self.recorded_by, stderr_tail=lambda: tail_lines(
-            JobPaths(job.job_dir).stderr, self.stderr_tail_lines), **facts).status or seen
+        seen, stderr_tail, facts = end_facts(job, self.started_at.get(job.num), self.stderr_tail_lines)
+        status = record_end(job.job_dir, seen, self.recorded_by, stderr_tail=stderr_tail, **facts).status or seen
         self.n_run += 1
         if JobState.is_success(status) and job.wall_time_s is not None:
             self.walls.append(job.wall_time_s)
