@@ -204,9 +204,9 @@ def run_mode(mode: str, app: str, n_jobs: int, work_s: float, epochs: int, worke
         next_rss = time.monotonic()
         while proc.poll() is None:
             peak_kb = max(peak_kb, vm_kb(proc.pid))
-            # When the driver holds what: its resident memory every 5 s. 0 is no reading (seen once under load, right
-            # after the driver started): the next look takes it.
-            if time.monotonic() >= next_rss and (rss_kb := vm_kb(proc.pid, "VmRSS")):
+            # When the driver holds what: its resident memory every 5 s. Under 1 MB is not yet the Python driver (seen
+            # twice under load right after the fork, 0 and under 0.05 MB, while exec swaps the image): the next look.
+            if time.monotonic() >= next_rss and (rss_kb := vm_kb(proc.pid, "VmRSS")) >= 1024:
                 rss_mb.append((round(time.time() - t0, 1), round(rss_kb / 1024, 1)))
                 next_rss += 5.0
             if time.monotonic() >= next_status and (sweep_dir / "sweep.json").exists():
