@@ -170,7 +170,7 @@ def test_bad_input_stops_the_sweep_before_anything_is_submitted(case: str, tmp_p
         assert proc.stderr.startswith("hydra.launcher takes only" if "misspelt" in case else message[:40])
         assert "full_key: hydra.launcher" not in proc.stderr, proc.stderr
         assert "HYDRA_FULL_ERROR" not in proc.stderr, proc.stderr  # sweepit's message is all there is to see
-    assert not (sweep / ".submitit").exists()
+    assert not sweep.exists(), sorted(sweep.iterdir())  # no folder that `sweepit ls` would list as a sweep of 0 jobs
 
 
 def test_a_controller_that_is_down_stops_the_sweep_with_scontrol_s_words(tmp_path: Path) -> None:
