@@ -289,8 +289,10 @@ def _link_distributions(site: Path, *names: str) -> None:
 @pytest.mark.tier_slow
 def test_pack_then_run_on_a_python_with_torch_alone(tmp_path: Path) -> None:
     """A lent machine's image, simulated: a fresh venv with torch (and what torch requires), no Hydra, PyYAML or
-    packaging, and no network; the tree with what `pack` made here. Without numpy, which sweepit needs and the pack
-    cannot carry, the python probe names that fix; with it, the probes run."""
+    packaging; the tree with what `pack` made here; the run in a network namespace of its own, so no network. This
+    machine's Python and its CPU torch stand in for the image's Python 3.12 and CUDA torch. Without numpy, which sweepit
+    needs and the pack cannot carry, the python probe names that fix; with it, the probes run, and the fork probe
+    judges its apps run from the user's shell and the recorded cases right."""
     tree = tmp_path / "tree"
     listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True, text=True,
                             check=True, timeout=60).stdout.split()
@@ -314,8 +316,9 @@ def test_pack_then_run_on_a_python_with_torch_alone(tmp_path: Path) -> None:
     def check(probes: str) -> dict[str, Any]:
         (tmp_path / probes.replace(",", "_")).mkdir()
         env = _shell(tmp_path / probes.replace(",", "_"), PY=python, GPU_CHECK_PROBES=probes)
-        proc = subprocess.run(["bash", "bench/gpu_check.sh", "run", "--smoke"], cwd=tree, env=env, capture_output=True,
-                              text=True, timeout=900)
+        # `unshare -rn`: a new network namespace (only a loopback, down), as root within it.
+        proc = subprocess.run(["unshare", "-rn", "bash", "bench/gpu_check.sh", "run", "--smoke"], cwd=tree, env=env,
+                              capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return _record(tmp_path / probes.replace(",", "_"))["probes"]  # type: ignore[no-any-return]
 
@@ -325,3 +328,4 @@ def test_pack_then_run_on_a_python_with_torch_alone(tmp_path: Path) -> None:
     _link_distributions(site, "numpy")
     probes = check("python,fork,mnist")
     assert all(probe["ok"] for probe in probes.values()), {name: p["summary"] for name, p in probes.items()}
+    _check_fork(probes["fork"])
