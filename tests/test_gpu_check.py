@@ -142,17 +142,38 @@ def test_smoke_runs_every_probe_and_writes_the_json_and_the_table(tmp_path: Path
 
 
 @pytest.mark.slow
-def test_a_probe_past_its_limit_is_stopped_with_its_sweeps_and_recorded(tmp_path: Path) -> None:
-    """`shared` starts three sweeps one after the other, each seconds long: a limit of 3.75 s stops it in the first, and
-    the sweep's driver stops its job (the limit's SIGTERM reaches the probe's process group). Not less: on a loaded
-    machine the probe's own start took 1.5 s, and it was stopped before its first line."""
-    env = _shell(tmp_path, GPU_CHECK_PROBES="shared", GPU_CHECK_LIMIT_SCALE="0.0625")  # of its 60 s
-    proc = subprocess.run(["bash", "-c", SMOKE], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    probes = _record(tmp_path)["probes"]
-    assert list(probes) == ["shared"]
-    assert probes["shared"]["rc"] == 124 and probes["shared"]["summary"] == "stopped at its limit of 3.75 s"
-    assert probes["shared"]["log_tail"], "the probe's last lines, for what it was doing"
+def test_a_probe_stopped_at_its_limit_keeps_what_it_measured_and_its_sweeps_stop(tmp_path: Path) -> None:
+    """`shared` starts three sweeps one after the other: it saves the lone job's figures as soon as that sweep ends.
+    Its limit is made to pass right then: `timeout` takes SIGALRM as its timer's end (GNU coreutils' timeout.c), and
+    its SIGTERM stops the probe and the sweeps it started. The line says so, with what was measured before."""
+    env = _shell(tmp_path, GPU_CHECK_PROBES="shared", GPU_CHECK_LIMIT_SCALE="10")  # of its 60 s: never reached here
+    proc = subprocess.Popen(["bash", "-c", SMOKE], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    saved: list[dict[str, Any]] = []
+
+    def alone_saved() -> bool:
+        for figures in tmp_path.glob("gpu_check.*/shared.json"):
+            with contextlib.suppress(ValueError):  # read while it was written
+                saved.append(json.loads(figures.read_text()))
+                return True
+        return False
+
+    try:
+        wait_until(alone_saved, lambda: "no figures from shared while it ran", 300, interval_s=0.05)
+        limit = [pid for pid in _left_running(tmp_path, pids=True)
+                 if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"timeout\0")]
+        assert len(limit) == 1, "the probe's `timeout` is gone: it ended before it saved its first figures"
+        os.kill(int(limit[0]), signal.SIGALRM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out[-3000:]
+    assert saved[0]["alone"]["status"] == "completed" and "shared_0" not in saved[0], saved[0]
+    shared = _record(tmp_path)["probes"]["shared"]
+    assert shared["rc"] == 124 and not shared["ok"] and shared["alone"]["status"] == "completed", shared
+    assert shared["summary"].startswith("stopped at its limit of 600 s; so far: alone completed, "), shared["summary"]
+    assert shared["summary"].endswith("s/epoch; the two at once did not end") and shared["log_tail"]
     wait_until(lambda: not _left_running(tmp_path), lambda: f"processes left running: {_left_running(tmp_path)}", 60)
 
 
@@ -268,8 +289,10 @@ def _link_distributions(site: Path, *names: str) -> None:
 @pytest.mark.tier_slow
 def test_pack_then_run_on_a_python_with_torch_alone(tmp_path: Path) -> None:
     """A lent machine's image, simulated: a fresh venv with torch (and what torch requires), no Hydra, PyYAML or
-    packaging, and no network; the tree with what `pack` made here. Without numpy, which sweepit needs and the pack
-    cannot carry, the python probe names that fix; with it, the probes run."""
+    packaging; the tree with what `pack` made here; the run in a network namespace of its own, so no network. This
+    machine's Python and its CPU torch stand in for the image's Python 3.12 and CUDA torch. Without numpy, which sweepit
+    needs and the pack cannot carry, the python probe names that fix; with it, the probes run, and the fork probe
+    judges its apps run from the user's shell and the recorded cases right."""
     tree = tmp_path / "tree"
     listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True, text=True,
                             check=True, timeout=60).stdout.split()
@@ -293,8 +316,9 @@ def test_pack_then_run_on_a_python_with_torch_alone(tmp_path: Path) -> None:
     def check(probes: str) -> dict[str, Any]:
         (tmp_path / probes.replace(",", "_")).mkdir()
         env = _shell(tmp_path / probes.replace(",", "_"), PY=python, GPU_CHECK_PROBES=probes)
-        proc = subprocess.run(["bash", "bench/gpu_check.sh", "run", "--smoke"], cwd=tree, env=env, capture_output=True,
-                              text=True, timeout=900)
+        # `unshare -rn`: a new network namespace (only a loopback, down), as root within it.
+        proc = subprocess.run(["unshare", "-rn", "bash", "bench/gpu_check.sh", "run", "--smoke"], cwd=tree, env=env,
+                              capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return _record(tmp_path / probes.replace(",", "_"))["probes"]  # type: ignore[no-any-return]
 
@@ -304,3 +328,4 @@ def test_pack_then_run_on_a_python_with_torch_alone(tmp_path: Path) -> None:
     _link_distributions(site, "numpy")
     probes = check("python,fork,mnist")
     assert all(probe["ok"] for probe in probes.values()), {name: p["summary"] for name, p in probes.items()}
+    _check_fork(probes["fork"])

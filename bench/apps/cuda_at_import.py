@@ -19,9 +19,12 @@ print(f"cuda_at_import: PYTORCH_NVML_BASED_CUDA_CHECK at import: {os.environ.get
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 if TOUCH == "tensor":
     if DEVICE == "cpu" and os.environ.get("CUDA_AT_IMPORT_STAND_IN"):
-        # The smoke run on a CPU, where no CUDA context can start: torch's own flag (torch.cuda.is_initialized())
-        # stands in for it, as sweepit's tests do.
+        # The smoke run on a CPU, where no CUDA context can start: torch's own flags stand in for it, set as torch
+        # sets them (tests/local/app/cuda_at_import_app.py): initialised here, a bad fork in each process forked
+        # from here.
+        _driver = os.getpid()
         torch.cuda._initialized = True
+        torch.cuda._is_in_bad_fork = lambda: os.getpid() != _driver
     else:
         torch.zeros(1, device=DEVICE)
 

@@ -39,8 +39,9 @@ def test_an_app_that_imports_sweepit_asks_cuda_through_nvml_at_its_import(tmp_pa
 
 def test_cuda_initialised_in_the_driver_is_said_once_and_every_gpu_job_runs_in_a_fresh_interpreter(
         tmp_path: Path) -> None:
-    """Two GPUs (by CUDA_VISIBLE_DEVICES; nothing touches CUDA here) and an app that initialised CUDA at import: the
-    fork server finds it before its first job, and each job given a GPU starts in a fresh interpreter, where CUDA is
+    """Two GPUs (by CUDA_VISIBLE_DEVICES; nothing touches CUDA here) and an app that initialised CUDA at import (torch's
+    flags stood in as torch sets them: the fork server, a fork of the driver, sees only its bad fork): the server
+    finds it before its first job, and each job given a GPU starts in a fresh interpreter, where CUDA is
     new (no job recorded failed, none dies of "Cannot re-initialize CUDA in forked subprocess"); the driver says so
     once, with why; jobs of no GPU are forked as before."""
     code, out, dirs = sweep(tmp_path / "sweep", "x=0,1", "trainer.gpus=0,1",

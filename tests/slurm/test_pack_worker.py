@@ -5,6 +5,7 @@ the clock is the test's."""
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 import multiprocessing
@@ -204,12 +205,18 @@ def test_a_worker_is_one_task_holding_the_gpus_of_its_slots_jobs(request_: Reque
 def test_jobs_side_by_side_in_a_worker_each_get_gpus_of_their_own(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """slots=2 of 1-GPU jobs in a worker Slurm gave 2 GPUs: each job sees its own. Before, the worker handed out
-    none, and every job's rank r used the worker's GPU r: both jobs on GPU 0."""
+    none, and every job's rank r used the worker's GPU r: both jobs on GPU 0. Each counts its one GPU although the
+    worker counted two first and torch 2.2-2.3 keep that count (an lru_cache, pytorch#128819), as the app does in
+    tests/local/test_fork_and_cuda.py."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")  # as Slurm sets it for the worker's allocation
+    monkeypatch.setattr(torch.cuda, "device_count", functools.lru_cache(maxsize=1)(
+        lambda: len(os.environ["CUDA_VISIBLE_DEVICES"].split(","))))
+    assert torch.cuda.device_count() == 2  # counted in the worker, before its fork server
     plan(tmp_path, 4)
 
     def sees(job: Job) -> JobOutcome:
         (job.job_dir / "gpus").write_text(os.environ["CUDA_VISIBLE_DEVICES"])
+        (job.job_dir / "count").write_text(str(torch.cuda.device_count()))
         partner = job.job_dir.parent / f"{job.num ^ 1}_x={job.num ^ 1}" / "gpus"  # 0 with 1, 2 with 3
         deadline = time.monotonic() + 30
         while not partner.exists() and time.monotonic() < deadline:  # both at once: an event, not a time
@@ -221,6 +228,7 @@ def test_jobs_side_by_side_in_a_worker_each_get_gpus_of_their_own(tmp_path: Path
     assert all(json.loads((tmp_path / f"{n}_x={n}" / "result.json").read_text())["objective"] == 1.0
                for n in range(4)), "each pair ran side by side"
     assert {seen[0], seen[1]} == {seen[2], seen[3]} == {"4", "6"}, seen
+    assert [(tmp_path / f"{n}_x={n}" / "count").read_text() for n in range(4)] == ["1"] * 4
     task = json.loads((tmp_path / "0_x=0" / ".slurm" / "task-0.json").read_text())
     assert task["cuda_visible_devices"] == seen[0], "the job's task record names the GPU it was given"
 

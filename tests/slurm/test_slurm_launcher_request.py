@@ -4,6 +4,7 @@ here) comes back to the sweeper."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -52,6 +53,18 @@ def test_submitit_keys_make_the_request_of_a_job_without_its_own(tmp_path: Path)
     assert not any(line.startswith("--gpus-per-node") for line in lines), lines
     assert "\nexport OMP_NUM_THREADS=3\nexport SRUN_CPUS_PER_TASK=3\nexport PYTHONPATH=" in proc.stdout
     assert "\nmodule load cuda\n" in proc.stdout
+    # The script run as sbatch runs it, up to its srun line, with stubs that record what they were started with: srun
+    # of Slurm 22.05-23.02 takes the cores of a task from SRUN_CPUS_PER_TASK, not from the job's --cpus-per-task.
+    script = proc.stdout[proc.stdout.index("#!/bin/bash"):]
+    script = script[:script.index("\n", script.index("\nsrun ") + 1)]
+    (tmp_path / "bin").mkdir()
+    for name in ("srun", "module"):
+        (tmp_path / "bin" / name).write_text(f"#!/bin/sh\necho {name} $SRUN_CPUS_PER_TASK $OMP_NUM_THREADS >> ../ran\n")
+        (tmp_path / "bin" / name).chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BASH_FUNC_", "SRUN_", "SLURM_"))}
+    env["PATH"] = f"{tmp_path / 'bin'}:{env['PATH']}"
+    subprocess.run(["bash", "-c", script], cwd=tmp_path / "bin", env=env, check=True, timeout=60)
+    assert (tmp_path / "ran").read_text().split("\n") == ["module 3 3", "srun 3 3", ""]
     assert "only to jobs without it" not in proc.stdout  # nothing in the job config overrides the launcher
 
     gres = run(APP, tmp_path / "gres", "x=0", "~trainer", "hydra.launcher.gres=gpu:2", "hydra.launcher.dry_run=true")

@@ -30,8 +30,13 @@ if os.environ.get("APP_CACHED_DEVICE_COUNT"):
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 if os.environ.get("APP_CUDA_AT_IMPORT"):
     # A CUDA call at import (a model moved to the GPU) initialises CUDA in the driver. CUDA cannot start on a CPU-only
-    # machine: torch's own flag, which torch.cuda.is_initialized() reads, stands in for it.
+    # machine: torch's own flags stand in for it, as torch sets them. `_initialized` holds in the driver; every process
+    # forked from it is in a bad fork (torch's fork handler), where torch.cuda.is_initialized() is False. An
+    # is_available() that CUDA answered (NVML failing, MIG- ids in CUDA_VISIBLE_DEVICES, asked before sweepit) leaves
+    # the same bad fork: the fork server sees both cases alike.
+    _DRIVER = os.getpid()
     torch.cuda._initialized = True
+    torch.cuda._is_in_bad_fork = lambda: os.getpid() != _DRIVER
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
