@@ -130,9 +130,9 @@ def _read_snapshot(sweep_dir: Path, head_only: bool = False) -> tuple[dict[str, 
 
 
 def _codec(head: dict[str, Any]) -> RecordCodec:
-    """The layout of the records under sweep fields `head` (whole records when they name no `job_defaults`)."""
+    """The layout of the records under sweep fields `head`."""
     defaults = head.pop(DEFAULTS_KEY, None)
-    return RecordCodec(str(head.get("sweep_dir") or ""), defaults if isinstance(defaults, dict) else None)
+    return RecordCodec(str(head.get("sweep_dir") or ""), defaults if isinstance(defaults, dict) else {})
 
 
 def read_manifest_data(sweep_dir: Path
@@ -146,7 +146,7 @@ def read_manifest_data(sweep_dir: Path
     if journal.updated_at:
         head["updated_at"] = journal.updated_at
     merged = _merged(jobs, {job["num"]: job for job in journal.records})
-    return head, merged if not codec.compact else map(codec.decode, merged), size, journal, codec
+    return head, map(codec.decode, merged), size, journal, codec
 
 
 def iter_manifest(sweep_dir: Path) -> tuple[dict[str, Any], Iterator[dict[str, Any]]]:
@@ -284,7 +284,7 @@ def read_live_manifest(sweep_dir: Path, kind: type[Manifest] = Manifest) -> tupl
     try:
         head, _, _ = _read_snapshot(sweep_dir, head_only=True)
         codec = _codec(head)
-        live = read_live(sweep_dir, head.get("generation", 0), codec) if codec.compact else None
+        live = read_live(sweep_dir, head.get("generation", 0), codec)
         if live is None or Path(str(head.get("sweep_dir"))) != sweep_dir:
             return None
         head["updated_at"] = live.updated_at or head.get("updated_at", "")
