@@ -65,7 +65,7 @@ class Follower:
         self.result_grace_s = o.result_grace_s
         self.stderr_tail_lines = o.stderr_tail_lines
         self.on_poll = on_poll
-        self.statuses: dict[int, str] = {}
+        self.done: set[int] = set()  # the jobs followed to their end (each one's state: the ledger's)
         self._phase: dict[int, str] = {
             n: JobState.RUNNING if manifest.jobs[n].state == JobState.RUNNING else JobState.QUEUED for n in nums}
         for phase in self._phase.values():  # adopted from an earlier driver
@@ -278,7 +278,7 @@ class Follower:
 
     def _end(self, num: int, state: str) -> None:
         self.progress.finish(num, state, read_record(self.manifest.jobs[num].job_dir).wall_time_s)
-        self.statuses[num] = state
+        self.done.add(num)
         del self.pending[num]
         self._phase[num] = "done"
         self._returning.pop(num, None)
