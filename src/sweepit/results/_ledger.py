@@ -122,8 +122,8 @@ class Ledger(Manifest):
         return standing
 
     def requeue(self, num: int) -> bool:
-        """Job `num` back to the queue for another attempt (its worker died under it), unless a record of its end came
-        meanwhile (one of its stop, `interrupted`, is no end): that end stands, and False."""
+        """Job `num` back to the queue for another attempt (its worker died or gave it back), unless a record of its
+        end came meanwhile (one of its stop, `interrupted`, is no end): that end stands, and False."""
         entry = self.jobs[num]
         if JobState.is_ended(status := read_record(entry.job_dir).status) and status != JobState.INTERRUPTED:
             return False

@@ -257,8 +257,8 @@ class PackedSweep(WorkerDriver):
         claimed, present = scan_claims(self.sweep_dir, self.generation, self.adopted, self.markers)
         changed = []
         for num in [n for n in self.adopted if n not in present and n not in follower.done]:
-            self._unadopt(num)
-            changed.append(num)
+            if self._unadopt(num):
+                changed.append(num)
         for num, (worker, _, text) in sorted(claimed.items()):
             entry = m.jobs.get(num)
             if num not in self.todo or entry is None or entry.extra.get(PACKED) is None or num in follower.done:
@@ -274,13 +274,17 @@ class PackedSweep(WorkerDriver):
         if changed:
             m.write(changed)
 
-    def _unadopt(self, num: int) -> None:
+    def _unadopt(self, num: int) -> bool:
+        """Job `num` back to the queue, no worker's job any more; False when its own record of its end came meanwhile
+        (the ledger's `requeue` refuses: that end stands, and the follower takes it)."""
+        if not self.m.requeue(num):
+            return False
         entry = self.m.jobs[num]
         for key in ("slurm_job_id", "slurm_array_job_id", "slurm_job_name", "slurm_state", "node"):
             entry.extra.pop(key, None)
-        self.m.move(num, JobState.QUEUED, again=True, started_at=None, ended_at=None)
         self.follower.drop(num)
         self.adopted.pop(num, None)
+        return True
 
     def retry(self, num: int, seen: Seen) -> bool:
         """The follower's hook for a job that has ended: True (and the job given back) when its worker ended under it
@@ -291,11 +295,10 @@ class PackedSweep(WorkerDriver):
         retries = int(entry.extra.get("retries") or 0)
         if seen.slurm_state not in RETRY_STATES or retries >= MAX_RETRIES:
             return False
-        if not self.m.requeue(num):
-            return False  # it ended by its own record meanwhile
         worker = entry.extra.get("slurm_job_id")
+        if not self._unadopt(num):
+            return False  # it ended by its own record meanwhile
         release(self.sweep_dir, self.generation, num)
-        self._unadopt(num)
         entry.extra["retries"] = retries + 1
         self.m.write([num])
         self.follower.say(f"sweepit: job {num}: its worker {worker} ended ({seen.slurm_state}) while running it; "
