@@ -72,7 +72,7 @@ class Follower:
             if phase == JobState.RUNNING:
                 progress.start()
         self._dead = ResultGrace(o.result_grace_s)  # its own result may be a moment late on a shared file system
-        self._returning: dict[int, tuple[float, str]] = {}  # result in, return value not yet: (since, status)
+        self._returning: dict[int, float] = {}  # result in, return value not yet: since when (monotonic)
         self._unreachable = False    # the controller did not answer at the last look (said once, and when back)
         self._reasons = ""           # why queued jobs wait, as last said
         self._looking: tuple[threading.Thread, dict[str, Any]] | None = None  # squeue/sacct in flight
@@ -237,14 +237,14 @@ class Follower:
 
     def settle(self) -> None:
         """End the jobs whose return value came in since the last look (a file check each, between polls)."""
-        for num, (_, state) in list(self._returning.items()):
+        for num in list(self._returning):
             if _has_returned(self.manifest.jobs[num]):
-                self._end(num, state)
+                self._end(num)
 
     def _give_up_on_returns(self, now: float) -> None:
         """Jobs still without a return value `result_grace_s` after their result: those Slurm has ended (or
         forgotten) will not get one; they end with their result alone."""
-        late = [n for n, (since, _) in self._returning.items() if now - since >= self.result_grace_s]
+        late = [n for n, since in self._returning.items() if now - since >= self.result_grace_s]
         if not late or self._unreachable:
             return
         rows = cluster.squeue(slurm_id(self.manifest.jobs[n]) or "" for n in late)
@@ -253,7 +253,7 @@ class Follower:
         for num in late:
             row = _mine(rows, self.manifest.jobs[num])
             if row is None or not row.in_queue:
-                self._end(num, self._returning[num][1])
+                self._end(num)
 
     def _advance(self, num: int, state: str, final: bool) -> None:
         if final or state == JobState.RUNNING:
@@ -263,9 +263,9 @@ class Follower:
         if final:
             entry = self.manifest.jobs[num]
             if JobState.is_failure(state) or not slurm_id(entry) or _has_returned(entry):
-                self._end(num, state)
+                self._end(num)
             else:
-                self._returning.setdefault(num, (time.monotonic(), state))
+                self._returning.setdefault(num, time.monotonic())
 
     def _move(self, num: int, phase: str) -> None:
         """Job `num` counted among the queued or the running jobs of the progress line."""
@@ -276,8 +276,10 @@ class Follower:
             self.progress.queued += 1
         self._phase[num] = phase
 
-    def _end(self, num: int, state: str) -> None:
-        self.progress.finish(num, state, read_record(self.manifest.jobs[num].job_dir).wall_time_s)
+    def _end(self, num: int) -> None:
+        """Job `num` followed to its end: its state is the ledger's."""
+        entry = self.manifest.jobs[num]
+        self.progress.finish(num, entry.state, read_record(entry.job_dir).wall_time_s)
         self.done.add(num)
         del self.pending[num]
         self._phase[num] = "done"
