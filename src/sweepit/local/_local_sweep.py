@@ -31,7 +31,6 @@ from sweepit.results import (
     JobOutcome,
     JobState,
     Ledger,
-    LiveReader,
     Progress,
     Recorder,
     SweepLock,
@@ -111,7 +110,6 @@ class LocalSweep:
         self.pool: Pool | None = None          # set up by run() or the first start(), until the run ends
         self.skipped: set[int] = set()         # finished before (resume)
         self._started: dict[int, Job] = {}     # started by start(), not yet returned by wait_any()
-        self._live = LiveReader()              # running jobs' epochs, for an ETA before the first job ends
         self._looked = 0.0
 
     # -- a fixed list of jobs ----------------------------------------------------------------------------------
@@ -295,9 +293,7 @@ class LocalSweep:
     def tick(self) -> None:
         if self.progress.done == 0 and time.monotonic() - self._looked >= _LOOK_S:
             self._looked = time.monotonic()
-            running = [self._live.look(Path(e.job_dir)) for e in self.manifest.jobs.values()
-                       if e.state == JobState.RUNNING and e.job_dir]
-            self.progress.early_eta(running)
+            self.progress.early_eta(e.job_dir for e in self.manifest.jobs.values() if e.state == JobState.RUNNING)
         self.progress.draw()
         self.lock.touch()  # keeps the sweep lock fresh
 

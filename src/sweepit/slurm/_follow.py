@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from sweepit._signals import StopSignals
@@ -22,7 +21,6 @@ from sweepit.results import (
     JobEntry,
     JobState,
     Ledger,
-    LiveReader,
     Progress,
     ResultGrace,
     own_overrides,
@@ -79,7 +77,6 @@ class Follower:
         # Called for a job seen ended (a dead one after its grace): True when the caller takes the job back (a packed
         # job whose worker died goes to another worker) instead of it ending here.
         self.retry: Callable[[int, Seen], bool] = lambda num, seen: False
-        self._live = LiveReader()  # the running jobs' metrics, read incrementally
         self._folders: dict[str, int] = {}  # the followed jobs' submitit folders, each with its mtime at the last look
         self._early_at = 0.0  # no look at the results between polls before this (monotonic)
 
@@ -162,10 +159,8 @@ class Follower:
             self.manifest.write(changed)
         if asked or not self.pending:
             self._tell_reasons(pending_reasons({n: s for n, s in seen.items() if n in self.pending}))
-        if self.progress.done == 0:  # before the first job ends: an ETA from the running jobs' epochs
-            running = [self._live.look(Path(self.manifest.jobs[n].job_dir)) for n in self.pending
-                       if self._phase[n] == JobState.RUNNING and self.manifest.jobs[n].job_dir]
-            self.progress.early_eta(running)
+        running = (n for n in self.pending if self._phase[n] == JobState.RUNNING)  # read only before a job ends
+        self.progress.early_eta(self.manifest.jobs[n].job_dir for n in running)
         self.progress.draw()
 
     def _watch_folders(self) -> None:
