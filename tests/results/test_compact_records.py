@@ -72,32 +72,6 @@ def test_a_record_holds_each_fact_once_and_reads_back_whole(tmp_path: Path) -> N
     assert read_manifest(Path(m.sweep_dir)).jobs == m.jobs
 
 
-def test_a_sweep_json_of_before_reads_and_takes_appends(tmp_path: Path) -> None:
-    """A sweep started before compact records (resumed or looked at after an upgrade): its sweep.json and journal,
-    written here by hand in the layout of that code (version 2: each record whole, no `job_defaults`)."""
-    m = _packed(tmp_path, 3)
-    sweep = Path(m.sweep_dir)
-    head = {"sweep_dir": m.sweep_dir, "argv": m.argv, "cwd": m.cwd, "launcher": "slurm", "env": {},
-            "created_at": "2026-11-20T10:00:00.000+00:00", "updated_at": "2026-11-20T10:00:01.000+00:00",
-            "generation": 4, "version": 2, "workers": {"packed": True, "generation": 1}}
-    records = [{"num": e.num, "overrides": e.overrides, "job_dir": e.job_dir, "state": e.state, "pid": e.pid,
-                "started_at": e.started_at, "ended_at": e.ended_at, "extra": e.extra} for e in m.jobs.values()]
-    SweepPaths(sweep).manifest.write_text(json.dumps(head, indent=1)[:-2] + ',\n "jobs": [\n  '
-                                       + ",\n  ".join(json.dumps(r) for r in records) + "\n ]\n}\n")
-    ended = {**records[1], "state": "completed", "ended_at": "2026-11-20T10:05:00.000+00:00"}
-    SweepPaths(sweep).journal.write_text(json.dumps({"generation": 4}) + "\n" + json.dumps(
-        {"job": ended, "at": "2026-11-20T10:05:00.000+00:00"}) + "\n")
-    back = read_manifest(sweep)
-    assert back.jobs[0] == m.jobs[0] and back.jobs[1].state == "completed" and back.workers["packed"] is True
-    back.jobs[2].state = "running"
-    write_manifest(back, [2])  # appended in the layout the snapshot is in
-    assert json.loads(SweepPaths(sweep).journal.read_text().splitlines()[-1])["job"]["job_dir"] == m.jobs[2].job_dir
-    assert [e.state for e in read_manifest(sweep).jobs.values()] == ["queued", "completed", "running"]
-    write_manifest(back)  # the next whole write is in the compact layout
-    assert json.loads(SweepPaths(sweep).manifest.read_text())["version"] == 3
-    assert read_manifest(sweep).jobs == back.jobs
-
-
 def _hold(sweep: Path) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(["sleep", "600"])
     (sweep / LOCK_FILE).write_text(json.dumps({"host": socket.gethostname(), "pid": proc.pid,

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sweepit.results import JobRecord, JobState, Recorder
+from sweepit.results import JobState, Recorder, record_end
 from sweepit.results._job_files import RESULT_FILE, read_record, read_result, write_result
 
 
 def test_the_jobs_own_record_wins_and_one_that_says_no_status_is_replaced(tmp_path: Path) -> None:
-    died = JobRecord.of(JobState.FAILED, Recorder.LOCAL, error="died from signal SIGKILL")
+    died = record_end(None, JobState.FAILED, Recorder.LOCAL, error="died from signal SIGKILL")
     (tmp_path / RESULT_FILE).write_text('{"objective": 0.5}')  # an app's own file, without a status
     assert write_result(tmp_path, died, replace=False) == "failed"
     assert read_result(tmp_path) == {"status": "failed", "objective": None, "error": "died from signal SIGKILL",
@@ -22,16 +22,17 @@ def test_the_jobs_own_record_wins_and_one_that_says_no_status_is_replaced(tmp_pa
 
 
 def test_a_stderr_tail_is_added_to_a_failure_the_jobs_session_recorded(tmp_path: Path) -> None:
-    own = JobRecord.of(JobState.FAILED, Recorder.SESSION, error="ValueError: x")
+    own = record_end(None, JobState.FAILED, Recorder.SESSION, error="ValueError: x")
     write_result(tmp_path, own)
-    died = JobRecord.of(JobState.FAILED, Recorder.LOCAL, error="exited with code 1")
+    died = record_end(None, JobState.FAILED, Recorder.LOCAL, error="exited with code 1")
     assert write_result(tmp_path, died, replace=False, stderr_tail=lambda: "Traceback ...") == "failed"
     assert read_result(tmp_path) == {**own.result, "stderr_tail": "Traceback ..."}  # its own error stays
 
 
 def test_what_slurm_says_is_told_to_a_record_of_a_stop(tmp_path: Path) -> None:
     write_result(tmp_path, {"status": "interrupted", "error": "KeyboardInterrupt: SIGTERM", "wall_time_s": 7.0})
-    told = JobRecord.of(JobState.FAILED, Recorder.SLURM, error="reached its Slurm time limit", slurm_state="TIMEOUT")
+    told = record_end(None, JobState.FAILED, Recorder.SLURM, error="reached its Slurm time limit",
+                      slurm_state="TIMEOUT")
     status = write_result(tmp_path, told, replace=False, stderr_tail=lambda: "", retell=lambda own: True)
     assert status == "failed" and read_result(tmp_path) == {
         "status": "failed", "objective": None, "error": "reached its Slurm time limit", "slurm_state": "TIMEOUT",

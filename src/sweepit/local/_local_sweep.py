@@ -31,7 +31,6 @@ from sweepit.results import (
     JobOutcome,
     JobState,
     Ledger,
-    LiveReader,
     Progress,
     Recorder,
     SweepLock,
@@ -109,22 +108,23 @@ class LocalSweep:
         self.own_lock = lock is None
         self.lock = SweepLock(sweep_dir) if lock is None else lock
         self.pool: Pool | None = None          # set up by run() or the first start(), until the run ends
-        self.statuses: dict[int, str] = {}     # the outcome of each job that ran
         self.skipped: set[int] = set()         # finished before (resume)
         self._started: dict[int, Job] = {}     # started by start(), not yet returned by wait_any()
-        self._live = LiveReader()              # running jobs' epochs, for an ETA before the first job ends
         self._looked = 0.0
 
     # -- a fixed list of jobs ----------------------------------------------------------------------------------
     def run(self, jobs: list[Job]) -> dict[int, str]:
-        """Run `jobs` to their end (or to a stop signal): each one's status. Raises SweepFailedError when jobs failed
+        """Run `jobs` to their end (or to a stop signal): each one's state. Raises SweepFailedError when jobs failed
         (and `fail_on_error`) or the sweep was stopped."""
         o = self.options
         pool = self._set_up(len(jobs))
         recorded = bool(self.manifest.jobs)
-        for j in jobs:
-            if not (o.resume and j.num in self.manifest.jobs):  # a resume keeps the record of finished jobs
+        for j in jobs:  # a resume keeps the record of finished jobs; the others are queued again
+            entry = self.manifest.jobs.get(j.num)
+            if not (o.resume and entry):
                 self.manifest.plan(j.num, j.overrides)
+            elif not JobState.is_success(entry.state):
+                self.manifest.move(j.num, JobState.QUEUED, again=True, started_at=None, ended_at=None)
         self.manifest.write()
         if o.resume and not recorded and not any(is_finished(p) for p in self.sweep_dir.iterdir() if p.is_dir()):
             # (A sweep stopped before any job finished is resumed without a word: its sweep.json says so.)
@@ -147,10 +147,10 @@ class LocalSweep:
             self._end(failing=stopped)
         if o.print_summary:
             print(summarize(self.sweep_dir), flush=True)
-        report = failure_report(self.manifest, jobs, self.statuses, self.skipped, pool.stop_signal, o.fail_on_error)
+        report = failure_report(self.manifest, jobs, self.skipped, pool.stop_signal, o.fail_on_error)
         if report is not None:  # the launcher writes the sweep's report first (Hydra's callback will not)
             raise (SweepFailedError if pool.stop_signal is None else SweepStoppedError)(report)
-        return dict(self.statuses)
+        return {j.num: self.manifest.jobs[j.num].state for j in jobs}
 
     # -- jobs one by one, as a sweeper asks (the Optuna sweeper's AsyncLauncher protocol) ---------------------
     def start(self, job: Job) -> None:
@@ -173,7 +173,7 @@ class LocalSweep:
         pool = self.pool
         assert pool is not None, "start() a job before wait_any()"
         while True:
-            ended = [n for n in self._started if n in self.statuses or n in self.skipped]
+            ended = [n for n in self._started if JobState.is_ended(self.manifest.jobs[n].state)]
             if ended:
                 break
             if pool.stop_signal is not None and not pool.running:
@@ -181,7 +181,7 @@ class LocalSweep:
             if not pool.busy():
                 break
             pool.step()
-        return [(self._started.pop(n), self.statuses.get(n)) for n in ended]
+        return [(self._started.pop(n), self.manifest.jobs[n].state) for n in ended]
 
     def close(self) -> None:
         """End the run of start()/wait_any(): jobs still running are killed, the manifest is written."""
@@ -258,7 +258,7 @@ class LocalSweep:
 
     def _refuse(self, job: Job, error: ConfigError) -> bool:
         """A job that is not to run: recorded as failed, with the error."""
-        self.statuses[job.num] = self.manifest.fail(job.num, str(error), Recorder.LOCAL)
+        self.manifest.fail(job.num, str(error), Recorder.LOCAL)
         self.manifest.write([job.num])
         self.progress.start()
         self.progress.finish(job.num, JobState.FAILED, None)
@@ -286,7 +286,6 @@ class LocalSweep:
         seen, stderr_tail, facts = end_facts(job, entry.started_at, self.options.stderr_tail_lines)
         status = self.manifest.end(job.num, seen, Recorder.LOCAL, stderr_tail=stderr_tail, **facts)
         self.release(job)
-        self.statuses[job.num] = status
         entry.extra["exit_code"] = job.exit_code
         self.manifest.write([job.num])
         self.progress.finish(job.num, status, job.wall_time_s)
@@ -294,9 +293,7 @@ class LocalSweep:
     def tick(self) -> None:
         if self.progress.done == 0 and time.monotonic() - self._looked >= _LOOK_S:
             self._looked = time.monotonic()
-            running = [self._live.look(Path(e.job_dir)) for e in self.manifest.jobs.values()
-                       if e.state == JobState.RUNNING and e.job_dir]
-            self.progress.early_eta(running)
+            self.progress.early_eta(e.job_dir for e in self.manifest.jobs.values() if e.state == JobState.RUNNING)
         self.progress.draw()
         self.lock.touch()  # keeps the sweep lock fresh
 

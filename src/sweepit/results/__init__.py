@@ -25,7 +25,7 @@ from sweepit.results._job_files import (
     write_metrics,
     write_result,
 )
-from sweepit.results._ledger import Ledger, is_finished, record_end, record_failure
+from sweepit.results._ledger import Ledger, is_finished, record_end
 from sweepit.results._live import LIVE_ROWS, array_of
 from sweepit.results._lock import HEARTBEAT_S as LOCK_HEARTBEAT_S
 from sweepit.results._lock import SweepLock, own_folder
@@ -95,13 +95,13 @@ __all__ = [
     "DIRECTIONS", "LIVE_ROWS", "LOCK_HEARTBEAT_S", "MAX_ROWS", "RESULT_GRACE_S", "WAIT", "WORKER_STALE_S",
     "ConfigSource", "JobEntry", "JobOutcome", "JobPaths", "JobRecord", "JobRow", "JobState", "Ledger", "LiveReader",
     "Manifest", "Progress", "Recorder", "ResultGrace", "SweepLock", "SweepPaths", "UnreadKeys", "Work", "WorkSource",
-    "aligned", "annotations", "app_command", "array_of", "as_number", "asks_for_report", "best_row", "claim", "claimed",
+    "aligned", "app_command", "array_of", "as_number", "asks_for_report", "best_row", "claim", "claimed",
     "clean", "command_line", "config_of", "config_source", "counts_text", "default_direction_line",
     "direction_is_default", "driver_argv", "driver_env", "error_line", "failure_report", "finite_number",
     "fixed_overrides", "format_duration", "format_table", "heartbeat", "hydra_quote", "is_finished", "iter_manifest",
     "job_dir_name", "job_folders", "job_num", "job_row", "load_yaml", "measures_speed", "objective_direction",
     "objective_values", "own_folder", "own_key", "own_overrides", "read_live_manifest", "read_manifest", "read_metrics",
-    "read_record", "read_study_file", "record_end", "record_failure", "records_digest", "report_shows",
+    "read_record", "read_study_file", "record_end", "records_digest", "report_shows",
     "reports_at_end", "rerun_argv", "rerun_command", "returned_fields", "short_value", "silent_s", "speed_study_line",
     "start_clean", "summarize", "sweep_direction", "sweep_eta_s", "sweep_jobs", "sweeper_value", "swept_keys",
     "tail_lines", "total_wall_time_s", "typed_overrides", "worst", "write_metrics", "write_records", "write_result",

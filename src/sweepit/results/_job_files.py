@@ -198,14 +198,6 @@ class JobRecord:
     result: dict[str, Any] = field(default_factory=dict)  # the file's keys (status, objective, error, times, ...)
     problem: str = ""                # why it cannot be read
 
-    @classmethod
-    def of(cls, status: JobState, recorded_by: Recorder | None = None, **facts: Any) -> JobRecord:
-        """A record to write: how the job ended, who recorded it when the job did not, and what else is known."""
-        result: dict[str, Any] = {"status": status, "objective": None, **facts}
-        if recorded_by is not None:
-            result["recorded_by"] = recorded_by
-        return cls(status, result)
-
     @property
     def objective(self) -> float | None:
         return as_number(self.result.get("objective"))

@@ -30,20 +30,18 @@ _TIMES = ("pid", "started_at", "ended_at")
 def record_end(job_dir: Path | str | None, status: JobState, recorded_by: Recorder | None, *, replace: bool = False,
                stderr_tail: Callable[[], str] | None = None, retell: Callable[[JobRecord], bool] | None = None,
                **facts: Any) -> JobRecord:
-    """Sweepit's record of how a job ended, for a job that left none; the record that stands. `replace=False` (a
-    watcher saw it end): the job's own record wins, however late it came (`write_result`'s rules). `replace=True`: the
-    job never ran (its config refused, no worker started it). No `job_dir`: nothing is written."""
-    record = JobRecord.of(status, recorded_by, **facts)
+    """A record of how a job ended (`recorded_by`: who wrote it, when not the job itself) and the record that stands.
+    `replace=False` (a watcher saw it end): the job's own record wins, however late it came (`write_result`'s rules).
+    `replace=True`: the job's whole story (sweepit's own loop's, or of a job that never ran: its config refused, no
+    worker started it). No `job_dir`: nothing is written."""
+    result: dict[str, Any] = {"status": status, "objective": None, **facts}
+    if recorded_by is not None:
+        result["recorded_by"] = recorded_by
+    record = JobRecord(status, result)
     if job_dir is None:
         return record
     standing = write_result(job_dir, record, replace=replace, stderr_tail=stderr_tail, retell=retell)
     return record if standing == status else read_record(job_dir)
-
-
-def record_failure(job_dir: Path | str, error: str, recorded_by: Recorder) -> JobState:
-    """Record that a job failed before it ran (its config refused, no worker started it)."""
-    record_end(job_dir, JobState.FAILED, recorded_by, replace=True, error=error, ended_at=now_iso())
-    return JobState.FAILED
 
 
 def is_finished(job_dir: Path | str) -> bool:
@@ -124,8 +122,8 @@ class Ledger(Manifest):
         return standing
 
     def requeue(self, num: int) -> bool:
-        """Job `num` back to the queue for another attempt (its worker died under it), unless a record of its end came
-        meanwhile (one of its stop, `interrupted`, is no end): that end stands, and False."""
+        """Job `num` back to the queue for another attempt (its worker died or gave it back), unless a record of its
+        end came meanwhile (one of its stop, `interrupted`, is no end): that end stands, and False."""
         entry = self.jobs[num]
         if JobState.is_ended(status := read_record(entry.job_dir).status) and status != JobState.INTERRUPTED:
             return False
@@ -134,8 +132,9 @@ class Ledger(Manifest):
     def fail(self, num: int, error: str, recorded_by: Recorder) -> str:
         """Job `num` did not run (refused, or no worker started it): recorded failed, with `error`."""
         entry = self.jobs[num]
-        entry.state = record_failure(entry.job_dir, error, recorded_by)
         entry.ended_at = now_iso()
+        record_end(entry.job_dir, JobState.FAILED, recorded_by, replace=True, error=error, ended_at=entry.ended_at)
+        entry.state = JobState.FAILED
         return entry.state
 
     def mirror(self, num: int) -> bool:

@@ -130,9 +130,9 @@ def _read_snapshot(sweep_dir: Path, head_only: bool = False) -> tuple[dict[str, 
 
 
 def _codec(head: dict[str, Any]) -> RecordCodec:
-    """The layout of the records under sweep fields `head` (whole records when they name no `job_defaults`)."""
+    """The layout of the records under sweep fields `head`."""
     defaults = head.pop(DEFAULTS_KEY, None)
-    return RecordCodec(str(head.get("sweep_dir") or ""), defaults if isinstance(defaults, dict) else None)
+    return RecordCodec(str(head.get("sweep_dir") or ""), defaults if isinstance(defaults, dict) else {})
 
 
 def read_manifest_data(sweep_dir: Path
@@ -146,7 +146,7 @@ def read_manifest_data(sweep_dir: Path
     if journal.updated_at:
         head["updated_at"] = journal.updated_at
     merged = _merged(jobs, {job["num"]: job for job in journal.records})
-    return head, merged if not codec.compact else map(codec.decode, merged), size, journal, codec
+    return head, map(codec.decode, merged), size, journal, codec
 
 
 def iter_manifest(sweep_dir: Path) -> tuple[dict[str, Any], Iterator[dict[str, Any]]]:
@@ -284,7 +284,7 @@ def read_live_manifest(sweep_dir: Path, kind: type[Manifest] = Manifest) -> tupl
     try:
         head, _, _ = _read_snapshot(sweep_dir, head_only=True)
         codec = _codec(head)
-        live = read_live(sweep_dir, head.get("generation", 0), codec) if codec.compact else None
+        live = read_live(sweep_dir, head.get("generation", 0), codec)
         if live is None or Path(str(head.get("sweep_dir"))) != sweep_dir:
             return None
         head["updated_at"] = live.updated_at or head.get("updated_at", "")
@@ -327,21 +327,21 @@ class LaunchedJob(Protocol):
     job_dir: Path
 
 
-def failure_report(manifest: Manifest, jobs: Sequence[LaunchedJob], statuses: dict[int, str], skipped: set[int],
-                   stop_signal: int | None, fail_on_error: bool) -> str | None:
+def failure_report(manifest: Manifest, jobs: Sequence[LaunchedJob], skipped: set[int], stop_signal: int | None,
+                   fail_on_error: bool) -> str | None:
     """The message of the error that ends a sweep with failures (which jobs, their errors and logs, how to resume),
-    or None when it ends cleanly. `skipped`: jobs a resume found finished before."""
-    bad = [j for j in jobs if JobState.is_failure(statuses.get(j.num))]
+    or None when it ends cleanly: each job's state is the manifest's. `skipped`: jobs a resume found finished before."""
+    statuses = {j.num: e.state if (e := manifest.jobs.get(j.num)) else JobState.NOT_STARTED for j in jobs}
+    bad = [j for j in jobs if JobState.is_failure(statuses[j.num])]
     # Every reader of the sweep finds a job's record in the folder recorded for it: one ended there without it
     # (the folder moved or deleted since, by the app or by hand) is as good as failed.
-    lost = [j for j in jobs if JobState.is_success(statuses.get(j.num)) and j.num not in skipped
+    lost = [j for j in jobs if JobState.is_success(statuses[j.num]) and j.num not in skipped
             and not JobPaths(j.job_dir).result.exists()]
     if stop_signal is None and (not (bad or lost) or not fail_on_error):
         return None
     if stop_signal is not None:  # the jobs the stop interrupted need no line each: the stop is their error
-        bad = [j for j in bad if statuses.get(j.num) != JobState.INTERRUPTED]
-    tally = counts_text(Counter("finished before" if j.num in skipped else statuses.get(j.num, JobState.NOT_STARTED)
-                                for j in jobs))
+        bad = [j for j in bad if statuses[j.num] != JobState.INTERRUPTED]
+    tally = counts_text(Counter("finished before" if j.num in skipped else statuses[j.num] for j in jobs))
     if stop_signal is not None:
         lines = [f"sweep stopped by {signal.Signals(stop_signal).name}: {tally} (of {len(jobs)} jobs launched); what "
                  "finished is kept."]

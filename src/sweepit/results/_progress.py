@@ -7,7 +7,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -45,6 +45,7 @@ class Progress:
         self.note = ""               # what the launcher adds, e.g. why queued jobs wait
         self._shown = False
         self._early: tuple[float, float] | None = None  # (ETA from running jobs' epochs, when it was taken)
+        self._live = LiveReader()    # the running jobs' metrics, for that ETA
 
     def skip(self, n: int = 1) -> None:
         self.queued -= n
@@ -66,8 +67,12 @@ class Progress:
             took = "" if wall_time_s is None else f" in {wall_time_s:.1f}s"
             self._write(f"job {num} {status}{took} | {self.line()}\n")
 
-    def early_eta(self, running: list[JobProgress | None]) -> None:
-        """The running jobs' estimate (`sweep_eta_s`), used until the first job ends."""
+    def early_eta(self, job_dirs: Iterable[str]) -> None:
+        """Until the first job ends, the estimate (`sweep_eta_s`) of the running jobs in `job_dirs` (the ledger's), from
+        the epochs they have written."""
+        if self.done:
+            return
+        running = [self._live.look(Path(d)) for d in job_dirs if d]
         eta_s = sweep_eta_s(running, self.queued, max(1, self.running))
         self._early = None if eta_s is None else (eta_s, self.clock())
 

@@ -2,8 +2,7 @@
 A job directory is written relative to the sweep directory, a path in its `extra` relative to the job directory
 (`$/stdout.log`), and what most jobs share (their state, the sweep's settings each job's plan repeats) once, in the
 sweep fields' `job_defaults`; a record holds what differs from them (`unset`: the shared `extra` keys it lacks).
-Readers get each record whole again (`decode`), so nothing above this module sees the layout. A sweep.json written
-before it (no `job_defaults`) holds whole records, read as they are; its journal continues in that layout."""
+Readers get each record whole again (`decode`), so nothing above this module sees the layout."""
 
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ _IN_JOB = "$/"   # an `extra` path under the job's own directory; any other stri
 
 
 def job_dict(j: JobEntry) -> dict[str, Any]:
-    """The record with every field: what readers get, and what a sweep.json without `job_defaults` holds."""
+    """The record with every field: what readers get."""
     return {"num": j.num, "overrides": j.overrides, "job_dir": j.job_dir, "state": j.state, "pid": j.pid,
             "started_at": j.started_at, "ended_at": j.ended_at, "extra": j.extra}
 
@@ -64,19 +63,15 @@ def choose_defaults(jobs: Mapping[int, JobEntry]) -> dict[str, Any]:
 
 
 class RecordCodec:
-    """The records of one sweep.json generation: `encode` writes a record in its layout, `decode` reads one whole.
-    `defaults` None: the layout of before, whole records."""
+    """The records of one sweep.json generation: `encode` writes a record in its layout, `decode` reads one whole."""
 
-    def __init__(self, sweep_dir: str, defaults: Mapping[str, Any] | None) -> None:
+    def __init__(self, sweep_dir: str, defaults: Mapping[str, Any]) -> None:
         self.root = str(sweep_dir).rstrip("/") + "/"
-        self.compact = defaults is not None
-        self.shared_state = str((defaults or {}).get("state", JobState.QUEUED))
-        extra = (defaults or {}).get("extra")
+        self.shared_state = str(defaults.get("state", JobState.QUEUED))
+        extra = defaults.get("extra")
         self.extra: dict[str, Any] = dict(extra) if isinstance(extra, Mapping) else {}
 
     def encode(self, j: JobEntry) -> dict[str, Any]:
-        if not self.compact:
-            return job_dict(j)
         record: dict[str, Any] = {"num": j.num, "overrides": j.overrides}
         job_dir = j.job_dir
         if job_dir:
@@ -102,8 +97,6 @@ class RecordCodec:
         return record
 
     def decode(self, record: dict[str, Any]) -> dict[str, Any]:
-        if not self.compact:
-            return record
         job_dir = record.get("job_dir") or ""
         if job_dir and not job_dir.startswith("/"):
             job_dir = self.root + job_dir

@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from sweepit._signals import StopSignals
@@ -22,7 +21,6 @@ from sweepit.results import (
     JobEntry,
     JobState,
     Ledger,
-    LiveReader,
     Progress,
     ResultGrace,
     own_overrides,
@@ -65,21 +63,20 @@ class Follower:
         self.result_grace_s = o.result_grace_s
         self.stderr_tail_lines = o.stderr_tail_lines
         self.on_poll = on_poll
-        self.statuses: dict[int, str] = {}
+        self.done: set[int] = set()  # the jobs followed to their end (each one's state: the ledger's)
         self._phase: dict[int, str] = {
             n: JobState.RUNNING if manifest.jobs[n].state == JobState.RUNNING else JobState.QUEUED for n in nums}
         for phase in self._phase.values():  # adopted from an earlier driver
             if phase == JobState.RUNNING:
                 progress.start()
         self._dead = ResultGrace(o.result_grace_s)  # its own result may be a moment late on a shared file system
-        self._returning: dict[int, tuple[float, str]] = {}  # result in, return value not yet: (since, status)
+        self._returning: dict[int, float] = {}  # result in, return value not yet: since when (monotonic)
         self._unreachable = False    # the controller did not answer at the last look (said once, and when back)
         self._reasons = ""           # why queued jobs wait, as last said
         self._looking: tuple[threading.Thread, dict[str, Any]] | None = None  # squeue/sacct in flight
         # Called for a job seen ended (a dead one after its grace): True when the caller takes the job back (a packed
         # job whose worker died goes to another worker) instead of it ending here.
         self.retry: Callable[[int, Seen], bool] = lambda num, seen: False
-        self._live = LiveReader()  # the running jobs' metrics, read incrementally
         self._folders: dict[str, int] = {}  # the followed jobs' submitit folders, each with its mtime at the last look
         self._early_at = 0.0  # no look at the results between polls before this (monotonic)
 
@@ -162,10 +159,8 @@ class Follower:
             self.manifest.write(changed)
         if asked or not self.pending:
             self._tell_reasons(pending_reasons({n: s for n, s in seen.items() if n in self.pending}))
-        if self.progress.done == 0:  # before the first job ends: an ETA from the running jobs' epochs
-            running = [self._live.look(Path(self.manifest.jobs[n].job_dir)) for n in self.pending
-                       if self._phase[n] == JobState.RUNNING and self.manifest.jobs[n].job_dir]
-            self.progress.early_eta(running)
+        running = (n for n in self.pending if self._phase[n] == JobState.RUNNING)  # read only before a job ends
+        self.progress.early_eta(self.manifest.jobs[n].job_dir for n in running)
         self.progress.draw()
 
     def _watch_folders(self) -> None:
@@ -237,14 +232,14 @@ class Follower:
 
     def settle(self) -> None:
         """End the jobs whose return value came in since the last look (a file check each, between polls)."""
-        for num, (_, state) in list(self._returning.items()):
+        for num in list(self._returning):
             if _has_returned(self.manifest.jobs[num]):
-                self._end(num, state)
+                self._end(num)
 
     def _give_up_on_returns(self, now: float) -> None:
         """Jobs still without a return value `result_grace_s` after their result: those Slurm has ended (or
         forgotten) will not get one; they end with their result alone."""
-        late = [n for n, (since, _) in self._returning.items() if now - since >= self.result_grace_s]
+        late = [n for n, since in self._returning.items() if now - since >= self.result_grace_s]
         if not late or self._unreachable:
             return
         rows = cluster.squeue(slurm_id(self.manifest.jobs[n]) or "" for n in late)
@@ -253,7 +248,7 @@ class Follower:
         for num in late:
             row = _mine(rows, self.manifest.jobs[num])
             if row is None or not row.in_queue:
-                self._end(num, self._returning[num][1])
+                self._end(num)
 
     def _advance(self, num: int, state: str, final: bool) -> None:
         if final or state == JobState.RUNNING:
@@ -263,9 +258,9 @@ class Follower:
         if final:
             entry = self.manifest.jobs[num]
             if JobState.is_failure(state) or not slurm_id(entry) or _has_returned(entry):
-                self._end(num, state)
+                self._end(num)
             else:
-                self._returning.setdefault(num, (time.monotonic(), state))
+                self._returning.setdefault(num, time.monotonic())
 
     def _move(self, num: int, phase: str) -> None:
         """Job `num` counted among the queued or the running jobs of the progress line."""
@@ -276,9 +271,11 @@ class Follower:
             self.progress.queued += 1
         self._phase[num] = phase
 
-    def _end(self, num: int, state: str) -> None:
-        self.progress.finish(num, state, read_record(self.manifest.jobs[num].job_dir).wall_time_s)
-        self.statuses[num] = state
+    def _end(self, num: int) -> None:
+        """Job `num` followed to its end: its state is the ledger's."""
+        entry = self.manifest.jobs[num]
+        self.progress.finish(num, entry.state, read_record(entry.job_dir).wall_time_s)
+        self.done.add(num)
         del self.pending[num]
         self._phase[num] = "done"
         self._returning.pop(num, None)

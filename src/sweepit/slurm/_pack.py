@@ -84,7 +84,7 @@ class PackedSweep(WorkerDriver):
         self.adopted: dict[int, str] = {}     # job -> the text of its claim when adopted (worker, when)
         self.markers: set[str] = set()        # the release markers seen
         self.ran: set[str] = set()            # arrays whose workers claimed a job
-        self.given_up: dict[int, str] = {}
+        self.given_up: set[int] = set()       # jobs no worker will run: not started, or failed
         self.follower: Follower               # set by watch()
 
     # -- the plan --------------------------------------------------------------------------------------------
@@ -174,9 +174,8 @@ class PackedSweep(WorkerDriver):
             return None
         if stop is not None:
             raise SweepStoppedError(stop)
-        statuses = {**self.follower.statuses, **self.given_up}
-        self.sweep.finish(self.m, jobs, statuses, skipped)
-        return statuses
+        self.sweep.finish(self.m, jobs, skipped)
+        return {n: self.m.jobs[n].state for n in self.todo}
 
     def _submit_plan(self, jobs: list[PlannedJob]) -> None:
         """A new generation: the plan of the jobs to run, their manifest entries, one array of workers per request."""
@@ -246,10 +245,10 @@ class PackedSweep(WorkerDriver):
 
     def going(self) -> bool:
         """Whether a job of the plan has not ended: counted, not listed (asked every 0.1 s, with 100,000 jobs)."""
-        return len(self.follower.statuses) + len(self.given_up) < len(self.todo)
+        return len(self.follower.done) + len(self.given_up) < len(self.todo)
 
     def left(self) -> list[int]:
-        return [n for n in self.todo if n not in self.follower.statuses and n not in self.given_up]
+        return [n for n in self.todo if n not in self.follower.done and n not in self.given_up]
 
     def adopt(self) -> None:
         """Jobs claimed since the last look become jobs of their worker's Slurm id; jobs given back (a worker stopped
@@ -257,12 +256,12 @@ class PackedSweep(WorkerDriver):
         m, follower = self.m, self.follower
         claimed, present = scan_claims(self.sweep_dir, self.generation, self.adopted, self.markers)
         changed = []
-        for num in [n for n in self.adopted if n not in present and n not in follower.statuses]:
-            self._unadopt(num)
-            changed.append(num)
+        for num in [n for n in self.adopted if n not in present and n not in follower.done]:
+            if self._unadopt(num):
+                changed.append(num)
         for num, (worker, _, text) in sorted(claimed.items()):
             entry = m.jobs.get(num)
-            if num not in self.todo or entry is None or entry.extra.get(PACKED) is None or num in follower.statuses:
+            if num not in self.todo or entry is None or entry.extra.get(PACKED) is None or num in follower.done:
                 continue
             entry.extra.update(worker_job(worker, m))
             # Queued until the follower sees it started: a worker claims one job ahead of a free slot.
@@ -275,13 +274,17 @@ class PackedSweep(WorkerDriver):
         if changed:
             m.write(changed)
 
-    def _unadopt(self, num: int) -> None:
+    def _unadopt(self, num: int) -> bool:
+        """Job `num` back to the queue, no worker's job any more; False when its own record of its end came meanwhile
+        (the ledger's `requeue` refuses: that end stands, and the follower takes it)."""
+        if not self.m.requeue(num):
+            return False
         entry = self.m.jobs[num]
         for key in ("slurm_job_id", "slurm_array_job_id", "slurm_job_name", "slurm_state", "node"):
             entry.extra.pop(key, None)
-        self.m.move(num, JobState.QUEUED, again=True, started_at=None, ended_at=None)
         self.follower.drop(num)
         self.adopted.pop(num, None)
+        return True
 
     def retry(self, num: int, seen: Seen) -> bool:
         """The follower's hook for a job that has ended: True (and the job given back) when its worker ended under it
@@ -292,11 +295,10 @@ class PackedSweep(WorkerDriver):
         retries = int(entry.extra.get("retries") or 0)
         if seen.slurm_state not in RETRY_STATES or retries >= MAX_RETRIES:
             return False
-        if not self.m.requeue(num):
-            return False  # it ended by its own record meanwhile
         worker = entry.extra.get("slurm_job_id")
+        if not self._unadopt(num):
+            return False  # it ended by its own record meanwhile
         release(self.sweep_dir, self.generation, num)
-        self._unadopt(num)
         entry.extra["retries"] = retries + 1
         self.m.write([num])
         self.follower.say(f"sweepit: job {num}: its worker {worker} ended ({seen.slurm_state}) while running it; "
@@ -336,7 +338,7 @@ class PackedSweep(WorkerDriver):
                                   f"{self.sweep_dir}` runs them)")
                 for num in nums:
                     self.m.move(num, JobState.NOT_STARTED)
-                    self.given_up[num] = JobState.NOT_STARTED
+                    self.given_up.add(num)
                     self.m.jobs[num].extra["not_started"] = why
                     self.follower.progress.skip()
                 self.m.write(nums)
@@ -371,7 +373,8 @@ class PackedSweep(WorkerDriver):
         return next((i for i in ids if (row := rows.get(i)) is not None and row.state == "CANCELLED"), None)
 
     def _give_up(self, num: int, error: str) -> None:
-        self.given_up[num] = self.m.fail(num, error, Recorder.PACKED_DRIVER)
+        self.m.fail(num, error, Recorder.PACKED_DRIVER)
+        self.given_up.add(num)
         self.follower.progress.start()
         self.follower.progress.finish(num, JobState.FAILED, None)
         self.m.write([num])

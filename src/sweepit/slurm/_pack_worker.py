@@ -31,7 +31,7 @@ from sweepit.results import (
     Work,
     claim,
     read_record,
-    record_failure,
+    record_end,
 )
 from sweepit.slurm._engine import Engine
 
@@ -159,7 +159,8 @@ class GridSource:
         assert work.job_dir is not None, "a grid's jobs have planned directories"
         message = f"its config does not compose: {with_causes(error)}"
         Path(work.job_dir).mkdir(parents=True, exist_ok=True)
-        record_failure(work.job_dir, message, Recorder.PACKED_WORKER)
+        record_end(work.job_dir, JobState.FAILED, Recorder.PACKED_WORKER, replace=True, error=message,
+                   ended_at=now_iso())
         log.warning(f"worker {self.worker}: job {work.num} failed: {message}")
         return True
 

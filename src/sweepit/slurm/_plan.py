@@ -92,14 +92,14 @@ class Planner:
                 skipped.add(job.num)
         return skipped
 
-    def finish(self, m: Manifest, jobs: list[PlannedJob], statuses: dict[int, str], skipped: set[int]) -> None:
+    def finish(self, m: Manifest, jobs: list[PlannedJob], skipped: set[int]) -> None:
         """The end of a followed run: the results table, and SweepFailedError when jobs failed (and
         `fail_on_error`)."""
         # Every run has ended by its record: the budget's figures wait for accounting's (the report reads them next).
         line = budget_line(self.sweep_dir, settle_s=END_SETTLE_S)
         if self.options.print_summary:
             print(summarize(self.sweep_dir) + (f"\n{line}" if line else ""), flush=True)
-        report = failure_report(m, jobs, statuses, skipped, None, self.options.fail_on_error)
+        report = failure_report(m, jobs, skipped, None, self.options.fail_on_error)
         if report is not None:
             raise SweepFailedError(report)
 

@@ -90,8 +90,8 @@ class SlurmSweep(Planner):
         """Submit `jobs` and follow them to their end (or detach, `wait=false`); how each one ended. Raises
         SweepFailedError, after the results table, when jobs failed (and `fail_on_error`) or on Ctrl-C."""
         if self.options.workers:  # a packed job's worker returns nothing of it: its status is all
-            statuses = self._packed().run(jobs) or {}
-            return {j.num: JobOutcome(statuses.get(j.num)) for j in jobs}
+            states = self._packed().run(jobs) or {}
+            return {j.num: JobOutcome(states.get(j.num)) for j in jobs}
         limits = read_limits_meanwhile(self.options)
         max_array_size = self.plan(jobs)
         manifest = self.begin()
@@ -139,8 +139,8 @@ class SlurmSweep(Planner):
         stop = follower.follow(look, going)
         if stop is not None:
             raise SweepStoppedError(_stopped(manifest, list(follower.pending), stop, self.sweep_dir))
-        self.finish(manifest, jobs, follower.statuses, skipped)
-        return {j.num: _outcome(manifest.jobs[j.num], follower.statuses.get(j.num)) for j in jobs}
+        self.finish(manifest, jobs, skipped)
+        return {j.num: _outcome(manifest.jobs[j.num]) for j in jobs}
 
     def _adopt(self, jobs: list[PlannedJob], manifest: Ledger, skipped: set[int]) -> list[int]:
         """A resume's jobs still queued or running from an earlier submission: followed, not submitted again."""
@@ -181,7 +181,7 @@ class SlurmSweep(Planner):
                 raise KeyboardInterrupt(f"stopped by a second {signal.Signals(signum).name}")
 
         def ended() -> list[int]:
-            return [n for n in self._started if n in follower.statuses]
+            return [n for n in self._started if n in follower.done]
 
         with StopSignals(on_signal=second_stops) as stop:
             def look() -> bool:
@@ -192,7 +192,7 @@ class SlurmSweep(Planner):
                 return True
 
             follower.loop(look, lambda: (stop.first is None or self._cancelled) and not ended())
-        return [(self._started.pop(n), _outcome(follower.manifest.jobs[n], follower.statuses[n])) for n in ended()]
+        return [(self._started.pop(n), _outcome(follower.manifest.jobs[n])) for n in ended()]
 
     def _cancel_in_flight(self, follower: Follower, why: str) -> None:
         self._cancelled = True
@@ -236,12 +236,12 @@ def _in_queue(manifest: Ledger, nums: Iterable[int]) -> set[str]:
     return {i for n in nums if (i := slurm_id(manifest.jobs[n]))}
 
 
-def _outcome(entry: JobEntry, status: str | None) -> JobOutcome:
-    """How the job ended; a job that finished before (a resume skipped it) has its status from its result."""
-    if JobState.is_failure(status) or (status is None and JobState.is_failure(entry.state)):
-        return JobOutcome(status)
+def _outcome(entry: JobEntry) -> JobOutcome:
+    """How the job ended, as its ledger entry says (a job that finished before: as its result said on resume)."""
+    if JobState.is_failure(entry.state):
+        return JobOutcome(entry.state)
     has_returned, value = returned(entry)
-    return JobOutcome(status, value, has_returned)
+    return JobOutcome(entry.state, value, has_returned)
 
 
 # -- what the driver tells the user (an array's id stands for all its tasks) -------------------------------------

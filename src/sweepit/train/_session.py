@@ -28,6 +28,7 @@ from sweepit.results import (
     objective_direction,
     read_metrics,
     read_record,
+    record_end,
     returned_fields,
     write_metrics,
     write_result,
@@ -179,8 +180,8 @@ class Session:
         task that wrote none, by nobody else for sweepit's own job (its own record)."""
         metric, direction = self.metric, self.direction
         rows = self.rows or (read_metrics(self.job_dir)[0] if self.job_dir is not None else [])
-        record = JobRecord.of(
-            status, recorded_by, started_at=self.started_at, ended_at=now_iso(),
+        record = record_end(
+            None, status, recorded_by, started_at=self.started_at, ended_at=now_iso(),
             wall_time_s=time.perf_counter() - self.t0, hostname=socket.gethostname(), pid=os.getpid(),
             world_size=self.the_rank.world_size, n_gpus=gpus_given(), **epoch_facts(rows, metric, direction))
         result = record.result
