@@ -27,6 +27,10 @@ class DivergedError(SweepitError, ArithmeticError):
     """The training loss became NaN or infinite."""
 
 
+class PausedAtRung(SweepitError):
+    """The job reached the epoch at which the halving sweeper pauses it, its checkpoint saved: it ends `paused`."""
+
+
 class ManifestError(SweepitError):
     """A sweep directory has no readable `sweep.json`, so it cannot be resumed or followed."""
 

@@ -59,6 +59,7 @@ from sweepit.results._progress import LiveReader, Progress, format_duration, swe
 from sweepit.results._reported import asks_for_report, records_digest, report_shows, reports_at_end, write_records
 from sweepit.results._status import (
     DIRECTIONS,
+    STOP_EPOCH_ENV,
     JobState,
     Recorder,
     as_number,
@@ -92,8 +93,9 @@ from sweepit.results._summary import (
 from sweepit.results._unread import UnreadKeys
 
 __all__ = [
-    "DIRECTIONS", "LIVE_ROWS", "LOCK_HEARTBEAT_S", "MAX_ROWS", "RESULT_GRACE_S", "WAIT", "WORKER_STALE_S",
-    "ConfigSource", "JobEntry", "JobOutcome", "JobPaths", "JobRecord", "JobRow", "JobState", "Ledger", "LiveReader",
+    "DIRECTIONS", "LIVE_ROWS", "LOCK_HEARTBEAT_S", "MAX_ROWS", "RESULT_GRACE_S", "STOP_EPOCH_ENV", "WAIT",
+    "WORKER_STALE_S", "ConfigSource", "JobEntry", "JobOutcome", "JobPaths", "JobRecord", "JobRow", "JobState", "Ledger",
+    "LiveReader",
     "Manifest", "Progress", "Recorder", "ResultGrace", "SweepLock", "SweepPaths", "UnreadKeys", "Work", "WorkSource",
     "aligned", "annotations", "app_command", "array_of", "as_number", "asks_for_report", "best_row", "claim", "claimed",
     "clean", "command_line", "config_of", "config_source", "counts_text", "default_direction_line",
