@@ -64,11 +64,16 @@ def test_each_rung_pauses_its_jobs_and_promotes_the_best_half_in_the_same_folder
         0: True, 1: False, 2: True, 3: True}
 
 
-def test_sweepit_status_shows_paused_jobs_and_offers_no_resume_for_them(sweep: Path) -> None:
+def test_sweepit_status_and_load_show_where_each_job_paused_and_offer_no_resume_for_them(sweep: Path) -> None:
+    import sweepit
+
     proc = run_command([SWEEPIT, "status", sweep])
     assert proc.returncode == 0, proc.stderr
     assert "4 jobs: 1 completed, 3 paused" in proc.stdout, proc.stdout
+    assert proc.stdout.count("paused at epoch 1") == 2 and proc.stdout.count("paused at epoch 2") == 1, proc.stdout
     assert "did not complete" not in proc.stdout, proc.stdout
+    df = sweepit.load(sweep).df
+    assert dict(zip(df["job"], df["status"], strict=True)) == {0: "paused", 1: "completed", 2: "paused", 3: "paused"}
 
 
 def test_a_promoted_job_ends_bit_for_bit_as_the_same_job_run_straight_through(sweep: Path, tmp_path: Path) -> None:
