@@ -76,7 +76,7 @@ class HalvingSweeper(Sweeper):
                 returns = halving.run(launcher, set_env)
             finally:
                 launcher.close()
-            print(summarize(sweep_dir), flush=True)
+                print(summarize(sweep_dir), flush=True)
             self._check_failures(sweep_dir, [num for num, _ in returns])
         return [[ret for _, ret in returns]]
 

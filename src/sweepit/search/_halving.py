@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweepit.errors import ConfigError, is_count, require
+from sweepit.errors import ConfigError, SweepStoppedError, is_count, require
 from sweepit.results import STOP_EPOCH_ENV, JobState, finite_number, job_folders, read_metrics, read_record
 from sweepit.search._trials import AsyncLauncher
 
@@ -96,7 +96,19 @@ class Halving:
             for num in alive:
                 set_env(num, {STOP_EPOCH_ENV: str(stop)} if stop else {})
                 launcher.start(self.points[num], num)
-            waiting = set(alive)
+            self._wait(launcher, alive, returns)
+            if stop is None:
+                break
+            folders = job_folders(self.sweep_dir)
+            values = {n: value_at(folders.get(n), self.metric, stop) for n in alive}
+            alive = survivors(values, self.direction, self.options.eta)
+        return sorted(returns.items())
+
+    def _wait(self, launcher: AsyncLauncher, nums: list[int], returns: dict[int, Any]) -> None:
+        """Until the jobs `nums` of a rung have ended. A job interrupted (Ctrl-C, SIGTERM) stops the sweep: the
+        rung's decision would rank jobs that did not reach it."""
+        waiting = set(nums)
+        try:
             while waiting:
                 ended = launcher.wait_any()
                 if not ended:
@@ -104,9 +116,14 @@ class Halving:
                 for num, ret in ended:
                     returns[num] = ret
                     waiting.discard(num)
-            if stop is None:
-                break
-            folders = job_folders(self.sweep_dir)
-            values = {n: value_at(folders.get(n), self.metric, stop) for n in alive}
-            alive = survivors(values, self.direction, self.options.eta)
-        return sorted(returns.items())
+        except KeyboardInterrupt as e:
+            raise SweepStoppedError(_stopped(str(e))) from None
+        folders = job_folders(self.sweep_dir)
+        stopped = [n for n in nums if read_record(folders.get(n)).status == JobState.INTERRUPTED]
+        if stopped:
+            raise SweepStoppedError(_stopped(f"job {stopped[0]} was interrupted"))
+
+
+def _stopped(why: str) -> str:
+    return (f"{why}, so the halving sweep stops; its jobs' folders, records and checkpoints stay.\n"
+            "A halving sweep cannot be resumed: run it again in a new folder.")
