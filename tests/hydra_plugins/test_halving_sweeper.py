@@ -137,3 +137,16 @@ def test_an_app_that_cannot_resume_is_refused_before_any_job_runs(tmp_path: Path
     assert proc.stderr.strip().splitlines()[-2:] == [
         "Add trainer.checkpoint=true.", "See docs/troubleshooting.md#halving-needs-checkpoints"], proc.stderr
     assert not (tmp_path / "outputs" / "multirun").exists() or not any((tmp_path / "outputs" / "multirun").iterdir())
+
+
+@pytest.mark.parametrize(("extra", "said"), [
+    (["hydra/launcher=basic"], "runs its rungs on sweepit's local launcher, but the launcher is BasicLauncher. "
+                               "Add hydra/launcher=local."),
+    (["hydra.launcher.resume=true"], "Run the sweep again in a new folder (drop hydra.launcher.resume and "
+                                     "hydra.sweep.dir)."),
+])
+def test_a_launcher_or_a_resume_it_cannot_run_is_refused_before_any_job(tmp_path: Path, extra: list[str],
+                                                                         said: str) -> None:
+    proc = run_train([*(a for a in GRID if not a.startswith("hydra.launcher.n_workers")), *extra], tmp_path)
+    assert proc.returncode == 1 and said in proc.stderr, proc.stderr
+    assert not list(tmp_path.rglob("result.json")), proc.stdout

@@ -110,8 +110,10 @@ class HalvingSweeper(Sweeper):
         """Refuse, before any job runs, a launcher that cannot start a job by its number, and an app that cannot
         pause at a rung and resume from there: sweepit's loop with `trainer.checkpoint=false`, or a task of its own
         whose module never calls `sweepit.save_checkpoint` and `sweepit.load_checkpoint`."""
+        from hydra_plugins.sweepit.local_launcher import LocalLauncher
+
         assert self.config is not None
-        if type(self.launcher).__name__ != "LocalLauncher":
+        if not isinstance(self.launcher, LocalLauncher):
             raise HalvingInputError(
                 "hydra/sweeper=halving runs its rungs on sweepit's local launcher, but the launcher is "
                 f"{type(self.launcher).__name__}. Add hydra/launcher=local.")
