@@ -150,3 +150,15 @@ def test_a_launcher_or_a_resume_it_cannot_run_is_refused_before_any_job(tmp_path
     proc = run_train([*(a for a in GRID if not a.startswith("hydra.launcher.n_workers")), *extra], tmp_path)
     assert proc.returncode == 1 and said in proc.stderr, proc.stderr
     assert not list(tmp_path.rglob("result.json")), proc.stdout
+
+
+def test_a_studys_grid_in_hydra_sweeper_params_is_halved_as_the_command_lines(tmp_path: Path) -> None:
+    """sweeps/optimizer_lr.yaml's grid (`hydra.sweeper.params`), cut to 2 x 2 and 3 epochs: eta 3 keeps one job."""
+    proc = run_train(["-m", "--config-dir", str(REPO / "sweeps"), "--config-name", "optimizer_lr",
+                      "hydra/sweeper=halving", "hydra.sweeper.params.optimizer='adam,sgd'",
+                      "hydra.sweeper.params.lr='0.1,0.001'", "epochs=3", "hydra.callbacks.summary.report=false", *CPU],
+                     tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (sweep_dir,) = (tmp_path / "outputs" / "optimizer_lr").iterdir()
+    assert _ended(sweep_dir) == {0: ("completed", 3), 1: ("paused", 1), 2: ("paused", 1), 3: ("paused", 1)}
+    assert read_manifest(sweep_dir).jobs[0].overrides[:2] == ["optimizer=adam", "lr=0.1"]
