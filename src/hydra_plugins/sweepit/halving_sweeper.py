@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.sweepit._launcher import SweepitLauncher, compact_errors, plain_options, runs_sweepits_loop
 from sweepit.errors import ConfigError, SweepFailedError
-from sweepit.results import JobState, SweepPaths, objective_direction, read_record, summarize
+from sweepit.results import JobState, SweepPaths, job_folders, objective_direction, read_record, summarize
 from sweepit.search import Halving, HalvingOptions
 
 _HOWTO = "See docs/troubleshooting.md#halving-needs-checkpoints"
@@ -140,8 +140,7 @@ class HalvingSweeper(Sweeper):
                 f"after each epoch's sweepit.report.\n{_HOWTO}")
 
     def _check_failures(self, sweep_dir: Path, nums: list[int]) -> None:
-        from sweepit.results import job_folders
-
+        """A job that failed fails the sweep, as on the launcher alone (unless `hydra.launcher.fail_on_error=false`)."""
         folders = job_folders(sweep_dir)
         failed = [n for n in nums if JobState.is_failure(read_record(folders.get(n)).status)]
         if failed and self.fail_on_error:

@@ -1,5 +1,6 @@
 """Optuna search: asynchronous trials over any launcher, pruning from inside the jobs, resumable studies, and
-long-lived workers; Hydra-free (the Hydra sweeper reads the space from Hydra's override grammar)."""
+long-lived workers; and successive halving over a grid. Hydra-free (the Hydra sweepers read the space and the grid
+from Hydra's override grammar)."""
 
 from __future__ import annotations
 
