@@ -28,7 +28,8 @@ class DivergedError(SweepitError, ArithmeticError):
 
 
 class PausedAtRung(SweepitError):
-    """The job reached the epoch at which the halving sweeper pauses it, its checkpoint saved: it ends `paused`."""
+    """Raised by `save_checkpoint` at the epoch where the halving sweeper pauses the job, its checkpoint saved: the
+    job ends `paused`. A loop that catches every exception lets this one pass (`except sweepit.PausedAtRung: raise`)."""
 
 
 class ManifestError(SweepitError):

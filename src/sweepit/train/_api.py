@@ -59,7 +59,7 @@ def save_checkpoint(state: Any) -> None:
     metrics reported so far and every RNG state, atomically. Rank 0 writes the checkpoint; with several ranks, every
     rank calls it (no collective: each other rank keeps only its own RNG states, in `checkpoint.rank<r>.pt`).
     Under the halving sweeper, the save at the epoch of the job's rung ends the job `paused` (it raises
-    `PausedAtRung`): call it after `report`, and let the error pass."""
+    `sweepit.PausedAtRung`): call it after `report`, and let the error pass."""
     session = active()
     _checkpoint.save(session, state)
     if session.at_rung():
