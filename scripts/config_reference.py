@@ -127,6 +127,7 @@ def render() -> str:
     from hydra_plugins.sweepit.config import (
         PRUNER_CONFS,
         SAMPLER_CONFS,
+        HalvingSweeperConf,
         LocalLauncherConf,
         OptunaSweeperConf,
         SlurmLauncherConf,
@@ -150,6 +151,9 @@ def render() -> str:
                     "each job a Slurm job. `hydra/launcher=sweepit_slurm`, which `--help` lists beside them, is the "
                     "schema that `slurm` and the profiles extend: the keys below with their defaults, no site's "
                     "values.", SlurmLauncherConf)
+    lines += _group("hydra.sweeper: halving", "halving", "`hydra/sweeper=halving`: a grid whose jobs pause at each "
+                    "rung, the best 1/eta resumed from their checkpoints ([how-to](howto-halving.md)).",
+                    HalvingSweeperConf)
     lines += _group("hydra.sweeper: Optuna", "Optuna", "`hydra/sweeper=optuna`: adaptive search.", OptunaSweeperConf)
     removed: list[str] = []
     for title, group, confs in (("samplers", "sampler", SAMPLER_CONFS), ("pruners", "pruner", PRUNER_CONFS)):

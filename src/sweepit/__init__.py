@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sweepit.errors import ConfigError, DataMissingError, DivergedError, SweepitError
+from sweepit.errors import ConfigError, DataMissingError, DivergedError, PausedAtRung, SweepitError
 from sweepit.train import JobContext, context, load_checkpoint, report, save_checkpoint, should_stop
 
 if TYPE_CHECKING:
@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
-    "ConfigError", "DataMissingError", "DivergedError", "JobContext", "SweepitError", "__version__", "context",
-    "load", "load_checkpoint", "report", "save_checkpoint", "should_stop",
+    "ConfigError", "DataMissingError", "DivergedError", "JobContext", "PausedAtRung", "SweepitError", "__version__",
+    "context", "load", "load_checkpoint", "report", "save_checkpoint", "should_stop",
 ]
 
 

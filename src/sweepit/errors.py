@@ -27,6 +27,11 @@ class DivergedError(SweepitError, ArithmeticError):
     """The training loss became NaN or infinite."""
 
 
+class PausedAtRung(SweepitError):
+    """Raised by `save_checkpoint` at the epoch where the halving sweeper pauses the job, its checkpoint saved: the
+    job ends `paused`. A loop that catches every exception lets this one pass (`except sweepit.PausedAtRung: raise`)."""
+
+
 class ManifestError(SweepitError):
     """A sweep directory has no readable `sweep.json`, so it cannot be resumed or followed."""
 

@@ -18,11 +18,13 @@ from omegaconf import OmegaConf
 from hydra_plugins.sweepit.config import (
     PRUNER_CONFS,
     SAMPLER_CONFS,
+    HalvingSweeperConf,
     LocalLauncherConf,
     OptunaSweeperConf,
     SlurmLauncherConf,
 )
 from sweepit.local._local_sweep import LocalOptions
+from sweepit.search._halving import HalvingOptions
 from sweepit.search._options import SearchOptions
 from sweepit.search._samplers import REMOVED_SAMPLERS
 from sweepit.slurm._request import SlurmOptions
@@ -34,8 +36,10 @@ HYDRA_ONLY = {
     LocalLauncherConf: {"_target_"},
     SlurmLauncherConf: {"_target_"},
     OptunaSweeperConf: {"_target_", "_recursive_", "defaults", "params", "search_space", "custom_search_space"},
+    HalvingSweeperConf: {"_target_", "params"},
 }
-ENGINE = {LocalLauncherConf: LocalOptions, SlurmLauncherConf: SlurmOptions, OptunaSweeperConf: SearchOptions}
+ENGINE = {LocalLauncherConf: LocalOptions, SlurmLauncherConf: SlurmOptions, OptunaSweeperConf: SearchOptions,
+          HalvingSweeperConf: HalvingOptions}
 
 
 @pytest.mark.parametrize("schema", list(ENGINE), ids=lambda s: s.__name__)

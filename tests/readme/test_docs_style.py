@@ -49,6 +49,7 @@ KINDS = {
     "howto-monitor.md": "how-to",
     "howto-pack.md": "how-to",
     "howto-budgets.md": "how-to",
+    "howto-halving.md": "how-to",
     "howto-hydra-plugins.md": "how-to",
     "troubleshooting.md": "reference",  # symptoms and their fixes, looked up by a message's link
 }

@@ -642,6 +642,18 @@ def test_the_sweep_on_your_cluster_with_its_partition_account_and_qos(shell: She
         _cluster_up()
 
 
+# -- Stop a grid's losers early (docs/howto-halving.md) ----------------------------------------------------------
+HALVING = "python train.py -m hydra/sweeper=halving optimizer=adam,sgd,rmsprop lr=0.001,0.01,0.1 epochs=9"
+
+
+@shows(HALVING, tier_slow=True)
+def test_the_halving_pages_grid_pauses_six_jobs_at_epoch_1_two_at_3_and_trains_one_to_9(shell: Shell) -> None:
+    """The page's grid as it says: 9 jobs to epoch 1, the best 3 to epoch 3, the best of those to epoch 9."""
+    ok(shell.run(HALVING))
+    ended = sorted((row.status, row.result.get("epochs_completed")) for row in collect(shell.sweep()))
+    assert ended == [("completed", 9), *[("paused", 1)] * 6, *[("paused", 3)] * 2], ended
+
+
 # -- Coming from Hydra's plugins (docs/howto-hydra-plugins.md) ---------------------------------------------------
 PLUGINS_PAGE = REPO / "docs" / "howto-hydra-plugins.md"
 SWEEPER_KEYS = "python train.py --cfg hydra -p hydra.sweeper hydra/sweeper=optuna"

@@ -93,6 +93,19 @@ def test_an_ended_job_is_moved_only_by_a_new_attempt(tmp_path: Path) -> None:
     assert m.move(0, JobState.QUEUED, again=True) is True and m.jobs[0].state == JobState.QUEUED
 
 
+def test_a_paused_job_is_left_by_a_resume_and_moved_only_by_its_promotion(tmp_path: Path) -> None:
+    """Paused at a rung: its attempt ended (a stop, a requeue or a resume does not run it again); the halving
+    sweeper's promotion is a new attempt."""
+    m = _ledger(tmp_path, JobState.RUNNING)
+    job_dir = Path(m.jobs[0].job_dir)
+    write_result(job_dir, {"status": "paused", "epochs_completed": 1})
+    assert m.end(0, JobState.FAILED, Recorder.LOCAL) == JobState.PAUSED  # the job's own record stands
+    assert m.move(0, JobState.INTERRUPTED) is False and m.requeue(0) is False
+    assert m.settle_orphans() == [] and m.jobs[0].state == JobState.PAUSED
+    assert m.skip_finished(0, ["lr=0.1"], job_dir) is True and m.jobs[0].state == JobState.PAUSED
+    assert m.move(0, JobState.QUEUED, again=True) is True and m.jobs[0].state == JobState.QUEUED
+
+
 def test_a_requeue_is_refused_once_the_jobs_own_end_is_recorded(tmp_path: Path) -> None:
     m = _ledger(tmp_path, packed=0)
     job_dir = Path(m.jobs[0].job_dir)

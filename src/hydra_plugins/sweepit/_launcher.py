@@ -92,6 +92,13 @@ _OWN_LOOP = "sweepit.train._entry"
 MAX_CHECKED = 32  # jobs whose values a driver checks before it launches (a compose and a check each)
 
 
+def runs_sweepits_loop(task_function: Any) -> bool:
+    """Whether the app's task trains with sweepit's own loop (its module imported sweepit's `run_job`)."""
+    entry = sys.modules.get(_OWN_LOOP)
+    task_globals = getattr(task_function, "__globals__", {})
+    return entry is not None and any(v is entry.run_job for v in task_globals.values())
+
+
 class SweepitLauncher(Launcher):
     """What sweepit's two launchers share: the Hydra context and task, the config composer, the driver's logging,
     and the two knobs a sweeper may switch off on `self.options` (sweepit's Optuna sweeper does: failed trials
@@ -184,9 +191,7 @@ class SweepitLauncher(Launcher):
         fail every job that has it, and a resume would run them to fail again. An app that runs sweepit's loop has
         the jobs that bring an override not seen before checked here (MAX_CHECKED at most), and a refused one stops
         the sweep before any job starts. Only ConfigError counts: anything else is the job's to meet."""
-        entry = sys.modules.get(_OWN_LOOP)
-        task_globals = getattr(self.task_function, "__globals__", {})
-        if entry is None or self.config is None or not any(v is entry.run_job for v in task_globals.values()):
+        if self.config is None or not runs_sweepits_loop(self.task_function):
             return
         from sweepit.errors import ConfigError
         from sweepit.train import check_config

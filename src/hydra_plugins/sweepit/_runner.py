@@ -63,7 +63,7 @@ class JobRunner:
         error, outcome.raised = outcome.raised, None
         if error is None:
             outcome.returned = picklable(outcome.returned)
-        elif outcome.status == JobState.PRUNED:
+        elif outcome.status in (JobState.PRUNED, JobState.PAUSED):  # a verdict, not an error
             outcome.error = f"{type(error).__name__}: {error}"
         else:
             told = failure(JobState(outcome.status), error)
@@ -361,8 +361,8 @@ class SlurmTask:
         outcome = runner(self.config, Path(self.job_dir))
         if outcome.raised is None:
             return picklable(outcome.returned)
-        if outcome.status == JobState.PRUNED:
-            return None  # optuna.TrialPruned: a result, and the Slurm job ends COMPLETED
+        if outcome.status in (JobState.PRUNED, JobState.PAUSED):
+            return None  # optuna.TrialPruned, or paused at a rung: no error, and the Slurm job ends COMPLETED
         raise outcome.raised
 
     def reply(self) -> JobOutcome:

@@ -13,7 +13,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from sweepit.local import LocalOptions
-from sweepit.search import SearchOptions
+from sweepit.search import HalvingOptions, SearchOptions
 from sweepit.slurm import SlurmOptions
 
 
@@ -272,10 +272,19 @@ class OptunaSweeperConf(SearchOptions):
     custom_search_space: str | None = None
 
 
+@dataclass
+class HalvingSweeperConf(HalvingOptions):
+    _target_: str = "hydra_plugins.sweepit.halving_sweeper.HalvingSweeper"
+    # The grid, `key: values` in the basic sweeper's grammar (a,b; range(1,4); choice(a,b)), as Hydra's basic
+    # sweeper's `params`; the command line's sweeps are added, and win for the same key.
+    params: dict[str, str] | None = None
+
+
 _store = ConfigStore.instance()
 _store.store(group="hydra/launcher", name="local", node=LocalLauncherConf, provider="sweepit")
 _store.store(group="hydra/launcher", name="sweepit_slurm", node=SlurmLauncherConf, provider="sweepit")
 _store.store(group="hydra/sweeper", name="optuna", node=OptunaSweeperConf, provider="sweepit")
+_store.store(group="hydra/sweeper", name="halving", node=HalvingSweeperConf, provider="sweepit")
 for _name, _node in SAMPLER_CONFS.items():
     _store.store(group="hydra/sweeper/sampler", name=_name, node=_node, provider="sweepit")
 for _name, _node in PRUNER_CONFS.items():

@@ -161,7 +161,11 @@ class LocalSweep:
             log.info(f"Running jobs as the sweeper asks, on {pool.n_workers} local worker(s), {pool.threads} "
                      f"torch thread(s) each{f', GPUs {self.gpus}' if self.gpus else ''}; sweep dir {self.sweep_dir}")
             pool.open()
-        self.manifest.plan(job.num, job.overrides)
+        entry = self.manifest.jobs.get(job.num)
+        if entry is not None and entry.state == JobState.PAUSED:  # promoted by the halving sweeper: a new attempt
+            self.manifest.move(job.num, JobState.QUEUED, again=True, pid=None, started_at=None, ended_at=None)
+        else:
+            self.manifest.plan(job.num, job.overrides)
         self.manifest.write([job.num])
         self.progress.queued += 1
         self._started[job.num] = job

@@ -126,7 +126,7 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
         cancel = sorted(set(arrays) | set(m.workers.get("arrays") or {}), key=int)
         lines.append(f"{n_live} job(s) still queued or running in Slurm: look again with `sweepit status "
                      f"{m.sweep_dir}`; cancel with `scancel {' '.join(cancel)}`.")
-    redo = sum(n for s, n in counts.items() if not JobState.is_live(s) and not JobState.is_success(s))
+    redo = sum(n for s, n in counts.items() if not JobState.is_live(s) and not JobState.is_settled(s))
     if redo:
         lines.append(f"{redo} job(s) did not complete: `sweepit resume {m.sweep_dir}` runs only those again.")
     workers = bool(m.workers) and m.launcher == "slurm" and workers_alive(m)

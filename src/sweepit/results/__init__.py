@@ -59,6 +59,7 @@ from sweepit.results._progress import LiveReader, Progress, format_duration, swe
 from sweepit.results._reported import asks_for_report, records_digest, report_shows, reports_at_end, write_records
 from sweepit.results._status import (
     DIRECTIONS,
+    STOP_EPOCH_ENV,
     JobState,
     Recorder,
     as_number,
@@ -92,11 +93,11 @@ from sweepit.results._summary import (
 from sweepit.results._unread import UnreadKeys
 
 __all__ = [
-    "DIRECTIONS", "LIVE_ROWS", "LOCK_HEARTBEAT_S", "MAX_ROWS", "RESULT_GRACE_S", "WAIT", "WORKER_STALE_S",
-    "ConfigSource", "JobEntry", "JobOutcome", "JobPaths", "JobRecord", "JobRow", "JobState", "Ledger", "LiveReader",
-    "Manifest", "Progress", "Recorder", "ResultGrace", "SweepLock", "SweepPaths", "UnreadKeys", "Work", "WorkSource",
-    "aligned", "app_command", "array_of", "as_number", "asks_for_report", "best_row", "claim", "claimed",
-    "clean", "command_line", "config_of", "config_source", "counts_text", "default_direction_line",
+    "DIRECTIONS", "LIVE_ROWS", "LOCK_HEARTBEAT_S", "MAX_ROWS", "RESULT_GRACE_S", "STOP_EPOCH_ENV", "WAIT",
+    "WORKER_STALE_S", "ConfigSource", "JobEntry", "JobOutcome", "JobPaths", "JobRecord", "JobRow", "JobState", "Ledger",
+    "LiveReader", "Manifest", "Progress", "Recorder", "ResultGrace", "SweepLock", "SweepPaths", "UnreadKeys", "Work",
+    "WorkSource", "aligned", "app_command", "array_of", "as_number", "asks_for_report", "best_row",
+    "claim", "claimed", "clean", "command_line", "config_of", "config_source", "counts_text", "default_direction_line",
     "direction_is_default", "driver_argv", "driver_env", "error_line", "failure_report", "finite_number",
     "fixed_overrides", "format_duration", "format_table", "heartbeat", "hydra_quote", "is_finished", "iter_manifest",
     "job_dir_name", "job_folders", "job_num", "job_row", "load_yaml", "measures_speed", "objective_direction",

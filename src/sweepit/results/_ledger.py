@@ -45,8 +45,8 @@ def record_end(job_dir: Path | str | None, status: JobState, recorded_by: Record
 
 
 def is_finished(job_dir: Path | str) -> bool:
-    """True when a resume must skip the job: its result says completed (or pruned, or diverged)."""
-    return JobState.is_success(read_record(job_dir).status)
+    """True when a resume must skip the job: its result says completed (or pruned, or diverged), or paused."""
+    return JobState.is_settled(read_record(job_dir).status)
 
 
 @dataclass
@@ -148,10 +148,10 @@ class Ledger(Manifest):
         return True
 
     def skip_finished(self, num: int, overrides: list[str], job_dir: Path | str) -> bool:
-        """A resume's job that finished before (in `job_dir`): its entry (planned, where it has none) takes its record's
-        status, and it is not run again."""
+        """A resume's job that finished before (in `job_dir`), or was paused: its entry (planned, where it has none)
+        takes its record's status, and it is not run again."""
         status = read_record(job_dir).status
-        if status is None or not JobState.is_success(status):
+        if status is None or not JobState.is_settled(status):
             return False
         if num not in self.jobs:
             self.plan(num, overrides, str(job_dir))

@@ -38,6 +38,9 @@ class JobState(_Word):
     DIVERGED = "diverged"        # the loss stopped being finite: a result, not an error; the sweeper gets the worst
     FAILED = "failed"            # raised, crashed, was killed, or Slurm ended it: no value
     INTERRUPTED = "interrupted"  # stopped by the sweep driver (Ctrl-C, scancel): no value; a resume runs it again
+    # Stopped at a rung of the halving sweeper, its checkpoint saved: this attempt ended, with no result. Only the
+    # sweeper that paused it runs it on (a promotion, from the checkpoint); a plain resume leaves it as it is.
+    PAUSED = "paused"
     UNKNOWN = "unknown"          # its result.json says no status
     CORRUPT = "corrupt"          # its result.json cannot be read (a resume runs the job again)
     # Ended without a status: what its trackers are told when its session ended so (a single run), and the row of a
@@ -53,6 +56,10 @@ class JobState(_Word):
         divergence), not an error, and a pruned one is the study's verdict (its trial is told PRUNED)."""
         return self in _SUCCESS
 
+    def is_settled(self: str | None) -> bool:
+        """Whether a resume leaves it as it is: a result, or paused (its promotion is the halving sweeper's call)."""
+        return self in _SETTLED
+
     def is_failure(self: str | None) -> bool:
         """Whether it ended without a value: such jobs make a sweep exit non-zero (unless the launcher is told
         otherwise)."""
@@ -66,7 +73,10 @@ class JobState(_Word):
 _LIVE = frozenset((JobState.QUEUED, JobState.RUNNING))
 _NOT_ENDED = _LIVE | {JobState.NOT_STARTED}
 _SUCCESS = frozenset((JobState.COMPLETED, JobState.PRUNED, JobState.DIVERGED))
+_SETTLED = _SUCCESS | {JobState.PAUSED}
 _FAILURE = frozenset((JobState.FAILED, JobState.INTERRUPTED))
+# The epoch at which a job of the halving sweeper pauses (its environment; unset: it trains to its last epoch).
+STOP_EPOCH_ENV = "SWEEPIT_STOP_EPOCH"
 
 
 class Recorder(_Word):

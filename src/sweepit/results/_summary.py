@@ -129,6 +129,8 @@ def job_row(kind: type[Row], num: int, folder: Path | None, entry: dict[str, Any
             row.note = record.problem
             if JobState.is_failure(row.status) and record.error:
                 row.note = error_line(record.error)
+            elif record.status == JobState.PAUSED and not row.note:  # where the halving sweeper left it
+                row.note = f"paused at epoch {record.result.get('epochs_completed')}"
             elif record.attempts > 1 and not row.note:
                 row.note = f"{record.attempts} attempts"  # its time is theirs together
         if read is not None:

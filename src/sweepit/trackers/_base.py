@@ -16,8 +16,9 @@ from sweepit.results import JobState, SweepPaths
 _SWEEP_MARKERS = (SweepPaths.manifest, SweepPaths.multirun)
 # Config subtrees that are not hyperparameters of the job.
 _NOT_PARAMS = ("hydra", "logger")
-# The endings a tracker shows as a run that finished well (`ended`: a single run of a user's own loop).
-ENDED_WELL = (JobState.COMPLETED, JobState.PRUNED, JobState.ENDED)
+# The endings a tracker shows as a run that finished well (`ended`: a single run of a user's own loop; `paused`: at a
+# rung of the halving sweeper).
+ENDED_WELL = (JobState.COMPLETED, JobState.PRUNED, JobState.PAUSED, JobState.ENDED)
 
 
 @dataclass(frozen=True)

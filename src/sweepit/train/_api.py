@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sweepit.errors import ConfigError
+from sweepit.errors import ConfigError, PausedAtRung
 from sweepit.train import _checkpoint
 from sweepit.train._rank import Rank
 from sweepit.train._session import active
@@ -57,8 +57,14 @@ def should_stop() -> bool:
 def save_checkpoint(state: Any) -> None:
     """Save `state` (what torch.save takes: state dicts, the epoch, ...) as the job's `checkpoint.pt`, with the
     metrics reported so far and every RNG state, atomically. Rank 0 writes the checkpoint; with several ranks, every
-    rank calls it (no collective: each other rank keeps only its own RNG states, in `checkpoint.rank<r>.pt`)."""
-    _checkpoint.save(active(), state)
+    rank calls it (no collective: each other rank keeps only its own RNG states, in `checkpoint.rank<r>.pt`).
+    Under the halving sweeper, the save at the epoch of the job's rung ends the job `paused` (it raises
+    `sweepit.PausedAtRung`): call it after `report`, and let the error pass."""
+    session = active()
+    _checkpoint.save(session, state)
+    if session.at_rung():
+        raise PausedAtRung(f"paused after epoch {session.rows[-1]['epoch']}, the halving sweeper's rung, its "
+                           "checkpoint saved: the sweeper resumes it from there if it is promoted.")
 
 
 def load_checkpoint() -> Any:

@@ -65,11 +65,11 @@ def _run_main(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None, rank: Ran
             trained = spawn_local(gpus, lambda r: _train_rank(cfg, on_epoch, job_dir, r))
         else:
             trained = train(cfg, on_epoch, rank=rank or SINGLE, session=session)
-        if not cfg.trainer.get("keep_checkpoint", False):
+        if not (trained.paused or cfg.trainer.get("keep_checkpoint", False)):  # a paused job goes on from it
             _checkpoint.remove(JobPaths(job_dir).checkpoint)
         objective = float(trained.rows[-1][cfg.metric])
         # A pruned job was stopped early: its last value (in `final`) is no objective to compare with the others'.
-        status = JobState.PRUNED if trained.stopped_early else JobState.COMPLETED
+        status = ended_as(trained)
         return objective
     except DivergedError as e:
         status, error = JobState.DIVERGED, e
@@ -86,6 +86,13 @@ def _run_main(cfg: Any, job_dir: Path, on_epoch: EpochCallback | None, rank: Ran
         if weights:
             record.result["weights"] = weights  # file -> bytes: what `sweepit clean` can free
         session.write_own(record)
+
+
+def ended_as(trained: TrainRun) -> JobState:
+    """How a training that returned ended: paused at a rung, pruned, or trained to its last epoch."""
+    if trained.paused:
+        return JobState.PAUSED
+    return JobState.PRUNED if trained.stopped_early else JobState.COMPLETED
 
 
 def _warn_oversubscribed(cfg: Any, gpus: int) -> None:
@@ -107,7 +114,7 @@ def _train_rank(cfg: Any, on_epoch: EpochCallback | None, job_dir: Path, rank: R
     status: str = JobState.INTERRUPTED
     try:
         trained = train(cfg, on_epoch, rank=rank, session=session)
-        status = JobState.PRUNED if trained.stopped_early else JobState.COMPLETED
+        status = ended_as(trained)
         return trained
     except BaseException as e:
         status = _session.status_of(e)

@@ -45,6 +45,7 @@ class TrainRun:
     rows: list[dict[str, Any]] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)  # derived values printed at start, kept in result.json
     stopped_early: bool = False
+    paused: bool = False  # at the halving sweeper's rung, its checkpoint saved
 
 
 def _sync(device: torch.device) -> None:
@@ -221,10 +222,14 @@ def _train(cfg: Any, on_epoch: EpochCallback | None, log: Callable[[str], None],
             _save_weights(JobPaths(weights_dir).best_weights, model, epoch, metric, row[metric])
         if cfg.trainer.log_every_epoch:
             log(epoch_line(row, epochs))
-        if checkpointing and (epoch % every == 0 or epoch == epochs):
+        at_rung = checkpointing and session.at_rung()  # the halving sweeper pauses the job here
+        if checkpointing and (epoch % every == 0 or epoch == epochs or at_rung):
             _checkpoint.save(session, {"epoch": epoch, "model": _unwrap(model).state_dict(),
                                        "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
                                        "initial_loss": initial_loss})
+        if at_rung:
+            out.paused = True
+            break
         if session.should_stop(also=on_epoch is not None and on_epoch(epoch, row)):
             out.stopped_early = True
             break

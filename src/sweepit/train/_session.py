@@ -17,8 +17,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from sweepit._host import now_iso
-from sweepit.errors import ConfigError, DivergedError
+from sweepit.errors import ConfigError, DivergedError, PausedAtRung
 from sweepit.results import (
+    STOP_EPOCH_ENV,
     JobPaths,
     JobRecord,
     JobState,
@@ -165,6 +166,17 @@ class Session:
         return stop
 
     @property
+    def stop_epoch(self) -> int | None:
+        """The epoch at which the halving sweeper pauses this job (set in its environment), else None."""
+        value = os.environ.get(STOP_EPOCH_ENV)
+        return int(value) if value else None
+
+    def at_rung(self) -> bool:
+        """Whether the last reported epoch is the one the halving sweeper pauses this job at."""
+        stop = self.stop_epoch
+        return stop is not None and bool(self.rows) and int(self.rows[-1].get("epoch", 0)) >= stop
+
+    @property
     def checkpoint_path(self) -> Path | None:
         return None if self.job_dir is None else JobPaths(self.job_dir).checkpoint
 
@@ -194,7 +206,7 @@ class Session:
             if result["objective"] is None and metric:  # the last reported value
                 result["objective"] = next((v for r in reversed(rows) if (v := as_number(r.get(metric))) is not None),
                                            None)
-        elif status == JobState.PRUNED:  # stopped early: no objective (docs/results.md); `final` has its last
+        elif status in (JobState.PRUNED, JobState.PAUSED):  # stopped early: no objective (docs/results.md); `final`
             result.update(returned_fields(returned), objective=None)
         elif status == JobState.DIVERGED:
             result["error"] = str(error) if error is not None else "the loss stopped being finite"
@@ -305,6 +317,8 @@ def status_of(error: BaseException) -> JobState:
     """The status a job that raised `error` ends with (optuna.TrialPruned: Optuna's own way to prune a trial)."""
     if isinstance(error, DivergedError):
         return JobState.DIVERGED
+    if isinstance(error, PausedAtRung):
+        return JobState.PAUSED
     if isinstance(error, KeyboardInterrupt):
         return JobState.INTERRUPTED
     optuna_exceptions = sys.modules.get("optuna.exceptions")
