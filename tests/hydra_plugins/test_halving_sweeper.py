@@ -70,10 +70,26 @@ def test_sweepit_status_and_load_show_where_each_job_paused_and_offer_no_resume_
     proc = run_command([SWEEPIT, "status", sweep])
     assert proc.returncode == 0, proc.stderr
     assert "4 jobs: 1 completed, 3 paused" in proc.stdout, proc.stdout
-    assert proc.stdout.count("paused at epoch 1") == 2 and proc.stdout.count("paused at epoch 2") == 1, proc.stdout
+    assert proc.stdout.count("paused at 1 of 4 epochs") == 2, proc.stdout
+    assert proc.stdout.count("paused at 2 of 4 epochs") == 1, proc.stdout
     assert "did not complete" not in proc.stdout, proc.stdout
     df = sweepit.load(sweep).df
     assert dict(zip(df["job"], df["status"], strict=True)) == {0: "paused", 1: "completed", 2: "paused", 3: "paused"}
+
+
+def test_the_end_table_says_the_epoch_seconds_spent_against_the_full_grids_from_each_jobs_epoch_time(
+        sweep: Path) -> None:
+    """One line under the table: the epochs trained and each job's mean epoch time x its epochs, against x 4."""
+    proc = run_command([SWEEPIT, "summary", sweep])
+    assert proc.returncode == 0, proc.stderr
+    results = [read_record(f).result for f in job_folders(sweep).values() if f is not None]
+    spent = sum(r["epoch_time_s_mean"] * r["epochs_completed"] for r in results)
+    full = sum(r["epoch_time_s_mean"] * 4 for r in results)
+    assert sum(r["epochs_completed"] for r in results) == 8  # 4 jobs to epoch 1, 2 to epoch 2, 1 to epoch 4
+    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("halving: ")]
+    assert line == (f"halving: 8 of 16 epochs, {spent:.3g} of {full:.3g} epoch-seconds ({spent / full:.2f}x the "
+                    "full grid's, from each job's mean epoch time)"), proc.stdout
+    assert proc.stdout.count("paused at 1 of 4 epochs") == 2, proc.stdout
 
 
 def test_a_promoted_job_ends_bit_for_bit_as_the_same_job_run_straight_through(sweep: Path, tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from sweepit.results import (
     format_table,
     job_row,
     read_live_manifest,
+    read_rungs,
     report_shows,
     reports_at_end,
     sweep_eta_s,
@@ -44,10 +45,12 @@ def _table(m: Manifest, live: LiveReader, shown: list[int], counts: Counter[str]
     """The results table of the jobs `shown`, with the Slurm job id and state in the note, and for a running job how
     far it is (`3/15 val_acc=0.91 ETA 0:42`, from its files); the counts by state (`counts`) cover every job."""
     rows: list[JobRow] = []
+    plan = read_rungs(Path(m.sweep_dir))
     for num in shown:
         e = m.jobs[num]
         has_dir = bool(e.job_dir) and Path(e.job_dir).is_dir()
-        row = job_row(JobRow, num, Path(e.job_dir) if has_dir else None, asdict(e))
+        row = job_row(JobRow, num, Path(e.job_dir) if has_dir else None, asdict(e),
+                      epochs=plan.epochs if plan is not None else None)
         row.status = e.state  # as just brought up to date, which the counts below tell too
         progress = live.look(Path(e.job_dir)) if has_dir and e.state == JobState.RUNNING else None
         reason = f"({e.extra['slurm_reason']})" if e.extra.get("slurm_reason") else ""

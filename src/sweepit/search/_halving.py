@@ -12,7 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from sweepit.errors import ConfigError, SweepStoppedError, is_count, require
-from sweepit.results import STOP_EPOCH_ENV, JobState, finite_number, job_folders, read_metrics, read_record
+from sweepit.results import (
+    STOP_EPOCH_ENV,
+    JobState,
+    RungPlan,
+    finite_number,
+    job_folders,
+    read_metrics,
+    read_record,
+    write_rungs,
+)
 from sweepit.search._trials import AsyncLauncher
 
 log = logging.getLogger(__name__)
@@ -91,6 +100,8 @@ class Halving:
         returns: dict[int, Any] = {}
         alive = list(range(len(self.points)))
         rungs = self.options.rung_epochs(self.epochs)
+        write_rungs(self.sweep_dir, RungPlan(self.epochs, rungs, self.options.eta, self.metric, self.direction,
+                                             len(self.points)))
         for stop in [*rungs, None]:
             log.info(f"halving: {len(alive)} job(s) " + (f"to epoch {stop}" if stop else f"to epoch {self.epochs}"))
             for num in alive:
