@@ -5,6 +5,7 @@ status` and a resume read it. What the jobs did stays in their own records."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 from sweepit._files import atomic_write
 from sweepit.errors import is_count
 from sweepit.results._paths import SweepPaths
-from sweepit.results._status import finite_number
+from sweepit.results._status import JobState, finite_number
 
 
 @dataclass
@@ -35,6 +36,13 @@ class RungPlan:
         if len(self.promoted) < len(self.rungs):
             return None
         return self.promoted[-1] if self.promoted else list(range(self.n_jobs))
+
+
+    def ended(self, states: Mapping[int, str]) -> bool:
+        """Whether the sweep has run its last rung: every rung decided and each job of the last one ended with a
+        result (`states`: each job's state)."""
+        last = self.last_rung_jobs()
+        return last is not None and all(JobState.is_success(states.get(n)) for n in last)
 
 
 def write_rungs(sweep_dir: Path, plan: RungPlan) -> Path:
