@@ -1,6 +1,7 @@
-"""A halving sweep whose driver is killed (SIGKILL) between rungs, then resumed: the rung decided before the kill is
-not decided again, and every job runs each of its rungs exactly once. The jobs of the last rung are held at their
-first training step (sweepit_testing.Hold): the kill lands after the first rung's decision, on any machine."""
+"""A halving sweep whose driver is killed (SIGKILL) or stopped (Ctrl-C) between rungs, then resumed: the rung decided
+before the stop is not decided again, and every job runs each of its rungs exactly once. The jobs of the last rung are
+held at their first training step (sweepit_testing.Hold): the stop lands after the first rung's decision, on any
+machine."""
 
 from __future__ import annotations
 
@@ -51,8 +52,9 @@ def _attempts(job_dir: Path) -> list[tuple[str, int]]:
     return [(str(r.status), int(r.result["epochs_completed"])) for r in records]
 
 
-def test_a_driver_killed_between_rungs_resumes_with_each_rung_run_once_and_no_decision_taken_twice(
-        tmp_path: Path) -> None:
+@pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGINT], ids=["driver-SIGKILL", "driver-Ctrl-C"])
+def test_a_driver_stopped_between_rungs_resumes_with_each_rung_run_once_and_no_decision_taken_twice(
+        tmp_path: Path, fault: signal.Signals) -> None:
     sweep, hold = tmp_path / "sweep", Hold(tmp_path / "hold")
     driver = subprocess.Popen([sys.executable, "train.py", "-m", *SWEEP, f"hydra.sweep.dir={sweep}"], cwd=REPO,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=hold.env())
@@ -65,11 +67,16 @@ def test_a_driver_killed_between_rungs_resumes_with_each_rung_run_once_and_no_de
         assert len(promoted) == 2
         for num in promoted:
             wait_until(lambda n=num: hold.held(n), f"job {num} held in the last rung", 120, interval_s=0.05)
-        driver.kill()
-        driver.communicate(timeout=60)
+        driver.send_signal(fault)
+        _, err = driver.communicate(timeout=60)
     finally:
         driver.kill()
-    assert driver.returncode == -signal.SIGKILL
+    if fault == signal.SIGKILL:
+        assert driver.returncode == -signal.SIGKILL
+    else:  # the driver stops its jobs and says how to go on
+        assert driver.returncode == 1, err[-3000:]
+        assert (f"so the halving sweep stops; its jobs' folders, records, checkpoints and rung decisions stay.\n"
+                f"`sweepit resume {sweep}` goes on from there: no job runs a rung twice.") in err, err[-3000:]
     wait_until(lambda: _gone(sweep), "every job of the sweep to end", 30)
     cut = sorted(set(range(4)) - set(promoted))
     assert {n: read_record(f).status for n, f in job_folders(sweep).items()} == {
