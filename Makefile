@@ -23,7 +23,7 @@ COMPILE := $(PY) -m compileall -q -j 0 src tests examples bench train.py
 SWEEPS := $(basename $(notdir $(wildcard sweeps/*.yaml)))
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow test-fast test-floors lint typecheck check config-reference commands-reference api-reference docs clean-outputs bench bench-throughput bench-mnist-best bench-report bench-scale bench-launcher test-launcher bench-gpu gpu-pack bench-slurm bench-slurm-jobs test-slurm sweep-optuna bench-optuna bench-optuna-workers bench-packing \
+.PHONY: help install test test-slow test-fast test-floors lint typecheck check config-reference commands-reference api-reference docs clean-outputs bench bench-throughput bench-mnist-best bench-report bench-scale bench-launcher test-launcher bench-gpu gpu-pack bench-slurm bench-slurm-jobs test-slurm sweep-optuna bench-optuna bench-optuna-workers bench-packing bench-halving \
         slurm-up slurm-down slurm-status \
         $(addprefix sweep-,$(SWEEPS))
 
@@ -156,6 +156,9 @@ bench-optuna-workers: ## Optuna on Slurm, per-trial jobs vs worker mode, same 64
 
 bench-optuna: ## Search efficiency vs the optimizer x lr grid: replayed curves and the sweeper running its study (MNIST_ROOT=dir, or digits; ~15 min)
 	$(PY) bench/bench_optuna.py $(if $(MNIST_ROOT),--root "$(MNIST_ROOT)",--task digits) $(ARGS)
+
+bench-halving: ## Successive halving vs the full grid on the seed study's 10 optimizers x 4 lr, digits: its pick against the grids' seed spread, epoch-seconds (~5 min)
+	$(PY) bench/bench_halving.py $(ARGS)
 
 bench-mnist-best: ## The mnist_best study on real MNIST (MNIST_ROOT=dir with the IDX files); long
 	$(PY) bench/bench_mnist_best.py --root "$(MNIST_ROOT)" $(ARGS)

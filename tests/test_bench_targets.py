@@ -20,7 +20,7 @@ from sweepit_testing import REPO, write_mnist_subset
 
 pytestmark = pytest.mark.slow
 
-RUN_HERE = {"bench-throughput", "bench-report", "bench-launcher", "bench-optuna", "bench-mnist-best"}
+RUN_HERE = {"bench-throughput", "bench-report", "bench-launcher", "bench-optuna", "bench-mnist-best", "bench-halving"}
 # the modules named above
 RUN_ELSEWHERE = {"bench-gpu", "bench-slurm", "bench-slurm-jobs", "bench-optuna-workers", "bench-packing", "bench-scale"}
 
@@ -134,6 +134,24 @@ def test_bench_optuna(tmp_path: Path) -> None:
     assert Path(run["sweep_dir"]).parent.parent == work and (Path(run["sweep_dir"]) / "optuna.journal").is_file()
     assert "sweeper random seed 0: reached the target with" in proc.stdout
     assert list(work.glob("grid-*.json")), "the grid's cache goes under --work"
+
+
+@pytest.mark.tier_slow
+def test_bench_halving(tmp_path: Path) -> None:
+    """2 optimizers x 2 rates for 3 epochs (eta 3: one rung, at epoch 1), against one full grid."""
+    out, work = tmp_path / "halving.json", tmp_path / "work"
+    proc = make("bench-halving", f"--optimizers adam,sgd --lrs 0.1,0.001 --epochs 3 --seeds 1 --work {work} "
+                                 f"--json {out}")
+    record = read_json(out)
+    assert record["epochs"] == {"halving": 4 * 1 + 1 * 2, "grid": 4 * 3}
+    assert sorted(record["runs"]) == ["grid-seed0", "halving"] and record["spread"] == 0.0
+    assert record["pick_same_as_grid_bit_for_bit"] is True and record["within_spread"] is True
+    assert 0 < record["epoch_s"]["halving"] < record["epoch_s"]["grid"]
+    assert record["epoch_s_ratio"] == pytest.approx(record["epoch_s"]["halving"] / record["epoch_s"]["grid"])
+    assert record["runs"]["halving"]["saved_line"].startswith("halving: 6 of 12 epochs, ")
+    assert re.search(r"^epoch-seconds measured: halving [\d.]+, full grid seed 0 [\d.]+ \([\d.]+x; goal <= 0.35x: "
+                     r"(met|MISSED)\)$", proc.stdout, re.MULTILINE), proc.stdout
+    assert sorted(p.name for p in work.glob("*/*")) == ["grid-seed0", "halving"], "the sweeps go under --work"
 
 
 @pytest.mark.tier_slow

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from sweepit.results import JobPaths, JobState, job_folders, read_manifest, read_metrics, read_record
-from sweepit_testing import REPO, SWEEPIT, run_command, run_train, sweep_once
+from sweepit_testing import REPO, SWEEPIT, private_copy, run_command, run_train, sweep_once
 
 pytestmark = pytest.mark.slow
 
@@ -70,10 +70,26 @@ def test_sweepit_status_and_load_show_where_each_job_paused_and_offer_no_resume_
     proc = run_command([SWEEPIT, "status", sweep])
     assert proc.returncode == 0, proc.stderr
     assert "4 jobs: 1 completed, 3 paused" in proc.stdout, proc.stdout
-    assert proc.stdout.count("paused at epoch 1") == 2 and proc.stdout.count("paused at epoch 2") == 1, proc.stdout
+    assert proc.stdout.count("paused at 1 of 4 epochs") == 2, proc.stdout
+    assert proc.stdout.count("paused at 2 of 4 epochs") == 1, proc.stdout
     assert "did not complete" not in proc.stdout, proc.stdout
     df = sweepit.load(sweep).df
     assert dict(zip(df["job"], df["status"], strict=True)) == {0: "paused", 1: "completed", 2: "paused", 3: "paused"}
+
+
+def test_the_end_table_says_the_epoch_seconds_spent_against_the_full_grids_from_each_jobs_epoch_time(
+        sweep: Path) -> None:
+    """One line under the table: the epochs trained and each job's mean epoch time x its epochs, against x 4."""
+    proc = run_command([SWEEPIT, "summary", sweep])
+    assert proc.returncode == 0, proc.stderr
+    results = [read_record(f).result for f in job_folders(sweep).values() if f is not None]
+    spent = sum(r["epoch_time_s_mean"] * r["epochs_completed"] for r in results)
+    full = sum(r["epoch_time_s_mean"] * 4 for r in results)
+    assert sum(r["epochs_completed"] for r in results) == 8  # 4 jobs to epoch 1, 2 to epoch 2, 1 to epoch 4
+    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("halving: ")]
+    assert line == (f"halving: 8 of 16 epochs, {spent:.3g} of {full:.3g} epoch-seconds ({spent / full:.2f}x the "
+                    "full grid's, from each job's mean epoch time)"), proc.stdout
+    assert proc.stdout.count("paused at 1 of 4 epochs") == 2, proc.stdout
 
 
 def test_a_promoted_job_ends_bit_for_bit_as_the_same_job_run_straight_through(sweep: Path, tmp_path: Path) -> None:
@@ -139,17 +155,35 @@ def test_an_app_that_cannot_resume_is_refused_before_any_job_runs(tmp_path: Path
     assert not (tmp_path / "outputs" / "multirun").exists() or not any((tmp_path / "outputs" / "multirun").iterdir())
 
 
-@pytest.mark.parametrize(("extra", "said"), [
-    (["hydra/launcher=basic"], "runs its rungs on sweepit's local launcher, but the launcher is BasicLauncher. "
-                               "Add hydra/launcher=local."),
-    (["hydra.launcher.resume=true"], "Run the sweep again in a new folder (drop hydra.launcher.resume and "
-                                     "hydra.sweep.dir)."),
-])
-def test_a_launcher_or_a_resume_it_cannot_run_is_refused_before_any_job(tmp_path: Path, extra: list[str],
-                                                                         said: str) -> None:
-    proc = run_train([*(a for a in GRID if not a.startswith("hydra.launcher.n_workers")), *extra], tmp_path)
+def test_a_launcher_it_cannot_run_is_refused_before_any_job(tmp_path: Path) -> None:
+    proc = run_train([*(a for a in GRID if not a.startswith("hydra.launcher.n_workers")), "hydra/launcher=basic"],
+                     tmp_path)
+    said = "runs its rungs on sweepit's local launcher, but the launcher is BasicLauncher. Add hydra/launcher=local."
     assert proc.returncode == 1 and said in proc.stderr, proc.stderr
     assert not list(tmp_path.rglob("result.json")), proc.stdout
+
+
+def test_a_resume_with_other_rungs_than_the_sweeps_is_refused_before_any_job(sweep: Path, tmp_path: Path) -> None:
+    """The rungs decided so far hold for the sweep's own rungs only (halving.json)."""
+    copy = private_copy(sweep, tmp_path)
+    before = {n: read_record(f).result.get("ended_at") for n, f in job_folders(copy).items()}
+    config = (copy / "multirun.yaml").read_text()
+    proc = run_train([*GRID, "hydra.sweeper.eta=4", f"hydra.sweep.dir={copy}", "hydra.launcher.resume=true"],
+                     tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert "a resumed halving sweep must have the rungs, eta, metric and grid it ran with, but" in proc.stderr
+    assert f"Resume it with `sweepit resume {copy}`, which runs its own command." in proc.stderr, proc.stderr
+    assert {n: read_record(f).result.get("ended_at") for n, f in job_folders(copy).items()} == before
+    assert (copy / "multirun.yaml").read_text() == config
+
+
+def test_a_resume_of_a_halving_sweep_that_ended_runs_nothing_again(sweep: Path, tmp_path: Path) -> None:
+    copy = private_copy(sweep, tmp_path)
+    before = {n: read_record(f).result.get("ended_at") for n, f in job_folders(copy).items()}
+    proc = run_command([SWEEPIT, "resume", copy], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert {n: read_record(f).result.get("ended_at") for n, f in job_folders(copy).items()} == before
+    assert "4 jobs: 1 completed, 3 paused" in proc.stdout, proc.stdout
 
 
 def test_a_studys_grid_in_hydra_sweeper_params_is_halved_as_the_command_lines(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -828,15 +829,18 @@ def test_the_optuna_search(shell: Shell) -> None:
 # -- The studies ----------------------------------------------------------------------------------------------------
 # Long studies shrunk through make's ARGS (the README: "extra overrides in ARGS"), from the environment.
 SHRUNK = {"scaling": "data.n_synthetic=600 epochs=2 repeat=0", "optimizers": "epochs=3", "optuna_lr": "epochs=2",
-          "optimizer_lr": "epochs=2"}
-STUDY_JOBS = {"optimizers": 40, "optuna_lr": 40, "scaling": 2, "optimizer_lr": 20, "mnist_best": 1, "batch_size": 9}
+          "optimizer_lr": "epochs=2", "halving": "epochs=3"}
+STUDY_JOBS = {"optimizers": 40, "optuna_lr": 40, "scaling": 2, "optimizer_lr": 20, "mnist_best": 1, "batch_size": 9,
+              "halving": 40}
 
 
-def _study(shell: Shell, study: str, command: str, **fill: str) -> str:
+def _study(shell: Shell, study: str, command: str, paused: bool = False, **fill: str) -> str:
+    """`paused`: a halving study's, whose cut jobs end paused."""
     out = ok(shell.run(command, env={"ARGS": SHRUNK[study]} if study in SHRUNK else None, **fill))
     sweep = shell.sweep(study)
     assert len(statuses(sweep)) == STUDY_JOBS[study], statuses(sweep)
-    assert set(statuses(sweep).values()) <= {"completed", "pruned", "diverged"}, statuses(sweep)
+    assert set(statuses(sweep).values()) <= {"completed", "pruned", "diverged", *(["paused"] if paused else [])}, \
+        statuses(sweep)
     assert f"study: {study}" in (sweep / "multirun.yaml").read_text()  # the study's own file composed
     assert (sweep / "report" / "index.html").is_file()
     return out
@@ -869,6 +873,14 @@ def test_make_sweep_scaling(shell: Shell) -> None:
 @shows("make sweep-optimizer_lr", tier_slow=True)
 def test_make_sweep_optimizer_lr(shell: Shell) -> None:
     _study(shell, "optimizer_lr", "make sweep-optimizer_lr")
+
+
+@shows("make sweep-halving", tier_slow=True)
+def test_make_sweep_halving(shell: Shell) -> None:
+    """Shrunk to 3 epochs: one rung, at epoch 1, keeps the best 13 of 40 (eta 3)."""
+    out = _study(shell, "halving", "make sweep-halving", paused=True)
+    assert sorted(Counter(statuses(shell.sweep("halving")).values()).items()) == [("completed", 13), ("paused", 27)]
+    assert "\n40 jobs: 13 completed, 27 paused\nhalving: 66 of 120 epochs, " in out, out[-3000:]
 
 
 @shows("make sweep-mnist_best ARGS='data.root=/data/mnist'", tier_slow=True)

@@ -1,7 +1,7 @@
 """sweepit's halving sweeper (`hydra/sweeper=halving`): a grid in the basic sweeper's grammar, parsed by Hydra's own
 override parser and expanded as Hydra's BasicSweeper expands it, run rung by rung by `sweepit.search.Halving`. This
-class holds what is Hydra's: the grid, the check that its jobs compose, the launcher, the refusal of an app that
-cannot resume from a checkpoint, and a job's stop epoch as its environment.
+class holds what is Hydra's: the grid, the check that its jobs compose, the launcher (whose resume becomes the sweeper's
+own), the refusal of an app that cannot resume from a checkpoint, and a job's stop epoch as its environment.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ class HalvingSweeper(Sweeper):
         self.task_function: TaskFunction | None = None
         self.launcher: Any = None
         self.fail_on_error = True
+        self.resume = False
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         from hydra.core.plugins import Plugins
@@ -48,10 +49,13 @@ class HalvingSweeper(Sweeper):
         self.hydra_context, self.config, self.task_function = hydra_context, config, task_function
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config)
-        # The sweeper judges the jobs at each rung and prints one table at the end.
+        # The sweeper judges the jobs at each rung and prints one table at the end. On a resume it alone says which
+        # jobs run again: the launcher's resume would skip a paused job it promotes.
         if isinstance(self.launcher, SweepitLauncher):
             self.fail_on_error = self.launcher.options.fail_on_error
             self.launcher.options.fail_on_error = self.launcher.options.print_summary = False
+            self.resume = bool(getattr(self.launcher.options, "resume", False))
+            self.launcher.options.resume = False
 
     def sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and self.hydra_context is not None
@@ -73,11 +77,11 @@ class HalvingSweeper(Sweeper):
                 launcher.job_env[num] = env  # beside its overrides: the job's folder and fingerprint stay its own
 
             try:
-                returns = halving.run(launcher, set_env)
+                returns = halving.run(launcher, set_env, resume=self.resume)
             finally:
                 launcher.close()
                 print(summarize(sweep_dir), flush=True)
-            self._check_failures(sweep_dir, [num for num, _ in returns])
+            self._check_failures(sweep_dir, list(range(len(points))))
         return [[ret for _, ret in returns]]
 
     def _halving(self, points: list[list[str]], sweep_dir: Path) -> Halving:
@@ -92,7 +96,7 @@ class HalvingSweeper(Sweeper):
                           objective_direction(OmegaConf.select(self.config, "direction", default=None)),
                           OmegaConf.select(self.config, "epochs", default=None))
         try:
-            halving.options.rung_epochs(halving.epochs)
+            halving.plan(self.resume)  # the rungs, and on a resume the sweep's own
         except ConfigError as e:
             raise HalvingInputError(str(e)) from None
         return halving
@@ -117,10 +121,6 @@ class HalvingSweeper(Sweeper):
             raise HalvingInputError(
                 "hydra/sweeper=halving runs its rungs on sweepit's local launcher, but the launcher is "
                 f"{type(self.launcher).__name__}. Add hydra/launcher=local.")
-        if self.launcher.options.resume:
-            raise HalvingInputError(
-                "hydra/sweeper=halving cannot resume a sweep: its rungs' decisions are not recorded.\n"
-                "Run the sweep again in a new folder (drop hydra.launcher.resume and hydra.sweep.dir).")
         if runs_sweepits_loop(self.task_function):
             if not OmegaConf.select(self.config, "trainer.checkpoint", default=False):
                 raise HalvingInputError(

@@ -16,6 +16,7 @@ from sweepit.results import (
     Ledger,
     LiveReader,
     Manifest,
+    RungPlan,
     SweepLock,
     SweepPaths,
     array_of,
@@ -24,6 +25,7 @@ from sweepit.results import (
     format_table,
     job_row,
     read_live_manifest,
+    read_rungs,
     report_shows,
     reports_at_end,
     sweep_eta_s,
@@ -40,14 +42,16 @@ from sweepit.slurm import (
 )
 
 
-def _table(m: Manifest, live: LiveReader, shown: list[int], counts: Counter[str], n_jobs: int) -> str:
+def _table(m: Manifest, live: LiveReader, shown: list[int], counts: Counter[str], n_jobs: int,
+           plan: RungPlan | None) -> str:
     """The results table of the jobs `shown`, with the Slurm job id and state in the note, and for a running job how
     far it is (`3/15 val_acc=0.91 ETA 0:42`, from its files); the counts by state (`counts`) cover every job."""
     rows: list[JobRow] = []
     for num in shown:
         e = m.jobs[num]
         has_dir = bool(e.job_dir) and Path(e.job_dir).is_dir()
-        row = job_row(JobRow, num, Path(e.job_dir) if has_dir else None, asdict(e))
+        row = job_row(JobRow, num, Path(e.job_dir) if has_dir else None, asdict(e),
+                      epochs=plan.epochs if plan is not None else None)
         row.status = e.state  # as just brought up to date, which the counts below tell too
         progress = live.look(Path(e.job_dir)) if has_dir and e.state == JobState.RUNNING else None
         reason = f"({e.extra['slurm_reason']})" if e.extra.get("slurm_reason") else ""
@@ -108,7 +112,8 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
     else:
         counts = Counter(e.state for e in m.jobs.values())
         arrays = Counter(a for e in m.jobs.values() if JobState.is_live(e.state) and (a := array_of(e)))
-    lines = [_table(m, live, shown, counts, n_jobs),
+    plan = read_rungs(Path(m.sweep_dir))  # a halving sweep's
+    lines = [_table(m, live, shown, counts, n_jobs, plan),
              f"sweep directory: {m.sweep_dir} (launcher: {m.launcher})"] + ([note] if note else [])
     budget_at = len(lines)  # the budget's line goes here, once it is known whether the sweep has ended
     running = [e for e in m.jobs.values() if e.state == JobState.RUNNING and e.job_dir]
@@ -127,7 +132,11 @@ def sweep_status(sweep_dir: Path, live: LiveReader | None = None, max_rows: int 
         lines.append(f"{n_live} job(s) still queued or running in Slurm: look again with `sweepit status "
                      f"{m.sweep_dir}`; cancel with `scancel {' '.join(cancel)}`.")
     redo = sum(n for s, n in counts.items() if not JobState.is_live(s) and not JobState.is_settled(s))
-    if redo:
+    if plan is not None:  # a resume goes on with its rungs, from the decisions recorded
+        if driver is None and not plan.ended({n: e.state for n, e in m.jobs.items()}):
+            lines.append(f"the halving sweep stopped before its last rung ended: `sweepit resume {m.sweep_dir}` goes "
+                         "on from there, and no job runs a rung twice.")
+    elif redo:
         lines.append(f"{redo} job(s) did not complete: `sweepit resume {m.sweep_dir}` runs only those again.")
     workers = bool(m.workers) and m.launcher == "slurm" and workers_alive(m)
     if workers:

@@ -76,6 +76,7 @@ class SweepPaths:
     study_journal = _In("optuna.journal")  # Optuna's storage of the study when none is given
     budget = _In("gpu_budget.json")  # the GPU-hours its Slurm jobs reserved and were billed (slurm/_budget.py)
     budget_lock = _In("gpu_budget.lock")
+    halving = _In("halving.json")  # the halving sweeper's rungs and their decisions (_rungs.py)
 
     def heartbeat(self, worker_id: str) -> Path:
         return self.workers / f"{worker_id}.alive"

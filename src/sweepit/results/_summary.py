@@ -20,6 +20,7 @@ from sweepit.results._overrides import (
     short_value,
     typed_overrides,
 )
+from sweepit.results._rungs import EpochSeconds, read_rungs
 from sweepit.results._status import (
     MAX_ROWS,
     JobState,
@@ -111,11 +112,12 @@ def job_folders(sweep_dir: Path) -> dict[int, Path | None]:
 
 
 def job_row(kind: type[Row], num: int, folder: Path | None, entry: dict[str, Any] | None,
-            read: Callable[[Row], object] | None = None) -> Row:
+            read: Callable[[Row], object] | None = None, epochs: int | None = None) -> Row:
     """A job's row (`sweep_jobs`' triple) of type `kind`, with sweep.json's overrides when it lists the job (the
     launcher's: a YAML parse a job saved). Without a result.json the launcher's state says where the job stands;
     without a record either, a job with a folder has started (Hydra makes it as the job starts), and runs while
-    something of it may be alive (`unrecorded_state`)."""
+    something of it may be alive (`unrecorded_state`). `epochs`: what a paused job would have trained to (its halving
+    sweep's plan), for its note."""
     given = entry.get("overrides") if entry else None
     if not (isinstance(given, list) and given) and folder is not None:
         given = typed_overrides(folder)
@@ -130,7 +132,8 @@ def job_row(kind: type[Row], num: int, folder: Path | None, entry: dict[str, Any
             if JobState.is_failure(row.status) and record.error:
                 row.note = error_line(record.error)
             elif record.status == JobState.PAUSED and not row.note:  # where the halving sweeper left it
-                row.note = f"paused at epoch {record.result.get('epochs_completed')}"
+                done = record.result.get("epochs_completed")
+                row.note = f"paused at {done} of {epochs} epochs" if epochs else f"paused at epoch {done}"
             elif record.attempts > 1 and not row.note:
                 row.note = f"{record.attempts} attempts"  # its time is theirs together
         if read is not None:
@@ -241,8 +244,13 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
 
     manifest, listed = iter_manifest(sweep_dir)
     tally = _Tally(max_rows, multi)
+    plan = read_rungs(sweep_dir)
+    spent = EpochSeconds(plan) if plan is not None else None
     for job in sweep_jobs(sweep_dir, manifest, listed):
-        tally.add(job_row(JobRow, *job))
+        row = job_row(JobRow, *job, epochs=plan.epochs if plan is not None else None)
+        tally.add(row)
+        if spent is not None:
+            spent.add(row.result)
     if not tally.n:
         return f"No jobs found in {sweep_dir}."
     direction = sweep_direction(sweep_dir, [tally.direction])
@@ -255,6 +263,8 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
                      f"`sweepit summary {sweep_dir} --rows 0` lists every job:")
     parts += [format_table(shown, keys), "",
               f"{tally.n} jobs: {counts_text(tally.counts)}"]
+    if spent is not None:
+        parts.append(spent.line())
     fixed = {k: v for k, v in tally.overrides.first.items() if k not in set(keys)}
     if fixed and tally.n > 1:
         parts.append("same in every job: " + " ".join(f"{k}={v}" for k, v in fixed.items()))

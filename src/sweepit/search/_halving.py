@@ -12,7 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from sweepit.errors import ConfigError, SweepStoppedError, is_count, require
-from sweepit.results import STOP_EPOCH_ENV, JobState, finite_number, job_folders, read_metrics, read_record
+from sweepit.results import (
+    STOP_EPOCH_ENV,
+    JobState,
+    RungPlan,
+    finite_number,
+    job_folders,
+    read_metrics,
+    read_record,
+    read_rungs,
+    write_rungs,
+)
 from sweepit.search._trials import AsyncLauncher
 
 log = logging.getLogger(__name__)
@@ -86,22 +96,47 @@ class Halving:
     direction: str
     epochs: int
 
-    def run(self, launcher: AsyncLauncher, set_env: Callable[[int, dict[str, str]], None]) -> list[tuple[int, Any]]:
-        """Run every rung; returns `(job_num, what the launcher returned)` of each job's last start, in job order."""
+    def plan(self, resume: bool = False) -> RungPlan:
+        """The sweep's rungs, with the decisions a resume goes on from; ConfigError when the sweep recorded other
+        rungs, or a grid of another size."""
+        plan = RungPlan(self.epochs, self.options.rung_epochs(self.epochs), self.options.eta, self.metric,
+                        self.direction, len(self.points))
+        recorded = read_rungs(self.sweep_dir) if resume else None
+        if recorded is not None:
+            require(recorded.same_sweep(plan), "a resumed halving sweep must have the rungs, eta, metric and grid it "
+                    f"ran with, but {self.sweep_dir} recorded {_plain(recorded)} and the config now gives "
+                    f"{_plain(plan)}. Resume it with `sweepit resume {self.sweep_dir}`, which runs its own command.")
+            plan.promoted = recorded.promoted
+        return plan
+
+    def run(self, launcher: AsyncLauncher, set_env: Callable[[int, dict[str, str]], None],
+            resume: bool = False) -> list[tuple[int, Any]]:
+        """Run every rung; returns `(job_num, what the launcher returned)` of each job started, in job order. Each
+        rung's decision is recorded (halving.json) before the next rung starts. `resume`: go on from the decisions
+        recorded, and start only the jobs whose records say they have not reached their rung."""
         returns: dict[int, Any] = {}
         alive = list(range(len(self.points)))
-        rungs = self.options.rung_epochs(self.epochs)
-        for stop in [*rungs, None]:
-            log.info(f"halving: {len(alive)} job(s) " + (f"to epoch {stop}" if stop else f"to epoch {self.epochs}"))
-            for num in alive:
+        plan = self.plan(resume)
+        write_rungs(self.sweep_dir, plan)
+        for rung, stop in enumerate([*plan.rungs, None]):
+            if rung < len(plan.promoted):  # decided before the sweep stopped: every job of it reached it then
+                alive = plan.promoted[rung]
+                continue
+            folders = job_folders(self.sweep_dir) if resume else {}
+            todo = [n for n in alive if not reached(folders.get(n), stop)]
+            log.info(f"halving: {len(todo)} job(s) to epoch {stop or self.epochs}"
+                     + (f" ({len(alive) - len(todo)} reached it before)" if len(todo) < len(alive) else ""))
+            for num in todo:
                 set_env(num, {STOP_EPOCH_ENV: str(stop)} if stop else {})
                 launcher.start(self.points[num], num)
-            self._wait(launcher, alive, returns)
+            self._wait(launcher, todo, returns)
             if stop is None:
                 break
             folders = job_folders(self.sweep_dir)
             values = {n: value_at(folders.get(n), self.metric, stop) for n in alive}
             alive = survivors(values, self.direction, self.options.eta)
+            plan.promoted.append(alive)
+            write_rungs(self.sweep_dir, plan)  # before any promoted job starts: a resume never decides it again
         return sorted(returns.items())
 
     def _wait(self, launcher: AsyncLauncher, nums: list[int], returns: dict[int, Any]) -> None:
@@ -117,13 +152,30 @@ class Halving:
                     returns[num] = ret
                     waiting.discard(num)
         except KeyboardInterrupt as e:
-            raise SweepStoppedError(_stopped(str(e))) from None
+            raise SweepStoppedError(_stopped(str(e), self.sweep_dir)) from None
         folders = job_folders(self.sweep_dir)
         stopped = [n for n in nums if read_record(folders.get(n)).status == JobState.INTERRUPTED]
         if stopped:
-            raise SweepStoppedError(_stopped(f"job {stopped[0]} was interrupted"))
+            raise SweepStoppedError(_stopped(f"job {stopped[0]} was interrupted", self.sweep_dir))
 
 
-def _stopped(why: str) -> str:
-    return (f"{why}, so the halving sweep stops; its jobs' folders, records and checkpoints stay.\n"
-            "A halving sweep cannot be resumed: run it again in a new folder.")
+def reached(job_dir: Path | None, stop: int | None) -> bool:
+    """Whether a job's record says it has run its rung to `stop` (None: its last epoch) or ended for good: a resume
+    starts it no more for that rung."""
+    record = read_record(job_dir)
+    if record.status is None:
+        return False
+    if JobState.is_success(record.status):  # completed, or diverged: nothing left to run
+        return True
+    done = record.result.get("epochs_completed")
+    return record.status == JobState.PAUSED and stop is not None and isinstance(done, int) and done >= stop
+
+
+def _plain(plan: RungPlan) -> str:
+    return (f"epochs={plan.epochs} rungs={plan.rungs} eta={plan.eta} metric={plan.metric} direction={plan.direction} "
+            f"with {plan.n_jobs} jobs")
+
+
+def _stopped(why: str, sweep_dir: Path) -> str:
+    return (f"{why}, so the halving sweep stops; its jobs' folders, records, checkpoints and rung decisions stay.\n"
+            f"`sweepit resume {sweep_dir}` goes on from there: no job runs a rung twice.")
