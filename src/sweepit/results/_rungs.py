@@ -37,7 +37,6 @@ class RungPlan:
             return None
         return self.promoted[-1] if self.promoted else list(range(self.n_jobs))
 
-
     def ended(self, states: Mapping[int, str]) -> bool:
         """Whether the sweep has run its last rung: every rung decided and each job of the last one ended with a
         result (`states`: each job's state)."""
