@@ -155,12 +155,18 @@ def test_an_app_that_cannot_resume_is_refused_before_any_job_runs(tmp_path: Path
     assert not (tmp_path / "outputs" / "multirun").exists() or not any((tmp_path / "outputs" / "multirun").iterdir())
 
 
-def test_a_launcher_it_cannot_run_is_refused_before_any_job(tmp_path: Path) -> None:
-    proc = run_train([*(a for a in GRID if not a.startswith("hydra.launcher.n_workers")), "hydra/launcher=basic"],
-                     tmp_path)
-    said = "runs its rungs on sweepit's local launcher, but the launcher is BasicLauncher. Add hydra/launcher=local."
-    assert proc.returncode == 1 and said in proc.stderr, proc.stderr
-    assert not list(tmp_path.rglob("result.json")), proc.stdout
+@pytest.mark.parametrize(("launcher", "said"), [
+    (["hydra/launcher=basic"], ["hydra/sweeper=halving runs its rungs on sweepit's local or Slurm launcher, but the "
+                                "launcher is BasicLauncher. Add hydra/launcher=local or hydra/launcher=slurm."]),
+    (["hydra/launcher=slurm", "hydra.launcher.workers=2"],
+     ["hydra/sweeper=halving runs each job as its own Slurm job, but hydra.launcher.workers=2 packs them into "
+      "workers.", "Drop hydra.launcher.workers."]),
+], ids=["basic", "packed-slurm"])
+def test_a_launcher_it_cannot_run_is_refused_before_any_job(tmp_path: Path, launcher: list[str],
+                                                            said: list[str]) -> None:
+    proc = run_train([*(a for a in GRID if not a.startswith("hydra.launcher.n_workers")), *launcher], tmp_path)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-len(said):] == said, proc.stderr
+    assert not list(tmp_path.rglob("result.json")) and not list(tmp_path.rglob("sweep.json")), proc.stdout
 
 
 def test_a_resume_with_other_rungs_than_the_sweeps_is_refused_before_any_job(sweep: Path, tmp_path: Path) -> None:

@@ -655,6 +655,20 @@ def test_the_halving_pages_grid_pauses_six_jobs_at_epoch_1_two_at_3_and_trains_o
     assert ended == [("completed", 9), *[("paused", 1)] * 6, *[("paused", 3)] * 2], ended
 
 
+HALVING_ON_SLURM = ("python train.py -m hydra/sweeper=halving hydra/launcher=slurm optimizer=adam,sgd lr=0.01,0.1 "
+                    "epochs=3")
+
+
+@shows(HALVING_ON_SLURM, slurm=True, tier_slow=True)  # its path: tests/slurm/test_halving_on_slurm.py
+def test_the_halving_pages_grid_on_slurm_pauses_three_jobs_at_epoch_1_and_trains_one_to_3(shell: Shell) -> None:
+    """epochs=3 and eta 3 cut at epoch 1, and keep one of the four jobs; each start of a job is a Slurm job."""
+    ok(shell.run(HALVING_ON_SLURM))
+    ended = sorted((row.status, row.result.get("epochs_completed")) for row in collect(shell.sweep()))
+    assert ended == [("completed", 3), *[("paused", 1)] * 3], ended
+    completed = [p for p in shell.sweep().iterdir() if (p / "result.1.json").exists()]
+    assert len(completed) == 1 and (completed[0] / "stdout.1.log").resolve().name.endswith("_log.out")
+
+
 # -- Coming from Hydra's plugins (docs/howto-hydra-plugins.md) ---------------------------------------------------
 PLUGINS_PAGE = REPO / "docs" / "howto-hydra-plugins.md"
 SWEEPER_KEYS = "python train.py --cfg hydra -p hydra.sweeper hydra/sweeper=optuna"

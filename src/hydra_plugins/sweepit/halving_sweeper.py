@@ -111,16 +111,22 @@ class HalvingSweeper(Sweeper):
         return BasicSweeper.split_arguments(overrides, None)[0]
 
     def _check_app(self) -> None:
-        """Refuse, before any job runs, a launcher that cannot start a job by its number, and an app that cannot
-        pause at a rung and resume from there: sweepit's loop with `trainer.checkpoint=false`, or a task of its own
-        whose module never calls `sweepit.save_checkpoint` and `sweepit.load_checkpoint`."""
+        """Refuse, before any job runs, a launcher that cannot start a job by its number (packed Slurm workers take
+        theirs from a fixed plan), and an app that cannot pause at a rung and resume from there: sweepit's loop with
+        `trainer.checkpoint=false`, or a task of its own whose module never calls `sweepit.save_checkpoint` and
+        `sweepit.load_checkpoint`."""
         from hydra_plugins.sweepit.local_launcher import LocalLauncher
+        from hydra_plugins.sweepit.slurm_launcher import SlurmLauncher
 
         assert self.config is not None
-        if not isinstance(self.launcher, LocalLauncher):
+        if not isinstance(self.launcher, LocalLauncher | SlurmLauncher):
             raise HalvingInputError(
-                "hydra/sweeper=halving runs its rungs on sweepit's local launcher, but the launcher is "
-                f"{type(self.launcher).__name__}. Add hydra/launcher=local.")
+                "hydra/sweeper=halving runs its rungs on sweepit's local or Slurm launcher, but the launcher is "
+                f"{type(self.launcher).__name__}. Add hydra/launcher=local or hydra/launcher=slurm.")
+        if isinstance(self.launcher, SlurmLauncher) and self.launcher.options.workers:
+            raise HalvingInputError(
+                "hydra/sweeper=halving runs each job as its own Slurm job, but hydra.launcher.workers="
+                f"{self.launcher.options.workers} packs them into workers.\nDrop hydra.launcher.workers.")
         if runs_sweepits_loop(self.task_function):
             if not OmegaConf.select(self.config, "trainer.checkpoint", default=False):
                 raise HalvingInputError(

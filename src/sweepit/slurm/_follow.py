@@ -84,6 +84,7 @@ class Follower:
         """Follow one more job (submitted after the follower was made: the Optuna sweeper's trials; a packed job once
         a worker claims it, `counted` among the queued jobs of the progress line already)."""
         self.pending[num] = None
+        self.done.discard(num)  # a job started again (promoted by the halving sweeper) is followed to its new end
         self._phase[num] = JobState.QUEUED
         if not counted:
             self.progress.queued += 1

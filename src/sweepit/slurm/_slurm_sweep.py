@@ -160,7 +160,11 @@ class SlurmSweep(Planner):
             self._follower = Follower(self.begin(), [], Progress(0), o, self.lock.touch)  # the lock: till close()
             self._room = open_room(o)
         follower = self._follower
-        follower.manifest.plan(job.num, job.overrides, str(job.job_dir), JobState.NOT_STARTED)
+        entry = follower.manifest.jobs.get(job.num)
+        if entry is not None and entry.state == JobState.PAUSED:  # promoted by the halving sweeper: a new attempt
+            follower.manifest.move(job.num, JobState.NOT_STARTED, again=True, extra={}, started_at=None, ended_at=None)
+        else:
+            follower.manifest.plan(job.num, job.overrides, str(job.job_dir), JobState.NOT_STARTED)
         self._room.submit_waiting(1, lambda n: submit_jobs([job], follower.manifest, o, self.make_task),
                                   lambda: _in_queue(follower.manifest, follower.pending), f"trial job {job.num}",
                                   o.poll_interval_s, follower.poll)
