@@ -192,6 +192,18 @@ def test_a_resume_of_a_halving_sweep_that_ended_runs_nothing_again(sweep: Path, 
     assert "4 jobs: 1 completed, 3 paused" in proc.stdout, proc.stdout
 
 
+def test_a_job_that_left_no_record_of_its_end_fails_the_sweep(sweep: Path, tmp_path: Path) -> None:
+    """On Slurm a job once ended unseen (its follower thought it done): the sweep exited 0 with no result for it."""
+    from hydra_plugins.sweepit.halving_sweeper import HalvingSweeper
+    from sweepit.errors import SweepFailedError
+
+    copy, sweeper = private_copy(sweep, tmp_path), HalvingSweeper()
+    sweeper._check_failures(copy, [0, 1, 2, 3])  # 1 completed, 3 paused: settled
+    JobPaths(job_folders(copy)[1]).result.unlink()
+    with pytest.raises(SweepFailedError, match=r"1 job\(s\) of the halving sweep .* left no record of their end: 1"):
+        sweeper._check_failures(copy, [0, 1, 2, 3])
+
+
 def test_a_studys_grid_in_hydra_sweeper_params_is_halved_as_the_command_lines(tmp_path: Path) -> None:
     """sweeps/optimizer_lr.yaml's grid (`hydra.sweeper.params`), cut to 2 x 2 and 3 epochs: eta 3 keeps one job."""
     proc = run_train(["-m", "--config-dir", str(REPO / "sweeps"), "--config-name", "optimizer_lr",

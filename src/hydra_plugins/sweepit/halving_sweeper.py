@@ -146,9 +146,11 @@ class HalvingSweeper(Sweeper):
                 f"after each epoch's sweepit.report.\n{_HOWTO}")
 
     def _check_failures(self, sweep_dir: Path, nums: list[int]) -> None:
-        """A job that failed fails the sweep, as on the launcher alone (unless `hydra.launcher.fail_on_error=false`)."""
+        """A job that failed fails the sweep, as on the launcher alone (unless `hydra.launcher.fail_on_error=false`).
+        So does one that left no record of its end: a sweep whose job ended unseen has not run its rungs."""
         folders = job_folders(sweep_dir)
-        failed = [n for n in nums if JobState.is_failure(read_record(folders.get(n)).status)]
+        failed = [n for n in nums if not JobState.is_settled(read_record(folders.get(n)).status)]
         if failed and self.fail_on_error:
-            raise SweepFailedError(f"{len(failed)} job(s) of the halving sweep failed or were interrupted: "
+            raise SweepFailedError(f"{len(failed)} job(s) of the halving sweep failed, were interrupted or left no "
+                                   "record of their end: "
                                    f"{', '.join(map(str, failed))}.\n`sweepit status {sweep_dir}` shows each error.")
