@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sweepit._files import atomic_write
-from sweepit.errors import is_count
+from sweepit.results._job_files import read_metrics
 from sweepit.results._paths import SweepPaths
 from sweepit.results._status import JobState, finite_number
 
@@ -60,35 +60,47 @@ def read_rungs(sweep_dir: Path) -> RungPlan | None:
 
 @dataclass
 class EpochSeconds:
-    """What a halving sweep of `plan` spent, against its full grid: each job's mean epoch time (result.json's
-    `epoch_time_s_mean`) times the epochs it trained, and times the config's `epochs`, summed over the jobs."""
+    """What a halving sweep of `plan` spent, against its full grid, from each job's epoch times (`metrics.jsonl`'s
+    `epoch_time_s`): spent, the sum of the epochs it trained; the full grid, each job's first epoch and its steady
+    epochs' mean for the rest of `epochs`. A start's first epoch is the slowest (warm-up), a promoted job's first
+    after a rung too, so neither is steady; a job with no steady epoch takes the median of the others' means."""
 
     plan: RungPlan
     epochs: int = 0                  # trained, over the jobs timed
     spent_s: float = 0.0
-    full_s: float = 0.0
-    n_timed: int = 0
     n_jobs: int = 0
+    timed: list[tuple[float, float | None]] = field(default_factory=list)  # each job's first epoch, later mean
 
-    def add(self, result: dict[str, Any]) -> None:
+    def add(self, job_dir: Path | None) -> None:
         self.n_jobs += 1
-        mean, done = finite_number(result.get("epoch_time_s_mean")), result.get("epochs_completed")
-        if mean is None or not isinstance(done, int) or not is_count(done, 1):
-            return  # it ended before its first epoch: nothing spent, and no time to estimate its full run by
-        self.n_timed += 1
-        self.epochs += done
-        self.spent_s += mean * done
-        self.full_s += mean * self.plan.epochs
+        rows, _ = read_metrics(job_dir) if job_dir is not None else ([], [])
+        times = {row.get("epoch"): t for row in rows if (t := finite_number(row.get("epoch_time_s"))) is not None}
+        if not times:
+            return  # it ended before its first epoch (or reports no epoch time): nothing to estimate its run by
+        self.epochs += len(times)
+        self.spent_s += sum(times.values())
+        steady = [t for e, t in times.items() if isinstance(e, int) and e > 1 and e - 1 not in self.plan.rungs]
+        first = times.get(1, next(iter(times.values())))
+        self.timed.append((first, sum(steady) / len(steady) if steady else None))
+
+    @property
+    def full_s(self) -> float:
+        later = sorted(mean for _, mean in self.timed if mean is not None)
+        median = later[len(later) // 2] if later else None
+        rest = self.plan.epochs - 1
+        return sum(first + rest * (mean if mean is not None else median if median is not None else first)
+                   for first, mean in self.timed)
 
     def line(self) -> str:
-        """`halving: 21 of 81 epochs, 3.1 of 11.9 epoch-seconds (0.26x the full grid's, from each job's mean epoch
-        time)`, and the jobs left out."""
-        if not self.n_timed:
+        """`halving: 21 of 81 epochs, 3.1 of 11.9 epoch-seconds (0.26x the full grid's estimate, from the epochs'
+        times)`, and the jobs left out."""
+        if not self.timed:
             return "halving: no job reported an epoch time, so what it saved is not known."
-        ratio = f" ({self.spent_s / self.full_s:.2f}x the full grid's" if self.full_s > 0 else " (the full grid's"
-        untimed = self.n_jobs - self.n_timed
-        out = (f"halving: {self.epochs} of {self.n_timed * self.plan.epochs} epochs, {_seconds(self.spent_s)} of "
-               f"{_seconds(self.full_s)} epoch-seconds{ratio}, from each job's mean epoch time)")
+        full = self.full_s
+        ratio = f" ({self.spent_s / full:.2f}x the full grid's estimate" if full > 0 else " (the full grid's estimate"
+        untimed = self.n_jobs - len(self.timed)
+        out = (f"halving: {self.epochs} of {len(self.timed) * self.plan.epochs} epochs, {_seconds(self.spent_s)} of "
+               f"{_seconds(full)} epoch-seconds{ratio}, from the epochs' times)")
         return out + (f"; {untimed} job(s) without an epoch time left out" if untimed else "")
 
 

@@ -250,7 +250,7 @@ def summarize(sweep_dir: Path, max_rows: int = MAX_ROWS) -> str:
         row = job_row(JobRow, *job, epochs=plan.epochs if plan is not None else None)
         tally.add(row)
         if spent is not None:
-            spent.add(row.result)
+            spent.add(job[1])
     if not tally.n:
         return f"No jobs found in {sweep_dir}."
     direction = sweep_direction(sweep_dir, [tally.direction])
