@@ -149,6 +149,20 @@ class Hold:
         (self.folder / "release").touch()
 
 
+def processes_mentioning(marker: str) -> list[int]:
+    """The processes but this one whose command line holds `marker`: a sweep's folder names every process of it (a
+    forked job's command line is its driver's)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if marker in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
 def wait_until(predicate: Callable[[], bool], what: str | Callable[[], str], timeout_s: float,
                interval_s: float = 0.2) -> None:
     """Poll `predicate` until it holds; fail the test, naming `what` (or what it returns then), after `timeout_s`."""

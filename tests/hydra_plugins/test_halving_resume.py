@@ -5,7 +5,6 @@ machine."""
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sweepit.results import JobPaths, job_folders, read_manifest, read_record, read_rungs
-from sweepit_testing import REPO, SWEEPIT, Hold, run_command, wait_until
+from sweepit_testing import REPO, SWEEPIT, Hold, processes_mentioning, run_command, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -25,18 +24,6 @@ SWEEP = ["task=linreg", "model._target_=held_jobs.linear", "epochs=4", "lr=0.01,
          "hydra/sweeper=halving", "hydra.sweeper.eta=2", "hydra.sweeper.rungs=[2]", "hydra.launcher.n_workers=2",
          "hydra.callbacks.summary.report=false"]
 EPOCH_LINE = re.compile(r"^Epoch (\d+)/4\b", re.MULTILINE)
-
-
-def _gone(sweep: Path) -> bool:
-    """No process of the sweep left (a forked job's command line is its driver's, which names the directory)."""
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if str(sweep) in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                    return False
-            except OSError:
-                continue
-    return True
 
 
 def _epochs_run(job_dir: Path) -> list[int]:
@@ -77,7 +64,7 @@ def test_a_driver_stopped_between_rungs_resumes_with_each_rung_run_once_and_no_d
         assert driver.returncode == 1, err[-3000:]
         assert (f"so the halving sweep stops; its jobs' folders, records, checkpoints and rung decisions stay.\n"
                 f"`sweepit resume {sweep}` goes on from there: no job runs a rung twice.") in err, err[-3000:]
-    wait_until(lambda: _gone(sweep), "every job of the sweep to end", 30)
+    wait_until(lambda: not processes_mentioning(str(sweep)), "every job of the sweep to end", 30)
     cut = sorted(set(range(4)) - set(promoted))
     assert {n: read_record(f).status for n, f in job_folders(sweep).items()} == {
         **dict.fromkeys(cut, "paused"), **dict.fromkeys(promoted, "interrupted")}

@@ -25,7 +25,7 @@ import pytest
 from sweepit.results._job_files import read_result
 from sweepit.results._lock import LOCK_FILE
 from sweepit.results._manifest import read_manifest
-from sweepit_testing import REPO, SWEEPIT, Hold, run_command, tmpfs, wait_until
+from sweepit_testing import REPO, SWEEPIT, Hold, processes_mentioning, run_command, tmpfs, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -101,18 +101,6 @@ def _mid_training(sweep: Path, num: int | None = None) -> bool:
     return any(len(_epochs(d)) >= 2 for n, d in dirs.items() if num is None or n == num)
 
 
-def _gone(sweep: Path) -> bool:
-    """No process of the sweep left (a forked job's command line is its driver's, which names the directory)."""
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if str(sweep) in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                    return False
-            except OSError:
-                continue
-    return True
-
-
 def _intact(sweep: Path) -> dict[int, Path]:
     """What a fault leaves must be readable: sweep.json, every result.json, each metrics row once and in order,
     and no temporary file of a write that did not finish."""
@@ -153,7 +141,7 @@ def test_a_stopped_driver_keeps_every_epoch_and_a_resume_finishes_the_rest(tmp_p
     # Both running jobs held: each has the checkpoint of its last reported epoch, which its resume must go on from
     # (a job stopped between an epoch's metrics row and its checkpoint would rightly start again).
     driver, out, err = _stop_mid_training(sweep, hold, fault, jobs=(0, 1))
-    wait_until(lambda: _gone(sweep), "every job of the sweep to end", 15)
+    wait_until(lambda: not processes_mentioning(str(sweep)), "every job of the sweep to end", 15)
     dirs = _intact(sweep)
     stopped = {n: read_result(d) or {} for n, d in dirs.items() if (read_result(d) or {}).get("status") != "completed"}
     assert stopped and all(r["status"] == "interrupted" for r in stopped.values()), stopped  # each job said so itself
@@ -232,7 +220,7 @@ def test_a_stopped_sweep_ends_with_its_own_short_message_and_its_jobs_name_the_s
     driver, out, err = _stop_mid_training(sweep, hold, stop, f"hydra/sweeper={sweeper}")
     _stopped_sweep_said(sweep, driver, out, err, stop, sweeper)
     if sweeper == "basic":
-        wait_until(lambda: _gone(sweep), "every job of the first run to end", 15)
+        wait_until(lambda: not processes_mentioning(str(sweep)), "every job of the first run to end", 15)
         _resume_stopped_by(sweep, hold, stop)
 
 
@@ -268,7 +256,7 @@ def _resume_stopped_by(sweep: Path, hold: Hold, stop: signal.Signals) -> None:
         resumed.kill()
     assert resumed.returncode == 1, err
     assert f"sweep stopped by {stop.name}" in err and f"sweepit resume {sweep}" in err
-    wait_until(lambda: _gone(sweep), "every process of the resumed sweep to end", 15)
+    wait_until(lambda: not processes_mentioning(str(sweep)), "every process of the resumed sweep to end", 15)
     dirs = _intact(sweep)
     assert any((read_result(d) or {}).get("status") != "completed" for d in dirs.values())  # it did stop
     assert not (sweep / LOCK_FILE).exists()
@@ -301,7 +289,7 @@ def test_a_full_disk_stops_the_sweep_with_the_path_and_damages_nothing(sweep_tmp
     said = " ".join(err.split())
     assert f"sweepit could not write {sweep}/" in said and "the file system is full" in said, err
     assert f"sweepit resume {sweep}" in said and "Traceback" not in err
-    wait_until(lambda: _gone(sweep), "every job of the sweep to end", 15)
+    wait_until(lambda: not processes_mentioning(str(sweep)), "every job of the sweep to end", 15)
     _intact(sweep)
     assert not (sweep / LOCK_FILE).exists()
 

@@ -15,7 +15,7 @@ import pytest
 
 from sweepit.results._job_files import read_result
 from sweepit.results._manifest import read_manifest, rerun_argv
-from sweepit_testing import run_command, wait_until
+from sweepit_testing import processes_mentioning, run_command, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -177,18 +177,6 @@ def _descendants_alive(pids: list[int]) -> list[int]:
     return alive
 
 
-def _processes_mentioning(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
 def test_ctrl_c_stops_every_job_and_keeps_finished_results(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     # Job 0 finishes; job 1 starts a grandchild; job 2 ignores SIGTERM (needs the SIGKILL after 1 s).
@@ -213,7 +201,7 @@ def test_ctrl_c_stops_every_job_and_keeps_finished_results(tmp_path: Path) -> No
             driver.kill()
     assert driver.returncode == 1
     assert _descendants_alive(pids) == []
-    assert _processes_mentioning(str(sweep)) == []
+    assert processes_mentioning(str(sweep)) == []
     assert [status(dirs[n]) for n in range(3)] == ["completed", "interrupted", "interrupted"]
     assert sorted(job_dirs(sweep)) == [0, 1, 2]  # the queued jobs never started
     assert "sweep stopped by SIGINT: 1 completed, 2 interrupted, 3 not started" in err
